@@ -1,0 +1,365 @@
+// libbufpool: a pool of fixed-size, page-aligned buffers.
+//
+// A BufferPool maps one page-aligned region (the arena) once, slices it into
+// `buffer_count` buffers of `buffer_size` bytes, and hands them out from a
+// lock-free free list fronted by small per-thread caches. Buffer `i` lives at
+//
+//   region().data() + i * buffer_size
+//
+//   region(): +----------+----------+----------+-- ... --+----------+
+//             | slot 0   | slot 1   | slot 2   |         | slot n-1 |
+//             +----------+----------+----------+-- ... --+----------+
+//   out of band (never inside a buffer): next link and state byte per slot
+//
+// so the whole region can be registered once with the kernel (io_uring fixed
+// buffers, provided-buffer rings with buffer id == slot index).
+//
+// Ownership. The pool owns the memory. `Buffer` is a move-only handle that
+// owns one buffer and returns it when destroyed (like std::unique_ptr).
+// TryAcquireRaw()/ReleaseRaw() are the same operations without the handle;
+// a raw pointer must come back exactly once, through ReleaseRaw() or Adopt().
+// Every Buffer and raw pointer must be returned before the pool is destroyed.
+//
+// Thread safety. Every BufferPool method may be called from any number of
+// threads at once. A buffer may be released on a different thread than the
+// one that acquired it. A single Buffer handle is not shared between threads
+// (like std::unique_ptr): hand it over with std::move through your own
+// synchronisation. Many pools may be used from one thread.
+//
+// Per-thread caches. Each thread that uses a pool keeps up to
+// `cache_capacity()` free buffers of that pool in a private cache, so the
+// common acquire/release is a thread-local array operation with no atomic
+// read-modify-write and no lock. Consequences a caller can observe:
+//   * One thread alone can always acquire exactly capacity() buffers.
+//   * With several live threads, up to (threads - 1) * cache_capacity()
+//     free buffers may sit idle in other threads' caches, where TryAcquire()
+//     on this thread cannot see them. A cache is emptied into the shared list
+//     when its thread exits, and whenever its thread releases a buffer while
+//     some thread is blocked in Acquire(). cache_capacity() is
+//     min(thread_cache_size, capacity() / 8), so caches never hold more than
+//     an eighth of the pool per thread; set thread_cache_size = 0 to turn
+//     them off and make every free buffer visible to every thread.
+//
+// Safety checks that stay on in release builds (each O(1)): releasing a
+// buffer that is already free aborts with "double release"; releasing a
+// pointer that is not the start of one of this pool's buffers aborts with
+// "not from this pool"; destroying the pool while buffers are out aborts
+// with "still in use". Under AddressSanitizer free buffers are poisoned.
+// (Two threads releasing the same buffer at the same instant is a race the
+// O(1) check may miss; sequential double releases are always caught.)
+#ifndef BUFPOOL_BUFFER_POOL_H_
+#define BUFPOOL_BUFFER_POOL_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "bufpool/export.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define BUFPOOL_INTERNAL_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define BUFPOOL_INTERNAL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define BUFPOOL_INTERNAL_POISON(p, n) ((void)(p), (void)(n))
+#define BUFPOOL_INTERNAL_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+namespace bufpool {
+
+inline constexpr size_t kDefaultBufferSize = 4096;
+
+enum class HugePages {
+  kNever,    // 4 KiB pages only
+  kTry,      // advise transparent huge pages (2 MiB) where the kernel allows
+  kRequire,  // MAP_HUGETLB from the reserved pool, or Create() fails
+};
+
+struct PoolOptions {
+  size_t buffer_size = kDefaultBufferSize;  // power of two, >= 64
+  size_t buffer_count = 1024;               // >= 1, < 2^32 - 1
+  HugePages huge_pages = HugePages::kTry;
+  bool populate = true;           // fault every page in at Create()
+  bool lock_memory = false;       // mlock the region (needs RLIMIT_MEMLOCK)
+  bool scrub_on_release = false;  // zero a buffer before anyone else gets it
+  size_t thread_cache_size = 64;  // per-thread cache; 0 disables caches
+};
+
+struct PoolStats {
+  size_t capacity;    // buffer_count
+  size_t in_use;      // held by users (buffers idle in caches are free)
+  size_t high_water;  // the largest in_use seen (see BufferPool::Stats)
+  uint64_t acquire_failures;  // TryAcquire*/Acquire calls that got nothing
+};
+
+class BufferPool;
+
+namespace internal {
+
+// One thread's cache of free slots for one pool. Created and owned by the
+// thread (src/pool/thread_cache.cc); the pool keeps a list of its caches so
+// that Stats() can count them and its destructor can detach them.
+//
+// Memory ordering: `count`, `reported` and `low_water` are written only by the owning
+// thread and read by other threads only in Stats(), which is exact only when
+// no acquire/release is in flight; relaxed loads/stores suffice (they compile
+// to plain moves). `pool_id` is written under the registry mutex when the
+// pool dies and read relaxed on the hot path by the owner: a stale read can
+// only happen while the pool is being destroyed, which callers may not race
+// with using it.
+struct ThreadCache {
+  std::atomic<uint64_t> pool_id{0};    // the pool served; 0 once it is gone
+  std::atomic<uint32_t> count{0};      // slots[0, count) are free slots
+  std::atomic<uint32_t> reported{0};   // count last folded into the pool
+  std::atomic<uint32_t> low_water{0};  // lowest count since the last fold
+  uint32_t capacity = 0;
+  BufferPool* pool = nullptr;          // valid while pool_id != 0
+  uint32_t* slots = nullptr;           // capacity entries
+};
+
+// The cache of the pool this thread used last (nullptr before first use).
+// constinit: no dynamic initialisation, so access needs no TLS wrapper call.
+BUFPOOL_EXPORT extern constinit thread_local ThreadCache* tls_cache;
+
+}  // namespace internal
+
+// A move-only owner of one buffer; returns it to its pool when destroyed.
+// Not thread-safe by itself (like std::unique_ptr); may be moved to and
+// destroyed on another thread.
+class Buffer {
+ public:
+  Buffer() noexcept = default;  // empty
+  Buffer(Buffer&& other) noexcept
+      : pool_(std::exchange(other.pool_, nullptr)), index_(other.index_) {}
+  Buffer& operator=(Buffer&& other) noexcept;  // releases what it held before
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { Reset(); }
+
+  std::byte* data() const;
+  size_t size() const;  // the pool's buffer_size; 0 when empty
+  absl::Span<std::byte> span() const { return {data(), size()}; }
+  // Slot number: data() == pool.region().data() + index() * buffer_size.
+  uint32_t index() const { return index_; }
+  explicit operator bool() const { return pool_ != nullptr; }
+  BufferPool* pool() const { return pool_; }
+
+  void Reset();  // return the buffer now; the handle becomes empty
+  // Give up ownership without returning the buffer. The pointer must come
+  // back through BufferPool::ReleaseRaw() or BufferPool::Adopt().
+  std::byte* Detach();
+
+ private:
+  friend class BufferPool;
+  Buffer(BufferPool* pool, uint32_t index) : pool_(pool), index_(index) {}
+
+  BufferPool* pool_ = nullptr;
+  uint32_t index_ = 0;
+};
+
+class BUFPOOL_EXPORT BufferPool {
+ public:
+  // Maps and prepares the region. Errors: InvalidArgument for a bad option
+  // (the message names the field and value), ResourceExhausted when the
+  // region cannot be mapped or locked, Unavailable when kRequire finds no
+  // reserved huge pages. The pool is not movable; keep the unique_ptr.
+  static absl::StatusOr<std::unique_ptr<BufferPool>> Create(
+      const PoolOptions& options = {});
+
+  // Aborts with "still in use" if any buffer is out. Buffers idle in thread
+  // caches are free and do not count.
+  ~BufferPool();
+
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  // An empty Buffer when none is free (counted in acquire_failures).
+  Buffer TryAcquire() {
+    std::byte* p = TryAcquireRaw();
+    return p ? Buffer(this, SlotOf(p)) : Buffer();
+  }
+  // Returns at once when a buffer is free; otherwise sleeps until one is
+  // released or `timeout` passes (DeadlineExceeded, counted as a failure).
+  absl::StatusOr<Buffer> Acquire(absl::Duration timeout);
+  // Fills out[0, n) with buffers and returns n <= out.size(); n is smaller
+  // only when the pool ran out (then counted as one failure). Any buffers
+  // `out` held before are released first.
+  size_t TryAcquireBulk(absl::Span<Buffer> out);
+  // Releases every non-empty handle in `in` (a batch; cheaper than one by one
+  // when the cache overflows).
+  void ReleaseBulk(absl::Span<Buffer> in);
+
+  std::byte* TryAcquireRaw();  // nullptr when none is free
+  void ReleaseRaw(std::byte* p);
+  // Wraps a pointer from TryAcquireRaw()/Buffer::Detach() into a handle.
+  // Aborts if `p` is not an in-use buffer of this pool.
+  Buffer Adopt(std::byte* p);
+
+  size_t buffer_size() const { return buffer_size_; }
+  size_t capacity() const { return capacity_; }
+  // Free buffers one thread may keep privately (see the file comment).
+  size_t cache_capacity() const { return cache_capacity_; }
+  // True when the arena was mapped with (or advised to use) huge pages.
+  bool huge_pages() const { return huge_pages_; }
+
+  // in_use and the failure count are exact whenever no acquire/release is in
+  // flight. high_water is exact for one thread and with caches off; with
+  // several threads caching it may be off by the buffers idle in other
+  // threads' caches (at most (threads - 1) * cache_capacity()).
+  PoolStats Stats() const;
+
+  // The whole arena, page-aligned (2 MiB-aligned with huge pages): for
+  // io_uring / RDMA registration. Valid for the pool's lifetime.
+  absl::Span<std::byte> region() const { return {base_, capacity_ * buffer_size_}; }
+  // True when `p` points anywhere inside region().
+  bool Contains(const void* p) const {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    auto b = reinterpret_cast<uintptr_t>(base_);
+    return a >= b && a - b < capacity_ * buffer_size_;
+  }
+  // The slot of a buffer start; `p` must be one (checked in ReleaseRaw).
+  uint32_t SlotOf(const void* p) const {
+    return static_cast<uint32_t>(
+        (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base_)) >>
+        shift_);
+  }
+  std::byte* SlotData(uint32_t slot) const {
+    return base_ + (static_cast<size_t>(slot) << shift_);
+  }
+
+ private:
+  friend class Buffer;
+  friend struct PoolAccess;  // src/pool: thread caches, tests
+  struct Shared;             // slow-path state: free list, waiters, registry
+
+  enum : uint8_t { kSlotFree = 0, kSlotInUse = 1 };
+
+  BufferPool() = default;
+
+  void ReleaseSlot(uint32_t slot);  // hot path, inline below
+  // Out of line: cache miss/overflow, first use on this thread, cache off.
+  uint32_t AcquireSlow();  // returns kNoSlot when empty
+  void ReleaseSlow(uint32_t slot);
+  [[noreturn]] void DieNotFromPool(const void* p) const;
+  [[noreturn]] void DieDoubleRelease(uint32_t slot) const;
+  internal::ThreadCache* MyCache() const {
+    internal::ThreadCache* c = internal::tls_cache;
+    // relaxed: see ThreadCache.
+    return (c != nullptr && c->pool_id.load(std::memory_order_relaxed) == id_)
+               ? c
+               : nullptr;
+  }
+
+  static constexpr uint32_t kNoSlot = 0xffffffffu;
+
+  // Hot-path fields, fixed after Create().
+  std::byte* base_ = nullptr;
+  size_t buffer_size_ = 0;
+  size_t capacity_ = 0;
+  size_t cache_capacity_ = 0;
+  uint64_t id_ = 0;  // unique per pool for the process; never reused
+  unsigned shift_ = 0;
+  bool scrub_ = false;
+  bool huge_pages_ = false;
+  // One state byte per slot, out of band. Written by whoever owns the slot
+  // (acquirer, releaser); relaxed suffices because a slot changes hands only
+  // through the free list (release/acquire CAS) or the caller's own
+  // synchronisation, either of which orders these accesses.
+  std::unique_ptr<std::atomic<uint8_t>[]> state_;
+  // Threads blocked in Acquire(). Read relaxed on the cache-hit release path
+  // (the only cost of waiting when nobody waits).
+  std::atomic<uint32_t> waiters_{0};
+  std::unique_ptr<Shared> shared_;
+};
+
+// ---- Inline fast paths ------------------------------------------------------
+
+inline std::byte* BufferPool::TryAcquireRaw() {
+  if (internal::ThreadCache* c = MyCache()) {
+    uint32_t n = c->count.load(std::memory_order_relaxed);
+    if (n != 0) {
+      --n;
+      const uint32_t slot = c->slots[n];
+      c->count.store(n, std::memory_order_relaxed);
+      if (n < c->low_water.load(std::memory_order_relaxed)) {
+        c->low_water.store(n, std::memory_order_relaxed);
+      }
+      state_[slot].store(kSlotInUse, std::memory_order_relaxed);
+      std::byte* p = SlotData(slot);
+      BUFPOOL_INTERNAL_UNPOISON(p, buffer_size_);
+      return p;
+    }
+  }
+  const uint32_t slot = AcquireSlow();
+  return slot == kNoSlot ? nullptr : SlotData(slot);
+}
+
+inline void BufferPool::ReleaseSlot(uint32_t slot) {
+  // The state check is the O(1) double-release detector (relaxed: see state_).
+  if (state_[slot].load(std::memory_order_relaxed) != kSlotInUse) {
+    DieDoubleRelease(slot);
+  }
+  state_[slot].store(kSlotFree, std::memory_order_relaxed);
+  std::byte* p = SlotData(slot);
+  if (scrub_) std::memset(p, 0, buffer_size_);
+  BUFPOOL_INTERNAL_POISON(p, buffer_size_);
+  if (internal::ThreadCache* c = MyCache()) {
+    const uint32_t n = c->count.load(std::memory_order_relaxed);
+    // relaxed: a waiter that registers concurrently may miss this one buffer;
+    // it is found by the next release or when this thread's cache drains.
+    if (n < c->capacity && waiters_.load(std::memory_order_relaxed) == 0) {
+      c->slots[n] = slot;
+      c->count.store(n + 1, std::memory_order_relaxed);
+      return;
+    }
+  }
+  ReleaseSlow(slot);
+}
+
+inline void BufferPool::ReleaseRaw(std::byte* p) {
+  const auto off = reinterpret_cast<uintptr_t>(p) -
+                   reinterpret_cast<uintptr_t>(base_);
+  // One unsigned compare covers pointers below and above the region.
+  if (off >= capacity_ * buffer_size_ || (off & (buffer_size_ - 1)) != 0) {
+    DieNotFromPool(p);
+  }
+  ReleaseSlot(static_cast<uint32_t>(off >> shift_));
+}
+
+inline std::byte* Buffer::data() const {
+  return pool_ ? pool_->SlotData(index_) : nullptr;
+}
+
+inline size_t Buffer::size() const { return pool_ ? pool_->buffer_size_ : 0; }
+
+inline void Buffer::Reset() {
+  if (pool_ != nullptr) {
+    pool_->ReleaseSlot(index_);
+    pool_ = nullptr;
+  }
+}
+
+inline Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    pool_ = std::exchange(other.pool_, nullptr);
+    index_ = other.index_;
+  }
+  return *this;
+}
+
+inline std::byte* Buffer::Detach() {
+  std::byte* p = data();
+  pool_ = nullptr;
+  return p;
+}
+
+}  // namespace bufpool
+
+#endif  // BUFPOOL_BUFFER_POOL_H_

@@ -1,0 +1,39 @@
+// Thin OS layer for memory: the only code that calls mmap, madvise, mlock.
+// Every function returns a Status whose message names the call, the size and
+// the system's words.
+#ifndef BUFPOOL_SRC_OS_MEMORY_H_
+#define BUFPOOL_SRC_OS_MEMORY_H_
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace bufpool::os {
+
+inline constexpr size_t kPageSize = 4096;
+inline constexpr size_t kHugePageSize = size_t{2} << 20;
+
+// Anonymous private read/write mapping of `len` bytes (a page multiple).
+// With `hugetlb`, MAP_HUGETLB from the reserved 2 MiB pool (`len` a multiple
+// of kHugePageSize).
+absl::StatusOr<void*> MapAnonymous(size_t len, bool hugetlb);
+void Unmap(void* addr, size_t len);  // aborts on failure: a bug, not an error
+
+// madvise(MADV_HUGEPAGE). Fails where THP is compiled out or disabled.
+absl::Status AdviseHugePages(void* addr, size_t len);
+
+// Faults every page of [addr, addr+len) in, writable, so that first use does
+// not pay a page fault: MADV_POPULATE_WRITE, or one write per page on kernels
+// without it.
+absl::Status Prefault(void* addr, size_t len);
+
+// mlock; the error names RLIMIT_MEMLOCK and its current value.
+absl::Status LockMemory(void* addr, size_t len);
+
+// Huge pages currently reserved (/proc/sys/vm/nr_hugepages); -1 if unknown.
+long ReservedHugePages();
+
+}  // namespace bufpool::os
+
+#endif  // BUFPOOL_SRC_OS_MEMORY_H_

@@ -1,0 +1,528 @@
+// BufferPool: slow paths, thread caches, creation and destruction.
+//
+// The cache-hit fast paths are inline in include/bufpool/buffer_pool.h; this
+// file holds everything that touches shared state.
+//
+// Accounting. `parked` counts free buffers "as last reported":
+//
+//   parked = (slots in the shared FreeList) + sum over caches of c.reported
+//
+// A cache reports (folds) its count into `parked` only on its owner's slow
+// paths, so cache hits touch no shared counter. Then, exactly whenever no
+// acquire/release is in flight,
+//
+//   in_use = capacity - parked - sum over caches of (c.count - c.reported).
+//
+// Between two folds a cache's lowest count (`low_water`) marks its thread's
+// peak, so at each fold the pool's high-water mark is raised to
+// capacity - (parked - c.reported) - c.low_water: exact for a single thread,
+// off by at most other threads' unreported cache movements otherwise.
+//
+// Locks. g_registry_mu guards the link between pools and thread caches
+// (Shared::caches, ThreadCache::pool, writes of ThreadCache::pool_id, thread
+// exit). Shared::wait_mu guards only the Acquire() sleep. Order: registry
+// before wait_mu; Acquire() attaches its cache before taking wait_mu so it
+// never needs the registry while holding wait_mu.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "arena/arena.h"
+#include "bufpool/buffer_pool.h"
+#include "pool/free_list.h"
+
+namespace bufpool {
+
+namespace internal {
+constinit thread_local ThreadCache* tls_cache = nullptr;
+}  // namespace internal
+
+using internal::ThreadCache;
+
+namespace {
+
+// Pool ids are never reused, so a cache of a destroyed pool can never be
+// mistaken for one of a new pool at the same address.
+std::atomic<uint64_t> g_next_pool_id{1};  // relaxed: uniqueness only
+constinit std::mutex g_registry_mu;
+// Set once this thread's caches are torn down: later releases (from other
+// thread_local destructors) go straight to the shared list.
+constinit thread_local bool tl_exiting = false;
+
+struct OwnedCache {
+  ThreadCache cache;
+  std::unique_ptr<uint32_t[]> storage;  // capacity + 1 entries
+};
+
+// This thread's caches, one per pool it has used. Only the owning thread
+// changes the vector; entries whose pool died are pruned under the registry.
+class ThreadCaches {
+ public:
+  ~ThreadCaches();
+  std::vector<std::unique_ptr<OwnedCache>> caches;
+};
+
+thread_local ThreadCaches tl_caches;
+
+void UpdateMax(std::atomic<size_t>& target, size_t value) {
+  size_t seen = target.load(std::memory_order_relaxed);
+  while (value > seen && !target.compare_exchange_weak(
+                             seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+struct BufferPool::Shared {
+  Shared(Arena a, uint32_t capacity) : arena(std::move(a)), list(capacity) {}
+
+  Arena arena;
+  FreeList list;
+  // See "Accounting" above. Relaxed: statistics only; no decision that
+  // guards memory depends on them.
+  alignas(64) std::atomic<int64_t> parked{0};
+  std::atomic<size_t> high_water{0};
+  std::atomic<uint64_t> failures{0};
+  std::mutex wait_mu;
+  std::condition_variable wait_cv;
+  std::vector<ThreadCache*> caches;  // guarded by g_registry_mu
+};
+
+// The pool's out-of-line operations, as a friend so they can stay out of
+// the public header.
+struct PoolAccess {
+  static uint32_t RefillBatch(const BufferPool& p) {
+    return static_cast<uint32_t>(std::max<size_t>(1, p.cache_capacity_ / 2));
+  }
+
+  // This thread's cache for `p`, attaching one on first use; nullptr when
+  // caches are off or the thread is exiting.
+  static ThreadCache* CacheFor(BufferPool& p) {
+    if (p.cache_capacity_ == 0) return nullptr;
+    if (ThreadCache* c = p.MyCache()) return c;
+    if (tl_exiting) return nullptr;
+    ThreadCaches& mine = tl_caches;
+    for (auto& owned : mine.caches) {
+      if (owned->cache.pool_id.load(std::memory_order_relaxed) == p.id_) {
+        internal::tls_cache = &owned->cache;
+        return &owned->cache;
+      }
+    }
+    auto owned = std::make_unique<OwnedCache>();
+    owned->storage = std::make_unique<uint32_t[]>(p.cache_capacity_ + 1);
+    ThreadCache& c = owned->cache;
+    c.slots = owned->storage.get();
+    c.capacity = static_cast<uint32_t>(p.cache_capacity_);
+    c.pool = &p;
+    {
+      std::lock_guard<std::mutex> lock(g_registry_mu);
+      std::erase_if(mine.caches, [](const std::unique_ptr<OwnedCache>& o) {
+        return o->cache.pool_id.load(std::memory_order_relaxed) == 0;
+      });
+      c.pool_id.store(p.id_, std::memory_order_relaxed);
+      p.shared_->caches.push_back(&c);
+    }
+    mine.caches.push_back(std::move(owned));
+    internal::tls_cache = &c;
+    return &c;
+  }
+
+  // Moves the cache's unreported movements into `parked`, after the caller
+  // moved `to_shared` slots into (positive) or out of (negative) the shared
+  // list, and raises the high-water mark from the window just closed.
+  static void Fold(BufferPool& p, ThreadCache& c, int64_t to_shared) {
+    BufferPool::Shared& s = *p.shared_;
+    const int64_t count = c.count.load(std::memory_order_relaxed);
+    const int64_t reported = c.reported.load(std::memory_order_relaxed);
+    const int64_t elsewhere = s.parked.load(std::memory_order_relaxed) - reported;
+    const int64_t peak = static_cast<int64_t>(p.capacity_) - elsewhere -
+                         static_cast<int64_t>(c.low_water.load(std::memory_order_relaxed));
+    if (peak > 0) UpdateMax(s.high_water, static_cast<size_t>(peak));
+    s.parked.fetch_add(to_shared + (count - reported), std::memory_order_relaxed);
+    c.reported.store(static_cast<uint32_t>(count), std::memory_order_relaxed);
+    c.low_water.store(static_cast<uint32_t>(count), std::memory_order_relaxed);
+  }
+
+  // Takes one free slot (cache, refill, or shared list) and marks it in use;
+  // kNoSlot when none is free. Counts no failure.
+  static uint32_t Take(BufferPool& p) {
+    BufferPool::Shared& s = *p.shared_;
+    uint32_t slot;
+    if (ThreadCache* c = CacheFor(p)) {
+      uint32_t n = c->count.load(std::memory_order_relaxed);
+      if (n == 0) {
+        // While threads wait, take one at a time so a refill never strands
+        // buffers in this cache that a waiter needs.
+        const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
+        n = s.list.Pop(c->slots, waiting ? 1 : RefillBatch(p));
+        if (n == 0) return BufferPool::kNoSlot;
+        // Pop wrote the shared top first; the cache's top is its last entry.
+        std::reverse(c->slots, c->slots + n);
+        c->count.store(n, std::memory_order_relaxed);
+        Fold(p, *c, -static_cast<int64_t>(n));
+      }
+      --n;
+      slot = c->slots[n];
+      c->count.store(n, std::memory_order_relaxed);
+      if (n < c->low_water.load(std::memory_order_relaxed)) {
+        c->low_water.store(n, std::memory_order_relaxed);
+      }
+    } else {
+      if (s.list.Pop(&slot, 1) == 0) return BufferPool::kNoSlot;
+      const int64_t free_now =
+          s.parked.fetch_sub(1, std::memory_order_relaxed) - 1;
+      UpdateMax(s.high_water, static_cast<size_t>(
+                                  static_cast<int64_t>(p.capacity_) - free_now));
+    }
+    p.state_[slot].store(BufferPool::kSlotInUse, std::memory_order_relaxed);
+    BUFPOOL_INTERNAL_UNPOISON(p.SlotData(slot), p.buffer_size_);
+    return slot;
+  }
+
+  // Puts an already-freed slot (state set, scrubbed, poisoned) back.
+  static void Give(BufferPool& p, uint32_t slot) {
+    BufferPool::Shared& s = *p.shared_;
+    uint32_t pushed = 1;
+    if (ThreadCache* c = CacheFor(p)) {
+      const uint32_t n = c->count.load(std::memory_order_relaxed);
+      const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
+      if (!waiting && n < c->capacity) {  // first use after attaching
+        c->slots[n] = slot;
+        c->count.store(n + 1, std::memory_order_relaxed);
+        return;
+      }
+      if (waiting) {
+        // Someone sleeps in Acquire(): hand over this slot and every idle
+        // one we hold (storage has room for capacity + 1).
+        c->slots[n] = slot;
+        pushed = n + 1;
+        s.list.Push(c->slots, pushed);
+        c->count.store(0, std::memory_order_relaxed);
+      } else {
+        // Full: spill the older half in one CAS, keep the hot top.
+        pushed = c->capacity - c->capacity / 2;
+        s.list.Push(c->slots, pushed);
+        std::memmove(c->slots, c->slots + pushed, (n - pushed) * sizeof(uint32_t));
+        c->slots[n - pushed] = slot;
+        c->count.store(n - pushed + 1, std::memory_order_relaxed);
+      }
+      Fold(p, *c, pushed);
+    } else {
+      s.list.Push(&slot, 1);
+      s.parked.fetch_add(1, std::memory_order_relaxed);
+    }
+    WakeWaiters(p, pushed);
+  }
+
+  // Called after pushing `pushed` slots to the shared list. The seq_cst
+  // fence pairs with the one in Acquire() (after waiters_++): either the
+  // waiter's pop sees our push, or we see its registration and wake it.
+  static void WakeWaiters(BufferPool& p, uint32_t pushed) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (p.waiters_.load(std::memory_order_relaxed) == 0) return;
+    { std::lock_guard<std::mutex> lock(p.shared_->wait_mu); }
+    if (pushed == 1) {
+      p.shared_->wait_cv.notify_one();
+    } else {
+      p.shared_->wait_cv.notify_all();
+    }
+  }
+
+  // Returns every slot of `c` to the shared list and detaches it from `p`.
+  // Caller holds g_registry_mu.
+  static void Detach(BufferPool& p, ThreadCache& c) {
+    const uint32_t n = c.count.load(std::memory_order_relaxed);
+    if (n != 0) p.shared_->list.Push(c.slots, n);
+    c.count.store(0, std::memory_order_relaxed);
+    Fold(p, c, n);
+    std::erase(p.shared_->caches, &c);
+    c.pool_id.store(0, std::memory_order_relaxed);
+    c.pool = nullptr;
+    if (n != 0) WakeWaiters(p, n);
+  }
+};
+
+namespace {
+
+ThreadCaches::~ThreadCaches() {
+  tl_exiting = true;
+  internal::tls_cache = nullptr;
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  for (auto& owned : caches) {
+    ThreadCache& c = owned->cache;
+    if (c.pool_id.load(std::memory_order_relaxed) != 0) {
+      PoolAccess::Detach(*c.pool, c);
+    }
+  }
+  caches.clear();
+}
+
+}  // namespace
+
+// ---- Creation and destruction ------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
+    const PoolOptions& options) {
+  const size_t size = options.buffer_size;
+  if (size < 64 || (size & (size - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PoolOptions.buffer_size must be a power of two >= 64, got ", size));
+  }
+  const size_t count = options.buffer_count;
+  if (count == 0) {
+    return absl::InvalidArgumentError(
+        "PoolOptions.buffer_count must be at least 1, got 0");
+  }
+  if (count >= kNoSlot) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PoolOptions.buffer_count must be below ", kNoSlot,
+                     " (slot numbers are 32-bit), got ", count));
+  }
+  if (count > std::numeric_limits<size_t>::max() / 2 / size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PoolOptions.buffer_size * buffer_count overflows: ", size, " * ",
+        count));
+  }
+
+  absl::StatusOr<Arena> arena = Arena::Map({.size = size * count,
+                                            .huge_pages = options.huge_pages,
+                                            .populate = options.populate,
+                                            .lock_memory = options.lock_memory});
+  if (!arena.ok()) {
+    return absl::Status(
+        arena.status().code(),
+        absl::StrCat("BufferPool::Create(", count, " x ", size,
+                     " bytes): ", arena.status().message()));
+  }
+
+  std::unique_ptr<BufferPool> pool(new BufferPool());
+  pool->base_ = arena->data();
+  pool->huge_pages_ = arena->huge_pages();
+  pool->buffer_size_ = size;
+  pool->capacity_ = count;
+  pool->cache_capacity_ = std::min(options.thread_cache_size, count / 8);
+  pool->id_ = g_next_pool_id.fetch_add(1, std::memory_order_relaxed);
+  pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
+  pool->scrub_ = options.scrub_on_release;
+  pool->state_ = std::make_unique<std::atomic<uint8_t>[]>(count);  // all free
+  pool->shared_ =
+      std::make_unique<Shared>(std::move(*arena), static_cast<uint32_t>(count));
+
+  // Slot 0 on top, so a fresh pool hands buffers out in address order.
+  std::vector<uint32_t> all(count);
+  for (uint32_t i = 0; i < count; ++i) all[i] = i;
+  pool->shared_->list.Push(all.data(), static_cast<uint32_t>(count));
+  pool->shared_->parked.store(static_cast<int64_t>(count),
+                              std::memory_order_relaxed);
+  BUFPOOL_INTERNAL_POISON(pool->base_, size * count);
+  return pool;
+}
+
+BufferPool::~BufferPool() {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  size_t out = 0;
+  std::string first;
+  for (size_t i = 0; i < capacity_; ++i) {
+    if (state_[i].load(std::memory_order_relaxed) == kSlotInUse) {
+      if (out < 8) absl::StrAppend(&first, out == 0 ? "" : ", ", i);
+      ++out;
+    }
+  }
+  if (out != 0) {
+    std::fprintf(stderr,
+                 "bufpool: BufferPool destroyed while %zu buffer(s) still in "
+                 "use (slots %s%s); not unmapping memory that is held\n",
+                 out, first.c_str(), out > 8 ? ", ..." : "");
+    std::abort();
+  }
+  for (ThreadCache* c : shared_->caches) {
+    c->pool_id.store(0, std::memory_order_relaxed);
+    c->pool = nullptr;
+  }
+  shared_->caches.clear();
+  BUFPOOL_INTERNAL_UNPOISON(base_, capacity_ * buffer_size_);
+}
+
+// ---- Slow paths --------------------------------------------------------------
+
+uint32_t BufferPool::AcquireSlow() {
+  const uint32_t slot = PoolAccess::Take(*this);
+  if (slot == kNoSlot) shared_->failures.fetch_add(1, std::memory_order_relaxed);
+  return slot;
+}
+
+void BufferPool::ReleaseSlow(uint32_t slot) { PoolAccess::Give(*this, slot); }
+
+absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
+  PoolAccess::CacheFor(*this);  // attach now: never under wait_mu (see top)
+  uint32_t slot = PoolAccess::Take(*this);
+  if (slot != kNoSlot) return Buffer(this, slot);
+
+  using Clock = std::chrono::steady_clock;
+  const bool forever = timeout == absl::InfiniteDuration();
+  const Clock::time_point deadline =
+      forever ? Clock::time_point::max()
+              : Clock::now() + absl::ToChronoNanoseconds(
+                                   std::max(timeout, absl::ZeroDuration()));
+  waiters_.fetch_add(1, std::memory_order_relaxed);
+  // Pairs with the fence in PoolAccess::WakeWaiters (store-load ordering).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  {
+    std::unique_lock<std::mutex> lock(shared_->wait_mu);
+    for (;;) {
+      slot = PoolAccess::Take(*this);
+      if (slot != kNoSlot) break;
+      if (forever) {
+        shared_->wait_cv.wait(lock);
+      } else if (shared_->wait_cv.wait_until(lock, deadline) ==
+                     std::cv_status::timeout &&
+                 Clock::now() >= deadline) {
+        slot = PoolAccess::Take(*this);
+        break;
+      }
+    }
+  }
+  waiters_.fetch_sub(1, std::memory_order_relaxed);
+  if (slot != kNoSlot) return Buffer(this, slot);
+  shared_->failures.fetch_add(1, std::memory_order_relaxed);
+  return absl::DeadlineExceededError(absl::StrCat(
+      "BufferPool::Acquire: no buffer became free within ",
+      absl::FormatDuration(timeout), " (capacity ", capacity_, " x ",
+      buffer_size_, " bytes, all in use)"));
+}
+
+size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
+  for (Buffer& b : out) b.Reset();
+  size_t got = 0;
+  ThreadCache* c = PoolAccess::CacheFor(*this);
+  uint32_t direct[64];
+  while (got < out.size()) {
+    uint32_t* from;
+    uint32_t n;
+    bool top_last = false;  // hand out the most recently freed first
+    if (c != nullptr) {
+      n = c->count.load(std::memory_order_relaxed);
+      if (n == 0) {
+        n = shared_->list.Pop(c->slots, PoolAccess::RefillBatch(*this));
+        if (n == 0) break;
+        std::reverse(c->slots, c->slots + n);  // the shared top on top
+        c->count.store(n, std::memory_order_relaxed);
+        PoolAccess::Fold(*this, *c, -static_cast<int64_t>(n));
+      }
+      const uint32_t take =
+          static_cast<uint32_t>(std::min<size_t>(n, out.size() - got));
+      n -= take;
+      c->count.store(n, std::memory_order_relaxed);
+      if (n < c->low_water.load(std::memory_order_relaxed)) {
+        c->low_water.store(n, std::memory_order_relaxed);
+      }
+      from = c->slots + n;
+      n = take;
+      top_last = true;  // the cache's top is its last entry
+    } else {
+      n = shared_->list.Pop(
+          direct, static_cast<uint32_t>(std::min<size_t>(64, out.size() - got)));
+      if (n == 0) break;
+      const int64_t free_now =
+          shared_->parked.fetch_sub(n, std::memory_order_relaxed) - n;
+      UpdateMax(shared_->high_water,
+                static_cast<size_t>(static_cast<int64_t>(capacity_) - free_now));
+      from = direct;
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t slot = top_last ? from[n - 1 - i] : from[i];
+      state_[slot].store(kSlotInUse, std::memory_order_relaxed);
+      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+      out[got++] = Buffer(this, slot);
+    }
+  }
+  if (got < out.size()) shared_->failures.fetch_add(1, std::memory_order_relaxed);
+  return got;
+}
+
+void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
+  for (Buffer& b : in) {
+    if (b.pool_ == nullptr) continue;
+    if (b.pool_ != this) {
+      b.Reset();  // another pool's handle: it knows its way home
+      continue;
+    }
+    ReleaseSlot(b.index_);
+    b.pool_ = nullptr;
+  }
+}
+
+Buffer BufferPool::Adopt(std::byte* p) {
+  const auto off =
+      reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base_);
+  if (off >= capacity_ * buffer_size_ || (off & (buffer_size_ - 1)) != 0) {
+    DieNotFromPool(p);
+  }
+  const auto slot = static_cast<uint32_t>(off >> shift_);
+  if (state_[slot].load(std::memory_order_relaxed) != kSlotInUse) {
+    std::fprintf(stderr,
+                 "bufpool: Adopt of slot %u (%p), which is free: it was "
+                 "already released (double release)\n",
+                 slot, static_cast<void*>(p));
+    std::abort();
+  }
+  return Buffer(this, slot);
+}
+
+PoolStats BufferPool::Stats() const {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  int64_t free_now = shared_->parked.load(std::memory_order_relaxed);
+  for (const ThreadCache* c : shared_->caches) {
+    free_now += static_cast<int64_t>(c->count.load(std::memory_order_relaxed)) -
+                c->reported.load(std::memory_order_relaxed);
+  }
+  const auto in_use = static_cast<size_t>(
+      std::clamp<int64_t>(static_cast<int64_t>(capacity_) - free_now, 0,
+                          static_cast<int64_t>(capacity_)));
+  UpdateMax(shared_->high_water, in_use);
+  // Each cache's open window: its lowest count, with everything else as now.
+  for (const ThreadCache* c : shared_->caches) {
+    const int64_t peak = static_cast<int64_t>(capacity_) -
+                         (free_now - c->count.load(std::memory_order_relaxed)) -
+                         c->low_water.load(std::memory_order_relaxed);
+    if (peak > 0) {
+      UpdateMax(shared_->high_water,
+                std::min<size_t>(static_cast<size_t>(peak), capacity_));
+    }
+  }
+  return PoolStats{
+      .capacity = capacity_,
+      .in_use = in_use,
+      .high_water = shared_->high_water.load(std::memory_order_relaxed),
+      .acquire_failures = shared_->failures.load(std::memory_order_relaxed),
+  };
+}
+
+void BufferPool::DieNotFromPool(const void* p) const {
+  std::fprintf(stderr,
+               "bufpool: released pointer %p is not from this pool (not the "
+               "start of a buffer in [%p, %p), buffer_size %zu)\n",
+               p, static_cast<void*>(base_),
+               static_cast<void*>(base_ + capacity_ * buffer_size_),
+               buffer_size_);
+  std::abort();
+}
+
+void BufferPool::DieDoubleRelease(uint32_t slot) const {
+  std::fprintf(stderr,
+               "bufpool: double release of slot %u (%p): the buffer is "
+               "already free\n",
+               slot, static_cast<void*>(SlotData(slot)));
+  std::abort();
+}
+
+}  // namespace bufpool

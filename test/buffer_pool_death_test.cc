@@ -1,0 +1,104 @@
+// 5. Safety checks that stay on in every build: each fault aborts with one
+// line that names it.
+#include <cstdlib>
+#include <vector>
+
+#include "bufpool/buffer_pool.h"
+#include "gtest/gtest.h"
+
+namespace bufpool {
+namespace {
+
+std::unique_ptr<BufferPool> MakePool(size_t cache = 64) {
+  auto pool = BufferPool::Create({.buffer_count = 64, .thread_cache_size = cache});
+  if (!pool.ok()) std::abort();
+  return *std::move(pool);
+}
+
+class SafetyDeathTest : public testing::TestWithParam<size_t> {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_P(SafetyDeathTest, DoubleReleaseAbortsNamingTheSlot) {
+  auto pool = MakePool(GetParam());
+  std::byte* p = pool->TryAcquireRaw();
+  const uint32_t slot = pool->SlotOf(p);
+  pool->ReleaseRaw(p);
+  EXPECT_DEATH(pool->ReleaseRaw(p),
+               "double release of slot " + std::to_string(slot));
+}
+
+TEST_P(SafetyDeathTest, ReleaseAfterTheHandleReleasedAborts) {
+  auto pool = MakePool(GetParam());
+  Buffer b = pool->TryAcquire();
+  std::byte* p = b.data();
+  b.Reset();
+  EXPECT_DEATH(pool->ReleaseRaw(p), "double release");
+}
+
+TEST_P(SafetyDeathTest, AdoptOfAFreeBufferAborts) {
+  auto pool = MakePool(GetParam());
+  std::byte* p = pool->TryAcquireRaw();
+  pool->ReleaseRaw(p);
+  EXPECT_DEATH(pool->Adopt(p), "double release");
+}
+
+TEST_P(SafetyDeathTest, ForeignPointerAborts) {
+  auto pool = MakePool(GetParam());
+  std::vector<std::byte> heap(4096);
+  EXPECT_DEATH(pool->ReleaseRaw(heap.data()), "not from this pool");
+}
+
+TEST_P(SafetyDeathTest, InteriorPointerAborts) {
+  auto pool = MakePool(GetParam());
+  std::byte* p = pool->TryAcquireRaw();
+  EXPECT_DEATH(pool->ReleaseRaw(p + 1), "not from this pool");
+  EXPECT_DEATH(pool->ReleaseRaw(p + 2048), "not from this pool");
+  pool->ReleaseRaw(p);
+}
+
+TEST_P(SafetyDeathTest, PointerJustPastTheRegionAborts) {
+  auto pool = MakePool(GetParam());
+  std::byte* end = pool->region().data() + pool->region().size();
+  EXPECT_DEATH(pool->ReleaseRaw(end), "not from this pool");
+  EXPECT_DEATH(pool->ReleaseRaw(pool->region().data() - 4096), "not from this pool");
+}
+
+TEST_P(SafetyDeathTest, AnotherPoolsBufferAborts) {
+  auto pool = MakePool(GetParam());
+  auto other = MakePool(GetParam());
+  std::byte* p = other->TryAcquireRaw();
+  EXPECT_DEATH(pool->ReleaseRaw(p), "not from this pool");
+  other->ReleaseRaw(p);
+}
+
+TEST_P(SafetyDeathTest, DestroyingAPoolWithBuffersOutAborts) {
+  EXPECT_DEATH(
+      {
+        auto pool = MakePool(GetParam());
+        std::vector<std::byte*> held;
+        for (int i = 0; i < 10; ++i) held.push_back(pool->TryAcquireRaw());
+        for (int i = 1; i < 10; i += 2) pool->ReleaseRaw(held[i]);
+        pool.reset();
+      },
+      "still in use \\(slots 0, 2, 4, 6, 8\\)");
+}
+
+TEST_P(SafetyDeathTest, DestroyingAPoolReportsTheCountAndFirstSlots) {
+  EXPECT_DEATH(
+      {
+        auto pool = MakePool(GetParam());
+        for (int i = 0; i < 20; ++i) (void)pool->TryAcquireRaw();
+        pool.reset();
+      },
+      "20 buffer\\(s\\) still in use \\(slots 0, 1, 2, 3, 4, 5, 6, 7, ...\\)");
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, SafetyDeathTest, testing::Values(0, 64),
+                         [](const auto& info) {
+                           return info.param ? "CacheOn" : "CacheOff";
+                         });
+
+}  // namespace
+}  // namespace bufpool

@@ -1,0 +1,467 @@
+// Behaviour of BufferPool that users rely on, numbered as in the design:
+// 1 validation, 2 layout, 3 exact capacity, 4 waiting, 7 scrubbing,
+// 8 threads and many pools, 9 statistics; plus the Buffer handle itself.
+// (5 is in buffer_pool_death_test.cc, 6 in buffer_pool_asan_test.cc.)
+#include "bufpool/buffer_pool.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <linux/capability.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "os/memory.h"
+
+namespace bufpool {
+namespace {
+
+std::unique_ptr<BufferPool> MakePool(PoolOptions options) {
+  auto pool = BufferPool::Create(options);
+  EXPECT_TRUE(pool.ok()) << pool.status();
+  return pool.ok() ? *std::move(pool) : nullptr;
+}
+
+bool Contains(absl::string_view haystack, absl::string_view needle) {
+  return haystack.find(needle) != absl::string_view::npos;
+}
+
+// ---- 1. Create validates ----------------------------------------------------
+
+TEST(BufferPoolTest, CreateRejectsBufferSizeNotPowerOfTwo) {
+  auto pool = BufferPool::Create({.buffer_size = 100});
+  ASSERT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(pool.status().message(), "buffer_size")) << pool.status();
+  EXPECT_TRUE(Contains(pool.status().message(), "100")) << pool.status();
+}
+
+TEST(BufferPoolTest, CreateRejectsBufferSizeBelow64) {
+  auto pool = BufferPool::Create({.buffer_size = 32});
+  ASSERT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(pool.status().message(), "32")) << pool.status();
+}
+
+TEST(BufferPoolTest, CreateRejectsZeroBufferCount) {
+  auto pool = BufferPool::Create({.buffer_count = 0});
+  ASSERT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(pool.status().message(), "buffer_count")) << pool.status();
+}
+
+TEST(BufferPoolTest, CreateRejectsMoreSlotsThanIndexBits) {
+  auto pool = BufferPool::Create({.buffer_size = 64, .buffer_count = 1ull << 32});
+  ASSERT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(pool.status().message(), "buffer_count")) << pool.status();
+}
+
+TEST(BufferPoolTest, CreateRejectsSizeThatOverflows) {
+  auto pool =
+      BufferPool::Create({.buffer_size = size_t{1} << 40, .buffer_count = 1u << 30});
+  ASSERT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(pool.status().message(), "overflows")) << pool.status();
+}
+
+TEST(BufferPoolTest, CreateReportsRegionThatCannotBeMapped) {
+  // 2^50 bytes: no machine maps that.
+  auto pool = BufferPool::Create({.buffer_size = size_t{1} << 30,
+                                  .buffer_count = 1u << 20,
+                                  .huge_pages = HugePages::kNever,
+                                  .populate = false});
+  ASSERT_EQ(pool.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(pool.status().message(), "mmap")) << pool.status();
+}
+
+TEST(BufferPoolTest, CreateWithRequiredHugePagesFailsWhenNoneAreReserved) {
+  if (os::ReservedHugePages() != 0) GTEST_SKIP() << "huge pages are reserved here";
+  auto pool = BufferPool::Create({.huge_pages = HugePages::kRequire});
+  ASSERT_FALSE(pool.ok());
+  EXPECT_TRUE(Contains(pool.status().message(), "no huge pages are reserved"))
+      << pool.status();
+}
+
+// mlock succeeds for root regardless of the limit (CAP_IPC_LOCK), so this
+// runs in a child that drops that capability and the limit before trying.
+[[noreturn]] void LockWithoutPrivilegeAndReport() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  syscall(SYS_capget, &hdr, data);
+  data[0].effective &= ~(1u << CAP_IPC_LOCK);
+  syscall(SYS_capset, &hdr, data);
+  rlimit lim{0, 0};
+  setrlimit(RLIMIT_MEMLOCK, &lim);
+  auto pool = BufferPool::Create({.buffer_count = 64, .lock_memory = true});
+  if (pool.ok()) {
+    std::fprintf(stderr, "unexpectedly locked\n");
+    std::exit(1);
+  }
+  std::fprintf(stderr, "%s\n", pool.status().ToString().c_str());
+  std::exit(0);
+}
+
+TEST(BufferPoolTest, CreateNamesMemlockLimitWhenLockingFails) {
+  EXPECT_EXIT(LockWithoutPrivilegeAndReport(), testing::ExitedWithCode(0),
+              "RLIMIT_MEMLOCK.*ulimit -l");
+}
+
+TEST(BufferPoolTest, CreateLocksMemoryWhenAllowed) {
+  auto pool = BufferPool::Create({.buffer_count = 16, .lock_memory = true});
+  if (!pool.ok()) GTEST_SKIP() << "mlock not allowed here: " << pool.status();
+  EXPECT_EQ((*pool)->capacity(), 16u);
+}
+
+// ---- 2. Layout ---------------------------------------------------------------
+
+TEST(BufferPoolTest, BufferIndexLivesAtRegionPlusIndexTimesSize) {
+  auto pool = MakePool({.buffer_size = 4096, .buffer_count = 64});
+  const auto base = reinterpret_cast<uintptr_t>(pool->region().data());
+  EXPECT_EQ(base % 4096, 0u);
+  EXPECT_EQ(pool->region().size(), 64u * 4096);
+  std::vector<Buffer> all;
+  for (int i = 0; i < 64; ++i) all.push_back(pool->TryAcquire());
+  std::vector<bool> seen(64);
+  for (const Buffer& b : all) {
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b.data(), pool->region().data() + b.index() * 4096);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 4096, 0u);
+    EXPECT_EQ(b.size(), 4096u);
+    EXPECT_EQ(pool->SlotOf(b.data()), b.index());
+    EXPECT_FALSE(seen[b.index()]) << "slot handed out twice";
+    seen[b.index()] = true;
+  }
+}
+
+TEST(BufferPoolTest, RegionIsTwoMebibyteAlignedWithHugePages) {
+  auto pool = MakePool({.buffer_size = 4096, .buffer_count = 1024,
+                        .huge_pages = HugePages::kTry});
+  if (!pool->huge_pages()) GTEST_SKIP() << "transparent huge pages are off here";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pool->region().data()) % (2u << 20), 0u);
+}
+
+TEST(BufferPoolTest, SmallBuffersAreSlicedWithoutGaps) {
+  auto pool = MakePool({.buffer_size = 64, .buffer_count = 100});
+  Buffer a = pool->TryAcquire();
+  Buffer b = pool->TryAcquire();
+  EXPECT_EQ(std::abs(b.data() - a.data()), 64);
+  EXPECT_TRUE(pool->Contains(a.data() + 63));
+  EXPECT_FALSE(pool->Contains(pool->region().data() + 6400));
+}
+
+// ---- 3. Exact capacity -----------------------------------------------------
+
+class CapacityTest : public testing::TestWithParam<size_t> {};
+
+TEST_P(CapacityTest, ExhaustsAtExactCapacity) {
+  auto pool = MakePool({.buffer_count = 200, .thread_cache_size = GetParam()});
+  std::vector<Buffer> held;
+  for (int i = 0; i < 200; ++i) {
+    held.push_back(pool->TryAcquire());
+    ASSERT_TRUE(held.back()) << "buffer " << i;
+  }
+  EXPECT_FALSE(pool->TryAcquire());
+  EXPECT_EQ(pool->TryAcquireRaw(), nullptr);
+  EXPECT_EQ(pool->Stats().acquire_failures, 2u);
+  held.pop_back();  // one back, one available
+  EXPECT_TRUE(pool->TryAcquire());
+}
+
+TEST_P(CapacityTest, ExactCapacityAgainAfterEverythingCameBack) {
+  auto pool = MakePool({.buffer_count = 100, .thread_cache_size = GetParam()});
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Buffer> held(100);
+    ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(held)), 100u);
+    EXPECT_FALSE(pool->TryAcquire());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, CapacityTest, testing::Values(0, 64),
+                         [](const auto& info) {
+                           return info.param ? "CacheOn" : "CacheOff";
+                         });
+
+TEST(BufferPoolTest, ThreadExitReturnsCachedBuffersToTheSharedList) {
+  auto pool = MakePool({.buffer_count = 64, .thread_cache_size = 8});
+  ASSERT_EQ(pool->cache_capacity(), 8u);
+  std::thread([&] {
+    std::vector<Buffer> held;
+    for (int i = 0; i < 8; ++i) held.push_back(pool->TryAcquire());
+    // Released into this thread's cache, where no other thread sees them.
+  }).join();
+  std::vector<Buffer> all(64);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 64u);
+}
+
+TEST(BufferPoolTest, CacheHoldsAtMostAnEighthOfThePool) {
+  EXPECT_EQ(MakePool({.buffer_count = 1024})->cache_capacity(), 64u);
+  EXPECT_EQ(MakePool({.buffer_count = 80})->cache_capacity(), 10u);
+  EXPECT_EQ(MakePool({.buffer_count = 7})->cache_capacity(), 0u);
+  EXPECT_EQ(MakePool({.buffer_count = 1024, .thread_cache_size = 0})->cache_capacity(),
+            0u);
+}
+
+TEST(BufferPoolTest, IdleBuffersInAnotherThreadsCacheAreBounded) {
+  auto pool = MakePool({.buffer_count = 64, .thread_cache_size = 8});
+  absl::Notification cached, done;
+  std::thread other([&] {
+    std::vector<Buffer> held;
+    for (int i = 0; i < 20; ++i) held.push_back(pool->TryAcquire());
+    held.clear();  // at most cache_capacity() stay behind in this cache
+    cached.Notify();
+    done.WaitForNotification();
+  });
+  cached.WaitForNotification();
+  std::vector<Buffer> all(64);
+  const size_t got = pool->TryAcquireBulk(absl::MakeSpan(all));
+  EXPECT_GE(got, 64 - pool->cache_capacity());
+  EXPECT_LT(got, 64u);  // the other thread's cache is really private
+  done.Notify();
+  other.join();
+  Buffer rest[8];
+  EXPECT_EQ(pool->TryAcquireBulk(rest), 64 - got);  // back after it exited
+}
+
+// ---- 4. Waiting ------------------------------------------------------------
+
+TEST(BufferPoolTest, AcquireReturnsAtOnceWhenABufferIsFree) {
+  auto pool = MakePool({.buffer_count = 4});
+  auto b = pool->Acquire(absl::ZeroDuration());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(*b);
+}
+
+TEST(BufferPoolTest, AcquireTimesOutWithDeadlineExceeded) {
+  auto pool = MakePool({.buffer_count = 1});
+  Buffer only = pool->TryAcquire();
+  auto b = pool->Acquire(absl::Milliseconds(20));
+  ASSERT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(Contains(b.status().message(), "capacity 1")) << b.status();
+  EXPECT_EQ(pool->Stats().acquire_failures, 1u);
+}
+
+class WaitTest : public testing::TestWithParam<size_t> {};
+
+// The waiter is woken by the release itself: if it were not, it would sleep
+// for the whole (long) timeout and fail.
+TEST_P(WaitTest, AcquireWakesWhenAnotherThreadReleases) {
+  auto pool = MakePool({.buffer_count = 16, .thread_cache_size = GetParam()});
+  std::vector<Buffer> all(16);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 16u);
+  const uint32_t released = all[5].index();
+  absl::Notification waiting;
+  std::thread waiter([&] {
+    waiting.Notify();
+    auto b = pool->Acquire(absl::Seconds(60));
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->index(), released);
+  });
+  waiting.WaitForNotification();
+  absl::SleepFor(absl::Milliseconds(50));  // let it go to sleep
+  all[5].Reset();
+  waiter.join();
+}
+
+TEST_P(WaitTest, ManyWaitersAllGetBuffers) {
+  auto pool = MakePool({.buffer_count = 16, .thread_cache_size = GetParam()});
+  std::vector<Buffer> all(16);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 16u);
+  std::vector<std::thread> waiters;
+  std::atomic<int> got{0};
+  for (int i = 0; i < 6; ++i) {
+    waiters.emplace_back([&] {
+      auto b = pool->Acquire(absl::Seconds(60));
+      if (b.ok()) got.fetch_add(1);
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  for (int i = 0; i < 6; ++i) all[i].Reset();
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(got.load(), 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, WaitTest, testing::Values(0, 64),
+                         [](const auto& info) {
+                           return info.param ? "CacheOn" : "CacheOff";
+                         });
+
+// ---- 7. Scrubbing ----------------------------------------------------------
+
+class ScrubTest : public testing::TestWithParam<size_t> {};
+
+TEST_P(ScrubTest, ScrubOnReleaseZeroesBeforeAnyoneElseGetsIt) {
+  auto pool = MakePool({.buffer_size = 256, .buffer_count = 16,
+                        .scrub_on_release = true,
+                        .thread_cache_size = GetParam()});
+  std::vector<Buffer> all(16);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 16u);
+  for (Buffer& b : all) std::memset(b.data(), 0xab, b.size());
+  all.clear();  // released: every one must now be zero
+  std::vector<Buffer> again(16);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 16u);
+  for (Buffer& b : again) {
+    for (size_t i = 0; i < b.size(); ++i) {
+      ASSERT_EQ(b.data()[i], std::byte{0}) << "slot " << b.index() << " byte " << i;
+    }
+  }
+}
+
+TEST(BufferPoolTest, WithoutScrubContentsSurviveReuse) {
+  auto pool = MakePool({.buffer_size = 256, .buffer_count = 16});
+  Buffer b = pool->TryAcquire();
+  const uint32_t slot = b.index();
+  std::memset(b.data(), 0xab, b.size());
+  b.Reset();
+  Buffer again = pool->TryAcquire();
+  ASSERT_EQ(again.index(), slot);  // last released, first reused
+  EXPECT_EQ(again.data()[0], std::byte{0xab});
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, ScrubTest, testing::Values(0, 64),
+                         [](const auto& info) {
+                           return info.param ? "CacheOn" : "CacheOff";
+                         });
+
+// ---- 8. Threads and many pools ---------------------------------------------
+
+TEST(BufferPoolTest, BufferReleasedOnAnotherThreadComesBack) {
+  auto pool = MakePool({.buffer_count = 64});
+  std::vector<Buffer> held(64);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(held)), 64u);
+  std::thread([moved = std::move(held)]() mutable { moved.clear(); }).join();
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  std::vector<Buffer> again(64);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 64u);
+}
+
+TEST(BufferPoolTest, ManyPoolsFromOneThreadKeepTheirBuffersApart) {
+  auto a = MakePool({.buffer_size = 64, .buffer_count = 64});
+  auto b = MakePool({.buffer_size = 128, .buffer_count = 64});
+  for (int i = 0; i < 1000; ++i) {
+    Buffer x = a->TryAcquire();
+    Buffer y = b->TryAcquire();
+    ASSERT_TRUE(a->Contains(x.data()));
+    ASSERT_TRUE(b->Contains(y.data()));
+    ASSERT_EQ(y.size(), 128u);
+  }
+  // A pool destroyed and a new one made (perhaps at the same address) must
+  // not inherit the old pool's cache on this thread.
+  a.reset();
+  auto c = MakePool({.buffer_size = 64, .buffer_count = 64});
+  std::vector<Buffer> all(64);
+  ASSERT_EQ(c->TryAcquireBulk(absl::MakeSpan(all)), 64u);
+  for (const Buffer& x : all) EXPECT_TRUE(c->Contains(x.data()));
+  EXPECT_FALSE(c->TryAcquire());
+}
+
+TEST(BufferPoolTest, ThreadsThatUsedADestroyedPoolExitCleanly) {
+  auto pool = MakePool({.buffer_count = 64});
+  absl::Notification used, destroyed;
+  std::thread t([&] {
+    { Buffer b = pool->TryAcquire(); }  // leaves a cache behind
+    used.Notify();
+    destroyed.WaitForNotification();
+  });
+  used.WaitForNotification();
+  pool.reset();
+  destroyed.Notify();
+  t.join();  // its cache is detached; exit must not touch the dead pool
+}
+
+// ---- 9. Statistics ---------------------------------------------------------
+
+TEST(BufferPoolTest, StatsAreExactWhenQuiescent) {
+  auto pool = MakePool({.buffer_count = 256});
+  std::vector<Buffer> held;
+  for (int i = 0; i < 100; ++i) held.push_back(pool->TryAcquire());
+  PoolStats s = pool->Stats();
+  EXPECT_EQ(s.capacity, 256u);
+  EXPECT_EQ(s.in_use, 100u);
+  EXPECT_EQ(s.high_water, 100u);
+  held.resize(30);
+  s = pool->Stats();
+  EXPECT_EQ(s.in_use, 30u);
+  EXPECT_EQ(s.high_water, 100u);
+  held.clear();
+  s = pool->Stats();
+  EXPECT_EQ(s.in_use, 0u);
+  EXPECT_EQ(s.high_water, 100u);
+  EXPECT_EQ(s.acquire_failures, 0u);
+}
+
+TEST(BufferPoolTest, HighWaterCatchesAPeakBetweenStatsCalls) {
+  auto pool = MakePool({.buffer_count = 256});
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Buffer> held;
+    for (int i = 0; i < 10 + round * 5; ++i) held.push_back(pool->TryAcquire());
+  }
+  EXPECT_EQ(pool->Stats().high_water, 20u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
+TEST(BufferPoolTest, StatsCountBuffersHeldAcrossThreads) {
+  auto pool = MakePool({.buffer_count = 256});
+  std::vector<Buffer> from_other(40);
+  std::thread([&] {
+    ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(from_other)), 40u);
+  }).join();
+  EXPECT_EQ(pool->Stats().in_use, 40u);
+  from_other.resize(10);
+  EXPECT_EQ(pool->Stats().in_use, 10u);
+  EXPECT_GE(pool->Stats().high_water, 40u);
+}
+
+// ---- The handle ------------------------------------------------------------
+
+TEST(BufferTest, EmptyHandleHoldsNothing) {
+  Buffer b;
+  EXPECT_FALSE(b);
+  EXPECT_EQ(b.data(), nullptr);
+  EXPECT_EQ(b.size(), 0u);
+  EXPECT_TRUE(b.span().empty());
+  b.Reset();  // harmless
+}
+
+TEST(BufferTest, MoveTransfersOwnershipAndAssignmentReleasesTheOld) {
+  auto pool = MakePool({.buffer_count = 16});
+  Buffer a = pool->TryAcquire();
+  Buffer b = pool->TryAcquire();
+  const uint32_t ia = a.index();
+  Buffer c = std::move(a);
+  EXPECT_FALSE(a);  // NOLINT(bugprone-use-after-move): documented
+  EXPECT_EQ(c.index(), ia);
+  EXPECT_EQ(pool->Stats().in_use, 2u);
+  c = std::move(b);  // c's old buffer goes back
+  EXPECT_EQ(pool->Stats().in_use, 1u);
+}
+
+TEST(BufferTest, DetachedPointerComesBackThroughAdoptOrReleaseRaw) {
+  auto pool = MakePool({.buffer_count = 16});
+  Buffer a = pool->TryAcquire();
+  const uint32_t slot = a.index();
+  std::byte* p = a.Detach();
+  EXPECT_FALSE(a);
+  EXPECT_EQ(pool->Stats().in_use, 1u);
+  Buffer back = pool->Adopt(p);
+  EXPECT_EQ(back.index(), slot);
+  std::byte* q = back.Detach();
+  pool->ReleaseRaw(q);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
+TEST(BufferTest, BulkAcquireStopsShortWhenThePoolRunsOut) {
+  auto pool = MakePool({.buffer_count = 40});
+  std::vector<Buffer> batch(32);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(batch)), 32u);
+  std::vector<Buffer> more(32);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(more)), 8u);
+  EXPECT_FALSE(more[8]);
+  EXPECT_EQ(pool->Stats().acquire_failures, 1u);
+  pool->ReleaseBulk(absl::MakeSpan(batch));
+  for (const Buffer& b : batch) EXPECT_FALSE(b);
+  EXPECT_EQ(pool->Stats().in_use, 8u);
+}
+
+}  // namespace
+}  // namespace bufpool
