@@ -18,7 +18,7 @@ namespace bufpool {
 namespace {
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kOpsPerThread = 20000;
+constexpr int kOpsPerThread = 100000;
 #else
 constexpr int kOpsPerThread = 1000000;
 #endif

@@ -273,8 +273,9 @@ class BUFPOOL_EXPORT BufferPool {
   // synchronisation, either of which orders these accesses.
   std::unique_ptr<std::atomic<uint8_t>[]> state_;
   // Threads blocked in Acquire(). Read relaxed on the cache-hit release path
-  // (the only cost of waiting when nobody waits).
-  std::atomic<uint32_t> waiters_{0};
+  // (the only cost of waiting when nobody waits). On a line of its own: the
+  // slow paths write it, and that must not evict the fields above.
+  alignas(64) std::atomic<uint32_t> waiters_{0};
   std::unique_ptr<Shared> shared_;
 };
 

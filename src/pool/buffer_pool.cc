@@ -223,12 +223,15 @@ struct PoolAccess {
     WakeWaiters(p, pushed);
   }
 
-  // Called after pushing `pushed` slots to the shared list. The seq_cst
-  // fence pairs with the one in Acquire() (after waiters_++): either the
-  // waiter's pop sees our push, or we see its registration and wake it.
+  // Called after pushing `pushed` slots to the shared list. Reading waiters_
+  // with a read-modify-write (acq_rel) orders it against Acquire()'s
+  // waiters_.fetch_add in waiters_' single modification order: if ours comes
+  // first, it synchronises with the waiter's increment, so the waiter's pop
+  // (after its increment) sees our push; if the waiter's comes first, we read
+  // it and wake the waiter. Either way no wake-up is lost. (A fence would
+  // also do, but ThreadSanitizer cannot check fences.)
   static void WakeWaiters(BufferPool& p, uint32_t pushed) {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (p.waiters_.load(std::memory_order_relaxed) == 0) return;
+    if (p.waiters_.fetch_add(0, std::memory_order_acq_rel) == 0) return;
     { std::lock_guard<std::mutex> lock(p.shared_->wait_mu); }
     if (pushed == 1) {
       p.shared_->wait_cv.notify_one();
@@ -373,9 +376,8 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
       forever ? Clock::time_point::max()
               : Clock::now() + absl::ToChronoNanoseconds(
                                    std::max(timeout, absl::ZeroDuration()));
-  waiters_.fetch_add(1, std::memory_order_relaxed);
-  // Pairs with the fence in PoolAccess::WakeWaiters (store-load ordering).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // acq_rel: pairs with the read-modify-write in PoolAccess::WakeWaiters.
+  waiters_.fetch_add(1, std::memory_order_acq_rel);
   {
     std::unique_lock<std::mutex> lock(shared_->wait_mu);
     for (;;) {
@@ -391,7 +393,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
       }
     }
   }
-  waiters_.fetch_sub(1, std::memory_order_relaxed);
+  waiters_.fetch_sub(1, std::memory_order_relaxed);  // a late wake is harmless
   if (slot != kNoSlot) return Buffer(this, slot);
   shared_->failures.fetch_add(1, std::memory_order_relaxed);
   return absl::DeadlineExceededError(absl::StrCat(
