@@ -36,7 +36,8 @@
 //     on this thread cannot see them. A cache is emptied into the shared list
 //     when its thread exits, and whenever its thread releases a buffer while
 //     some thread is blocked in Acquire(). cache_capacity() is
-//     min(thread_cache_size, capacity() / 8), so caches never hold more than
+//     min(thread_cache_size, capacity() / 8, kMaxThreadCacheSize), so
+//     caches never hold more than
 //     an eighth of the pool per thread; set thread_cache_size = 0 to turn
 //     them off and make every free buffer visible to every thread.
 //
@@ -74,6 +75,8 @@
 namespace bufpool {
 
 inline constexpr size_t kDefaultBufferSize = 4096;
+// The most free buffers one thread may cache per pool.
+inline constexpr size_t kMaxThreadCacheSize = 512;
 
 enum class HugePages {
   kNever,    // 4 KiB pages only
@@ -88,7 +91,7 @@ struct PoolOptions {
   bool populate = true;           // fault every page in at Create()
   bool lock_memory = false;       // mlock the region (needs RLIMIT_MEMLOCK)
   bool scrub_on_release = false;  // zero a buffer before anyone else gets it
-  size_t thread_cache_size = 64;  // per-thread cache; 0 disables caches
+  size_t thread_cache_size = 64;  // per-thread cache (<= 512); 0: none
 };
 
 struct PoolStats {
@@ -103,24 +106,26 @@ class BufferPool;
 namespace internal {
 
 // One thread's cache of free slots for one pool. Created and owned by the
-// thread (src/pool/thread_cache.cc); the pool keeps a list of its caches so
+// thread (src/pool/buffer_pool.cc); the pool keeps a list of its caches so
 // that Stats() can count them and its destructor can detach them.
 //
-// Memory ordering: `count`, `reported` and `low_water` are written only by the owning
-// thread and read by other threads only in Stats(), which is exact only when
-// no acquire/release is in flight; relaxed loads/stores suffice (they compile
-// to plain moves). `pool_id` is written under the registry mutex when the
-// pool dies and read relaxed on the hot path by the owner: a stale read can
-// only happen while the pool is being destroyed, which callers may not race
-// with using it.
+// Memory ordering: `count`, `reported` and `low_water` are written only by
+// the owning thread and read by other threads only in Stats(), which is exact
+// only when no acquire/release is in flight; relaxed loads/stores suffice
+// (they compile to plain moves). `pool` is set to nullptr under the registry
+// mutex when the pool dies and read relaxed on the hot path by the owner: a
+// stale read could only happen while the pool is being destroyed, which
+// callers may not race with using it. A detached cache never matches any
+// pool, so a new pool at a dead pool's address cannot inherit its cache.
 struct ThreadCache {
-  std::atomic<uint64_t> pool_id{0};    // the pool served; 0 once it is gone
-  std::atomic<uint32_t> count{0};      // slots[0, count) are free slots
-  std::atomic<uint32_t> reported{0};   // count last folded into the pool
-  std::atomic<uint32_t> low_water{0};  // lowest count since the last fold
+  std::atomic<BufferPool*> pool{nullptr};  // the pool served, or nullptr
+  std::atomic<uint32_t> count{0};          // slots[0, count) are free
+  std::atomic<uint32_t> reported{0};       // count last folded into the pool
+  std::atomic<uint32_t> low_water{0};      // lowest count since the last fold
   uint32_t capacity = 0;
-  BufferPool* pool = nullptr;          // valid while pool_id != 0
-  uint32_t* slots = nullptr;           // capacity entries
+  // Inline, so the hit path loads no pointer to reach it. One spare entry
+  // lets a release hand over a full cache plus the released slot at once.
+  uint32_t slots[kMaxThreadCacheSize + 1];
 };
 
 // The cache of the pool this thread used last (nullptr before first use).
@@ -181,8 +186,8 @@ class BUFPOOL_EXPORT BufferPool {
 
   // An empty Buffer when none is free (counted in acquire_failures).
   Buffer TryAcquire() {
-    std::byte* p = TryAcquireRaw();
-    return p ? Buffer(this, SlotOf(p)) : Buffer();
+    const uint32_t slot = TryAcquireSlot();
+    return slot != kNoSlot ? Buffer(this, slot) : Buffer();
   }
   // Returns at once when a buffer is free; otherwise sleeps until one is
   // released or `timeout` passes (DeadlineExceeded, counted as a failure).
@@ -242,6 +247,7 @@ class BUFPOOL_EXPORT BufferPool {
 
   BufferPool() = default;
 
+  uint32_t TryAcquireSlot();        // hot path, inline below; or kNoSlot
   void ReleaseSlot(uint32_t slot);  // hot path, inline below
   // Out of line: cache miss/overflow, first use on this thread, cache off.
   uint32_t AcquireSlow();  // returns kNoSlot when empty
@@ -251,7 +257,7 @@ class BUFPOOL_EXPORT BufferPool {
   internal::ThreadCache* MyCache() const {
     internal::ThreadCache* c = internal::tls_cache;
     // relaxed: see ThreadCache.
-    return (c != nullptr && c->pool_id.load(std::memory_order_relaxed) == id_)
+    return (c != nullptr && c->pool.load(std::memory_order_relaxed) == this)
                ? c
                : nullptr;
   }
@@ -263,7 +269,6 @@ class BUFPOOL_EXPORT BufferPool {
   size_t buffer_size_ = 0;
   size_t capacity_ = 0;
   size_t cache_capacity_ = 0;
-  uint64_t id_ = 0;  // unique per pool for the process; never reused
   unsigned shift_ = 0;
   bool scrub_ = false;
   bool huge_pages_ = false;
@@ -282,6 +287,11 @@ class BUFPOOL_EXPORT BufferPool {
 // ---- Inline fast paths ------------------------------------------------------
 
 inline std::byte* BufferPool::TryAcquireRaw() {
+  const uint32_t slot = TryAcquireSlot();
+  return slot != kNoSlot ? SlotData(slot) : nullptr;
+}
+
+inline uint32_t BufferPool::TryAcquireSlot() {
   if (internal::ThreadCache* c = MyCache()) {
     uint32_t n = c->count.load(std::memory_order_relaxed);
     if (n != 0) {
@@ -292,13 +302,11 @@ inline std::byte* BufferPool::TryAcquireRaw() {
         c->low_water.store(n, std::memory_order_relaxed);
       }
       state_[slot].store(kSlotInUse, std::memory_order_relaxed);
-      std::byte* p = SlotData(slot);
-      BUFPOOL_INTERNAL_UNPOISON(p, buffer_size_);
-      return p;
+      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+      return slot;
     }
   }
-  const uint32_t slot = AcquireSlow();
-  return slot == kNoSlot ? nullptr : SlotData(slot);
+  return AcquireSlow();
 }
 
 inline void BufferPool::ReleaseSlot(uint32_t slot) {

@@ -19,8 +19,7 @@
 // off by at most other threads' unreported cache movements otherwise.
 //
 // Locks. g_registry_mu guards the link between pools and thread caches
-// (Shared::caches, ThreadCache::pool, writes of ThreadCache::pool_id, thread
-// exit). Shared::wait_mu guards only the Acquire() sleep. Order: registry
+// (Shared::caches, writes of ThreadCache::pool, thread exit). Shared::wait_mu guards only the Acquire() sleep. Order: registry
 // before wait_mu; Acquire() attaches its cache before taking wait_mu so it
 // never needs the registry while holding wait_mu.
 #include <algorithm>
@@ -50,25 +49,17 @@ using internal::ThreadCache;
 
 namespace {
 
-// Pool ids are never reused, so a cache of a destroyed pool can never be
-// mistaken for one of a new pool at the same address.
-std::atomic<uint64_t> g_next_pool_id{1};  // relaxed: uniqueness only
 constinit std::mutex g_registry_mu;
 // Set once this thread's caches are torn down: later releases (from other
 // thread_local destructors) go straight to the shared list.
 constinit thread_local bool tl_exiting = false;
-
-struct OwnedCache {
-  ThreadCache cache;
-  std::unique_ptr<uint32_t[]> storage;  // capacity + 1 entries
-};
 
 // This thread's caches, one per pool it has used. Only the owning thread
 // changes the vector; entries whose pool died are pruned under the registry.
 class ThreadCaches {
  public:
   ~ThreadCaches();
-  std::vector<std::unique_ptr<OwnedCache>> caches;
+  std::vector<std::unique_ptr<ThreadCache>> caches;
 };
 
 thread_local ThreadCaches tl_caches;
@@ -112,23 +103,20 @@ struct PoolAccess {
     if (tl_exiting) return nullptr;
     ThreadCaches& mine = tl_caches;
     for (auto& owned : mine.caches) {
-      if (owned->cache.pool_id.load(std::memory_order_relaxed) == p.id_) {
-        internal::tls_cache = &owned->cache;
-        return &owned->cache;
+      if (owned->pool.load(std::memory_order_relaxed) == &p) {
+        internal::tls_cache = owned.get();
+        return owned.get();
       }
     }
-    auto owned = std::make_unique<OwnedCache>();
-    owned->storage = std::make_unique<uint32_t[]>(p.cache_capacity_ + 1);
-    ThreadCache& c = owned->cache;
-    c.slots = owned->storage.get();
+    auto owned = std::make_unique<ThreadCache>();
+    ThreadCache& c = *owned;
     c.capacity = static_cast<uint32_t>(p.cache_capacity_);
-    c.pool = &p;
     {
       std::lock_guard<std::mutex> lock(g_registry_mu);
-      std::erase_if(mine.caches, [](const std::unique_ptr<OwnedCache>& o) {
-        return o->cache.pool_id.load(std::memory_order_relaxed) == 0;
+      std::erase_if(mine.caches, [](const std::unique_ptr<ThreadCache>& o) {
+        return o->pool.load(std::memory_order_relaxed) == nullptr;
       });
-      c.pool_id.store(p.id_, std::memory_order_relaxed);
+      c.pool.store(&p, std::memory_order_relaxed);
       p.shared_->caches.push_back(&c);
     }
     mine.caches.push_back(std::move(owned));
@@ -202,7 +190,7 @@ struct PoolAccess {
       }
       if (waiting) {
         // Someone sleeps in Acquire(): hand over this slot and every idle
-        // one we hold (storage has room for capacity + 1).
+        // one we hold (slots has room for capacity + 1).
         c->slots[n] = slot;
         pushed = n + 1;
         s.list.Push(c->slots, pushed);
@@ -248,8 +236,7 @@ struct PoolAccess {
     c.count.store(0, std::memory_order_relaxed);
     Fold(p, c, n);
     std::erase(p.shared_->caches, &c);
-    c.pool_id.store(0, std::memory_order_relaxed);
-    c.pool = nullptr;
+    c.pool.store(nullptr, std::memory_order_relaxed);
     if (n != 0) WakeWaiters(p, n);
   }
 };
@@ -260,10 +247,9 @@ ThreadCaches::~ThreadCaches() {
   tl_exiting = true;
   internal::tls_cache = nullptr;
   std::lock_guard<std::mutex> lock(g_registry_mu);
-  for (auto& owned : caches) {
-    ThreadCache& c = owned->cache;
-    if (c.pool_id.load(std::memory_order_relaxed) != 0) {
-      PoolAccess::Detach(*c.pool, c);
+  for (auto& c : caches) {
+    if (BufferPool* pool = c->pool.load(std::memory_order_relaxed)) {
+      PoolAccess::Detach(*pool, *c);
     }
   }
   caches.clear();
@@ -312,8 +298,8 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   pool->huge_pages_ = arena->huge_pages();
   pool->buffer_size_ = size;
   pool->capacity_ = count;
-  pool->cache_capacity_ = std::min(options.thread_cache_size, count / 8);
-  pool->id_ = g_next_pool_id.fetch_add(1, std::memory_order_relaxed);
+  pool->cache_capacity_ =
+      std::min({options.thread_cache_size, count / 8, kMaxThreadCacheSize});
   pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
   pool->scrub_ = options.scrub_on_release;
   pool->state_ = std::make_unique<std::atomic<uint8_t>[]>(count);  // all free
@@ -348,8 +334,7 @@ BufferPool::~BufferPool() {
     std::abort();
   }
   for (ThreadCache* c : shared_->caches) {
-    c->pool_id.store(0, std::memory_order_relaxed);
-    c->pool = nullptr;
+    c->pool.store(nullptr, std::memory_order_relaxed);
   }
   shared_->caches.clear();
   BUFPOOL_INTERNAL_UNPOISON(base_, capacity_ * buffer_size_);
@@ -444,7 +429,9 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
       const uint32_t slot = top_last ? from[n - 1 - i] : from[i];
       state_[slot].store(kSlotInUse, std::memory_order_relaxed);
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
-      out[got++] = Buffer(this, slot);
+      out[got].pool_ = this;  // empty since the Reset above
+      out[got].index_ = slot;
+      ++got;
     }
   }
   if (got < out.size()) shared_->failures.fetch_add(1, std::memory_order_relaxed);
@@ -452,14 +439,37 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
 }
 
 void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
-  for (Buffer& b : in) {
-    if (b.pool_ == nullptr) continue;
-    if (b.pool_ != this) {
-      b.Reset();  // another pool's handle: it knows its way home
-      continue;
+  // Check and free each buffer, collecting its slot; then move the slots into
+  // this thread's cache in one copy, spilling only what does not fit.
+  uint32_t freed[64];
+  while (!in.empty()) {
+    const size_t chunk = std::min<size_t>(in.size(), 64);
+    uint32_t k = 0;
+    for (Buffer& b : in.subspan(0, chunk)) {
+      if (b.pool_ != this) {
+        b.Reset();  // empty, or another pool's handle: it knows its way home
+        continue;
+      }
+      const uint32_t slot = b.index_;
+      b.pool_ = nullptr;
+      if (state_[slot].load(std::memory_order_relaxed) != kSlotInUse) {
+        DieDoubleRelease(slot);
+      }
+      state_[slot].store(kSlotFree, std::memory_order_relaxed);
+      if (scrub_) std::memset(SlotData(slot), 0, buffer_size_);
+      BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+      freed[k++] = slot;
     }
-    ReleaseSlot(b.index_);
-    b.pool_ = nullptr;
+    in.remove_prefix(chunk);
+    uint32_t done = 0;
+    ThreadCache* c = PoolAccess::CacheFor(*this);
+    if (c != nullptr && waiters_.load(std::memory_order_relaxed) == 0) {
+      const uint32_t n = c->count.load(std::memory_order_relaxed);
+      done = std::min(k, c->capacity - n);
+      std::memcpy(c->slots + n, freed, done * sizeof(uint32_t));
+      c->count.store(n + done, std::memory_order_relaxed);
+    }
+    for (; done < k; ++done) PoolAccess::Give(*this, freed[done]);
   }
 }
 
