@@ -1,0 +1,136 @@
+#include "os/file.h"
+
+#include <fcntl.h>
+#include <sys/sendfile.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "os/error.h"
+
+namespace bufpool::os {
+namespace {
+
+int RealOpen(const char* path, int flags, mode_t mode) {
+  return ::open(path, flags | O_CLOEXEC, mode);
+}
+int RealFstat(int fd, struct stat* st) { return ::fstat(fd, st); }
+ssize_t RealCopyFileRange(int fd_in, off_t* off_in, int fd_out, off_t* off_out,
+                          size_t len, unsigned flags) {
+  return ::copy_file_range(fd_in, off_in, fd_out, off_out, len, flags);
+}
+
+constexpr SyscallTable kReal = {
+    .open = RealOpen,
+    .close = ::close,
+    .read = ::read,
+    .write = ::write,
+    .readv = ::readv,
+    .writev = ::writev,
+    .preadv = ::preadv,
+    .pwritev = ::pwritev,
+    .fsync = ::fsync,
+    .fstat = RealFstat,
+    .ftruncate = ::ftruncate,
+    .lseek = ::lseek,
+    .rename = ::rename,
+    .unlink = ::unlink,
+    .copy_file_range = RealCopyFileRange,
+    .sendfile = ::sendfile,
+};
+
+// Relaxed: tables are installed before the threads that use them start
+// (see the header), so thread creation already orders the store.
+std::atomic<const SyscallTable*> g_table{&kReal};
+
+// Skips `done` bytes of `iov`, writing the remainder's iovecs into `out`.
+void Advance(const iovec* iov, int iovcnt, size_t done, std::vector<iovec>& out) {
+  out.clear();
+  for (int i = 0; i < iovcnt; ++i) {
+    if (done >= iov[i].iov_len) {
+      done -= iov[i].iov_len;
+      continue;
+    }
+    out.push_back({static_cast<char*>(iov[i].iov_base) + done,
+                   iov[i].iov_len - done});
+    done = 0;
+  }
+}
+
+size_t Total(const iovec* iov, int iovcnt) {
+  size_t n = 0;
+  for (int i = 0; i < iovcnt; ++i) n += iov[i].iov_len;
+  return n;
+}
+
+}  // namespace
+
+const SyscallTable& RealSyscalls() { return kReal; }
+
+const SyscallTable& Sys() { return *g_table.load(std::memory_order_relaxed); }
+
+ScopedSyscalls::ScopedSyscalls(const SyscallTable* table)
+    : previous_(g_table.exchange(table, std::memory_order_relaxed)) {}
+
+ScopedSyscalls::~ScopedSyscalls() {
+  g_table.store(previous_, std::memory_order_relaxed);
+}
+
+absl::Status WriteAll(int fd, const iovec* iov, int iovcnt, off_t offset,
+                      absl::string_view path) {
+  const size_t total = Total(iov, iovcnt);
+  size_t done = 0;
+  std::vector<iovec> rest(iov, iov + iovcnt);
+  while (done < total) {
+    const int cnt = static_cast<int>(std::min<size_t>(rest.size(), IOV_MAX));
+    const ssize_t n =
+        offset < 0 ? Sys().writev(fd, rest.data(), cnt)
+                   : Sys().pwritev(fd, rest.data(), cnt,
+                                   offset + static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return PosixError(absl::StrCat("write to ", path), errno);
+    }
+    if (n == 0) {  // no progress and no error: do not spin
+      return PosixError(absl::StrCat("write to ", path), EIO);
+    }
+    done += static_cast<size_t>(n);
+    Advance(iov, iovcnt, done, rest);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> ReadFull(int fd, const iovec* iov, int iovcnt,
+                                off_t offset, absl::string_view path) {
+  const size_t total = Total(iov, iovcnt);
+  size_t done = 0;
+  std::vector<iovec> rest(iov, iov + iovcnt);
+  while (done < total) {
+    const int cnt = static_cast<int>(std::min<size_t>(rest.size(), IOV_MAX));
+    const ssize_t n =
+        offset < 0 ? Sys().readv(fd, rest.data(), cnt)
+                   : Sys().preadv(fd, rest.data(), cnt,
+                                  offset + static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return PosixError(absl::StrCat("read from ", path), errno);
+    }
+    if (n == 0) break;  // end of file
+    done += static_cast<size_t>(n);
+    Advance(iov, iovcnt, done, rest);
+  }
+  return done;
+}
+
+absl::Status Close(int fd, absl::string_view path) {
+  if (Sys().close(fd) != 0 && errno != EINTR) {
+    return PosixError(absl::StrCat("close ", path), errno);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace bufpool::os
