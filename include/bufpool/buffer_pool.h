@@ -117,19 +117,31 @@ namespace internal {
 // stale read could only happen while the pool is being destroyed, which
 // callers may not race with using it. A detached cache never matches any
 // pool, so a new pool at a dead pool's address cannot inherit its cache.
+//
+// Layout: the most recently released slot sits in `hot` (a fixed address),
+// the rest in the stack slots[0, count). A release-then-acquire on one
+// thread, the commonest pattern, then touches only `hot`, which the CPU can
+// forward from store to load without going through an indexed array. The
+// cache's total is count + (hot != kNone); "count" below means that total.
 struct ThreadCache {
+  static constexpr uint32_t kNone = 0xffffffffu;
   std::atomic<BufferPool*> pool{nullptr};  // the pool served, or nullptr
+  std::atomic<uint32_t> hot{kNone};        // a free slot, or kNone
   std::atomic<uint32_t> count{0};          // slots[0, count) are free
-  std::atomic<uint32_t> reported{0};       // count last folded into the pool
-  std::atomic<uint32_t> low_water{0};      // lowest count since the last fold
-  uint32_t capacity = 0;
-  // Inline, so the hit path loads no pointer to reach it. One spare entry
-  // lets a release hand over a full cache plus the released slot at once.
+  std::atomic<uint32_t> reported{0};       // total last folded into the pool
+  std::atomic<uint32_t> low_water{0};      // lowest total since the last fold
+  uint32_t capacity = 0;                   // of the stack: cache_capacity - 1
+  // Inline, so the hit path loads no pointer to reach it. Two spare entries
+  // let the slow path fold `hot` in and hand over everything plus one slot.
   uint32_t slots[kMaxThreadCacheSize + 1];
 };
 
-// The cache of the pool this thread used last (nullptr before first use).
-// constinit: no dynamic initialisation, so access needs no TLS wrapper call.
+// A cache that serves no pool, so the hot path needs no null check.
+BUFPOOL_EXPORT extern ThreadCache g_no_cache;
+
+// The cache of the pool this thread used last (&g_no_cache before first use,
+// never null). constinit: no dynamic initialisation, so access needs no TLS
+// wrapper call.
 BUFPOOL_EXPORT extern constinit thread_local ThreadCache* tls_cache;
 
 }  // namespace internal
@@ -257,9 +269,7 @@ class BUFPOOL_EXPORT BufferPool {
   internal::ThreadCache* MyCache() const {
     internal::ThreadCache* c = internal::tls_cache;
     // relaxed: see ThreadCache.
-    return (c != nullptr && c->pool.load(std::memory_order_relaxed) == this)
-               ? c
-               : nullptr;
+    return c->pool.load(std::memory_order_relaxed) == this ? c : nullptr;
   }
 
   static constexpr uint32_t kNoSlot = 0xffffffffu;
@@ -292,39 +302,51 @@ inline std::byte* BufferPool::TryAcquireRaw() {
 }
 
 inline uint32_t BufferPool::TryAcquireSlot() {
-  if (internal::ThreadCache* c = MyCache()) {
+  if (internal::ThreadCache* c = MyCache()) [[likely]] {
+    uint32_t slot = c->hot.load(std::memory_order_relaxed);
     uint32_t n = c->count.load(std::memory_order_relaxed);
-    if (n != 0) {
+    if (slot != internal::ThreadCache::kNone) [[likely]] {
+      c->hot.store(internal::ThreadCache::kNone, std::memory_order_relaxed);
+    } else if (n != 0) {
       --n;
-      const uint32_t slot = c->slots[n];
+      slot = c->slots[n];
       c->count.store(n, std::memory_order_relaxed);
-      if (n < c->low_water.load(std::memory_order_relaxed)) {
-        c->low_water.store(n, std::memory_order_relaxed);
-      }
-      state_[slot].store(kSlotInUse, std::memory_order_relaxed);
-      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
-      return slot;
+    } else {
+      return AcquireSlow();
     }
+    // The total is now n; track its minimum for Stats().high_water.
+    if (n < c->low_water.load(std::memory_order_relaxed)) [[unlikely]] {
+      c->low_water.store(n, std::memory_order_relaxed);
+    }
+    state_[slot].store(kSlotInUse, std::memory_order_relaxed);
+    BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+    return slot;
   }
   return AcquireSlow();
 }
 
 inline void BufferPool::ReleaseSlot(uint32_t slot) {
   // The state check is the O(1) double-release detector (relaxed: see state_).
-  if (state_[slot].load(std::memory_order_relaxed) != kSlotInUse) {
+  if (state_[slot].load(std::memory_order_relaxed) != kSlotInUse) [[unlikely]] {
     DieDoubleRelease(slot);
   }
   state_[slot].store(kSlotFree, std::memory_order_relaxed);
-  std::byte* p = SlotData(slot);
-  if (scrub_) std::memset(p, 0, buffer_size_);
-  BUFPOOL_INTERNAL_POISON(p, buffer_size_);
-  if (internal::ThreadCache* c = MyCache()) {
+  if (scrub_) [[unlikely]] std::memset(SlotData(slot), 0, buffer_size_);
+  BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+  internal::ThreadCache* c = MyCache();
+  // relaxed: a waiter that registers concurrently may miss this one buffer;
+  // it is found by the next release or when this thread's cache drains.
+  if (c != nullptr && waiters_.load(std::memory_order_relaxed) == 0) [[likely]] {
+    const uint32_t hot = c->hot.load(std::memory_order_relaxed);
+    if (hot == internal::ThreadCache::kNone) [[likely]] {
+      c->hot.store(slot, std::memory_order_relaxed);
+      return;
+    }
     const uint32_t n = c->count.load(std::memory_order_relaxed);
-    // relaxed: a waiter that registers concurrently may miss this one buffer;
-    // it is found by the next release or when this thread's cache drains.
-    if (n < c->capacity && waiters_.load(std::memory_order_relaxed) == 0) {
-      c->slots[n] = slot;
+    if (n < c->capacity) {  // the older hot slot moves down to the stack
+      c->slots[n] = hot;
       c->count.store(n + 1, std::memory_order_relaxed);
+      c->hot.store(slot, std::memory_order_relaxed);
       return;
     }
   }

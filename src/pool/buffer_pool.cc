@@ -42,7 +42,8 @@
 namespace bufpool {
 
 namespace internal {
-constinit thread_local ThreadCache* tls_cache = nullptr;
+ThreadCache g_no_cache;
+constinit thread_local ThreadCache* tls_cache = &g_no_cache;
 }  // namespace internal
 
 using internal::ThreadCache;
@@ -110,7 +111,7 @@ struct PoolAccess {
     }
     auto owned = std::make_unique<ThreadCache>();
     ThreadCache& c = *owned;
-    c.capacity = static_cast<uint32_t>(p.cache_capacity_);
+    c.capacity = static_cast<uint32_t>(p.cache_capacity_ - 1);  // + hot
     {
       std::lock_guard<std::mutex> lock(g_registry_mu);
       std::erase_if(mine.caches, [](const std::unique_ptr<ThreadCache>& o) {
@@ -124,12 +125,30 @@ struct PoolAccess {
     return &c;
   }
 
+  static uint32_t Total(const ThreadCache& c) {
+    return c.count.load(std::memory_order_relaxed) +
+           (c.hot.load(std::memory_order_relaxed) != ThreadCache::kNone);
+  }
+
+  // Moves `hot` onto the stack (which has a spare entry for it), so slow
+  // paths deal with the stack alone. Invariant: outside a slow path the
+  // stack holds at most `capacity`; a slow path that folds `hot` in then
+  // takes from the stack or spills it before returning.
+  static void FoldHot(ThreadCache& c) {
+    const uint32_t hot = c.hot.load(std::memory_order_relaxed);
+    if (hot == ThreadCache::kNone) return;
+    const uint32_t n = c.count.load(std::memory_order_relaxed);
+    c.slots[n] = hot;
+    c.count.store(n + 1, std::memory_order_relaxed);
+    c.hot.store(ThreadCache::kNone, std::memory_order_relaxed);
+  }
+
   // Moves the cache's unreported movements into `parked`, after the caller
   // moved `to_shared` slots into (positive) or out of (negative) the shared
   // list, and raises the high-water mark from the window just closed.
   static void Fold(BufferPool& p, ThreadCache& c, int64_t to_shared) {
     BufferPool::Shared& s = *p.shared_;
-    const int64_t count = c.count.load(std::memory_order_relaxed);
+    const int64_t count = Total(c);
     const int64_t reported = c.reported.load(std::memory_order_relaxed);
     const int64_t elsewhere = s.parked.load(std::memory_order_relaxed) - reported;
     const int64_t peak = static_cast<int64_t>(p.capacity_) - elsewhere -
@@ -146,6 +165,7 @@ struct PoolAccess {
     BufferPool::Shared& s = *p.shared_;
     uint32_t slot;
     if (ThreadCache* c = CacheFor(p)) {
+      FoldHot(*c);
       uint32_t n = c->count.load(std::memory_order_relaxed);
       if (n == 0) {
         // While threads wait, take one at a time so a refill never strands
@@ -181,27 +201,30 @@ struct PoolAccess {
     BufferPool::Shared& s = *p.shared_;
     uint32_t pushed = 1;
     if (ThreadCache* c = CacheFor(p)) {
-      const uint32_t n = c->count.load(std::memory_order_relaxed);
       const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
-      if (!waiting && n < c->capacity) {  // first use after attaching
-        c->slots[n] = slot;
-        c->count.store(n + 1, std::memory_order_relaxed);
+      if (!waiting && c->hot.load(std::memory_order_relaxed) ==
+                          ThreadCache::kNone) {  // first use after attaching
+        c->hot.store(slot, std::memory_order_relaxed);
         return;
       }
+      FoldHot(*c);
+      const uint32_t n = c->count.load(std::memory_order_relaxed);
       if (waiting) {
         // Someone sleeps in Acquire(): hand over this slot and every idle
-        // one we hold (slots has room for capacity + 1).
+        // one we hold (slots has room for capacity + 2).
         c->slots[n] = slot;
         pushed = n + 1;
         s.list.Push(c->slots, pushed);
         c->count.store(0, std::memory_order_relaxed);
       } else {
-        // Full: spill the older half in one CAS, keep the hot top.
-        pushed = c->capacity - c->capacity / 2;
+        // Full: spill the older entries in one CAS down to half the stack;
+        // the released slot becomes the hot one.
+        pushed = n - c->capacity / 2;
         s.list.Push(c->slots, pushed);
-        std::memmove(c->slots, c->slots + pushed, (n - pushed) * sizeof(uint32_t));
-        c->slots[n - pushed] = slot;
-        c->count.store(n - pushed + 1, std::memory_order_relaxed);
+        std::memmove(c->slots, c->slots + pushed,
+                     (n - pushed) * sizeof(uint32_t));
+        c->count.store(n - pushed, std::memory_order_relaxed);
+        c->hot.store(slot, std::memory_order_relaxed);
       }
       Fold(p, *c, pushed);
     } else {
@@ -231,6 +254,7 @@ struct PoolAccess {
   // Returns every slot of `c` to the shared list and detaches it from `p`.
   // Caller holds g_registry_mu.
   static void Detach(BufferPool& p, ThreadCache& c) {
+    FoldHot(c);
     const uint32_t n = c.count.load(std::memory_order_relaxed);
     if (n != 0) p.shared_->list.Push(c.slots, n);
     c.count.store(0, std::memory_order_relaxed);
@@ -245,7 +269,7 @@ namespace {
 
 ThreadCaches::~ThreadCaches() {
   tl_exiting = true;
-  internal::tls_cache = nullptr;
+  internal::tls_cache = &internal::g_no_cache;
   std::lock_guard<std::mutex> lock(g_registry_mu);
   for (auto& c : caches) {
     if (BufferPool* pool = c->pool.load(std::memory_order_relaxed)) {
@@ -397,6 +421,7 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
     uint32_t n;
     bool top_last = false;  // hand out the most recently freed first
     if (c != nullptr) {
+      PoolAccess::FoldHot(*c);  // count <= capacity + 1; we take from it now
       n = c->count.load(std::memory_order_relaxed);
       if (n == 0) {
         n = shared_->list.Pop(c->slots, PoolAccess::RefillBatch(*this));
@@ -494,7 +519,7 @@ PoolStats BufferPool::Stats() const {
   std::lock_guard<std::mutex> lock(g_registry_mu);
   int64_t free_now = shared_->parked.load(std::memory_order_relaxed);
   for (const ThreadCache* c : shared_->caches) {
-    free_now += static_cast<int64_t>(c->count.load(std::memory_order_relaxed)) -
+    free_now += static_cast<int64_t>(PoolAccess::Total(*c)) -
                 c->reported.load(std::memory_order_relaxed);
   }
   const auto in_use = static_cast<size_t>(
@@ -504,7 +529,7 @@ PoolStats BufferPool::Stats() const {
   // Each cache's open window: its lowest count, with everything else as now.
   for (const ThreadCache* c : shared_->caches) {
     const int64_t peak = static_cast<int64_t>(capacity_) -
-                         (free_now - c->count.load(std::memory_order_relaxed)) -
+                         (free_now - PoolAccess::Total(*c)) -
                          c->low_water.load(std::memory_order_relaxed);
     if (peak > 0) {
       UpdateMax(shared_->high_water,
