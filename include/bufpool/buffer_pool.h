@@ -233,12 +233,12 @@ class BUFPOOL_EXPORT BufferPool {
 
   // The whole arena, page-aligned (2 MiB-aligned with huge pages): for
   // io_uring / RDMA registration. Valid for the pool's lifetime.
-  absl::Span<std::byte> region() const { return {base_, capacity_ * buffer_size_}; }
+  absl::Span<std::byte> region() const { return {base_, region_bytes_}; }
   // True when `p` points anywhere inside region().
   bool Contains(const void* p) const {
     auto a = reinterpret_cast<uintptr_t>(p);
     auto b = reinterpret_cast<uintptr_t>(base_);
-    return a >= b && a - b < capacity_ * buffer_size_;
+    return a >= b && a - b < region_bytes_;
   }
   // The slot of a buffer start; `p` must be one (checked in ReleaseRaw).
   uint32_t SlotOf(const void* p) const {
@@ -278,6 +278,7 @@ class BUFPOOL_EXPORT BufferPool {
   std::byte* base_ = nullptr;
   size_t buffer_size_ = 0;
   size_t capacity_ = 0;
+  size_t region_bytes_ = 0;  // capacity_ * buffer_size_
   size_t cache_capacity_ = 0;
   unsigned shift_ = 0;
   bool scrub_ = false;
@@ -357,7 +358,7 @@ inline void BufferPool::ReleaseRaw(std::byte* p) {
   const auto off = reinterpret_cast<uintptr_t>(p) -
                    reinterpret_cast<uintptr_t>(base_);
   // One unsigned compare covers pointers below and above the region.
-  if (off >= capacity_ * buffer_size_ || (off & (buffer_size_ - 1)) != 0) {
+  if (off >= region_bytes_ || (off & (buffer_size_ - 1)) != 0) [[unlikely]] {
     DieNotFromPool(p);
   }
   ReleaseSlot(static_cast<uint32_t>(off >> shift_));

@@ -322,6 +322,7 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   pool->huge_pages_ = arena->huge_pages();
   pool->buffer_size_ = size;
   pool->capacity_ = count;
+  pool->region_bytes_ = count * size;
   pool->cache_capacity_ =
       std::min({options.thread_cache_size, count / 8, kMaxThreadCacheSize});
   pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
@@ -416,11 +417,20 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
   size_t got = 0;
   ThreadCache* c = PoolAccess::CacheFor(*this);
   uint32_t direct[64];
+  // Locals: stores into `out` could otherwise alias these members and force
+  // a reload per buffer.
+  std::atomic<uint8_t>* const state = state_.get();
+  Buffer* const dst = out.data();
+  auto hand_out = [&](uint32_t slot) {
+    state[slot].store(kSlotInUse, std::memory_order_relaxed);
+    BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+    dst[got].pool_ = this;  // empty since the Reset above
+    dst[got].index_ = slot;
+    ++got;
+  };
   while (got < out.size()) {
-    uint32_t* from;
-    uint32_t n;
-    bool top_last = false;  // hand out the most recently freed first
     if (c != nullptr) {
+      uint32_t n;
       PoolAccess::FoldHot(*c);  // count <= capacity + 1; we take from it now
       n = c->count.load(std::memory_order_relaxed);
       if (n == 0) {
@@ -437,26 +447,17 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
       if (n < c->low_water.load(std::memory_order_relaxed)) {
         c->low_water.store(n, std::memory_order_relaxed);
       }
-      from = c->slots + n;
-      n = take;
-      top_last = true;  // the cache's top is its last entry
+      // The cache's top (most recently freed) first.
+      for (uint32_t i = n + take; i > n; --i) hand_out(c->slots[i - 1]);
     } else {
-      n = shared_->list.Pop(
+      const uint32_t n = shared_->list.Pop(
           direct, static_cast<uint32_t>(std::min<size_t>(64, out.size() - got)));
       if (n == 0) break;
       const int64_t free_now =
           shared_->parked.fetch_sub(n, std::memory_order_relaxed) - n;
       UpdateMax(shared_->high_water,
                 static_cast<size_t>(static_cast<int64_t>(capacity_) - free_now));
-      from = direct;
-    }
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t slot = top_last ? from[n - 1 - i] : from[i];
-      state_[slot].store(kSlotInUse, std::memory_order_relaxed);
-      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
-      out[got].pool_ = this;  // empty since the Reset above
-      out[got].index_ = slot;
-      ++got;
+      for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
     }
   }
   if (got < out.size()) shared_->failures.fetch_add(1, std::memory_order_relaxed);
@@ -467,6 +468,8 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
   // Check and free each buffer, collecting its slot; then move the slots into
   // this thread's cache in one copy, spilling only what does not fit.
   uint32_t freed[64];
+  std::atomic<uint8_t>* const state = state_.get();  // see TryAcquireBulk
+  const bool scrub = scrub_;
   while (!in.empty()) {
     const size_t chunk = std::min<size_t>(in.size(), 64);
     uint32_t k = 0;
@@ -477,11 +480,11 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
       }
       const uint32_t slot = b.index_;
       b.pool_ = nullptr;
-      if (state_[slot].load(std::memory_order_relaxed) != kSlotInUse) {
+      if (state[slot].load(std::memory_order_relaxed) != kSlotInUse) {
         DieDoubleRelease(slot);
       }
-      state_[slot].store(kSlotFree, std::memory_order_relaxed);
-      if (scrub_) std::memset(SlotData(slot), 0, buffer_size_);
+      state[slot].store(kSlotFree, std::memory_order_relaxed);
+      if (scrub) std::memset(SlotData(slot), 0, buffer_size_);
       BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
       freed[k++] = slot;
     }
@@ -501,7 +504,7 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
 Buffer BufferPool::Adopt(std::byte* p) {
   const auto off =
       reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base_);
-  if (off >= capacity_ * buffer_size_ || (off & (buffer_size_ - 1)) != 0) {
+  if (off >= region_bytes_ || (off & (buffer_size_ - 1)) != 0) {
     DieNotFromPool(p);
   }
   const auto slot = static_cast<uint32_t>(off >> shift_);
