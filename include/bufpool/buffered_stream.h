@@ -207,6 +207,7 @@ class BUFPOOL_EXPORT BufferedReader {
                  std::vector<Buffer> bufs);
 
   absl::StatusOr<size_t> ReadSlow(std::byte* out, size_t n);
+  absl::Status ReadExactSlow(absl::Span<std::byte> out);
   size_t CopyBuffered(std::byte* out, size_t n);
   absl::Status Refill();  // one readv into every buffer
   size_t Buffered() const;
@@ -286,6 +287,16 @@ inline absl::StatusOr<size_t> BufferedReader::Read(absl::Span<std::byte> out) {
     return n;
   }
   return ReadSlow(out.data(), n);
+}
+
+inline absl::Status BufferedReader::ReadExact(absl::Span<std::byte> out) {
+  const size_t n = out.size();
+  if (n - 1 < static_cast<size_t>(limit_ - cursor_)) {
+    std::memcpy(out.data(), cursor_, n);
+    cursor_ += n;
+    return absl::OkStatus();
+  }
+  return ReadExactSlow(out);
 }
 
 inline absl::StatusOr<uint32_t> BufferedReader::ReadFixed32() {

@@ -441,7 +441,7 @@ absl::StatusOr<size_t> BufferedReader::ReadSlow(std::byte* out, size_t n) {
   return done + CopyBuffered(out + done, n - done);
 }
 
-absl::Status BufferedReader::ReadExact(absl::Span<std::byte> out) {
+absl::Status BufferedReader::ReadExactSlow(absl::Span<std::byte> out) {
   const uint64_t start = position();
   size_t done = 0;
   while (done < out.size()) {
