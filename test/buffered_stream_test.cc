@@ -538,6 +538,31 @@ TEST_F(StreamTest, DestructorFlushesAndReportsAFailureOnStderr) {
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
+ssize_t EioReadv(int, const iovec*, int) {
+  errno = EIO;
+  return -1;
+}
+
+TEST_F(StreamTest, ReaderReportsAReadErrorOnceAndThenStaysFailed) {
+  auto pool = MakePool(64, 8, /*thread_cache=*/0);
+  const std::string path = Path("unreadable");
+  { std::ofstream(path, std::ios::binary) << "some bytes"; }
+  auto r = BufferedReader::Open(path, *pool, {.buffers = 2});
+  ASSERT_TRUE(r.ok());
+  os::SyscallTable table = os::RealSyscalls();
+  table.readv = EioReadv;
+  os::ScopedSyscalls seam(&table);
+  const absl::Status first = r->ReadFixed32().status();
+  EXPECT_FALSE(first.ok());
+  EXPECT_TRUE(Contains(std::string(first.message()), "read from " + path));
+  EXPECT_TRUE(Contains(std::string(first.message()), "Input/output error"));
+  EXPECT_EQ(pool->Stats().in_use, 0u);  // given back at once
+  std::byte b[4];
+  EXPECT_EQ(r->Read(b).status(), first);
+  EXPECT_EQ(r->ReadExact(b), first);
+  EXPECT_EQ(r->Close(), first);
+}
+
 // ---- Full disk
 // -------------------------------------------------------------------
 

@@ -180,7 +180,8 @@ class BUFPOOL_EXPORT BufferedReader {
   BufferedReader& operator=(BufferedReader&& other) noexcept;
   BufferedReader(const BufferedReader&) = delete;
   BufferedReader& operator=(const BufferedReader&) = delete;
-  ~BufferedReader();  // Close(); a failure goes to stderr
+  // Close(); a close(2) failure goes to stderr (read errors were returned).
+  ~BufferedReader();
 
   // Reads up to out.size() bytes, making at most one system call (none when
   // buffered bytes suffice). Returns 0 only at end of file (or when `out` is
@@ -194,7 +195,8 @@ class BUFPOOL_EXPORT BufferedReader {
   absl::StatusOr<uint32_t> ReadFixed32();  // little-endian; ReadExact rules
   absl::StatusOr<uint64_t> ReadFixed64();
 
-  // Returns the buffers and closes an owned descriptor.
+  // Returns the buffers and closes an owned descriptor. Returns the first
+  // read error the reader hit, or close(2)'s; again the same when repeated.
   absl::Status Close();
 
   // Bytes consumed so far (returned to the caller).
@@ -216,6 +218,7 @@ class BUFPOOL_EXPORT BufferedReader {
   }
   void ReleaseBuffers();
   void MoveFrom(BufferedReader& other) noexcept;
+  void CloseForDestructor() noexcept;
 
   // Hot path: unread bytes of bufs_[cur_]; nullptr once closed or failed.
   const std::byte* cursor_ = nullptr;

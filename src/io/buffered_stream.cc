@@ -336,19 +336,20 @@ BufferedReader::BufferedReader(BufferedReader&& other) noexcept {
 
 BufferedReader& BufferedReader::operator=(BufferedReader&& other) noexcept {
   if (this != &other) {
-    if (pool_ != nullptr && !closed_) {
-      if (absl::Status s = Close(); !s.ok()) {
-        ReportToStderr("BufferedReader", name_, s);
-      }
-    }
+    CloseForDestructor();
     MoveFrom(other);
   }
   return *this;
 }
 
-BufferedReader::~BufferedReader() {
+BufferedReader::~BufferedReader() { CloseForDestructor(); }
+
+void BufferedReader::CloseForDestructor() noexcept {
   if (pool_ == nullptr || closed_) return;
-  if (absl::Status s = Close(); !s.ok()) {
+  // A read error was already returned by the read that hit it; only a
+  // failure of close(2) itself would otherwise go unseen.
+  const bool had_error = !status_.ok();
+  if (absl::Status s = Close(); !s.ok() && !had_error) {
     ReportToStderr("BufferedReader", name_, s);
   }
 }
