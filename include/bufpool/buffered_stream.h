@@ -30,7 +30,11 @@
 // 4096 bytes, all in use) after 100ms"). The other `buffers - 1` are taken
 // only if free at once, so on a busy pool a stream works with fewer buffers
 // (at least one). Open() takes the buffer before opening the file, so a
-// writer that cannot get one never truncates anything.
+// writer that cannot get one never truncates anything. Size the pool for
+// the streams open at once: `threads x streams held while opening another x
+// buffers` must stay below capacity(), or threads that hold streams while
+// waiting for a new one can wait on each other; the timeout then turns that
+// into an error instead of a hang. Many small streams: use buffers = 1.
 //
 // Errors are never lost. The first failed write is returned by the Append,
 // Flush or Close that hit it, and by every later call: a failed writer stays
