@@ -5,11 +5,11 @@
 // BufferPool, so thousands of open streams cost a bounded, preallocated
 // amount of memory: at most `StreamOptions::buffers` pooled buffers each.
 //
-//   writer:  bufs_[0]        bufs_[1]        bufs_[2]   (pooled, not
-//   contiguous)
-//           +--------------+--------------+---------+----+
-//           | full         | full         | cursor_ | end_
-//           +--------------+--------------+---------+----+
+//   writer: bufs_[0]      bufs_[1]      bufs_[2]  (pooled, anywhere)
+//           +------------+------------+-------+-----+
+//           | full       | full       | data  |     |
+//           +------------+------------+-------+-----+
+//                                      cursor_^     ^end_
 //   Flush(): one writev({bufs_[0], bufs_[1], bufs_[2][0, cursor_)})
 //
 // Writing. A small Append is a bounds check and a memcpy into the current
@@ -21,8 +21,9 @@
 //
 // Reading. A refill is one readv into all of the reader's buffers. Reads that
 // the buffered bytes satisfy are a bounds check and a memcpy; a Read of at
-// least the reader's whole buffer capacity goes straight into the caller's
-// memory with one system call, never through the buffers.
+// least the reader's whole buffer capacity (after the buffered bytes) goes
+// straight into the caller's memory with one read(2), never through the
+// buffers.
 //
 // Empty pool. Open() needs one buffer: it waits for it up to
 // `StreamOptions::open_timeout` and then fails with ResourceExhausted, naming
@@ -31,10 +32,10 @@
 // only if free at once, so on a busy pool a stream works with fewer buffers
 // (at least one). Open() takes the buffer before opening the file, so a
 // writer that cannot get one never truncates anything. Size the pool for
-// the streams open at once: `threads x streams held while opening another x
-// buffers` must stay below capacity(), or threads that hold streams while
-// waiting for a new one can wait on each other; the timeout then turns that
-// into an error instead of a hang. Many small streams: use buffers = 1.
+// the streams open at once. Threads that hold streams while opening another
+// can wait on each other; that cannot happen while threads x (streams each
+// holds while opening) x buffers < capacity(), and otherwise the timeout
+// turns it into an error, not a hang. Many small streams: use buffers = 1.
 //
 // Errors are never lost. The first failed write is returned by the Append,
 // Flush or Close that hit it, and by every later call: a failed writer stays
