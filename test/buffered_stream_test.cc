@@ -376,6 +376,75 @@ TEST_F(StreamTest, FullBuffersGoOutInOneWritevAndLargeAppendsAreNotCopied) {
   EXPECT_EQ(ReadFile(path), small + "t" + large);
 }
 
+// Records the reader's system calls.
+struct ReadLog {
+  static inline std::vector<int> readv_counts;  // iovcnt of each readv
+  static inline std::vector<const void*> read_targets;
+  static ssize_t Readv(int fd, const iovec* iov, int cnt) {
+    readv_counts.push_back(cnt);
+    return os::RealSyscalls().readv(fd, iov, cnt);
+  }
+  static ssize_t Read(int fd, void* buf, size_t n) {
+    read_targets.push_back(buf);
+    return os::RealSyscalls().read(fd, buf, n);
+  }
+};
+
+TEST_F(StreamTest, RefillIsOneReadvIntoEveryBufferAndBigReadsBypassThem) {
+  auto pool = MakePool(64, 8);
+  const std::string path = Path("refill");
+  std::string data(1000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i % 251);
+  { std::ofstream(path, std::ios::binary) << data; }
+  os::SyscallTable table = os::RealSyscalls();
+  table.readv = ReadLog::Readv;
+  table.read = ReadLog::Read;
+  os::ScopedSyscalls seam(&table);
+  ReadLog::readv_counts.clear();
+  ReadLog::read_targets.clear();
+
+  auto r = BufferedReader::Open(path, *pool, {.buffers = 4});
+  ASSERT_TRUE(r.ok());
+  std::string got(data.size(), '\0');
+  auto* out = reinterpret_cast<std::byte*>(got.data());
+  // 10 small reads: one readv fills all four buffers (256 bytes).
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(r->ReadExact({out + i * 20, 20}).ok());
+  EXPECT_EQ(ReadLog::readv_counts, std::vector<int>{4});
+  EXPECT_TRUE(ReadLog::read_targets.empty());
+  // 56 bytes are still buffered; a 600-byte read takes them, then reads the
+  // rest (>= 256, the reader's capacity) straight into the caller's memory.
+  auto n = r->Read({out + 200, 600});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 600u);
+  ASSERT_EQ(ReadLog::read_targets.size(), 1u);
+  EXPECT_EQ(ReadLog::read_targets[0], out + 256);
+  EXPECT_EQ(ReadLog::readv_counts.size(), 1u);
+  ASSERT_TRUE(r->ReadExact({out + 800, 200}).ok());
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(r->position(), data.size());
+}
+
+TEST_F(StreamTest, EmptyAppendsAndReadsAreHarmless) {
+  auto pool = MakePool(64, 4);
+  const std::string path = Path("empty_ops");
+  auto w = BufferedWriter::Open(path, *pool, {.buffers = 1});
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(w->Append(nullptr, 0).ok());
+  EXPECT_TRUE(w->Append(absl::Span<const std::byte>()).ok());
+  ASSERT_TRUE(w->Append("x", 1).ok());
+  ASSERT_TRUE(w->Close().ok());
+  auto r = BufferedReader::Open(path, *pool, {.buffers = 1});
+  ASSERT_TRUE(r.ok());
+  auto n = r->Read(absl::Span<std::byte>());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+  EXPECT_TRUE(r->ReadExact(absl::Span<std::byte>()).ok());
+  std::byte b;
+  ASSERT_TRUE(r->ReadExact({&b, 1}).ok());
+  EXPECT_EQ(b, std::byte{'x'});
+}
+
 TEST_F(StreamTest, FlushPutsEverythingInTheKernelAndCloseIsIdempotent) {
   auto pool = MakePool(4096, 8);
   const std::string path = Path("flush");
