@@ -26,8 +26,9 @@
 // without bound, and other clients keep being served. When the pool (or the
 // ring) runs dry the server stops receiving and resumes as slots return; it
 // never spins. Memory is the pool plus a small fixed state per connection
-// (kUring may overshoot the limit by the buffers the kernel filled before
-// the recv was cancelled: at most a few dozen slots per connection).
+// (kUring receives with a multishot recv only below half the limit and with
+// single-shot recvs above it; the multishot may overshoot by the slots the
+// kernel filled before its cancel landed).
 //
 // Pool accounting. kEpoll holds pool buffers only while they carry unsent
 // data, so pool in_use returns to 0 as soon as clients leave. kUring lends up

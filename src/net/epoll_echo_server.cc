@@ -191,9 +191,10 @@ void EpollEchoServer::Accept() {
 
 void EpollEchoServer::OnEvent(Conn* conn, uint32_t events) {
   if (events & EPOLLOUT) {
+    const int fd = conn->fd;  // Flush may free conn
     conn->write_blocked = false;
     Flush(conn);
-    if (conns_[conn->fd] != conn) return;  // closed
+    if (conns_[fd] != conn) return;  // closed (and freed)
   }
   if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && Readable(conn)) {
     Read(conn);  // may close conn
@@ -301,9 +302,14 @@ void EpollEchoServer::Flush(Conn* conn) {
          c = c->next) {
       iov[iovcnt++] = {c->data + c->off, c->len - c->off};
     }
+    // sendmsg rather than writev: MSG_NOSIGNAL turns a write to a reset
+    // connection into EPIPE instead of a process-killing SIGPIPE.
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = iovcnt;
     ssize_t n;
     do {
-      n = os::Sys().writev(conn->fd, iov, iovcnt);
+      n = ::sendmsg(conn->fd, &msg, MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) {

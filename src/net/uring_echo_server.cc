@@ -12,8 +12,12 @@
 // plus cancels of the recv (backpressure, close), which may overlap.
 // A connection is freed once none of its operations is in flight.
 //
-// Backpressure. Past max_unsent_bytes the recv is cancelled and re-armed when
-// the queue drains to half. When the ring is empty a multishot recv ends with
+// Backpressure. A connection with less than max_unsent_bytes / 2 unsent has
+// a multishot recv; past that it is cancelled and replaced by single-shot
+// recvs (one slot each), and past max_unsent_bytes none is armed until the
+// queue drains to half. A multishot recv may overshoot by the slots the
+// kernel fills before the cancel lands; DEFER_TASKRUN keeps that to one
+// bounded batch of task work. When the ring is empty a multishot recv ends with
 // -ENOBUFS; the connection waits in a FIFO and is re-armed when slots are back
 // in the ring (at most as many re-arms per event-loop turn as the ring holds
 // free slots, so an empty ring never makes the loop spin).
@@ -23,6 +27,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,6 +111,8 @@ class UringEchoServer final : public EchoServer {
   BufferPool* pool_;
   io_uring ring_{};
   bool ring_ready_ = false;
+  bool disabled_ = false;  // enabled by Run() (single issuer)
+  bool mshot_cap_ = true;  // the kernel caps a multishot recv's total bytes
   io_uring_buf_ring* buf_ring_ = nullptr;
   size_t buf_ring_bytes_ = 0;
   uint32_t ring_entries_ = 0;
@@ -129,15 +136,23 @@ absl::Status UringEchoServer::Init() {
   if (pool_->capacity() == 0) {
     return absl::InvalidArgumentError("pool is empty");
   }
+  // Task work (which is where the kernel fills ring buffers for a
+  // multishot recv) runs only when Run() waits, a bounded batch at a time
+  // (DEFER_TASKRUN); that needs a single submitting thread, which is the one
+  // that enables the ring: Run()'s (R_DISABLED).
   io_uring_params params{};
-  params.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN |
-                 IORING_SETUP_CQSIZE;
+  params.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE |
+                 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+                 IORING_SETUP_R_DISABLED;
   params.cq_entries = 16384;
   int ret = io_uring_queue_init_params(1024, &ring_, &params);
   if (ret == -EINVAL) {  // an older kernel without some flag
     params = {};
+    params.flags = IORING_SETUP_CQSIZE;
+    params.cq_entries = 16384;
     ret = io_uring_queue_init_params(1024, &ring_, &params);
   }
+  disabled_ = (params.flags & IORING_SETUP_R_DISABLED) != 0;
   if (ret < 0) return os::PosixError("io_uring_queue_init", -ret);
   ring_ready_ = true;
 
@@ -198,7 +213,22 @@ void UringEchoServer::ArmAccept() {
 
 void UringEchoServer::ArmRecv(Conn* conn) {
   io_uring_sqe* sqe = Sqe();
-  io_uring_prep_recv_multishot(sqe, conn->fd, nullptr, 0, 0);
+  if (mshot_cap_) {
+    // A multishot recv that ends by itself once it has received the room
+    // left under the limit (the kernel's total cap, sqe->optlen, which
+    // shares its word with file_index in liburing 2.3's header). So a
+    // connection never holds more than max_unsent_bytes, however fast the
+    // kernel fills slots.
+    io_uring_prep_recv_multishot(sqe, conn->fd, nullptr, 0, 0);
+    const size_t room = options_.max_unsent_bytes - conn->unsent;
+    sqe->file_index = static_cast<uint32_t>(std::min<size_t>(room, 1u << 30));
+  } else if (conn->unsent < options_.max_unsent_bytes / 2) {
+    io_uring_prep_recv_multishot(sqe, conn->fd, nullptr, 0, 0);
+  } else {
+    // Near the limit: one buffer per recv, so the connection cannot take
+    // more than the limit plus one buffer from the shared ring.
+    io_uring_prep_recv(sqe, conn->fd, nullptr, 0, 0);
+  }
   // Poll first: an idle connection takes no slot and gets no -ENOBUFS.
   sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
   sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -355,8 +385,15 @@ void UringEchoServer::OnRecv(Conn* conn, const io_uring_cqe& cqe) {
     conn->over_limit = true;
     Counters::Add(counters_->unsent_limit_stalls, 1);
     if (more) CancelRecv(conn);
+  } else if (!mshot_cap_ && more &&
+             conn->unsent >= options_.max_unsent_bytes / 2) {
+    CancelRecv(conn);  // re-armed single-shot when this recv ends
   }
-  if (cqe.res == 0) {
+  if (cqe.res == -EINVAL && mshot_cap_) {
+    // A kernel without the multishot total cap: fall back to cancelling
+    // near the limit (re-armed below).
+    mshot_cap_ = false;
+  } else if (cqe.res == 0) {
     conn->read_eof = true;  // half-close: echo what is queued, then close
   } else if (cqe.res == -ENOBUFS && !conn->closing) {
     conn->starved = true;
@@ -432,6 +469,14 @@ void UringEchoServer::RearmStarved() {
 }
 
 absl::Status UringEchoServer::Run() {
+  if (disabled_) {
+    // liburing 2.3 declares io_uring_enable_rings() but does not export it.
+    if (::syscall(__NR_io_uring_register, ring_.ring_fd,
+                  IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0) {
+      return os::PosixError("io_uring_register(ENABLE_RINGS)", errno);
+    }
+    disabled_ = false;
+  }
   // Lend free slots to the ring. Slots >= 65536 cannot be buffer ids: give
   // them back afterwards (giving them back at once would hand them out again).
   std::vector<std::byte*> unusable;
