@@ -6,6 +6,7 @@
 // line without stopping.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -67,6 +68,12 @@ std::string Summary(const bufpool::EchoServer& server,
       " data_buffers_high_water=", s.buffers_holding_data_high_water,
       " pool_dry_stalls=", s.pool_dry_stalls,
       " unsent_limit_stalls=", s.unsent_limit_stalls);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const uint64_t cpu_us =
+      (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * uint64_t{1000000} +
+      ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+  absl::StrAppend(&line, " cpu_us=", cpu_us);
   if (BufpoolEchoHeapAllocations != nullptr) {
     absl::StrAppend(&line, " heap_allocs=", BufpoolEchoHeapAllocations());
   }

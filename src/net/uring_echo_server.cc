@@ -46,6 +46,10 @@ namespace {
 constexpr uint16_t kGroup = 0;           // buffer group id of the ring
 constexpr uint32_t kMaxRingEntries = 32768;
 constexpr uint32_t kNone = 0xffffffffu;  // end of a slot queue
+// Newer than liburing 2.3's header: a recv that fills several ring buffers
+// per completion ("bundle", Linux 6.10), and its feature bit.
+constexpr uint16_t kRecvSendBundle = 1u << 4;
+constexpr uint32_t kFeatRecvSendBundle = 1u << 14;
 
 // user_data: a Conn pointer (8-aligned) with the operation in the low bits.
 enum Op : uint64_t { kAccept = 1, kStop = 2, kRecv = 3, kSend = 4, kCancel = 5 };
@@ -113,6 +117,7 @@ class UringEchoServer final : public EchoServer {
   bool ring_ready_ = false;
   bool disabled_ = false;  // enabled by Run() (single issuer)
   bool mshot_cap_ = true;  // the kernel caps a multishot recv's total bytes
+  bool bundle_ = false;    // one recv completion may fill several slots
   io_uring_buf_ring* buf_ring_ = nullptr;
   size_t buf_ring_bytes_ = 0;
   uint32_t ring_entries_ = 0;
@@ -121,6 +126,9 @@ class UringEchoServer final : public EchoServer {
   uint32_t holding_ = 0;        // lent slots carrying data (not in the ring)
   // Per slot, out of band: queue link and the unsent part [off, len).
   std::vector<uint32_t> next_;
+  // The ring's contents as we added them: entry -> slot, slot -> entry.
+  std::vector<uint32_t> ring_slot_;
+  std::vector<uint32_t> ring_pos_;
   std::vector<uint32_t> off_;
   std::vector<uint32_t> len_;
   Conn* conns_ = nullptr;
@@ -180,6 +188,9 @@ absl::Status UringEchoServer::Init() {
   }
   const size_t slots = std::min<size_t>(pool_->capacity(), 65536);
   next_.assign(slots, kNone);
+  ring_pos_.assign(slots, 0);
+  ring_slot_.assign(ring_entries_, kNone);
+  bundle_ = (params.features & kFeatRecvSendBundle) != 0;
   off_.assign(slots, 0);
   len_.assign(slots, 0);
   ring_want_ = want;
@@ -197,6 +208,9 @@ io_uring_sqe* UringEchoServer::Sqe() {
 }
 
 void UringEchoServer::ReturnToRing(uint32_t slot, int offset) {
+  const uint32_t pos = (buf_ring_->tail + offset) & (ring_entries_ - 1);
+  ring_slot_[pos] = slot;
+  ring_pos_[slot] = pos;
   io_uring_buf_ring_add(buf_ring_, pool_->SlotData(slot),
                         static_cast<unsigned>(pool_->buffer_size()),
                         static_cast<uint16_t>(slot),
@@ -228,6 +242,9 @@ void UringEchoServer::ArmRecv(Conn* conn) {
     // Near the limit: one buffer per recv, so the connection cannot take
     // more than the limit plus one buffer from the shared ring.
     io_uring_prep_recv(sqe, conn->fd, nullptr, 0, 0);
+  }
+  if (bundle_ && (mshot_cap_ || conn->unsent < options_.max_unsent_bytes / 2)) {
+    sqe->ioprio |= kRecvSendBundle;
   }
   // Poll first: an idle connection takes no slot and gets no -ENOBUFS.
   sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
@@ -358,26 +375,40 @@ void UringEchoServer::OnRecv(Conn* conn, const io_uring_cqe& cqe) {
     --conn->ops;
   }
   if (cqe.flags & IORING_CQE_F_BUFFER) {
-    const uint32_t slot = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
-    ++holding_;
-    counters_->AddHolding(1);
-    if (cqe.res > 0 && !conn->closing) {
-      next_[slot] = kNone;
-      off_[slot] = 0;
-      len_[slot] = static_cast<uint32_t>(cqe.res);
-      if (conn->tail != kNone) {
-        next_[conn->tail] = slot;
-      } else {
-        conn->head = slot;
+    // The first slot filled. A bundle fills whole slots in ring order, so
+    // the rest are the ring entries after it (ring_slot_ mirrors the ring).
+    const uint32_t first = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
+    const uint32_t bs = static_cast<uint32_t>(pool_->buffer_size());
+    const uint32_t total = cqe.res > 0 ? static_cast<uint32_t>(cqe.res) : 0;
+    const uint32_t n = total > 0 ? (total + bs - 1) / bs : 1;
+    const uint32_t mask = ring_entries_ - 1;
+    const uint32_t pos = ring_pos_[first];
+    holding_ += n;
+    counters_->AddHolding(n);
+    int returned = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t slot = i == 0 ? first : ring_slot_[(pos + i) & mask];
+      if (total > 0 && !conn->closing) {
+        next_[slot] = kNone;
+        off_[slot] = 0;
+        len_[slot] = std::min(bs, total - i * bs);
+        if (conn->tail != kNone) {
+          next_[conn->tail] = slot;
+        } else {
+          conn->head = slot;
+        }
+        conn->tail = slot;
+      } else {  // nothing to keep: straight back to the ring
+        ReturnToRing(slot, returned++);
       }
-      conn->tail = slot;
-      conn->unsent += cqe.res;
-      Counters::Add(counters_->bytes_received, cqe.res);
-    } else {  // nothing to keep: straight back to the ring
-      ReturnToRing(slot, 0);
-      io_uring_buf_ring_advance(buf_ring_, 1);
-      --holding_;
-      Counters::Sub(counters_->buffers_holding_data, 1);
+    }
+    if (returned > 0) {
+      io_uring_buf_ring_advance(buf_ring_, returned);
+      holding_ -= returned;
+      Counters::Sub(counters_->buffers_holding_data, returned);
+    } else {
+      conn->unsent += total;
+      Counters::Add(counters_->bytes_received, total);
     }
   }
   if (cqe.res > 0 && !conn->over_limit &&
@@ -389,7 +420,9 @@ void UringEchoServer::OnRecv(Conn* conn, const io_uring_cqe& cqe) {
              conn->unsent >= options_.max_unsent_bytes / 2) {
     CancelRecv(conn);  // re-armed single-shot when this recv ends
   }
-  if (cqe.res == -EINVAL && mshot_cap_) {
+  if (cqe.res == -EINVAL && bundle_) {
+    bundle_ = false;  // not accepted with these flags: re-armed without
+  } else if (cqe.res == -EINVAL && mshot_cap_) {
     // A kernel without the multishot total cap: fall back to cancelling
     // near the limit (re-armed below).
     mshot_cap_ = false;
