@@ -7,11 +7,10 @@
 //
 // glibc lets an executable interpose malloc & co.; the real allocator stays
 // reachable through its __libc_* entry points, so free() needs no hook.
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
-
-#include <atomic>
 
 extern "C" {
 void* __libc_malloc(size_t n);

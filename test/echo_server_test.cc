@@ -41,7 +41,8 @@ constexpr size_t kMiB = 1 << 20;
 // Waits (a hang guard, not a timing assertion) until `done` holds.
 template <typename F>
 bool Eventually(F done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!done()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -98,7 +99,8 @@ class Running {
     EXPECT_TRUE(Eventually([&] {
       const EchoServerStats s = server_->Stats();
       return s.connections_open == 0 && s.buffers_holding_data == 0;
-    })) << "open=" << server_->Stats().connections_open
+    })) << "open="
+        << server_->Stats().connections_open
         << " holding=" << server_->Stats().buffers_holding_data;
     if (server_->engine() != EchoEngine::kUring) {
       EXPECT_EQ(pool_->Stats().in_use, 0u);
@@ -212,7 +214,8 @@ int ConnectNonReader(const std::string& address, size_t bytes) {
   const size_t colon = address.rfind(':');
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  sa.sin_port =
+      htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
   inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr);
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -245,15 +248,13 @@ TEST_P(EchoServerTest, NonReadingClientIsCappedAndOthersFinish) {
             kLimit);
   const int hog = ConnectNonReader(s.server().local_address(), 64 * kMiB);
   ASSERT_GE(hog, 0);
-  ASSERT_TRUE(Eventually([&] {
-    return s.server().Stats().unsent_limit_stalls > 0;
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return s.server().Stats().unsent_limit_stalls > 0; }));
   ExpectEchoed(s.Load(16, Scale(20), 1, 256 * 1024, 707));
   // Only the hog is left: what the server holds for it is bounded by the
   // limit (plus the last read: one readv, or one recv's slot).
-  ASSERT_TRUE(Eventually([&] {
-    return s.server().Stats().connections_open == 1;
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return s.server().Stats().connections_open == 1; }));
   const EchoServerStats st = s.server().Stats();
   const size_t bound_buffers = kLimit / kBufferSize + kEchoReadBuffers;
   EXPECT_LE(st.buffers_holding_data, bound_buffers);
@@ -268,9 +269,8 @@ TEST_P(EchoServerTest, StopClosesOpenConnections) {
   Running s(GetParam(), {.buffer_count = 64});
   const int idle = ConnectNonReader(s.server().local_address(), 1000);
   ASSERT_GE(idle, 0);
-  ASSERT_TRUE(Eventually([&] {
-    return s.server().Stats().bytes_received == 1000;
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return s.server().Stats().bytes_received == 1000; }));
   s.Stop();  // checks in_use == 0 and no connection open
   char c;
   // The server closed it: end of stream after the echo, or a reset.
@@ -356,9 +356,9 @@ class EchoToolTest : public testing::TestWithParam<EchoEngine> {};
 
 TEST_P(EchoToolTest, SigtermStopsGracefullyWithASummary) {
   FILE* out = nullptr;
-  const pid_t pid = Spawn({std::string("--engine=") + EchoEngineName(GetParam()),
-                           "--buffers=64"},
-                          &out);
+  const pid_t pid = Spawn(
+      {std::string("--engine=") + EchoEngineName(GetParam()), "--buffers=64"},
+      &out);
   ASSERT_GT(pid, 0);
   const std::string first = ReadLine(out);
   ASSERT_EQ(first.rfind("listening on 127.0.0.1:", 0), 0u) << first;

@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
       const size_t c = value.find(':');
       if (!absl::SimpleAtoi(value.substr(0, c), &lo) ||
           !absl::SimpleAtoi(value.substr(c + 1), &hi) || lo == 0 || lo > hi) {
-        return Fail("--size wants MIN:MAX with 1 <= MIN <= MAX, got '" +
-                    value + "'");
+        return Fail("--size wants MIN:MAX with 1 <= MIN <= MAX, got '" + value +
+                    "'");
       }
       o.min_size = lo;
       o.max_size = hi;

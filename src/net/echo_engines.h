@@ -33,7 +33,8 @@ struct EchoServer::Counters {
     c.store(c.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
   }
   void AddHolding(uint64_t n) {
-    const uint64_t now = buffers_holding_data.load(std::memory_order_relaxed) + n;
+    const uint64_t now =
+        buffers_holding_data.load(std::memory_order_relaxed) + n;
     buffers_holding_data.store(now, std::memory_order_relaxed);
     if (now > buffers_holding_data_high_water.load(std::memory_order_relaxed)) {
       buffers_holding_data_high_water.store(now, std::memory_order_relaxed);
@@ -47,7 +48,8 @@ namespace net {
 // socket, the stop eventfd and the address after constructing one, and Run()
 // uses them. Both descriptors stay owned by EchoServer.
 // The epoll engine, pooled (kEpoll) or allocating per read (kMalloc).
-std::unique_ptr<EchoServer> NewEpollEchoServer(const EchoServerOptions& options);
+std::unique_ptr<EchoServer> NewEpollEchoServer(
+    const EchoServerOptions& options);
 // The io_uring engine; an error when io_uring (or provided-buffer rings) is
 // unavailable, so that Create() can fall back to epoll.
 absl::StatusOr<std::unique_ptr<EchoServer>> NewUringEchoServer(

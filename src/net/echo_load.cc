@@ -102,8 +102,8 @@ absl::Status Load::Pump(Client& c) {
                  std::min<size_t>(limit - c.sent, 1 << 20), MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) break;
-        return os::PosixError(
-            absl::StrCat("connection ", c.index, ": send"), errno);
+        return os::PosixError(absl::StrCat("connection ", c.index, ": send"),
+                              errno);
       }
       c.sent += n;
       progress = true;
@@ -125,8 +125,8 @@ absl::Status Load::Pump(Client& c) {
       const ssize_t n = ::recv(c.fd, scratch_.data(), scratch_.size(), 0);
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) break;
-        return os::PosixError(
-            absl::StrCat("connection ", c.index, ": recv"), errno);
+        return os::PosixError(absl::StrCat("connection ", c.index, ": recv"),
+                              errno);
       }
       if (n == 0) {
         if (c.message == o_.messages && o_.half_close) {
@@ -134,9 +134,10 @@ absl::Status Load::Pump(Client& c) {
           return absl::OkStatus();
         }
         return absl::UnavailableError(absl::StrCat(
-            "connection ", c.index, ": server closed the connection during "
-            "message ", c.message, " after ", c.received, " of ", c.len,
-            " bytes"));
+            "connection ", c.index,
+            ": server closed the connection during "
+            "message ",
+            c.message, " after ", c.received, " of ", c.len, " bytes"));
       }
       if (c.message == o_.messages || c.received + n > c.sent) {
         return absl::DataLossError(absl::StrCat(
@@ -147,9 +148,9 @@ absl::Status Load::Pump(Client& c) {
       if (std::memcmp(scratch_.data(), want, n) != 0) {
         size_t at = 0;
         while (scratch_[at] == want[at]) ++at;
-        return absl::DataLossError(absl::StrCat(
-            "connection ", c.index, ": message ", c.message, " (", c.len,
-            " bytes) differs at byte ", c.received + at));
+        return absl::DataLossError(
+            absl::StrCat("connection ", c.index, ": message ", c.message, " (",
+                         c.len, " bytes) differs at byte ", c.received + at));
       }
       c.received += n;
       bytes_ += n;
@@ -204,7 +205,8 @@ absl::StatusOr<EchoLoadResult> Load::Run() {
   std::mt19937_64 rng(o_.seed);
   for (size_t i = 0; i < pattern_.size(); i += 8) {
     const uint64_t v = rng();
-    std::memcpy(pattern_.data() + i, &v, std::min<size_t>(8, pattern_.size() - i));
+    std::memcpy(pattern_.data() + i, &v,
+                std::min<size_t>(8, pattern_.size() - i));
   }
   scratch_.resize(256 * 1024);
   latencies_ns_.reserve(o_.connections * o_.messages);
@@ -257,7 +259,8 @@ absl::StatusOr<EchoLoadResult> Load::Run() {
     if (bytes_ != last_bytes || n > 0) {
       last_bytes = bytes_;
       last_progress = now;
-    } else if (now - last_progress > absl::ToChronoNanoseconds(o_.stall_timeout)) {
+    } else if (now - last_progress >
+               absl::ToChronoNanoseconds(o_.stall_timeout)) {
       size_t waiting = 0;
       for (const Client& c : clients_) waiting += !c.done;
       return absl::DeadlineExceededError(absl::StrCat(
@@ -280,7 +283,8 @@ absl::StatusOr<EchoLoadResult> Load::Run() {
     };
     r.p50_us = pct(0.50);
     r.p99_us = pct(0.99);
-    r.max_us = *std::max_element(latencies_ns_.begin(), latencies_ns_.end()) / 1e3;
+    r.max_us =
+        *std::max_element(latencies_ns_.begin(), latencies_ns_.end()) / 1e3;
   }
   return r;
 }

@@ -42,7 +42,8 @@ absl::StatusOr<int> Listen(absl::string_view address) {
     return absl::InvalidArgumentError(absl::StrCat(
         "listen address '", address, "': '", host, "' is not an IPv4 address"));
   }
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int fd =
+      ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return os::PosixError("socket", errno);
   const int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));

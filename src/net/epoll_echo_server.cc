@@ -155,8 +155,8 @@ absl::Status EpollEchoServer::Run() {
 
 void EpollEchoServer::Accept() {
   for (;;) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr,
-                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd =
+        ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
           errno == ENOMEM) {
@@ -213,8 +213,8 @@ void EpollEchoServer::Read(Conn* conn) {
   if (pooled_) {
     // As many buffers as the unsent limit leaves room for (at least one).
     const size_t room = options_.max_unsent_bytes - conn->unsent;
-    const size_t want = std::clamp<size_t>((room + bs - 1) / bs, 1,
-                                           kEchoReadBuffers);
+    const size_t want =
+        std::clamp<size_t>((room + bs - 1) / bs, 1, kEchoReadBuffers);
     for (; static_cast<size_t>(iovcnt) < want; ++iovcnt) {
       std::byte* p = pool_->TryAcquireRaw();
       if (p == nullptr) break;

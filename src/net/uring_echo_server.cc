@@ -43,7 +43,7 @@
 namespace bufpool::net {
 namespace {
 
-constexpr uint16_t kGroup = 0;           // buffer group id of the ring
+constexpr uint16_t kGroup = 0;  // buffer group id of the ring
 constexpr uint32_t kMaxRingEntries = 32768;
 constexpr uint32_t kNone = 0xffffffffu;  // end of a slot queue
 // Newer than liburing 2.3's header: a recv that fills several ring buffers
@@ -52,7 +52,13 @@ constexpr uint16_t kRecvSendBundle = 1u << 4;
 constexpr uint32_t kFeatRecvSendBundle = 1u << 14;
 
 // user_data: a Conn pointer (8-aligned) with the operation in the low bits.
-enum Op : uint64_t { kAccept = 1, kStop = 2, kRecv = 3, kSend = 4, kCancel = 5 };
+enum Op : uint64_t {
+  kAccept = 1,
+  kStop = 2,
+  kRecv = 3,
+  kSend = 4,
+  kCancel = 5
+};
 constexpr uint64_t kOpMask = 7;
 
 struct Conn {
@@ -165,8 +171,8 @@ absl::Status UringEchoServer::Init() {
   ring_ready_ = true;
 
   // The ring's entries: a power of two covering the slots we may lend.
-  size_t want = options_.ring_buffers != 0 ? options_.ring_buffers
-                                           : pool_->capacity();
+  size_t want =
+      options_.ring_buffers != 0 ? options_.ring_buffers : pool_->capacity();
   want = std::min<size_t>({want, pool_->capacity(), kMaxRingEntries});
   ring_entries_ = 1;
   while (ring_entries_ < want) ring_entries_ <<= 1;
