@@ -6,17 +6,19 @@
 // behave identically on the wire:
 //
 //   kUring   io_uring: one multishot accept; per connection one multishot
-//            recv that takes its buffer from a provided-buffer ring built
-//            from pool slots (buffer id == slot index); the echo is sent from
-//            the same slot, and the slot goes back to the ring when the send
-//            completes. No copy, no allocation per message.
+//            recv that takes its buffers from a provided-buffer ring built
+//            from pool slots (buffer id == slot index; one completion may
+//            fill several slots, "bundle", where the kernel offers it); the
+//            echo is sent from the same slots (sendmsg), and each slot goes
+//            back to the ring when its bytes are sent. No copy, no
+//            allocation per message.
 //
 //              pool slots --lent--> buffer ring --kernel fills--> recv CQE
 //                  ^                                                 |
 //                  +---- ring <--- send CQE <--- sendmsg(slot) <-----+
 //
 //   kEpoll   epoll, non-blocking sockets, readv() into pool buffers taken
-//            per read, writev() of the queued slots, slot released when sent.
+//            per read, sendmsg() of the queued slots, released when sent.
 //   kMalloc  the baseline people write: like kEpoll, but every read goes to
 //            a freshly allocated buffer that is freed once it is sent.
 //
@@ -25,10 +27,12 @@
 // it, so a client that sends but never reads cannot make the server buffer
 // without bound, and other clients keep being served. When the pool (or the
 // ring) runs dry the server stops receiving and resumes as slots return; it
-// never spins. Memory is the pool plus a small fixed state per connection
-// (kUring receives with a multishot recv only below half the limit and with
-// single-shot recvs above it; the multishot may overshoot by the slots the
-// kernel filled before its cancel landed).
+// never spins. Memory is the pool plus a small fixed state per connection.
+// kUring arms each multishot recv with the kernel's total-bytes cap set to
+// the room left under the limit (Linux 6.17+), so the kernel itself stops
+// filling slots for a connection at its limit; on older kernels it falls
+// back to single-shot recvs above half the limit, and the multishot may
+// overshoot by the slots filled before its cancel landed.
 //
 // Pool accounting. kEpoll holds pool buffers only while they carry unsent
 // data, so pool in_use returns to 0 as soon as clients leave. kUring lends up
