@@ -289,6 +289,50 @@ INSTANTIATE_TEST_SUITE_P(Engines, EchoServerTest,
                            return std::string(EchoEngineName(info.param));
                          });
 
+// The checker itself: a "server" that echoes everything but corrupts one
+// byte must be caught, or the byte-exact tests above prove nothing.
+TEST(EchoLoadTest, ReportsACorruptedEcho) {
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  std::thread bad([listener] {
+    const int fd = accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    char buf[4096];
+    size_t total = 0;
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+      // Flip byte 5000 of the stream.
+      if (total <= 5000 && 5000 < total + n) buf[5000 - total] ^= 0x40;
+      total += n;
+      if (send(fd, buf, n, MSG_NOSIGNAL) != n) break;
+    }
+    close(fd);
+  });
+  net::EchoLoadOptions o;
+  o.target = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  o.connections = 1;
+  o.messages = 4;
+  o.min_size = 3000;
+  o.max_size = 3000;
+  absl::StatusOr<net::EchoLoadResult> r = net::RunEchoLoad(o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  // Stream byte 5000 is byte 2000 of the second message.
+  EXPECT_NE(r.status().message().find("message 1 (3000 bytes) differs at "
+                                      "byte 2000"),
+            std::string::npos)
+      << r.status();
+  shutdown(listener, SHUT_RDWR);
+  bad.join();
+  close(listener);
+}
+
 TEST(EchoServerOptionsTest, RejectsBadOptions) {
   auto pool = BufferPool::Create({.buffer_count = 8, .populate = false});
   ASSERT_TRUE(pool.ok());
