@@ -354,6 +354,31 @@ TEST(EchoServerOptionsTest, RejectsBadOptions) {
   EXPECT_FALSE(ParseEchoEngine("kqueue").ok());
 }
 
+TEST(EchoServerOptionsTest, UringUnavailableFallsBackToEpollOrFails) {
+  auto pool = BufferPool::Create({.buffer_count = 8, .populate = false});
+  ASSERT_TRUE(pool.ok());
+  ASSERT_EQ(setenv("BUFPOOL_DISABLE_IO_URING", "1", 1), 0);
+  auto server =
+      EchoServer::Create({.engine = EchoEngine::kUring, .pool = pool->get()});
+  auto strict = EchoServer::Create({.engine = EchoEngine::kUring,
+                                    .pool = pool->get(),
+                                    .fallback_to_epoll = false});
+  unsetenv("BUFPOOL_DISABLE_IO_URING");
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->engine(), EchoEngine::kEpoll);
+  EXPECT_NE((*server)->fallback_reason().find("io_uring is unavailable"),
+            std::string::npos);
+  EXPECT_EQ(strict.status().code(), absl::StatusCode::kUnavailable);
+  // And it serves.
+  std::thread t([&] { EXPECT_TRUE((*server)->Run().ok()); });
+  net::EchoLoadOptions o;
+  o.target = (*server)->local_address();
+  o.messages = 3;
+  EXPECT_TRUE(net::RunEchoLoad(o).ok());
+  (*server)->Stop();
+  t.join();
+}
+
 TEST(EchoServerOptionsTest, StopBeforeRunReturnsAtOnce) {
   auto pool = BufferPool::Create({.buffer_count = 8, .populate = false});
   ASSERT_TRUE(pool.ok());

@@ -98,7 +98,9 @@ struct EchoServerOptions {
   // ring buffers (buffer ids are 16 bits).
   size_t ring_buffers = 0;
   // kUring: when io_uring is unavailable, Create() falls back to kEpoll
-  // (engine() and fallback_reason() say so) instead of failing.
+  // (engine() and fallback_reason() say so) instead of failing. Setting the
+  // environment variable BUFPOOL_DISABLE_IO_URING=1 makes io_uring count as
+  // unavailable.
   bool fallback_to_epoll = true;
 };
 

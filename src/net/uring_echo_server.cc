@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -622,6 +623,13 @@ absl::Status UringEchoServer::Run() {
 
 absl::StatusOr<std::unique_ptr<EchoServer>> NewUringEchoServer(
     const EchoServerOptions& options) {
+  // Lets tests and users exercise the fallback on a machine that has
+  // io_uring (like a kernel with kernel.io_uring_disabled set).
+  if (const char* off = std::getenv("BUFPOOL_DISABLE_IO_URING");
+      off != nullptr && *off != '\0' && *off != '0') {
+    return absl::UnavailableError(
+        "io_uring is unavailable: disabled by BUFPOOL_DISABLE_IO_URING");
+  }
   auto server = std::make_unique<UringEchoServer>(options);
   if (absl::Status s = server->Init(); !s.ok()) {
     return absl::UnavailableError(
