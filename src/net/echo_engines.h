@@ -1,0 +1,61 @@
+// Private pieces shared by the echo server's engines (src/net/*.cc).
+#ifndef BUFPOOL_SRC_NET_ECHO_ENGINES_H_
+#define BUFPOOL_SRC_NET_ECHO_ENGINES_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bufpool/echo_server.h"
+
+namespace bufpool {
+
+// Written by the Run() thread only; read by Stats() from any thread.
+// Relaxed everywhere: each counter is a statistic on its own, and Stats() is
+// exact once Run() has returned (thread join orders it).
+struct EchoServer::Counters {
+  std::atomic<uint64_t> connections_accepted{0};
+  std::atomic<uint64_t> connections_open{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> buffers_holding_data{0};
+  std::atomic<uint64_t> buffers_holding_data_high_water{0};
+  std::atomic<uint64_t> pool_dry_stalls{0};
+  std::atomic<uint64_t> unsent_limit_stalls{0};
+
+  // Single writer, so load + store is enough (no read-modify-write).
+  static void Add(std::atomic<uint64_t>& c, uint64_t n) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  static void Sub(std::atomic<uint64_t>& c, uint64_t n) {
+    c.store(c.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
+  }
+  void AddHolding(uint64_t n) {
+    const uint64_t now =
+        buffers_holding_data.load(std::memory_order_relaxed) + n;
+    buffers_holding_data.store(now, std::memory_order_relaxed);
+    if (now > buffers_holding_data_high_water.load(std::memory_order_relaxed)) {
+      buffers_holding_data_high_water.store(now, std::memory_order_relaxed);
+    }
+  }
+};
+
+namespace net {
+
+// Engines are subclasses of EchoServer; Create() fills in the listening
+// socket, the stop eventfd and the address after constructing one, and Run()
+// uses them. Both descriptors stay owned by EchoServer.
+// The epoll engine, pooled (kEpoll) or allocating per read (kMalloc).
+std::unique_ptr<EchoServer> NewEpollEchoServer(
+    const EchoServerOptions& options);
+// The io_uring engine; an error when io_uring (or provided-buffer rings) is
+// unavailable, so that Create() can fall back to epoll.
+absl::StatusOr<std::unique_ptr<EchoServer>> NewUringEchoServer(
+    const EchoServerOptions& options);
+
+}  // namespace net
+}  // namespace bufpool
+
+#endif  // BUFPOOL_SRC_NET_ECHO_ENGINES_H_

@@ -1,0 +1,166 @@
+// EchoServer: options, the listening socket, Stop() and Stats(); the engines
+// live in epoll_echo_server.cc and uring_echo_server.cc.
+#include "bufpool/echo_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "net/echo_engines.h"
+#include "os/error.h"
+
+namespace bufpool {
+namespace {
+
+// A bound, listening, non-blocking socket for "HOST:PORT" (IPv4).
+absl::StatusOr<int> Listen(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", address, "' is not HOST:PORT"));
+  }
+  const std::string host(address.substr(0, colon));
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", address, "' has a bad port"));
+  }
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  const std::string h = host == "localhost" ? "127.0.0.1" : host;
+  if (inet_pton(AF_INET, h.c_str(), &sa.sin_addr) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen address '", address, "': '", host, "' is not an IPv4 address"));
+  }
+  const int fd =
+      ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return os::PosixError("socket", errno);
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      ::listen(fd, SOMAXCONN) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return os::PosixError(absl::StrCat("listen on ", address), err);
+  }
+  return fd;
+}
+
+}  // namespace
+
+const char* EchoEngineName(EchoEngine engine) {
+  switch (engine) {
+    case EchoEngine::kUring:
+      return "uring";
+    case EchoEngine::kEpoll:
+      return "epoll";
+    case EchoEngine::kMalloc:
+      return "malloc";
+  }
+  return "?";
+}
+
+absl::StatusOr<EchoEngine> ParseEchoEngine(absl::string_view name) {
+  for (EchoEngine e :
+       {EchoEngine::kUring, EchoEngine::kEpoll, EchoEngine::kMalloc}) {
+    if (name == EchoEngineName(e)) return e;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown engine '", name, "' (expected uring, epoll or malloc)"));
+}
+
+EchoServer::EchoServer() : counters_(std::make_unique<Counters>()) {}
+
+EchoServer::~EchoServer() {
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (stop_fd_ >= 0) ::close(stop_fd_);
+}
+
+absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Create(
+    const EchoServerOptions& options) {
+  if (options.pool == nullptr) {
+    return absl::InvalidArgumentError("EchoServerOptions.pool is required");
+  }
+  if (options.max_unsent_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "EchoServerOptions.max_unsent_bytes must be > 0");
+  }
+  absl::StatusOr<int> listen_fd = Listen(options.listen);
+  if (!listen_fd.ok()) return listen_fd.status();
+  const int stop_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (stop_fd < 0) {
+    const int err = errno;
+    ::close(*listen_fd);
+    return os::PosixError("eventfd", err);
+  }
+
+  std::unique_ptr<EchoServer> server;
+  std::string fallback_reason;
+  if (options.engine == EchoEngine::kUring) {
+    absl::StatusOr<std::unique_ptr<EchoServer>> uring =
+        net::NewUringEchoServer(options);
+    if (uring.ok()) {
+      server = *std::move(uring);
+    } else if (options.fallback_to_epoll) {
+      fallback_reason = std::string(uring.status().message());
+      EchoServerOptions epoll = options;
+      epoll.engine = EchoEngine::kEpoll;
+      server = net::NewEpollEchoServer(epoll);
+    } else {
+      ::close(*listen_fd);
+      ::close(stop_fd);
+      return uring.status();
+    }
+  } else {
+    server = net::NewEpollEchoServer(options);
+  }
+  server->listen_fd_ = *listen_fd;
+  server->stop_fd_ = stop_fd;
+  server->fallback_reason_ = std::move(fallback_reason);
+
+  sockaddr_in sa{};
+  socklen_t len = sizeof(sa);
+  if (::getsockname(*listen_fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    return os::PosixError("getsockname", errno);
+  }
+  char host[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &sa.sin_addr, host, sizeof(host));
+  server->port_ = ntohs(sa.sin_port);
+  server->local_address_ = absl::StrCat(host, ":", server->port_);
+  return server;
+}
+
+void EchoServer::Stop() {
+  const uint64_t one = 1;
+  // Async-signal-safe; a full counter (impossible in practice) still wakes.
+  [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof(one));
+}
+
+EchoServerStats EchoServer::Stats() const {
+  const Counters& c = *counters_;
+  auto get = [](const std::atomic<uint64_t>& a) {
+    return a.load(std::memory_order_relaxed);
+  };
+  EchoServerStats s;
+  s.connections_accepted = get(c.connections_accepted);
+  s.connections_open = get(c.connections_open);
+  s.bytes_received = get(c.bytes_received);
+  s.bytes_sent = get(c.bytes_sent);
+  s.buffers_holding_data = get(c.buffers_holding_data);
+  s.buffers_holding_data_high_water = get(c.buffers_holding_data_high_water);
+  s.pool_dry_stalls = get(c.pool_dry_stalls);
+  s.unsent_limit_stalls = get(c.unsent_limit_stalls);
+  return s;
+}
+
+}  // namespace bufpool
