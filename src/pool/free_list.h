@@ -18,18 +18,20 @@
 //      number < capacity or kNil, so even a stale walk stays in bounds.
 //
 // Memory ordering:
-//   * Push: links are stored relaxed, then the head CAS is `release`, which
-//     publishes the links and everything the releaser wrote into the buffers
-//     to the thread that pops them.
-//   * Pop: the head is loaded with `acquire` (and the CAS reloads with acquire
-//     on failure). Every change of the head is a CAS (a read-modify-write), so
+//   * Push: links are stored relaxed, then the head CAS is `seq_cst` (at
+//     least release), which publishes the links and everything the releaser
+//     wrote into the buffers to the thread that pops them.
+//   * Pop: the head is loaded with `seq_cst` (at least acquire), and the CAS
+//     reloads it with seq_cst on failure. Every change of the head is a CAS (a read-modify-write), so
 //     the head's release sequence carries every earlier push: the links of all
 //     slots reachable from the head we read are visible. A link read after a
 //     concurrent pop/push may be newer, but then the tag has moved and our CAS
 //     fails. A successful CAS means no push or pop happened in between, so the
 //     chain we walked is the one we removed.
-//   * Callers that must not miss a waiter (BufferPool's slow release path)
-//     add a seq_cst fence after Push; see buffer_pool.cc.
+//   * Why seq_cst rather than release/acquire: BufferPool's sleeping
+//     Acquire() must not miss a push (a store-load handshake with its
+//     waiters_ counter, see PoolAccess::WakeWaiters). On x86 it is free: the
+//     CAS is a locked instruction either way and a seq_cst load is a move.
 //
 // Thread safety: all methods may be called concurrently.
 #ifndef BUFPOOL_SRC_POOL_FREE_LIST_H_
@@ -65,14 +67,14 @@ class FreeList {
       next_[last].store(IndexOf(head), std::memory_order_relaxed);
       desired = Pack(slots[0], TagOf(head) + 1);
     } while (!head_.compare_exchange_weak(head, desired,
-                                          std::memory_order_release,
+                                          std::memory_order_seq_cst,
                                           std::memory_order_relaxed));
   }
 
   // Pops up to `max` slots into out[0, n) with one successful CAS; returns n
   // (0 when empty).
   uint32_t Pop(uint32_t* out, uint32_t max) {
-    uint64_t head = head_.load(std::memory_order_acquire);
+    uint64_t head = head_.load(std::memory_order_seq_cst);
     for (;;) {
       uint32_t cur = IndexOf(head);
       if (cur == kNil || max == 0) return 0;
@@ -84,9 +86,11 @@ class FreeList {
         out[n++] = cur;
         next = next_[cur].load(std::memory_order_relaxed);
       }
+      // seq_cst on failure too: a retry that finds the list empty must be
+      // ordered like the first load (see the file comment).
       if (head_.compare_exchange_weak(head, Pack(next, TagOf(head) + 1),
-                                      std::memory_order_acquire,
-                                      std::memory_order_acquire)) {
+                                      std::memory_order_seq_cst,
+                                      std::memory_order_seq_cst)) {
         return n;
       }
     }
