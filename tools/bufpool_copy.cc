@@ -95,6 +95,7 @@ std::string StatsJson(const bufpool::CopyStats& s) {
       JsonString(bufpool::CopyMethodName(s.method_requested)),
       ", \"method\": ", JsonString(bufpool::CopyMethodName(s.method)),
       ", \"direct_io\": ", s.direct_io ? "true" : "false",
+      ", \"buffer_bytes\": ", s.buffer_bytes,
       ", \"fixed_buffers\": ", s.fixed_buffers ? "true" : "false",
       ", \"fallbacks\": [", fallbacks, "]",
       ", \"elapsed_seconds\": ", absl::StrFormat("%.6f", secs),

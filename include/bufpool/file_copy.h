@@ -113,6 +113,7 @@ struct CopyStats {
   bool fixed_buffers = false;  // io_uring used registered (fixed) buffers
   std::vector<std::string> fallbacks;  // one line per fallback taken, why
   std::string destination;             // the path written (dst or dst/name)
+  uint64_t buffer_bytes = 0;           // bytes of pool buffers the copy held
   absl::Duration elapsed;
   uint64_t syscalls = 0;     // data-moving system calls (read, write, ...)
   uint64_t submissions = 0;  // io_uring_enter calls (kUring, kDirect)

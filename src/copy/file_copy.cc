@@ -296,6 +296,8 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
     buffers.push_back(*std::move(one));
   }
 
+  stats.buffer_bytes = buffers.size() * pool->buffer_size();
+
   Context ctx;
   ctx.in_fd = job.in;
   ctx.out_fd = job.out;
