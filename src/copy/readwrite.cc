@@ -32,20 +32,38 @@ size_t Total(const iovec* iov, int n) {
 }
 
 // Fills `iov` with up to `want` bytes of buffers; returns the count.
+// Adjacent slots become one iovec: the kernel copies a long segment into
+// the page cache much faster than many 4 KiB ones (perf showed
+// copy_folio_from_iter_atomic at 78% of a 64 x 4 KiB pwritev copy).
 int Gather(std::vector<Buffer>& buffers, size_t first, size_t count,
            uint64_t want, std::vector<iovec>& iov) {
   iov.clear();
   for (size_t i = first; i < first + count && want > 0; ++i) {
     const size_t n = std::min<uint64_t>(buffers[i].size(), want);
-    iov.push_back({buffers[i].data(), n});
+    std::byte* p = buffers[i].data();
+    if (!iov.empty() &&
+        static_cast<std::byte*>(iov.back().iov_base) + iov.back().iov_len ==
+            p) {
+      iov.back().iov_len += n;
+    } else {
+      iov.push_back({p, n});
+    }
     want -= n;
   }
   return static_cast<int>(iov.size());
 }
 
+void SortBySlot(std::vector<Buffer>& buffers) {
+  std::sort(
+      buffers.begin(), buffers.end(),
+      [](const Buffer& a, const Buffer& b) { return a.index() < b.index(); });
+}
+
 class ReadWriteMover final : public Mover {
  public:
-  explicit ReadWriteMover(Context& ctx) : ctx_(ctx) {}
+  explicit ReadWriteMover(Context& ctx) : ctx_(ctx) {
+    SortBySlot(*ctx.buffers);
+  }
 
   absl::StatusOr<uint64_t> Copy(uint64_t offset, uint64_t len) override {
     const size_t count = std::min(ctx_.batch, ctx_.buffers->size());
@@ -80,7 +98,9 @@ class ReadWriteMover final : public Mover {
 
 class SyncDirectMover final : public Mover {
  public:
-  explicit SyncDirectMover(Context& ctx) : ctx_(ctx) {}
+  explicit SyncDirectMover(Context& ctx) : ctx_(ctx) {
+    SortBySlot(*ctx.buffers);
+  }
 
   absl::StatusOr<uint64_t> Copy(uint64_t offset, uint64_t len) override {
     const size_t count = std::min(ctx_.batch, ctx_.buffers->size());
