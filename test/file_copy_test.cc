@@ -481,7 +481,10 @@ class FaultyRing final : public os::Uring {
       return real_->PrepareRead(fd, const_cast<void*>(buf), 0, off, -1,
                                 ud | kEnospcTag);
     }
-    const unsigned n = Shorten(fd, len);
+    unsigned n = Shorten(fd, len);
+    if (g.enospc_after >= 0 && queued_ + n > g.enospc_after) {
+      n = static_cast<unsigned>(g.enospc_after - queued_);  // fills the disk
+    }
     queued_ += n;
     return real_->PrepareWrite(fd, buf, n, off, index, ud | kWriteTag);
   }

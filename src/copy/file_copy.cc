@@ -210,11 +210,10 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   CopyStats stats;
   stats.method_requested = options.method;
 
-  if (options.batch_buffers == 0 || options.queue_depth == 0 ||
-      options.batch_buffers > 4096 || options.queue_depth > 4096) {
+  if (options.batch_buffers > 4096 || options.queue_depth > 4096) {
     return absl::InvalidArgumentError(absl::StrCat(
         "copy options: batch_buffers (", options.batch_buffers,
-        ") and queue_depth (", options.queue_depth, ") must be in [1, 4096]"));
+        ") and queue_depth (", options.queue_depth, ") must be <= 4096"));
   }
 
   Job job;
@@ -271,8 +270,15 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   // Buffers: from the caller's pool or a private one, enough for the method.
   const bool queued =
       method == CopyMethod::kUring || method == CopyMethod::kDirect;
-  const size_t want =
-      options.batch_buffers * (queued ? options.queue_depth : 1);
+  const bool wants_direct = method == CopyMethod::kDirect ||
+                            (method == CopyMethod::kUring && options.direct_io);
+  const size_t batch = options.batch_buffers != 0 ? options.batch_buffers
+                       : wants_direct             ? 256
+                                                  : 64;
+  const size_t depth = options.queue_depth != 0 ? options.queue_depth
+                       : wants_direct           ? 4
+                                                : 8;
+  const size_t want = batch * (queued ? depth : 1);
   std::unique_ptr<BufferPool> private_pool;
   BufferPool* pool = options.pool;
   if (pool == nullptr) {
@@ -306,8 +312,8 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   ctx.dst_path = dst;
   ctx.pool = pool;
   ctx.buffers = &buffers;
-  ctx.batch = options.batch_buffers;
-  ctx.queue_depth = options.queue_depth;
+  ctx.batch = batch;
+  ctx.queue_depth = depth;
   ctx.stats = &stats;
   ctx.options = &options;
   ctx.total = sized ? static_cast<uint64_t>(st.st_size) : 0;
@@ -316,8 +322,7 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   absl::StatusOr<uint64_t> final_size;
   {
     std::unique_ptr<Mover> mover;
-    bool direct = method == CopyMethod::kDirect ||
-                  (method == CopyMethod::kUring && options.direct_io);
+    bool direct = wants_direct;
     if (direct) {
       absl::StatusOr<bool> d =
           OpenDirect(src, dst, job, stats, pool->buffer_size());
