@@ -331,6 +331,7 @@ struct Faults {
   int sendfile_errno = 0;
   int uring_create_errno = 0;
   int register_errno = 0;
+  int submit_errno = 0;       // io_uring_enter fails
   bool uring_short = false;   // halve every other operation
   bool uring_eagain = false;  // every third completion is -EAGAIN
   // Observed.
@@ -489,6 +490,7 @@ class FaultyRing final : public os::Uring {
     return real_->PrepareWrite(fd, buf, n, off, index, ud | kWriteTag);
   }
   int SubmitAndWait(unsigned wait_nr) override {
+    if (g.submit_errno != 0) return -g.submit_errno;
     return real_->SubmitAndWait(wait_nr);
   }
   bool PopCompletion(Completion* out) override {
@@ -645,6 +647,19 @@ TEST_P(FaultTest, CloseErrorIsReported) {
   absl::StatusOr<CopyStats> r = Run();
   ExpectCleanFailure(r, "Input/output error");
   EXPECT_NE(r.status().message().find("close: " + dst_), std::string::npos);
+}
+
+TEST_P(FaultTest, BrokenRingFailsCleanly) {
+  WriteFileOrDie(dst_, "old destination");
+  g.submit_errno = EIO;
+  absl::StatusOr<CopyStats> r = Run();
+  const CopyMethod m = GetParam().method;
+  if (m == CopyMethod::kUring || m == CopyMethod::kDirect) {
+    ExpectCleanFailure(r, "io_uring submit: " + src_ + ": Input/output error");
+  } else {
+    ASSERT_TRUE(r.ok()) << r.status();  // no ring involved
+    EXPECT_EQ(ReadFileOrDie(dst_), data_);
+  }
 }
 
 TEST_P(FaultTest, FallsBackToBufferedWhenODirectIsRefused) {

@@ -42,7 +42,9 @@ class UringMover final : public Mover {
              bufs[j].index() == bufs[j - 1].index() + 1) {
         ++j;
       }
-      chunks_.push_back({bufs[i].data(), (j - i) * bs});
+      // An operation's length is 32 bits: keep runs to 1 GiB.
+      chunks_.push_back(
+          {bufs[i].data(), std::min((j - i) * bs, kMaxRegisteredBytes)});
       i = j;
     }
     // Keep at most queue_depth chunks: that is the depth asked for.
@@ -68,11 +70,12 @@ class UringMover final : public Mover {
 
   absl::StatusOr<uint64_t> Copy(uint64_t offset, uint64_t len) override {
     const uint64_t first = direct_ ? offset & ~(kDirectAlign - 1) : offset;
-    end_ = offset + len;
+    end_ = len == kToEof ? kToEof : offset + len;
     user_begin_ = offset;
     eof_ = kToEof;
     uint64_t next = first;
     size_t inflight = 0;
+    int failed_submits = 0;
     absl::Status error;
 
     while (true) {
@@ -96,9 +99,11 @@ class UringMover final : public Mover {
       ++ctx_.stats->submissions;
       if (rc < 0) {
         if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) continue;
-        // Nothing known to be in flight can be trusted; the ring is torn
-        // down with the mover, which cancels and waits for what remains.
-        return IoError("io_uring submit", ctx_.src_path, -rc);
+        if (error.ok()) error = IoError("io_uring submit", ctx_.src_path, -rc);
+        // Keep reaping what is in flight (no new operations start after an
+        // error). If the ring stays broken, give up: destroying it cancels
+        // the rest, and the buffers stay pinned by the kernel until then.
+        if (++failed_submits > 3) return error;
       }
       os::Uring::Completion cqe;
       while (ring_->PopCompletion(&cqe)) {
