@@ -1,15 +1,22 @@
 // bufpool-copy's command line: exit codes, the one-line error format, --help,
 // --json, --verify and unknown flags.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -140,6 +147,60 @@ TEST_F(CliTest, CopiesIntoADirectory) {
   Result r = Run("--fsync " + Path("a") + " " + Path("d"));
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(Slurp(Path("d/a")), "into the directory");
+}
+
+std::vector<std::string> TempFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (std::strstr(e->d_name, ".bufpool-copy.") != nullptr) {
+      out.push_back(e->d_name);
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+// kill -9 in the middle of a copy leaves the old destination and at most a
+// recognisably named temporary file. The source is a FIFO, so the copy is
+// held mid-way for as long as the test keeps the writing end open.
+TEST_F(CliTest, KillNineMidCopyLeavesTheOldDestination) {
+  Write("dst", "old destination");
+  const std::string fifo = Path("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string dst = Path("dst");
+  char* argv[] = {
+      const_cast<char*>(BUFPOOL_COPY_BIN), const_cast<char*>("--no-progress"),
+      const_cast<char*>(fifo.c_str()), const_cast<char*>(dst.c_str()), nullptr};
+  pid_t pid;
+  ASSERT_EQ(
+      posix_spawn(&pid, BUFPOOL_COPY_BIN, nullptr, nullptr, argv, environ), 0);
+  const int w = open(fifo.c_str(), O_WRONLY);  // waits for the reader
+  ASSERT_GE(w, 0);
+  // More than one batch (256 KiB), so the copy writes before it waits.
+  const std::string chunk(300000, 'n');
+  ASSERT_EQ(write(w, chunk.data(), chunk.size()), ssize_t(chunk.size()));
+  // Wait until the copy has written into its temporary file.
+  std::vector<std::string> temps;
+  struct stat st {};
+  for (int i = 0; i < 3000; ++i) {
+    temps = TempFiles(dir_);
+    if (temps.size() == 1 && stat(Path(temps[0]).c_str(), &st) == 0 &&
+        st.st_size > 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GT(st.st_size, 0);  // killed mid-copy, not before it started
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  close(w);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(Slurp(dst), "old destination");
+  ASSERT_EQ(TempFiles(dir_).size(), 1u);
+  EXPECT_EQ(TempFiles(dir_)[0].rfind(".dst.bufpool-copy.", 0), 0u);
 }
 
 }  // namespace
