@@ -27,7 +27,8 @@ Options:
       auto        the method measured fastest for the pair of files
                   (copy_file_range for regular files; readwrite otherwise).
       readwrite   preadv/pwritev, gathering 16 pooled 4 KiB buffers (64 KiB)
-                  per call.                  Works everywhere; use it when the others are refused.
+                  per call. Works everywhere; use it when the others are
+                  refused.
       direct      O_DIRECT on both files, many aligned reads and writes in
                   flight through io_uring: bypasses the page cache, so copying
                   a huge file does not evict everything else. Use for big
