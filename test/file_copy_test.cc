@@ -705,6 +705,32 @@ TEST_P(FaultTest, FallsBackWhenIoUringIsUnavailable) {
   }
 }
 
+// Without io_uring, kDirect runs its synchronous O_DIRECT loop: every size
+// and a sparse file through it too.
+TEST_P(FaultTest, WithoutIoUringEverySizeAndHoleIsCopied) {
+  g.uring_create_errno = ENOSYS;
+  for (size_t size : Sizes()) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    data_ = RandomBytes(size, static_cast<uint32_t>(size) + 1);
+    WriteFileOrDie(src_, data_);
+    absl::StatusOr<CopyStats> r = Run();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(ReadFileOrDie(dst_), data_);
+    EXPECT_EQ(r->bytes_copied, size);
+  }
+  const int fd = open(src_.c_str(), O_WRONLY | O_TRUNC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, "middle", 6, 2 << 20), 6);
+  ASSERT_EQ(ftruncate(fd, 5 << 20), 0);
+  close(fd);
+  absl::StatusOr<CopyStats> r = Run();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(ReadFileOrDie(dst_), ReadFileOrDie(src_));
+  struct stat st;
+  ASSERT_EQ(stat(dst_.c_str(), &st), 0);
+  EXPECT_LE(st.st_blocks, 64);  // the holes stayed holes
+}
+
 TEST_P(FaultTest, KernelRefusalsFallBackToSendfileThenReadWrite) {
   for (int err : {EXDEV, EINVAL, ENOSYS, EOPNOTSUPP}) {
     g = Faults{};
