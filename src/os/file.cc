@@ -44,8 +44,6 @@ constexpr SyscallTable kReal = {
     .sendfile = ::sendfile,
     .stat = ::stat,
     .fchmod = ::fchmod,
-    .pread = ::pread,
-    .pwrite = ::pwrite,
     .uring_create = CreateUring,
 };
 

@@ -48,8 +48,6 @@ struct SyscallTable {
   // Added for the copy engine (src/copy).
   int (*stat)(const char* path, struct stat* st);
   int (*fchmod)(int fd, mode_t mode);
-  ssize_t (*pread)(int fd, void* buf, size_t n, off_t offset);
-  ssize_t (*pwrite)(int fd, const void* buf, size_t n, off_t offset);
   // io_uring: creates a ring (see os/uring.h); returns 0 or -errno.
   int (*uring_create)(unsigned entries, std::unique_ptr<Uring>* out);
 };
