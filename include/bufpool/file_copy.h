@@ -38,6 +38,9 @@
 //   * When `dst` is an existing directory the copy goes to dst/basename(src).
 //     Copying a file onto itself (same device and inode, e.g. a hard link)
 //     and a directory as source are refused before anything is touched.
+//     A symbolic link at `dst` is followed for that check, then replaced by
+//     the rename (the link itself becomes the copy, as with `cp
+//     --remove-destination`).
 //   * Memory is bounded by the buffers used (queue_depth * batch_buffers
 //     buffers: by default 64 KiB for kReadWrite and kKernel, 512 KiB for
 //     kUring, 4 MiB with O_DIRECT), whatever the file size.
