@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "os/error.h"
+#include "os/uring.h"
 
 namespace bufpool::os {
 namespace {
@@ -41,6 +42,9 @@ constexpr SyscallTable kReal = {
     .unlink = ::unlink,
     .copy_file_range = RealCopyFileRange,
     .sendfile = ::sendfile,
+    .stat = ::stat,
+    .fchmod = ::fchmod,
+    .uring_create = CreateUring,
 };
 
 // Relaxed: tables are installed before the threads that use them start

@@ -15,12 +15,15 @@
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace bufpool::os {
+
+class Uring;  // os/uring.h
 
 // Every entry behaves like the libc call of the same name (returns -1 and
 // sets errno on failure). Add entries here rather than calling libc directly.
@@ -42,6 +45,11 @@ struct SyscallTable {
   ssize_t (*copy_file_range)(int fd_in, off_t* off_in, int fd_out,
                              off_t* off_out, size_t len, unsigned flags);
   ssize_t (*sendfile)(int out_fd, int in_fd, off_t* offset, size_t count);
+  // Added for the copy engine (src/copy).
+  int (*stat)(const char* path, struct stat* st);
+  int (*fchmod)(int fd, mode_t mode);
+  // io_uring: creates a ring (see os/uring.h); returns 0 or -errno.
+  int (*uring_create)(unsigned entries, std::unique_ptr<Uring>* out);
 };
 
 // The real system calls.

@@ -1,0 +1,411 @@
+// CopyFile: resolves the paths, writes a temporary file beside the
+// destination through one mover, and renames it into place.
+#include "bufpool/file_copy.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "copy/copy_internal.h"
+#include "os/error.h"
+#include "os/file.h"
+
+namespace bufpool {
+
+absl::string_view CopyMethodName(CopyMethod method) {
+  switch (method) {
+    case CopyMethod::kAuto:
+      return "auto";
+    case CopyMethod::kReadWrite:
+      return "readwrite";
+    case CopyMethod::kDirect:
+      return "direct";
+    case CopyMethod::kUring:
+      return "uring";
+    case CopyMethod::kKernel:
+      return "kernel";
+  }
+  return "?";
+}
+
+std::optional<CopyMethod> ParseCopyMethod(absl::string_view name) {
+  for (CopyMethod m :
+       {CopyMethod::kAuto, CopyMethod::kReadWrite, CopyMethod::kDirect,
+        CopyMethod::kUring, CopyMethod::kKernel}) {
+    if (CopyMethodName(m) == name) return m;
+  }
+  return std::nullopt;
+}
+
+namespace copy_internal {
+
+absl::Status IoError(absl::string_view what, absl::string_view path, int err) {
+  return os::PosixError(absl::StrCat(what, ": ", path), err);
+}
+
+void Context::Advance(uint64_t n) {
+  stats->bytes_copied += n;
+  if (options->progress) {
+    options->progress({stats->bytes_copied, total, absl::Now() - start});
+  }
+}
+
+namespace {
+
+std::string BaseName(absl::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  const size_t slash = path.rfind('/');
+  return std::string(slash == absl::string_view::npos ? path
+                                                      : path.substr(slash + 1));
+}
+
+std::string DirName(absl::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (slash == absl::string_view::npos) return ".";
+  if (slash == 0) return "/";
+  return std::string(path.substr(0, slash));
+}
+
+// Descriptors and the temporary file of one copy; cleans up what is left.
+class Job {
+ public:
+  ~Job() {
+    for (int* fd : {&in_direct, &out_direct, &out, &in}) {
+      if (*fd >= 0) os::Sys().close(*fd);
+    }
+    if (!temp.empty()) os::Sys().unlink(temp.c_str());
+  }
+  int in = -1, out = -1, in_direct = -1, out_direct = -1;
+  std::string temp;  // non-empty while the temporary file exists
+};
+
+// Creates ".<name>.bufpool-copy.XXXXXX" in `dir`, mode 0600.
+absl::Status CreateTemp(const std::string& dir, const std::string& name,
+                        const std::string& dst, Job& job) {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  std::mt19937_64 rng((uint64_t{rd()} << 32) ^ rd() ^
+                      counter.fetch_add(1, std::memory_order_relaxed));
+  static constexpr char kChars[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string suffix(6, 'x');
+    for (char& c : suffix) c = kChars[rng() % (sizeof(kChars) - 1)];
+    std::string path = absl::StrCat(dir, "/.", name, ".bufpool-copy.", suffix);
+    const int fd =
+        os::Sys().open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0) {
+      job.out = fd;
+      job.temp = std::move(path);
+      return absl::OkStatus();
+    }
+    if (errno != EEXIST && errno != EINTR) {
+      return IoError("create temporary file for", dst, errno);
+    }
+  }
+  return IoError("create temporary file for", dst, EEXIST);
+}
+
+absl::Status FsyncFd(int fd, const std::string& path, const char* what) {
+  // Never retried: after a failed fsync the page cache may have dropped the
+  // dirty pages, so a second fsync could "succeed" without the data.
+  if (os::Sys().fsync(fd) != 0) return IoError(what, path, errno);
+  return absl::OkStatus();
+}
+
+// The method kAuto runs. Measured on this project's machine (see
+// bench/run_copy_bench and the README): for a file in the page cache on one
+// file system, copy_file_range (in-kernel, no copy to user space) was the
+// fastest; it falls back by itself where the kernel refuses.
+CopyMethod ChooseAuto(const struct stat& st) {
+  return S_ISREG(st.st_mode) && st.st_size > 0 ? CopyMethod::kKernel
+                                               : CopyMethod::kReadWrite;
+}
+
+// Opens the O_DIRECT descriptors; false (with a fallback noted) when a file
+// system refuses them.
+absl::StatusOr<bool> OpenDirect(const std::string& src, const std::string& dst,
+                                Job& job, CopyStats& stats,
+                                size_t buffer_size) {
+  if (buffer_size % kDirectAlign != 0) {
+    stats.fallbacks.push_back(absl::StrCat(
+        "buffer size ", buffer_size,
+        " is not a multiple of 4096: O_DIRECT not used, buffered I/O"));
+    return false;
+  }
+  job.in_direct = os::Sys().open(src.c_str(), O_RDONLY | O_DIRECT, 0);
+  if (job.in_direct < 0) {
+    const int err = errno;
+    if (err != EINVAL) return IoError("open source (O_DIRECT)", src, err);
+    stats.fallbacks.push_back(absl::StrCat("O_DIRECT refused on ", src, " (",
+                                           std::strerror(err),
+                                           "): buffered I/O"));
+    return false;
+  }
+  job.out_direct = os::Sys().open(job.temp.c_str(), O_WRONLY | O_DIRECT, 0);
+  if (job.out_direct < 0) {
+    const int err = errno;
+    if (err != EINVAL) return IoError("open destination (O_DIRECT)", dst, err);
+    stats.fallbacks.push_back(absl::StrCat("O_DIRECT refused on ", dst, " (",
+                                           std::strerror(err),
+                                           "): buffered I/O"));
+    os::Sys().close(job.in_direct);
+    job.in_direct = -1;
+    return false;
+  }
+  return true;
+}
+
+// Copies every data range of the source (holes stay holes); returns the
+// size the destination must have.
+absl::StatusOr<uint64_t> CopyRanges(Context& ctx, Mover& mover, uint64_t size) {
+  uint64_t pos = 0;
+  bool sparse_ok = true;
+  while (pos < size) {
+    uint64_t data = pos, hole = size;
+    if (sparse_ok) {
+      const off_t d =
+          os::Sys().lseek(ctx.in_fd, static_cast<off_t>(pos), SEEK_DATA);
+      if (d < 0) {
+        if (errno == ENXIO) break;  // only a hole remains
+        if (errno != EINVAL && errno != EOPNOTSUPP) {
+          return IoError("seek", ctx.src_path, errno);
+        }
+        sparse_ok = false;  // no SEEK_DATA here: copy everything
+      } else {
+        data = static_cast<uint64_t>(d);
+        const off_t h = os::Sys().lseek(ctx.in_fd, d, SEEK_HOLE);
+        if (h < 0) return IoError("seek", ctx.src_path, errno);
+        hole = std::min<uint64_t>(static_cast<uint64_t>(h), size);
+      }
+    }
+    if (data >= size) break;
+    absl::StatusOr<uint64_t> n = mover.Copy(data, hole - data);
+    if (!n.ok()) return n.status();
+    if (*n < hole - data) return data + *n;  // the source shrank: stop there
+    pos = hole;
+  }
+  return size;
+}
+
+}  // namespace
+}  // namespace copy_internal
+
+absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
+                                   absl::string_view dst_view,
+                                   const CopyOptions& options) {
+  using namespace copy_internal;  // NOLINT: this file's own internals
+  const absl::Time start = absl::Now();
+  const std::string src(src_view);
+  std::string dst(dst_view);
+  CopyStats stats;
+  stats.method_requested = options.method;
+
+  if (options.batch_buffers > 4096 || options.queue_depth > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "copy options: batch_buffers (", options.batch_buffers,
+        ") and queue_depth (", options.queue_depth, ") must be <= 4096"));
+  }
+
+  Job job;
+  job.in = os::Sys().open(src.c_str(), O_RDONLY, 0);
+  if (job.in < 0) return IoError("open source", src, errno);
+  struct stat st;
+  if (os::Sys().fstat(job.in, &st) != 0) {
+    return IoError("stat source", src, errno);
+  }
+  if (S_ISDIR(st.st_mode)) return IoError("source is a directory", src, EISDIR);
+
+  struct stat dst_st;
+  if (os::Sys().stat(dst.c_str(), &dst_st) == 0) {
+    if (S_ISDIR(dst_st.st_mode)) {
+      dst = absl::StrCat(dst, dst.ends_with('/') ? "" : "/", BaseName(src));
+      if (os::Sys().stat(dst.c_str(), &dst_st) != 0) {
+        if (errno != ENOENT) return IoError("stat destination", dst, errno);
+        dst_st.st_ino = 0;
+        dst_st.st_mode = 0;
+      }
+    }
+    if (dst_st.st_ino != 0 && S_ISDIR(dst_st.st_mode)) {
+      return IoError("destination is a directory", dst, EISDIR);
+    }
+    if (dst_st.st_ino != 0 && dst_st.st_dev == st.st_dev &&
+        dst_st.st_ino == st.st_ino) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("refusing to copy a file onto itself: ", dst,
+                       ": source and destination are the same file"));
+    }
+  } else if (errno != ENOENT) {
+    return IoError("stat destination", dst, errno);
+  }
+  stats.destination = dst;
+
+  // Which method runs.
+  const bool sized = S_ISREG(st.st_mode) && st.st_size > 0;
+  CopyMethod method =
+      options.method == CopyMethod::kAuto ? ChooseAuto(st) : options.method;
+  if (!sized && method != CopyMethod::kReadWrite) {
+    stats.fallbacks.push_back(absl::StrCat(
+        CopyMethodName(method),
+        ": source reports size 0 or is not a regular file: reading to end of "
+        "file with readwrite"));
+    method = CopyMethod::kReadWrite;
+  }
+  stats.method = method;
+
+  const std::string dir = DirName(dst);
+  if (absl::Status s = CreateTemp(dir, BaseName(dst), dst, job); !s.ok()) {
+    return s;
+  }
+
+  // Buffers: from the caller's pool or a private one, enough for the method.
+  const bool queued =
+      method == CopyMethod::kUring || method == CopyMethod::kDirect;
+  const bool wants_direct = method == CopyMethod::kDirect ||
+                            (method == CopyMethod::kUring && options.direct_io);
+  // Defaults measured on this project's machine (bench/run_copy_bench and
+  // the notes in the README): buffered copies want the buffer still in the
+  // CPU cache when it is written out, so smaller batches (64 KiB per
+  // preadv/pwritev, 128 KiB per io_uring operation) beat larger ones under
+  // load; O_DIRECT copies want large (1 MiB) device requests.
+  size_t batch = options.batch_buffers;
+  if (batch == 0) {
+    batch = wants_direct ? 256 : method == CopyMethod::kUring ? 32 : 16;
+  }
+  const size_t depth = options.queue_depth != 0 ? options.queue_depth : 4;
+  const size_t want = batch * (queued ? depth : 1);
+  std::unique_ptr<BufferPool> private_pool;
+  BufferPool* pool = options.pool;
+  if (pool == nullptr) {
+    PoolOptions po;
+    po.buffer_size = options.buffer_size;
+    po.buffer_count = want;
+    po.thread_cache_size = 0;
+    absl::StatusOr<std::unique_ptr<BufferPool>> p = BufferPool::Create(po);
+    if (!p.ok()) return p.status();
+    private_pool = *std::move(p);
+    pool = private_pool.get();
+  }
+  std::vector<Buffer> buffers(std::min(want, pool->capacity()));
+  buffers.resize(pool->TryAcquireBulk(absl::MakeSpan(buffers)));
+  if (buffers.empty()) {
+    absl::StatusOr<Buffer> one = pool->Acquire(absl::Seconds(30));
+    if (!one.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no free buffer in the pool: ", dst, ": ", one.status().message()));
+    }
+    buffers.push_back(*std::move(one));
+  }
+
+  stats.buffer_bytes = buffers.size() * pool->buffer_size();
+
+  Context ctx;
+  ctx.in_fd = job.in;
+  ctx.out_fd = job.out;
+  ctx.seekable = S_ISREG(st.st_mode);
+  ctx.src_path = src;
+  ctx.dst_path = dst;
+  ctx.pool = pool;
+  ctx.buffers = &buffers;
+  ctx.batch = batch;
+  ctx.queue_depth = depth;
+  ctx.stats = &stats;
+  ctx.options = &options;
+  ctx.total = sized ? static_cast<uint64_t>(st.st_size) : 0;
+  ctx.start = start;
+
+  absl::StatusOr<uint64_t> final_size;
+  {
+    std::unique_ptr<Mover> mover;
+    bool direct = wants_direct;
+    if (direct) {
+      absl::StatusOr<bool> d =
+          OpenDirect(src, dst, job, stats, pool->buffer_size());
+      if (!d.ok()) return d.status();
+      direct = *d;
+      ctx.in_direct_fd = job.in_direct;
+      ctx.out_direct_fd = job.out_direct;
+      if (!direct && method == CopyMethod::kDirect) {
+        stats.method = method = CopyMethod::kReadWrite;
+      }
+    }
+    stats.direct_io = direct;
+    switch (method) {
+      case CopyMethod::kUring:
+      case CopyMethod::kDirect: {
+        absl::StatusOr<std::unique_ptr<Mover>> m = MakeUringMover(ctx, direct);
+        if (m.ok()) {
+          mover = *std::move(m);
+        } else {
+          stats.fallbacks.push_back(absl::StrCat(
+              "io_uring unavailable (", m.status().message(), "): using ",
+              direct ? "synchronous O_DIRECT" : "readwrite"));
+          if (!direct) stats.method = CopyMethod::kReadWrite;
+          mover = direct ? MakeSyncDirectMover(ctx) : MakeReadWriteMover(ctx);
+        }
+        break;
+      }
+      case CopyMethod::kKernel:
+        mover = MakeKernelMover(ctx);
+        break;
+      default:
+        mover = MakeReadWriteMover(ctx);
+        break;
+    }
+    final_size =
+        sized ? CopyRanges(ctx, *mover, static_cast<uint64_t>(st.st_size))
+              : mover->Copy(0, kToEof);
+  }
+  // Every buffer goes back before a private pool is destroyed.
+  buffers.clear();
+  if (!final_size.ok()) return final_size.status();
+
+  if (os::Sys().ftruncate(job.out, static_cast<off_t>(*final_size)) != 0) {
+    return IoError("truncate", dst, errno);
+  }
+  if (os::Sys().fchmod(job.out, st.st_mode & 07777) != 0) {
+    return IoError("set mode of", dst, errno);
+  }
+  if (options.fsync) {
+    if (absl::Status s = FsyncFd(job.out, dst, "fsync"); !s.ok()) return s;
+  }
+  for (int* fd : {&job.in_direct, &job.out_direct}) {
+    if (*fd >= 0) {
+      const int f = std::exchange(*fd, -1);
+      if (os::Sys().close(f) != 0 && errno != EINTR) {
+        return IoError("close", dst, errno);
+      }
+    }
+  }
+  {
+    const int f = std::exchange(job.out, -1);
+    if (os::Sys().close(f) != 0 && errno != EINTR) {
+      return IoError("close", dst, errno);
+    }
+  }
+  if (os::Sys().rename(job.temp.c_str(), dst.c_str()) != 0) {
+    return IoError("rename into place", dst, errno);
+  }
+  job.temp.clear();
+  if (options.fsync) {
+    const int dfd = os::Sys().open(dir.c_str(), O_RDONLY | O_DIRECTORY, 0);
+    if (dfd < 0) return IoError("open directory", dir, errno);
+    absl::Status s = FsyncFd(dfd, dir, "fsync directory");
+    os::Sys().close(dfd);
+    if (!s.ok()) return s;
+  }
+  stats.file_size = *final_size;
+  stats.elapsed = absl::Now() - start;
+  return stats;
+}
+
+}  // namespace bufpool

@@ -1,0 +1,234 @@
+// The io_uring mover: the pool's buffers are grouped into chunks of
+// contiguous slots, each chunk cycles read -> write -> idle with up to
+// queue_depth chunks in flight, so reads of later chunks overlap writes of
+// earlier ones. With the region registered, operations are READ_FIXED /
+// WRITE_FIXED (no page pinning per operation).
+//
+//   chunk: idle --read--> reading --(full or EOF)--> writing --> idle
+//          short completion: requeue the rest; -EAGAIN/-EINTR: requeue as is
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "copy/copy_internal.h"
+#include "os/file.h"
+#include "os/uring.h"
+
+namespace bufpool::copy_internal {
+namespace {
+
+// Registered buffers are limited to 1 GiB each.
+constexpr size_t kMaxRegisteredBytes = size_t{1} << 30;
+
+class UringMover final : public Mover {
+ public:
+  UringMover(Context& ctx, std::unique_ptr<os::Uring> ring, bool direct)
+      : ctx_(ctx), ring_(std::move(ring)), direct_(direct) {}
+
+  void Init() {
+    // Group the buffers (sorted by slot) into runs of <= batch contiguous
+    // slots: one operation moves one run.
+    std::vector<Buffer>& bufs = *ctx_.buffers;
+    std::sort(bufs.begin(), bufs.end(), [](const Buffer& a, const Buffer& b) {
+      return a.index() < b.index();
+    });
+    const size_t bs = ctx_.pool->buffer_size();
+    for (size_t i = 0; i < bufs.size();) {
+      size_t j = i + 1;
+      while (j < bufs.size() && j - i < ctx_.batch &&
+             bufs[j].index() == bufs[j - 1].index() + 1) {
+        ++j;
+      }
+      // An operation's length is 32 bits: keep runs to 1 GiB.
+      chunks_.push_back(
+          {bufs[i].data(), std::min((j - i) * bs, kMaxRegisteredBytes)});
+      i = j;
+    }
+    // Keep at most queue_depth chunks: that is the depth asked for.
+    if (chunks_.size() > ctx_.queue_depth) chunks_.resize(ctx_.queue_depth);
+
+    const absl::Span<std::byte> region = ctx_.pool->region();
+    if (region.size() > kMaxRegisteredBytes) {
+      ctx_.stats->fallbacks.push_back(
+          "buffer pool region larger than 1 GiB: using unregistered buffers");
+      return;
+    }
+    iovec whole{region.data(), region.size()};
+    const int rc = ring_->RegisterBuffers(&whole, 1);
+    if (rc < 0) {
+      ctx_.stats->fallbacks.push_back(
+          absl::StrCat("io_uring buffer registration failed (",
+                       std::strerror(-rc), "): using unregistered buffers"));
+      return;
+    }
+    fixed_ = true;
+    ctx_.stats->fixed_buffers = true;
+  }
+
+  absl::StatusOr<uint64_t> Copy(uint64_t offset, uint64_t len) override {
+    const uint64_t first = direct_ ? offset & ~(kDirectAlign - 1) : offset;
+    end_ = len == kToEof ? kToEof : offset + len;
+    user_begin_ = offset;
+    eof_ = kToEof;
+    uint64_t next = first;
+    size_t inflight = 0;
+    int failed_submits = 0;
+    absl::Status error;
+
+    while (true) {
+      for (Chunk& c : chunks_) {
+        if (!error.ok() || next >= end_ || next >= eof_) break;
+        if (c.state != kIdle) continue;
+        c.offset = next;
+        c.len = std::min<uint64_t>(c.cap, end_ - next);
+        if (direct_) {
+          c.len = std::min<uint64_t>(
+              c.cap, (c.len + kDirectAlign - 1) & ~(kDirectAlign - 1));
+        }
+        next += c.len;
+        c.done = 0;
+        c.state = kReading;
+        Queue(c);
+        ++inflight;
+      }
+      if (inflight == 0) break;
+      const int rc = ring_->SubmitAndWait(1);
+      ++ctx_.stats->submissions;
+      if (rc < 0) {
+        if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) continue;
+        if (error.ok()) error = IoError("io_uring submit", ctx_.src_path, -rc);
+        // Keep reaping what is in flight (no new operations start after an
+        // error). If the ring stays broken, give up: destroying it cancels
+        // the rest, and the buffers stay pinned by the kernel until then.
+        if (++failed_submits > 3) return error;
+      }
+      os::Uring::Completion cqe;
+      while (ring_->PopCompletion(&cqe)) {
+        --inflight;
+        ++ctx_.stats->operations;
+        Chunk& c = chunks_[cqe.user_data];
+        if (cqe.res == -EAGAIN || cqe.res == -EINTR) {
+          Queue(c);  // retried as it was
+          ++inflight;
+          continue;
+        }
+        if (cqe.res < 0) {
+          if (error.ok()) {
+            error = c.state == kReading
+                        ? IoError("read", ctx_.src_path, -cqe.res)
+                        : IoError("write", ctx_.dst_path, -cqe.res);
+          }
+          c.state = kIdle;
+          continue;
+        }
+        if (!error.ok()) {  // draining after an error
+          c.state = kIdle;
+          continue;
+        }
+        const size_t res = static_cast<size_t>(cqe.res);
+        if (c.state == kReading) {
+          c.done += res;
+          const bool at_eof =
+              res == 0 || (direct_ && c.done % kDirectAlign != 0);
+          if (!at_eof && c.done < c.len) {
+            Queue(c);  // short read: the rest
+            ++inflight;
+            continue;
+          }
+          if (at_eof) eof_ = std::min(eof_, c.offset + c.done);
+          if (c.done == 0) {
+            c.state = kIdle;
+            continue;
+          }
+          c.valid = c.done;
+          c.len = c.done;
+          if (direct_ && c.len % kDirectAlign != 0) {
+            const size_t padded =
+                (c.len + kDirectAlign - 1) & ~(kDirectAlign - 1);
+            std::memset(c.data + c.len, 0, padded - c.len);
+            c.len = padded;
+          }
+          c.done = 0;
+          c.state = kWriting;
+          Queue(c);
+          ++inflight;
+        } else {
+          c.done += res;
+          if (res == 0) {
+            error = IoError("write", ctx_.dst_path, EIO);
+            c.state = kIdle;
+            continue;
+          }
+          if (c.done < c.len) {
+            Queue(c);  // short write: the rest
+            ++inflight;
+            continue;
+          }
+          c.state = kIdle;
+          const uint64_t lo = std::max(c.offset, user_begin_);
+          const uint64_t hi = std::min(c.offset + c.valid, end_);
+          if (hi > lo) ctx_.Advance(hi - lo);
+        }
+      }
+    }
+    if (!error.ok()) return error;
+    const uint64_t stop = std::min(end_, eof_);
+    return stop > offset ? stop - offset : 0;
+  }
+
+ private:
+  enum State { kIdle, kReading, kWriting };
+  struct Chunk {
+    std::byte* data;
+    size_t cap;
+    uint64_t offset = 0;
+    size_t len = 0;    // bytes to move in the current phase
+    size_t done = 0;   // bytes moved in the current phase
+    size_t valid = 0;  // source bytes in the buffer (before padding)
+    State state = kIdle;
+  };
+
+  void Queue(Chunk& c) {
+    const uint64_t id = static_cast<uint64_t>(&c - chunks_.data());
+    const int fd = c.state == kReading
+                       ? (direct_ ? ctx_.in_direct_fd : ctx_.in_fd)
+                       : (direct_ ? ctx_.out_direct_fd : ctx_.out_fd);
+    std::byte* p = c.data + c.done;
+    const unsigned n = static_cast<unsigned>(c.len - c.done);
+    const int index = fixed_ ? 0 : -1;
+    // The ring has a slot per chunk, so the queue cannot be full.
+    if (c.state == kReading) {
+      ring_->PrepareRead(fd, p, n, c.offset + c.done, index, id);
+    } else {
+      ring_->PrepareWrite(fd, p, n, c.offset + c.done, index, id);
+    }
+  }
+
+  Context& ctx_;
+  std::unique_ptr<os::Uring> ring_;
+  const bool direct_;
+  bool fixed_ = false;
+  std::vector<Chunk> chunks_;
+  uint64_t end_ = 0;
+  uint64_t user_begin_ = 0;
+  uint64_t eof_ = kToEof;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Mover>> MakeUringMover(Context& ctx,
+                                                      bool direct) {
+  std::unique_ptr<os::Uring> ring;
+  const unsigned entries =
+      static_cast<unsigned>(std::max<size_t>(ctx.queue_depth, 1));
+  const int rc = os::Sys().uring_create(entries, &ring);
+  if (rc < 0) return IoError("io_uring setup", ctx.src_path, -rc);
+  auto mover = std::make_unique<UringMover>(ctx, std::move(ring), direct);
+  mover->Init();
+  return mover;
+}
+
+}  // namespace bufpool::copy_internal

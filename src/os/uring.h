@@ -1,0 +1,52 @@
+// A small io_uring interface for the copy engine, behind the OS seam.
+//
+// The copy engine talks to io_uring only through `Uring`, created by
+// Sys().uring_create, so tests can wrap the real ring and inject short
+// completions, -EAGAIN results or a failing buffer registration. The real
+// implementation (CreateUring) uses liburing.
+//
+// Thread safety: a Uring is used by one thread at a time.
+#ifndef BUFPOOL_SRC_OS_URING_H_
+#define BUFPOOL_SRC_OS_URING_H_
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace bufpool::os {
+
+class Uring {
+ public:
+  struct Completion {
+    uint64_t user_data;
+    int res;  // bytes moved, or -errno
+  };
+
+  virtual ~Uring() = default;
+
+  // Registers iov[0, n) as fixed buffers (index i is iov[i]). 0 or -errno;
+  // -ENOMEM when RLIMIT_MEMLOCK is too small for the pinned pages.
+  virtual int RegisterBuffers(const iovec* iov, unsigned n) = 0;
+  // Queues a read/write of `len` bytes at `offset`. With buf_index >= 0 the
+  // operation is READ_FIXED/WRITE_FIXED and `buf` must lie inside registered
+  // buffer `buf_index`. Returns false when the submission queue is full.
+  virtual bool PrepareRead(int fd, void* buf, unsigned len, uint64_t offset,
+                           int buf_index, uint64_t user_data) = 0;
+  virtual bool PrepareWrite(int fd, const void* buf, unsigned len,
+                            uint64_t offset, int buf_index,
+                            uint64_t user_data) = 0;
+  // Submits what is queued and waits until `wait_nr` completions are ready.
+  // Returns the number submitted or -errno (-EINTR: call again).
+  virtual int SubmitAndWait(unsigned wait_nr) = 0;
+  // Takes one ready completion; false when none is ready.
+  virtual bool PopCompletion(Completion* out) = 0;
+};
+
+// The real ring (liburing) with `entries` submission slots: 0 or -errno
+// (-ENOSYS when the kernel has no io_uring, -EPERM when it is disabled).
+int CreateUring(unsigned entries, std::unique_ptr<Uring>* out);
+
+}  // namespace bufpool::os
+
+#endif  // BUFPOOL_SRC_OS_URING_H_
