@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -391,6 +392,85 @@ TEST(BufferPoolTest, ThreadsThatUsedADestroyedPoolExitCleanly) {
   pool.reset();
   destroyed.Notify();
   t.join();  // its cache is detached; exit must not touch the dead pool
+}
+
+// A release whose thread last used another pool, and a bulk release while a
+// thread waits, both take the slow path with the cache in states the common
+// path never leaves it in; random interleavings must keep every slot.
+TEST(BufferPoolTest, InterleavedUseOfTwoPoolsKeepsEverySlot) {
+  auto a = MakePool({.buffer_count = 256});
+  auto b = MakePool({.buffer_count = 256});
+  std::mt19937 rng(7);
+  std::vector<Buffer> held_a, held_b;
+  for (int op = 0; op < 200000; ++op) {
+    const bool use_a = rng() % 2;
+    BufferPool& pool = use_a ? *a : *b;
+    std::vector<Buffer>& held = use_a ? held_a : held_b;
+    switch (rng() % 5) {
+      case 0:
+      case 1:
+        if (Buffer x = pool.TryAcquire()) held.push_back(std::move(x));
+        break;
+      case 2:
+        if (!held.empty()) {
+          std::swap(held[rng() % held.size()], held.back());
+          held.pop_back();
+        }
+        break;
+      case 3: {
+        Buffer batch[5];
+        const size_t n = pool.TryAcquireBulk(batch);
+        for (size_t i = 0; i < n; ++i) held.push_back(std::move(batch[i]));
+        break;
+      }
+      default: {
+        const size_t n = std::min<size_t>(held.size(), rng() % 40);
+        pool.ReleaseBulk(absl::MakeSpan(held).last(n));
+        held.resize(held.size() - n);
+      }
+    }
+  }
+  EXPECT_EQ(a->Stats().in_use, held_a.size());
+  EXPECT_EQ(b->Stats().in_use, held_b.size());
+  EXPECT_LE(a->Stats().high_water, a->capacity());
+  held_a.clear();
+  held_b.clear();
+  for (BufferPool* pool : {a.get(), b.get()}) {
+    std::vector<Buffer> all(256);
+    EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 256u);
+  }
+}
+
+TEST(BufferPoolTest, BulkReleaseWhileAThreadWaitsHandsOverAndKeepsTheRest) {
+  auto pool = MakePool({.buffer_count = 64});
+  std::vector<Buffer> all(64);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 64u);
+  Event waiting;
+  std::thread waiter([&] {
+    waiting.Notify();
+    auto b = pool->Acquire(absl::Seconds(60));
+    ASSERT_TRUE(b.ok()) << b.status();
+  });
+  waiting.WaitForNotification();
+  absl::SleepFor(absl::Milliseconds(50));
+  pool->ReleaseBulk(absl::MakeSpan(all));
+  waiter.join();
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  std::vector<Buffer> again(64);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 64u);
+}
+
+TEST(BufferPoolTest, AcquireWithAnAstronomicalTimeoutWaitsInsteadOfOverflowing) {
+  auto pool = MakePool({.buffer_count = 8, .thread_cache_size = 0});
+  std::vector<Buffer> all(8);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 8u);
+  std::thread releaser([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    all[3].Reset();
+  });
+  auto b = pool->Acquire(absl::Hours(24 * 365 * 1000));
+  releaser.join();
+  EXPECT_TRUE(b.ok()) << b.status();
 }
 
 // ---- 9. Statistics ---------------------------------------------------------

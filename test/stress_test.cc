@@ -86,15 +86,22 @@ TEST_P(StressTest, ThreadsHandBuffersToEachOtherWithoutCorruption) {
         std::lock_guard<std::mutex> lock(inboxes[id].mu);
         mine.swap(inboxes[id].parcels);
       }
+      std::vector<Buffer> bulk;
       for (Parcel& p : mine) {
         mismatches.fetch_add(Check(p.buffer, p.stamp), std::memory_order_relaxed);
         checked.fetch_add(1, std::memory_order_relaxed);
-        if (p.stamp % 3 == 0) {
-          p.buffer.Reset();  // handle path
-        } else {
-          pool.ReleaseRaw(p.buffer.Detach());  // raw path
+        switch (p.stamp % 3) {
+          case 0:
+            p.buffer.Reset();  // handle path
+            break;
+          case 1:
+            pool.ReleaseRaw(p.buffer.Detach());  // raw path
+            break;
+          default:
+            bulk.push_back(std::move(p.buffer));  // bulk path, below
         }
       }
+      pool.ReleaseBulk(absl::MakeSpan(bulk));
       mine.clear();
     };
     for (int op = 0; op < kOpsPerThread; ++op) {
@@ -143,6 +150,7 @@ TEST_P(StressTest, ThreadsHandBuffersToEachOtherWithoutCorruption) {
   EXPECT_EQ(checked.load(), sent.load());
   EXPECT_GT(sent.load(), 512u);
   EXPECT_EQ(pool.Stats().in_use, 0u);
+  EXPECT_LE(pool.Stats().high_water, pool.capacity());
   // Every thread's cache went back when it exited: one thread gets them all.
   std::vector<Buffer> all(512);
   EXPECT_EQ(pool.TryAcquireBulk(absl::MakeSpan(all)), 512u);

@@ -46,8 +46,15 @@
 // pointer that is not the start of one of this pool's buffers aborts with
 // "not from this pool"; destroying the pool while buffers are out aborts
 // with "still in use". Under AddressSanitizer free buffers are poisoned.
-// (Two threads releasing the same buffer at the same instant is a race the
-// O(1) check may miss; sequential double releases are always caught.)
+// What the O(1) check cannot see: a pointer released, handed to someone else
+// by a later acquire, and then released again by its old owner looks like a
+// legitimate release (the slot is in use again); and two threads releasing
+// the same buffer at the same instant race past it. Releasing a buffer that
+// is free is always caught.
+//
+// Destruction. Destroy a pool only after every call into it on other threads
+// has returned, as with any object: seeing a buffer come back through the
+// pool does not prove that the call which released it has finished.
 #ifndef BUFPOOL_BUFFER_POOL_H_
 #define BUFPOOL_BUFFER_POOL_H_
 
@@ -203,6 +210,9 @@ class BUFPOOL_EXPORT BufferPool {
   }
   // Returns at once when a buffer is free; otherwise sleeps until one is
   // released or `timeout` passes (DeadlineExceeded, counted as a failure).
+  // Buffers already idle in other live threads' caches when it starts do not
+  // wake it (see "Per-thread caches"); any release while it sleeps does.
+  // A timeout beyond a century waits forever.
   absl::StatusOr<Buffer> Acquire(absl::Duration timeout);
   // Fills out[0, n) with buffers and returns n <= out.size(); n is smaller
   // only when the pool ran out (then counted as one failure). Any buffers

@@ -65,10 +65,15 @@ class ThreadCaches {
 
 thread_local ThreadCaches tl_caches;
 
-void UpdateMax(std::atomic<size_t>& target, size_t value) {
+// Raises `target` to `value`, clamped to `limit`: estimates taken while
+// other threads move buffers can overshoot for an instant.
+void UpdateMax(std::atomic<size_t>& target, int64_t value, size_t limit) {
+  if (value <= 0) return;
+  value = std::min<int64_t>(value, static_cast<int64_t>(limit));
   size_t seen = target.load(std::memory_order_relaxed);
-  while (value > seen && !target.compare_exchange_weak(
-                             seen, value, std::memory_order_relaxed)) {
+  while (static_cast<size_t>(value) > seen &&
+         !target.compare_exchange_weak(seen, static_cast<size_t>(value),
+                                       std::memory_order_relaxed)) {
   }
 }
 
@@ -92,6 +97,15 @@ struct BufferPool::Shared {
 // The pool's out-of-line operations, as a friend so they can stay out of
 // the public header.
 struct PoolAccess {
+  // An internal invariant broke: a bug in this file, never a user error.
+  [[noreturn]] static void DieCorrupt(const BufferPool& p, const char* what,
+                                      uint64_t value) {
+    std::fprintf(stderr, "bufpool: internal error: %s (%llu) in pool %p\n",
+                 what, static_cast<unsigned long long>(value),
+                 static_cast<const void*>(&p));
+    std::abort();
+  }
+
   static uint32_t RefillBatch(const BufferPool& p) {
     return static_cast<uint32_t>(std::max<size_t>(1, p.cache_capacity_ / 2));
   }
@@ -153,7 +167,7 @@ struct PoolAccess {
     const int64_t elsewhere = s.parked.load(std::memory_order_relaxed) - reported;
     const int64_t peak = static_cast<int64_t>(p.capacity_) - elsewhere -
                          static_cast<int64_t>(c.low_water.load(std::memory_order_relaxed));
-    if (peak > 0) UpdateMax(s.high_water, static_cast<size_t>(peak));
+    UpdateMax(s.high_water, peak, p.capacity_);
     s.parked.fetch_add(to_shared + (count - reported), std::memory_order_relaxed);
     c.reported.store(static_cast<uint32_t>(count), std::memory_order_relaxed);
     c.low_water.store(static_cast<uint32_t>(count), std::memory_order_relaxed);
@@ -188,8 +202,8 @@ struct PoolAccess {
       if (s.list.Pop(&slot, 1) == 0) return BufferPool::kNoSlot;
       const int64_t free_now =
           s.parked.fetch_sub(1, std::memory_order_relaxed) - 1;
-      UpdateMax(s.high_water, static_cast<size_t>(
-                                  static_cast<int64_t>(p.capacity_) - free_now));
+      UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - free_now,
+                p.capacity_);
     }
     p.state_[slot].store(BufferPool::kSlotInUse, std::memory_order_relaxed);
     BUFPOOL_INTERNAL_UNPOISON(p.SlotData(slot), p.buffer_size_);
@@ -203,12 +217,21 @@ struct PoolAccess {
     if (ThreadCache* c = CacheFor(p)) {
       const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
       if (!waiting && c->hot.load(std::memory_order_relaxed) ==
-                          ThreadCache::kNone) {  // first use after attaching
+                          ThreadCache::kNone) {
         c->hot.store(slot, std::memory_order_relaxed);
         return;
       }
       FoldHot(*c);
       const uint32_t n = c->count.load(std::memory_order_relaxed);
+      if (n > c->capacity + 1) [[unlikely]] {
+        DieCorrupt(p, "thread cache over capacity", n);
+      }
+      if (!waiting && n <= c->capacity) {
+        // Room after all: we got here because this thread last used another
+        // pool, or from ReleaseBulk, not because the cache is full.
+        c->hot.store(slot, std::memory_order_relaxed);
+        return;
+      }
       if (waiting) {
         // Someone sleeps in Acquire(): hand over this slot and every idle
         // one we hold (slots has room for capacity + 2).
@@ -217,8 +240,8 @@ struct PoolAccess {
         s.list.Push(c->slots, pushed);
         c->count.store(0, std::memory_order_relaxed);
       } else {
-        // Full: spill the older entries in one CAS down to half the stack;
-        // the released slot becomes the hot one.
+        // Full (n == capacity + 1): spill the older entries in one CAS down
+        // to half the stack; the released slot becomes the hot one.
         pushed = n - c->capacity / 2;
         s.list.Push(c->slots, pushed);
         std::memmove(c->slots, c->slots + pushed,
@@ -228,8 +251,10 @@ struct PoolAccess {
       }
       Fold(p, *c, pushed);
     } else {
-      s.list.Push(&slot, 1);
+      // Count it free before it becomes visible, so a racing Take never
+      // drives `parked` below the true number of free buffers.
       s.parked.fetch_add(1, std::memory_order_relaxed);
+      s.list.Push(&slot, 1);
     }
     WakeWaiters(p, pushed);
   }
@@ -342,7 +367,8 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
 }
 
 BufferPool::~BufferPool() {
-  std::lock_guard<std::mutex> lock(g_registry_mu);
+  // The scan needs no lock (nobody may use a pool being destroyed); keep it
+  // out of the registry lock, which every pool's threads share.
   size_t out = 0;
   std::string first;
   for (size_t i = 0; i < capacity_; ++i) {
@@ -358,6 +384,7 @@ BufferPool::~BufferPool() {
                  out, first.c_str(), out > 8 ? ", ..." : "");
     std::abort();
   }
+  std::lock_guard<std::mutex> lock(g_registry_mu);
   for (ThreadCache* c : shared_->caches) {
     c->pool.store(nullptr, std::memory_order_relaxed);
   }
@@ -381,7 +408,8 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   if (slot != kNoSlot) return Buffer(this, slot);
 
   using Clock = std::chrono::steady_clock;
-  const bool forever = timeout == absl::InfiniteDuration();
+  // Beyond a century is forever (and would overflow the clock's arithmetic).
+  const bool forever = timeout > absl::Hours(24 * 365 * 100);
   const Clock::time_point deadline =
       forever ? Clock::time_point::max()
               : Clock::now() + absl::ToChronoNanoseconds(
@@ -409,7 +437,8 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   return absl::DeadlineExceededError(absl::StrCat(
       "BufferPool::Acquire: no buffer became free within ",
       absl::FormatDuration(timeout), " (capacity ", capacity_, " x ",
-      buffer_size_, " bytes, all in use)"));
+      buffer_size_, " bytes; none in the shared list, and other threads' "
+      "caches may hold up to ", cache_capacity_, " idle buffers each)"));
 }
 
 size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
@@ -434,7 +463,14 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
       PoolAccess::FoldHot(*c);  // count <= capacity + 1; we take from it now
       n = c->count.load(std::memory_order_relaxed);
       if (n == 0) {
-        n = shared_->list.Pop(c->slots, PoolAccess::RefillBatch(*this));
+        // While threads wait, take no more than this call hands out, so
+        // nothing is stranded in this cache (as in PoolAccess::Take).
+        const uint32_t want =
+            waiters_.load(std::memory_order_relaxed) != 0
+                ? static_cast<uint32_t>(std::min<size_t>(
+                      out.size() - got, PoolAccess::RefillBatch(*this)))
+                : PoolAccess::RefillBatch(*this);
+        n = shared_->list.Pop(c->slots, want);
         if (n == 0) break;
         std::reverse(c->slots, c->slots + n);  // the shared top on top
         c->count.store(n, std::memory_order_relaxed);
@@ -455,8 +491,8 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
       if (n == 0) break;
       const int64_t free_now =
           shared_->parked.fetch_sub(n, std::memory_order_relaxed) - n;
-      UpdateMax(shared_->high_water,
-                static_cast<size_t>(static_cast<int64_t>(capacity_) - free_now));
+      UpdateMax(shared_->high_water, static_cast<int64_t>(capacity_) - free_now,
+                capacity_);
       for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
     }
   }
@@ -528,16 +564,13 @@ PoolStats BufferPool::Stats() const {
   const auto in_use = static_cast<size_t>(
       std::clamp<int64_t>(static_cast<int64_t>(capacity_) - free_now, 0,
                           static_cast<int64_t>(capacity_)));
-  UpdateMax(shared_->high_water, in_use);
+  UpdateMax(shared_->high_water, static_cast<int64_t>(in_use), capacity_);
   // Each cache's open window: its lowest count, with everything else as now.
   for (const ThreadCache* c : shared_->caches) {
     const int64_t peak = static_cast<int64_t>(capacity_) -
                          (free_now - PoolAccess::Total(*c)) -
                          c->low_water.load(std::memory_order_relaxed);
-    if (peak > 0) {
-      UpdateMax(shared_->high_water,
-                std::min<size_t>(static_cast<size_t>(peak), capacity_));
-    }
+    UpdateMax(shared_->high_water, peak, capacity_);
   }
   return PoolStats{
       .capacity = capacity_,

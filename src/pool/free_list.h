@@ -1,10 +1,13 @@
 // FreeList: the pool's shared, lock-free stack of free slot indices.
 //
 // A Treiber stack whose head is one 64-bit word, (tag << 32) | index, swapped
-// with a single CAS. The tag counts every successful change of the head, so a
-// pop that read head A, was delayed while A was popped and pushed back, and
-// then CASes against the stale word fails instead of installing a stale next
-// link (the ABA problem), without double-width CAS or pointer bits.
+// with a single CAS. The tag counts successful pops, so a pop that read head
+// A, was delayed while A was popped and pushed back, and then CASes against
+// the stale word fails instead of installing a stale next link (the ABA
+// problem), without double-width CAS or pointer bits. Pushes need not bump
+// it: pushes alone can never bring back a head index that is still in the
+// list. The tag wraps after 2^32 pops, so a stale CAS could only succeed if
+// one pop were stalled across four billion others.
 //
 // Next links live out of band in `next_[slot]`, never inside a buffer, so a
 // racing pop never reads user memory and users may overwrite whole buffers.
@@ -65,7 +68,7 @@ class FreeList {
     uint64_t desired;
     do {
       next_[last].store(IndexOf(head), std::memory_order_relaxed);
-      desired = Pack(slots[0], TagOf(head) + 1);
+      desired = Pack(slots[0], TagOf(head));  // see the file comment
     } while (!head_.compare_exchange_weak(head, desired,
                                           std::memory_order_seq_cst,
                                           std::memory_order_relaxed));
