@@ -10,7 +10,7 @@ namespace bufpool_bench {
 namespace {
 
 int Register() {
-  RegisterAll<PoolBuffer<64>>("libbufpool_buffer");
+  RegisterAll<PoolBuffer<kPoolCache>>("libbufpool_buffer");
   RegisterAll<PoolRaw>("libbufpool_raw");
   RegisterAll<PoolBuffer<0>>("libbufpool_cache_off");
   benchmark::RegisterBenchmark("Bulk32/libbufpool_bulk", Bulk32<PoolBulk>);

@@ -113,6 +113,9 @@ struct MutexFreeList {
 };
 
 // ---- libbufpool --------------------------------------------------------------
+// Thread caches of 256, the size DPDK's contender gets, so both keep the
+// same number of free buffers per thread.
+inline constexpr size_t kPoolCache = 256;
 
 // One pool per configuration for the whole process, so that benchmark
 // threads, whose caches return to it when they exit, never outlive it.
@@ -149,10 +152,10 @@ struct PoolRaw {  // TryAcquireRaw / ReleaseRaw
   }
   static std::byte* Data(Item p) { return p; }
   void Put(Item& p) { pool_.ReleaseRaw(p); }
-  bufpool::BufferPool& pool_ = SharedPool<64>();
+  bufpool::BufferPool& pool_ = SharedPool<kPoolCache>();
 };
 
-struct PoolBulk : PoolBuffer<64> {  // TryAcquireBulk / ReleaseBulk
+struct PoolBulk : PoolBuffer<kPoolCache> {  // TryAcquireBulk / ReleaseBulk
   void GetBulk(Item* out, size_t n) {
     if (pool_.TryAcquireBulk(absl::MakeSpan(out, n)) != n) Die("pool empty");
   }
