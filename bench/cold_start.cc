@@ -4,9 +4,10 @@
 // new process per measurement.
 //
 //   cold_start <contender> [count]
-//   contenders: libbufpool            Create (populated, huge pages) + acquire all
-//               libbufpool_lazy       Create(populate=false, kNever) + acquire all
-//               <malloc>_posix_memalign  N x posix_memalign(4096, 4096)
+//   contenders: libbufpool            Create (populated, huge pages) + acquire
+//   all
+//               libbufpool_lazy       Create(populate=false, kNever) + acquire
+//               all <malloc>_posix_memalign  N x posix_memalign(4096, 4096)
 //               mmap_munmap           N x one-page mmap
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
   }
   const std::string contender = argv[1];
   const size_t count = argc == 3 ? std::strtoul(argv[2], nullptr, 10) : 10000;
-  const std::string memalign = std::string(BUFPOOL_BENCH_ALLOCATOR) + "_posix_memalign";
+  const std::string memalign =
+      std::string(BUFPOOL_BENCH_ALLOCATOR) + "_posix_memalign";
   std::vector<std::byte*> buffers(count);  // allocated before timing
   std::unique_ptr<bufpool::BufferPool> pool;
 
@@ -51,7 +53,8 @@ int main(int argc, char** argv) {
     }
     auto created = bufpool::BufferPool::Create(options);
     if (!created.ok()) {
-      std::fprintf(stderr, "cold_start: %s\n", created.status().ToString().c_str());
+      std::fprintf(stderr, "cold_start: %s\n",
+                   created.status().ToString().c_str());
       return 1;
     }
     pool = *std::move(created);
@@ -75,7 +78,8 @@ int main(int argc, char** argv) {
       buffers[i][0] = std::byte{1};
     }
   } else {
-    std::fprintf(stderr, "cold_start: unknown contender '%s'\n", contender.c_str());
+    std::fprintf(stderr, "cold_start: unknown contender '%s'\n",
+                 contender.c_str());
     return 2;
   }
   const auto end = std::chrono::steady_clock::now();
@@ -83,7 +87,8 @@ int main(int argc, char** argv) {
   // Keep the writes observable.
   unsigned sum = 0;
   for (std::byte* p : buffers) sum += static_cast<unsigned>(p[0]);
-  const double ms = std::chrono::duration<double, std::milli>(end - start).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(end - start).count();
   std::printf(
       "{\"contender\": \"%s\", \"count\": %zu, \"ms\": %.4f, "
       "\"minflt_per_buffer\": %.4f, \"check\": %u}\n",

@@ -22,7 +22,8 @@ struct PosixMemalign {
   using Item = void*;
   Item Get() {
     void* p = nullptr;
-    if (posix_memalign(&p, kBufferSize, kBufferSize) != 0) Die("posix_memalign");
+    if (posix_memalign(&p, kBufferSize, kBufferSize) != 0)
+      Die("posix_memalign");
     return p;
   }
   static std::byte* Data(Item p) { return static_cast<std::byte*>(p); }
@@ -42,9 +43,11 @@ struct AlignedAlloc {
 
 struct NewAligned {
   using Item = void*;
-  Item Get() { return ::operator new(kBufferSize, std::align_val_t{kBufferSize}); }
+  Item Get() {
+    return ::operator new (kBufferSize, std::align_val_t{kBufferSize});
+  }
   static std::byte* Data(Item p) { return static_cast<std::byte*>(p); }
-  void Put(Item& p) { ::operator delete(p, std::align_val_t{kBufferSize}); }
+  void Put(Item& p) { ::operator delete (p, std::align_val_t{kBufferSize}); }
 };
 
 struct MallocUnaligned {  // the reference: what alignment costs
@@ -89,7 +92,8 @@ struct MutexFreeList {
       }
       shared->region = static_cast<std::byte*>(region);
       for (size_t i = 0; i < kCount; ++i) {
-        shared->region[i * kBufferSize] = std::byte{0};  // fault it in, as the pool does
+        shared->region[i * kBufferSize] =
+            std::byte{0};  // fault it in, as the pool does
         shared->free.push_back(shared->region + (kCount - 1 - i) * kBufferSize);
       }
       return shared;
@@ -112,9 +116,10 @@ struct MutexFreeList {
   Shared& s_ = Get0();
 };
 
-// ---- libbufpool --------------------------------------------------------------
-// Thread caches of 256, the size DPDK's contender gets, so both keep the
-// same number of free buffers per thread.
+// ---- libbufpool
+// -------------------------------------------------------------- Thread caches
+// of 256, the size DPDK's contender gets, so both keep the same number of free
+// buffers per thread.
 inline constexpr size_t kPoolCache = 256;
 
 // One pool per configuration for the whole process, so that benchmark
@@ -122,8 +127,9 @@ inline constexpr size_t kPoolCache = 256;
 template <size_t kCache>
 bufpool::BufferPool& SharedPool() {
   static bufpool::BufferPool* pool = [] {
-    auto p = bufpool::BufferPool::Create(
-        {.buffer_size = kBufferSize, .buffer_count = 8192, .thread_cache_size = kCache});
+    auto p = bufpool::BufferPool::Create({.buffer_size = kBufferSize,
+                                          .buffer_count = 8192,
+                                          .thread_cache_size = kCache});
     if (!p.ok()) Die("BufferPool::Create");
     return p->release();
   }();

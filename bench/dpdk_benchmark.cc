@@ -3,12 +3,11 @@
 // cache (straight to the ring). Bulk32 uses rte_mempool_generic_get/put of
 // 32 objects. EAL starts without huge pages or devices. Note: rte_mempool
 // objects are cache-line aligned, not 4096-aligned as the other contenders'.
-#include <sched.h>
-
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
 #include <rte_mempool.h>
+#include <sched.h>
 
 #include "workloads.h"
 
@@ -42,13 +41,15 @@ struct Dpdk {
   }
   Item Get() {
     void* obj;
-    if (rte_mempool_generic_get(g_mempool, &obj, 1, cache_) != 0) Die("mempool empty");
+    if (rte_mempool_generic_get(g_mempool, &obj, 1, cache_) != 0)
+      Die("mempool empty");
     return obj;
   }
   static std::byte* Data(Item p) { return static_cast<std::byte*>(p); }
   void Put(Item& p) { rte_mempool_generic_put(g_mempool, &p, 1, cache_); }
   void GetBulk(Item* out, size_t n) {
-    if (rte_mempool_generic_get(g_mempool, out, static_cast<unsigned>(n), cache_) != 0) {
+    if (rte_mempool_generic_get(g_mempool, out, static_cast<unsigned>(n),
+                                cache_) != 0) {
       Die("mempool empty");
     }
   }
@@ -63,9 +64,16 @@ struct Dpdk {
 
 int main(int argc, char** argv) {
   using namespace bufpool_bench;
-  const char* eal_args[] = {argv[0],      "--no-huge",  "--no-pci", "-l",
-                            "0",          "--no-shconf", "-m",      "256",
-                            "--log-level=error", "--no-telemetry"};
+  const char* eal_args[] = {argv[0],
+                            "--no-huge",
+                            "--no-pci",
+                            "-l",
+                            "0",
+                            "--no-shconf",
+                            "-m",
+                            "256",
+                            "--log-level=error",
+                            "--no-telemetry"};
   // EAL pins the calling thread to lcore 0; benchmark threads inherit the
   // main thread's affinity, so restore it afterwards or every thread would
   // share one CPU (the other contenders run unpinned).

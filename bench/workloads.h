@@ -173,9 +173,10 @@ void RegisterAll(const std::string& name, int iterations_at_8_threads = 0) {
       ->Threads(1)
       ->Threads(2)
       ->UseRealTime();
-  auto* eight = benchmark::RegisterBenchmark(("Threads/" + name).c_str(), Pair<C>)
-                    ->Threads(8)
-                    ->UseRealTime();
+  auto* eight =
+      benchmark::RegisterBenchmark(("Threads/" + name).c_str(), Pair<C>)
+          ->Threads(8)
+          ->UseRealTime();
   if (iterations_at_8_threads > 0) eight->Iterations(iterations_at_8_threads);
   benchmark::RegisterBenchmark(("Handoff/" + name).c_str(), Handoff<C>)
       ->Threads(2)

@@ -44,15 +44,15 @@ TEST(ArenaTest, NeverUsesSmallPages) {
 }
 
 TEST(ArenaTest, PopulateFaultsEveryPageIn) {
-  auto a = Arena::Map({.size = 4 << 20, .huge_pages = HugePages::kNever,
-                       .populate = true});
+  auto a = Arena::Map(
+      {.size = 4 << 20, .huge_pages = HugePages::kNever, .populate = true});
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_TRUE(AllResident(*a));
 }
 
 TEST(ArenaTest, WithoutPopulateNothingIsResident) {
-  auto a = Arena::Map({.size = 4 << 20, .huge_pages = HugePages::kNever,
-                       .populate = false});
+  auto a = Arena::Map(
+      {.size = 4 << 20, .huge_pages = HugePages::kNever, .populate = false});
   ASSERT_TRUE(a.ok()) << a.status();
   std::vector<unsigned char> vec(a->mapped_size() / os::kPageSize);
   ASSERT_EQ(mincore(a->data(), a->mapped_size(), vec.data()), 0);
@@ -61,7 +61,8 @@ TEST(ArenaTest, WithoutPopulateNothingIsResident) {
 
 TEST(ArenaTest, RequireHugePagesFailsClearlyWithoutReservedPages) {
   if (os::ReservedHugePages() != 0) {
-    GTEST_SKIP() << "this machine reserves huge pages; the error path needs none";
+    GTEST_SKIP()
+        << "this machine reserves huge pages; the error path needs none";
   }
   auto a = Arena::Map({.size = 2 << 20, .huge_pages = HugePages::kRequire});
   ASSERT_FALSE(a.ok());

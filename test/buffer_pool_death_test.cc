@@ -10,7 +10,8 @@ namespace bufpool {
 namespace {
 
 std::unique_ptr<BufferPool> MakePool(size_t cache = 64) {
-  auto pool = BufferPool::Create({.buffer_count = 64, .thread_cache_size = cache});
+  auto pool =
+      BufferPool::Create({.buffer_count = 64, .thread_cache_size = cache});
   if (!pool.ok()) std::abort();
   return *std::move(pool);
 }
@@ -62,7 +63,8 @@ TEST_P(SafetyDeathTest, PointerJustPastTheRegionAborts) {
   auto pool = MakePool(GetParam());
   std::byte* end = pool->region().data() + pool->region().size();
   EXPECT_DEATH(pool->ReleaseRaw(end), "not from this pool");
-  EXPECT_DEATH(pool->ReleaseRaw(pool->region().data() - 4096), "not from this pool");
+  EXPECT_DEATH(pool->ReleaseRaw(pool->region().data() - 4096),
+               "not from this pool");
 }
 
 TEST_P(SafetyDeathTest, AnotherPoolsBufferAborts) {

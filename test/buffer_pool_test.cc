@@ -4,19 +4,19 @@
 // (5 is in buffer_pool_death_test.cc, 6 in buffer_pool_asan_test.cc.)
 #include "bufpool/buffer_pool.h"
 
+#include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <linux/capability.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
 
-#include <condition_variable>
-#include <mutex>
 #include "gtest/gtest.h"
 #include "os/memory.h"
 
@@ -58,7 +58,8 @@ bool Contains(absl::string_view haystack, absl::string_view needle) {
 TEST(BufferPoolTest, CreateRejectsBufferSizeNotPowerOfTwo) {
   auto pool = BufferPool::Create({.buffer_size = 100});
   ASSERT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(pool.status().message(), "buffer_size")) << pool.status();
+  EXPECT_TRUE(Contains(pool.status().message(), "buffer_size"))
+      << pool.status();
   EXPECT_TRUE(Contains(pool.status().message(), "100")) << pool.status();
 }
 
@@ -71,18 +72,21 @@ TEST(BufferPoolTest, CreateRejectsBufferSizeBelow64) {
 TEST(BufferPoolTest, CreateRejectsZeroBufferCount) {
   auto pool = BufferPool::Create({.buffer_count = 0});
   ASSERT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(pool.status().message(), "buffer_count")) << pool.status();
+  EXPECT_TRUE(Contains(pool.status().message(), "buffer_count"))
+      << pool.status();
 }
 
 TEST(BufferPoolTest, CreateRejectsMoreSlotsThanIndexBits) {
-  auto pool = BufferPool::Create({.buffer_size = 64, .buffer_count = 1ull << 32});
+  auto pool =
+      BufferPool::Create({.buffer_size = 64, .buffer_count = 1ull << 32});
   ASSERT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(pool.status().message(), "buffer_count")) << pool.status();
+  EXPECT_TRUE(Contains(pool.status().message(), "buffer_count"))
+      << pool.status();
 }
 
 TEST(BufferPoolTest, CreateRejectsSizeThatOverflows) {
-  auto pool =
-      BufferPool::Create({.buffer_size = size_t{1} << 40, .buffer_count = 1u << 30});
+  auto pool = BufferPool::Create(
+      {.buffer_size = size_t{1} << 40, .buffer_count = 1u << 30});
   ASSERT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(pool.status().message(), "overflows")) << pool.status();
 }
@@ -98,7 +102,8 @@ TEST(BufferPoolTest, CreateReportsRegionThatCannotBeMapped) {
 }
 
 TEST(BufferPoolTest, CreateWithRequiredHugePagesFailsWhenNoneAreReserved) {
-  if (os::ReservedHugePages() != 0) GTEST_SKIP() << "huge pages are reserved here";
+  if (os::ReservedHugePages() != 0)
+    GTEST_SKIP() << "huge pages are reserved here";
   auto pool = BufferPool::Create({.huge_pages = HugePages::kRequire});
   ASSERT_FALSE(pool.ok());
   EXPECT_TRUE(Contains(pool.status().message(), "no huge pages are reserved"))
@@ -138,7 +143,8 @@ TEST(BufferPoolTest, CreateLocksMemoryWhenAllowed) {
   EXPECT_EQ((*pool)->capacity(), 16u);
 }
 
-// ---- 2. Layout ---------------------------------------------------------------
+// ---- 2. Layout
+// ---------------------------------------------------------------
 
 TEST(BufferPoolTest, BufferIndexLivesAtRegionPlusIndexTimesSize) {
   auto pool = MakePool({.buffer_size = 4096, .buffer_count = 64});
@@ -160,10 +166,13 @@ TEST(BufferPoolTest, BufferIndexLivesAtRegionPlusIndexTimesSize) {
 }
 
 TEST(BufferPoolTest, RegionIsTwoMebibyteAlignedWithHugePages) {
-  auto pool = MakePool({.buffer_size = 4096, .buffer_count = 1024,
+  auto pool = MakePool({.buffer_size = 4096,
+                        .buffer_count = 1024,
                         .huge_pages = HugePages::kTry});
-  if (!pool->huge_pages()) GTEST_SKIP() << "transparent huge pages are off here";
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(pool->region().data()) % (2u << 20), 0u);
+  if (!pool->huge_pages())
+    GTEST_SKIP() << "transparent huge pages are off here";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pool->region().data()) % (2u << 20),
+            0u);
 }
 
 TEST(BufferPoolTest, SmallBuffersAreSlicedWithoutGaps) {
@@ -223,7 +232,8 @@ TEST(BufferPoolTest, CacheHoldsAtMostAnEighthOfThePool) {
   EXPECT_EQ(MakePool({.buffer_count = 1024})->cache_capacity(), 64u);
   EXPECT_EQ(MakePool({.buffer_count = 80})->cache_capacity(), 10u);
   EXPECT_EQ(MakePool({.buffer_count = 7})->cache_capacity(), 0u);
-  EXPECT_EQ(MakePool({.buffer_count = 1024, .thread_cache_size = 0})->cache_capacity(),
+  EXPECT_EQ(MakePool({.buffer_count = 1024, .thread_cache_size = 0})
+                ->cache_capacity(),
             0u);
 }
 
@@ -316,7 +326,8 @@ INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, WaitTest, testing::Values(0, 64),
 class ScrubTest : public testing::TestWithParam<size_t> {};
 
 TEST_P(ScrubTest, ScrubOnReleaseZeroesBeforeAnyoneElseGetsIt) {
-  auto pool = MakePool({.buffer_size = 256, .buffer_count = 16,
+  auto pool = MakePool({.buffer_size = 256,
+                        .buffer_count = 16,
                         .scrub_on_release = true,
                         .thread_cache_size = GetParam()});
   std::vector<Buffer> all(16);
@@ -327,7 +338,8 @@ TEST_P(ScrubTest, ScrubOnReleaseZeroesBeforeAnyoneElseGetsIt) {
   ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 16u);
   for (Buffer& b : again) {
     for (size_t i = 0; i < b.size(); ++i) {
-      ASSERT_EQ(b.data()[i], std::byte{0}) << "slot " << b.index() << " byte " << i;
+      ASSERT_EQ(b.data()[i], std::byte{0})
+          << "slot " << b.index() << " byte " << i;
     }
   }
 }
@@ -460,7 +472,8 @@ TEST(BufferPoolTest, BulkReleaseWhileAThreadWaitsHandsOverAndKeepsTheRest) {
   EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 64u);
 }
 
-TEST(BufferPoolTest, AcquireWithAnAstronomicalTimeoutWaitsInsteadOfOverflowing) {
+TEST(BufferPoolTest,
+     AcquireWithAnAstronomicalTimeoutWaitsInsteadOfOverflowing) {
   auto pool = MakePool({.buffer_count = 8, .thread_cache_size = 0});
   std::vector<Buffer> all(8);
   ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 8u);

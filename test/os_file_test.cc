@@ -1,7 +1,5 @@
 // The OS seam and its loops: short transfers and EINTR are absorbed, errors
 // name the path and the system's words.
-#include "os/file.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -10,6 +8,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "os/file.h"
 
 namespace bufpool::os {
 namespace {
@@ -93,7 +92,8 @@ TEST_F(FileTest, WriteErrorNamesPathAndSystemWords) {
   absl::Status s = WriteAll(fd_, &out, 1, 0, path_);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find(path_), std::string::npos) << s;
-  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos)
+      << s;
 }
 
 TEST_F(FileTest, SeamIsRemovedWhenScopeEnds) {

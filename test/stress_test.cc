@@ -88,7 +88,8 @@ TEST_P(StressTest, ThreadsHandBuffersToEachOtherWithoutCorruption) {
       }
       std::vector<Buffer> bulk;
       for (Parcel& p : mine) {
-        mismatches.fetch_add(Check(p.buffer, p.stamp), std::memory_order_relaxed);
+        mismatches.fetch_add(Check(p.buffer, p.stamp),
+                             std::memory_order_relaxed);
         checked.fetch_add(1, std::memory_order_relaxed);
         switch (p.stamp % 3) {
           case 0:
@@ -156,19 +157,21 @@ TEST_P(StressTest, ThreadsHandBuffersToEachOtherWithoutCorruption) {
   EXPECT_EQ(pool.TryAcquireBulk(absl::MakeSpan(all)), 512u);
   std::vector<bool> seen(512);
   for (const Buffer& b : all) {
-    ASSERT_FALSE(seen[b.index()]) << "slot " << b.index() << " handed out twice";
+    ASSERT_FALSE(seen[b.index()])
+        << "slot " << b.index() << " handed out twice";
     seen[b.index()] = true;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Pools, StressTest,
-    testing::Values(StressParams{64, 256}, StressParams{0, 256},
-                    StressParams{8, 4096}),
-    [](const testing::TestParamInfo<StressParams>& info) {
-      return "Cache" + std::to_string(info.param.cache) + "Size" +
-             std::to_string(info.param.buffer_size);
-    });
+INSTANTIATE_TEST_SUITE_P(Pools, StressTest,
+                         testing::Values(StressParams{64, 256},
+                                         StressParams{0, 256},
+                                         StressParams{8, 4096}),
+                         [](const testing::TestParamInfo<StressParams>& info) {
+                           return "Cache" + std::to_string(info.param.cache) +
+                                  "Size" +
+                                  std::to_string(info.param.buffer_size);
+                         });
 
 }  // namespace
 }  // namespace bufpool

@@ -102,9 +102,9 @@ struct PoolOptions {
 };
 
 struct PoolStats {
-  size_t capacity;    // buffer_count
-  size_t in_use;      // held by users (buffers idle in caches are free)
-  size_t high_water;  // the largest in_use seen (see BufferPool::Stats)
+  size_t capacity;            // buffer_count
+  size_t in_use;              // held by users (buffers idle in caches are free)
+  size_t high_water;          // the largest in_use seen (see BufferPool::Stats)
   uint64_t acquire_failures;  // TryAcquire*/Acquire calls that got nothing
 };
 
@@ -342,12 +342,15 @@ inline void BufferPool::ReleaseSlot(uint32_t slot) {
     DieDoubleRelease(slot);
   }
   state_[slot].store(kSlotFree, std::memory_order_relaxed);
-  if (scrub_) [[unlikely]] std::memset(SlotData(slot), 0, buffer_size_);
+  if (scrub_) [[unlikely]] {
+    std::memset(SlotData(slot), 0, buffer_size_);
+  }
   BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
   internal::ThreadCache* c = MyCache();
   // relaxed: a waiter that registers concurrently may miss this one buffer;
   // it is found by the next release or when this thread's cache drains.
-  if (c != nullptr && waiters_.load(std::memory_order_relaxed) == 0) [[likely]] {
+  if (c != nullptr && waiters_.load(std::memory_order_relaxed) == 0)
+      [[likely]] {
     const uint32_t hot = c->hot.load(std::memory_order_relaxed);
     if (hot == internal::ThreadCache::kNone) [[likely]] {
       c->hot.store(slot, std::memory_order_relaxed);
@@ -365,8 +368,8 @@ inline void BufferPool::ReleaseSlot(uint32_t slot) {
 }
 
 inline void BufferPool::ReleaseRaw(std::byte* p) {
-  const auto off = reinterpret_cast<uintptr_t>(p) -
-                   reinterpret_cast<uintptr_t>(base_);
+  const auto off =
+      reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base_);
   // One unsigned compare covers pointers below and above the region.
   if (off >= region_bytes_ || (off & (buffer_size_ - 1)) != 0) [[unlikely]] {
     DieNotFromPool(p);

@@ -59,7 +59,8 @@ absl::StatusOr<Arena> Arena::Map(const ArenaOptions& options) {
         }
         arena.base_ = *p;
         // Advice refused (THP disabled): small pages still work.
-        arena.huge_pages_ = os::AdviseHugePages(arena.base_, arena.mapped_).ok();
+        arena.huge_pages_ =
+            os::AdviseHugePages(arena.base_, arena.mapped_).ok();
         break;
       }
       [[fallthrough]];  // too small for a huge page

@@ -2,9 +2,8 @@
 #ifndef BUFPOOL_SRC_OS_ERROR_H_
 #define BUFPOOL_SRC_OS_ERROR_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace bufpool::os {
 

@@ -52,15 +52,16 @@ constexpr SyscallTable kReal = {
 std::atomic<const SyscallTable*> g_table{&kReal};
 
 // Skips `done` bytes of `iov`, writing the remainder's iovecs into `out`.
-void Advance(const iovec* iov, int iovcnt, size_t done, std::vector<iovec>& out) {
+void Advance(const iovec* iov, int iovcnt, size_t done,
+             std::vector<iovec>& out) {
   out.clear();
   for (int i = 0; i < iovcnt; ++i) {
     if (done >= iov[i].iov_len) {
       done -= iov[i].iov_len;
       continue;
     }
-    out.push_back({static_cast<char*>(iov[i].iov_base) + done,
-                   iov[i].iov_len - done});
+    out.push_back(
+        {static_cast<char*>(iov[i].iov_base) + done, iov[i].iov_len - done});
     done = 0;
   }
 }
@@ -91,10 +92,10 @@ absl::Status WriteAll(int fd, const iovec* iov, int iovcnt, off_t offset,
   std::vector<iovec> rest(iov, iov + iovcnt);
   while (done < total) {
     const int cnt = static_cast<int>(std::min<size_t>(rest.size(), IOV_MAX));
-    const ssize_t n =
-        offset < 0 ? Sys().writev(fd, rest.data(), cnt)
-                   : Sys().pwritev(fd, rest.data(), cnt,
-                                   offset + static_cast<off_t>(done));
+    const ssize_t n = offset < 0
+                          ? Sys().writev(fd, rest.data(), cnt)
+                          : Sys().pwritev(fd, rest.data(), cnt,
+                                          offset + static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return PosixError(absl::StrCat("write to ", path), errno);
@@ -115,10 +116,10 @@ absl::StatusOr<size_t> ReadFull(int fd, const iovec* iov, int iovcnt,
   std::vector<iovec> rest(iov, iov + iovcnt);
   while (done < total) {
     const int cnt = static_cast<int>(std::min<size_t>(rest.size(), IOV_MAX));
-    const ssize_t n =
-        offset < 0 ? Sys().readv(fd, rest.data(), cnt)
-                   : Sys().preadv(fd, rest.data(), cnt,
-                                  offset + static_cast<off_t>(done));
+    const ssize_t n = offset < 0
+                          ? Sys().readv(fd, rest.data(), cnt)
+                          : Sys().preadv(fd, rest.data(), cnt,
+                                         offset + static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return PosixError(absl::StrCat("read from ", path), errno);

@@ -43,9 +43,8 @@ absl::Status AdviseHugePages(void* addr, size_t len) {
 absl::Status Prefault(void* addr, size_t len) {
   if (madvise(addr, len, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
   if (errno != EINVAL) {  // EINVAL: kernel older than 5.14; touch by hand
-    return PosixError(absl::StrCat("madvise(MADV_POPULATE_WRITE) of ", len,
-                                   " bytes"),
-                      errno);
+    return PosixError(
+        absl::StrCat("madvise(MADV_POPULATE_WRITE) of ", len, " bytes"), errno);
   }
   auto* bytes = static_cast<volatile unsigned char*>(addr);
   for (size_t off = 0; off < len; off += kPageSize) bytes[off] = 0;
@@ -63,8 +62,8 @@ absl::Status LockMemory(void* addr, size_t len) {
                 : absl::StrCat(lim.rlim_cur / 1024, " KiB");
   }
   return PosixError(
-      absl::StrCat("mlock of ", len, " bytes failed (RLIMIT_MEMLOCK is ",
-                   limit, "; raise it with `ulimit -l` or run without "
+      absl::StrCat("mlock of ", len, " bytes failed (RLIMIT_MEMLOCK is ", limit,
+                   "; raise it with `ulimit -l` or run without "
                    "lock_memory)"),
       err);
 }

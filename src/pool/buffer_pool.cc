@@ -19,9 +19,12 @@
 // off by at most other threads' unreported cache movements otherwise.
 //
 // Locks. g_registry_mu guards the link between pools and thread caches
-// (Shared::caches, writes of ThreadCache::pool, thread exit). Shared::wait_mu guards only the Acquire() sleep. Order: registry
-// before wait_mu; Acquire() attaches its cache before taking wait_mu so it
-// never needs the registry while holding wait_mu.
+// (Shared::caches, writes of ThreadCache::pool, thread exit). Shared::wait_mu
+// guards only the Acquire() sleep. Order: registry before wait_mu; Acquire()
+// attaches its cache before taking wait_mu so it never needs the registry while
+// holding wait_mu.
+#include "bufpool/buffer_pool.h"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -36,7 +39,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "arena/arena.h"
-#include "bufpool/buffer_pool.h"
 #include "pool/free_list.h"
 
 namespace bufpool {
@@ -164,11 +166,14 @@ struct PoolAccess {
     BufferPool::Shared& s = *p.shared_;
     const int64_t count = Total(c);
     const int64_t reported = c.reported.load(std::memory_order_relaxed);
-    const int64_t elsewhere = s.parked.load(std::memory_order_relaxed) - reported;
-    const int64_t peak = static_cast<int64_t>(p.capacity_) - elsewhere -
-                         static_cast<int64_t>(c.low_water.load(std::memory_order_relaxed));
+    const int64_t elsewhere =
+        s.parked.load(std::memory_order_relaxed) - reported;
+    const int64_t peak =
+        static_cast<int64_t>(p.capacity_) - elsewhere -
+        static_cast<int64_t>(c.low_water.load(std::memory_order_relaxed));
     UpdateMax(s.high_water, peak, p.capacity_);
-    s.parked.fetch_add(to_shared + (count - reported), std::memory_order_relaxed);
+    s.parked.fetch_add(to_shared + (count - reported),
+                       std::memory_order_relaxed);
     c.reported.store(static_cast<uint32_t>(count), std::memory_order_relaxed);
     c.low_water.store(static_cast<uint32_t>(count), std::memory_order_relaxed);
   }
@@ -216,8 +221,8 @@ struct PoolAccess {
     uint32_t pushed = 1;
     if (ThreadCache* c = CacheFor(p)) {
       const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
-      if (!waiting && c->hot.load(std::memory_order_relaxed) ==
-                          ThreadCache::kNone) {
+      if (!waiting &&
+          c->hot.load(std::memory_order_relaxed) == ThreadCache::kNone) {
         c->hot.store(slot, std::memory_order_relaxed);
         return;
       }
@@ -306,7 +311,8 @@ ThreadCaches::~ThreadCaches() {
 
 }  // namespace
 
-// ---- Creation and destruction ------------------------------------------------
+// ---- Creation and destruction
+// ------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     const PoolOptions& options) {
@@ -326,20 +332,20 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
                      " (slot numbers are 32-bit), got ", count));
   }
   if (count > std::numeric_limits<size_t>::max() / 2 / size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PoolOptions.buffer_size * buffer_count overflows: ", size, " * ",
-        count));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PoolOptions.buffer_size * buffer_count overflows: ", size,
+                     " * ", count));
   }
 
-  absl::StatusOr<Arena> arena = Arena::Map({.size = size * count,
-                                            .huge_pages = options.huge_pages,
-                                            .populate = options.populate,
-                                            .lock_memory = options.lock_memory});
+  absl::StatusOr<Arena> arena =
+      Arena::Map({.size = size * count,
+                  .huge_pages = options.huge_pages,
+                  .populate = options.populate,
+                  .lock_memory = options.lock_memory});
   if (!arena.ok()) {
-    return absl::Status(
-        arena.status().code(),
-        absl::StrCat("BufferPool::Create(", count, " x ", size,
-                     " bytes): ", arena.status().message()));
+    return absl::Status(arena.status().code(),
+                        absl::StrCat("BufferPool::Create(", count, " x ", size,
+                                     " bytes): ", arena.status().message()));
   }
 
   std::unique_ptr<BufferPool> pool(new BufferPool());
@@ -392,11 +398,13 @@ BufferPool::~BufferPool() {
   BUFPOOL_INTERNAL_UNPOISON(base_, capacity_ * buffer_size_);
 }
 
-// ---- Slow paths --------------------------------------------------------------
+// ---- Slow paths
+// --------------------------------------------------------------
 
 uint32_t BufferPool::AcquireSlow() {
   const uint32_t slot = PoolAccess::Take(*this);
-  if (slot == kNoSlot) shared_->failures.fetch_add(1, std::memory_order_relaxed);
+  if (slot == kNoSlot)
+    shared_->failures.fetch_add(1, std::memory_order_relaxed);
   return slot;
 }
 
@@ -434,11 +442,13 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   waiters_.fetch_sub(1, std::memory_order_relaxed);  // a late wake is harmless
   if (slot != kNoSlot) return Buffer(this, slot);
   shared_->failures.fetch_add(1, std::memory_order_relaxed);
-  return absl::DeadlineExceededError(absl::StrCat(
-      "BufferPool::Acquire: no buffer became free within ",
-      absl::FormatDuration(timeout), " (capacity ", capacity_, " x ",
-      buffer_size_, " bytes; none in the shared list, and other threads' "
-      "caches may hold up to ", cache_capacity_, " idle buffers each)"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("BufferPool::Acquire: no buffer became free within ",
+                   absl::FormatDuration(timeout), " (capacity ", capacity_,
+                   " x ", buffer_size_,
+                   " bytes; none in the shared list, and other threads' "
+                   "caches may hold up to ",
+                   cache_capacity_, " idle buffers each)"));
 }
 
 size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
@@ -487,7 +497,8 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
       for (uint32_t i = n + take; i > n; --i) hand_out(c->slots[i - 1]);
     } else {
       const uint32_t n = shared_->list.Pop(
-          direct, static_cast<uint32_t>(std::min<size_t>(64, out.size() - got)));
+          direct,
+          static_cast<uint32_t>(std::min<size_t>(64, out.size() - got)));
       if (n == 0) break;
       const int64_t free_now =
           shared_->parked.fetch_sub(n, std::memory_order_relaxed) - n;
@@ -496,7 +507,8 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
       for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
     }
   }
-  if (got < out.size()) shared_->failures.fetch_add(1, std::memory_order_relaxed);
+  if (got < out.size())
+    shared_->failures.fetch_add(1, std::memory_order_relaxed);
   return got;
 }
 

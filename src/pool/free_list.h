@@ -25,12 +25,12 @@
 //     least release), which publishes the links and everything the releaser
 //     wrote into the buffers to the thread that pops them.
 //   * Pop: the head is loaded with `seq_cst` (at least acquire), and the CAS
-//     reloads it with seq_cst on failure. Every change of the head is a CAS (a read-modify-write), so
-//     the head's release sequence carries every earlier push: the links of all
-//     slots reachable from the head we read are visible. A link read after a
-//     concurrent pop/push may be newer, but then the tag has moved and our CAS
-//     fails. A successful CAS means no push or pop happened in between, so the
-//     chain we walked is the one we removed.
+//     reloads it with seq_cst on failure. Every change of the head is a CAS (a
+//     read-modify-write), so the head's release sequence carries every earlier
+//     push: the links of all slots reachable from the head we read are visible.
+//     A link read after a concurrent pop/push may be newer, but then the tag
+//     has moved and our CAS fails. A successful CAS means no push or pop
+//     happened in between, so the chain we walked is the one we removed.
 //   * Why seq_cst rather than release/acquire: BufferPool's sleeping
 //     Acquire() must not miss a push (a store-load handshake with its
 //     waiters_ counter, see PoolAccess::WakeWaiters). On x86 it is free: the
@@ -69,9 +69,8 @@ class FreeList {
     do {
       next_[last].store(IndexOf(head), std::memory_order_relaxed);
       desired = Pack(slots[0], TagOf(head));  // see the file comment
-    } while (!head_.compare_exchange_weak(head, desired,
-                                          std::memory_order_seq_cst,
-                                          std::memory_order_relaxed));
+    } while (!head_.compare_exchange_weak(
+        head, desired, std::memory_order_seq_cst, std::memory_order_relaxed));
   }
 
   // Pops up to `max` slots into out[0, n) with one successful CAS; returns n
