@@ -130,7 +130,7 @@ namespace internal {
 // thread, the commonest pattern, then touches only `hot`, which the CPU can
 // forward from store to load without going through an indexed array. The
 // cache's total is count + (hot != kNone); "count" below means that total.
-struct ThreadCache {
+struct alignas(64) ThreadCache {
   static constexpr uint32_t kNone = 0xffffffffu;
   std::atomic<BufferPool*> pool{nullptr};  // the pool served, or nullptr
   std::atomic<uint32_t> hot{kNone};        // a free slot, or kNone
@@ -297,7 +297,19 @@ class BUFPOOL_EXPORT BufferPool {
   // (acquirer, releaser); relaxed suffices because a slot changes hands only
   // through the free list (release/acquire CAS) or the caller's own
   // synchronisation, either of which orders these accesses.
+  //
+  // Placement: slot i's byte is at (i * kStateMix) & state_mask_, a
+  // bijection on the power-of-two array, so slots near each other (or a
+  // refill batch apart) land on different 64-byte lines. Two threads
+  // cycling their own slots would otherwise write one line from two cores:
+  // measured here, 2 threads took 2.7-4.4 ns per buffer instead of 1.1 in
+  // about a third of runs, and hand-off 35-45 ns instead of 10.
+  static constexpr uint32_t kStateMix = 0x9E3779B1u;  // odd
   std::unique_ptr<std::atomic<uint8_t>[]> state_;
+  uint32_t state_mask_ = 0;  // state_ has state_mask_ + 1 entries
+  std::atomic<uint8_t>& State(uint32_t slot) const {
+    return state_[(slot * kStateMix) & state_mask_];
+  }
   // Threads blocked in Acquire(). Read relaxed on the cache-hit release path
   // (the only cost of waiting when nobody waits). On a line of its own: the
   // slow paths write it, and that must not evict the fields above.
@@ -329,7 +341,7 @@ inline uint32_t BufferPool::TryAcquireSlot() {
     if (n < c->low_water.load(std::memory_order_relaxed)) [[unlikely]] {
       c->low_water.store(n, std::memory_order_relaxed);
     }
-    state_[slot].store(kSlotInUse, std::memory_order_relaxed);
+    State(slot).store(kSlotInUse, std::memory_order_relaxed);
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
     return slot;
   }
@@ -338,10 +350,10 @@ inline uint32_t BufferPool::TryAcquireSlot() {
 
 inline void BufferPool::ReleaseSlot(uint32_t slot) {
   // The state check is the O(1) double-release detector (relaxed: see state_).
-  if (state_[slot].load(std::memory_order_relaxed) != kSlotInUse) [[unlikely]] {
+  if (State(slot).load(std::memory_order_relaxed) != kSlotInUse) [[unlikely]] {
     DieDoubleRelease(slot);
   }
-  state_[slot].store(kSlotFree, std::memory_order_relaxed);
+  State(slot).store(kSlotFree, std::memory_order_relaxed);
   if (scrub_) [[unlikely]] {
     std::memset(SlotData(slot), 0, buffer_size_);
   }

@@ -210,7 +210,7 @@ struct PoolAccess {
       UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - free_now,
                 p.capacity_);
     }
-    p.state_[slot].store(BufferPool::kSlotInUse, std::memory_order_relaxed);
+    p.State(slot).store(BufferPool::kSlotInUse, std::memory_order_relaxed);
     BUFPOOL_INTERNAL_UNPOISON(p.SlotData(slot), p.buffer_size_);
     return slot;
   }
@@ -358,7 +358,11 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
       std::min({options.thread_cache_size, count / 8, kMaxThreadCacheSize});
   pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
   pool->scrub_ = options.scrub_on_release;
-  pool->state_ = std::make_unique<std::atomic<uint8_t>[]>(count);  // all free
+  // A power of two >= count and >= 64 (see State()); all free.
+  size_t states = 64;
+  while (states < count) states *= 2;
+  pool->state_mask_ = static_cast<uint32_t>(states - 1);
+  pool->state_ = std::make_unique<std::atomic<uint8_t>[]>(states);
   pool->shared_ =
       std::make_unique<Shared>(std::move(*arena), static_cast<uint32_t>(count));
 
@@ -378,7 +382,8 @@ BufferPool::~BufferPool() {
   size_t out = 0;
   std::string first;
   for (size_t i = 0; i < capacity_; ++i) {
-    if (state_[i].load(std::memory_order_relaxed) == kSlotInUse) {
+    if (State(static_cast<uint32_t>(i)).load(std::memory_order_relaxed) ==
+        kSlotInUse) {
       if (out < 8) absl::StrAppend(&first, out == 0 ? "" : ", ", i);
       ++out;
     }
@@ -458,10 +463,14 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
   uint32_t direct[64];
   // Locals: stores into `out` could otherwise alias these members and force
   // a reload per buffer.
-  std::atomic<uint8_t>* const state = state_.get();
+  std::atomic<uint8_t>* const states = state_.get();  // locals: see above
+  const uint32_t state_mask = state_mask_;
+  auto state = [&](uint32_t slot) -> std::atomic<uint8_t>& {
+    return states[(slot * kStateMix) & state_mask];
+  };
   Buffer* const dst = out.data();
   auto hand_out = [&](uint32_t slot) {
-    state[slot].store(kSlotInUse, std::memory_order_relaxed);
+    state(slot).store(kSlotInUse, std::memory_order_relaxed);
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
     dst[got].pool_ = this;  // empty since the Reset above
     dst[got].index_ = slot;
@@ -516,7 +525,11 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
   // Check and free each buffer, collecting its slot; then move the slots into
   // this thread's cache in one copy, spilling only what does not fit.
   uint32_t freed[64];
-  std::atomic<uint8_t>* const state = state_.get();  // see TryAcquireBulk
+  std::atomic<uint8_t>* const states = state_.get();  // locals: see above
+  const uint32_t state_mask = state_mask_;
+  auto state = [&](uint32_t slot) -> std::atomic<uint8_t>& {
+    return states[(slot * kStateMix) & state_mask];
+  };
   const bool scrub = scrub_;
   while (!in.empty()) {
     const size_t chunk = std::min<size_t>(in.size(), 64);
@@ -528,10 +541,10 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
       }
       const uint32_t slot = b.index_;
       b.pool_ = nullptr;
-      if (state[slot].load(std::memory_order_relaxed) != kSlotInUse) {
+      if (state(slot).load(std::memory_order_relaxed) != kSlotInUse) {
         DieDoubleRelease(slot);
       }
-      state[slot].store(kSlotFree, std::memory_order_relaxed);
+      state(slot).store(kSlotFree, std::memory_order_relaxed);
       if (scrub) std::memset(SlotData(slot), 0, buffer_size_);
       BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
       freed[k++] = slot;
@@ -556,7 +569,7 @@ Buffer BufferPool::Adopt(std::byte* p) {
     DieNotFromPool(p);
   }
   const auto slot = static_cast<uint32_t>(off >> shift_);
-  if (state_[slot].load(std::memory_order_relaxed) != kSlotInUse) {
+  if (State(slot).load(std::memory_order_relaxed) != kSlotInUse) {
     std::fprintf(stderr,
                  "bufpool: Adopt of slot %u (%p), which is free: it was "
                  "already released (double release)\n",
