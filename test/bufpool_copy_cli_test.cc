@@ -178,7 +178,7 @@ TEST_F(CliTest, KillNineMidCopyLeavesTheOldDestination) {
       posix_spawn(&pid, BUFPOOL_COPY_BIN, nullptr, nullptr, argv, environ), 0);
   const int w = open(fifo.c_str(), O_WRONLY);  // waits for the reader
   ASSERT_GE(w, 0);
-  // More than one batch (256 KiB), so the copy writes before it waits.
+  // More than one batch (128 KiB), so the copy writes before it waits.
   const std::string chunk(300000, 'n');
   ASSERT_EQ(write(w, chunk.data(), chunk.size()), ssize_t(chunk.size()));
   // Wait until the copy has written into its temporary file.

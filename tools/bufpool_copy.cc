@@ -26,7 +26,7 @@ Options:
   --method=METHOD   how to move the bytes (default: auto)
       auto        the method measured fastest for the pair of files
                   (copy_file_range for regular files; readwrite otherwise).
-      readwrite   preadv/pwritev, gathering 64 pooled 4 KiB buffers (256 KiB)
+      readwrite   preadv/pwritev, gathering 32 pooled 4 KiB buffers (128 KiB)
                   per call. Works everywhere; use it when the others are
                   refused.
       direct      O_DIRECT on both files, many aligned reads and writes in

@@ -42,7 +42,7 @@
 //     the rename (the link itself becomes the copy, as with `cp
 //     --remove-destination`).
 //   * Memory is bounded by the buffers used (queue_depth * batch_buffers
-//     buffers: by default 256 KiB for kReadWrite and kKernel, 512 KiB for
+//     buffers: by default 128 KiB for kReadWrite and kKernel, 512 KiB for
 //     kUring, 4 MiB with O_DIRECT), whatever the file size.
 //
 // Errors: absl::Status whose message reads "<what failed>: <path>: <the
@@ -95,7 +95,7 @@ struct CopyOptions {
   BufferPool* pool = nullptr;
   size_t buffer_size = kDefaultBufferSize;  // private pool only
   // Buffers gathered into one system call or io_uring operation; 0: the
-  // method's default, measured on a 2-vCPU VM with a virtio disk: 64 (256 KiB
+  // method's default, measured on a 2-vCPU VM with a virtio disk: 32 (128 KiB
   // per call with 4 KiB buffers) for readwrite, 32 for uring, 256 (1 MiB)
   // with O_DIRECT.
   size_t batch_buffers = 0;

@@ -273,14 +273,16 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   const bool wants_direct = method == CopyMethod::kDirect ||
                             (method == CopyMethod::kUring && options.direct_io);
   // Defaults measured on this project's machine (bench/run_copy_bench and
-  // the notes in the README): a buffered preadv/pwritev pair costs ~2 us of
-  // syscalls, so 256 KiB per call (0.156 s per 512 MiB, quiet machine) beats
-  // 128 KiB (0.165 s) and 64 KiB (0.178 s) while the buffers still fit in
-  // L2; io_uring keeps 128 KiB operations, several in flight; O_DIRECT
-  // copies want large (1 MiB) device requests.
+  // the notes in the README). Buffered preadv/pwritev: 128 KiB per call, the
+  // size dd uses. On a quiet machine 256 KiB was fastest (0.156 s per
+  // 512 MiB against 0.165 s for 128 KiB and 0.178 s for 64 KiB), but in a
+  // full benchmark run it fell into a slow mode (0.29-0.49 s in all 7
+  // rounds; perf had shown the time in copy_folio_from_iter_atomic, i.e.
+  // page-cache writes) while dd bs=128k did not. io_uring: 128 KiB
+  // operations, several in flight; O_DIRECT: large (1 MiB) requests.
   size_t batch = options.batch_buffers;
   if (batch == 0) {
-    batch = wants_direct ? 256 : method == CopyMethod::kUring ? 32 : 64;
+    batch = wants_direct ? 256 : 32;
   }
   const size_t depth = options.queue_depth != 0 ? options.queue_depth : 4;
   const size_t want = batch * (queued ? depth : 1);
