@@ -20,6 +20,12 @@ int Register() {
   RegisterAll<NewAligned>("glibc_new_aligned");
   RegisterAll<MallocUnaligned>("glibc_malloc_unaligned");
   RegisterAll<MmapPage>("mmap_munmap");
+  // The floor (see FloorStack): single-thread workloads only.
+  benchmark::RegisterBenchmark("Pair/floor_plain_stack", Pair<FloorStack>);
+  benchmark::RegisterBenchmark("WorkingSet/floor_plain_stack",
+                               WorkingSet<FloorStack>);
+  benchmark::RegisterBenchmark("Bulk32/floor_plain_stack",
+                               Bulk32<FloorStack>);
   return 0;
 }
 const int kRegistered = Register();

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -20,58 +21,70 @@ namespace bufpool_bench {
 
 struct PosixMemalign {
   using Item = void*;
-  Item Get() {
+  BENCH_INLINE Item Get() {
     void* p = nullptr;
     if (posix_memalign(&p, kBufferSize, kBufferSize) != 0)
       Die("posix_memalign");
     return p;
   }
-  static std::byte* Data(Item p) { return static_cast<std::byte*>(p); }
-  void Put(Item& p) { free(p); }
+  BENCH_INLINE static std::byte* Data(Item p) {
+    return static_cast<std::byte*>(p);
+  }
+  BENCH_INLINE void Put(Item& p) { free(p); }
 };
 
 struct AlignedAlloc {
   using Item = void*;
-  Item Get() {
+  BENCH_INLINE Item Get() {
     void* p = aligned_alloc(kBufferSize, kBufferSize);
     if (p == nullptr) Die("aligned_alloc");
     return p;
   }
-  static std::byte* Data(Item p) { return static_cast<std::byte*>(p); }
-  void Put(Item& p) { free(p); }
+  BENCH_INLINE static std::byte* Data(Item p) {
+    return static_cast<std::byte*>(p);
+  }
+  BENCH_INLINE void Put(Item& p) { free(p); }
 };
 
 struct NewAligned {
   using Item = void*;
-  Item Get() {
+  BENCH_INLINE Item Get() {
     return ::operator new (kBufferSize, std::align_val_t{kBufferSize});
   }
-  static std::byte* Data(Item p) { return static_cast<std::byte*>(p); }
-  void Put(Item& p) { ::operator delete (p, std::align_val_t{kBufferSize}); }
+  BENCH_INLINE static std::byte* Data(Item p) {
+    return static_cast<std::byte*>(p);
+  }
+  BENCH_INLINE void Put(Item& p) {
+    ::operator delete (p, std::align_val_t{kBufferSize});
+  }
 };
 
 struct MallocUnaligned {  // the reference: what alignment costs
   using Item = void*;
-  Item Get() {
+  BENCH_INLINE Item Get() {
     void* p = malloc(kBufferSize);
     if (p == nullptr) Die("malloc");
     return p;
   }
-  static std::byte* Data(Item p) { return static_cast<std::byte*>(p); }
-  void Put(Item& p) { free(p); }
+  BENCH_INLINE static std::byte* Data(Item p) {
+    return static_cast<std::byte*>(p);
+  }
+  BENCH_INLINE void Put(Item& p) { free(p); }
 };
 
 // A "direct buffer per request": one page mapped and unmapped each time.
 struct MmapPage {
   using Item = void*;
-  Item Get() {
+  BENCH_INLINE Item Get() {
     void* p = mmap(nullptr, kBufferSize, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) Die("mmap");
     return p;
   }
-  static std::byte* Data(Item p) { return static_cast<std::byte*>(p); }
-  void Put(Item& p) { munmap(p, kBufferSize); }
+  BENCH_INLINE static std::byte* Data(Item p) {
+    return static_cast<std::byte*>(p);
+  }
+  BENCH_INLINE void Put(Item& p) { munmap(p, kBufferSize); }
 };
 
 // ---- The pool people write by hand ------------------------------------------
@@ -101,19 +114,64 @@ struct MutexFreeList {
     return *s;
   }
   using Item = void*;
-  Item Get() {
+  BENCH_INLINE Item Get() {
     std::lock_guard<std::mutex> lock(s_.mu);
     if (s_.free.empty()) Die("mutex free list empty");
     void* p = s_.free.back();
     s_.free.pop_back();
     return p;
   }
-  static std::byte* Data(Item p) { return static_cast<std::byte*>(p); }
-  void Put(Item& p) {
+  BENCH_INLINE static std::byte* Data(Item p) {
+    return static_cast<std::byte*>(p);
+  }
+  BENCH_INLINE void Put(Item& p) {
     std::lock_guard<std::mutex> lock(s_.mu);
     s_.free.push_back(p);
   }
   Shared& s_ = Get0();
+};
+
+// ---- The floor: no allocator at all -----------------------------------------
+
+// A plain stack of page-aligned buffers owned by one thread: no lock, no
+// atomic, no check, not shareable between threads. It is not a contender
+// but the floor under every contender: what touching 4 KiB-aligned buffers
+// and a push/pop cost on this machine. Registered for the single-thread
+// workloads only (Pair, WorkingSet, Bulk32).
+struct FloorStack {
+  using Item = std::byte*;
+  static constexpr size_t kCount = 2048;
+  FloorStack() {
+    void* region = nullptr;
+    if (posix_memalign(&region, kBufferSize, kCount * kBufferSize) != 0) {
+      Die("posix_memalign");
+    }
+    region_ = static_cast<std::byte*>(region);
+    free_.reserve(kCount);
+    for (size_t i = 0; i < kCount; ++i) {
+      region_[i * kBufferSize] = std::byte{0};  // fault it in
+      free_.push_back(region_ + (kCount - 1 - i) * kBufferSize);
+    }
+  }
+  ~FloorStack() { free(region_); }
+  FloorStack(const FloorStack&) = delete;
+  FloorStack& operator=(const FloorStack&) = delete;
+  BENCH_INLINE Item Get() {
+    std::byte* p = free_.back();
+    free_.pop_back();
+    return p;
+  }
+  BENCH_INLINE static std::byte* Data(Item p) { return p; }
+  BENCH_INLINE void Put(Item& p) { free_.push_back(p); }
+  BENCH_INLINE void GetBulk(Item* out, size_t n) {
+    std::memcpy(out, free_.data() + free_.size() - n, n * sizeof(Item));
+    free_.resize(free_.size() - n);
+  }
+  BENCH_INLINE void PutBulk(Item* in, size_t n) {
+    free_.insert(free_.end(), in, in + n);
+  }
+  std::byte* region_ = nullptr;
+  std::vector<std::byte*> free_;
 };
 
 // ---- libbufpool
@@ -139,33 +197,35 @@ bufpool::BufferPool& SharedPool() {
 template <size_t kCache>
 struct PoolBuffer {  // the Buffer handle
   using Item = bufpool::Buffer;
-  Item Get() {
+  BENCH_INLINE Item Get() {
     bufpool::Buffer b = pool_.TryAcquire();
     if (!b) Die("pool empty");
     return b;
   }
-  static std::byte* Data(const Item& b) { return b.data(); }
-  void Put(Item& b) { b.Reset(); }
+  BENCH_INLINE static std::byte* Data(const Item& b) { return b.data(); }
+  BENCH_INLINE void Put(Item& b) { b.Reset(); }
   bufpool::BufferPool& pool_ = SharedPool<kCache>();
 };
 
 struct PoolRaw {  // TryAcquireRaw / ReleaseRaw
   using Item = std::byte*;
-  Item Get() {
+  BENCH_INLINE Item Get() {
     std::byte* p = pool_.TryAcquireRaw();
     if (p == nullptr) Die("pool empty");
     return p;
   }
-  static std::byte* Data(Item p) { return p; }
-  void Put(Item& p) { pool_.ReleaseRaw(p); }
+  BENCH_INLINE static std::byte* Data(Item p) { return p; }
+  BENCH_INLINE void Put(Item& p) { pool_.ReleaseRaw(p); }
   bufpool::BufferPool& pool_ = SharedPool<kPoolCache>();
 };
 
 struct PoolBulk : PoolBuffer<kPoolCache> {  // TryAcquireBulk / ReleaseBulk
-  void GetBulk(Item* out, size_t n) {
+  BENCH_INLINE void GetBulk(Item* out, size_t n) {
     if (pool_.TryAcquireBulk(absl::MakeSpan(out, n)) != n) Die("pool empty");
   }
-  void PutBulk(Item* in, size_t n) { pool_.ReleaseBulk(absl::MakeSpan(in, n)); }
+  BENCH_INLINE void PutBulk(Item* in, size_t n) {
+    pool_.ReleaseBulk(absl::MakeSpan(in, n));
+  }
 };
 
 }  // namespace bufpool_bench

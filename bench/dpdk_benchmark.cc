@@ -39,21 +39,25 @@ struct Dpdk {
       rte_mempool_cache_free(cache_);
     }
   }
-  Item Get() {
+  BENCH_INLINE Item Get() {
     void* obj;
     if (rte_mempool_generic_get(g_mempool, &obj, 1, cache_) != 0)
       Die("mempool empty");
     return obj;
   }
-  static std::byte* Data(Item p) { return static_cast<std::byte*>(p); }
-  void Put(Item& p) { rte_mempool_generic_put(g_mempool, &p, 1, cache_); }
-  void GetBulk(Item* out, size_t n) {
+  BENCH_INLINE static std::byte* Data(Item p) {
+    return static_cast<std::byte*>(p);
+  }
+  BENCH_INLINE void Put(Item& p) {
+    rte_mempool_generic_put(g_mempool, &p, 1, cache_);
+  }
+  BENCH_INLINE void GetBulk(Item* out, size_t n) {
     if (rte_mempool_generic_get(g_mempool, out, static_cast<unsigned>(n),
                                 cache_) != 0) {
       Die("mempool empty");
     }
   }
-  void PutBulk(Item* in, size_t n) {
+  BENCH_INLINE void PutBulk(Item* in, size_t n) {
     rte_mempool_generic_put(g_mempool, in, static_cast<unsigned>(n), cache_);
   }
   rte_mempool_cache* cache_ = nullptr;

@@ -29,6 +29,11 @@
 
 #include "benchmark/benchmark.h"
 
+// Every contender's Get/Put/Data is forced inline, so that all of them are
+// measured as straight-line code in the loop; GCC's heuristics otherwise
+// inline some and call others depending on how big this file grew.
+#define BENCH_INLINE __attribute__((always_inline)) inline
+
 namespace bufpool_bench {
 
 inline constexpr size_t kBufferSize = 4096;

@@ -175,7 +175,13 @@ struct PoolAccess {
     s.parked.fetch_add(to_shared + (count - reported),
                        std::memory_order_relaxed);
     c.reported.store(static_cast<uint32_t>(count), std::memory_order_relaxed);
-    c.low_water.store(static_cast<uint32_t>(count), std::memory_order_relaxed);
+    // The stack alone, not the total: the invariant low_water <= count lets
+    // the cache-hit acquire take `hot` without checking low_water (see
+    // ThreadCache). Every caller folds `hot` in first, except Give's spill,
+    // whose `hot` was released just now; the total was `count` a moment
+    // before, so the new window starts at a value the total really had.
+    c.low_water.store(c.count.load(std::memory_order_relaxed),
+                      std::memory_order_relaxed);
   }
 
   // Takes one free slot (cache, refill, or shared list) and marks it in use;
