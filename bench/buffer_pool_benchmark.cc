@@ -14,6 +14,8 @@ int Register() {
   RegisterAll<PoolRaw>("libbufpool_raw");
   RegisterAll<PoolBuffer<0>>("libbufpool_cache_off");
   benchmark::RegisterBenchmark("Bulk32/libbufpool_bulk", Bulk32<PoolBulk>);
+  benchmark::RegisterBenchmark("Bulk32/libbufpool_raw_bulk",
+                               Bulk32<PoolRawBulk>);
   RegisterAll<MutexFreeList>("mutex_freelist");
   RegisterAll<PosixMemalign>("glibc_posix_memalign");
   RegisterAll<AlignedAlloc>("glibc_aligned_alloc");
@@ -24,8 +26,7 @@ int Register() {
   benchmark::RegisterBenchmark("Pair/floor_plain_stack", Pair<FloorStack>);
   benchmark::RegisterBenchmark("WorkingSet/floor_plain_stack",
                                WorkingSet<FloorStack>);
-  benchmark::RegisterBenchmark("Bulk32/floor_plain_stack",
-                               Bulk32<FloorStack>);
+  benchmark::RegisterBenchmark("Bulk32/floor_plain_stack", Bulk32<FloorStack>);
   return 0;
 }
 const int kRegistered = Register();

@@ -228,6 +228,19 @@ struct PoolBulk : PoolBuffer<kPoolCache> {  // TryAcquireBulk / ReleaseBulk
   }
 };
 
+// TryAcquireRawBulk / ReleaseRawBulk: pointers in, pointers out, as DPDK's
+// bulk calls take them.
+struct PoolRawBulk : PoolRaw {
+  BENCH_INLINE void GetBulk(Item* out, size_t n) {
+    if (pool_.TryAcquireRawBulk(absl::MakeSpan(out, n)) != n) {
+      Die("pool empty");
+    }
+  }
+  BENCH_INLINE void PutBulk(Item* in, size_t n) {
+    pool_.ReleaseRawBulk(absl::MakeSpan(in, n));
+  }
+};
+
 }  // namespace bufpool_bench
 
 #endif  // BUFPOOL_BENCH_CONTENDERS_H_

@@ -51,6 +51,29 @@ TEST_P(SafetyDeathTest, ForeignPointerAborts) {
   EXPECT_DEATH(pool->ReleaseRaw(heap.data()), "not from this pool");
 }
 
+TEST_P(SafetyDeathTest, RawBulkReleaseOfAFreedPointerAborts) {
+  auto pool = MakePool(GetParam());
+  std::byte* batch[4];
+  ASSERT_EQ(pool->TryAcquireRawBulk(batch), 4u);
+  const uint32_t slot = pool->SlotOf(batch[2]);
+  pool->ReleaseRaw(batch[2]);
+  EXPECT_DEATH(pool->ReleaseRawBulk(batch),
+               "double release of slot " + std::to_string(slot));
+  for (int i : {0, 1, 3}) pool->ReleaseRaw(batch[i]);
+}
+
+TEST_P(SafetyDeathTest, RawBulkReleaseOfAForeignOrInteriorPointerAborts) {
+  auto pool = MakePool(GetParam());
+  std::byte* batch[2];
+  ASSERT_EQ(pool->TryAcquireRawBulk(batch), 2u);
+  std::vector<std::byte> heap(4096);
+  std::byte* foreign[] = {batch[0], heap.data()};
+  EXPECT_DEATH(pool->ReleaseRawBulk(foreign), "not from this pool");
+  std::byte* interior[] = {batch[1] + 64};
+  EXPECT_DEATH(pool->ReleaseRawBulk(interior), "not from this pool");
+  pool->ReleaseRawBulk(batch);
+}
+
 TEST_P(SafetyDeathTest, InteriorPointerAborts) {
   auto pool = MakePool(GetParam());
   std::byte* p = pool->TryAcquireRaw();

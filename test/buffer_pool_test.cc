@@ -14,6 +14,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -578,6 +579,57 @@ TEST(BufferTest, BulkAcquireStopsShortWhenThePoolRunsOut) {
   pool->ReleaseBulk(absl::MakeSpan(batch));
   for (const Buffer& b : batch) EXPECT_FALSE(b);
   EXPECT_EQ(pool->Stats().in_use, 8u);
+}
+
+TEST(BufferTest, RawBulkHandsOutDistinctAlignedBuffersAndTakesThemBack) {
+  auto pool = MakePool({.buffer_count = 64});
+  std::vector<std::byte*> batch(48);
+  ASSERT_EQ(pool->TryAcquireRawBulk(absl::MakeSpan(batch)), 48u);
+  EXPECT_EQ(pool->Stats().in_use, 48u);
+  std::set<std::byte*> distinct(batch.begin(), batch.end());
+  EXPECT_EQ(distinct.size(), 48u);
+  const std::byte* begin = pool->region().data();
+  for (std::byte* p : batch) {
+    ASSERT_GE(p, begin);
+    ASSERT_LT(p, begin + pool->region().size());
+    ASSERT_EQ((p - begin) % pool->buffer_size(), 0);
+    std::memset(p, 0xab, pool->buffer_size());  // writable, whole
+  }
+  pool->ReleaseRawBulk(absl::MakeSpan(batch));
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  // Every buffer is free again, whichever path takes it.
+  std::vector<Buffer> all(64);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 64u);
+}
+
+TEST(BufferTest, RawBulkStopsShortAndClearsTheRest) {
+  auto pool = MakePool({.buffer_count = 40});
+  std::vector<std::byte*> batch(32);
+  ASSERT_EQ(pool->TryAcquireRawBulk(absl::MakeSpan(batch)), 32u);
+  std::vector<std::byte*> more(32, reinterpret_cast<std::byte*>(1));
+  EXPECT_EQ(pool->TryAcquireRawBulk(absl::MakeSpan(more)), 8u);
+  for (size_t i = 8; i < more.size(); ++i) EXPECT_EQ(more[i], nullptr) << i;
+  EXPECT_EQ(pool->Stats().acquire_failures, 1u);
+  // Pointers from either API go back through either.
+  pool->ReleaseRawBulk(absl::MakeSpan(more).first(8));
+  for (std::byte* p : batch) pool->Adopt(p).Reset();
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
+TEST(BufferTest, RawBulkReleaseLargerThanTheCacheSpillsToTheSharedList) {
+  // More than one internal chunk (64) and more than the cache holds (16).
+  auto pool = MakePool({.buffer_count = 256, .thread_cache_size = 16});
+  std::vector<std::byte*> batch(200);
+  ASSERT_EQ(pool->TryAcquireRawBulk(absl::MakeSpan(batch)), 200u);
+  pool->ReleaseRawBulk(absl::MakeSpan(batch));
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  std::thread([&] {  // another thread finds them in the shared list
+    std::vector<std::byte*> other(240);
+    EXPECT_EQ(pool->TryAcquireRawBulk(absl::MakeSpan(other)), 240u);
+    pool->ReleaseRawBulk(absl::MakeSpan(other));
+  })
+      .join();
+  EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
 }  // namespace

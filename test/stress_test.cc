@@ -87,22 +87,27 @@ TEST_P(StressTest, ThreadsHandBuffersToEachOtherWithoutCorruption) {
         mine.swap(inboxes[id].parcels);
       }
       std::vector<Buffer> bulk;
+      std::vector<std::byte*> raw_bulk;
       for (Parcel& p : mine) {
         mismatches.fetch_add(Check(p.buffer, p.stamp),
                              std::memory_order_relaxed);
         checked.fetch_add(1, std::memory_order_relaxed);
-        switch (p.stamp % 3) {
+        switch (p.stamp % 4) {
           case 0:
             p.buffer.Reset();  // handle path
             break;
           case 1:
             pool.ReleaseRaw(p.buffer.Detach());  // raw path
             break;
+          case 2:
+            raw_bulk.push_back(p.buffer.Detach());  // raw bulk path, below
+            break;
           default:
             bulk.push_back(std::move(p.buffer));  // bulk path, below
         }
       }
       pool.ReleaseBulk(absl::MakeSpan(bulk));
+      pool.ReleaseRawBulk(raw_bulk);
       mine.clear();
     };
     for (int op = 0; op < kOpsPerThread; ++op) {
@@ -116,8 +121,14 @@ TEST_P(StressTest, ThreadsHandBuffersToEachOtherWithoutCorruption) {
           if (std::byte* p = pool.TryAcquireRaw()) send(pool.Adopt(p));
           break;
         case 4: {
-          const size_t n = pool.TryAcquireBulk(batch);
-          for (size_t i = 0; i < n; ++i) send(std::move(batch[i]));
+          if (op % 2 == 0) {
+            const size_t n = pool.TryAcquireBulk(batch);
+            for (size_t i = 0; i < n; ++i) send(std::move(batch[i]));
+          } else {
+            std::byte* raw[8];
+            const size_t n = pool.TryAcquireRawBulk(raw);
+            for (size_t i = 0; i < n; ++i) send(pool.Adopt(raw[i]));
+          }
           break;
         }
         case 5:

@@ -231,6 +231,14 @@ class BUFPOOL_EXPORT BufferPool {
 
   std::byte* TryAcquireRaw();  // nullptr when none is free
   void ReleaseRaw(std::byte* p);
+  // The bulk calls without handles: fills out[0, n) with buffer pointers and
+  // returns n (smaller only when the pool ran out; out[n, size) is set to
+  // nullptr). Each pointer must come back exactly once, through
+  // ReleaseRaw(), ReleaseRawBulk() or Adopt(). ReleaseRawBulk() aborts, as
+  // ReleaseRaw() does, on a pointer that is not an in-use buffer of this
+  // pool; it leaves `in` unchanged.
+  size_t TryAcquireRawBulk(absl::Span<std::byte*> out);
+  void ReleaseRawBulk(absl::Span<std::byte* const> in);
   // Wraps a pointer from TryAcquireRaw()/Buffer::Detach() into a handle.
   // Aborts if `p` is not an in-use buffer of this pool.
   Buffer Adopt(std::byte* p);
@@ -283,6 +291,10 @@ class BUFPOOL_EXPORT BufferPool {
   // Out of line: cache miss/overflow, first use on this thread, cache off.
   uint32_t AcquireSlow();  // returns kNoSlot when empty
   void ReleaseSlow(uint32_t slot);
+  template <class Emit>
+  size_t AcquireBulkImpl(size_t want, Emit emit);  // src/pool/buffer_pool.cc
+  template <class TakeSlot>
+  void ReleaseBulkImpl(size_t count, TakeSlot take_slot);
   [[noreturn]] void DieNotFromPool(const void* p) const;
   [[noreturn]] void DieDoubleRelease(uint32_t slot) const;
   internal::ThreadCache* MyCache() const {

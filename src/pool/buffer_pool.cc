@@ -462,27 +462,25 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
                    cache_capacity_, " idle buffers each)"));
 }
 
-size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
-  for (Buffer& b : out) b.Reset();
+// The bulk paths, shared by the handle and raw-pointer APIs. `emit(i, slot)`
+// stores the i-th slot handed out, already marked in use.
+template <class Emit>
+size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
   size_t got = 0;
-  ThreadCache* c = PoolAccess::CacheFor(*this);
+  ThreadCache* c = MyCache();  // inline check first; CacheFor is a call
+  if (c == nullptr) c = PoolAccess::CacheFor(*this);
   uint32_t direct[64];
-  // Locals: stores into `out` could otherwise alias these members and force
-  // a reload per buffer.
-  std::atomic<uint8_t>* const states = state_.get();  // locals: see above
+  // Locals: stores into the caller's array could otherwise alias these
+  // members and force a reload per buffer.
+  std::atomic<uint8_t>* const states = state_.get();
   const uint32_t state_mask = state_mask_;
-  auto state = [&](uint32_t slot) -> std::atomic<uint8_t>& {
-    return states[(slot * kStateMix) & state_mask];
-  };
-  Buffer* const dst = out.data();
   auto hand_out = [&](uint32_t slot) {
-    state(slot).store(kSlotInUse, std::memory_order_relaxed);
+    states[(slot * kStateMix) & state_mask].store(kSlotInUse,
+                                                  std::memory_order_relaxed);
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
-    dst[got].pool_ = this;  // empty since the Reset above
-    dst[got].index_ = slot;
-    ++got;
+    emit(got++, slot);
   };
-  while (got < out.size()) {
+  while (got < want) {
     if (c != nullptr) {
       uint32_t n;
       PoolAccess::FoldHot(*c);  // count <= capacity + 1; we take from it now
@@ -490,19 +488,19 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
       if (n == 0) {
         // While threads wait, take no more than this call hands out, so
         // nothing is stranded in this cache (as in PoolAccess::Take).
-        const uint32_t want =
+        const uint32_t batch =
             waiters_.load(std::memory_order_relaxed) != 0
                 ? static_cast<uint32_t>(std::min<size_t>(
-                      out.size() - got, PoolAccess::RefillBatch(*this)))
+                      want - got, PoolAccess::RefillBatch(*this)))
                 : PoolAccess::RefillBatch(*this);
-        n = shared_->list.Pop(c->slots, want);
+        n = shared_->list.Pop(c->slots, batch);
         if (n == 0) break;
         std::reverse(c->slots, c->slots + n);  // the shared top on top
         c->count.store(n, std::memory_order_relaxed);
         PoolAccess::Fold(*this, *c, -static_cast<int64_t>(n));
       }
       const uint32_t take =
-          static_cast<uint32_t>(std::min<size_t>(n, out.size() - got));
+          static_cast<uint32_t>(std::min<size_t>(n, want - got));
       n -= take;
       c->count.store(n, std::memory_order_relaxed);
       if (n < c->low_water.load(std::memory_order_relaxed)) {
@@ -512,8 +510,7 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
       for (uint32_t i = n + take; i > n; --i) hand_out(c->slots[i - 1]);
     } else {
       const uint32_t n = shared_->list.Pop(
-          direct,
-          static_cast<uint32_t>(std::min<size_t>(64, out.size() - got)));
+          direct, static_cast<uint32_t>(std::min<size_t>(64, want - got)));
       if (n == 0) break;
       const int64_t free_now =
           shared_->parked.fetch_sub(n, std::memory_order_relaxed) - n;
@@ -522,42 +519,38 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
       for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
     }
   }
-  if (got < out.size())
-    shared_->failures.fetch_add(1, std::memory_order_relaxed);
+  if (got < want) shared_->failures.fetch_add(1, std::memory_order_relaxed);
   return got;
 }
 
-void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
-  // Check and free each buffer, collecting its slot; then move the slots into
-  // this thread's cache in one copy, spilling only what does not fit.
+// `take_slot(i)` checks and takes the i-th entry, returning its slot, or
+// kNoSlot to skip it. Each slot is checked and freed, then the batch moves
+// into this thread's cache in one copy, spilling only what does not fit.
+template <class TakeSlot>
+void BufferPool::ReleaseBulkImpl(size_t count, TakeSlot take_slot) {
   uint32_t freed[64];
   std::atomic<uint8_t>* const states = state_.get();  // locals: see above
   const uint32_t state_mask = state_mask_;
-  auto state = [&](uint32_t slot) -> std::atomic<uint8_t>& {
-    return states[(slot * kStateMix) & state_mask];
-  };
   const bool scrub = scrub_;
-  while (!in.empty()) {
-    const size_t chunk = std::min<size_t>(in.size(), 64);
+  for (size_t first = 0; first < count;) {
+    const size_t last = std::min<size_t>(count, first + 64);
     uint32_t k = 0;
-    for (Buffer& b : in.subspan(0, chunk)) {
-      if (b.pool_ != this) {
-        b.Reset();  // empty, or another pool's handle: it knows its way home
-        continue;
-      }
-      const uint32_t slot = b.index_;
-      b.pool_ = nullptr;
-      if (state(slot).load(std::memory_order_relaxed) != kSlotInUse) {
+    for (size_t i = first; i < last; ++i) {
+      const uint32_t slot = take_slot(i);
+      if (slot == kNoSlot) continue;
+      std::atomic<uint8_t>& state = states[(slot * kStateMix) & state_mask];
+      if (state.load(std::memory_order_relaxed) != kSlotInUse) {
         DieDoubleRelease(slot);
       }
-      state(slot).store(kSlotFree, std::memory_order_relaxed);
+      state.store(kSlotFree, std::memory_order_relaxed);
       if (scrub) std::memset(SlotData(slot), 0, buffer_size_);
       BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
       freed[k++] = slot;
     }
-    in.remove_prefix(chunk);
+    first = last;
     uint32_t done = 0;
-    ThreadCache* c = PoolAccess::CacheFor(*this);
+    ThreadCache* c = MyCache();  // inline check first; CacheFor is a call
+    if (c == nullptr) c = PoolAccess::CacheFor(*this);
     if (c != nullptr && waiters_.load(std::memory_order_relaxed) == 0) {
       const uint32_t n = c->count.load(std::memory_order_relaxed);
       done = std::min(k, c->capacity - n);
@@ -566,6 +559,55 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
     }
     for (; done < k; ++done) PoolAccess::Give(*this, freed[done]);
   }
+}
+
+size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
+  for (Buffer& b : out) b.Reset();
+  Buffer* const dst = out.data();
+  return AcquireBulkImpl(out.size(), [this, dst](size_t i, uint32_t slot) {
+    dst[i].pool_ = this;  // empty since the Reset above
+    dst[i].index_ = slot;
+  });
+}
+
+void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
+  Buffer* const src = in.data();
+  ReleaseBulkImpl(in.size(), [this, src](size_t i) {
+    Buffer& b = src[i];
+    if (b.pool_ != this) {
+      b.Reset();  // empty, or another pool's handle: it knows its way home
+      return kNoSlot;
+    }
+    b.pool_ = nullptr;
+    return b.index_;
+  });
+}
+
+size_t BufferPool::TryAcquireRawBulk(absl::Span<std::byte*> out) {
+  std::byte** const dst = out.data();
+  std::byte* const base = base_;
+  const size_t size = buffer_size_;
+  const size_t got =
+      AcquireBulkImpl(out.size(), [dst, base, size](size_t i, uint32_t slot) {
+        dst[i] = base + static_cast<size_t>(slot) * size;
+      });
+  std::fill(out.begin() + got, out.end(), nullptr);
+  return got;
+}
+
+void BufferPool::ReleaseRawBulk(absl::Span<std::byte* const> in) {
+  std::byte* const* const src = in.data();
+  const uintptr_t base = reinterpret_cast<uintptr_t>(base_);
+  const size_t region = region_bytes_;
+  const size_t align_mask = buffer_size_ - 1;
+  const unsigned shift = shift_;
+  ReleaseBulkImpl(in.size(), [&](size_t i) {
+    const uintptr_t off = reinterpret_cast<uintptr_t>(src[i]) - base;
+    if (off >= region || (off & align_mask) != 0) [[unlikely]] {
+      DieNotFromPool(src[i]);
+    }
+    return static_cast<uint32_t>(off >> shift);
+  });
 }
 
 Buffer BufferPool::Adopt(std::byte* p) {
