@@ -9,6 +9,8 @@
 //               libbufpool_lazy       Create(populate=false, kNever) + acquire
 //               all <malloc>_posix_memalign  N x posix_memalign(4096, 4096)
 //               mmap_munmap           N x one-page mmap
+//               floor_kernel_zeroing  one populated huge-page mapping, no
+//                                     pool: the kernel's zeroing alone
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -67,6 +69,23 @@ int main(int argc, char** argv) {
       void* p = nullptr;
       if (posix_memalign(&p, 4096, 4096) != 0) return 1;
       buffers[i] = static_cast<std::byte*>(p);
+      buffers[i][0] = std::byte{1};
+    }
+  } else if (contender == "floor_kernel_zeroing") {
+    // Not a contender: one mapping populated the way the pool's arena does
+    // it (huge pages, MADV_POPULATE_WRITE), with no pool at all. The kernel
+    // must zero every page it hands out; this is that cost alone.
+    const size_t bytes = count * 4096;
+    const size_t huge = size_t{2} << 20;
+    void* raw = mmap(nullptr, bytes + huge, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return 1;
+    auto* region = reinterpret_cast<std::byte*>(
+        (reinterpret_cast<uintptr_t>(raw) + huge - 1) & ~(huge - 1));
+    madvise(region, bytes, MADV_HUGEPAGE);
+    if (madvise(region, bytes, MADV_POPULATE_WRITE) != 0) return 1;
+    for (size_t i = 0; i < count; ++i) {
+      buffers[i] = region + i * 4096;
       buffers[i][0] = std::byte{1};
     }
   } else if (contender == "mmap_munmap") {

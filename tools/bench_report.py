@@ -152,6 +152,16 @@ def main(run_dir):
             text.append(f"| {c} | {m:.2f} | {flt} | {compare(m, ref)} |")
             csv.append(f"ColdStart,{c},1,{m:.4f},ms")
 
+    if any(c.startswith("floor_") for (_, c, _) in rows) or \
+            any(c.startswith("floor_") for c in cold):
+        text.append("\nRows named floor_* are not allocators but what the "
+                    "machine needs without one: floor_plain_stack is a "
+                    "per-thread stack with no lock and no checks (the cost of "
+                    "touching page-aligned buffers plus a push and a pop); "
+                    "floor_kernel_zeroing maps and populates the same huge-page "
+                    "region the pool uses, with no pool (the kernel's zeroing "
+                    "alone).")
+
     skipped = os.path.join(run_dir, "skipped.txt")
     if os.path.exists(skipped):
         with open(skipped) as f:
