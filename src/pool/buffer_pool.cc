@@ -117,6 +117,12 @@ struct PoolAccess {
   static ThreadCache* CacheFor(BufferPool& p) {
     if (p.cache_capacity_ == 0) return nullptr;
     if (ThreadCache* c = p.MyCache()) return c;
+    return Attach(p);
+  }
+
+  // CacheFor's first use on this thread (or after using another pool): out
+  // of line, so that the checks above inline into every slow path.
+  [[gnu::noinline]] static ThreadCache* Attach(BufferPool& p) {
     if (tl_exiting) return nullptr;
     ThreadCaches& mine = tl_caches;
     for (auto& owned : mine.caches) {
