@@ -1,8 +1,11 @@
 // The io_uring engine: pool slots as a provided-buffer ring.
 //
-// Setup (Run): up to `ring_buffers` free slots are taken from the pool and
-// added to a buffer ring (group kGroup) with buffer id == slot index, so a
-// receive completion names its slot directly and data is never copied.
+// Setup (Run): free slots are taken from the pool and added to a buffer ring
+// (group kGroup) with buffer id == slot index, so a receive completion names
+// its slot directly and data is never copied. Slots are lent as the load
+// needs them (kInitialRingSlots, then doubling up to `ring_buffers`): the
+// ring hands them out in FIFO order, so the fewer it holds, the warmer in
+// the cache the slot the kernel copies into.
 //
 // Per connection, at most one of each is in flight:
 //   recv   multishot, IOSQE_BUFFER_SELECT from the ring; each completion
@@ -47,6 +50,12 @@ namespace {
 constexpr uint16_t kGroup = 0;  // buffer group id of the ring
 constexpr uint32_t kMaxRingEntries = 32768;
 constexpr uint32_t kNone = 0xffffffffu;  // end of a slot queue
+// Slots lent to the ring when Run() starts; it grows (doubling) while less
+// than a quarter of the lent slots are free in the ring. The ring is a FIFO,
+// so every lent slot is written in turn: lending only what the load needs
+// keeps the slots the kernel copies into warm in the cache (all 8192 slots
+// of a 32 MiB pool would not be).
+constexpr size_t kInitialRingSlots = 256;
 // Newer than liburing 2.3's header: a recv that fills several ring buffers
 // per completion ("bundle", Linux 6.10), and its feature bit.
 constexpr uint16_t kRecvSendBundle = 1u << 4;
@@ -116,6 +125,8 @@ class UringEchoServer final : public EchoServer {
   void OnRecv(Conn* conn, const io_uring_cqe& cqe);
   void OnSend(Conn* conn, int res);
   void ReturnToRing(uint32_t slot, int offset);
+  size_t LendSlots(size_t n);
+  void MaybeGrowRing();
   void RearmStarved();
 
   EchoServerOptions options_;
@@ -129,7 +140,7 @@ class UringEchoServer final : public EchoServer {
   size_t buf_ring_bytes_ = 0;
   uint32_t ring_entries_ = 0;
   std::vector<uint32_t> lent_;  // slots lent to the ring during Run()
-  size_t ring_want_ = 0;        // how many to lend
+  size_t ring_want_ = 0;        // how many to lend at most
   uint32_t holding_ = 0;        // lent slots carrying data (not in the ring)
   // Per slot, out of band: queue link and the unsent part [off, len).
   std::vector<uint32_t> next_;
@@ -496,6 +507,40 @@ void UringEchoServer::OnSend(Conn* conn, int res) {
   MaybeFinish(conn);
 }
 
+// Lends up to `n` more free pool slots to the ring; returns how many.
+// Slots >= 65536 cannot be buffer ids: they are given back afterwards
+// (giving them back at once would hand them out again).
+size_t UringEchoServer::LendSlots(size_t n) {
+  const size_t before = lent_.size();
+  const size_t goal = std::min(ring_want_, before + n);
+  std::vector<std::byte*> unusable;
+  int added = 0;
+  while (lent_.size() < goal) {
+    std::byte* p = pool_->TryAcquireRaw();
+    if (p == nullptr) break;
+    const uint32_t slot = pool_->SlotOf(p);
+    if (slot >= next_.size()) {
+      unusable.push_back(p);
+      if (unusable.size() > kMaxRingEntries) break;
+      continue;
+    }
+    ReturnToRing(slot, added++);
+    lent_.push_back(slot);
+  }
+  for (std::byte* p : unusable) pool_->ReleaseRaw(p);
+  if (added > 0) io_uring_buf_ring_advance(buf_ring_, added);
+  // The pool gave what it could: stop asking every turn.
+  if (lent_.size() < goal) ring_want_ = lent_.size();
+  return lent_.size() - before;
+}
+
+void UringEchoServer::MaybeGrowRing() {
+  const size_t lent = lent_.size();
+  if (lent >= ring_want_) return;
+  const size_t free_in_ring = lent - holding_;
+  if (free_in_ring < lent / 4 || starved_head_ != nullptr) LendSlots(lent);
+}
+
 void UringEchoServer::RearmStarved() {
   uint32_t budget = static_cast<uint32_t>(lent_.size()) - holding_;
   while (budget > 0 && starved_head_ != nullptr) {
@@ -517,27 +562,10 @@ absl::Status UringEchoServer::Run() {
     }
     disabled_ = false;
   }
-  // Lend free slots to the ring. Slots >= 65536 cannot be buffer ids: give
-  // them back afterwards (giving them back at once would hand them out again).
-  std::vector<std::byte*> unusable;
-  while (lent_.size() < ring_want_) {
-    std::byte* p = pool_->TryAcquireRaw();
-    if (p == nullptr) break;
-    const uint32_t slot = pool_->SlotOf(p);
-    if (slot >= next_.size()) {
-      unusable.push_back(p);
-      if (unusable.size() > kMaxRingEntries) break;
-      continue;
-    }
-    ReturnToRing(slot, static_cast<int>(lent_.size()));
-    lent_.push_back(slot);
-  }
-  for (std::byte* p : unusable) pool_->ReleaseRaw(p);
-  if (lent_.empty()) {
+  if (LendSlots(std::min(ring_want_, kInitialRingSlots)) == 0) {
     return absl::ResourceExhaustedError(
         "echo server (uring): the pool has no free slot for the buffer ring");
   }
-  io_uring_buf_ring_advance(buf_ring_, static_cast<int>(lent_.size()));
 
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_poll_add(sqe, stop_fd_, POLLIN);
@@ -596,7 +624,10 @@ absl::Status UringEchoServer::Run() {
           break;  // the accept cancel
       }
     }
-    if (!stopping_) RearmStarved();
+    if (!stopping_) {
+      MaybeGrowRing();
+      RearmStarved();
+    }
   }
 
   // Every operation is complete, so the kernel holds no slot: give them all
