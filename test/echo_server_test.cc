@@ -166,6 +166,19 @@ TEST_P(EchoServerTest, Echoes512ConcurrentClientsByteExact) {
   s.Stop();
 }
 
+// kUring arms a plain recv for peers whose messages fit a slot and a bundle
+// for peers that send more, switching (cancel, re-arm) as the sizes change:
+// small, then large, then small messages on the same server all come back.
+TEST_P(EchoServerTest, MessageSizesThatChangeStayByteExact) {
+  Running s(GetParam(), {.buffer_count = 1024});
+  ExpectEchoed(s.Load(8, Scale(64), 1, 4096, 501));
+  ExpectEchoed(s.Load(8, Scale(32), 64 * 1024, 256 * 1024, 502));
+  ExpectEchoed(s.Load(8, Scale(64), 1, 4096, 503));
+  ExpectEchoed(s.Load(8, Scale(32), 1, 256 * 1024, 504));
+  s.ExpectIdle();
+  s.Stop();
+}
+
 TEST_P(EchoServerTest, HalfCloseGetsEverythingBackThenEndOfStream) {
   Running s(GetParam(), {.buffer_count = 256});
   net::EchoLoadOptions o = s.Load(8, 3, 1, 256 * 1024, 404);

@@ -7,8 +7,9 @@
 //
 //   kUring   io_uring: one multishot accept; per connection one multishot
 //            recv that takes its buffers from a provided-buffer ring built
-//            from pool slots (buffer id == slot index; one completion may
-//            fill several slots, "bundle", where the kernel offers it); the
+//            from pool slots (buffer id == slot index; for a peer whose
+//            messages span several slots, one completion may fill several,
+//            "bundle", where the kernel offers it); the
 //            echo is sent from the same slots (sendmsg), and each slot goes
 //            back to the ring when its bytes are sent. No copy, no
 //            allocation per message.
