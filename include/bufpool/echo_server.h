@@ -37,7 +37,7 @@
 //
 // Pool accounting. kEpoll holds pool buffers only while they carry unsent
 // data, so pool in_use returns to 0 as soon as clients leave. kUring lends
-// slots to the kernel's ring as the load needs them (256 at first, doubling
+// slots to the kernel's ring as the load needs them (64 at first, doubling
 // while less than a quarter of them are free, up to `ring_buffers`) and keeps
 // them for as long as Run() runs (they count as in use);
 // Stats().buffers_holding_data is 0 when clients have left, and every slot

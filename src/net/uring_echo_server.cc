@@ -55,7 +55,7 @@ constexpr uint32_t kNone = 0xffffffffu;  // end of a slot queue
 // so every lent slot is written in turn: lending only what the load needs
 // keeps the slots the kernel copies into warm in the cache (all 8192 slots
 // of a 32 MiB pool would not be).
-constexpr size_t kInitialRingSlots = 256;
+constexpr size_t kInitialRingSlots = 64;
 // Newer than liburing 2.3's header: a recv that fills several ring buffers
 // per completion ("bundle", Linux 6.10), and its feature bit.
 constexpr uint16_t kRecvSendBundle = 1u << 4;
