@@ -9,9 +9,12 @@
 //
 // Per connection, at most one of each is in flight:
 //   recv   multishot, IOSQE_BUFFER_SELECT from the ring; each completion
-//          carries one filled slot, appended to the connection's queue;
-//   send   sendmsg of up to kEchoReadBuffers queued slots, in order; fully
-//          sent slots go straight back to the ring;
+//          carries one filled slot (or, as a bundle for a peer that sends
+//          more than a slot at a time, several), appended to the
+//          connection's queue;
+//   send   of the one queued slot, or sendmsg of up to kEchoReadBuffers
+//          queued slots, in order; fully sent slots go straight back to the
+//          ring;
 // plus cancels of the recv (backpressure, close), which may overlap.
 // A connection is freed once none of its operations is in flight.
 //
