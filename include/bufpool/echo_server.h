@@ -7,8 +7,9 @@
 //
 //   kUring   io_uring: one multishot accept; per connection one multishot
 //            recv that takes its buffers from a provided-buffer ring built
-//            from pool slots (buffer id == slot index; one completion may
-//            fill several slots, "bundle", where the kernel offers it); the
+//            from pool slots (buffer id == slot index; for a peer whose
+//            messages span several slots, one completion may fill several,
+//            "bundle", where the kernel offers it); the
 //            echo is sent from the same slots (sendmsg), and each slot goes
 //            back to the ring when its bytes are sent. No copy, no
 //            allocation per message.
@@ -35,10 +36,12 @@
 // overshoot by the slots filled before its cancel landed.
 //
 // Pool accounting. kEpoll holds pool buffers only while they carry unsent
-// data, so pool in_use returns to 0 as soon as clients leave. kUring lends up
-// to `ring_buffers` slots to the kernel's ring for as long as Run() runs (they
-// count as in use); Stats().buffers_holding_data is 0 when clients have left,
-// and every slot returns to the pool before Run() returns.
+// data, so pool in_use returns to 0 as soon as clients leave. kUring lends
+// slots to the kernel's ring as the load needs them (64 at first, doubling
+// while less than a quarter of them are free, up to `ring_buffers`) and keeps
+// them for as long as Run() runs (they count as in use);
+// Stats().buffers_holding_data is 0 when clients have left, and every slot
+// returns to the pool before Run() returns.
 //
 // Thread safety. Run() serves every connection on the calling thread; call it
 // once. Stop(), Stats(), local_address() and port() may be called from any
@@ -93,9 +96,10 @@ struct EchoServerOptions {
   BufferPool* pool = nullptr;
   // Per connection: stop reading past this many unsent bytes.
   size_t max_unsent_bytes = 256 * 1024;
-  // kUring: slots lent to the kernel's buffer ring; 0 means as many as the
-  // pool gives, up to 32768 (the ring's limit). Only slots < 65536 can be
-  // ring buffers (buffer ids are 16 bits).
+  // kUring: the most slots lent to the kernel's buffer ring (lent as the
+  // load needs them); 0 means as many as the pool gives, up to 32768 (the
+  // ring's limit). Only slots < 65536 can be ring buffers (buffer ids are 16
+  // bits).
   size_t ring_buffers = 0;
   // kUring: when io_uring is unavailable, Create() falls back to kEpoll
   // (engine() and fallback_reason() say so) instead of failing. Setting the
