@@ -121,6 +121,8 @@ int main(int argc, char** argv) {
                                Bulk32<Dpdk<256, 1>>);
   benchmark::RegisterBenchmark("Pair/dpdk_mempool_cache256_4k_stride",
                                Pair<Dpdk<256, 1>>);
+  benchmark::RegisterBenchmark("WorkingSet/dpdk_mempool_cache256_4k_stride",
+                               WorkingSet<Dpdk<256, 1>>);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

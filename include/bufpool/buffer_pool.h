@@ -431,7 +431,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Buffer::Reset() {
   }
 }
 
-inline Buffer& Buffer::operator=(Buffer&& other) noexcept {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline Buffer& Buffer::operator=(
+    Buffer&& other) noexcept {
   if (this != &other) {
     Reset();
     pool_ = std::exchange(other.pool_, nullptr);
