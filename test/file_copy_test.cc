@@ -334,8 +334,10 @@ struct Faults {
   int submit_errno = 0;       // io_uring_enter fails
   bool uring_short = false;   // halve every other operation
   bool uring_eagain = false;  // every third completion is -EAGAIN
+  int fallocate_errno = 0;
   // Observed.
   int calls = 0;
+  int fallocates = 0;
   int fsyncs = 0;
   int64_t written = 0;
   int eagains = 0;
@@ -440,6 +442,14 @@ int FakeFsync(int fd) {
     return -1;
   }
   return os::RealSyscalls().fsync(fd);
+}
+int FakeFallocate(int fd, int mode, off_t offset, off_t len) {
+  ++g.fallocates;
+  if (g.fallocate_errno != 0) {
+    errno = g.fallocate_errno;
+    return -1;
+  }
+  return os::RealSyscalls().fallocate(fd, mode, offset, len);
 }
 int FakeClose(int fd) {
   const bool writable = (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDONLY;
@@ -554,6 +564,7 @@ class FaultTest : public CopyTest,
     table_.copy_file_range = FakeCopyFileRange;
     table_.sendfile = FakeSendfile;
     table_.fsync = FakeFsync;
+    table_.fallocate = FakeFallocate;
     table_.uring_create = FakeUringCreate;
     src_ = Path("src");
     dst_ = Path("dst");
@@ -613,6 +624,39 @@ TEST_P(FaultTest, DiskFullLeavesTheDestinationUntouched) {
   ExpectCleanFailure(r, "No space left on device");
   EXPECT_NE(r.status().message().find(dst_), std::string::npos);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// O_DIRECT copies reserve the destination's blocks first; where the file
+// system cannot, the copy goes on without.
+TEST_P(FaultTest, UnsupportedPreallocationIsSkipped) {
+  for (int uring_errno : {0, ENOSYS}) {  // io_uring, then the sync loop
+    SCOPED_TRACE(uring_errno == 0 ? "io_uring" : "synchronous");
+    g = Faults{};
+    g.fallocate_errno = EOPNOTSUPP;
+    g.uring_create_errno = uring_errno;
+    g.short_max = 5000;
+    absl::StatusOr<CopyStats> r = Run();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(ReadFileOrDie(dst_), data_);
+    if (r->direct_io) {
+      EXPECT_GT(g.fallocates, 0);
+    }
+  }
+}
+
+TEST_P(FaultTest, PreallocationOutOfSpaceFailsCleanly) {
+  WriteFileOrDie(dst_, "old destination");
+  g.fallocate_errno = ENOSPC;
+  absl::StatusOr<CopyStats> r = Run();
+  if (GetParam().method == CopyMethod::kDirect || GetParam().direct_io) {
+    ExpectCleanFailure(r, "No space left on device");
+    EXPECT_EQ(r.status().message(),
+              "allocate space for: " + dst_ + ": No space left on device");
+  } else {
+    ASSERT_TRUE(r.ok()) << r.status();  // buffered methods do not reserve
+    EXPECT_EQ(ReadFileOrDie(dst_), data_);
+    EXPECT_EQ(g.fallocates, 0);
+  }
 }
 
 TEST_P(FaultTest, ReadErrorNamesTheSource) {

@@ -59,6 +59,15 @@ class Mover {
   virtual absl::StatusOr<uint64_t> Copy(uint64_t offset, uint64_t len) = 0;
 };
 
+// Reserves the blocks of [offset, offset + len) of the temporary file (and
+// extends its size over them) before O_DIRECT writes fill them. Writes past
+// the end of file make ext4 take its exclusive inode lock, so io_uring hands
+// each one to a worker thread; into reserved blocks they run inline (measured
+// on a 512 MiB copy: no io-wq workers, 0.394 s median against 0.418 s).
+// Errors: ENOSPC and EDQUOT are reported ("allocate space for: <dst>: ...");
+// any other refusal (EOPNOTSUPP, ...) just skips the reservation.
+absl::Status Preallocate(Context& ctx, int fd, uint64_t offset, uint64_t len);
+
 // preadv/pwritev of `batch` buffers per call (readv when not seekable).
 std::unique_ptr<Mover> MakeReadWriteMover(Context& ctx);
 // preadv/pwritev on the O_DIRECT descriptors; switches to the buffered ones

@@ -112,6 +112,12 @@ class SyncDirectMover final : public Mover {
     const uint64_t end = offset + len;
     uint64_t pos = first;
     uint64_t valid_end = end;  // where the source ended, if before `end`
+    if (!buffered_) {
+      if (absl::Status s = Preallocate(ctx_, ctx_.out_direct_fd, offset, len);
+          !s.ok()) {
+        return s;
+      }
+    }
     while (pos < end) {
       const uint64_t want = std::min(batch_bytes, end - pos);
       const uint64_t want_aligned = std::min(

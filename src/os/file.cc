@@ -44,6 +44,7 @@ constexpr SyscallTable kReal = {
     .sendfile = ::sendfile,
     .stat = ::stat,
     .fchmod = ::fchmod,
+    .fallocate = ::fallocate,
     .uring_create = CreateUring,
 };
 

@@ -48,6 +48,8 @@ struct SyscallTable {
   // Added for the copy engine (src/copy).
   int (*stat)(const char* path, struct stat* st);
   int (*fchmod)(int fd, mode_t mode);
+  // Added for O_DIRECT copies: reserving the destination's blocks first.
+  int (*fallocate)(int fd, int mode, off_t offset, off_t len);
   // io_uring: creates a ring (see os/uring.h); returns 0 or -errno.
   int (*uring_create)(unsigned entries, std::unique_ptr<Uring>* out);
 };
