@@ -4,8 +4,6 @@
 #ifndef BUFPOOL_SRC_COPY_COPY_INTERNAL_H_
 #define BUFPOOL_SRC_COPY_COPY_INTERNAL_H_
 
-#include <sys/uio.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -80,14 +78,6 @@ absl::StatusOr<std::unique_ptr<Mover>> MakeUringMover(Context& ctx,
                                                       bool direct);
 // copy_file_range, then sendfile, then readwrite.
 std::unique_ptr<Mover> MakeKernelMover(Context& ctx);
-
-// Reads until `iov` is full, end of file, or (direct) an unaligned short
-// read, retrying EINTR. offset < 0: readv at the file position. Counts calls.
-absl::StatusOr<size_t> ReadFull(Context& ctx, int fd, const iovec* iov,
-                                int iovcnt, int64_t offset, bool direct);
-// Writes all of `iov` at `offset`, retrying EINTR and short writes.
-absl::Status WriteFull(Context& ctx, int fd, const iovec* iov, int iovcnt,
-                       int64_t offset);
 
 }  // namespace bufpool::copy_internal
 
