@@ -259,6 +259,47 @@ TEST_P(MethodTest, DrawsFromTheCallersPoolAndReturnsEveryBuffer) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
+// A pool whose free slots come in runs of two, apart from each other:
+// adjacent slots share one iovec (or one io_uring operation), the gaps
+// between runs start new ones. Held slots must come back untouched.
+std::vector<Buffer> FragmentPool(BufferPool& pool) {
+  std::vector<Buffer> all(pool.capacity());
+  all.resize(pool.TryAcquireBulk(absl::MakeSpan(all)));
+  std::vector<Buffer> held;
+  for (Buffer& b : all) {
+    if (b.index() % 3 == 2) {
+      std::memset(b.data(), 0x5a, b.size());
+      held.push_back(std::move(b));
+    }
+  }
+  return held;  // the others go back to the pool here
+}
+
+TEST_P(MethodTest, CopiesExactlyThroughNonContiguousSlots) {
+  PoolOptions po;
+  po.buffer_count = 96;
+  po.thread_cache_size = 0;
+  auto pool = BufferPool::Create(po);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<Buffer> held = FragmentPool(**pool);
+  const std::string src = Path("src"), dst = Path("dst");
+  for (size_t size : {size_t{4097}, size_t{300001}, size_t{1 << 20}}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    WriteFileOrDie(src, RandomBytes(size, static_cast<uint32_t>(size)));
+    CopyOptions o = Options(GetParam());
+    o.pool = pool->get();
+    o.batch_buffers = 16;
+    absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(ReadFileOrDie(dst), ReadFileOrDie(src));
+  }
+  for (const Buffer& b : held) {
+    EXPECT_EQ(std::memchr(b.data(), 0x5a, 1), b.data());
+    EXPECT_EQ(std::to_integer<int>(b.data()[b.size() - 1]), 0x5a);
+  }
+  EXPECT_EQ((*pool)->Stats().in_use, held.size());
+}
+
 TEST_P(MethodTest, ReportsProgressUpToTheTotal) {
   const std::string src = Path("src"), dst = Path("dst");
   WriteFileOrDie(src, RandomBytes(1000000, 7));
@@ -602,6 +643,27 @@ TEST_P(FaultTest, SurvivesEintrOnEveryCallAndShortTransfers) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(ReadFileOrDie(dst_), data_);
   EXPECT_GT(g.calls + g.shorts, 10);  // the faults really were hit
+}
+
+// Short transfers and EINTR that split coalesced segments of a fragmented
+// pool (runs of two adjacent slots) still give a byte-identical copy.
+TEST_P(FaultTest, ShortTransfersInsideCoalescedSegments) {
+  PoolOptions po;
+  po.buffer_count = 96;
+  po.thread_cache_size = 0;
+  auto pool = BufferPool::Create(po);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<Buffer> held = FragmentPool(**pool);
+  g.eintr = true;
+  g.short_max = 6000;  // ends inside the second slot of a pair
+  g.uring_short = true;
+  CopyOptions o = Options(GetParam());
+  o.pool = pool->get();
+  o.batch_buffers = 16;
+  absl::StatusOr<CopyStats> r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(ReadFileOrDie(dst_), data_);
+  EXPECT_GT(g.calls + g.shorts, 10);
 }
 
 TEST_P(FaultTest, UringEagainCompletionsAreRetried) {
