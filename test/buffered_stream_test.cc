@@ -623,7 +623,7 @@ TEST_F(StreamTest, ReaderReportsAReadErrorOnceAndThenStaysFailed) {
   os::ScopedSyscalls seam(&table);
   const absl::Status first = r->ReadFixed32().status();
   EXPECT_FALSE(first.ok());
-  EXPECT_TRUE(Contains(std::string(first.message()), "read from " + path));
+  EXPECT_TRUE(Contains(std::string(first.message()), "read: " + path + ": "));
   EXPECT_TRUE(Contains(std::string(first.message()), "Input/output error"));
   EXPECT_EQ(pool->Stats().in_use, 0u);  // given back at once
   std::byte b[4];

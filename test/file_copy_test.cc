@@ -259,6 +259,47 @@ TEST_P(MethodTest, DrawsFromTheCallersPoolAndReturnsEveryBuffer) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
+// A pool whose free slots come in runs of two, apart from each other:
+// adjacent slots share one iovec (or one io_uring operation), the gaps
+// between runs start new ones. Held slots must come back untouched.
+std::vector<Buffer> FragmentPool(BufferPool& pool) {
+  std::vector<Buffer> all(pool.capacity());
+  all.resize(pool.TryAcquireBulk(absl::MakeSpan(all)));
+  std::vector<Buffer> held;
+  for (Buffer& b : all) {
+    if (b.index() % 3 == 2) {
+      std::memset(b.data(), 0x5a, b.size());
+      held.push_back(std::move(b));
+    }
+  }
+  return held;  // the others go back to the pool here
+}
+
+TEST_P(MethodTest, CopiesExactlyThroughNonContiguousSlots) {
+  PoolOptions po;
+  po.buffer_count = 96;
+  po.thread_cache_size = 0;
+  auto pool = BufferPool::Create(po);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<Buffer> held = FragmentPool(**pool);
+  const std::string src = Path("src"), dst = Path("dst");
+  for (size_t size : {size_t{4097}, size_t{300001}, size_t{1 << 20}}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    WriteFileOrDie(src, RandomBytes(size, static_cast<uint32_t>(size)));
+    CopyOptions o = Options(GetParam());
+    o.pool = pool->get();
+    o.batch_buffers = 16;
+    absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(ReadFileOrDie(dst), ReadFileOrDie(src));
+  }
+  for (const Buffer& b : held) {
+    EXPECT_EQ(std::memchr(b.data(), 0x5a, 1), b.data());
+    EXPECT_EQ(std::to_integer<int>(b.data()[b.size() - 1]), 0x5a);
+  }
+  EXPECT_EQ((*pool)->Stats().in_use, held.size());
+}
+
 TEST_P(MethodTest, ReportsProgressUpToTheTotal) {
   const std::string src = Path("src"), dst = Path("dst");
   WriteFileOrDie(src, RandomBytes(1000000, 7));
@@ -334,8 +375,10 @@ struct Faults {
   int submit_errno = 0;       // io_uring_enter fails
   bool uring_short = false;   // halve every other operation
   bool uring_eagain = false;  // every third completion is -EAGAIN
+  int fallocate_errno = 0;
   // Observed.
   int calls = 0;
+  int fallocates = 0;
   int fsyncs = 0;
   int64_t written = 0;
   int eagains = 0;
@@ -440,6 +483,14 @@ int FakeFsync(int fd) {
     return -1;
   }
   return os::RealSyscalls().fsync(fd);
+}
+int FakeFallocate(int fd, int mode, off_t offset, off_t len) {
+  ++g.fallocates;
+  if (g.fallocate_errno != 0) {
+    errno = g.fallocate_errno;
+    return -1;
+  }
+  return os::RealSyscalls().fallocate(fd, mode, offset, len);
 }
 int FakeClose(int fd) {
   const bool writable = (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDONLY;
@@ -554,6 +605,7 @@ class FaultTest : public CopyTest,
     table_.copy_file_range = FakeCopyFileRange;
     table_.sendfile = FakeSendfile;
     table_.fsync = FakeFsync;
+    table_.fallocate = FakeFallocate;
     table_.uring_create = FakeUringCreate;
     src_ = Path("src");
     dst_ = Path("dst");
@@ -593,6 +645,27 @@ TEST_P(FaultTest, SurvivesEintrOnEveryCallAndShortTransfers) {
   EXPECT_GT(g.calls + g.shorts, 10);  // the faults really were hit
 }
 
+// Short transfers and EINTR that split coalesced segments of a fragmented
+// pool (runs of two adjacent slots) still give a byte-identical copy.
+TEST_P(FaultTest, ShortTransfersInsideCoalescedSegments) {
+  PoolOptions po;
+  po.buffer_count = 96;
+  po.thread_cache_size = 0;
+  auto pool = BufferPool::Create(po);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<Buffer> held = FragmentPool(**pool);
+  g.eintr = true;
+  g.short_max = 6000;  // ends inside the second slot of a pair
+  g.uring_short = true;
+  CopyOptions o = Options(GetParam());
+  o.pool = pool->get();
+  o.batch_buffers = 16;
+  absl::StatusOr<CopyStats> r = Run(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(ReadFileOrDie(dst_), data_);
+  EXPECT_GT(g.calls + g.shorts, 10);
+}
+
 TEST_P(FaultTest, UringEagainCompletionsAreRetried) {
   g.uring_eagain = true;
   g.uring_short = true;
@@ -613,6 +686,39 @@ TEST_P(FaultTest, DiskFullLeavesTheDestinationUntouched) {
   ExpectCleanFailure(r, "No space left on device");
   EXPECT_NE(r.status().message().find(dst_), std::string::npos);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+// O_DIRECT copies reserve the destination's blocks first; where the file
+// system cannot, the copy goes on without.
+TEST_P(FaultTest, UnsupportedPreallocationIsSkipped) {
+  for (int uring_errno : {0, ENOSYS}) {  // io_uring, then the sync loop
+    SCOPED_TRACE(uring_errno == 0 ? "io_uring" : "synchronous");
+    g = Faults{};
+    g.fallocate_errno = EOPNOTSUPP;
+    g.uring_create_errno = uring_errno;
+    g.short_max = 5000;
+    absl::StatusOr<CopyStats> r = Run();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(ReadFileOrDie(dst_), data_);
+    if (r->direct_io) {
+      EXPECT_GT(g.fallocates, 0);
+    }
+  }
+}
+
+TEST_P(FaultTest, PreallocationOutOfSpaceFailsCleanly) {
+  WriteFileOrDie(dst_, "old destination");
+  g.fallocate_errno = ENOSPC;
+  absl::StatusOr<CopyStats> r = Run();
+  if (GetParam().method == CopyMethod::kDirect || GetParam().direct_io) {
+    ExpectCleanFailure(r, "No space left on device");
+    EXPECT_EQ(r.status().message(),
+              "allocate space for: " + dst_ + ": No space left on device");
+  } else {
+    ASSERT_TRUE(r.ok()) << r.status();  // buffered methods do not reserve
+    EXPECT_EQ(ReadFileOrDie(dst_), data_);
+    EXPECT_EQ(g.fallocates, 0);
+  }
 }
 
 TEST_P(FaultTest, ReadErrorNamesTheSource) {

@@ -96,6 +96,58 @@ TEST_F(FileTest, WriteErrorNamesPathAndSystemWords) {
       << s;
 }
 
+TEST_F(FileTest, ErrorsReadWhatPathAndSystemWords) {
+  SyscallTable full = RealSyscalls();
+  full.pwritev = FullDisk;
+  ScopedSyscalls seam(&full);
+  iovec out{const_cast<char*>("abc"), 3};
+  EXPECT_EQ(WriteAll(fd_, &out, 1, 0, path_).message(),
+            "write: " + path_ + ": No space left on device");
+  char buf[4];
+  iovec in{buf, sizeof(buf)};
+  EXPECT_EQ(ReadFull(-1, &in, 1, 0, "/nowhere").status().message(),
+            "read: /nowhere: Bad file descriptor");
+}
+
+TEST_F(FileTest, CountsEverySystemCallIncludingRetries) {
+  SyscallTable stingy = RealSyscalls();
+  stingy.pwritev = StingyWritev;
+  stingy.preadv = StingyReadv;
+  ScopedSyscalls seam(&stingy);
+  char a[] = "pooled world";
+  iovec out{a, 12};
+  g_calls = 0;
+  uint64_t writes = 0;
+  ASSERT_TRUE(WriteAll(fd_, &out, 1, 0, path_, {.calls = &writes}).ok());
+  EXPECT_EQ(writes, static_cast<uint64_t>(g_calls));
+  char x[12];
+  iovec in{x, 12};
+  g_calls = 0;
+  uint64_t reads = 0;
+  ASSERT_TRUE(ReadFull(fd_, &in, 1, 0, path_, {.calls = &reads}).ok());
+  EXPECT_EQ(reads, static_cast<uint64_t>(g_calls));
+  EXPECT_GT(reads, 2u);
+}
+
+// O_DIRECT reads: a read that ends inside a block is the end of the file.
+TEST_F(FileTest, ReadFullStopsAtAnUnalignedEndWhenAsked) {
+  const std::string data(6000, 'x');
+  iovec out{const_cast<char*>(data.data()), data.size()};
+  ASSERT_TRUE(WriteAll(fd_, &out, 1, 0, path_).ok());
+  SyscallTable stingy = RealSyscalls();
+  stingy.preadv = StingyReadv;
+  ScopedSyscalls seam(&stingy);
+  std::string buf(8192, '\0');
+  iovec in{buf.data(), buf.size()};
+  auto n = ReadFull(fd_, &in, 1, 0, path_, {.stop_unaligned = 4096});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_GT(*n, 0u);
+  EXPECT_LT(*n, 4096u);  // the first dribble was not a whole block: stopped
+  auto all = ReadFull(fd_, &in, 1, 0, path_);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, 6000u);
+}
+
 TEST_F(FileTest, SeamIsRemovedWhenScopeEnds) {
   {
     SyscallTable full = RealSyscalls();

@@ -40,7 +40,7 @@
 // Errors are never lost. The first failed write is returned by the Append,
 // Flush or Close that hit it, and by every later call: a failed writer stays
 // failed (and gives its buffers back at once). Messages name the file and the
-// system's words, e.g. "write to /data/x: No space left on device". If a
+// system's words, e.g. "write: /data/x: No space left on device". If a
 // writer is destroyed without Close(), its destructor flushes and closes, and
 // prints any failure as one line on stderr.
 //

@@ -13,6 +13,10 @@
 //               pool's aligned buffers, reads and writes overlapped through
 //               io_uring when it is available (a synchronous loop otherwise).
 //               Falls back to buffered I/O when a file system refuses O_DIRECT.
+//               The destination's blocks are reserved (fallocate) before they
+//               are written (also for kUring with `direct_io`); a full disk
+//               then fails the reservation ("allocate space for: <dst>: No
+//               space left on device").
 //   kUring      io_uring with the pool's region registered once as fixed
 //               buffers, many operations in flight, reads and writes
 //               overlapped. Falls back to unregistered buffers when

@@ -4,8 +4,6 @@
 #ifndef BUFPOOL_SRC_COPY_COPY_INTERNAL_H_
 #define BUFPOOL_SRC_COPY_COPY_INTERNAL_H_
 
-#include <sys/uio.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,6 +57,15 @@ class Mover {
   virtual absl::StatusOr<uint64_t> Copy(uint64_t offset, uint64_t len) = 0;
 };
 
+// Reserves the blocks of [offset, offset + len) of the temporary file (and
+// extends its size over them) before O_DIRECT writes fill them. Writes past
+// the end of file make ext4 take its exclusive inode lock, so io_uring hands
+// each one to a worker thread; into reserved blocks they run inline (measured
+// on a 512 MiB copy: no io-wq workers, 0.394 s median against 0.418 s).
+// Errors: ENOSPC and EDQUOT are reported ("allocate space for: <dst>: ...");
+// any other refusal (EOPNOTSUPP, ...) just skips the reservation.
+absl::Status Preallocate(Context& ctx, int fd, uint64_t offset, uint64_t len);
+
 // preadv/pwritev of `batch` buffers per call (readv when not seekable).
 std::unique_ptr<Mover> MakeReadWriteMover(Context& ctx);
 // preadv/pwritev on the O_DIRECT descriptors; switches to the buffered ones
@@ -71,14 +78,6 @@ absl::StatusOr<std::unique_ptr<Mover>> MakeUringMover(Context& ctx,
                                                       bool direct);
 // copy_file_range, then sendfile, then readwrite.
 std::unique_ptr<Mover> MakeKernelMover(Context& ctx);
-
-// Reads until `iov` is full, end of file, or (direct) an unaligned short
-// read, retrying EINTR. offset < 0: readv at the file position. Counts calls.
-absl::StatusOr<size_t> ReadFull(Context& ctx, int fd, const iovec* iov,
-                                int iovcnt, int64_t offset, bool direct);
-// Writes all of `iov` at `offset`, retrying EINTR and short writes.
-absl::Status WriteFull(Context& ctx, int fd, const iovec* iov, int iovcnt,
-                       int64_t offset);
 
 }  // namespace bufpool::copy_internal
 

@@ -52,6 +52,20 @@ absl::Status IoError(absl::string_view what, absl::string_view path, int err) {
   return os::PosixError(absl::StrCat(what, ": ", path), err);
 }
 
+absl::Status Preallocate(Context& ctx, int fd, uint64_t offset, uint64_t len) {
+  if (len == 0 || len == kToEof) return absl::OkStatus();
+  const uint64_t first = offset & ~(kDirectAlign - 1);
+  const uint64_t end = (offset + len + kDirectAlign - 1) & ~(kDirectAlign - 1);
+  if (os::Sys().fallocate(fd, 0, static_cast<off_t>(first),
+                          static_cast<off_t>(end - first)) == 0) {
+    return absl::OkStatus();
+  }
+  if (errno == ENOSPC || errno == EDQUOT) {
+    return IoError("allocate space for", ctx.dst_path, errno);
+  }
+  return absl::OkStatus();  // an optimisation only: the writes still work
+}
+
 void Context::Advance(uint64_t n) {
   stats->bytes_copied += n;
   if (options->progress) {

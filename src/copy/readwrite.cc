@@ -1,9 +1,5 @@
 // The synchronous movers: buffered preadv/pwritev and the O_DIRECT loop.
-#include <fcntl.h>
-#include <limits.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -12,24 +8,6 @@
 
 namespace bufpool::copy_internal {
 namespace {
-
-// Drops the first `done` bytes of iov[0, n); returns the new count.
-int Skip(iovec* iov, int n, size_t done) {
-  int i = 0;
-  while (i < n && done >= iov[i].iov_len) done -= iov[i++].iov_len;
-  if (i < n) {
-    iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + done;
-    iov[i].iov_len -= done;
-  }
-  std::copy(iov + i, iov + n, iov);
-  return n - i;
-}
-
-size_t Total(const iovec* iov, int n) {
-  size_t t = 0;
-  for (int i = 0; i < n; ++i) t += iov[i].iov_len;
-  return t;
-}
 
 // Fills `iov` with up to `want` bytes of buffers; returns the count.
 // Adjacent slots become one iovec: the kernel copies a long segment into
@@ -74,13 +52,15 @@ class ReadWriteMover final : public Mover {
       const uint64_t want = std::min(batch_bytes, end - pos);
       const int cnt = Gather(*ctx_.buffers, 0, count, want, iov_);
       absl::StatusOr<size_t> n =
-          ReadFull(ctx_, ctx_.in_fd, iov_.data(), cnt,
-                   ctx_.seekable ? static_cast<int64_t>(pos) : -1, false);
+          os::ReadFull(ctx_.in_fd, iov_.data(), cnt,
+                       ctx_.seekable ? static_cast<off_t>(pos) : -1,
+                       ctx_.src_path, {.calls = &ctx_.stats->syscalls});
       if (!n.ok()) return n.status();
       if (*n == 0) break;
       const int wcnt = Gather(*ctx_.buffers, 0, count, *n, iov_);
-      if (absl::Status s = WriteFull(ctx_, ctx_.out_fd, iov_.data(), wcnt,
-                                     static_cast<int64_t>(pos));
+      if (absl::Status s = os::WriteAll(ctx_.out_fd, iov_.data(), wcnt,
+                                        static_cast<off_t>(pos), ctx_.dst_path,
+                                        {.calls = &ctx_.stats->syscalls});
           !s.ok()) {
         return s;
       }
@@ -112,6 +92,12 @@ class SyncDirectMover final : public Mover {
     const uint64_t end = offset + len;
     uint64_t pos = first;
     uint64_t valid_end = end;  // where the source ended, if before `end`
+    if (!buffered_) {
+      if (absl::Status s = Preallocate(ctx_, ctx_.out_direct_fd, offset, len);
+          !s.ok()) {
+        return s;
+      }
+    }
     while (pos < end) {
       const uint64_t want = std::min(batch_bytes, end - pos);
       const uint64_t want_aligned = std::min(
@@ -119,8 +105,10 @@ class SyncDirectMover final : public Mover {
       const int cnt = Gather(*ctx_.buffers, 0, count, want_aligned, iov_);
       const bool direct = !buffered_;
       absl::StatusOr<size_t> n =
-          ReadFull(ctx_, direct ? ctx_.in_direct_fd : ctx_.in_fd, iov_.data(),
-                   cnt, static_cast<int64_t>(pos), direct);
+          os::ReadFull(direct ? ctx_.in_direct_fd : ctx_.in_fd, iov_.data(),
+                       cnt, static_cast<off_t>(pos), ctx_.src_path,
+                       {.calls = &ctx_.stats->syscalls,
+                        .stop_unaligned = direct ? kDirectAlign : 0});
       if (!n.ok()) {
         if (direct && absl::IsInvalidArgument(n.status())) {
           SwitchToBuffered(n.status());
@@ -142,8 +130,9 @@ class SyncDirectMover final : public Mover {
       }
       const int wcnt = Gather(*ctx_.buffers, 0, count, to_write, iov_);
       absl::Status s =
-          WriteFull(ctx_, direct ? ctx_.out_direct_fd : ctx_.out_fd,
-                    iov_.data(), wcnt, static_cast<int64_t>(pos));
+          os::WriteAll(direct ? ctx_.out_direct_fd : ctx_.out_fd, iov_.data(),
+                       wcnt, static_cast<off_t>(pos), ctx_.dst_path,
+                       {.calls = &ctx_.stats->syscalls});
       if (!s.ok()) {
         if (direct && absl::IsInvalidArgument(s)) {
           SwitchToBuffered(s);
@@ -187,55 +176,6 @@ class SyncDirectMover final : public Mover {
 };
 
 }  // namespace
-
-absl::StatusOr<size_t> ReadFull(Context& ctx, int fd, const iovec* iov_in,
-                                int iovcnt, int64_t offset, bool direct) {
-  std::vector<iovec> iov(iov_in, iov_in + iovcnt);
-  const size_t total = Total(iov_in, iovcnt);
-  size_t done = 0;
-  int n = iovcnt;
-  while (done < total) {
-    const int cnt = std::min(n, IOV_MAX);
-    ++ctx.stats->syscalls;
-    const ssize_t r = offset < 0
-                          ? os::Sys().readv(fd, iov.data(), cnt)
-                          : os::Sys().preadv(fd, iov.data(), cnt,
-                                             offset + static_cast<off_t>(done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return IoError("read", ctx.src_path, errno);
-    }
-    if (r == 0) break;
-    done += static_cast<size_t>(r);
-    // An O_DIRECT read that stops inside a block has reached end of file;
-    // reading on from an unaligned offset would fail with EINVAL.
-    if (direct && done % kDirectAlign != 0) break;
-    n = Skip(iov.data(), n, static_cast<size_t>(r));
-  }
-  return done;
-}
-
-absl::Status WriteFull(Context& ctx, int fd, const iovec* iov_in, int iovcnt,
-                       int64_t offset) {
-  std::vector<iovec> iov(iov_in, iov_in + iovcnt);
-  const size_t total = Total(iov_in, iovcnt);
-  size_t done = 0;
-  int n = iovcnt;
-  while (done < total) {
-    const int cnt = std::min(n, IOV_MAX);
-    ++ctx.stats->syscalls;
-    const ssize_t r = os::Sys().pwritev(fd, iov.data(), cnt,
-                                        offset + static_cast<off_t>(done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return IoError("write", ctx.dst_path, errno);
-    }
-    if (r == 0) return IoError("write", ctx.dst_path, EIO);  // no progress
-    done += static_cast<size_t>(r);
-    n = Skip(iov.data(), n, static_cast<size_t>(r));
-  }
-  return absl::OkStatus();
-}
 
 std::unique_ptr<Mover> MakeReadWriteMover(Context& ctx) {
   return std::make_unique<ReadWriteMover>(ctx);

@@ -73,6 +73,12 @@ class UringMover final : public Mover {
     end_ = len == kToEof ? kToEof : offset + len;
     user_begin_ = offset;
     eof_ = kToEof;
+    if (direct_) {
+      if (absl::Status s = Preallocate(ctx_, ctx_.out_direct_fd, offset, len);
+          !s.ok()) {
+        return s;
+      }
+    }
     uint64_t next = first;
     size_t inflight = 0;
     int failed_submits = 0;

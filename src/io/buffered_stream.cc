@@ -398,7 +398,7 @@ absl::Status BufferedReader::Refill() {
     got = os::Sys().readv(fd_, iov, static_cast<int>(bufs_.size()));
   } while (got < 0 && errno == EINTR);
   if (got < 0) {
-    status_ = os::PosixError(absl::StrCat("read from ", name_), errno);
+    status_ = os::PosixError(absl::StrCat("read: ", name_), errno);
     ReleaseBuffers();
     return status_;
   }
@@ -431,7 +431,7 @@ absl::StatusOr<size_t> BufferedReader::ReadSlow(std::byte* out, size_t n) {
       got = os::Sys().read(fd_, out + done, n - done);
     } while (got < 0 && errno == EINTR);
     if (got < 0) {
-      status_ = os::PosixError(absl::StrCat("read from ", name_), errno);
+      status_ = os::PosixError(absl::StrCat("read: ", name_), errno);
       ReleaseBuffers();
       return status_;
     }

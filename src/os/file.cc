@@ -44,6 +44,7 @@ constexpr SyscallTable kReal = {
     .sendfile = ::sendfile,
     .stat = ::stat,
     .fchmod = ::fchmod,
+    .fallocate = ::fallocate,
     .uring_create = CreateUring,
 };
 
@@ -86,47 +87,64 @@ ScopedSyscalls::~ScopedSyscalls() {
 }
 
 absl::Status WriteAll(int fd, const iovec* iov, int iovcnt, off_t offset,
-                      absl::string_view path) {
+                      absl::string_view path, IoLoopOptions options) {
   const size_t total = Total(iov, iovcnt);
   size_t done = 0;
-  std::vector<iovec> rest(iov, iov + iovcnt);
+  // The caller's iovecs until a short write; what is left after that.
+  const iovec* cur = iov;
+  size_t cur_cnt = static_cast<size_t>(iovcnt);
+  std::vector<iovec> rest;
   while (done < total) {
-    const int cnt = static_cast<int>(std::min<size_t>(rest.size(), IOV_MAX));
-    const ssize_t n = offset < 0
-                          ? Sys().writev(fd, rest.data(), cnt)
-                          : Sys().pwritev(fd, rest.data(), cnt,
-                                          offset + static_cast<off_t>(done));
+    const int cnt = static_cast<int>(std::min<size_t>(cur_cnt, IOV_MAX));
+    if (options.calls != nullptr) ++*options.calls;
+    const ssize_t n =
+        offset < 0
+            ? Sys().writev(fd, cur, cnt)
+            : Sys().pwritev(fd, cur, cnt, offset + static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return PosixError(absl::StrCat("write to ", path), errno);
+      return PosixError(absl::StrCat("write: ", path), errno);
     }
     if (n == 0) {  // no progress and no error: do not spin
-      return PosixError(absl::StrCat("write to ", path), EIO);
+      return PosixError(absl::StrCat("write: ", path), EIO);
     }
     done += static_cast<size_t>(n);
+    if (done == total) break;
     Advance(iov, iovcnt, done, rest);
+    cur = rest.data();
+    cur_cnt = rest.size();
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<size_t> ReadFull(int fd, const iovec* iov, int iovcnt,
-                                off_t offset, absl::string_view path) {
+                                off_t offset, absl::string_view path,
+                                IoLoopOptions options) {
   const size_t total = Total(iov, iovcnt);
   size_t done = 0;
-  std::vector<iovec> rest(iov, iov + iovcnt);
+  const iovec* cur = iov;
+  size_t cur_cnt = static_cast<size_t>(iovcnt);
+  std::vector<iovec> rest;
   while (done < total) {
-    const int cnt = static_cast<int>(std::min<size_t>(rest.size(), IOV_MAX));
-    const ssize_t n = offset < 0
-                          ? Sys().readv(fd, rest.data(), cnt)
-                          : Sys().preadv(fd, rest.data(), cnt,
-                                         offset + static_cast<off_t>(done));
+    const int cnt = static_cast<int>(std::min<size_t>(cur_cnt, IOV_MAX));
+    if (options.calls != nullptr) ++*options.calls;
+    const ssize_t n =
+        offset < 0
+            ? Sys().readv(fd, cur, cnt)
+            : Sys().preadv(fd, cur, cnt, offset + static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return PosixError(absl::StrCat("read from ", path), errno);
+      return PosixError(absl::StrCat("read: ", path), errno);
     }
     if (n == 0) break;  // end of file
     done += static_cast<size_t>(n);
+    if (options.stop_unaligned != 0 && done % options.stop_unaligned != 0) {
+      break;
+    }
+    if (done == total) break;
     Advance(iov, iovcnt, done, rest);
+    cur = rest.data();
+    cur_cnt = rest.size();
   }
   return done;
 }

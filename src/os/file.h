@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -48,6 +49,8 @@ struct SyscallTable {
   // Added for the copy engine (src/copy).
   int (*stat)(const char* path, struct stat* st);
   int (*fchmod)(int fd, mode_t mode);
+  // Added for O_DIRECT copies: reserving the destination's blocks first.
+  int (*fallocate)(int fd, int mode, off_t offset, off_t len);
   // io_uring: creates a ring (see os/uring.h); returns 0 or -errno.
   int (*uring_create)(unsigned entries, std::unique_ptr<Uring>* out);
 };
@@ -70,20 +73,32 @@ class ScopedSyscalls {
   const SyscallTable* previous_;
 };
 
+// What WriteAll and ReadFull may do besides their defaults.
+struct IoLoopOptions {
+  // Incremented once per system call made (EINTR retries included).
+  uint64_t* calls = nullptr;
+  // ReadFull only: stop once the bytes read are not a multiple of this
+  // (0: never). An O_DIRECT read that ends inside a block has reached end of
+  // file, and reading on from the unaligned offset would fail with EINVAL.
+  size_t stop_unaligned = 0;
+};
+
 // Writes every byte of iov[0, iovcnt) to `fd`: with pwritev at `offset`, or
 // with writev at the file position when `offset` is -1. Retries EINTR and
-// continues after short writes. On failure the Status names `path` and the
-// system's words, e.g. "write to /tmp/x: No space left on device"; bytes
-// written before the failure are not rolled back. `iov` is not modified.
+// continues after short writes; a write that moves nothing is EIO. On failure
+// the Status reads "write: <path>: <the system's words>", e.g. "write:
+// /tmp/x: No space left on device"; bytes written before the failure are not
+// rolled back. `iov` is not modified. At most IOV_MAX iovecs go to one call.
 absl::Status WriteAll(int fd, const iovec* iov, int iovcnt, off_t offset,
-                      absl::string_view path);
+                      absl::string_view path, IoLoopOptions options = {});
 
 // Reads into iov[0, iovcnt) until it is full or end of file: with preadv at
 // `offset`, or readv at the file position when `offset` is -1. Retries EINTR
 // and continues after short reads. Returns the bytes read (less than the
-// total only at end of file).
+// total only at end of file); errors read "read: <path>: <words>".
 absl::StatusOr<size_t> ReadFull(int fd, const iovec* iov, int iovcnt,
-                                off_t offset, absl::string_view path);
+                                off_t offset, absl::string_view path,
+                                IoLoopOptions options = {});
 
 // close(), with its error reported (it can carry a delayed write error).
 // EINTR is not retried: on Linux the descriptor is closed regardless.
