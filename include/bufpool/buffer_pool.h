@@ -16,8 +16,9 @@
 //
 // Ownership. The pool owns the memory. `Buffer` is a move-only handle that
 // owns one buffer and returns it when destroyed (like std::unique_ptr).
-// TryAcquireRaw()/ReleaseRaw() are the same operations without the handle;
-// a raw pointer must come back exactly once, through ReleaseRaw() or Adopt().
+// TryAcquireRaw()/ReleaseRaw() (and the *RawBulk() calls) are the same
+// operations without the handle; a raw pointer must come back exactly once,
+// through ReleaseRaw(), ReleaseRawBulk() or Adopt().
 // Every Buffer and raw pointer must be returned before the pool is destroyed.
 //
 // Thread safety. Every BufferPool method may be called from any number of
@@ -103,10 +104,12 @@ struct PoolOptions {
 };
 
 struct PoolStats {
-  size_t capacity;            // buffer_count
-  size_t in_use;              // held by users (buffers idle in caches are free)
-  size_t high_water;          // the largest in_use seen (see BufferPool::Stats)
-  uint64_t acquire_failures;  // TryAcquire*/Acquire calls that got nothing
+  size_t capacity;    // buffer_count
+  size_t in_use;      // held by users (buffers idle in caches are free)
+  size_t high_water;  // the largest in_use seen (see BufferPool::Stats)
+  // TryAcquire*/Acquire calls that got nothing, and bulk calls that got
+  // fewer than asked.
+  uint64_t acquire_failures;
 };
 
 class BufferPool;
@@ -117,7 +120,8 @@ namespace internal {
 // thread (src/pool/buffer_pool.cc); the pool keeps a list of its caches so
 // that Stats() can count them and its destructor can detach them.
 //
-// Memory ordering: `count`, `reported` and `low_water` are written only by
+// Memory ordering: `hot`, `count`, `reported` and `low_water` are written
+// only by
 // the owning thread and read by other threads only in Stats(), which is exact
 // only when no acquire/release is in flight; relaxed loads/stores suffice
 // (they compile to plain moves). `pool` is set to nullptr under the registry
@@ -132,18 +136,20 @@ namespace internal {
 // forward from store to load without going through an indexed array. The
 // cache's total is count + (hot != kNone); "count" below means that total.
 //
-// low_water is the lowest total since the last fold, and never exceeds the
-// stack's count: it starts at count, every stack pop lowers it with count,
-// and `hot` only ever goes from empty to full without count falling. So
-// taking `hot` (total becomes count) never sets a new low, and the hit path
-// skips that check.
+// low_water is the lowest total since the last fold and never exceeds the
+// stack's count (the total less `hot`): Fold() sets it to the stack's count,
+// every stack pop lowers it with the count, and otherwise `hot` only goes
+// from empty to full without the count falling. The one exception, a spill
+// that drops the count and refills `hot` in one release, folds right after
+// (see Fold()). So taking `hot` (total becomes count) never sets a new low,
+// and the hit path skips that check.
 struct alignas(64) ThreadCache {
   static constexpr uint32_t kNone = 0xffffffffu;
   std::atomic<BufferPool*> pool{nullptr};  // the pool served, or nullptr
   std::atomic<uint32_t> hot{kNone};        // a free slot, or kNone
   std::atomic<uint32_t> count{0};          // slots[0, count) are free
   std::atomic<uint32_t> reported{0};       // total last folded into the pool
-  std::atomic<uint32_t> low_water{0};      // lowest total since the last fold
+  std::atomic<uint32_t> low_water{0};      // see above
   uint32_t capacity = 0;                   // of the stack: cache_capacity - 1
   // Inline, so the hit path loads no pointer to reach it. Two spare entries
   // let the slow path fold `hot` in and hand over everything plus one slot.
@@ -183,7 +189,7 @@ class Buffer {
 
   void Reset();  // return the buffer now; the handle becomes empty
   // Give up ownership without returning the buffer. The pointer must come
-  // back through BufferPool::ReleaseRaw() or BufferPool::Adopt().
+  // back through BufferPool::ReleaseRaw(), ReleaseRawBulk() or Adopt().
   std::byte* Detach();
 
  private:
@@ -232,14 +238,16 @@ class BUFPOOL_EXPORT BufferPool {
   std::byte* TryAcquireRaw();  // nullptr when none is free
   void ReleaseRaw(std::byte* p);
   // The bulk calls without handles: fills out[0, n) with buffer pointers and
-  // returns n (smaller only when the pool ran out; out[n, size) is set to
-  // nullptr). Each pointer must come back exactly once, through
-  // ReleaseRaw(), ReleaseRawBulk() or Adopt(). ReleaseRawBulk() aborts, as
-  // ReleaseRaw() does, on a pointer that is not an in-use buffer of this
-  // pool; it leaves `in` unchanged.
+  // returns n, smaller only when the pool ran out (then out[n, size) is set
+  // to nullptr and one failure is counted). Each pointer must come back
+  // exactly once, through ReleaseRaw(), ReleaseRawBulk() or Adopt().
+  // ReleaseRawBulk() skips nullptr entries, so a short fill can be passed
+  // back whole; it aborts, as ReleaseRaw() does, on any other pointer that
+  // is not an in-use buffer of this pool, and leaves `in` unchanged.
   size_t TryAcquireRawBulk(absl::Span<std::byte*> out);
   void ReleaseRawBulk(absl::Span<std::byte* const> in);
-  // Wraps a pointer from TryAcquireRaw()/Buffer::Detach() into a handle.
+  // Wraps a pointer from TryAcquireRaw(), TryAcquireRawBulk() or
+  // Buffer::Detach() into a handle.
   // Aborts if `p` is not an in-use buffer of this pool.
   Buffer Adopt(std::byte* p);
 

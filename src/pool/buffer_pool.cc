@@ -473,8 +473,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
 template <class Emit>
 size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
   size_t got = 0;
-  ThreadCache* c = MyCache();  // inline check first; CacheFor is a call
-  if (c == nullptr) c = PoolAccess::CacheFor(*this);
+  ThreadCache* c = PoolAccess::CacheFor(*this);
   uint32_t direct[64];
   // Locals: stores into the caller's array could otherwise alias these
   // members and force a reload per buffer.
@@ -555,8 +554,9 @@ void BufferPool::ReleaseBulkImpl(size_t count, TakeSlot take_slot) {
     }
     first = last;
     uint32_t done = 0;
-    ThreadCache* c = MyCache();  // inline check first; CacheFor is a call
-    if (c == nullptr) c = PoolAccess::CacheFor(*this);
+    // relaxed: as in ReleaseSlot(); a waiter registering meanwhile may miss
+    // up to this chunk, which stays in this cache (see Acquire()).
+    ThreadCache* c = PoolAccess::CacheFor(*this);
     if (c != nullptr && waiters_.load(std::memory_order_relaxed) == 0) {
       const uint32_t n = c->count.load(std::memory_order_relaxed);
       done = std::min(k, c->capacity - n);
@@ -608,6 +608,7 @@ void BufferPool::ReleaseRawBulk(absl::Span<std::byte* const> in) {
   const size_t align_mask = buffer_size_ - 1;
   const unsigned shift = shift_;
   ReleaseBulkImpl(in.size(), [&](size_t i) {
+    if (src[i] == nullptr) return kNoSlot;  // the tail of a short fill
     const uintptr_t off = reinterpret_cast<uintptr_t>(src[i]) - base;
     if (off >= region || (off & align_mask) != 0) [[unlikely]] {
       DieNotFromPool(src[i]);
