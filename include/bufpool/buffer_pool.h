@@ -121,20 +121,19 @@ namespace internal {
 // that Stats() can count them and its destructor can detach them.
 //
 // Memory ordering: `hot`, `count`, `reported` and `low_water` are written
-// only by
-// the owning thread and read by other threads only in Stats(), which is exact
-// only when no acquire/release is in flight; relaxed loads/stores suffice
-// (they compile to plain moves). `pool` is set to nullptr under the registry
-// mutex when the pool dies and read relaxed on the hot path by the owner: a
-// stale read could only happen while the pool is being destroyed, which
-// callers may not race with using it. A detached cache never matches any
-// pool, so a new pool at a dead pool's address cannot inherit its cache.
+// only by the owning thread and read by other threads only in Stats(), which
+// is exact only when no acquire/release is in flight; relaxed loads/stores
+// suffice (they compile to plain moves). `pool` is set to nullptr under the
+// registry mutex when the pool dies and read relaxed on the hot path by the
+// owner: a stale read could only happen while the pool is being destroyed,
+// which callers may not race with using it. A detached cache never matches
+// any pool, so a new pool at a dead pool's address cannot inherit its cache.
 //
 // Layout: the most recently released slot sits in `hot` (a fixed address),
 // the rest in the stack slots[0, count). A release-then-acquire on one
 // thread, the commonest pattern, then touches only `hot`, which the CPU can
 // forward from store to load without going through an indexed array. The
-// cache's total is count + (hot != kNone); "count" below means that total.
+// cache's total is count + (hot != kNone).
 //
 // low_water is the lowest total since the last fold and never exceeds the
 // stack's count (the total less `hot`): Fold() sets it to the stack's count,
