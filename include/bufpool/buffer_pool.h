@@ -150,6 +150,9 @@ struct alignas(64) ThreadCache {
   std::atomic<uint32_t> reported{0};       // total last folded into the pool
   std::atomic<uint32_t> low_water{0};      // see above
   uint32_t capacity = 0;                   // of the stack: cache_capacity - 1
+  // An empty magazine kept for the next spill (src/pool/depot.h), or
+  // kNone. Owner only.
+  uint32_t spare = kNone;
   // Inline, so the hit path loads no pointer to reach it. Two spare entries
   // let the slow path fold `hot` in and hand over everything plus one slot.
   uint32_t slots[kMaxThreadCacheSize + 1];
@@ -287,7 +290,7 @@ class BUFPOOL_EXPORT BufferPool {
  private:
   friend class Buffer;
   friend struct PoolAccess;  // src/pool: thread caches, tests
-  struct Shared;             // slow-path state: free list, waiters, registry
+  struct Shared;             // slow-path state: depot, waiters, registry
 
   enum : uint8_t { kSlotFree = 0, kSlotInUse = 1 };
 
@@ -323,7 +326,7 @@ class BUFPOOL_EXPORT BufferPool {
   bool huge_pages_ = false;
   // One state byte per slot, out of band. Written by whoever owns the slot
   // (acquirer, releaser); relaxed suffices because a slot changes hands only
-  // through the free list (release/acquire CAS) or the caller's own
+  // through the depot (release/acquire CAS) or the caller's own
   // synchronisation, either of which orders these accesses.
   //
   // Placement: slot i's byte is at (i * kStateMix) & state_mask_, a

@@ -5,7 +5,7 @@
 //
 // Accounting. `parked` counts free buffers "as last reported":
 //
-//   parked = (slots in the shared FreeList) + sum over caches of c.reported
+//   parked = (slots in the shared Depot) + sum over caches of c.reported
 //
 // A cache reports (folds) its count into `parked` only on its owner's slow
 // paths, so cache hits touch no shared counter. Then, exactly whenever no
@@ -39,7 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "arena/arena.h"
-#include "pool/free_list.h"
+#include "pool/depot.h"
 
 namespace bufpool {
 
@@ -54,7 +54,7 @@ namespace {
 
 constinit std::mutex g_registry_mu;
 // Set once this thread's caches are torn down: later releases (from other
-// thread_local destructors) go straight to the shared list.
+// thread_local destructors) go straight to the shared depot.
 constinit thread_local bool tl_exiting = false;
 
 // This thread's caches, one per pool it has used. Only the owning thread
@@ -82,10 +82,11 @@ void UpdateMax(std::atomic<size_t>& target, int64_t value, size_t limit) {
 }  // namespace
 
 struct BufferPool::Shared {
-  Shared(Arena a, uint32_t capacity) : arena(std::move(a)), list(capacity) {}
+  Shared(Arena a, uint32_t capacity, uint32_t batch)
+      : arena(std::move(a)), depot(capacity, batch) {}
 
   Arena arena;
-  FreeList list;
+  Depot depot;
   // See "Accounting" above. Relaxed: statistics only; no decision that
   // guards memory depends on them.
   alignas(64) std::atomic<int64_t> parked{0};
@@ -190,9 +191,11 @@ struct PoolAccess {
                       std::memory_order_relaxed);
   }
 
-  // Takes one free slot (cache, refill, or shared list) and marks it in use;
-  // kNoSlot when none is free. Counts no failure.
-  static uint32_t Take(BufferPool& p) {
+  // Takes one free slot (cache, refill, or shared depot) and marks it in
+  // use; kNoSlot when none is free. Counts no failure. Adds to *reshelved
+  // the slots it put back into the depot, for which the caller owes waiters
+  // a wake-up (WakeWaiters, or notify when it holds wait_mu).
+  static uint32_t Take(BufferPool& p, uint32_t* reshelved) {
     BufferPool::Shared& s = *p.shared_;
     uint32_t slot;
     if (ThreadCache* c = CacheFor(p)) {
@@ -202,7 +205,8 @@ struct PoolAccess {
         // While threads wait, take one at a time so a refill never strands
         // buffers in this cache that a waiter needs.
         const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
-        n = s.list.Pop(c->slots, waiting ? 1 : RefillBatch(p));
+        n = s.depot.Pop(c->slots, waiting ? 1 : RefillBatch(p), &c->spare,
+                        reshelved);
         if (n == 0) return BufferPool::kNoSlot;
         // Pop wrote the shared top first; the cache's top is its last entry.
         std::reverse(c->slots, c->slots + n);
@@ -216,7 +220,9 @@ struct PoolAccess {
         c->low_water.store(n, std::memory_order_relaxed);
       }
     } else {
-      if (s.list.Pop(&slot, 1) == 0) return BufferPool::kNoSlot;
+      if (s.depot.Pop(&slot, 1, nullptr, reshelved) == 0) {
+        return BufferPool::kNoSlot;
+      }
       const int64_t free_now =
           s.parked.fetch_sub(1, std::memory_order_relaxed) - 1;
       UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - free_now,
@@ -254,13 +260,15 @@ struct PoolAccess {
         // one we hold (slots has room for capacity + 2).
         c->slots[n] = slot;
         pushed = n + 1;
-        s.list.Push(c->slots, pushed);
+        s.depot.Push(c->slots, pushed, &c->spare);
         c->count.store(0, std::memory_order_relaxed);
       } else {
-        // Full (n == capacity + 1): spill the older entries in one CAS down
-        // to half the stack; the released slot becomes the hot one.
-        pushed = n - c->capacity / 2;
-        s.list.Push(c->slots, pushed);
+        // Full (n == capacity + 1): spill the older entries down to about
+        // half the stack, in whole refill batches so that they travel as
+        // magazines (see Depot); the released slot becomes the hot one.
+        const uint32_t batch = RefillBatch(p);
+        pushed = std::max(batch, (n - c->capacity / 2) / batch * batch);
+        s.depot.Push(c->slots, pushed, &c->spare);
         std::memmove(c->slots, c->slots + pushed,
                      (n - pushed) * sizeof(uint32_t));
         c->count.store(n - pushed, std::memory_order_relaxed);
@@ -271,18 +279,19 @@ struct PoolAccess {
       // Count it free before it becomes visible, so a racing Take never
       // drives `parked` below the true number of free buffers.
       s.parked.fetch_add(1, std::memory_order_relaxed);
-      s.list.Push(&slot, 1);
+      s.depot.Push(&slot, 1, nullptr);
     }
     WakeWaiters(p, pushed);
   }
 
-  // Called after pushing `pushed` slots to the shared list. The push's CAS,
-  // this load, Acquire()'s waiters_.fetch_add and its pop's load of the head
-  // are all seq_cst, so they fall in one total order: either the waiter's
-  // increment comes first and we see it (and wake it), or our push comes
-  // first and the waiter's pop, which follows its increment, sees it. No
-  // wake-up is lost. On x86 this costs nothing: the CAS is a locked
-  // instruction already and seq_cst loads are plain moves.
+  // Called after pushing `pushed` slots into the depot. The push's CAS (onto
+  // the slot list or the full magazines), this load, Acquire()'s
+  // waiters_.fetch_add and its pop's loads of both heads are all seq_cst, so
+  // they fall in one total order: either the waiter's increment comes first and
+  // we see it (and wake it), or our push comes first and the waiter's pop,
+  // which follows its increment, sees it. No wake-up is lost. On x86 this costs
+  // nothing: the CAS is a locked instruction already and seq_cst loads are
+  // plain moves.
   static void WakeWaiters(BufferPool& p, uint32_t pushed) {
     if (p.waiters_.load(std::memory_order_seq_cst) == 0) return;
     { std::lock_guard<std::mutex> lock(p.shared_->wait_mu); }
@@ -293,12 +302,14 @@ struct PoolAccess {
     }
   }
 
-  // Returns every slot of `c` to the shared list and detaches it from `p`.
+  // Returns every slot of `c` (and its spare magazine) to the depot and
+  // detaches it from `p`.
   // Caller holds g_registry_mu.
   static void Detach(BufferPool& p, ThreadCache& c) {
     FoldHot(c);
     const uint32_t n = c.count.load(std::memory_order_relaxed);
-    if (n != 0) p.shared_->list.Push(c.slots, n);
+    if (n != 0) p.shared_->depot.Push(c.slots, n, &c.spare);
+    p.shared_->depot.ReturnSpare(&c.spare);
     c.count.store(0, std::memory_order_relaxed);
     Fold(p, c, n);
     std::erase(p.shared_->caches, &c);
@@ -375,13 +386,14 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   while (states < count) states *= 2;
   pool->state_mask_ = static_cast<uint32_t>(states - 1);
   pool->state_ = std::make_unique<std::atomic<uint8_t>[]>(states);
-  pool->shared_ =
-      std::make_unique<Shared>(std::move(*arena), static_cast<uint32_t>(count));
+  pool->shared_ = std::make_unique<Shared>(
+      std::move(*arena), static_cast<uint32_t>(count),
+      pool->cache_capacity_ == 0 ? 0 : PoolAccess::RefillBatch(*pool));
 
   // Slot 0 on top, so a fresh pool hands buffers out in address order.
   std::vector<uint32_t> all(count);
   for (uint32_t i = 0; i < count; ++i) all[i] = i;
-  pool->shared_->list.Push(all.data(), static_cast<uint32_t>(count));
+  pool->shared_->depot.Push(all.data(), static_cast<uint32_t>(count), nullptr);
   pool->shared_->parked.store(static_cast<int64_t>(count),
                               std::memory_order_relaxed);
   BUFPOOL_INTERNAL_POISON(pool->base_, size * count);
@@ -419,7 +431,9 @@ BufferPool::~BufferPool() {
 // --------------------------------------------------------------
 
 uint32_t BufferPool::AcquireSlow() {
-  const uint32_t slot = PoolAccess::Take(*this);
+  uint32_t reshelved = 0;
+  const uint32_t slot = PoolAccess::Take(*this, &reshelved);
+  if (reshelved != 0) PoolAccess::WakeWaiters(*this, reshelved);
   if (slot == kNoSlot)
     shared_->failures.fetch_add(1, std::memory_order_relaxed);
   return slot;
@@ -429,8 +443,12 @@ void BufferPool::ReleaseSlow(uint32_t slot) { PoolAccess::Give(*this, slot); }
 
 absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   PoolAccess::CacheFor(*this);  // attach now: never under wait_mu (see top)
-  uint32_t slot = PoolAccess::Take(*this);
-  if (slot != kNoSlot) return Buffer(this, slot);
+  uint32_t reshelved = 0;
+  uint32_t slot = PoolAccess::Take(*this, &reshelved);
+  if (slot != kNoSlot) {
+    if (reshelved != 0) PoolAccess::WakeWaiters(*this, reshelved);
+    return Buffer(this, slot);
+  }
 
   using Clock = std::chrono::steady_clock;
   // Beyond a century is forever (and would overflow the clock's arithmetic).
@@ -444,19 +462,22 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   {
     std::unique_lock<std::mutex> lock(shared_->wait_mu);
     for (;;) {
-      slot = PoolAccess::Take(*this);
+      slot = PoolAccess::Take(*this, &reshelved);
       if (slot != kNoSlot) break;
       if (forever) {
         shared_->wait_cv.wait(lock);
       } else if (shared_->wait_cv.wait_until(lock, deadline) ==
                      std::cv_status::timeout &&
                  Clock::now() >= deadline) {
-        slot = PoolAccess::Take(*this);
+        slot = PoolAccess::Take(*this, &reshelved);
         break;
       }
     }
   }
   waiters_.fetch_sub(1, std::memory_order_relaxed);  // a late wake is harmless
+  // Out of wait_mu, which WakeWaiters takes: slots Take put back may be what
+  // another sleeper needs.
+  if (reshelved != 0) PoolAccess::WakeWaiters(*this, reshelved);
   if (slot != kNoSlot) return Buffer(this, slot);
   shared_->failures.fetch_add(1, std::memory_order_relaxed);
   return absl::DeadlineExceededError(
@@ -473,6 +494,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
 template <class Emit>
 size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
   size_t got = 0;
+  uint32_t reshelved = 0;  // as in PoolAccess::Take
   ThreadCache* c = PoolAccess::CacheFor(*this);
   uint32_t direct[64];
   // Locals: stores into the caller's array could otherwise alias these
@@ -498,7 +520,7 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
                 ? static_cast<uint32_t>(std::min<size_t>(
                       want - got, PoolAccess::RefillBatch(*this)))
                 : PoolAccess::RefillBatch(*this);
-        n = shared_->list.Pop(c->slots, batch);
+        n = shared_->depot.Pop(c->slots, batch, &c->spare, &reshelved);
         if (n == 0) break;
         std::reverse(c->slots, c->slots + n);  // the shared top on top
         c->count.store(n, std::memory_order_relaxed);
@@ -514,8 +536,9 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
       // The cache's top (most recently freed) first.
       for (uint32_t i = n + take; i > n; --i) hand_out(c->slots[i - 1]);
     } else {
-      const uint32_t n = shared_->list.Pop(
-          direct, static_cast<uint32_t>(std::min<size_t>(64, want - got)));
+      const uint32_t n = shared_->depot.Pop(
+          direct, static_cast<uint32_t>(std::min<size_t>(64, want - got)),
+          nullptr, &reshelved);
       if (n == 0) break;
       const int64_t free_now =
           shared_->parked.fetch_sub(n, std::memory_order_relaxed) - n;
@@ -525,6 +548,7 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
     }
   }
   if (got < want) shared_->failures.fetch_add(1, std::memory_order_relaxed);
+  if (reshelved != 0) PoolAccess::WakeWaiters(*this, reshelved);
   return got;
 }
 
