@@ -322,6 +322,41 @@ INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, WaitTest, testing::Values(0, 64),
                            return info.param ? "CacheOn" : "CacheOff";
                          });
 
+// The inline fast paths do not see waiters; a sleeping Acquire() turns them
+// off in every cache of the pool (so releases reach it), and the first slow
+// path after the wait turns them back on (or every release would stay slow).
+TEST(FastPathTest, StopWhileAThreadSleepsInAcquireAndResumeAfter) {
+  auto pool = MakePool({.buffer_count = 16, .thread_cache_size = 16});
+  std::vector<Buffer> all(16);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 16u);
+  const internal::ThreadCache* const mine = internal::tls_cache;
+  ASSERT_EQ(mine->fast.load(), pool.get());
+  Event waiting;
+  std::thread waiter([&] {
+    waiting.Notify();
+    EXPECT_TRUE(pool->Acquire(absl::Seconds(60)).ok());
+  });
+  waiting.WaitForNotification();
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (mine->fast.load() != nullptr && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(mine->fast.load(), nullptr) << "the sleeper did not stop them";
+  all[5].Reset();  // slow path: hands the buffer to the sleeper
+  waiter.join();
+  all[6].Reset();  // nobody waits now: this release turns the fast path on
+  EXPECT_EQ(mine->fast.load(), pool.get());
+}
+
+TEST(FastPathTest, AScrubbingPoolNeverTakesThem) {
+  auto pool = MakePool(
+      {.buffer_count = 16, .scrub_on_release = true, .thread_cache_size = 16});
+  Buffer b = pool->TryAcquire();
+  b.Reset();
+  EXPECT_EQ(internal::tls_cache->pool.load(), pool.get());  // cached, but
+  EXPECT_EQ(internal::tls_cache->fast.load(), nullptr);     // scrubbed
+}
+
 // ---- 7. Scrubbing ----------------------------------------------------------
 
 class ScrubTest : public testing::TestWithParam<size_t> {};

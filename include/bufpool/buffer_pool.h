@@ -60,6 +60,7 @@
 #define BUFPOOL_BUFFER_POOL_H_
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -144,6 +145,11 @@ namespace internal {
 // and the hit path skips that check.
 struct alignas(64) ThreadCache {
   static constexpr uint32_t kNone = 0xffffffffu;
+  // `pool` while the inline fast paths may serve it, else nullptr: while a
+  // thread sleeps in Acquire() (so releases reach it), and always for a
+  // pool that scrubs (its release must memset anyway). One compare then
+  // covers the pool, the waiters and scrubbing on the hit path.
+  std::atomic<BufferPool*> fast{nullptr};
   std::atomic<BufferPool*> pool{nullptr};  // the pool served, or nullptr
   std::atomic<uint32_t> hot{kNone};        // a free slot, or kNone
   std::atomic<uint32_t> count{0};          // slots[0, count) are free
@@ -315,6 +321,24 @@ class BUFPOOL_EXPORT BufferPool {
 
   static constexpr uint32_t kNoSlot = 0xffffffffu;
 
+  // The slot `p` starts, or a number >= capacity_ when `p` is not a slot
+  // start of this pool: the offset from base_ rotated right by log2
+  // (buffer_size), so bits below a buffer's start (a pointer into the middle
+  // of one) land at the top, and a pointer below the region wraps to a huge
+  // offset. capacity_ * buffer_size_ < 2^63 (Create) keeps any slot below
+  // 2^(64 - shift_). One compare checks all three; the raw release path
+  // needs no other test.
+  uint64_t SlotOrHuge(const void* p) const {
+    return SlotOrHuge(p, base_, shift_);
+  }
+  // The same from copies of base_ and shift_ (for loops; see ReleaseRawBulk).
+  static uint64_t SlotOrHuge(const void* p, const std::byte* base,
+                             unsigned shift) {
+    const uint64_t off =
+        reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base);
+    return std::rotr(off, static_cast<int>(shift));
+  }
+
   // Hot-path fields, fixed after Create().
   std::byte* base_ = nullptr;
   size_t buffer_size_ = 0;
@@ -362,7 +386,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
   // tls_cache is never null (&g_no_cache when unused), so no null test.
   internal::ThreadCache* const c = internal::tls_cache;
   // relaxed: see ThreadCache.
-  if (c->pool.load(std::memory_order_relaxed) == this) [[likely]] {
+  if (c->fast.load(std::memory_order_relaxed) == this) [[likely]] {
     uint32_t slot = c->hot.load(std::memory_order_relaxed);
     if (slot != internal::ThreadCache::kNone) [[likely]] {
       // The total drops to `count`, which is never below low_water (see
@@ -393,15 +417,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
     DieDoubleRelease(slot);
   }
   State(slot).store(kSlotFree, std::memory_order_relaxed);
-  if (scrub_) [[unlikely]] {
-    std::memset(SlotData(slot), 0, buffer_size_);
-  }
-  BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
   internal::ThreadCache* const c = internal::tls_cache;  // never null
   // relaxed: a waiter that registers concurrently may miss this one buffer;
   // it is found by the next release or when this thread's cache drains.
-  if (c->pool.load(std::memory_order_relaxed) == this &&
-      waiters_.load(std::memory_order_relaxed) == 0) [[likely]] {
+  // Not `fast`: scrubbing, waiters (see ThreadCache::fast), no cache.
+  if (c->fast.load(std::memory_order_relaxed) == this) [[likely]] {
+    BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
     const uint32_t hot = c->hot.load(std::memory_order_relaxed);
     if (hot == internal::ThreadCache::kNone) [[likely]] {
       c->hot.store(slot, std::memory_order_relaxed);
@@ -419,13 +440,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseRaw(std::byte* p) {
-  const auto off =
-      reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base_);
-  // One unsigned compare covers pointers below and above the region.
-  if (off >= region_bytes_ || (off & (buffer_size_ - 1)) != 0) [[unlikely]] {
+  const uint64_t slot = SlotOrHuge(p);
+  if (slot >= capacity_) [[unlikely]]
     DieNotFromPool(p);
-  }
-  ReleaseSlot(static_cast<uint32_t>(off >> shift_));
+  ReleaseSlot(static_cast<uint32_t>(slot));
 }
 
 inline std::byte* Buffer::data() const {

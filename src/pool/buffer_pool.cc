@@ -117,8 +117,40 @@ struct PoolAccess {
   // caches are off or the thread is exiting.
   static ThreadCache* CacheFor(BufferPool& p) {
     if (p.cache_capacity_ == 0) return nullptr;
-    if (ThreadCache* c = p.MyCache()) return c;
+    if (ThreadCache* c = p.MyCache()) {
+      if (c->fast.load(std::memory_order_relaxed) != &p) [[unlikely]] {
+        RestoreFast(p, *c);
+      }
+      return c;
+    }
     return Attach(p);
+  }
+
+  // Whether the fast paths may serve `p` (ThreadCache::fast). Read under
+  // g_registry_mu, which Acquire() holds while it turns every cache's fast
+  // paths off: if Acquire() locked first, its waiters_ increment is visible
+  // here; if we did, its clear comes after our store and wins. So a sleeper's
+  // clear is never undone while it sleeps.
+  static BufferPool* FastFor(BufferPool& p) {
+    return p.scrub_ || p.waiters_.load(std::memory_order_seq_cst) != 0 ? nullptr
+                                                                       : &p;
+  }
+
+  // A slow path found the fast paths off; turns them back on once nobody
+  // waits. Rare: once per cache after each period of waiting.
+  [[gnu::noinline]] static void RestoreFast(BufferPool& p, ThreadCache& c) {
+    if (p.scrub_ || p.waiters_.load(std::memory_order_relaxed) != 0) return;
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    c.fast.store(FastFor(p), std::memory_order_relaxed);
+  }
+
+  // Acquire() is about to sleep (waiters_ already counts it): every cache's
+  // releases must now take the slow path, which hands buffers over.
+  static void StopFastPaths(BufferPool& p) {
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    for (ThreadCache* c : p.shared_->caches) {
+      c->fast.store(nullptr, std::memory_order_relaxed);
+    }
   }
 
   // CacheFor's first use on this thread (or after using another pool): out
@@ -141,6 +173,7 @@ struct PoolAccess {
         return o->pool.load(std::memory_order_relaxed) == nullptr;
       });
       c.pool.store(&p, std::memory_order_relaxed);
+      c.fast.store(FastFor(p), std::memory_order_relaxed);
       p.shared_->caches.push_back(&c);
     }
     mine.caches.push_back(std::move(owned));
@@ -313,6 +346,7 @@ struct PoolAccess {
     c.count.store(0, std::memory_order_relaxed);
     Fold(p, c, n);
     std::erase(p.shared_->caches, &c);
+    c.fast.store(nullptr, std::memory_order_relaxed);
     c.pool.store(nullptr, std::memory_order_relaxed);
     if (n != 0) WakeWaiters(p, n);
   }
@@ -421,6 +455,7 @@ BufferPool::~BufferPool() {
   }
   std::lock_guard<std::mutex> lock(g_registry_mu);
   for (ThreadCache* c : shared_->caches) {
+    c->fast.store(nullptr, std::memory_order_relaxed);
     c->pool.store(nullptr, std::memory_order_relaxed);
   }
   shared_->caches.clear();
@@ -439,7 +474,13 @@ uint32_t BufferPool::AcquireSlow() {
   return slot;
 }
 
-void BufferPool::ReleaseSlow(uint32_t slot) { PoolAccess::Give(*this, slot); }
+void BufferPool::ReleaseSlow(uint32_t slot) {
+  // ReleaseSlot() checked and freed the slot; the scrub and the poison
+  // happen here, off the hit path.
+  if (scrub_) std::memset(SlotData(slot), 0, buffer_size_);
+  BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+  PoolAccess::Give(*this, slot);
+}
 
 absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   PoolAccess::CacheFor(*this);  // attach now: never under wait_mu (see top)
@@ -459,6 +500,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
                                    std::max(timeout, absl::ZeroDuration()));
   // seq_cst: see PoolAccess::WakeWaiters.
   waiters_.fetch_add(1, std::memory_order_seq_cst);
+  PoolAccess::StopFastPaths(*this);  // before wait_mu (lock order, see top)
   {
     std::unique_lock<std::mutex> lock(shared_->wait_mu);
     for (;;) {
@@ -627,27 +669,22 @@ size_t BufferPool::TryAcquireRawBulk(absl::Span<std::byte*> out) {
 
 void BufferPool::ReleaseRawBulk(absl::Span<std::byte* const> in) {
   std::byte* const* const src = in.data();
-  const uintptr_t base = reinterpret_cast<uintptr_t>(base_);
-  const size_t region = region_bytes_;
-  const size_t align_mask = buffer_size_ - 1;
+  const std::byte* const base = base_;  // locals: see ReleaseBulkImpl
   const unsigned shift = shift_;
+  const size_t capacity = capacity_;
   ReleaseBulkImpl(in.size(), [&](size_t i) {
     if (src[i] == nullptr) return kNoSlot;  // the tail of a short fill
-    const uintptr_t off = reinterpret_cast<uintptr_t>(src[i]) - base;
-    if (off >= region || (off & align_mask) != 0) [[unlikely]] {
+    const uint64_t slot = SlotOrHuge(src[i], base, shift);
+    if (slot >= capacity) [[unlikely]]
       DieNotFromPool(src[i]);
-    }
-    return static_cast<uint32_t>(off >> shift);
+    return static_cast<uint32_t>(slot);
   });
 }
 
 Buffer BufferPool::Adopt(std::byte* p) {
-  const auto off =
-      reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base_);
-  if (off >= region_bytes_ || (off & (buffer_size_ - 1)) != 0) {
-    DieNotFromPool(p);
-  }
-  const auto slot = static_cast<uint32_t>(off >> shift_);
+  const uint64_t index = SlotOrHuge(p);
+  if (index >= capacity_) DieNotFromPool(p);
+  const auto slot = static_cast<uint32_t>(index);
   if (State(slot).load(std::memory_order_relaxed) != kSlotInUse) {
     std::fprintf(stderr,
                  "bufpool: Adopt of slot %u (%p), which is free: it was "
