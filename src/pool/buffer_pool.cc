@@ -253,7 +253,7 @@ struct PoolAccess {
         c->low_water.store(n, std::memory_order_relaxed);
       }
     } else {
-      if (s.depot.Pop(&slot, 1, nullptr, reshelved) == 0) {
+      if (s.depot.PopOne(&slot, reshelved) == 0) {
         return BufferPool::kNoSlot;
       }
       const int64_t free_now =
@@ -312,7 +312,7 @@ struct PoolAccess {
       // Count it free before it becomes visible, so a racing Take never
       // drives `parked` below the true number of free buffers.
       s.parked.fetch_add(1, std::memory_order_relaxed);
-      s.depot.Push(&slot, 1, nullptr);
+      s.depot.PushOne(slot);
     }
     WakeWaiters(p, pushed);
   }

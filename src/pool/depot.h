@@ -94,6 +94,9 @@ class Depot {
     }
   }
 
+  // One slot (caches off): onto the list.
+  void PushOne(uint32_t slot) { list_.Push(&slot, 1); }
+
   // Pops up to `max` slots into out[0, n), the most recently pushed first:
   // whole magazines while `max` has room for one, then the list. If that
   // finds nothing and `max` is smaller than a magazine, opens one: takes
@@ -119,6 +122,12 @@ class Depot {
       got = max;
     }
     return got;
+  }
+
+  // Pop(out, 1, nullptr, reshelved) with the common case first: the list.
+  uint32_t PopOne(uint32_t* out, uint32_t* reshelved) {
+    if (list_.Pop(out, 1) != 0) return 1;
+    return batch_ == 0 ? 0 : Pop(out, 1, nullptr, reshelved);
   }
 
   // Returns a thread's spare magazine (at thread exit).
