@@ -253,9 +253,8 @@ struct PoolAccess {
         c->low_water.store(n, std::memory_order_relaxed);
       }
     } else {
-      if (s.depot.PopOne(&slot, reshelved) == 0) {
-        return BufferPool::kNoSlot;
-      }
+      slot = s.depot.PopOne(reshelved);
+      if (slot == BufferPool::kNoSlot) return BufferPool::kNoSlot;
       const int64_t free_now =
           s.parked.fetch_sub(1, std::memory_order_relaxed) - 1;
       UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - free_now,

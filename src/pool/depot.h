@@ -54,6 +54,7 @@ namespace bufpool {
 class Depot {
  public:
   static constexpr uint32_t kNoMagazine = FreeList::kNil;
+  static constexpr uint32_t kNoSlot = FreeList::kNil;
   // Below this a magazine saves too little walking to pay for its two CASes.
   static constexpr uint32_t kMinBatch = 4;
 
@@ -124,10 +125,14 @@ class Depot {
     return got;
   }
 
-  // Pop(out, 1, nullptr, reshelved) with the common case first: the list.
-  uint32_t PopOne(uint32_t* out, uint32_t* reshelved) {
-    if (list_.Pop(out, 1) != 0) return 1;
-    return batch_ == 0 ? 0 : Pop(out, 1, nullptr, reshelved);
+  // One slot, or kNoSlot when empty: Pop(&slot, 1, nullptr, reshelved) with
+  // the common case, the list, inline. Returned by value, so the caller's
+  // slot stays in a register: with it passed by address the uncached pair
+  // (Pair/libbufpool_cache_off) took 12.3 ns instead of 10.7.
+  uint32_t PopOne(uint32_t* reshelved) {
+    uint32_t slot;
+    if (list_.Pop(&slot, 1) != 0) return slot;
+    return batch_ == 0 ? kNoSlot : OpenOne(reshelved);
   }
 
   // Returns a thread's spare magazine (at thread exit).
@@ -138,6 +143,11 @@ class Depot {
   }
 
  private:
+  [[gnu::noinline]] uint32_t OpenOne(uint32_t* reshelved) {
+    uint32_t slot;
+    return Pop(&slot, 1, nullptr, reshelved) != 0 ? slot : kNoSlot;
+  }
+
   uint32_t* Contents(uint32_t m) { return &contents_[size_t{m} * batch_]; }
 
   // Fills a magazine (the spare, or one from empty_) with slots[0, batch_)
