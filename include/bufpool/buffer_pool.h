@@ -124,11 +124,15 @@ namespace internal {
 // Memory ordering: `hot`, `count`, `reported` and `low_water` are written
 // only by the owning thread and read by other threads only in Stats(), which
 // is exact only when no acquire/release is in flight; relaxed loads/stores
-// suffice (they compile to plain moves). `pool` is set to nullptr under the
-// registry mutex when the pool dies and read relaxed on the hot path by the
-// owner: a stale read could only happen while the pool is being destroyed,
-// which callers may not race with using it. A detached cache never matches
-// any pool, so a new pool at a dead pool's address cannot inherit its cache.
+// suffice (they compile to plain moves). `pool` and `fast` are set to
+// nullptr under the registry mutex when the pool dies; the owner reads
+// `fast` relaxed on the hot path (a stale read could only happen while the
+// pool is being destroyed, which callers may not race with using it). A
+// detached cache never matches any pool, so a new pool at a dead pool's
+// address cannot inherit its cache. A thread going to sleep in Acquire()
+// clears every cache's `fast`, also under the registry mutex; the owner may
+// see that a little late, as it would a waiter count, and the next release
+// after it takes the slow path (see PoolAccess::RestoreFast).
 //
 // Layout: the most recently released slot sits in `hot` (a fixed address),
 // the rest in the stack slots[0, count). A release-then-acquire on one
