@@ -348,6 +348,24 @@ TEST(FastPathTest, StopWhileAThreadSleepsInAcquireAndResumeAfter) {
   EXPECT_EQ(mine->fast.load(), pool.get());
 }
 
+// Acquire(0) on an empty pool is a poll: it must fail at once without
+// registering as a waiter, which would switch every thread's cache to its
+// slow path.
+TEST(FastPathTest, APollOnAnEmptyPoolLeavesThemOn) {
+  auto pool = MakePool({.buffer_count = 16, .thread_cache_size = 16});
+  std::vector<Buffer> all(16);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 16u);
+  const internal::ThreadCache* const mine = internal::tls_cache;
+  ASSERT_EQ(mine->fast.load(), pool.get());
+  std::thread poller([&] {
+    auto b = pool->Acquire(absl::ZeroDuration());
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded);
+  });
+  poller.join();
+  EXPECT_EQ(mine->fast.load(), pool.get());
+  EXPECT_EQ(pool->Stats().acquire_failures, 1u);
+}
+
 TEST(FastPathTest, AScrubbingPoolNeverTakesThem) {
   auto pool = MakePool(
       {.buffer_count = 16, .scrub_on_release = true, .thread_cache_size = 16});

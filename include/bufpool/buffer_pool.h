@@ -235,9 +235,13 @@ class BUFPOOL_EXPORT BufferPool {
   }
   // Returns at once when a buffer is free; otherwise sleeps until one is
   // released or `timeout` passes (DeadlineExceeded, counted as a failure).
-  // Buffers already idle in other live threads' caches when it starts do not
-  // wake it (see "Per-thread caches"); any release while it sleeps does.
-  // A timeout beyond a century waits forever.
+  // Buffers idle in other live threads' caches do not wake it (see
+  // "Per-thread caches"), including ones released there in the moment
+  // between finding none free and going to sleep (while it switches those
+  // caches to the path that hands buffers over); any release while it sleeps
+  // does, and hands over the releasing thread's idle buffers too. A timeout
+  // of zero or less only tries once. A timeout beyond a century waits
+  // forever.
   absl::StatusOr<Buffer> Acquire(absl::Duration timeout);
   // Fills out[0, n) with buffers and returns n <= out.size(); n is smaller
   // only when the pool ran out (then counted as one failure). Any buffers
@@ -369,9 +373,10 @@ class BUFPOOL_EXPORT BufferPool {
   std::atomic<uint8_t>& State(uint32_t slot) const {
     return state_[(slot * kStateMix) & state_mask_];
   }
-  // Threads blocked in Acquire(). Read relaxed on the cache-hit release path
-  // (the only cost of waiting when nobody waits). On a line of its own: the
-  // slow paths write it, and that must not evict the fields above.
+  // Threads blocked in Acquire(). Read by the slow paths only: the hit paths
+  // see waiting through ThreadCache::fast, which a sleeper clears. On a line
+  // of its own: the slow paths write it, and that must not evict the fields
+  // above.
   alignas(64) std::atomic<uint32_t> waiters_{0};
   std::unique_ptr<Shared> shared_;
 };

@@ -19,10 +19,14 @@
 // off by at most other threads' unreported cache movements otherwise.
 //
 // Locks. g_registry_mu guards the link between pools and thread caches
-// (Shared::caches, writes of ThreadCache::pool, thread exit). Shared::wait_mu
-// guards only the Acquire() sleep. Order: registry before wait_mu; Acquire()
-// attaches its cache before taking wait_mu so it never needs the registry while
-// holding wait_mu.
+// (Shared::caches, writes of ThreadCache::pool, thread exit). Each pool's
+// Shared::caches_mu guards writes of its caches' `fast` tags and, with the
+// registry, changes to Shared::caches (so either lock suffices to read it):
+// a thread about to sleep in Acquire() clears the tags under it alone, not
+// behind a process-wide lock. Shared::wait_mu guards only the Acquire()
+// sleep. Order: registry before caches_mu, wait_mu before caches_mu
+// (caches_mu is innermost); Acquire() attaches its cache before taking
+// wait_mu so it never needs the registry while holding wait_mu.
 #include "bufpool/buffer_pool.h"
 
 #include <algorithm>
@@ -79,6 +83,16 @@ void UpdateMax(std::atomic<size_t>& target, int64_t value, size_t limit) {
   }
 }
 
+absl::Status DeadlineError(const BufferPool& pool, absl::Duration timeout) {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "BufferPool::Acquire: no buffer became free within ",
+      absl::FormatDuration(timeout), " (capacity ", pool.capacity(), " x ",
+      pool.buffer_size(),
+      " bytes; none in the shared list, and other threads' caches may hold "
+      "up to ",
+      pool.cache_capacity(), " idle buffers each)"));
+}
+
 }  // namespace
 
 struct BufferPool::Shared {
@@ -94,7 +108,8 @@ struct BufferPool::Shared {
   std::atomic<uint64_t> failures{0};
   std::mutex wait_mu;
   std::condition_variable wait_cv;
-  std::vector<ThreadCache*> caches;  // guarded by g_registry_mu
+  std::mutex caches_mu;              // see "Locks" above
+  std::vector<ThreadCache*> caches;  // registry + caches_mu; either to read
 };
 
 // The pool's out-of-line operations, as a friend so they can stay out of
@@ -127,9 +142,9 @@ struct PoolAccess {
   }
 
   // Whether the fast paths may serve `p` (ThreadCache::fast). Read under
-  // g_registry_mu, which Acquire() holds while it turns every cache's fast
-  // paths off: if Acquire() locked first, its waiters_ increment is visible
-  // here; if we did, its clear comes after our store and wins. So a sleeper's
+  // caches_mu, which Acquire() holds while it turns every cache's fast paths
+  // off: if Acquire() locked first, its waiters_ increment is visible here;
+  // if we did, its clear comes after our store and wins. So a sleeper's
   // clear is never undone while it sleeps.
   static BufferPool* FastFor(BufferPool& p) {
     return p.scrub_ || p.waiters_.load(std::memory_order_seq_cst) != 0 ? nullptr
@@ -140,14 +155,17 @@ struct PoolAccess {
   // waits. Rare: once per cache after each period of waiting.
   [[gnu::noinline]] static void RestoreFast(BufferPool& p, ThreadCache& c) {
     if (p.scrub_ || p.waiters_.load(std::memory_order_relaxed) != 0) return;
-    std::lock_guard<std::mutex> lock(g_registry_mu);
+    std::lock_guard<std::mutex> lock(p.shared_->caches_mu);
     c.fast.store(FastFor(p), std::memory_order_relaxed);
   }
 
   // Acquire() is about to sleep (waiters_ already counts it): every cache's
-  // releases must now take the slow path, which hands buffers over.
+  // releases must now take the slow path, which hands buffers over. A
+  // release that still took a fast path between Acquire()'s failed Take and
+  // this clear stays in its thread's cache until that thread's next release
+  // (see the header on Acquire()).
   static void StopFastPaths(BufferPool& p) {
-    std::lock_guard<std::mutex> lock(g_registry_mu);
+    std::lock_guard<std::mutex> lock(p.shared_->caches_mu);
     for (ThreadCache* c : p.shared_->caches) {
       c->fast.store(nullptr, std::memory_order_relaxed);
     }
@@ -173,6 +191,7 @@ struct PoolAccess {
         return o->pool.load(std::memory_order_relaxed) == nullptr;
       });
       c.pool.store(&p, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> tags(p.shared_->caches_mu);
       c.fast.store(FastFor(p), std::memory_order_relaxed);
       p.shared_->caches.push_back(&c);
     }
@@ -282,8 +301,9 @@ struct PoolAccess {
         DieCorrupt(p, "thread cache over capacity", n);
       }
       if (!waiting && n <= c->capacity) {
-        // Room after all: we got here because this thread last used another
-        // pool, or from ReleaseBulk, not because the cache is full.
+        // Room after all: we got here because the cache's fast tag is off
+        // (a scrubbing pool, or a wait just ended), this thread last used
+        // another pool, or from ReleaseBulk; not because the cache is full.
         c->hot.store(slot, std::memory_order_relaxed);
         return;
       }
@@ -344,8 +364,11 @@ struct PoolAccess {
     p.shared_->depot.ReturnSpare(&c.spare);
     c.count.store(0, std::memory_order_relaxed);
     Fold(p, c, n);
-    std::erase(p.shared_->caches, &c);
-    c.fast.store(nullptr, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> tags(p.shared_->caches_mu);
+      std::erase(p.shared_->caches, &c);
+      c.fast.store(nullptr, std::memory_order_relaxed);
+    }
     c.pool.store(nullptr, std::memory_order_relaxed);
     if (n != 0) WakeWaiters(p, n);
   }
@@ -453,6 +476,7 @@ BufferPool::~BufferPool() {
     std::abort();
   }
   std::lock_guard<std::mutex> lock(g_registry_mu);
+  std::lock_guard<std::mutex> tags(shared_->caches_mu);
   for (ThreadCache* c : shared_->caches) {
     c->fast.store(nullptr, std::memory_order_relaxed);
     c->pool.store(nullptr, std::memory_order_relaxed);
@@ -491,6 +515,12 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   }
 
   using Clock = std::chrono::steady_clock;
+  if (timeout <= absl::ZeroDuration()) {
+    // A poll: nothing to wait for, so no waiter to register (which would
+    // switch every thread's cache to its slow path for a moment).
+    shared_->failures.fetch_add(1, std::memory_order_relaxed);
+    return DeadlineError(*this, timeout);
+  }
   // Beyond a century is forever (and would overflow the clock's arithmetic).
   const bool forever = timeout > absl::Hours(24 * 365 * 100);
   const Clock::time_point deadline =
@@ -521,13 +551,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   if (reshelved != 0) PoolAccess::WakeWaiters(*this, reshelved);
   if (slot != kNoSlot) return Buffer(this, slot);
   shared_->failures.fetch_add(1, std::memory_order_relaxed);
-  return absl::DeadlineExceededError(
-      absl::StrCat("BufferPool::Acquire: no buffer became free within ",
-                   absl::FormatDuration(timeout), " (capacity ", capacity_,
-                   " x ", buffer_size_,
-                   " bytes; none in the shared list, and other threads' "
-                   "caches may hold up to ",
-                   cache_capacity_, " idle buffers each)"));
+  return DeadlineError(*this, timeout);
 }
 
 // The bulk paths, shared by the handle and raw-pointer APIs. `emit(i, slot)`

@@ -79,8 +79,9 @@ class Depot {
   uint32_t batch() const { return batch_; }
 
   // Pushes slots[0, n): whole magazines while they last (starting with
-  // *spare when given), the rest onto the list. slots[0] comes out first
-  // when nothing else is pushed in between.
+  // *spare when given), the rest onto the list. Pops of at least a batch
+  // then return slots[0] first when nothing else is pushed in between
+  // (smaller pops take from the list, which holds the tail).
   void Push(const uint32_t* slots, uint32_t n, uint32_t* spare) {
     const uint32_t whole = batch_ == 0 ? 0 : n / batch_;
     if (whole * batch_ != n) {  // the tail goes under the magazines' slots
