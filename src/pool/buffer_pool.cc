@@ -525,8 +525,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   const bool forever = timeout > absl::Hours(24 * 365 * 100);
   const Clock::time_point deadline =
       forever ? Clock::time_point::max()
-              : Clock::now() + absl::ToChronoNanoseconds(
-                                   std::max(timeout, absl::ZeroDuration()));
+              : Clock::now() + absl::ToChronoNanoseconds(timeout);
   // seq_cst: see PoolAccess::WakeWaiters.
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   PoolAccess::StopFastPaths(*this);  // before wait_mu (lock order, see top)
