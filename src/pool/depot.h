@@ -113,7 +113,7 @@ class Depot {
       got += batch_;
     }
     if (got < max) got += list_.Pop(out + got, max - got);
-    if (got == 0 && max < batch_) {
+    if (got == 0 && max != 0 && max < batch_) {
       uint32_t m;
       if (full_.Pop(&m, 1) == 0) return 0;
       const uint32_t* const in = Contents(m);
