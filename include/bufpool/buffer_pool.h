@@ -130,9 +130,9 @@ namespace internal {
 // pool is being destroyed, which callers may not race with using it). A
 // detached cache never matches any pool, so a new pool at a dead pool's
 // address cannot inherit its cache. A thread going to sleep in Acquire()
-// clears every cache's `fast`, also under the registry mutex; the owner may
-// see that a little late, as it would a waiter count, and the next release
-// after it takes the slow path (see PoolAccess::RestoreFast).
+// clears every cache's `fast` under its pool's caches_mu; the owner may see
+// that a little late, as it would a waiter count, and every release after it
+// takes the slow path until the wait ends (see PoolAccess::RestoreFast).
 //
 // Layout: the most recently released slot sits in `hot` (a fixed address),
 // the rest in the stack slots[0, count). A release-then-acquire on one
@@ -427,8 +427,9 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
   }
   State(slot).store(kSlotFree, std::memory_order_relaxed);
   internal::ThreadCache* const c = internal::tls_cache;  // never null
-  // relaxed: a waiter that registers concurrently may miss this one buffer;
-  // it is found by the next release or when this thread's cache drains.
+  // relaxed: a thread about to sleep in Acquire() clears `fast` first; a
+  // release that does not see that yet keeps its buffer in this cache, as
+  // Acquire()'s comment allows, and the next release that sees it hands over.
   // Not `fast`: scrubbing, waiters (see ThreadCache::fast), no cache.
   if (c->fast.load(std::memory_order_relaxed) == this) [[likely]] {
     BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
