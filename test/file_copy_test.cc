@@ -259,45 +259,55 @@ TEST_P(MethodTest, DrawsFromTheCallersPoolAndReturnsEveryBuffer) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
-// A pool whose free slots come in runs of two, apart from each other:
-// adjacent slots share one iovec (or one io_uring operation), the gaps
-// between runs start new ones. Held slots must come back untouched.
-std::vector<Buffer> FragmentPool(BufferPool& pool) {
-  std::vector<Buffer> all(pool.capacity());
-  all.resize(pool.TryAcquireBulk(absl::MakeSpan(all)));
+// A 96-buffer pool (no thread caches) whose free slots come in runs of two,
+// apart from each other: adjacent slots share one iovec (or one io_uring
+// operation), the gaps between runs start new ones. Held slots must come
+// back untouched. `held` is declared last, so it returns before the pool
+// dies.
+struct FragmentedPool {
+  std::unique_ptr<BufferPool> pool;
   std::vector<Buffer> held;
-  for (Buffer& b : all) {
-    if (b.index() % 3 == 2) {
-      std::memset(b.data(), 0x5a, b.size());
-      held.push_back(std::move(b));
-    }
-  }
-  return held;  // the others go back to the pool here
-}
+};
 
-TEST_P(MethodTest, CopiesExactlyThroughNonContiguousSlots) {
+FragmentedPool MakeFragmentedPool() {
   PoolOptions po;
   po.buffer_count = 96;
   po.thread_cache_size = 0;
-  auto pool = BufferPool::Create(po);
-  ASSERT_TRUE(pool.ok()) << pool.status();
-  std::vector<Buffer> held = FragmentPool(**pool);
+  auto created = BufferPool::Create(po);
+  if (!created.ok()) {
+    ADD_FAILURE() << created.status();
+    std::abort();
+  }
+  FragmentedPool f{std::move(*created), {}};
+  std::vector<Buffer> all(f.pool->capacity());
+  all.resize(f.pool->TryAcquireBulk(absl::MakeSpan(all)));
+  for (Buffer& b : all) {
+    if (b.index() % 3 == 2) {
+      std::memset(b.data(), 0x5a, b.size());
+      f.held.push_back(std::move(b));
+    }
+  }
+  return f;  // the others go back to the pool here
+}
+
+TEST_P(MethodTest, CopiesExactlyThroughNonContiguousSlots) {
+  FragmentedPool f = MakeFragmentedPool();
   const std::string src = Path("src"), dst = Path("dst");
   for (size_t size : {size_t{4097}, size_t{300001}, size_t{1 << 20}}) {
     SCOPED_TRACE("size " + std::to_string(size));
     WriteFileOrDie(src, RandomBytes(size, static_cast<uint32_t>(size)));
     CopyOptions o = Options(GetParam());
-    o.pool = pool->get();
+    o.pool = f.pool.get();
     o.batch_buffers = 16;
     absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(ReadFileOrDie(dst), ReadFileOrDie(src));
   }
-  for (const Buffer& b : held) {
+  for (const Buffer& b : f.held) {
     EXPECT_EQ(std::memchr(b.data(), 0x5a, 1), b.data());
     EXPECT_EQ(std::to_integer<int>(b.data()[b.size() - 1]), 0x5a);
   }
-  EXPECT_EQ((*pool)->Stats().in_use, held.size());
+  EXPECT_EQ(f.pool->Stats().in_use, f.held.size());
 }
 
 TEST_P(MethodTest, ReportsProgressUpToTheTotal) {
@@ -648,17 +658,12 @@ TEST_P(FaultTest, SurvivesEintrOnEveryCallAndShortTransfers) {
 // Short transfers and EINTR that split coalesced segments of a fragmented
 // pool (runs of two adjacent slots) still give a byte-identical copy.
 TEST_P(FaultTest, ShortTransfersInsideCoalescedSegments) {
-  PoolOptions po;
-  po.buffer_count = 96;
-  po.thread_cache_size = 0;
-  auto pool = BufferPool::Create(po);
-  ASSERT_TRUE(pool.ok()) << pool.status();
-  std::vector<Buffer> held = FragmentPool(**pool);
+  FragmentedPool f = MakeFragmentedPool();
   g.eintr = true;
   g.short_max = 6000;  // ends inside the second slot of a pair
   g.uring_short = true;
   CopyOptions o = Options(GetParam());
-  o.pool = pool->get();
+  o.pool = f.pool.get();
   o.batch_buffers = 16;
   absl::StatusOr<CopyStats> r = Run(o);
   ASSERT_TRUE(r.ok()) << r.status();
