@@ -248,92 +248,107 @@ struct PoolAccess {
   // the slots it put back into the depot, for which the caller owes waiters
   // a wake-up (WakeWaiters, or notify when it holds wait_mu).
   static uint32_t Take(BufferPool& p, uint32_t* reshelved) {
-    BufferPool::Shared& s = *p.shared_;
-    uint32_t slot;
-    if (ThreadCache* c = CacheFor(p)) {
-      FoldHot(*c);
-      uint32_t n = c->count.load(std::memory_order_relaxed);
-      if (n == 0) {
-        // While threads wait, take one at a time so a refill never strands
-        // buffers in this cache that a waiter needs.
-        const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
-        n = s.depot.Pop(c->slots, waiting ? 1 : RefillBatch(p), &c->spare,
-                        reshelved);
-        if (n == 0) return BufferPool::kNoSlot;
-        // Pop wrote the shared top first; the cache's top is its last entry.
-        std::reverse(c->slots, c->slots + n);
-        c->count.store(n, std::memory_order_relaxed);
-        Fold(p, *c, -static_cast<int64_t>(n));
-      }
-      --n;
-      slot = c->slots[n];
+    ThreadCache* const c = CacheFor(p);
+    if (c == nullptr) return TakeUncached(p, reshelved);
+    FoldHot(*c);
+    uint32_t n = c->count.load(std::memory_order_relaxed);
+    if (n == 0) {
+      // While threads wait, take one at a time so a refill never strands
+      // buffers in this cache that a waiter needs.
+      const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
+      n = p.shared_->depot.Pop(c->slots, waiting ? 1 : RefillBatch(p),
+                               &c->spare, reshelved);
+      if (n == 0) return BufferPool::kNoSlot;
+      // Pop wrote the shared top first; the cache's top is its last entry.
+      std::reverse(c->slots, c->slots + n);
       c->count.store(n, std::memory_order_relaxed);
-      if (n < c->low_water.load(std::memory_order_relaxed)) {
-        c->low_water.store(n, std::memory_order_relaxed);
-      }
-    } else {
-      slot = s.depot.PopOne(reshelved);
-      if (slot == BufferPool::kNoSlot) return BufferPool::kNoSlot;
-      const int64_t free_now =
-          s.parked.fetch_sub(1, std::memory_order_relaxed) - 1;
-      UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - free_now,
-                p.capacity_);
+      Fold(p, *c, -static_cast<int64_t>(n));
     }
+    --n;
+    const uint32_t slot = c->slots[n];
+    c->count.store(n, std::memory_order_relaxed);
+    if (n < c->low_water.load(std::memory_order_relaxed)) {
+      c->low_water.store(n, std::memory_order_relaxed);
+    }
+    MarkTaken(p, slot);
+    return slot;
+  }
+
+  // Take() for a caller without a cache: caches off (AcquireSlow() calls this
+  // directly, to keep the uncached pair's path short) or a thread past its
+  // caches' teardown. One pop from the depot's list; one counter update.
+  static uint32_t TakeUncached(BufferPool& p, uint32_t* reshelved) {
+    BufferPool::Shared& s = *p.shared_;
+    const uint32_t slot = s.depot.PopOne(reshelved);
+    if (slot == BufferPool::kNoSlot) return BufferPool::kNoSlot;
+    const int64_t free_now =
+        s.parked.fetch_sub(1, std::memory_order_relaxed) - 1;
+    UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - free_now,
+              p.capacity_);
+    MarkTaken(p, slot);
+    return slot;
+  }
+
+  static void MarkTaken(BufferPool& p, uint32_t slot) {
     p.State(slot).store(BufferPool::kSlotInUse, std::memory_order_relaxed);
     BUFPOOL_INTERNAL_UNPOISON(p.SlotData(slot), p.buffer_size_);
-    return slot;
   }
 
   // Puts an already-freed slot (state set, scrubbed, poisoned) back.
   static void Give(BufferPool& p, uint32_t slot) {
-    BufferPool::Shared& s = *p.shared_;
-    uint32_t pushed = 1;
-    if (ThreadCache* c = CacheFor(p)) {
-      const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
-      if (!waiting &&
-          c->hot.load(std::memory_order_relaxed) == ThreadCache::kNone) {
-        c->hot.store(slot, std::memory_order_relaxed);
-        return;
-      }
-      FoldHot(*c);
-      const uint32_t n = c->count.load(std::memory_order_relaxed);
-      if (n > c->capacity + 1) [[unlikely]] {
-        DieCorrupt(p, "thread cache over capacity", n);
-      }
-      if (!waiting && n <= c->capacity) {
-        // Room after all: we got here because the cache's fast tag is off
-        // (a scrubbing pool, or a wait just ended), this thread last used
-        // another pool, or from ReleaseBulk; not because the cache is full.
-        c->hot.store(slot, std::memory_order_relaxed);
-        return;
-      }
-      if (waiting) {
-        // Someone sleeps in Acquire(): hand over this slot and every idle
-        // one we hold (slots has room for capacity + 2).
-        c->slots[n] = slot;
-        pushed = n + 1;
-        s.depot.Push(c->slots, pushed, &c->spare);
-        c->count.store(0, std::memory_order_relaxed);
-      } else {
-        // Full (n == capacity + 1): spill the older entries down to about
-        // half the stack, in whole refill batches so that they travel as
-        // magazines (see Depot); the released slot becomes the hot one.
-        const uint32_t batch = RefillBatch(p);
-        pushed = std::max(batch, (n - c->capacity / 2) / batch * batch);
-        s.depot.Push(c->slots, pushed, &c->spare);
-        std::memmove(c->slots, c->slots + pushed,
-                     (n - pushed) * sizeof(uint32_t));
-        c->count.store(n - pushed, std::memory_order_relaxed);
-        c->hot.store(slot, std::memory_order_relaxed);
-      }
-      Fold(p, *c, pushed);
-    } else {
-      // Count it free before it becomes visible, so a racing Take never
-      // drives `parked` below the true number of free buffers.
-      s.parked.fetch_add(1, std::memory_order_relaxed);
-      s.depot.PushOne(slot);
+    ThreadCache* const c = CacheFor(p);
+    if (c == nullptr) return GiveUncached(p, slot);
+    const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
+    if (!waiting &&
+        c->hot.load(std::memory_order_relaxed) == ThreadCache::kNone) {
+      c->hot.store(slot, std::memory_order_relaxed);
+      return;
     }
+    FoldHot(*c);
+    const uint32_t n = c->count.load(std::memory_order_relaxed);
+    if (n > c->capacity + 1) [[unlikely]] {
+      DieCorrupt(p, "thread cache over capacity", n);
+    }
+    if (!waiting && n <= c->capacity) {
+      // Room after all: we got here because the cache's fast tag is off
+      // (a scrubbing pool, or a wait just ended), this thread last used
+      // another pool, or from ReleaseBulk; not because the cache is full.
+      c->hot.store(slot, std::memory_order_relaxed);
+      return;
+    }
+    Depot& depot = p.shared_->depot;
+    uint32_t pushed;
+    if (waiting) {
+      // Someone sleeps in Acquire(): hand over this slot and every idle
+      // one we hold (slots has room for capacity + 2).
+      c->slots[n] = slot;
+      pushed = n + 1;
+      depot.Push(c->slots, pushed, &c->spare);
+      c->count.store(0, std::memory_order_relaxed);
+    } else {
+      // Full (n == capacity + 1): spill the older entries down to about
+      // half the stack, in whole refill batches so that they travel as
+      // magazines (see Depot); the released slot becomes the hot one.
+      const uint32_t batch = RefillBatch(p);
+      pushed = std::max(batch, (n - c->capacity / 2) / batch * batch);
+      depot.Push(c->slots, pushed, &c->spare);
+      std::memmove(c->slots, c->slots + pushed,
+                   (n - pushed) * sizeof(uint32_t));
+      c->count.store(n - pushed, std::memory_order_relaxed);
+      c->hot.store(slot, std::memory_order_relaxed);
+    }
+    Fold(p, *c, pushed);
     WakeWaiters(p, pushed);
+  }
+
+  // Give() for a caller without a cache (see TakeUncached).
+  static void GiveUncached(BufferPool& p, uint32_t slot) {
+    BufferPool::Shared& s = *p.shared_;
+    // Count it free before it becomes visible, so a racing Take never
+    // drives `parked` below the true number of free buffers.
+    s.parked.fetch_add(1, std::memory_order_relaxed);
+    s.depot.PushOne(slot);
+    WakeWaiters(p, 1);
   }
 
   // Called after pushing `pushed` slots into the depot. The push's CAS (onto
@@ -490,7 +505,9 @@ BufferPool::~BufferPool() {
 
 uint32_t BufferPool::AcquireSlow() {
   uint32_t reshelved = 0;
-  const uint32_t slot = PoolAccess::Take(*this, &reshelved);
+  const uint32_t slot = cache_capacity_ == 0
+                            ? PoolAccess::TakeUncached(*this, &reshelved)
+                            : PoolAccess::Take(*this, &reshelved);
   if (reshelved != 0) PoolAccess::WakeWaiters(*this, reshelved);
   if (slot == kNoSlot)
     shared_->failures.fetch_add(1, std::memory_order_relaxed);
@@ -502,7 +519,11 @@ void BufferPool::ReleaseSlow(uint32_t slot) {
   // happen here, off the hit path.
   if (scrub_) std::memset(SlotData(slot), 0, buffer_size_);
   BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
-  PoolAccess::Give(*this, slot);
+  if (cache_capacity_ == 0) {
+    PoolAccess::GiveUncached(*this, slot);  // see TakeUncached
+  } else {
+    PoolAccess::Give(*this, slot);
+  }
 }
 
 absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {

@@ -71,7 +71,7 @@ class Depot {
         contents_(new uint32_t[size_t{magazines_} * batch_]) {
     for (uint32_t m = magazines_; m > 0; --m) {
       const uint32_t id = m - 1;
-      empty_.Push(&id, 1);
+      empty_.PushOne(id);
     }
   }
 
@@ -97,7 +97,7 @@ class Depot {
   }
 
   // One slot (caches off): onto the list.
-  void PushOne(uint32_t slot) { list_.Push(&slot, 1); }
+  void PushOne(uint32_t slot) { list_.PushOne(slot); }
 
   // Pops up to `max` slots into out[0, n), the most recently pushed first:
   // whole magazines while `max` has room for one, then the list. If that
@@ -139,7 +139,7 @@ class Depot {
   // Returns a thread's spare magazine (at thread exit).
   void ReturnSpare(uint32_t* spare) {
     if (*spare == kNoMagazine) return;
-    empty_.Push(spare, 1);
+    empty_.PushOne(*spare);
     *spare = kNoMagazine;
   }
 
@@ -161,7 +161,7 @@ class Depot {
       return false;
     }
     std::memcpy(Contents(m), slots, batch_ * sizeof(uint32_t));
-    full_.Push(&m, 1);  // release: publishes the contents (see top)
+    full_.PushOne(m);  // release: publishes the contents (see top)
     return true;
   }
 
@@ -179,7 +179,7 @@ class Depot {
     if (spare != nullptr && *spare == kNoMagazine) {
       *spare = m;
     } else {
-      empty_.Push(&m, 1);
+      empty_.PushOne(m);
     }
   }
 

@@ -63,15 +63,12 @@ class FreeList {
     for (uint32_t i = 0; i + 1 < n; ++i) {
       next_[slots[i]].store(slots[i + 1], std::memory_order_relaxed);
     }
-    const uint32_t last = slots[n - 1];
-    uint64_t head = head_.load(std::memory_order_relaxed);
-    uint64_t desired;
-    do {
-      next_[last].store(IndexOf(head), std::memory_order_relaxed);
-      desired = Pack(slots[0], TagOf(head));  // see the file comment
-    } while (!head_.compare_exchange_weak(
-        head, desired, std::memory_order_seq_cst, std::memory_order_relaxed));
+    PushChain(slots[0], slots[n - 1]);
   }
+
+  // Push(&slot, 1), with the slot passed by value: kept in a register, not
+  // stored and reloaded through memory on the uncached release path.
+  void PushOne(uint32_t slot) { PushChain(slot, slot); }
 
   // Pops up to `max` slots into out[0, n) with one successful CAS; returns n
   // (0 when empty).
@@ -103,6 +100,17 @@ class FreeList {
   }
 
  private:
+  // Pushes the chain first -> ... -> last, already linked, with one CAS.
+  void PushChain(uint32_t first, uint32_t last) {
+    uint64_t head = head_.load(std::memory_order_relaxed);
+    uint64_t desired;
+    do {
+      next_[last].store(IndexOf(head), std::memory_order_relaxed);
+      desired = Pack(first, TagOf(head));  // see the file comment
+    } while (!head_.compare_exchange_weak(
+        head, desired, std::memory_order_seq_cst, std::memory_order_relaxed));
+  }
+
   static uint64_t Pack(uint32_t index, uint32_t tag) {
     return (uint64_t{tag} << 32) | index;
   }
