@@ -45,6 +45,41 @@ TEST_P(SafetyDeathTest, AdoptOfAFreeBufferAborts) {
   EXPECT_DEATH(pool->Adopt(p), "double release");
 }
 
+// A handle owns its buffer; the raw calls refuse it, since the handle would
+// release it again when it dies.
+TEST_P(SafetyDeathTest, ReleaseRawOfABufferAHandleOwnsAborts) {
+  auto pool = MakePool(GetParam());
+  Buffer b = pool->TryAcquire();
+  const uint32_t slot = b.index();
+  EXPECT_DEATH(pool->ReleaseRaw(b.data()),
+               "ReleaseRaw: double release of slot " + std::to_string(slot) +
+                   " .*a Buffer handle owns it");
+  std::byte* batch[] = {b.data()};
+  EXPECT_DEATH(pool->ReleaseRawBulk(batch), "ReleaseRawBulk: double release");
+  EXPECT_DEATH(pool->Adopt(b.data()), "Adopt: double release");
+}
+
+TEST_P(SafetyDeathTest, DetachedPointerIsReleasedOnceThenCaught) {
+  auto pool = MakePool(GetParam());
+  Buffer b = pool->TryAcquire();
+  std::byte* p = b.Detach();
+  EXPECT_FALSE(b);
+  pool->ReleaseRaw(p);  // Detach made it a raw pointer: accepted once
+  EXPECT_DEATH(pool->ReleaseRaw(p), "double release");
+  EXPECT_EQ(Buffer().Detach(), nullptr);
+}
+
+TEST_P(SafetyDeathTest, AdoptedPointerBelongsToItsHandle) {
+  auto pool = MakePool(GetParam());
+  std::byte* p = pool->TryAcquireRaw();
+  Buffer b = pool->Adopt(p);
+  EXPECT_DEATH(pool->ReleaseRaw(p), "a Buffer handle owns it");
+  EXPECT_DEATH(pool->Adopt(p), "Adopt: double release");
+  b.Reset();
+  EXPECT_DEATH(pool->ReleaseRaw(p), "double release");
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
 TEST_P(SafetyDeathTest, ForeignPointerAborts) {
   auto pool = MakePool(GetParam());
   std::vector<std::byte> heap(4096);
@@ -118,6 +153,30 @@ TEST_P(SafetyDeathTest, DestroyingAPoolReportsTheCountAndFirstSlots) {
         pool.reset();
       },
       "20 buffer\\(s\\) still in use \\(slots 0, 1, 2, 3, 4, 5, 6, 7, ...\\)");
+}
+
+// Handles are not marked per buffer (see "Safety" in the header); the
+// pool's accounting still counts them.
+TEST_P(SafetyDeathTest, DestroyingAPoolCountsHandlesToo) {
+  EXPECT_DEATH(
+      {
+        auto pool = MakePool(GetParam());
+        Buffer b = pool->TryAcquire();
+        pool.reset();
+      },
+      "1 buffer\\(s\\) still in use \\(1 held by Buffer handles\\)");
+  EXPECT_DEATH(
+      {
+        auto pool = MakePool(GetParam());
+        Buffer b = pool->TryAcquire();
+        std::byte* p = pool->TryAcquireRaw();
+        std::byte* q = pool->TryAcquireRaw();
+        pool.reset();
+        (void)p;
+        (void)q;
+      },
+      "3 buffer\\(s\\) still in use \\(slots 1, 2 as raw pointers; 1 held "
+      "by Buffer handles\\)");
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, SafetyDeathTest, testing::Values(0, 64),

@@ -200,6 +200,21 @@ struct PoolAccess {
     return &c;
   }
 
+  // Free buffers: the depot's and the caches' (see "Accounting" above).
+  // Caller holds g_registry_mu (for the cache list).
+  static int64_t FreeNow(const BufferPool& p) {
+    int64_t free_now = p.shared_->parked.load(std::memory_order_relaxed);
+    for (const ThreadCache* c : p.shared_->caches) {
+      free_now += static_cast<int64_t>(Total(*c)) -
+                  c->reported.load(std::memory_order_relaxed);
+    }
+    return free_now;
+  }
+  static size_t InUse(const BufferPool& p, int64_t free_now) {
+    const int64_t cap = static_cast<int64_t>(p.capacity_);
+    return static_cast<size_t>(std::clamp<int64_t>(cap - free_now, 0, cap));
+  }
+
   static uint32_t Total(const ThreadCache& c) {
     return c.count.load(std::memory_order_relaxed) +
            (c.hot.load(std::memory_order_relaxed) != ThreadCache::kNone);
@@ -243,8 +258,8 @@ struct PoolAccess {
                       std::memory_order_relaxed);
   }
 
-  // Takes one free slot (cache, refill, or shared depot) and marks it in
-  // use; kNoSlot when none is free. Counts no failure. Adds to *reshelved
+  // Takes one free slot (cache, refill, or shared depot) and hands it out
+  // (HandOut); kNoSlot when none is free. Counts no failure. Adds to *reshelved
   // the slots it put back into the depot, for which the caller owes waiters
   // a wake-up (WakeWaiters, or notify when it holds wait_mu).
   static uint32_t Take(BufferPool& p, uint32_t* reshelved) {
@@ -270,7 +285,7 @@ struct PoolAccess {
     if (n < c->low_water.load(std::memory_order_relaxed)) {
       c->low_water.store(n, std::memory_order_relaxed);
     }
-    MarkTaken(p, slot);
+    HandOut(p, slot);
     return slot;
   }
 
@@ -285,12 +300,13 @@ struct PoolAccess {
         s.parked.fetch_sub(1, std::memory_order_relaxed) - 1;
     UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - free_now,
               p.capacity_);
-    MarkTaken(p, slot);
+    HandOut(p, slot);
     return slot;
   }
 
-  static void MarkTaken(BufferPool& p, uint32_t slot) {
-    p.State(slot).store(BufferPool::kSlotInUse, std::memory_order_relaxed);
+  // The slot leaves the pool: under ASan its buffer becomes usable. (Raw
+  // acquires also mark the state byte; that is theirs to do, see state_.)
+  static void HandOut(BufferPool& p, uint32_t slot) {
     BUFPOOL_INTERNAL_UNPOISON(p.SlotData(slot), p.buffer_size_);
   }
 
@@ -472,25 +488,34 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
 }
 
 BufferPool::~BufferPool() {
-  // The scan needs no lock (nobody may use a pool being destroyed); keep it
-  // out of the registry lock, which every pool's threads share.
-  size_t out = 0;
-  std::string first;
+  // Raw pointers out are marked in state_ and can be named; handles are not
+  // (see state_), so the total comes from the accounting, exact here because
+  // nothing may run concurrently with destruction. The scan needs no lock;
+  // keep it out of the registry lock, which every pool's threads share.
+  size_t raw = 0;
+  std::string where;
   for (size_t i = 0; i < capacity_; ++i) {
     if (State(static_cast<uint32_t>(i)).load(std::memory_order_relaxed) ==
-        kSlotInUse) {
-      if (out < 8) absl::StrAppend(&first, out == 0 ? "" : ", ", i);
-      ++out;
+        kSlotRaw) {
+      if (raw < 8) absl::StrAppend(&where, raw == 0 ? "slots " : ", ", i);
+      ++raw;
     }
   }
+  if (raw > 8) absl::StrAppend(&where, ", ...");
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  const size_t out =
+      std::max(raw, PoolAccess::InUse(*this, PoolAccess::FreeNow(*this)));
   if (out != 0) {
+    if (out > raw) {
+      absl::StrAppend(&where, raw == 0 ? "" : " as raw pointers; ", out - raw,
+                      " held by Buffer handles");
+    }
     std::fprintf(stderr,
                  "bufpool: BufferPool destroyed while %zu buffer(s) still in "
-                 "use (slots %s%s); not unmapping memory that is held\n",
-                 out, first.c_str(), out > 8 ? ", ..." : "");
+                 "use (%s); not unmapping memory that is held\n",
+                 out, where.c_str());
     std::abort();
   }
-  std::lock_guard<std::mutex> lock(g_registry_mu);
   std::lock_guard<std::mutex> tags(shared_->caches_mu);
   for (ThreadCache* c : shared_->caches) {
     c->fast.store(nullptr, std::memory_order_relaxed);
@@ -575,20 +600,14 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
 }
 
 // The bulk paths, shared by the handle and raw-pointer APIs. `emit(i, slot)`
-// stores the i-th slot handed out, already marked in use.
+// stores the i-th slot handed out (and, for raw pointers, marks it).
 template <class Emit>
 size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
   size_t got = 0;
   uint32_t reshelved = 0;  // as in PoolAccess::Take
   ThreadCache* c = PoolAccess::CacheFor(*this);
   uint32_t direct[64];
-  // Locals: stores into the caller's array could otherwise alias these
-  // members and force a reload per buffer.
-  std::atomic<uint8_t>* const states = state_.get();
-  const uint32_t state_mask = state_mask_;
   auto hand_out = [&](uint32_t slot) {
-    states[(slot * kStateMix) & state_mask].store(kSlotInUse,
-                                                  std::memory_order_relaxed);
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
     emit(got++, slot);
   };
@@ -638,13 +657,11 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
 }
 
 // `take_slot(i)` checks and takes the i-th entry, returning its slot, or
-// kNoSlot to skip it. Each slot is checked and freed, then the batch moves
-// into this thread's cache in one copy, spilling only what does not fit.
+// kNoSlot to skip it. The batch then moves into this thread's cache in one
+// copy, spilling only what does not fit.
 template <class TakeSlot>
 void BufferPool::ReleaseBulkImpl(size_t count, TakeSlot take_slot) {
   uint32_t freed[64];
-  std::atomic<uint8_t>* const states = state_.get();  // locals: see above
-  const uint32_t state_mask = state_mask_;
   const bool scrub = scrub_;
   for (size_t first = 0; first < count;) {
     const size_t last = std::min<size_t>(count, first + 64);
@@ -652,11 +669,6 @@ void BufferPool::ReleaseBulkImpl(size_t count, TakeSlot take_slot) {
     for (size_t i = first; i < last; ++i) {
       const uint32_t slot = take_slot(i);
       if (slot == kNoSlot) continue;
-      std::atomic<uint8_t>& state = states[(slot * kStateMix) & state_mask];
-      if (state.load(std::memory_order_relaxed) != kSlotInUse) {
-        DieDoubleRelease(slot);
-      }
-      state.store(kSlotFree, std::memory_order_relaxed);
       if (scrub) std::memset(SlotData(slot), 0, buffer_size_);
       BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
       freed[k++] = slot;
@@ -700,27 +712,40 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
 
 size_t BufferPool::TryAcquireRawBulk(absl::Span<std::byte*> out) {
   std::byte** const dst = out.data();
+  // Locals: the stores below (a byte, a pointer) could otherwise alias these
+  // members and force a reload per buffer.
   std::byte* const base = base_;
   const size_t size = buffer_size_;
-  const size_t got =
-      AcquireBulkImpl(out.size(), [dst, base, size](size_t i, uint32_t slot) {
-        dst[i] = base + static_cast<size_t>(slot) * size;
-      });
+  std::atomic<uint8_t>* const states = state_.get();
+  const uint32_t state_mask = state_mask_;
+  const size_t got = AcquireBulkImpl(out.size(), [&](size_t i, uint32_t slot) {
+    states[(slot * kStateMix) & state_mask].store(kSlotRaw,
+                                                  std::memory_order_relaxed);
+    dst[i] = base + static_cast<size_t>(slot) * size;
+  });
   std::fill(out.begin() + got, out.end(), nullptr);
   return got;
 }
 
 void BufferPool::ReleaseRawBulk(absl::Span<std::byte* const> in) {
   std::byte* const* const src = in.data();
-  const std::byte* const base = base_;  // locals: see ReleaseBulkImpl
+  const std::byte* const base = base_;  // locals: see TryAcquireRawBulk
   const unsigned shift = shift_;
   const size_t capacity = capacity_;
+  std::atomic<uint8_t>* const states = state_.get();
+  const uint32_t state_mask = state_mask_;
   ReleaseBulkImpl(in.size(), [&](size_t i) {
     if (src[i] == nullptr) return kNoSlot;  // the tail of a short fill
-    const uint64_t slot = SlotOrHuge(src[i], base, shift);
-    if (slot >= capacity) [[unlikely]]
+    const uint64_t index = SlotOrHuge(src[i], base, shift);
+    if (index >= capacity) [[unlikely]]
       DieNotFromPool(src[i]);
-    return static_cast<uint32_t>(slot);
+    const auto slot = static_cast<uint32_t>(index);
+    std::atomic<uint8_t>& state = states[(slot * kStateMix) & state_mask];
+    if (state.load(std::memory_order_relaxed) != kSlotRaw) [[unlikely]] {
+      DieNotRaw("ReleaseRawBulk", slot);
+    }
+    state.store(kSlotNotRaw, std::memory_order_relaxed);
+    return slot;
   });
 }
 
@@ -728,26 +753,17 @@ Buffer BufferPool::Adopt(std::byte* p) {
   const uint64_t index = SlotOrHuge(p);
   if (index >= capacity_) DieNotFromPool(p);
   const auto slot = static_cast<uint32_t>(index);
-  if (State(slot).load(std::memory_order_relaxed) != kSlotInUse) {
-    std::fprintf(stderr,
-                 "bufpool: Adopt of slot %u (%p), which is free: it was "
-                 "already released (double release)\n",
-                 slot, static_cast<void*>(p));
-    std::abort();
+  if (State(slot).load(std::memory_order_relaxed) != kSlotRaw) {
+    DieNotRaw("Adopt", slot);
   }
+  State(slot).store(kSlotNotRaw, std::memory_order_relaxed);  // a handle's now
   return Buffer(this, slot);
 }
 
 PoolStats BufferPool::Stats() const {
   std::lock_guard<std::mutex> lock(g_registry_mu);
-  int64_t free_now = shared_->parked.load(std::memory_order_relaxed);
-  for (const ThreadCache* c : shared_->caches) {
-    free_now += static_cast<int64_t>(PoolAccess::Total(*c)) -
-                c->reported.load(std::memory_order_relaxed);
-  }
-  const auto in_use = static_cast<size_t>(
-      std::clamp<int64_t>(static_cast<int64_t>(capacity_) - free_now, 0,
-                          static_cast<int64_t>(capacity_)));
+  const int64_t free_now = PoolAccess::FreeNow(*this);
+  const size_t in_use = PoolAccess::InUse(*this, free_now);
   UpdateMax(shared_->high_water, static_cast<int64_t>(in_use), capacity_);
   // Each cache's open window: its lowest count, with everything else as now.
   for (const ThreadCache* c : shared_->caches) {
@@ -774,11 +790,13 @@ void BufferPool::DieNotFromPool(const void* p) const {
   std::abort();
 }
 
-void BufferPool::DieDoubleRelease(uint32_t slot) const {
+void BufferPool::DieNotRaw(const char* call, uint32_t slot) const {
   std::fprintf(stderr,
-               "bufpool: double release of slot %u (%p): the buffer is "
-               "already free\n",
-               slot, static_cast<void*>(SlotData(slot)));
+               "bufpool: %s: double release of slot %u (%p): the buffer is "
+               "not out as a raw pointer; it is free already, or a Buffer "
+               "handle owns it (a handle returns it itself; Detach() it to "
+               "take the raw pointer)\n",
+               call, slot, static_cast<void*>(SlotData(slot)));
   std::abort();
 }
 
