@@ -12,7 +12,7 @@ namespace {
 int Register() {
   RegisterAll<PoolBuffer<kPoolCache>>("libbufpool_buffer");
   RegisterAll<PoolRaw>("libbufpool_raw");
-  RegisterAll<PoolBuffer<0>>("libbufpool_cache_off");
+  RegisterAll<PoolCacheOff>("libbufpool_cache_off");
   benchmark::RegisterBenchmark("Bulk32/libbufpool_bulk", Bulk32<PoolBulk>);
   benchmark::RegisterBenchmark("Bulk32/libbufpool_raw_bulk",
                                Bulk32<PoolRawBulk>);

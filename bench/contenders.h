@@ -219,14 +219,22 @@ struct PoolRaw {  // TryAcquireRaw / ReleaseRaw
   bufpool::BufferPool& pool_ = SharedPool<kPoolCache>();
 };
 
-struct PoolBulk : PoolBuffer<kPoolCache> {  // TryAcquireBulk / ReleaseBulk
+template <size_t kCache>
+struct PoolBulkOf : PoolBuffer<kCache> {  // TryAcquireBulk / ReleaseBulk
+  using Item = bufpool::Buffer;
   BENCH_INLINE void GetBulk(Item* out, size_t n) {
-    if (pool_.TryAcquireBulk(absl::MakeSpan(out, n)) != n) Die("pool empty");
+    if (this->pool_.TryAcquireBulk(absl::MakeSpan(out, n)) != n) {
+      Die("pool empty");
+    }
   }
   BENCH_INLINE void PutBulk(Item* in, size_t n) {
-    pool_.ReleaseBulk(absl::MakeSpan(in, n));
+    this->pool_.ReleaseBulk(absl::MakeSpan(in, n));
   }
 };
+using PoolBulk = PoolBulkOf<kPoolCache>;
+// Caches off: the shared list alone. Its Bulk32 uses the bulk calls, as
+// DPDK's ring-only contender does.
+using PoolCacheOff = PoolBulkOf<0>;
 
 // TryAcquireRawBulk / ReleaseRawBulk: pointers in, pointers out, as DPDK's
 // bulk calls take them.

@@ -526,6 +526,34 @@ TEST(BufferPoolTest, BulkReleaseWhileAThreadWaitsHandsOverAndKeepsTheRest) {
   EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 64u);
 }
 
+// With caches off a bulk release pushes each chunk onto the shared list in
+// one step; every buffer must come back, counted, and wake a sleeper.
+TEST(BufferPoolTest, CacheOffBulkReleaseReturnsEveryBufferAndWakesAWaiter) {
+  auto pool = MakePool({.buffer_count = 100, .thread_cache_size = 0});
+  std::vector<Buffer> all(100);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 100u);
+  Buffer kept = std::move(all[7]);  // a hole: ReleaseBulk skips empty handles
+  Event waiting;
+  std::thread waiter([&] {
+    waiting.Notify();
+    auto b = pool->Acquire(absl::Seconds(60));
+    ASSERT_TRUE(b.ok()) << b.status();
+  });
+  waiting.WaitForNotification();
+  absl::SleepFor(absl::Milliseconds(50));
+  pool->ReleaseBulk(absl::MakeSpan(all));  // 99 handles: two chunks
+  waiter.join();
+  for (const Buffer& b : all) EXPECT_FALSE(b);
+  EXPECT_EQ(pool->Stats().in_use, 1u);
+  kept.Reset();
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  std::vector<Buffer> again(100);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 100u);
+  std::set<uint32_t> slots;
+  for (const Buffer& b : again) slots.insert(b.index());
+  EXPECT_EQ(slots.size(), 100u);
+}
+
 TEST(BufferPoolTest,
      AcquireWithAnAstronomicalTimeoutWaitsInsteadOfOverflowing) {
   auto pool = MakePool({.buffer_count = 8, .thread_cache_size = 0});

@@ -367,6 +367,14 @@ struct PoolAccess {
     s.depot.PushOne(slot);
     WakeWaiters(p, 1);
   }
+  // The same for slots[0, n), n >= 1 (ReleaseBulk with caches off): one
+  // push, as the depot takes a chain in one CAS.
+  static void GiveUncached(BufferPool& p, const uint32_t* slots, uint32_t n) {
+    BufferPool::Shared& s = *p.shared_;
+    s.parked.fetch_add(n, std::memory_order_relaxed);  // first: see above
+    s.depot.Push(slots, n, nullptr);
+    WakeWaiters(p, n);
+  }
 
   // Called after pushing `pushed` slots into the depot. The push's CAS (onto
   // the slot list or the full magazines), this load, Acquire()'s
@@ -675,11 +683,16 @@ void BufferPool::ReleaseBulkImpl(size_t count, TakeSlot take_slot) {
       freed[k++] = slot;
     }
     first = last;
+    if (k == 0) continue;
+    ThreadCache* c = PoolAccess::CacheFor(*this);
+    if (c == nullptr) {  // caches off: the whole chunk in one push
+      PoolAccess::GiveUncached(*this, freed, k);
+      continue;
+    }
     uint32_t done = 0;
     // relaxed: as in ReleaseSlot(); a waiter registering meanwhile may miss
     // up to this chunk, which stays in this cache (see Acquire()).
-    ThreadCache* c = PoolAccess::CacheFor(*this);
-    if (c != nullptr && waiters_.load(std::memory_order_relaxed) == 0) {
+    if (waiters_.load(std::memory_order_relaxed) == 0) {
       const uint32_t n = c->count.load(std::memory_order_relaxed);
       done = std::min(k, c->capacity - n);
       std::memcpy(c->slots + n, freed, done * sizeof(uint32_t));
