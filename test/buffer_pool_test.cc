@@ -611,6 +611,90 @@ TEST(BufferPoolTest, StatsCountBuffersHeldAcrossThreads) {
   EXPECT_GE(pool->Stats().high_water, 40u);
 }
 
+// One thread, every call shape, caches of several sizes (0: off): Stats()
+// must match a model exactly after every step. The free count comes from the
+// depot's list depths and the caches' reports (see "Accounting" in
+// src/pool/buffer_pool.cc); any drift between them shows here.
+class StatsModelTest : public testing::TestWithParam<size_t> {};
+
+TEST_P(StatsModelTest, InUseAndHighWaterMatchAModel) {
+  auto pool = MakePool({.buffer_count = 300, .thread_cache_size = GetParam()});
+  std::mt19937 rng(11);
+  std::vector<Buffer> held;
+  std::vector<std::byte*> raw;
+  size_t peak = 0;
+  for (int op = 0; op < 20000; ++op) {
+    switch (rng() % 6) {
+      case 0:
+        if (Buffer b = pool->TryAcquire()) held.push_back(std::move(b));
+        break;
+      case 1:
+        if (std::byte* p = pool->TryAcquireRaw()) raw.push_back(p);
+        break;
+      case 2: {
+        std::vector<Buffer> batch(rng() % 70);
+        const size_t n = pool->TryAcquireBulk(absl::MakeSpan(batch));
+        for (size_t i = 0; i < n; ++i) held.push_back(std::move(batch[i]));
+        break;
+      }
+      case 3:
+        if (!held.empty()) {
+          std::swap(held[rng() % held.size()], held.back());
+          held.pop_back();
+        }
+        if (!raw.empty()) {
+          pool->ReleaseRaw(raw.back());
+          raw.pop_back();
+        }
+        break;
+      case 4: {
+        const size_t n = std::min<size_t>(held.size(), rng() % 70);
+        pool->ReleaseBulk(absl::MakeSpan(held).last(n));
+        held.resize(held.size() - n);
+        break;
+      }
+      default: {
+        const size_t n = std::min<size_t>(raw.size(), rng() % 70);
+        pool->ReleaseRawBulk(absl::MakeSpan(raw).last(n));
+        raw.resize(raw.size() - n);
+      }
+    }
+    peak = std::max(peak, held.size() + raw.size());
+    if (op % 97 == 0) {
+      const PoolStats s = pool->Stats();
+      ASSERT_EQ(s.in_use, held.size() + raw.size()) << "op " << op;
+      ASSERT_EQ(s.high_water, peak) << "op " << op;
+    }
+  }
+  held.clear();
+  pool->ReleaseRawBulk(absl::MakeSpan(raw));
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_EQ(pool->Stats().high_water, peak);
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheSizes, StatsModelTest,
+                         testing::Values(0, 1, 4, 16, 64),
+                         [](const auto& info) {
+                           return "Cache" + std::to_string(info.param);
+                         });
+
+// With caches off the high-water mark is exact across threads too: each
+// acquire reads the free count its own pop left.
+TEST(BufferPoolTest, HighWaterIsExactAcrossThreadsWithCachesOff) {
+  auto pool = MakePool({.buffer_count = 256, .thread_cache_size = 0});
+  std::vector<Buffer> mine;
+  for (int i = 0; i < 25; ++i) mine.push_back(pool->TryAcquire());
+  std::thread([&] {
+    std::vector<Buffer> theirs(40);
+    ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(theirs)), 40u);
+    for (int i = 0; i < 5; ++i) theirs.push_back(pool->TryAcquire());
+  }).join();
+  mine.clear();
+  const PoolStats s = pool->Stats();
+  EXPECT_EQ(s.in_use, 0u);
+  EXPECT_EQ(s.high_water, 70u);
+}
+
 // ---- The handle ------------------------------------------------------------
 
 TEST(BufferTest, EmptyHandleHoldsNothing) {

@@ -144,7 +144,30 @@ TEST(DepotTest, ConcurrentMixedShapesNeverLoseOrDuplicateSlots) {
     });
   }
   for (auto& th : threads) th.join();
+  EXPECT_EQ(depot.Size(), kSlots);  // the list's and full magazines' slots
   EXPECT_EQ(DrainSorted(depot, 5), all);
+  EXPECT_EQ(depot.Size(), 0u);
+}
+
+// Size() counts whole magazines and single slots alike; PopOne reports what
+// it left.
+TEST(DepotTest, SizeCountsMagazinesAndTheList) {
+  Depot depot(64, 8);
+  const std::vector<uint32_t> all = Iota(20);
+  depot.Push(all.data(), 20, nullptr);  // two magazines, four on the list
+  EXPECT_EQ(depot.Size(), 20u);
+  uint32_t reshelved = 0, left = 99;
+  ASSERT_NE(depot.PopOne(&reshelved, &left), Depot::kNoSlot);
+  EXPECT_EQ(left, 19u);
+  uint32_t out[8];
+  ASSERT_EQ(depot.Pop(out, 8, nullptr, &reshelved), 8u);  // a magazine
+  EXPECT_EQ(depot.Size(), 11u);
+  Depot plain(8, 0);  // no magazines (caches off)
+  plain.PushOne(5);
+  EXPECT_EQ(plain.Size(), 1u);
+  EXPECT_EQ(plain.PopOne(&reshelved, &left), 5u);
+  EXPECT_EQ(left, 0u);
+  EXPECT_EQ(plain.PopOne(&reshelved, &left), Depot::kNoSlot);
 }
 
 }  // namespace

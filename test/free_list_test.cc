@@ -34,9 +34,32 @@ TEST(FreeListTest, PushedChainPopsInOrderFirstOnTop) {
   EXPECT_TRUE(list.empty());
 }
 
+// The depth kept in the links is the list's length: the pool's free count
+// depends on it.
+TEST(FreeListTest, DepthFollowsEveryPushAndPop) {
+  FreeList list(16);
+  EXPECT_EQ(list.Depth(), 0u);
+  const uint32_t chain[] = {9, 3, 12, 0};
+  list.Push(chain, 4);
+  EXPECT_EQ(list.Depth(), 4u);
+  list.PushOne(7);
+  EXPECT_EQ(list.Depth(), 5u);
+  uint32_t out[16];
+  uint32_t left = 99;
+  ASSERT_EQ(list.Pop(out, 2, &left), 2u);
+  EXPECT_EQ(left, 3u);
+  EXPECT_EQ(list.Depth(), 3u);
+  const uint32_t back[] = {out[1], out[0]};
+  list.Push(back, 2);  // onto a list that is not empty: depths stack up
+  EXPECT_EQ(list.Depth(), 5u);
+  ASSERT_EQ(list.Pop(out, 16, &left), 5u);
+  EXPECT_EQ(left, 0u);
+  EXPECT_EQ(list.Depth(), 0u);
+}
+
 // Threads pop batches and push them back in other shapes; at the end every
 // slot is in the list exactly once (no loss, no duplicate: ABA would show as
-// either).
+// either), and the depth the links carry matches.
 TEST(FreeListTest, ConcurrentBatchesNeverLoseOrDuplicateSlots) {
   constexpr uint32_t kSlots = 64;
   FreeList list(kSlots);
@@ -61,13 +84,14 @@ TEST(FreeListTest, ConcurrentBatchesNeverLoseOrDuplicateSlots) {
         if (r % 2 == 0) {
           list.Push(held, n);
         } else {
-          for (uint32_t i = 0; i < n; ++i) list.Push(&held[i], 1);
+          for (uint32_t i = 0; i < n; ++i) list.PushOne(held[i]);
         }
       }
     });
   }
   for (auto& th : threads) th.join();
 
+  EXPECT_EQ(list.Depth(), kSlots);
   std::vector<uint32_t> out(kSlots + 1);
   ASSERT_EQ(list.Pop(out.data(), kSlots + 1), kSlots);
   out.resize(kSlots);

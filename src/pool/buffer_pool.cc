@@ -3,20 +3,27 @@
 // The cache-hit fast paths are inline in include/bufpool/buffer_pool.h; this
 // file holds everything that touches shared state.
 //
-// Accounting. `parked` counts free buffers "as last reported":
+// Accounting. The depot knows how many free slots it holds (Depot::Size():
+// its lists keep depths in their links), so no counter follows it and an
+// uncached acquire or release pays no counter update. The thread caches'
+// free slots are counted "as last reported":
 //
-//   parked = (slots in the shared Depot) + sum over caches of c.reported
+//   in_caches = sum over caches of c.reported
 //
-// A cache reports (folds) its count into `parked` only on its owner's slow
-// paths, so cache hits touch no shared counter. Then, exactly whenever no
+// A cache reports (folds) its count only on its owner's slow paths, so cache
+// hits touch no shared counter either. Then, exactly whenever no
 // acquire/release is in flight,
 //
-//   in_use = capacity - parked - sum over caches of (c.count - c.reported).
+//   in_use = capacity - depot.Size() - in_caches
+//            - sum over caches of (c.count - c.reported).
 //
 // Between two folds a cache's lowest count (`low_water`) marks its thread's
-// peak, so at each fold the pool's high-water mark is raised to
-// capacity - (parked - c.reported) - c.low_water: exact for a single thread,
-// off by at most other threads' unreported cache movements otherwise.
+// peak, so at each fold the pool's high-water mark is raised to capacity -
+// (the depot and in_caches, less c.reported, as before the fold's own move)
+// - c.low_water: exact for a single thread, off by at most other threads'
+// unreported cache movements otherwise. An uncached acquire raises it to
+// capacity - (the depot right after its pop + in_caches), exact with caches
+// off: the pop reads the depot's size from the link it removed.
 //
 // Locks. g_registry_mu guards the link between pools and thread caches
 // (Shared::caches, writes of ThreadCache::pool, thread exit). Each pool's
@@ -104,7 +111,7 @@ struct BufferPool::Shared {
   Depot depot;
   // See "Accounting" above. Relaxed: statistics only; no decision that
   // guards memory depends on them.
-  alignas(64) std::atomic<int64_t> parked{0};
+  alignas(64) std::atomic<int64_t> in_caches{0};
   std::atomic<size_t> high_water{0};
   std::atomic<uint64_t> failures{0};
   std::mutex wait_mu;
@@ -204,7 +211,8 @@ struct PoolAccess {
   // Free buffers: the depot's and the caches' (see "Accounting" above).
   // Caller holds g_registry_mu (for the cache list).
   static int64_t FreeNow(const BufferPool& p) {
-    int64_t free_now = p.shared_->parked.load(std::memory_order_relaxed);
+    int64_t free_now = static_cast<int64_t>(p.shared_->depot.Size()) +
+                       p.shared_->in_caches.load(std::memory_order_relaxed);
     for (const ThreadCache* c : p.shared_->caches) {
       free_now += static_cast<int64_t>(Total(*c)) -
                   c->reported.load(std::memory_order_relaxed);
@@ -234,21 +242,22 @@ struct PoolAccess {
     c.hot.store(ThreadCache::kNone, std::memory_order_relaxed);
   }
 
-  // Moves the cache's unreported movements into `parked`, after the caller
-  // moved `to_shared` slots into (positive) or out of (negative) the shared
-  // list, and raises the high-water mark from the window just closed.
+  // Moves the cache's unreported movements into `in_caches`, after the
+  // caller moved `to_shared` slots into (positive) or out of (negative) the
+  // depot, and raises the high-water mark from the window just closed.
   static void Fold(BufferPool& p, ThreadCache& c, int64_t to_shared) {
     BufferPool::Shared& s = *p.shared_;
     const int64_t count = Total(c);
     const int64_t reported = c.reported.load(std::memory_order_relaxed);
-    const int64_t elsewhere =
-        s.parked.load(std::memory_order_relaxed) - reported;
+    // Free outside this cache during the window: the depot before the move.
+    const int64_t elsewhere = static_cast<int64_t>(s.depot.Size()) - to_shared +
+                              s.in_caches.load(std::memory_order_relaxed) -
+                              reported;
     const int64_t peak =
         static_cast<int64_t>(p.capacity_) - elsewhere -
         static_cast<int64_t>(c.low_water.load(std::memory_order_relaxed));
     UpdateMax(s.high_water, peak, p.capacity_);
-    s.parked.fetch_add(to_shared + (count - reported),
-                       std::memory_order_relaxed);
+    s.in_caches.fetch_add(count - reported, std::memory_order_relaxed);
     c.reported.store(static_cast<uint32_t>(count), std::memory_order_relaxed);
     // The stack alone, not the total: the invariant low_water <= count lets
     // the cache-hit acquire take `hot` without checking low_water (see
@@ -292,13 +301,15 @@ struct PoolAccess {
 
   // Take() for a caller without a cache: caches off (AcquireSlow() calls this
   // directly, to keep the uncached pair's path short) or a thread past its
-  // caches' teardown. One pop from the depot's list; one counter update.
+  // caches' teardown. One pop from the depot's list, which also says how
+  // many slots it left (see "Accounting").
   static uint32_t TakeUncached(BufferPool& p, uint32_t* reshelved) {
     BufferPool::Shared& s = *p.shared_;
-    const uint32_t slot = s.depot.PopOne(reshelved);
+    uint32_t left;
+    const uint32_t slot = s.depot.PopOne(reshelved, &left);
     if (slot == BufferPool::kNoSlot) return BufferPool::kNoSlot;
-    const int64_t free_now =
-        s.parked.fetch_sub(1, std::memory_order_relaxed) - 1;
+    const int64_t free_now =  // in_caches is 0 with caches off
+        left + s.in_caches.load(std::memory_order_relaxed);
     UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - free_now,
               p.capacity_);
     HandOut(p, slot);
@@ -360,19 +371,13 @@ struct PoolAccess {
 
   // Give() for a caller without a cache (see TakeUncached).
   static void GiveUncached(BufferPool& p, uint32_t slot) {
-    BufferPool::Shared& s = *p.shared_;
-    // Count it free before it becomes visible, so a racing Take never
-    // drives `parked` below the true number of free buffers.
-    s.parked.fetch_add(1, std::memory_order_relaxed);
-    s.depot.PushOne(slot);
+    p.shared_->depot.PushOne(slot);
     WakeWaiters(p, 1);
   }
   // The same for slots[0, n), n >= 1 (ReleaseBulk with caches off): one
   // push, as the depot takes a chain in one CAS.
   static void GiveUncached(BufferPool& p, const uint32_t* slots, uint32_t n) {
-    BufferPool::Shared& s = *p.shared_;
-    s.parked.fetch_add(n, std::memory_order_relaxed);  // first: see above
-    s.depot.Push(slots, n, nullptr);
+    p.shared_->depot.Push(slots, n, nullptr);
     WakeWaiters(p, n);
   }
 
@@ -490,8 +495,6 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   std::vector<uint32_t> all(count);
   for (uint32_t i = 0; i < count; ++i) all[i] = i;
   pool->shared_->depot.Push(all.data(), static_cast<uint32_t>(count), nullptr);
-  pool->shared_->parked.store(static_cast<int64_t>(count),
-                              std::memory_order_relaxed);
   BUFPOOL_INTERNAL_POISON(pool->base_, size * count);
   return pool;
 }
@@ -654,7 +657,8 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
           nullptr, &reshelved);
       if (n == 0) break;
       const int64_t free_now =
-          shared_->parked.fetch_sub(n, std::memory_order_relaxed) - n;
+          static_cast<int64_t>(shared_->depot.Size()) +
+          shared_->in_caches.load(std::memory_order_relaxed);
       UpdateMax(shared_->high_water, static_cast<int64_t>(capacity_) - free_now,
                 capacity_);
       for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
