@@ -733,6 +733,15 @@ TEST(BufferTest, DetachedPointerComesBackThroughAdoptOrReleaseRaw) {
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
+TEST(BufferTest, EmptyBulkCallsDoNothing) {
+  auto pool = MakePool({.buffer_count = 8});
+  EXPECT_EQ(pool->TryAcquireBulk({}), 0u);
+  pool->ReleaseBulk({});  // no data() behind the span (UBSan checks memset)
+  EXPECT_EQ(pool->TryAcquireRawBulk({}), 0u);
+  pool->ReleaseRawBulk({});
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
 TEST(BufferTest, BulkAcquireStopsShortWhenThePoolRunsOut) {
   auto pool = MakePool({.buffer_count = 40});
   std::vector<Buffer> batch(32);

@@ -729,7 +729,9 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
   // them in one pass of wide stores rather than one store each inside the
   // loop, where each store waited behind the caller's writes to the buffers.
   static_assert(std::is_standard_layout_v<Buffer> && sizeof(Buffer) == 16);
-  std::memset(static_cast<void*>(src), 0, in.size() * sizeof(Buffer));
+  if (!in.empty()) {  // an empty span may have no data() at all
+    std::memset(static_cast<void*>(src), 0, in.size() * sizeof(Buffer));
+  }
 }
 
 size_t BufferPool::TryAcquireRawBulk(absl::Span<std::byte*> out) {
