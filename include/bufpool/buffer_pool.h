@@ -9,7 +9,8 @@
 //   region(): +----------+----------+----------+-- ... --+----------+
 //             | slot 0   | slot 1   | slot 2   |         | slot n-1 |
 //             +----------+----------+----------+-- ... --+----------+
-//   out of band (never inside a buffer): next link and state byte per slot
+//   out of band (never inside a buffer): per slot, a free-list link (with
+//   the free count below it) and a state byte (raw pointers only)
 //
 // so the whole region can be registered once with the kernel (io_uring fixed
 // buffers, provided-buffer rings with buffer id == slot index).
