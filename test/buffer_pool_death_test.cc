@@ -1,6 +1,7 @@
 // 5. Safety checks that stay on in every build: each fault aborts with one
 // line that names it.
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "bufpool/buffer_pool.h"
@@ -177,6 +178,23 @@ TEST_P(SafetyDeathTest, DestroyingAPoolCountsHandlesToo) {
       },
       "3 buffer\\(s\\) still in use \\(slots 1, 2 as raw pointers; 1 held "
       "by Buffer handles\\)");
+}
+
+// A handle that outlived the thread which acquired it (its cache folded at
+// thread exit) is still counted.
+TEST_P(SafetyDeathTest, DestroyingAPoolCountsAHandleFromAnExitedThread) {
+  EXPECT_DEATH(
+      {
+        auto pool = MakePool(GetParam());
+        Buffer kept;
+        std::thread([&] {
+          std::vector<Buffer> mine;
+          for (int i = 0; i < 6; ++i) mine.push_back(pool->TryAcquire());
+          kept = std::move(mine[2]);
+        }).join();
+        pool.reset();
+      },
+      "1 buffer\\(s\\) still in use \\(1 held by Buffer handles\\)");
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, SafetyDeathTest, testing::Values(0, 64),

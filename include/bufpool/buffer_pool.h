@@ -57,7 +57,9 @@
 // cannot see: a pointer released, handed out again as a raw pointer by a
 // later acquire, and then released again by its old owner looks like a
 // legitimate release (the slot is out again); and two threads releasing the
-// same pointer at the same instant race past it. Releasing a raw pointer
+// same pointer at the same instant race past it (and may leave the pool's
+// counts, which the destructor's "still in use" check relies on for
+// handles, wrong from then on). Releasing a raw pointer
 // that is free is always caught.
 //
 // Handles pay nothing for this, which matters when buffers cross threads:
@@ -135,8 +137,9 @@ namespace internal {
 // that Stats() can count them and its destructor can detach them.
 //
 // Memory ordering: `hot`, `count`, `reported` and `low_water` are written
-// only by the owning thread and read by other threads only in Stats(), which
-// is exact only when no acquire/release is in flight; relaxed loads/stores
+// only by the owning thread and read by other threads only in Stats() and
+// ~BufferPool, which are exact only when no acquire/release is in flight
+// (the destructor counts handles from them); relaxed loads/stores
 // suffice (they compile to plain moves). `pool` and `fast` are set to
 // nullptr under the registry mutex when the pool dies; the owner reads
 // `fast` relaxed on the hot path (a stale read could only happen while the
@@ -292,9 +295,13 @@ class BUFPOOL_EXPORT BufferPool {
   bool huge_pages() const { return huge_pages_; }
 
   // in_use and the failure count are exact whenever no acquire/release is in
-  // flight. high_water is exact for one thread and with caches off; with
-  // several threads caching it may be off by the buffers idle in other
-  // threads' caches (at most (threads - 1) * cache_capacity()).
+  // flight. high_water is exact with caches off, and for one thread when
+  // Stats() runs on that thread or while it is idle; with several threads
+  // caching it may be off by the buffers idle in other threads' caches (at
+  // most (threads - 1) * cache_capacity()). Stats() on another thread while
+  // a caching thread refills or spills reads a torn picture and may raise
+  // high_water by up to that move (at most cache_capacity() + 1).
+  // Calling it on the pool's own threads, or with caches off, avoids that.
   PoolStats Stats() const;
 
   // The whole arena, page-aligned (2 MiB-aligned with huge pages): for
@@ -336,8 +343,8 @@ class BUFPOOL_EXPORT BufferPool {
   void ReleaseSlow(uint32_t slot);
   template <class Emit>
   size_t AcquireBulkImpl(size_t want, Emit emit);  // src/pool/buffer_pool.cc
-  template <class TakeSlot>
-  void ReleaseBulkImpl(size_t count, TakeSlot take_slot);
+  template <class TakeSlot, class Taken>
+  void ReleaseBulkImpl(size_t count, TakeSlot take_slot, Taken taken);
   [[noreturn]] void DieNotFromPool(const void* p) const;
   [[noreturn]] void DieNotRaw(const char* call, uint32_t slot) const;
   internal::ThreadCache* MyCache() const {

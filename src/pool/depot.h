@@ -11,8 +11,9 @@
 // `empty_`, each a FreeList) hold them; a thread may keep one emptied
 // magazine as its `spare` for its next spill, so a thread that refills and
 // spills alternately (the steady state of one busy thread) does one CAS per
-// batch each way, as the list alone did. Partial batches (one slot with caches
-// off, a thread exit, the hand-over to a waiter) go onto the slot list.
+// batch each way, as the list alone did. Partial batches (one slot or a
+// ReleaseBulk chunk with caches off, a thread exit, the hand-over to a
+// waiter) go onto the slot list.
 //
 //   full_:  [m7] -> [m2] -> ...      each m: slots[batch], all free
 //   empty_: [m4] -> [m0] -> ...      each m: contents meaningless
@@ -105,14 +106,17 @@ class Depot {
   // `max` slots and puts the others onto the list, adding their number to
   // *reshelved (the caller owes waiters a wake-up for them). Returns 0 only
   // when full_ and the list were each seen empty (invariant 4), or max == 0.
+  // With no magazines (batch() == 0) the list is the whole depot, and
+  // *left, when given, is set to the slots it held right after this pop
+  // (exact, as FreeList::Pop).
   uint32_t Pop(uint32_t* out, uint32_t max, uint32_t* spare,
-               uint32_t* reshelved) {
+               uint32_t* reshelved, uint32_t* left = nullptr) {
     uint32_t got = 0;
     while (batch_ != 0 && max - got >= batch_ &&
            PopMagazine(out + got, spare)) {
       got += batch_;
     }
-    if (got < max) got += list_.Pop(out + got, max - got);
+    if (got < max) got += list_.Pop(out + got, max - got, left);
     if (got == 0 && max != 0 && max < batch_) {
       uint32_t m;
       if (full_.Pop(&m, 1) == 0) return 0;
@@ -135,12 +139,15 @@ class Depot {
   uint32_t PopOne(uint32_t* reshelved, uint32_t* left) {
     uint32_t slot;
     if (list_.Pop(&slot, 1, left) != 0) {
-      if (batch_ != 0) *left += full_.Depth() * batch_;
+      if (batch_ != 0) {  // 64-bit: a racy read of full_ may overshoot
+        *left = static_cast<uint32_t>(std::min<uint64_t>(
+            uint64_t{*left} + uint64_t{full_.Depth()} * batch_, UINT32_MAX));
+      }
       return slot;
     }
     if (batch_ == 0) return kNoSlot;
     slot = OpenOne(reshelved);
-    *left = Size();
+    *left = static_cast<uint32_t>(std::min<uint64_t>(Size(), UINT32_MAX));
     return slot;
   }
 

@@ -73,8 +73,9 @@ class FreeList {
     uint64_t head = head_.load(std::memory_order_acquire);  // for DepthOf
     do {
       // The links hold depths, which depend on the list below: (re)written
-      // on every try. A retry needs a CAS lost to another thread; the long
-      // chains (Create's, a thread's cache at exit) are pushed rarely.
+      // on every try. A retry needs a CAS lost to another thread; chains
+      // run up to 64 slots (a caches-off ReleaseBulk chunk), longer only at
+      // Create, thread exit and when magazines run out.
       uint32_t next = IndexOf(head);
       uint32_t below = DepthOf(head);
       for (uint32_t i = n; i > 0; --i) {
