@@ -295,13 +295,11 @@ class BUFPOOL_EXPORT BufferPool {
   bool huge_pages() const { return huge_pages_; }
 
   // in_use and the failure count are exact whenever no acquire/release is in
-  // flight. high_water is exact with caches off, and for one thread when
-  // Stats() runs on that thread or while it is idle; with several threads
-  // caching it may be off by the buffers idle in other threads' caches (at
-  // most (threads - 1) * cache_capacity()). Stats() on another thread while
-  // a caching thread refills or spills reads a torn picture and may raise
-  // high_water by up to that move (at most cache_capacity() + 1).
-  // Calling it on the pool's own threads, or with caches off, avoids that.
+  // flight. high_water is exact with caches off, and for one thread, also
+  // when Stats() runs on another thread meanwhile (it waits for a moment
+  // when no cache is moving slots to or from the shared depot); with
+  // several threads caching it may be off by the buffers idle in other
+  // threads' caches (at most (threads - 1) * cache_capacity()).
   PoolStats Stats() const;
 
   // The whole arena, page-aligned (2 MiB-aligned with huge pages): for

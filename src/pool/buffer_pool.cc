@@ -25,7 +25,10 @@
 // makes between the reads of the depot and of in_caches (two loads now, no
 // longer one counter). An uncached acquire raises it to
 // capacity - (the depot right after its pop + in_caches), exact with caches
-// off: the pop reads the depot's size from the link it removed.
+// off: the pop reads the depot's size from the link it removed. Stats()
+// adds up the depot and the caches only between moves of slots from one to
+// the other (PoolAccess::MoveGuard), so it never counts a moving batch in
+// neither place.
 //
 // Locks. g_registry_mu guards the link between pools and thread caches
 // (Shared::caches, writes of ThreadCache::pool, thread exit). Each pool's
@@ -47,6 +50,7 @@
 #include <limits>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -114,6 +118,10 @@ struct BufferPool::Shared {
   // See "Accounting" above. Relaxed: statistics only; no decision that
   // guards memory depends on them.
   alignas(64) std::atomic<int64_t> in_caches{0};
+  // Moves of slots between a cache and the depot, begun and finished (see
+  // PoolAccess::MoveGuard and Stats()).
+  std::atomic<uint64_t> moves_begun{0};
+  std::atomic<uint64_t> moves_done{0};
   std::atomic<size_t> high_water{0};
   std::atomic<uint64_t> failures{0};
   std::mutex wait_mu;
@@ -133,6 +141,28 @@ struct PoolAccess {
                  static_cast<const void*>(&p));
     std::abort();
   }
+
+  // Brackets a move of slots between a thread cache and the depot, from
+  // before the depot changes until the cache has folded it in. Stats() takes
+  // its picture only while no move is open, and retries when one began
+  // during it: otherwise it could read the depot after a refill and the
+  // cache before it, see the refilled slots nowhere, and raise high_water by
+  // a whole batch that was never in use. (A seqlock with many writers: the
+  // counts say "none open", the release fence orders the begin before the
+  // move's stores, as Stats()'s acquire fence orders its loads.)
+  class MoveGuard {
+   public:
+    explicit MoveGuard(BufferPool& p) : s_(*p.shared_) {
+      s_.moves_begun.fetch_add(1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_release);
+    }
+    ~MoveGuard() { s_.moves_done.fetch_add(1, std::memory_order_release); }
+    MoveGuard(const MoveGuard&) = delete;
+    MoveGuard& operator=(const MoveGuard&) = delete;
+
+   private:
+    BufferPool::Shared& s_;
+  };
 
   static uint32_t RefillBatch(const BufferPool& p) {
     return static_cast<uint32_t>(std::max<size_t>(1, p.cache_capacity_ / 2));
@@ -280,6 +310,7 @@ struct PoolAccess {
     FoldHot(*c);
     uint32_t n = c->count.load(std::memory_order_relaxed);
     if (n == 0) {
+      const MoveGuard move(p);
       // While threads wait, take one at a time so a refill never strands
       // buffers in this cache that a waiter needs.
       const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
@@ -349,26 +380,29 @@ struct PoolAccess {
     }
     Depot& depot = p.shared_->depot;
     uint32_t pushed;
-    if (waiting) {
-      // Someone sleeps in Acquire(): hand over this slot and every idle
-      // one we hold (slots has room for capacity + 2).
-      c->slots[n] = slot;
-      pushed = n + 1;
-      depot.Push(c->slots, pushed, &c->spare);
-      c->count.store(0, std::memory_order_relaxed);
-    } else {
-      // Full (n == capacity + 1): spill the older entries down to about
-      // half the stack, in whole refill batches so that they travel as
-      // magazines (see Depot); the released slot becomes the hot one.
-      const uint32_t batch = RefillBatch(p);
-      pushed = std::max(batch, (n - c->capacity / 2) / batch * batch);
-      depot.Push(c->slots, pushed, &c->spare);
-      std::memmove(c->slots, c->slots + pushed,
-                   (n - pushed) * sizeof(uint32_t));
-      c->count.store(n - pushed, std::memory_order_relaxed);
-      c->hot.store(slot, std::memory_order_relaxed);
+    {
+      const MoveGuard move(p);
+      if (waiting) {
+        // Someone sleeps in Acquire(): hand over this slot and every idle
+        // one we hold (slots has room for capacity + 2).
+        c->slots[n] = slot;
+        pushed = n + 1;
+        depot.Push(c->slots, pushed, &c->spare);
+        c->count.store(0, std::memory_order_relaxed);
+      } else {
+        // Full (n == capacity + 1): spill the older entries down to about
+        // half the stack, in whole refill batches so that they travel as
+        // magazines (see Depot); the released slot becomes the hot one.
+        const uint32_t batch = RefillBatch(p);
+        pushed = std::max(batch, (n - c->capacity / 2) / batch * batch);
+        depot.Push(c->slots, pushed, &c->spare);
+        std::memmove(c->slots, c->slots + pushed,
+                     (n - pushed) * sizeof(uint32_t));
+        c->count.store(n - pushed, std::memory_order_relaxed);
+        c->hot.store(slot, std::memory_order_relaxed);
+      }
+      Fold(p, *c, pushed);
     }
-    Fold(p, *c, pushed);
     WakeWaiters(p, pushed);
   }
 
@@ -632,6 +666,7 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
       PoolAccess::FoldHot(*c);  // count <= capacity + 1; we take from it now
       n = c->count.load(std::memory_order_relaxed);
       if (n == 0) {
+        const PoolAccess::MoveGuard move(*this);
         // While threads wait, take no more than this call hands out, so
         // nothing is stranded in this cache (as in PoolAccess::Take).
         const uint32_t batch =
@@ -805,22 +840,50 @@ Buffer BufferPool::Adopt(std::byte* p) {
 }
 
 PoolStats BufferPool::Stats() const {
-  std::lock_guard<std::mutex> lock(g_registry_mu);
-  const int64_t free_now = PoolAccess::FreeNow(*this);
-  const size_t in_use = PoolAccess::InUse(*this, free_now);
-  UpdateMax(shared_->high_water, static_cast<int64_t>(in_use), capacity_);
-  // Each cache's open window: its lowest count, with everything else as now.
-  for (const ThreadCache* c : shared_->caches) {
-    const int64_t peak = static_cast<int64_t>(capacity_) -
-                         (free_now - PoolAccess::Total(*c)) -
-                         c->low_water.load(std::memory_order_relaxed);
-    UpdateMax(shared_->high_water, peak, capacity_);
+  std::lock_guard<std::mutex> lock(g_registry_mu);  // the cache list
+  Shared& s = *shared_;
+  // A picture of the depot and the caches taken while no cache moves slots
+  // to or from the depot (see PoolAccess::MoveGuard); cache hits may run,
+  // they move one slot between a cache and a user. After kTries pictures
+  // that overlapped moves, the last one's in_use is returned, and nothing
+  // is raised from it.
+  constexpr int kTries = 64;
+  int64_t free_now = 0;
+  int64_t peak = 0;
+  bool clean = false;
+  std::vector<std::pair<int64_t, int64_t>> seen;  // each cache: total, low
+  seen.reserve(s.caches.size());
+  for (int attempt = 0; attempt < kTries && !clean; ++attempt) {
+    const uint64_t done = s.moves_done.load(std::memory_order_acquire);
+    const uint64_t begun = s.moves_begun.load(std::memory_order_acquire);
+    // Each cache's total is read once and used twice: read again for its
+    // window below, a release in between (up to a whole ReleaseBulk) would
+    // count as a peak that never was.
+    free_now = static_cast<int64_t>(s.depot.Size()) +
+               s.in_caches.load(std::memory_order_relaxed);
+    seen.clear();
+    for (const ThreadCache* c : s.caches) {
+      const int64_t total = PoolAccess::Total(*c);
+      free_now += total - c->reported.load(std::memory_order_relaxed);
+      seen.emplace_back(total, c->low_water.load(std::memory_order_relaxed));
+    }
+    peak = static_cast<int64_t>(capacity_) - free_now;
+    // Each cache's open window: its lowest count, with everything else as
+    // now.
+    for (const auto& [total, low] : seen) {
+      peak = std::max(
+          peak, static_cast<int64_t>(capacity_) - (free_now - total) - low);
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    clean =
+        begun == done && s.moves_begun.load(std::memory_order_relaxed) == begun;
   }
+  if (clean) UpdateMax(s.high_water, peak, capacity_);
   return PoolStats{
       .capacity = capacity_,
-      .in_use = in_use,
-      .high_water = shared_->high_water.load(std::memory_order_relaxed),
-      .acquire_failures = shared_->failures.load(std::memory_order_relaxed),
+      .in_use = PoolAccess::InUse(*this, free_now),
+      .high_water = s.high_water.load(std::memory_order_relaxed),
+      .acquire_failures = s.failures.load(std::memory_order_relaxed),
   };
 }
 
