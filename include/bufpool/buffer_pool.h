@@ -59,8 +59,8 @@
 // legitimate release (the slot is out again); and two threads releasing the
 // same pointer at the same instant race past it (and may leave the pool's
 // counts, which the destructor's "still in use" check relies on for
-// handles, wrong from then on). Releasing a raw pointer
-// that is free is always caught.
+// handles, wrong from then on). Releasing a raw pointer that is free is
+// always caught.
 //
 // Handles pay nothing for this, which matters when buffers cross threads:
 // a state byte written by the acquiring core and checked by the releasing
