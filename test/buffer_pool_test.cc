@@ -50,6 +50,20 @@ class Event {
   bool done_ = false;
 };
 
+// A thread that calls Acquire() on an empty pool and expects a buffer within
+// a minute; returns once it has started and had 50 ms to fall asleep.
+std::thread StartSleepingAcquire(BufferPool& pool) {
+  Event started;
+  std::thread waiter([&pool, &started] {
+    started.Notify();
+    auto b = pool.Acquire(absl::Seconds(60));
+    ASSERT_TRUE(b.ok()) << b.status();
+  });
+  started.WaitForNotification();
+  absl::SleepFor(absl::Milliseconds(50));
+  return waiter;
+}
+
 bool Contains(absl::string_view haystack, absl::string_view needle) {
   return haystack.find(needle) != absl::string_view::npos;
 }
@@ -511,14 +525,7 @@ TEST(BufferPoolTest, BulkReleaseWhileAThreadWaitsHandsOverAndKeepsTheRest) {
   auto pool = MakePool({.buffer_count = 64});
   std::vector<Buffer> all(64);
   ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 64u);
-  Event waiting;
-  std::thread waiter([&] {
-    waiting.Notify();
-    auto b = pool->Acquire(absl::Seconds(60));
-    ASSERT_TRUE(b.ok()) << b.status();
-  });
-  waiting.WaitForNotification();
-  absl::SleepFor(absl::Milliseconds(50));
+  std::thread waiter = StartSleepingAcquire(*pool);
   pool->ReleaseBulk(absl::MakeSpan(all));
   waiter.join();
   EXPECT_EQ(pool->Stats().in_use, 0u);
@@ -533,14 +540,7 @@ TEST(BufferPoolTest, CacheOffBulkReleaseReturnsEveryBufferAndWakesAWaiter) {
   std::vector<Buffer> all(100);
   ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 100u);
   Buffer kept = std::move(all[7]);  // a hole: ReleaseBulk skips empty handles
-  Event waiting;
-  std::thread waiter([&] {
-    waiting.Notify();
-    auto b = pool->Acquire(absl::Seconds(60));
-    ASSERT_TRUE(b.ok()) << b.status();
-  });
-  waiting.WaitForNotification();
-  absl::SleepFor(absl::Milliseconds(50));
+  std::thread waiter = StartSleepingAcquire(*pool);
   pool->ReleaseBulk(absl::MakeSpan(all));  // 99 handles: two chunks
   waiter.join();
   for (const Buffer& b : all) EXPECT_FALSE(b);
