@@ -255,6 +255,28 @@ TEST_F(CopyCliTest, SeveralSourcesGoIntoTheDirectory) {
       << r.out;
 }
 
+// As cp: a second source with the same name does not replace the copy
+// just made, and a source named twice is copied once.
+TEST_F(CopyCliTest, SeveralSourcesNeverOverwriteWhatThisRunCreated) {
+  ASSERT_EQ(mkdir(Path("x").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(Path("y").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(Path("d").c_str(), 0755), 0);
+  Write("x/f", "from x");
+  Write("y/f", "from y");
+  Write("g", "g");
+  Result r = Run({Path("x/f"), Path("y/f"), Path("g"), Path("d")});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "bufpool-copy: will not overwrite just-created '" +
+                       Path("d") + "/f' with '" + Path("y/f") + "'\n");
+  EXPECT_EQ(Slurp(Path("d/f")), "from x");
+  EXPECT_EQ(Slurp(Path("d/g")), "g");
+  r = Run({"--json", Path("g"), Path("g"), Path("d")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "bufpool-copy: warning: source file '" + Path("g") +
+                       "' specified more than once\n");
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+}
+
 TEST_F(CopyCliTest, SeveralSourcesNeedADirectoryAndCopyNothingWithout) {
   Write("a", "one");
   Write("b", "two");
@@ -381,6 +403,10 @@ TEST_F(CopyCliTest, UsageErrorsExitTwoWithOneLineNamingTheProblem) {
   ExpectUsageError({a}, "missing the destination operand");
   ExpectUsageError({}, "missing SRC and DEST operands");
   ExpectUsageError({"--no-clobber=maybe", a, b}, "--no-clobber");
+  // An empty value is refused, not filled from the next argument.
+  ExpectUsageError({"--method=", "uring", a, b}, "--method: an empty value");
+  ExpectUsageError({"--buffer-size=", "4096", a, b},
+                   "--buffer-size: an empty value");
   EXPECT_FALSE(Exists("b"));
 }
 

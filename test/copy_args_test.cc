@@ -230,6 +230,19 @@ TEST(CopyArgsTest, HelpListsEveryFlagWithItsDefault) {
   }
 }
 
+TEST(CopyArgsTest, AnEmptyValueIsRefusedNotTakenFromTheNextArgument) {
+  EXPECT_NE(UsageError({"--method=", "uring", "a", "b"})
+                .find("--method: an empty value"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"--queue-depth=", "4", "a", "b"})
+                .find("--queue-depth: an empty value"),
+            std::string::npos);
+  // After "--" it is an operand like any other.
+  ParsedArgs<CopyCommand> r = Parse({"--", "--method=", "b"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_EQ(r.command.sources, std::vector<std::string>{"--method="});
+}
+
 TEST(CopyArgsTest, NoArgvAtAll) {
   EXPECT_EQ(ParseCopyArgs(0, nullptr).action, ParseAction::kUsageError);
 }

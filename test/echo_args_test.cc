@@ -116,6 +116,7 @@ TEST(EchoArgsTest, BadValuesNameTheFlag) {
            {{"--frobnicate=1"}, "--frobnicate"},
            {{"extra"}, "extra"},
            {{"--listen"}, "--listen"},
+           {{"--listen=", "--engine=epoll"}, "--listen: an empty value"},
        }) {
     SCOPED_TRACE(c.args[0]);
     const std::string e = EchoError(c.args);
@@ -206,6 +207,7 @@ TEST(EchoLoadArgsTest, BadValuesNameTheFlag) {
            {{t, "--connections=65536", "--messages=4097"},
             "--connections 65536 x --messages 4097 is over 268435456"},
            {{t, "--bogus"}, "--bogus"},
+           {{t, "--size=", "1:2"}, "--size: an empty value"},
        }) {
     SCOPED_TRACE(c.args[1]);
     const std::string e = LoadError(c.args);

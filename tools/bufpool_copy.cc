@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -290,10 +291,27 @@ int main(int argc, char** argv) {
   }
 
   int status = kExitSuccess;
+  std::set<std::string> sources_seen, created;
   for (const std::string& src : cmd.sources) {
-    // cp's words for a directory without -r; the other sources go on.
+    // cp's words for each of these; the other sources go on.
+    if (!sources_seen.insert(src).second) {
+      Fail(absl::StrCat("warning: source file '", src,
+                        "' specified more than once"));
+      continue;
+    }
     if (IsDirectory(src)) {
       Fail(absl::StrCat("-r not specified; omitting directory '", src, "'"));
+      status = kExitFailure;
+      continue;
+    }
+    const std::string dst =
+        into_directory
+            ? absl::StrCat(cmd.target, cmd.target.ends_with('/') ? "" : "/",
+                           BaseName(src))
+            : cmd.target;
+    if (created.contains(dst)) {
+      Fail(absl::StrCat("will not overwrite just-created '", dst, "' with '",
+                        src, "'"));
       status = kExitFailure;
       continue;
     }
@@ -302,11 +320,6 @@ int main(int argc, char** argv) {
     bufpool::CopyStats stats;
     std::string error;
     if (cmd.no_clobber) {
-      const std::string dst =
-          into_directory
-              ? absl::StrCat(cmd.target, cmd.target.ends_with('/') ? "" : "/",
-                             BaseName(src))
-              : cmd.target;
       bool skipped = false;
       const bool copied =
           CopyNoClobber(src, dst, options, &stats, &skipped, &error);
@@ -328,6 +341,7 @@ int main(int argc, char** argv) {
       }
       stats = *std::move(s);
     }
+    created.insert(dst);
     if (cmd.verify) {
       if (std::string err = Verify(src, stats.destination); !err.empty()) {
         Fail(err);

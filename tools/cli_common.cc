@@ -75,6 +75,20 @@ ParseAction RunParser(CLI::App& app, int argc, const char* const* argv,
     argc = 1;
     argv = kNoArgs;
   }
+  // CLI11 2.1 reads "--name=" (an empty value) as "--name" and takes the
+  // next argument as its value; none of the tools has an option whose value
+  // may be empty, so that is refused here, naming the option.
+  for (int i = 1; i < argc && argv[i] != nullptr; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() > 3 && arg.starts_with("--") && arg.ends_with("=") &&
+        arg.find('=') == arg.size() - 1) {
+      *text = UsageLine(
+          app.get_name(),
+          absl::StrCat(arg.substr(0, arg.size() - 1), ": an empty value"));
+      return ParseAction::kUsageError;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
