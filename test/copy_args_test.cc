@@ -157,7 +157,7 @@ TEST(CopyArgsTest, BufferSizeIsAPowerOfTwoWithinThePoolsLimits) {
             4194304u);
   for (const char* bad :
        {"32", "63", "100", "8388608", "0", "-4096", "+4096", "0x1000", "4k",
-        "4096 ", "", "abc", "99999999999999999999999"}) {
+        "4096 ", "abc", "99999999999999999999999"}) {
     SCOPED_TRACE(bad);
     const std::string e =
         UsageError({std::string("--buffer-size=") + bad, "a", "b"});
