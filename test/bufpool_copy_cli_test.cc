@@ -524,4 +524,34 @@ TEST_F(CopyCliTest, KillNineMidCopyLeavesTheOldDestination) {
   EXPECT_EQ(TempFiles(dir_)[0].rfind(".dst.bufpool-copy.", 0), 0u);
 }
 
+// -n holds even against a destination that appears while the copy runs:
+// the source is a FIFO, so the copy waits while the test creates `dst`.
+TEST_F(CopyCliTest, NoClobberDoesNotReplaceAFileThatAppearsDuringTheCopy) {
+  const std::string fifo = Path("fifo"), dst = Path("dst");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string out = Path(".out"), err = Path(".err");
+  char* argv[] = {const_cast<char*>(kBin.c_str()), const_cast<char*>("-n"),
+                  const_cast<char*>(fifo.c_str()),
+                  const_cast<char*>(dst.c_str()), nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid;
+  ASSERT_EQ(posix_spawn(&pid, kBin.c_str(), &fa, nullptr, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  const int w = open(fifo.c_str(), O_WRONLY);  // the copy has started
+  ASSERT_GE(w, 0);
+  Write("dst", "appeared meanwhile");
+  const std::string data(300000, 'f');
+  ASSERT_EQ(write(w, data.data(), data.size()), ssize_t(data.size()));
+  close(w);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << Slurp(err);
+  EXPECT_EQ(Slurp(dst), "appeared meanwhile");
+  EXPECT_EQ(TempFiles(dir_), std::vector<std::string>{});
+}
+
 }  // namespace

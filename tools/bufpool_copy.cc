@@ -199,19 +199,21 @@ bool CopyNoClobber(const std::string& src, const std::string& dst,
     *error = std::string(s.status().message());
     return false;
   }
-  int rc = renameat2(AT_FDCWD, placeholder.c_str(), AT_FDCWD, dst.c_str(),
-                     RENAME_NOREPLACE);
-  if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
-    rc = link(placeholder.c_str(), dst.c_str());
-    if (rc == 0 || errno == EEXIST) unlink(placeholder.c_str());
-  }
-  if (rc != 0) {
-    const int err = errno;
-    unlink(placeholder.c_str());
-    if (err == EEXIST) {  // it appeared during the copy: left alone
-      *skipped = true;
-      return false;
+  int err = 0;
+  if (renameat2(AT_FDCWD, placeholder.c_str(), AT_FDCWD, dst.c_str(),
+                RENAME_NOREPLACE) != 0) {
+    err = errno;
+    if (err == EINVAL || err == ENOSYS) {
+      // No RENAME_NOREPLACE here; link() refuses an existing name as well.
+      err = link(placeholder.c_str(), dst.c_str()) == 0 ? 0 : errno;
     }
+    unlink(placeholder.c_str());
+  }
+  if (err == EEXIST) {  // it appeared during the copy: left alone
+    *skipped = true;
+    return false;
+  }
+  if (err != 0) {
     *error = absl::StrCat("rename into place: ", dst, ": ", std::strerror(err));
     return false;
   }
