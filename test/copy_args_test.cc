@@ -245,6 +245,11 @@ TEST(CopyArgsTest, AnEmptyValueIsRefusedNotTakenFromTheNextArgument) {
 
 TEST(CopyArgsTest, NoArgvAtAll) {
   EXPECT_EQ(ParseCopyArgs(0, nullptr).action, ParseAction::kUsageError);
+  // A null entry before argc ends the arguments.
+  const char* argv[] = {"bufpool-copy", "a", nullptr, nullptr};
+  EXPECT_EQ(ParseCopyArgs(4, argv).text,
+            "bufpool-copy: missing the destination operand after 'a'; see "
+            "'bufpool-copy --help'");
 }
 
 // Random command lines from pieces of real ones (fixed seed): whatever

@@ -71,14 +71,18 @@ std::string UsageLine(const std::string& tool, const std::string& message) {
 ParseAction RunParser(CLI::App& app, int argc, const char* const* argv,
                       std::string* text) {
   static const char* const kNoArgs[] = {"", nullptr};
-  if (argc < 1 || argv == nullptr) {
+  if (argc < 1 || argv == nullptr || argv[0] == nullptr) {
     argc = 1;
     argv = kNoArgs;
+  }
+  // An argv cut short by a null entry ends there.
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i] == nullptr) argc = i;
   }
   // CLI11 2.1 reads "--name=" (an empty value) as "--name" and takes the
   // next argument as its value; none of the tools has an option whose value
   // may be empty, so that is refused here, naming the option.
-  for (int i = 1; i < argc && argv[i] != nullptr; ++i) {
+  for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--") break;
     if (arg.size() > 3 && arg.starts_with("--") && arg.ends_with("=") &&

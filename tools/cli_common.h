@@ -56,7 +56,8 @@ void ConfigureApp(CLI::App& app, const std::string& name,
 
 // Runs app.parse(argc, argv). kRun when it parsed; kHelp with the help text;
 // kUsageError with the one-line message naming the option. argv[0] is the
-// program name and is not parsed; argc may be 0.
+// program name and is not parsed; argc may be 0, and a null entry before
+// argv[argc] ends the arguments there.
 ParseAction RunParser(CLI::App& app, int argc, const char* const* argv,
                       std::string* text);
 
