@@ -8,8 +8,8 @@
  *   opts.buffer_size = 4096; opts.buffer_count = 1024;
  *   char* err = NULL;
  *   bufpool_pool* pool = bufpool_create(&opts, &err);
- *   if (pool == NULL) { fprintf(stderr, "%s\n", err); bufpool_free_error(err);
- * } void* b = bufpool_try_acquire(pool);           (NULL when none is free)
+ *   if (pool == NULL) { report(err); bufpool_free_error(err); }
+ *   void* b = bufpool_try_acquire(pool);  (NULL when none is free)
  *   ...
  *   bufpool_release(pool, b);
  *   bufpool_destroy(pool);
@@ -57,7 +57,9 @@
  * against this header keeps working with a later library, which fills in
  * the defaults of fields the binary does not know (options) and writes only
  * the bytes the binary's struct has (stats). No C++ exception crosses this
- * API: a call that could fail returns NULL (or 0) and a message.
+ * API: a call that could fail returns NULL (or 0) and a message. (A
+ * thread's first call on a pool allocates its small cache; should even that
+ * fail, the process terminates, as it cannot unwind into C.)
  */
 #ifndef BUFPOOL_C_H_
 #define BUFPOOL_C_H_
@@ -169,8 +171,9 @@ BUFPOOL_EXPORT void bufpool_release_bulk(bufpool_pool* pool, void* const* in,
                                          size_t n) BUFPOOL_C_NOEXCEPT;
 
 /* Writes the first min(stats_size, the library's sizeof(bufpool_stats))
- * bytes of *stats and sets stats->struct_size to that count. Callers in C
- * use bufpool_get_stats() below, which passes sizeof(bufpool_stats). */
+ * bytes of *stats and sets stats->struct_size to that count. C callers use
+ * bufpool_get_stats() below, an inline function that passes the size of
+ * their struct; other languages call this one. */
 BUFPOOL_EXPORT void bufpool_get_stats_sized(
     const bufpool_pool* pool, bufpool_stats* stats,
     size_t stats_size) BUFPOOL_C_NOEXCEPT;
