@@ -483,7 +483,7 @@ static void test_release_checks_abort_with_message(void) {
 
 /* ---- 8 threads ----------------------------------------------------------- */
 
-enum { kThreads = 8, kRounds = 4000, kPoolCount = 64 };
+enum { kThreads = 8, kRounds = 20000, kPoolCount = 64 };
 
 /* Each thread passes some buffers to the next one through its mailbox. */
 struct mailbox {
