@@ -1,5 +1,6 @@
 # Installs the built tree into a fresh prefix, then configures, builds and runs
-# test/install_consumer (a C++ and a C program) against it with
+# test/install_consumer (a C++ and a C program) and test/install_consumer_c
+# (the C program in a project without C++) against it with
 # find_package(bufpool CONFIG REQUIRED), and compiles both programs through
 # pkg-config, the C one exactly as c.h's users are told to:
 #   gcc -std=c11 -Wall -Wextra -Werror prog.c $(pkg-config --cflags --libs bufpool)
@@ -68,6 +69,15 @@ function(check_package build_dir work)
   run(${env} "${work}/build/c_consumer")
   if(NOT last_output MATCHES "c consumer ok")
     message(FATAL_ERROR "C consumer printed: ${last_output}")
+  endif()
+
+  # A C-only project: the C compiler links.
+  run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install_consumer_c" -B "${work}/build_c"
+      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+  run(${CMAKE_COMMAND} --build "${work}/build_c")
+  run(${env} "${work}/build_c/c_consumer")
+  if(NOT last_output MATCHES "c consumer ok")
+    message(FATAL_ERROR "C-only project's consumer printed: ${last_output}")
   endif()
 
   # pkg-config users get the same library; C++ adds the standard itself.
