@@ -147,9 +147,9 @@ BUFPOOL_EXPORT void* bufpool_try_acquire(bufpool_pool* pool) BUFPOOL_C_NOEXCEPT;
 /* Returns at once when a buffer is free; otherwise waits until one is
  * released or timeout_ns nanoseconds pass, then returns NULL and stores
  * "DEADLINE_EXCEEDED: ..." in *err (when err is not NULL). A timeout of zero
- * or less only tries once; INT64_MAX (over a century) waits forever. Buffers
- * idle in other live threads' caches do not wake it; any release while it
- * waits does (see BufferPool::Acquire). */
+ * or less only tries once; INT64_MAX (over a century) waits forever. Which
+ * free buffers it can reach (other threads' caches) is BufferPool::Acquire's
+ * rule. */
 BUFPOOL_EXPORT void* bufpool_acquire(bufpool_pool* pool, int64_t timeout_ns,
                                      char** err) BUFPOOL_C_NOEXCEPT;
 
