@@ -325,7 +325,7 @@ BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
                                                size_t max_bytes);
 
 // Writes `chain` to `fd` (sendmsg with MSG_NOSIGNAL on a socket, writev
-// with SIGPIPE blocked on anything else), at most 64 slices per call,
+// with SIGPIPE blocked on anything else), at most 256 slices per call,
 // looping until the chain is empty or `fd` would block, and consumes what
 // was written. Returns the bytes written: all of them on a blocking fd, a
 // part on a non-blocking one whose buffer filled; kUnavailable when not one

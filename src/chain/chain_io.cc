@@ -10,11 +10,12 @@
 namespace bufpool {
 namespace {
 
-// Slices or buffers per readv/writev: 256 KiB of 4 KiB buffers, so one call
-// moves what a socket buffer holds, with the iovecs on the stack.
+// Fresh buffers per readv: 256 KiB of 4 KiB buffers, so one call moves what
+// a socket buffer holds, with the iovecs and handles on the stack.
 constexpr size_t kMaxIov = 64;
-
-std::string FdName(int fd) { return absl::StrCat("fd ", fd); }
+// Slices per sendmsg/writev: a message is often header + payload pairs, so
+// twice as many as one read fills, and more (4 KiB of stack).
+constexpr size_t kMaxWriteIov = 256;
 
 }  // namespace
 
@@ -51,7 +52,7 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes) {
         "ReadFrom(fd ", fd, "): the pool has no free buffer (",
         pool->capacity(), " buffers of ", bs, " bytes, all in use)"));
   }
-  absl::StatusOr<size_t> n = os::ReadV(fd, iov, cnt, FdName(fd));
+  absl::StatusOr<size_t> n = os::ReadV(fd, iov, cnt, "");
   if (!n.ok() || *n == 0) return n;  // `fresh` goes back to the pool
   size_t left = *n;
   const size_t in_room = std::min(left, room);
@@ -69,11 +70,10 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes) {
 
 absl::StatusOr<size_t> WriteTo(int fd, BufferChain& chain) {
   size_t total = 0;
-  iovec iov[kMaxIov];
+  iovec iov[kMaxWriteIov];
   while (!chain.empty()) {
     const size_t cnt = chain.FillIovecs(iov);
-    absl::StatusOr<size_t> n =
-        os::WriteV(fd, iov, static_cast<int>(cnt), FdName(fd));
+    absl::StatusOr<size_t> n = os::WriteV(fd, iov, static_cast<int>(cnt), "");
     if (!n.ok()) {
       if (n.status().code() == absl::StatusCode::kUnavailable && total != 0) {
         break;  // would block after some progress: a partial write

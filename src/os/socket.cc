@@ -62,7 +62,6 @@ constexpr SocketSyscalls kReal = {
 // (see the header), so thread creation already orders the store.
 std::atomic<const SocketSyscalls*> g_table{&kReal};
 
-
 // writev on a descriptor that is not a socket, with SIGPIPE blocked on this
 // thread: a pipe whose reader has gone then fails with EPIPE instead of
 // killing the process. A SIGPIPE the write raised is thread-directed and
@@ -89,6 +88,13 @@ ssize_t WritevWithoutSigpipe(int fd, const iovec* iov, int iovcnt) {
   }
   errno = err;
   return n;
+}
+
+// "<verb>: <what>", or "<verb>: fd <n>" when the caller named nothing (so
+// hot callers need not format a name for the error they rarely get).
+std::string Context(absl::string_view verb, absl::string_view what, int fd) {
+  return what.empty() ? absl::StrCat(verb, ": fd ", fd)
+                      : absl::StrCat(verb, ": ", what);
 }
 
 }  // namespace
@@ -133,7 +139,7 @@ absl::StatusOr<size_t> ReadV(int fd, const iovec* iov, int iovcnt,
     const ssize_t n = SocketSys().readv(fd, iov, iovcnt);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
-    return SocketError(absl::StrCat("read: ", what), errno);
+    return SocketError(Context("read", what, fd), errno);
   }
 }
 
@@ -153,7 +159,7 @@ absl::StatusOr<size_t> WriteV(int fd, const iovec* iov, int iovcnt,
       socket = false;
       continue;
     }
-    return SocketError(absl::StrCat("write: ", what), errno);
+    return SocketError(Context("write", what, fd), errno);
   }
 }
 
@@ -166,7 +172,7 @@ absl::StatusOr<size_t> SendV(int fd, const iovec* iov, int iovcnt,
     const ssize_t n = SocketSys().sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
-    return SocketError(absl::StrCat("write: ", what), errno);
+    return SocketError(Context("write", what, fd), errno);
   }
 }
 
@@ -177,7 +183,7 @@ absl::StatusOr<size_t> WriteVNoSigpipe(int fd, const iovec* iov, int iovcnt,
     const ssize_t n = WritevWithoutSigpipe(fd, iov, iovcnt);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
-    return SocketError(absl::StrCat("write: ", what), errno);
+    return SocketError(Context("write", what, fd), errno);
   }
 }
 
@@ -187,7 +193,7 @@ absl::StatusOr<size_t> Recv(int fd, void* buf, size_t n,
     const ssize_t got = SocketSys().recv(fd, buf, n, 0);
     if (got >= 0) return static_cast<size_t>(got);
     if (errno == EINTR) continue;
-    return SocketError(absl::StrCat("recv: ", what), errno);
+    return SocketError(Context("recv", what, fd), errno);
   }
 }
 
@@ -197,7 +203,7 @@ absl::StatusOr<size_t> Send(int fd, const void* buf, size_t n,
     const ssize_t put = SocketSys().send(fd, buf, n, MSG_NOSIGNAL);
     if (put >= 0) return static_cast<size_t>(put);
     if (errno == EINTR) continue;
-    return SocketError(absl::StrCat("send: ", what), errno);
+    return SocketError(Context("send", what, fd), errno);
   }
 }
 
@@ -221,7 +227,7 @@ absl::StatusOr<bool> WaitReady(int fd, short events, int64_t timeout_ms,
       continue;
     }
     if (errno == EINTR) continue;
-    return SocketError(absl::StrCat("poll: ", what), errno);
+    return SocketError(Context("poll", what, fd), errno);
   }
 }
 

@@ -94,7 +94,8 @@ absl::Status SocketError(absl::string_view context, int err);
 // ---- Data transfer ------------------------------------------------------
 //
 // One transfer each (EINTR retried): a short count is success; the caller
-// loops. `what` names the descriptor in messages ("recv: <what>: ...").
+// loops. `what` names the descriptor in messages ("recv: <what>: ..."); an
+// empty one reads "recv: fd <n>: ...".
 
 // readv: the bytes read, 0 at end of stream.
 absl::StatusOr<size_t> ReadV(int fd, const iovec* iov, int iovcnt,
