@@ -178,6 +178,10 @@ class BUFPOOL_EXPORT BufferChain {
   void Append(const SharedBuffer& slice) { Append(SharedBuffer(slice)); }
   // Moves every slice of `other` to the end; `other` becomes empty.
   void Append(BufferChain&& other);
+  // Links the first `length` bytes of a buffer the caller filled (say, by a
+  // read into it), no copy; the chain takes the buffer (length 0: it goes
+  // back to its pool). Aborts when length > buffer.size().
+  void Append(Buffer&& buffer, size_t length);
 
   // The slices' bytes in order, as spans: for (auto part : chain.spans()).
   class SpanRange;
@@ -240,6 +244,7 @@ class BUFPOOL_EXPORT BufferChain {
     size_ += n;
     PushBack(std::move(s));
   }
+  [[noreturn]] static void DieTooLong(size_t length, size_t size);
   // Takes other's slices and storage; *this must be empty with inline
   // storage.
   void StealFrom(BufferChain& other) noexcept;
