@@ -82,6 +82,11 @@ class ChainIoTest : public testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(::signal(SIGPIPE, SIG_DFL), SIG_DFL);
+    // Debian's Abseil is not TSan-instrumented: its strerror table is built
+    // lazily on first use behind a once-flag TSan cannot see, so two threads
+    // formatting their first errno message at once look like a race. Build
+    // it here, before any test thread starts.
+    (void)os::SocketError("warm-up", EAGAIN);
     auto pool = BufferPool::Create({.buffer_size = 4096,
                                     .buffer_count = 512,
                                     .huge_pages = HugePages::kNever,
