@@ -2,6 +2,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "bufpool/chain.h"
@@ -39,13 +40,27 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes) {
   const size_t bs = pool->buffer_size();
   const size_t want =
       std::min<size_t>((max_bytes - room + bs - 1) / bs, kMaxIov);
-  Buffer fresh[kMaxIov];
-  size_t got = 0;
-  for (; got < want; ++got) {
-    fresh[got] = pool->TryAcquire();
-    if (!fresh[got]) break;
-    const size_t len = std::min(bs, max_bytes - room - got * bs);
-    iov[cnt++] = {fresh[got].data(), len};
+  // Handles constructed only for the buffers taken (most reads need a few
+  // of the 64), and destroyed by `fresh` on every return: the ones linked
+  // into the chain are empty by then, the rest go back to the pool.
+  struct Fresh {
+    union Slot {
+      Slot() {}
+      ~Slot() {}
+      Buffer b;
+    } slot[kMaxIov];
+    size_t got = 0;
+    ~Fresh() {
+      for (size_t i = 0; i < got; ++i) slot[i].b.~Buffer();
+    }
+    Buffer& operator[](size_t i) { return slot[i].b; }
+  } fresh;
+  for (; fresh.got < want; ++fresh.got) {
+    Buffer b = pool->TryAcquire();
+    if (!b) break;
+    const size_t len = std::min(bs, max_bytes - room - fresh.got * bs);
+    iov[cnt++] = {b.data(), len};
+    new (&fresh.slot[fresh.got].b) Buffer(std::move(b));
   }
   if (cnt == 0) {
     return absl::ResourceExhaustedError(absl::StrCat(
