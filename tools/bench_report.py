@@ -28,7 +28,13 @@ WORKLOADS = [
     ("WorkingSet", "Working set: 1,024 live, released in random order, re-acquired", "ns/buffer"),
     ("Bulk32", "Batches of 32 (bulk API where the contender has one)", "ns/buffer"),
     ("Handoff", "Hand-off: thread A acquires and writes, thread B releases", "ns/buffer"),
+    # bench/chain_benchmark.cc; their reference is the contender "libbufpool".
+    ("Share", "SharedBuffer copy + destroy vs std::shared_ptr", "ns/op"),
+    ("Slice", "SharedBuffer::Slice vs std::shared_ptr aliasing", "ns/op"),
+    ("Framing", "Framing: 64 KiB read, 1 KiB frames + 16-byte headers, one gather write", "ns/frame"),
+    ("FramingPerFrame", "Framing, one write per frame", "ns/frame"),
 ]
+CHAIN_WORKLOADS = {"Share", "Slice", "Framing", "FramingPerFrame"}
 
 
 def load_benchmarks(run_dir):
@@ -92,9 +98,11 @@ def main(run_dir):
         if not entries:
             continue
         ref = "libbufpool_bulk" if workload == "Bulk32" else REFERENCE
+        if workload in CHAIN_WORKLOADS:
+            ref = "libbufpool"
         text.append(table(title, unit, entries, ref))
         for c, v in entries.items():
-            csv.append(f"{workload},{c},{2 if workload == 'Handoff' else 1},{v:.4f},ns/buffer")
+            csv.append(f"{workload},{c},{2 if workload == 'Handoff' else 1},{v:.4f},{unit}")
 
     # Threads: aggregate throughput at 1, 2 and 8 threads.
     threads = sorted({t for (w, _, t) in rows if w == "Threads"})
