@@ -115,6 +115,10 @@ struct PoolStats {
 
 class BufferPool;
 
+namespace internal {
+struct SharedAccess;  // bufpool/internal/shared_access.h (SharedBuffer)
+}  // namespace internal
+
 // A move-only owner of one buffer; returns it to its pool when destroyed.
 // Not thread-safe by itself (like std::unique_ptr); may be moved to and
 // destroyed on another thread.
@@ -144,6 +148,7 @@ class Buffer {
 
  private:
   friend class BufferPool;
+  friend struct internal::SharedAccess;
   Buffer(BufferPool* pool, uint32_t index) : pool_(pool), index_(index) {}
 
   BufferPool* pool_ = nullptr;
@@ -229,8 +234,10 @@ class BUFPOOL_EXPORT BufferPool {
   // the true peak by the free buffers that sat in thread caches at that
   // moment (at most threads x cache_capacity(); FlushThreadCache() in
   // threads that go idle keeps it tight). A Stats() call that overlaps
-  // acquires on other threads may not yet count a peak they are making; a
-  // later call does.
+  // acquires or releases on other threads reads a moving picture: its
+  // in_use and high_water may be off by the batch being moved (up to
+  // cache_capacity()) or not yet count a peak being made; a call made once
+  // they have returned is exact as above.
   PoolStats Stats() const;
 
   // The whole arena, page-aligned (2 MiB-aligned with huge pages): for
@@ -256,6 +263,8 @@ class BUFPOOL_EXPORT BufferPool {
   friend class Buffer;
   friend struct PoolAccess;  // src/pool: slow paths, tests
   struct Shared;             // slow-path state: depot, waiters, caches
+  // SharedBuffer's reference counts (bufpool/internal/shared_access.h).
+  friend struct internal::SharedAccess;
 
   // A slot's state byte: kSlotRaw while it is out as a raw pointer.
   enum : uint8_t { kSlotNotRaw = 0, kSlotRaw = 1 };
@@ -300,6 +309,10 @@ class BUFPOOL_EXPORT BufferPool {
   // Threads blocked in Acquire(); on a line of its own (slow paths write it).
   alignas(64) std::atomic<uint32_t> waiters_{0};
   std::unique_ptr<Shared> shared_;
+  // SharedBuffer reference counts, one uint32_t per slot (used through
+  // std::atomic_ref), calloc'd on the first SharedBuffer made from this pool
+  // and published once; see bufpool/internal/shared_access.h.
+  std::atomic<uint32_t*> shared_refs_{nullptr};
 };
 
 }  // namespace bufpool
