@@ -62,10 +62,12 @@
 //      StopFastPaths made that owner's next release hand its slots over.
 //   4. The owner's next slow path finds `fast` cleared, locks, and turns
 //      the fast paths back on (RestoreFast) once nobody waits.
-// The cost lies on the rare side only: a lock, one membarrier and one read
-// of /proc per non-empty cache, when the depot is empty and a thread asks
-// to wait. (A flag the owner set and cleared around each operation would
-// have cost two stores on every cache hit.)
+// ThreadSanitizer builds add a Dekker flag to rule 1 that TSan can model
+// (internal/thread_cache.h, BUFPOOL_INTERNAL_SECTION_FLAGS); the protocol
+// above is what every other build runs. The cost lies on the rare side only: a
+// lock, one membarrier and one read of /proc per non-empty cache, when the
+// depot is empty and a thread asks to wait. (A flag the owner set and cleared
+// around each operation would have cost two stores on every cache hit.)
 //
 // Locks. g_registry_mu guards the link between pools and thread caches
 // (Shared::caches, ThreadCache::pool, thread exit, the table indexes) and
@@ -285,10 +287,9 @@ struct PoolAccess {
   // c.mu.
   template <class F>
   static auto WithCache(BufferPool& p, ThreadCache& c, F&& f) {
-    if (c.fast.load(std::memory_order_relaxed) == &p) {
-      auto result = f();
-      BUFPOOL_INTERNAL_TSAN_RELEASE(&c);
-      return result;
+    {
+      const internal::OwnerSection section(&c);
+      if (c.fast.load(internal::kFastOrder) == &p) return f();
     }
     std::lock_guard<std::mutex> lock(c.mu);
     RestoreFast(p, c);
@@ -539,13 +540,13 @@ struct PoolAccess {
       for (ThreadCache* c : p.shared_->caches) {
         if (c == mine || Total(*c) == 0) continue;
         c->mu.lock();  // rule 2: the owner is in no locked section
-        c->fast.store(nullptr, std::memory_order_relaxed);
+        c->fast.store(nullptr, std::memory_order_seq_cst);
         held.push_back(c);
       }
       if (!held.empty()) os::HeavyFence();  // one fence for all of them
       for (ThreadCache* c : held) {
-        if (os::ThreadIsBlocked(c->tid)) {  // rule 3
-          BUFPOOL_INTERNAL_TSAN_ACQUIRE(c);
+        if (os::ThreadIsBlocked(c->tid) &&  // rule 3
+            internal::OwnerOutsideSections(*c)) {
           moved += Evict(p, *c);
         } else if (Total(*c) != 0) {
           *busy = true;

@@ -22,7 +22,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
 // plain moves on x86.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
   internal::ThreadCache* const c = internal::tls_caches[cache_index_];
-  if (c->fast.load(std::memory_order_relaxed) == this) [[likely]] {
+  const internal::OwnerSection section(c);
+  if (c->fast.load(internal::kFastOrder) == this) [[likely]] {
     uint32_t slot = c->hot.load(std::memory_order_relaxed);
     if (slot != internal::ThreadCache::kNone) [[likely]] {
       // The total drops to `count`, never below low_water: nothing to track.
@@ -46,12 +47,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
     uint32_t slot) {
   internal::ThreadCache* const c = internal::tls_caches[cache_index_];
-  if (c->fast.load(std::memory_order_relaxed) == this) [[likely]] {
+  const internal::OwnerSection section(c);
+  if (c->fast.load(internal::kFastOrder) == this) [[likely]] {
     BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
     const uint32_t hot = c->hot.load(std::memory_order_relaxed);
     if (hot == internal::ThreadCache::kNone) [[likely]] {
       c->hot.store(slot, std::memory_order_relaxed);
-      BUFPOOL_INTERNAL_TSAN_RELEASE(c);
       return;
     }
     const uint32_t n = c->count.load(std::memory_order_relaxed);
@@ -59,7 +60,6 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
       c->slots[n] = hot;
       c->count.store(n + 1, std::memory_order_relaxed);
       c->hot.store(slot, std::memory_order_relaxed);
-      BUFPOOL_INTERNAL_TSAN_RELEASE(c);
       return;
     }
   }

@@ -21,16 +21,17 @@
 #define BUFPOOL_INTERNAL_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-// ThreadSanitizer cannot see the ordering that lets another thread reclaim a
-// blocked thread's cache (an asymmetric fence, see src/pool/buffer_pool.cc);
-// the owner's unlocked cache writes are published to it explicitly.
+// ThreadSanitizer builds only: TSan cannot see the asymmetric fence that
+// lets a reclaimer take a blocked owner's free slots (src/pool/
+// buffer_pool.cc, "Reclaiming"), and its runtime may itself block, in a
+// futex, inside an owner's section. So there the owner also counts its
+// sections in ThreadCache::tsan_busy and loads `fast` seq_cst, and a
+// reclaimer also requires tsan_busy == 0: a plain Dekker handshake that TSan
+// models. Other builds compile all of it away.
 #if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
-#define BUFPOOL_INTERNAL_TSAN_RELEASE(p) __tsan_release(p)
-#define BUFPOOL_INTERNAL_TSAN_ACQUIRE(p) __tsan_acquire(p)
+#define BUFPOOL_INTERNAL_SECTION_FLAGS 1
 #else
-#define BUFPOOL_INTERNAL_TSAN_RELEASE(p) ((void)(p))
-#define BUFPOOL_INTERNAL_TSAN_ACQUIRE(p) ((void)(p))
+#define BUFPOOL_INTERNAL_SECTION_FLAGS 0
 #endif
 
 // The thread-local cache table is reached with the initial-exec TLS model:
@@ -73,10 +74,50 @@ struct alignas(64) ThreadCache {
   uint32_t spare = kNone;  // an empty depot magazine for the next spill
   int tid = 0;             // the owner's kernel thread id
   std::mutex mu;
+#if BUFPOOL_INTERNAL_SECTION_FLAGS
+  std::atomic<uint32_t> tsan_busy{0};  // open owner sections (see above)
+#endif
   // Two spare entries let a slow path fold `hot` in and hand everything
   // over plus one slot.
   uint32_t slots[kMaxCacheSlots + 1];
 };
+
+// The order of the owner's loads of `fast` (see
+// BUFPOOL_INTERNAL_SECTION_FLAGS).
+inline constexpr std::memory_order kFastOrder = BUFPOOL_INTERNAL_SECTION_FLAGS
+                                                    ? std::memory_order_seq_cst
+                                                    : std::memory_order_relaxed;
+
+// Marks an owner's section on its cache, from before its load of `fast` to
+// after its last access; empty outside ThreadSanitizer builds.
+class OwnerSection {
+ public:
+#if BUFPOOL_INTERNAL_SECTION_FLAGS
+  explicit OwnerSection(ThreadCache* c) : c_(c) {
+    c_->tsan_busy.fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~OwnerSection() { c_->tsan_busy.fetch_sub(1, std::memory_order_seq_cst); }
+
+ private:
+  ThreadCache* c_;
+#else
+  explicit OwnerSection(ThreadCache*) {}
+#endif
+  OwnerSection(const OwnerSection&) = delete;
+  OwnerSection& operator=(const OwnerSection&) = delete;
+};
+
+// For a reclaimer that cleared c.fast (seq_cst) and holds c.mu: false while
+// the owner is inside a section (ThreadSanitizer builds; always true
+// elsewhere, where the owner's blocked state says it).
+inline bool OwnerOutsideSections(const ThreadCache& c) {
+#if BUFPOOL_INTERNAL_SECTION_FLAGS
+  return c.tsan_busy.load(std::memory_order_seq_cst) == 0;
+#else
+  (void)c;
+  return true;
+#endif
+}
 
 // A cache that serves no pool, so the hot path needs no null check.
 BUFPOOL_EXPORT extern ThreadCache g_no_cache;
