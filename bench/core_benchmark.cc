@@ -138,7 +138,9 @@ class IdleWorker {
     cv_.notify_all();
     cv_.wait(lock, [this] { return done_ == requested_; });
     lock.unlock();
-    while (!bufpool::os::ThreadIsBlocked(tid_)) std::this_thread::yield();
+    while (bufpool::os::GetThreadState(tid_) !=
+           bufpool::os::ThreadState::kBlocked)
+      std::this_thread::yield();
   }
 
  private:

@@ -5,6 +5,7 @@
 // thread) and under ThreadSanitizer (fewer operations; zero reports).
 #include <atomic>
 #include <barrier>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -189,21 +190,23 @@ INSTANTIATE_TEST_SUITE_P(Pools, StressTest,
 // waiters' timeouts, beside waiters that keep acquiring with short timeouts.
 // The waiters hold at most 162 of 256 buffers, but the nappers' caches hold
 // up to 96, so the waiters need buffers that sit in napping threads' caches.
-// A free buffer exists whenever a waiter asks (the nappers hold theirs only
-// for a moment, without blocking): no Acquire() may time out, and nothing
-// may be lost.
+// The nappers hold buffers only for a moment, without blocking, far shorter
+// than a timeout: no Acquire() may time out, and nothing may be lost.
 TEST(StressTest, NappingThreadsAndShortTimeoutWaitersLoseNothing) {
   auto created = BufferPool::Create(
       {.buffer_size = 256, .buffer_count = 256, .thread_cache_size = 16});
   ASSERT_TRUE(created.ok()) << created.status();
   BufferPool& pool = **created;
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  const absl::Duration timeout = absl::Milliseconds(500);
+  const absl::Duration timeout = absl::Seconds(2);
   constexpr int kRounds = 40;
 #else
-  const absl::Duration timeout = absl::Milliseconds(50);
+  const absl::Duration timeout = absl::Milliseconds(500);
   constexpr int kRounds = 150;
 #endif
+  // Nappers sleep on this (blocked in a futex) and wake at once at the end.
+  std::mutex nap_mu;
+  std::condition_variable nap_cv;
   constexpr int kNappers = 6, kWaiters = 3, kHold = 54;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> timeouts{0}, mismatches{0}, acquired{0};
@@ -226,8 +229,11 @@ TEST(StressTest, NappingThreadsAndShortTimeoutWaitersLoseNothing) {
           for (auto& [b, st] : mine) mismatches.fetch_add(Check(b, st));
         }  // released into this thread's cache
         cached.fetch_add(1);
-        std::this_thread::sleep_for(std::chrono::milliseconds(
-            4 * (timeout / absl::Milliseconds(1)) + rng() % 40));  // blocked
+        std::unique_lock<std::mutex> lock(nap_mu);  // blocked, 4 timeouts
+        nap_cv.wait_for(lock,
+                        std::chrono::milliseconds(
+                            4 * (timeout / absl::Milliseconds(1)) + rng() % 40),
+                        [&] { return stop.load(); });
       }
     });
   }
@@ -255,7 +261,11 @@ TEST(StressTest, NappingThreadsAndShortTimeoutWaitersLoseNothing) {
     });
   }
   for (int w = 0; w < kWaiters; ++w) threads[kNappers + w].join();
-  stop.store(true);
+  {
+    std::lock_guard<std::mutex> lock(nap_mu);
+    stop.store(true);
+    nap_cv.notify_all();
+  }
   for (int n = 0; n < kNappers; ++n) threads[n].join();
 
   EXPECT_EQ(timeouts.load(), 0u);

@@ -10,12 +10,17 @@ namespace bufpool::os {
 // The calling thread's kernel id (gettid).
 int CurrentThreadId();
 
-// True when thread `tid` of this process is asleep in a system call
-// (state 'S' in /proc/self/task/<tid>/stat): it is then executing no user
-// code, and will execute none until the call returns. False when it is
-// running or runnable, stopped, in uninterruptible sleep, gone, or when
-// /proc cannot be read.
-bool ThreadIsBlocked(int tid);
+enum class ThreadState {
+  kBlocked,  // asleep in a system call (state 'S'): it runs no user code
+             // until the call returns
+  kGone,     // no such thread in this process (it exited, or this is a
+             // child after fork() and it was one of the parent's threads)
+  kRunning,  // anything else: running, runnable, stopped, uninterruptible
+             // sleep; also when /proc cannot be read
+};
+
+// Thread `tid`'s state, from /proc/self/task/<tid>/stat.
+ThreadState GetThreadState(int tid);
 
 // Makes every store this thread did before the call visible to every other
 // thread of the process before that thread executes any further user code,

@@ -55,11 +55,12 @@
 //      its accesses (the asymmetric-fence pattern of folly's hazard
 //      pointers and of liburcu).
 //   3. It then asks the kernel whether the owner is asleep in a system call
-//      (os::ThreadIsBlocked). If so, the owner is in no section (sections
-//      make no system calls), will begin none before it returns, and every
-//      one it begins after sees the cleared tag (2): the reclaimer may take
-//      every slot. If the owner is running it is skipped; the waiter's
-//      StopFastPaths made that owner's next release hand its slots over.
+//      (os::GetThreadState), or gone (a child after fork()). If so, the owner
+//      is in no section (sections make no system calls), will begin none before
+//      it returns, and every one it begins after sees the cleared tag (2): the
+//      reclaimer may take every slot. If the owner is running it is skipped;
+//      the waiter's StopFastPaths made that owner's next release hand its slots
+//      over.
 //   4. The owner's next slow path finds `fast` cleared, locks, and turns
 //      the fast paths back on (RestoreFast) once nobody waits.
 // ThreadSanitizer builds add a Dekker flag to rule 1 that TSan can model
@@ -79,6 +80,8 @@
 // wait_mu while holding a ThreadCache::mu, and Acquire() attaches its cache
 // and reclaims outside wait_mu.
 #include "bufpool/buffer_pool.h"
+
+#include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
@@ -133,6 +136,13 @@ class ThreadCaches {
 };
 
 thread_local ThreadCaches tl_caches;
+
+// In a child after fork() the forking thread has a new kernel id; its caches
+// must name it, or a reclaimer would ask /proc about another thread.
+void RetagCachesAfterFork() {
+  const int tid = os::CurrentThreadId();
+  for (auto& c : tl_caches.caches) c->tid = tid;
+}
 
 void UpdateMax(std::atomic<size_t>& target, int64_t value, size_t limit) {
   if (value <= 0) return;
@@ -230,6 +240,9 @@ struct PoolAccess {
     ThreadCache& c = *owned;
     c.capacity = static_cast<uint32_t>(p.cache_capacity_ - 1);  // + hot
     c.tid = os::CurrentThreadId();
+    static const bool retag_registered =
+        pthread_atfork(nullptr, nullptr, RetagCachesAfterFork) == 0;
+    (void)retag_registered;
     {
       std::lock_guard<std::mutex> lock(g_registry_mu);
       // Caches of destroyed pools (detached: pool == nullptr) go now; no
@@ -278,7 +291,10 @@ struct PoolAccess {
   static void StopFastPaths(BufferPool& p) {
     std::lock_guard<std::mutex> lock(p.shared_->caches_mu);
     for (ThreadCache* c : p.shared_->caches) {
-      c->fast.store(nullptr, std::memory_order_relaxed);
+      if (c->fast.load(std::memory_order_relaxed) != nullptr) {
+        c->unsettled.store(true, std::memory_order_relaxed);
+      }
+      c->fast.store(nullptr, std::memory_order_seq_cst);
     }
   }
 
@@ -292,6 +308,7 @@ struct PoolAccess {
       if (c.fast.load(internal::kFastOrder) == &p) return f();
     }
     std::lock_guard<std::mutex> lock(c.mu);
+    c.unsettled.store(false, std::memory_order_relaxed);  // in no fast path
     RestoreFast(p, c);
     return f();
   }
@@ -479,10 +496,9 @@ struct PoolAccess {
     if (c == nullptr) return GiveUncached(p, slots, n);
     const uint32_t pushed = WithCache(p, *c, [&]() -> uint32_t {
       if (p.waiters_.load(std::memory_order_relaxed) != 0) {
-        const uint32_t low = c->low_water.load(std::memory_order_relaxed);
-        const uint32_t mine = Evict(p, *c);
+        const uint32_t mine = Evict(p, *c);  // restarts the window at 0
         p.shared_->depot.Push(slots, n, nullptr);
-        Pushed(p, n, low);
+        Pushed(p, n, 0);
         return mine + n;
       }
       const uint32_t have = c->count.load(std::memory_order_relaxed);
@@ -493,6 +509,7 @@ struct PoolAccess {
       if (keep == n) return 0;
       p.shared_->depot.Push(slots + keep, n - keep, &c->spare);
       Pushed(p, n - keep, c->low_water.load(std::memory_order_relaxed));
+      c->low_water.store(have + keep, std::memory_order_relaxed);
       return n - keep;
     });
     WakeWaiters(p, pushed);
@@ -538,17 +555,29 @@ struct PoolAccess {
       std::lock_guard<std::mutex> registry(g_registry_mu);
       std::vector<ThreadCache*> held;
       for (ThreadCache* c : p.shared_->caches) {
-        if (c == mine || Total(*c) == 0) continue;
+        if (c == mine) continue;
+        // A cache that looks empty matters too while its owner may be inside
+        // a fast path that is about to release into it.
+        if (Total(*c) == 0 && !c->unsettled.load(std::memory_order_relaxed) &&
+            c->fast.load(std::memory_order_relaxed) == nullptr) {
+          continue;
+        }
         c->mu.lock();  // rule 2: the owner is in no locked section
+        if (c->fast.load(std::memory_order_relaxed) != nullptr) {
+          c->unsettled.store(true, std::memory_order_relaxed);
+        }
         c->fast.store(nullptr, std::memory_order_seq_cst);
         held.push_back(c);
       }
       if (!held.empty()) os::HeavyFence();  // one fence for all of them
       for (ThreadCache* c : held) {
-        if (os::ThreadIsBlocked(c->tid) &&  // rule 3
+        const os::ThreadState state = os::GetThreadState(c->tid);
+        if (state != os::ThreadState::kRunning &&  // rule 3
             internal::OwnerOutsideSections(*c)) {
+          c->unsettled.store(false, std::memory_order_relaxed);
           moved += Evict(p, *c);
-        } else if (Total(*c) != 0) {
+        } else if (Total(*c) != 0 ||
+                   c->unsettled.load(std::memory_order_relaxed)) {
           *busy = true;
         }
         c->mu.unlock();
@@ -960,8 +989,8 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
 void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
   static_assert(std::is_standard_layout_v<Buffer> && sizeof(Buffer) == 16);
   Buffer* const src = in.data();
-  // Another pool's handles wait until their chunk is read (their buffer may
-  // hold the span), then go home one by one.
+  // Another pool's handles wait until the whole span is read (their buffer
+  // may hold it), then go home one by one.
   std::vector<Buffer> foreign;
   ReleaseBulkImpl(
       in.size(), src,
@@ -973,13 +1002,13 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
         }
         return b.index_;
       },
-      [src, &foreign](size_t first, size_t last) {
+      [src](size_t first, size_t last) {
         // Every handle of the chunk is empty now in effect; one pass of wide
         // stores rather than one store each inside the loop.
         std::memset(static_cast<void*>(src + first), 0,
                     (last - first) * sizeof(Buffer));
-        foreign.clear();
       });
+  foreign.clear();  // after every chunk was read: one may hold the span
 }
 
 size_t BufferPool::TryAcquireRawBulk(absl::Span<std::byte*> out) {
@@ -1049,13 +1078,17 @@ PoolStats BufferPool::Stats() const {
   }
   const int64_t cap = static_cast<int64_t>(capacity_);
   // Every cache's window contains any peak since the last event (see "High
-  // water"), so the sum of their lows bounds the free slots then.
-  UpdateMax(s.high_water, cap - depot - lows, capacity_);
+  // water"), so the sum of their lows bounds the free slots then. Not
+  // stored: read while another thread moves a batch, this picture can count
+  // the batch in neither place, and the next event records the peak anyway.
+  const auto open_windows =
+      static_cast<size_t>(std::clamp<int64_t>(cap - depot - lows, 0, cap));
   return PoolStats{
       .capacity = capacity_,
       .in_use =
           static_cast<size_t>(std::clamp<int64_t>(cap - free_now, 0, cap)),
-      .high_water = s.high_water.load(std::memory_order_relaxed),
+      .high_water =
+          std::max(s.high_water.load(std::memory_order_relaxed), open_windows),
       .acquire_failures = s.failures.load(std::memory_order_relaxed),
       .acquire_timeouts = s.timeouts.load(std::memory_order_relaxed),
   };

@@ -22,24 +22,29 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
 // plain moves on x86.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
   internal::ThreadCache* const c = internal::tls_caches[cache_index_];
-  const internal::OwnerSection section(c);
-  if (c->fast.load(internal::kFastOrder) == this) [[likely]] {
-    uint32_t slot = c->hot.load(std::memory_order_relaxed);
-    if (slot != internal::ThreadCache::kNone) [[likely]] {
-      // The total drops to `count`, never below low_water: nothing to track.
-      c->hot.store(internal::ThreadCache::kNone, std::memory_order_relaxed);
-    } else {
+  {  // the section ends before any slow path, which may free `c`
+    const internal::OwnerSection section(c);
+    if (c->fast.load(internal::kFastOrder) == this) [[likely]] {
+      uint32_t slot = c->hot.load(std::memory_order_relaxed);
+      if (slot != internal::ThreadCache::kNone) [[likely]] {
+        // The total drops to `count`, never below low_water: nothing to
+        // track.
+        c->hot.store(internal::ThreadCache::kNone, std::memory_order_relaxed);
+        BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+        return slot;
+      }
       uint32_t n = c->count.load(std::memory_order_relaxed);
-      if (n == 0) return AcquireSlow();
-      --n;
-      slot = c->slots[n];
-      c->count.store(n, std::memory_order_relaxed);
-      if (n < c->low_water.load(std::memory_order_relaxed)) [[unlikely]] {
-        c->low_water.store(n, std::memory_order_relaxed);
+      if (n != 0) {
+        --n;
+        slot = c->slots[n];
+        c->count.store(n, std::memory_order_relaxed);
+        if (n < c->low_water.load(std::memory_order_relaxed)) [[unlikely]] {
+          c->low_water.store(n, std::memory_order_relaxed);
+        }
+        BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+        return slot;
       }
     }
-    BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
-    return slot;
   }
   return AcquireSlow();
 }
@@ -47,20 +52,23 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
     uint32_t slot) {
   internal::ThreadCache* const c = internal::tls_caches[cache_index_];
-  const internal::OwnerSection section(c);
-  if (c->fast.load(internal::kFastOrder) == this) [[likely]] {
-    BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
-    const uint32_t hot = c->hot.load(std::memory_order_relaxed);
-    if (hot == internal::ThreadCache::kNone) [[likely]] {
-      c->hot.store(slot, std::memory_order_relaxed);
-      return;
-    }
-    const uint32_t n = c->count.load(std::memory_order_relaxed);
-    if (n < c->capacity) {  // the older hot slot moves down to the stack
-      c->slots[n] = hot;
-      c->count.store(n + 1, std::memory_order_relaxed);
-      c->hot.store(slot, std::memory_order_relaxed);
-      return;
+  {  // the section ends before the slow path, which may free `c`
+    const internal::OwnerSection section(c);
+    if (c->fast.load(internal::kFastOrder) == this) [[likely]] {
+      const uint32_t hot = c->hot.load(std::memory_order_relaxed);
+      if (hot == internal::ThreadCache::kNone) [[likely]] {
+        BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+        c->hot.store(slot, std::memory_order_relaxed);
+        return;
+      }
+      const uint32_t n = c->count.load(std::memory_order_relaxed);
+      if (n < c->capacity) {  // the older hot slot moves down to the stack
+        BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+        c->slots[n] = hot;
+        c->count.store(n + 1, std::memory_order_relaxed);
+        c->hot.store(slot, std::memory_order_relaxed);
+        return;
+      }
     }
   }
   ReleaseSlow(slot);

@@ -74,6 +74,10 @@ struct alignas(64) ThreadCache {
   uint32_t spare = kNone;  // an empty depot magazine for the next spill
   int tid = 0;             // the owner's kernel thread id
   std::mutex mu;
+  // Set when `fast` is cleared while set (the owner may be inside a fast
+  // path that will still touch the cache); cleared once the owner takes
+  // `mu` or is seen blocked after a fence. Written under mu or caches_mu.
+  std::atomic<bool> unsettled{false};
 #if BUFPOOL_INTERNAL_SECTION_FLAGS
   std::atomic<uint32_t> tsan_busy{0};  // open owner sections (see above)
 #endif
