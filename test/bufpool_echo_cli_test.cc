@@ -203,7 +203,7 @@ TEST_F(EchoCliTest, EchoFailedBindIsExitOne) {
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "bufpool-echo: listen on " + first.address +
-                       ": Address already in use\n");
+                       ": bind: Address already in use\n");
   std::string summary;
   EXPECT_EQ(Stop(first, &summary), 0);
 }

@@ -548,7 +548,11 @@ struct PoolAccess {
   // the depot, and wakes waiters for them; returns how many. Sets *busy
   // when a cache with free slots belongs to a running thread. `mine` (this
   // thread's cache, or nullptr) is skipped.
-  static uint32_t Reclaim(BufferPool& p, const ThreadCache* mine, bool* busy) {
+  // `waiting`: the caller will sleep if this finds nothing, so caches whose
+  // owner may be inside a fast path count too; a poll looks only at caches
+  // that hold free slots (a release still in flight has not happened yet).
+  static uint32_t Reclaim(BufferPool& p, const ThreadCache* mine, bool waiting,
+                          bool* busy) {
     if (p.cache_capacity_ == 0) return 0;
     uint32_t moved = 0;
     {
@@ -558,8 +562,10 @@ struct PoolAccess {
         if (c == mine) continue;
         // A cache that looks empty matters too while its owner may be inside
         // a fast path that is about to release into it.
-        if (Total(*c) == 0 && !c->unsettled.load(std::memory_order_relaxed) &&
-            c->fast.load(std::memory_order_relaxed) == nullptr) {
+        if (Total(*c) == 0 &&
+            (!waiting ||
+             (!c->unsettled.load(std::memory_order_relaxed) &&
+              c->fast.load(std::memory_order_relaxed) == nullptr))) {
           continue;
         }
         c->mu.lock();  // rule 2: the owner is in no locked section
@@ -821,7 +827,8 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   uint32_t reshelved = 0;
   bool busy = false;
   uint32_t slot = PoolAccess::Take(*this, &reshelved);
-  if (slot == kNoSlot && PoolAccess::Reclaim(*this, mine, &busy) != 0) {
+  if (slot == kNoSlot &&
+      PoolAccess::Reclaim(*this, mine, /*waiting=*/false, &busy) != 0) {
     slot = PoolAccess::Take(*this, &reshelved);
   }
   if (slot != kNoSlot || timeout <= absl::ZeroDuration()) {
@@ -849,7 +856,9 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
     slot = PoolAccess::Take(*this, &reshelved);
     if (slot != kNoSlot) break;
     busy = false;
-    if (PoolAccess::Reclaim(*this, mine, &busy) != 0) continue;
+    if (PoolAccess::Reclaim(*this, mine, /*waiting=*/true, &busy) != 0) {
+      continue;
+    }
     std::unique_lock<std::mutex> lock(shared_->wait_mu);
     // Under wait_mu: a push after this Take sees waiters_ and notifies us
     // only once we sleep (WakeWaiters takes wait_mu).
