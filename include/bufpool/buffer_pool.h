@@ -132,6 +132,8 @@ class BufferPool;
 
 namespace internal {
 
+struct SharedAccess;  // bufpool/internal/shared_access.h (SharedBuffer)
+
 // One thread's cache of free slots for one pool. Created and owned by the
 // thread (src/pool/buffer_pool.cc); the pool keeps a list of its caches so
 // that Stats() can count them and its destructor can detach them.
@@ -223,6 +225,7 @@ class Buffer {
 
  private:
   friend class BufferPool;
+  friend struct internal::SharedAccess;
   Buffer(BufferPool* pool, uint32_t index) : pool_(pool), index_(index) {}
 
   BufferPool* pool_ = nullptr;
@@ -327,6 +330,8 @@ class BUFPOOL_EXPORT BufferPool {
   friend class Buffer;
   friend struct PoolAccess;  // src/pool: thread caches, tests
   struct Shared;             // slow-path state: depot, waiters, registry
+  // SharedBuffer's reference counts (bufpool/internal/shared_access.h).
+  friend struct internal::SharedAccess;
 
   // A slot's state byte (see state_): kSlotRaw while it is out as a raw
   // pointer; kSlotNotRaw otherwise (free, or owned by a Buffer handle).
@@ -404,6 +409,10 @@ class BUFPOOL_EXPORT BufferPool {
   // above.
   alignas(64) std::atomic<uint32_t> waiters_{0};
   std::unique_ptr<Shared> shared_;
+  // SharedBuffer reference counts, one uint32_t per slot (used through
+  // std::atomic_ref), calloc'd on the first SharedBuffer made from this pool
+  // and published once; see bufpool/internal/shared_access.h.
+  std::atomic<uint32_t*> shared_refs_{nullptr};
 };
 
 // ---- Inline fast paths ------------------------------------------------------

@@ -57,6 +57,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "arena/arena.h"
+#include "bufpool/internal/shared_access.h"
 #include "pool/depot.h"
 
 namespace bufpool {
@@ -572,6 +573,32 @@ BufferPool::~BufferPool() {
   }
   shared_->caches.clear();
   BUFPOOL_INTERNAL_UNPOISON(base_, capacity_ * buffer_size_);
+  std::free(shared_refs_.load(std::memory_order_relaxed));
+}
+
+uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
+  // calloc: zeroed pages the program never touches cost nothing, and pools
+  // that never make a SharedBuffer never pay for the array at all.
+  auto* fresh =
+      static_cast<uint32_t*>(std::calloc(pool.capacity_, sizeof(uint32_t)));
+  if (fresh == nullptr) {
+    std::fprintf(stderr,
+                 "bufpool: out of memory for the SharedBuffer reference "
+                 "counts of a pool of %zu buffers\n",
+                 pool.capacity_);
+    std::abort();
+  }
+  // Publish once. acq_rel: the release half makes the zeroed array visible
+  // to whoever loads the pointer with acquire (SharedAccess::Refs); on
+  // failure the acquire load sees the winner's array, and ours is dropped.
+  uint32_t* expected = nullptr;
+  if (pool.shared_refs_.compare_exchange_strong(expected, fresh,
+                                                std::memory_order_acq_rel,
+                                                std::memory_order_acquire)) {
+    return fresh;
+  }
+  std::free(fresh);
+  return expected;
 }
 
 // ---- Slow paths

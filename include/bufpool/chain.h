@@ -1,0 +1,370 @@
+// libbufpool: messages larger than a buffer.
+//
+// SharedBuffer is a counted reference to a byte range (a slice) of one pool
+// buffer; BufferChain is a byte sequence made of such slices, possibly of
+// many buffers.
+//
+// Data layout. Three slices of two pool buffers, making one chain of 5000
+// bytes (buffer_size 4096); the slot counts live out of band, in the pool:
+//
+//   BufferChain msg:  [ seg 0 ]---------[ seg 1 ]-------------[ seg 2 ]
+//                        |                 |                     |
+//                   data,size=4080     data,size=16          data,size=904
+//                        v                 v                     v
+//   slot 7:  | 16 consumed | 4080 bytes of seg 0           |
+//   slot 9:  | seg 1 (16) | seg 2 (904)    | room (3176)   |
+//
+//   pool refs[7] == 1, refs[9] == 2 (seg 1 and seg 2 share slot 9)
+//
+// A slot goes back to its pool when the last slice of it is destroyed,
+// reset, or consumed past, on whichever thread that happens.
+//
+// Ownership. A SharedBuffer keeps its slot out of the pool (counted in
+// PoolStats::in_use) until its last copy dies, so every SharedBuffer and
+// BufferChain must be gone before its pool is destroyed; ~BufferPool aborts
+// with "still in use" otherwise. A chain may hold slices of several pools.
+//
+// Writing. Bytes a slice covers are shared with every other slice of that
+// buffer and are not written through it by this library: an Append() of
+// bytes copies into the tail buffer's room only while the chain's tail is
+// the only reference to that buffer (use_count() == 1), so no other slice,
+// chain or thread can see the bytes it writes; otherwise it starts a fresh
+// buffer.
+//
+// Thread safety. SharedBuffer copies of one buffer may be made, used and
+// destroyed on any threads at once (like std::shared_ptr copies); a single
+// SharedBuffer or BufferChain object is not thread-safe (like any value):
+// one thread at a time, handed over through the caller's synchronisation.
+//
+// Costs. Copying a SharedBuffer or taking a Slice() is one uncontended
+// atomic increment; destroying one is one atomic decrement, or none when it
+// is the last reference. Neither allocates. A BufferChain keeps up to
+// kInlineSegments slices inline and grows a heap ring beyond that, which it
+// keeps until destroyed, so a chain reused for many messages allocates only
+// while growing.
+#ifndef BUFPOOL_CHAIN_H_
+#define BUFPOOL_CHAIN_H_
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <utility>
+
+#include "absl/base/attributes.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "bufpool/buffer_pool.h"
+#include "bufpool/export.h"
+#include "bufpool/internal/shared_access.h"
+
+namespace bufpool {
+
+class BufferChain;
+
+// A counted reference to bytes [data(), data() + size()) of one pool buffer.
+// Copyable (each copy is one more reference) and movable (no atomic); the
+// last reference destroyed returns the buffer to its pool. A default or
+// moved-from SharedBuffer holds nothing (operator bool is false).
+class BUFPOOL_EXPORT SharedBuffer {
+ public:
+  SharedBuffer() noexcept = default;
+  // Takes the buffer out of `buffer` (which becomes empty): a slice of the
+  // whole buffer, [0, buffer_size). An empty handle gives an empty slice.
+  explicit SharedBuffer(Buffer&& buffer) noexcept;
+  SharedBuffer(const SharedBuffer& other) noexcept;
+  SharedBuffer(SharedBuffer&& other) noexcept
+      : pool_(std::exchange(other.pool_, nullptr)),
+        data_(other.data_),
+        size_(other.size_),
+        slot_(other.slot_) {}
+  SharedBuffer& operator=(const SharedBuffer& other) noexcept;
+  SharedBuffer& operator=(SharedBuffer&& other) noexcept;
+  ~SharedBuffer() { Reset(); }
+
+  // A new reference to bytes [offset, offset + length) of this slice: the
+  // same buffer, no copy. Aborts, naming the numbers, when the range does
+  // not lie inside this slice (or this holds nothing).
+  SharedBuffer Slice(size_t offset, size_t length) const;
+
+  // The bytes. Not to be written through: other slices may share them (see
+  // "Writing" in the file comment). mutable_data() is for the holder of the
+  // only reference (use_count() == 1), who may fill the buffer.
+  const std::byte* data() const { return data_; }
+  std::byte* mutable_data() const { return data_; }
+  size_t size() const { return size_; }
+  absl::Span<const std::byte> span() const { return {data_, size_}; }
+  absl::string_view view() const {
+    return {reinterpret_cast<const char*>(data_), size_};
+  }
+  explicit operator bool() const { return pool_ != nullptr; }
+
+  BufferPool* pool() const { return pool_; }
+  uint32_t slot() const { return slot_; }  // the pool's slot number
+  // Offset of data() from the start of its buffer.
+  size_t offset() const {
+    return pool_ ? static_cast<size_t>(data_ - pool_->SlotData(slot_)) : 0;
+  }
+  // Bytes of the buffer past the end of this slice.
+  size_t room() const {
+    return pool_ ? pool_->buffer_size() - offset() - size_ : 0;
+  }
+  // References to this buffer right now (0 when this holds nothing). Exact
+  // only when no other thread copies or drops one meanwhile; 1 is stable
+  // (no one else holds a reference to copy).
+  uint32_t use_count() const;
+
+  // Drops this reference now (returning the buffer if it was the last).
+  void Reset();
+
+ private:
+  friend class BufferChain;
+
+  [[noreturn]] void DieBadSlice(size_t offset, size_t length) const;
+
+  BufferPool* pool_ = nullptr;
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  uint32_t slot_ = 0;
+};
+
+// A byte sequence made of SharedBuffer slices. Move-only (Clone() shares
+// it). New buffers for Append(bytes) and ReadFrom() come from the pool given
+// at construction. The chain never holds an empty slice, never copies bytes
+// it can link, and drops each slice as soon as it is consumed past, so a
+// buffer goes back to its pool when no slice of it is left.
+//
+// Thread safety: one thread at a time (see the file comment); the slices it
+// shares with other chains may be used and dropped on other threads.
+class BUFPOOL_EXPORT BufferChain {
+ public:
+  // Slices held without a heap allocation.
+  static constexpr uint32_t kInlineSegments = 4;
+
+  // A chain with no pool: it can link slices, but Append(bytes) beyond the
+  // tail's room and ReadFrom() fail with FailedPrecondition.
+  BufferChain() noexcept;
+  explicit BufferChain(BufferPool& pool) noexcept;
+  BufferChain(BufferChain&& other) noexcept;
+  BufferChain& operator=(BufferChain&& other) noexcept;
+  BufferChain(const BufferChain&) = delete;
+  BufferChain& operator=(const BufferChain&) = delete;
+  ~BufferChain();
+
+  BufferPool* pool() const { return pool_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  size_t segment_count() const { return count_; }
+  // Slice i, 0 <= i < segment_count().
+  const SharedBuffer& segment(size_t i) const { return At(i); }
+
+  // Copies `bytes` to the end: into the tail buffer's room while the chain
+  // holds the only reference to it, then into fresh buffers from pool(). All
+  // or nothing: when the pool cannot supply every buffer needed, returns
+  // ResourceExhausted and the chain is unchanged (buffers taken meanwhile go
+  // back).
+  absl::Status Append(absl::Span<const std::byte> bytes);
+  absl::Status Append(absl::string_view bytes) {
+    return Append(absl::MakeConstSpan(
+        reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()));
+  }
+  // Links a slice to the end, no copy (an empty slice is dropped).
+  void Append(SharedBuffer&& slice);
+  void Append(const SharedBuffer& slice) { Append(SharedBuffer(slice)); }
+  // Moves every slice of `other` to the end; `other` becomes empty.
+  void Append(BufferChain&& other);
+
+  // The slices' bytes in order, as spans: for (auto part : chain.spans()).
+  class SpanRange;
+  SpanRange spans() const;
+
+  // Points out[0, k) at the first k = min(segment_count(), out.size())
+  // slices, for writev/sendmsg; returns k. The chain is not changed.
+  size_t FillIovecs(absl::Span<iovec> out) const;
+
+  // Drops the first min(n, size()) bytes; slices consumed past are dropped
+  // at once (a buffer with no slice left goes back to its pool).
+  void Consume(size_t n);
+  // Removes the first min(n, size()) bytes and returns them as a chain with
+  // the same pool, without copying: whole slices move, and a slice cut in
+  // two becomes two references to its buffer.
+  BufferChain Split(size_t n);
+  // Copies the first min(size(), out.size()) bytes into `out`; returns how
+  // many. The chain is not changed.
+  size_t CopyTo(absl::Span<std::byte> out) const;
+  // A second chain over the same bytes: one more reference per slice, no
+  // copy.
+  BufferChain Clone() const;
+  // Drops every slice (keeps the ring's capacity).
+  void Clear();
+
+ private:
+  SharedBuffer& At(size_t i) const {
+    return segs_[(head_ + static_cast<uint32_t>(i)) & (cap_ - 1)];
+  }
+  // Room in the tail's buffer that Append() may write (see the file
+  // comment): 0 unless the tail is the only reference to its buffer.
+  size_t TailRoom() const;
+  void PushBack(SharedBuffer&& s) {
+    if (count_ == cap_) Grow();
+    At(count_) = std::move(s);
+    ++count_;
+  }
+  void PopFront() {
+    segs_[head_].Reset();
+    head_ = (head_ + 1) & (cap_ - 1);
+    --count_;
+  }
+  void PopBack() {
+    At(count_ - 1).Reset();
+    --count_;
+  }
+  void Grow();
+  // Takes other's slices and storage; *this must be empty with inline
+  // storage.
+  void StealFrom(BufferChain& other) noexcept;
+  void FreeHeap() noexcept;
+
+  BufferPool* pool_ = nullptr;
+  size_t size_ = 0;
+  SharedBuffer* segs_;              // inline_ or a heap ring of cap_ entries
+  uint32_t cap_ = kInlineSegments;  // a power of two
+  uint32_t head_ = 0;
+  uint32_t count_ = 0;
+  SharedBuffer inline_[kInlineSegments];
+};
+
+class BufferChain::SpanRange {
+ public:
+  class iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = absl::Span<const std::byte>;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = value_type;
+
+    iterator() = default;
+    value_type operator*() const { return chain_->At(i_).span(); }
+    iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    iterator operator++(int) {
+      iterator old = *this;
+      ++i_;
+      return old;
+    }
+    bool operator==(const iterator& o) const { return i_ == o.i_; }
+
+   private:
+    friend class SpanRange;
+    iterator(const BufferChain* chain, size_t i) : chain_(chain), i_(i) {}
+    const BufferChain* chain_ = nullptr;
+    size_t i_ = 0;
+  };
+
+  iterator begin() const { return {chain_, 0}; }
+  iterator end() const { return {chain_, chain_->segment_count()}; }
+  size_t size() const { return chain_->segment_count(); }
+
+ private:
+  friend class BufferChain;
+  explicit SpanRange(const BufferChain* chain) : chain_(chain) {}
+  const BufferChain* chain_;
+};
+
+inline BufferChain::SpanRange BufferChain::spans() const {
+  return SpanRange(this);
+}
+
+// ---- Inline fast paths -----------------------------------------------------
+//
+// Reference counts (internal::SharedAccess::Ref). Copies add with relaxed
+// order: a new reference is made from an existing one, so the count cannot
+// reach 0 meanwhile and nothing else needs ordering (as std::shared_ptr).
+// A drop subtracts with acq_rel: release so this holder's reads and writes
+// of the buffer happen-before whichever drop is last, acquire so the last
+// one, which returns the buffer for reuse, sees them all. A drop that loads
+// 1 (acquire, pairing with the others' release subtractions) holds the only
+// reference, which no other thread can copy, so it skips the subtraction.
+
+inline SharedBuffer::SharedBuffer(Buffer&& buffer) noexcept {
+  if (!buffer) return;
+  BufferPool& pool = *buffer.pool();
+  uint32_t* refs = internal::SharedAccess::Refs(pool);
+  slot_ = internal::SharedAccess::TakeSlot(buffer);
+  // relaxed: the slot is ours alone; the pool's hand-over ordered its
+  // previous holders' accesses before this.
+  std::atomic_ref<uint32_t>(refs[slot_]).store(1, std::memory_order_relaxed);
+  pool_ = &pool;
+  data_ = pool.SlotData(slot_);
+  size_ = pool.buffer_size();
+}
+
+inline SharedBuffer::SharedBuffer(const SharedBuffer& other) noexcept
+    : pool_(other.pool_),
+      data_(other.data_),
+      size_(other.size_),
+      slot_(other.slot_) {
+  if (pool_ != nullptr) {
+    internal::SharedAccess::Ref(*pool_, slot_)
+        .fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+inline SharedBuffer& SharedBuffer::operator=(
+    const SharedBuffer& other) noexcept {
+  if (this != &other) {
+    SharedBuffer copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
+inline SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    pool_ = std::exchange(other.pool_, nullptr);
+    data_ = other.data_;
+    size_ = other.size_;
+    slot_ = other.slot_;
+  }
+  return *this;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void SharedBuffer::Reset() {
+  BufferPool* const pool = pool_;
+  if (pool == nullptr) return;
+  pool_ = nullptr;
+  std::atomic_ref<uint32_t> ref = internal::SharedAccess::Ref(*pool, slot_);
+  if (ref.load(std::memory_order_acquire) == 1 ||
+      ref.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    internal::SharedAccess::ReleaseSlot(*pool, slot_);
+  }
+}
+
+inline uint32_t SharedBuffer::use_count() const {
+  if (pool_ == nullptr) return 0;
+  return internal::SharedAccess::Ref(*pool_, slot_)
+      .load(std::memory_order_acquire);
+}
+
+inline SharedBuffer SharedBuffer::Slice(size_t offset, size_t length) const {
+  if (pool_ == nullptr || offset > size_ || length > size_ - offset)
+      [[unlikely]] {
+    DieBadSlice(offset, length);
+  }
+  SharedBuffer s(*this);
+  s.data_ += offset;
+  s.size_ = length;
+  return s;
+}
+
+}  // namespace bufpool
+
+#endif  // BUFPOOL_CHAIN_H_

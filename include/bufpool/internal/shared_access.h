@@ -1,0 +1,61 @@
+// The pool's side of SharedBuffer: per-slot reference counts and taking a
+// slot out of a Buffer handle. Not for users; bufpool/chain.h is the API.
+//
+// The counts are one uint32_t per slot, out of band like the pool's other
+// per-slot data (never inside a buffer), in an array the pool calloc's the
+// first time a SharedBuffer is made from it (AllocateRefs) and frees in its
+// destructor. A slot's count is meaningful only while SharedBuffers hold it:
+// the first one stores 1, and the last one returns the slot to the pool
+// without storing 0 (the next first one overwrites it).
+//
+// Memory ordering. The array pointer is published with a release CAS and
+// read with an acquire load where a SharedBuffer is made from a Buffer
+// (Refs()); every other use of a count (Ref()) reads the pointer relaxed: it
+// starts from an existing SharedBuffer, whose creation, and so the publish,
+// happens-before the use (the SharedBuffer reached this thread through the
+// caller's synchronisation), and the pointer never changes after it is set.
+#ifndef BUFPOOL_INTERNAL_SHARED_ACCESS_H_
+#define BUFPOOL_INTERNAL_SHARED_ACCESS_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/base/attributes.h"
+#include "bufpool/buffer_pool.h"
+#include "bufpool/export.h"
+
+namespace bufpool::internal {
+
+struct BUFPOOL_EXPORT SharedAccess {
+  // The counts array of `pool`, allocated on first use.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static uint32_t* Refs(BufferPool& pool) {
+    uint32_t* refs = pool.shared_refs_.load(std::memory_order_acquire);
+    return refs != nullptr ? refs : AllocateRefs(pool);
+  }
+  // The count of `slot`, which a live SharedBuffer holds (see above).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static std::atomic_ref<uint32_t> Ref(
+      const BufferPool& pool, uint32_t slot) {
+    return std::atomic_ref<uint32_t>(
+        pool.shared_refs_.load(std::memory_order_relaxed)[slot]);
+  }
+  // Takes the slot out of a non-empty handle without returning it: the
+  // handle becomes empty and the slot stays out (counted in in_use).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static uint32_t TakeSlot(Buffer& buffer) {
+    buffer.pool_ = nullptr;
+    return buffer.index_;
+  }
+  // Returns a slot taken with TakeSlot() to its pool.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static void ReleaseSlot(BufferPool& pool,
+                                                       uint32_t slot) {
+    pool.ReleaseSlot(slot);
+  }
+
+  // Out of line (src/pool/buffer_pool.cc): calloc, then publish with a CAS;
+  // a thread that loses the race frees its array and uses the winner's.
+  // Aborts when calloc fails.
+  static uint32_t* AllocateRefs(BufferPool& pool);
+};
+
+}  // namespace bufpool::internal
+
+#endif  // BUFPOOL_INTERNAL_SHARED_ACCESS_H_

@@ -1,0 +1,237 @@
+// SharedBuffer's and BufferChain's out-of-line parts (bufpool/chain.h).
+#include "bufpool/chain.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace bufpool {
+
+void SharedBuffer::DieBadSlice(size_t offset, size_t length) const {
+  if (pool_ == nullptr) {
+    std::fprintf(stderr,
+                 "bufpool: SharedBuffer::Slice(%zu, %zu) of an empty "
+                 "SharedBuffer\n",
+                 offset, length);
+  } else {
+    std::fprintf(stderr,
+                 "bufpool: SharedBuffer::Slice(%zu, %zu) lies outside the "
+                 "slice's %zu bytes\n",
+                 offset, length, size_);
+  }
+  std::abort();
+}
+
+// ---- BufferChain
+// -------------------------------------------------------------
+
+BufferChain::BufferChain() noexcept : segs_(inline_) {}
+
+BufferChain::BufferChain(BufferPool& pool) noexcept
+    : pool_(&pool), segs_(inline_) {}
+
+BufferChain::BufferChain(BufferChain&& other) noexcept
+    : pool_(other.pool_), segs_(inline_) {
+  StealFrom(other);
+}
+
+BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
+  if (this != &other) {
+    Clear();
+    FreeHeap();
+    pool_ = other.pool_;
+    StealFrom(other);
+  }
+  return *this;
+}
+
+BufferChain::~BufferChain() {
+  Clear();
+  FreeHeap();
+}
+
+void BufferChain::FreeHeap() noexcept {
+  if (segs_ != inline_) {
+    delete[] segs_;
+    segs_ = inline_;
+    cap_ = kInlineSegments;
+    head_ = 0;
+  }
+}
+
+void BufferChain::StealFrom(BufferChain& other) noexcept {
+  size_ = std::exchange(other.size_, 0);
+  if (other.segs_ != other.inline_) {
+    segs_ = std::exchange(other.segs_, other.inline_);
+    cap_ = std::exchange(other.cap_, kInlineSegments);
+    head_ = std::exchange(other.head_, 0);
+    count_ = std::exchange(other.count_, 0);
+    return;
+  }
+  // Inline: move the slices, keeping their positions in the ring.
+  for (uint32_t i = 0; i < other.count_; ++i) {
+    const uint32_t at = (other.head_ + i) & (kInlineSegments - 1);
+    inline_[at] = std::move(other.inline_[at]);
+  }
+  head_ = std::exchange(other.head_, 0);
+  count_ = std::exchange(other.count_, 0);
+}
+
+void BufferChain::Grow() {
+  const uint32_t cap = cap_ * 2;
+  auto* segs = new SharedBuffer[cap];
+  for (uint32_t i = 0; i < count_; ++i) segs[i] = std::move(At(i));
+  if (segs_ != inline_) delete[] segs_;
+  segs_ = segs;
+  cap_ = cap;
+  head_ = 0;
+}
+
+void BufferChain::Clear() {
+  while (count_ != 0) PopBack();
+  head_ = 0;
+  size_ = 0;
+}
+
+size_t BufferChain::TailRoom() const {
+  if (count_ == 0) return 0;
+  const SharedBuffer& tail = At(count_ - 1);
+  return tail.use_count() == 1 ? tail.room() : 0;
+}
+
+absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
+  const size_t n = bytes.size();
+  if (n == 0) return absl::OkStatus();
+  const size_t room = std::min(n, TailRoom());
+  const size_t rest = n - room;
+  const uint32_t tail = count_;  // the first new slice, if any
+  if (rest != 0) {
+    if (pool_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("BufferChain::Append: ", rest,
+                       " bytes need a fresh buffer but the chain has no pool"));
+    }
+    const size_t bs = pool_->buffer_size();
+    const size_t need = (rest + bs - 1) / bs;
+    // Take every buffer first, as empty slices, so a dry pool leaves the
+    // chain as it was.
+    for (size_t got = 0; got < need; ++got) {
+      Buffer b = pool_->TryAcquire();
+      if (!b) {
+        while (count_ != tail) PopBack();
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "BufferChain::Append: the pool has no free buffer (", n,
+            " bytes needed ", need, " buffers of ", bs, ", got ", got, ")"));
+      }
+      SharedBuffer s(std::move(b));
+      s.size_ = 0;
+      PushBack(std::move(s));
+    }
+  }
+  const std::byte* src = bytes.data();
+  if (room != 0) {
+    SharedBuffer& t = At(tail - 1);
+    std::memcpy(t.data_ + t.size_, src, room);
+    t.size_ += room;
+    src += room;
+  }
+  for (uint32_t i = tail; i < count_; ++i) {
+    SharedBuffer& s = At(i);
+    const size_t take =
+        std::min<size_t>(pool_->buffer_size(), bytes.data() + n - src);
+    std::memcpy(s.data_, src, take);
+    s.size_ = take;
+    src += take;
+  }
+  size_ += n;
+  return absl::OkStatus();
+}
+
+void BufferChain::Append(SharedBuffer&& slice) {
+  if (!slice || slice.size() == 0) {
+    slice.Reset();
+    return;
+  }
+  size_ += slice.size();
+  PushBack(std::move(slice));
+}
+
+void BufferChain::Append(BufferChain&& other) {
+  if (&other == this) return;
+  for (size_t i = 0; i < other.count_; ++i) PushBack(std::move(other.At(i)));
+  size_ += other.size_;
+  other.count_ = 0;
+  other.head_ = 0;
+  other.size_ = 0;
+}
+
+size_t BufferChain::FillIovecs(absl::Span<iovec> out) const {
+  const size_t k = std::min<size_t>(count_, out.size());
+  for (size_t i = 0; i < k; ++i) {
+    const SharedBuffer& s = At(i);
+    out[i] = {s.data_, s.size_};
+  }
+  return k;
+}
+
+void BufferChain::Consume(size_t n) {
+  n = std::min(n, size_);
+  size_ -= n;
+  while (n != 0) {
+    SharedBuffer& front = At(0);
+    if (n < front.size_) {
+      front.data_ += n;
+      front.size_ -= n;
+      return;
+    }
+    n -= front.size_;
+    PopFront();
+  }
+}
+
+BufferChain BufferChain::Split(size_t n) {
+  BufferChain first;
+  first.pool_ = pool_;
+  n = std::min(n, size_);
+  size_ -= n;
+  first.size_ = n;
+  while (n != 0) {
+    SharedBuffer& front = At(0);
+    if (n < front.size_) {
+      first.PushBack(front.Slice(0, n));
+      front.data_ += n;
+      front.size_ -= n;
+      break;
+    }
+    n -= front.size_;
+    first.PushBack(std::move(front));
+    head_ = (head_ + 1) & (cap_ - 1);
+    --count_;
+  }
+  if (count_ == 0) head_ = 0;
+  return first;
+}
+
+size_t BufferChain::CopyTo(absl::Span<std::byte> out) const {
+  size_t done = 0;
+  for (uint32_t i = 0; i < count_ && done < out.size(); ++i) {
+    const SharedBuffer& s = At(i);
+    const size_t take = std::min(s.size_, out.size() - done);
+    std::memcpy(out.data() + done, s.data_, take);
+    done += take;
+  }
+  return done;
+}
+
+BufferChain BufferChain::Clone() const {
+  BufferChain copy;
+  copy.pool_ = pool_;
+  for (uint32_t i = 0; i < count_; ++i) copy.PushBack(SharedBuffer(At(i)));
+  copy.size_ = size_;
+  return copy;
+}
+
+}  // namespace bufpool

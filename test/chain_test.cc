@@ -1,0 +1,475 @@
+// SharedBuffer slices and BufferChain (bufpool/chain.h), checked against a
+// std::string model; every test ends with the pool's in_use back at 0.
+#include "bufpool/chain.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace bufpool {
+namespace {
+
+std::unique_ptr<BufferPool> MakePool(size_t buffer_size, size_t count,
+                                     size_t cache = 64) {
+  auto pool = BufferPool::Create({.buffer_size = buffer_size,
+                                  .buffer_count = count,
+                                  .huge_pages = HugePages::kNever,
+                                  .populate = false,
+                                  .thread_cache_size = cache});
+  if (!pool.ok()) std::abort();
+  return *std::move(pool);
+}
+
+size_t InUse(const BufferPool& pool) { return pool.Stats().in_use; }
+
+std::string Contents(const BufferChain& chain) {
+  std::string s;
+  for (absl::Span<const std::byte> part : chain.spans()) {
+    s.append(reinterpret_cast<const char*>(part.data()), part.size());
+  }
+  return s;
+}
+
+// Structure and bytes: the spans, CopyTo and FillIovecs all agree with the
+// model, and no slice is empty.
+void ExpectChainIs(const BufferChain& chain, const std::string& model) {
+  ASSERT_EQ(chain.size(), model.size());
+  EXPECT_EQ(chain.empty(), model.empty());
+  size_t total = 0;
+  for (size_t i = 0; i < chain.segment_count(); ++i) {
+    ASSERT_NE(chain.segment(i).size(), 0u) << "empty slice " << i;
+    total += chain.segment(i).size();
+  }
+  ASSERT_EQ(total, model.size());
+  ASSERT_EQ(Contents(chain), model);
+  std::string copy(model.size(), '\0');
+  ASSERT_EQ(chain.CopyTo(absl::MakeSpan(
+                reinterpret_cast<std::byte*>(copy.data()), copy.size())),
+            model.size());
+  ASSERT_EQ(copy, model);
+  std::vector<iovec> iov(chain.segment_count() + 1);
+  ASSERT_EQ(chain.FillIovecs(absl::MakeSpan(iov)), chain.segment_count());
+  std::string from_iov;
+  for (size_t i = 0; i < chain.segment_count(); ++i) {
+    from_iov.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+  }
+  ASSERT_EQ(from_iov, model);
+}
+
+std::string RandomBytes(std::mt19937_64& rng, size_t n) {
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>('a' + rng() % 26);
+  return s;
+}
+
+TEST(SharedBufferTest, WholeBufferAndSlicesShareOneBuffer) {
+  auto pool = MakePool(4096, 8);
+  Buffer b = pool->TryAcquire();
+  std::memcpy(b.data(), "0123456789abcdefBODY", 20);
+  std::byte* const start = b.data();
+  SharedBuffer whole(std::move(b));
+  EXPECT_FALSE(b);
+  EXPECT_EQ(whole.data(), start);
+  EXPECT_EQ(whole.size(), 4096u);
+  EXPECT_EQ(whole.use_count(), 1u);
+  SharedBuffer header = whole.Slice(0, 16);
+  SharedBuffer body = whole.Slice(16, 4);
+  EXPECT_EQ(header.view(), "0123456789abcdef");
+  EXPECT_EQ(body.view(), "BODY");
+  EXPECT_EQ(body.offset(), 16u);
+  EXPECT_EQ(body.room(), 4096u - 20);
+  EXPECT_EQ(whole.use_count(), 3u);
+  EXPECT_EQ(InUse(*pool), 1u);
+  whole.Reset();
+  header.Reset();
+  EXPECT_EQ(InUse(*pool), 1u);  // body still holds it
+  EXPECT_EQ(body.use_count(), 1u);
+  body.Reset();
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+TEST(SharedBufferTest, CopyMoveAndAssignCountReferences) {
+  auto pool = MakePool(4096, 8);
+  SharedBuffer a(pool->TryAcquire());
+  SharedBuffer b = a;
+  EXPECT_EQ(a.use_count(), 2u);
+  SharedBuffer c = std::move(b);
+  EXPECT_FALSE(b);
+  EXPECT_EQ(a.use_count(), 2u);
+  SharedBuffer d(pool->TryAcquire());
+  EXPECT_EQ(InUse(*pool), 2u);
+  d = a;  // drops d's buffer, shares a's
+  EXPECT_EQ(InUse(*pool), 1u);
+  EXPECT_EQ(a.use_count(), 3u);
+  d = d;  // self-assignment keeps it
+  EXPECT_EQ(a.use_count(), 3u);
+  c = std::move(d);
+  EXPECT_EQ(a.use_count(), 2u);
+  a.Reset();
+  c.Reset();
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+TEST(SharedBufferTest, EmptyHandleGivesAnEmptySlice) {
+  SharedBuffer s{Buffer()};
+  EXPECT_FALSE(s);
+  EXPECT_EQ(s.size(), 0u);
+  EXPECT_EQ(s.use_count(), 0u);
+}
+
+TEST(SharedBufferTest, SliceOfASliceIsRelativeToIt) {
+  auto pool = MakePool(4096, 2);
+  Buffer b = pool->TryAcquire();
+  for (int i = 0; i < 100; ++i) b.data()[i] = static_cast<std::byte>(i);
+  SharedBuffer whole(std::move(b));
+  SharedBuffer mid = whole.Slice(10, 50).Slice(5, 10);
+  EXPECT_EQ(mid.offset(), 15u);
+  EXPECT_EQ(static_cast<int>(mid.data()[0]), 15);
+  EXPECT_EQ(mid.Slice(10, 0).size(), 0u);  // an empty slice at the end
+}
+
+class ChainDeathTest : public testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(ChainDeathTest, SliceOutsideTheSliceAborts) {
+  auto pool = MakePool(4096, 2);
+  SharedBuffer s = SharedBuffer(pool->TryAcquire()).Slice(100, 50);
+  EXPECT_DEATH(s.Slice(10, 41), "Slice\\(10, 41\\) lies outside .* 50 bytes");
+  EXPECT_DEATH(s.Slice(51, 0), "Slice\\(51, 0\\)");
+  EXPECT_DEATH(SharedBuffer().Slice(0, 0), "of an empty SharedBuffer");
+}
+
+TEST_F(ChainDeathTest, PoolDestroyedWhileASliceLivesAborts) {
+  auto pool = MakePool(4096, 4);
+  SharedBuffer s = SharedBuffer(pool->TryAcquire()).Slice(0, 8);
+  EXPECT_EQ(InUse(*pool), 1u);
+  EXPECT_DEATH(pool.reset(), "still in use .*1 held by Buffer handles");
+  s.Reset();
+}
+
+TEST_F(ChainDeathTest, PoolDestroyedWhileAChainHoldsBytesAborts) {
+  auto pool = MakePool(64, 8);
+  auto chain = std::make_unique<BufferChain>(*pool);
+  ASSERT_TRUE(chain->Append(std::string(200, 'x')).ok());
+  EXPECT_EQ(InUse(*pool), 4u);
+  EXPECT_DEATH(pool.reset(), "4 buffer\\(s\\) still in use");
+  chain.reset();
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+TEST(BufferChainTest, AppendCopiesIntoRoomThenFreshBuffers) {
+  auto pool = MakePool(64, 16);
+  BufferChain c(*pool);
+  EXPECT_TRUE(c.empty());
+  ASSERT_TRUE(c.Append("hello ").ok());
+  ASSERT_TRUE(c.Append("world").ok());
+  EXPECT_EQ(c.segment_count(), 1u);  // both in one buffer's room
+  EXPECT_EQ(InUse(*pool), 1u);
+  const std::string big = std::string(150, 'b');
+  ASSERT_TRUE(c.Append(big).ok());
+  ExpectChainIs(c, "hello world" + big);
+  EXPECT_EQ(c.segment_count(), 3u);  // 11 + 150 = 161 bytes: 64 + 64 + 33
+  EXPECT_EQ(InUse(*pool), 3u);
+  c.Clear();
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+TEST(BufferChainTest, LinkingDoesNotCopy) {
+  auto pool = MakePool(4096, 8);
+  Buffer b = pool->TryAcquire();
+  std::memcpy(b.data(), "HEADbody", 8);
+  SharedBuffer whole(std::move(b));
+  BufferChain msg(*pool);
+  msg.Append(whole.Slice(4, 4));
+  msg.Append(whole.Slice(0, 4));
+  msg.Append(SharedBuffer());  // empty: dropped
+  msg.Append(whole.Slice(0, 0));
+  EXPECT_EQ(msg.segment_count(), 2u);
+  EXPECT_EQ(msg.segment(0).data(), whole.data() + 4);
+  ExpectChainIs(msg, "bodyHEAD");
+  EXPECT_EQ(whole.use_count(), 3u);
+  whole.Reset();
+  msg.Consume(4);  // the first slice goes; the buffer stays for the second
+  EXPECT_EQ(InUse(*pool), 1u);
+  msg.Consume(100);
+  EXPECT_TRUE(msg.empty());
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+// A tail shared with another slice is never written into: the bytes past it
+// may be visible through that slice.
+TEST(BufferChainTest, AppendNeverWritesIntoASharedTail) {
+  auto pool = MakePool(4096, 8);
+  Buffer b = pool->TryAcquire();
+  std::memcpy(b.data(), "abcdefgh", 8);
+  SharedBuffer whole(std::move(b));
+  BufferChain c(*pool);
+  c.Append(whole.Slice(0, 4));  // "abcd"; whole still sees "efgh" after it
+  ASSERT_TRUE(c.Append("XY").ok());
+  EXPECT_EQ(whole.view().substr(0, 8), "abcdefgh");
+  EXPECT_EQ(c.segment_count(), 2u);
+  ExpectChainIs(c, "abcdXY");
+  // Once the chain's tail is the only reference, its room is used.
+  whole.Reset();
+  ASSERT_TRUE(c.Append("Z").ok());
+  EXPECT_EQ(c.segment_count(), 2u);
+  ExpectChainIs(c, "abcdXYZ");
+}
+
+TEST(BufferChainTest, SplitSharesTheBufferItCuts) {
+  auto pool = MakePool(64, 8);
+  BufferChain c(*pool);
+  ASSERT_TRUE(c.Append(std::string(100, 'q')).ok());
+  BufferChain first = c.Split(70);
+  ExpectChainIs(first, std::string(70, 'q'));
+  ExpectChainIs(c, std::string(30, 'q'));
+  EXPECT_EQ(first.segment_count(), 2u);
+  EXPECT_EQ(c.segment_count(), 1u);
+  EXPECT_EQ(first.segment(1).slot(), c.segment(0).slot());
+  EXPECT_EQ(c.segment(0).use_count(), 2u);
+  EXPECT_EQ(InUse(*pool), 2u);
+  // The first chain's tail is shared, so an append starts a fresh buffer
+  // rather than overwrite bytes the second chain holds.
+  ASSERT_TRUE(first.Append("!").ok());
+  ExpectChainIs(c, std::string(30, 'q'));
+  EXPECT_EQ(InUse(*pool), 3u);
+}
+
+TEST(BufferChainTest, SplitAtEveryOffset) {
+  auto pool = MakePool(64, 64);
+  std::mt19937_64 rng(7);
+  const std::string model = RandomBytes(rng, 300);
+  for (size_t n = 0; n <= model.size() + 1; ++n) {
+    BufferChain c(*pool);
+    // Mixed slices: copied bytes, then a linked slice from mid-buffer.
+    ASSERT_TRUE(c.Append(absl::string_view(model).substr(0, 150)).ok());
+    BufferChain tmp(*pool);
+    ASSERT_TRUE(tmp.Append(std::string("..") + model.substr(150)).ok());
+    tmp.Consume(2);
+    c.Append(std::move(tmp));
+    EXPECT_TRUE(tmp.empty());
+    BufferChain first = c.Split(n);
+    const size_t k = std::min(n, model.size());
+    ExpectChainIs(first, model.substr(0, k));
+    ExpectChainIs(c, model.substr(k));
+  }
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+TEST(BufferChainTest, DryPoolMidAppendAppendsNothingAndLosesNothing) {
+  auto pool = MakePool(64, 5);
+  BufferChain c(*pool);
+  ASSERT_TRUE(c.Append(std::string(60, 'a')).ok());  // 4 bytes of room left
+  Buffer held = pool->TryAcquire();
+  // 4 bytes into the room, then 4 fresh buffers for 196 more: 3 are free.
+  absl::Status s = c.Append(std::string(200, 'b'));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("needed 4 buffers of 64, got 3"),
+            std::string::npos)
+      << s;
+  ExpectChainIs(c, std::string(60, 'a'));
+  EXPECT_EQ(InUse(*pool), 2u);  // the chain's one and `held`
+  held.Reset();
+  ASSERT_TRUE(c.Append(std::string(200, 'b')).ok());
+  ExpectChainIs(c, std::string(60, 'a') + std::string(200, 'b'));
+  c.Clear();
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+TEST(BufferChainTest, ChainWithoutAPoolLinksButCannotCopyIn) {
+  auto pool = MakePool(64, 4);
+  BufferChain c;
+  absl::Status s = c.Append("x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  BufferChain src(*pool);
+  ASSERT_TRUE(src.Append("abc").ok());
+  c.Append(src.segment(0));
+  ExpectChainIs(c, "abc");
+  src.Clear();
+  c.Clear();
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+TEST(BufferChainTest, MovesKeepSlicesInlineAndOnTheHeap) {
+  auto pool = MakePool(64, 64);
+  for (size_t len : {10, 200, 64 * 20}) {  // 1, 4 (inline) and 20 slices
+    const std::string model(len, 'm');
+    BufferChain a(*pool);
+    ASSERT_TRUE(a.Append("xx").ok());
+    a.Consume(1);  // moves the ring's head
+    ASSERT_TRUE(a.Append(model).ok());
+    BufferChain b(std::move(a));
+    EXPECT_TRUE(a.empty());
+    EXPECT_EQ(a.segment_count(), 0u);
+    ExpectChainIs(b, "x" + model);
+    BufferChain c(*pool);
+    ASSERT_TRUE(c.Append("old").ok());
+    c = std::move(b);
+    ExpectChainIs(c, "x" + model);
+    // A moved-from chain is usable.
+    ASSERT_TRUE(a.Append("again").ok());
+    ExpectChainIs(a, "again");
+  }
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+TEST(BufferChainTest, CloneSharesEveryBuffer) {
+  auto pool = MakePool(64, 16);
+  BufferChain a(*pool);
+  ASSERT_TRUE(a.Append(std::string(150, 'c')).ok());
+  BufferChain b = a.Clone();
+  EXPECT_EQ(InUse(*pool), 3u);
+  ExpectChainIs(b, std::string(150, 'c'));
+  a.Clear();
+  EXPECT_EQ(InUse(*pool), 3u);
+  b.Consume(64);
+  EXPECT_EQ(InUse(*pool), 2u);
+  b.Clear();
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+// Random sequences of every operation on several chains, each against a
+// std::string model. Small buffers and a small pool, so appends cross many
+// buffers and sometimes find the pool dry.
+TEST(BufferChainTest, RandomOperationsMatchAStringModel) {
+  for (uint64_t seed : {1, 2, 3, 4, 5, 6, 7, 8}) {
+    SCOPED_TRACE(seed);
+    auto pool = MakePool(64, 48, seed % 2 ? 4 : 0);
+    std::mt19937_64 rng(seed);
+    constexpr int kChains = 4;
+    std::vector<BufferChain> chains;
+    std::vector<std::string> models(kChains);
+    for (int i = 0; i < kChains; ++i) chains.emplace_back(*pool);
+    int exhausted = 0;
+    for (int step = 0; step < 3000; ++step) {
+      const int i = static_cast<int>(rng() % kChains);
+      const int j = static_cast<int>(rng() % kChains);
+      BufferChain& c = chains[i];
+      std::string& m = models[i];
+      switch (rng() % 8) {
+        case 0:
+        case 1: {  // append bytes
+          const std::string bytes = RandomBytes(rng, rng() % 300);
+          absl::Status s = c.Append(bytes);
+          if (s.ok()) {
+            m += bytes;
+          } else {
+            ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+            ++exhausted;
+          }
+          break;
+        }
+        case 2: {  // link a slice of another chain's slice
+          const BufferChain& o = chains[j];
+          if (o.segment_count() == 0) break;
+          size_t at = rng() % o.segment_count();
+          size_t before = 0;
+          for (size_t k = 0; k < at; ++k) before += o.segment(k).size();
+          const SharedBuffer& seg = o.segment(at);
+          const size_t off = rng() % (seg.size() + 1);
+          const size_t len = rng() % (seg.size() - off + 1);
+          c.Append(seg.Slice(off, len));
+          m += models[j].substr(before + off, len);
+          break;
+        }
+        case 3: {  // move another chain onto this one
+          if (i == j) break;
+          c.Append(std::move(chains[j]));
+          m += models[j];
+          models[j].clear();
+          break;
+        }
+        case 4: {  // split and keep both halves somewhere
+          const size_t n = rng() % (m.size() + 2);
+          BufferChain first = c.Split(n);
+          const size_t k = std::min(n, m.size());
+          ExpectChainIs(first, m.substr(0, k));
+          const std::string split_off = m.substr(0, k);
+          m.erase(0, k);
+          if (i != j) {  // the split-off part goes to the end of chain j
+            chains[j].Append(std::move(first));
+            models[j] += split_off;
+          }
+          break;
+        }
+        case 5: {  // consume
+          const size_t n = rng() % (m.size() / 2 + 2);
+          c.Consume(n);
+          m.erase(0, std::min(n, m.size()));
+          break;
+        }
+        case 6: {  // copy out a prefix
+          std::string out(rng() % (m.size() + 2), '\0');
+          const size_t got = c.CopyTo(absl::MakeSpan(
+              reinterpret_cast<std::byte*>(out.data()), out.size()));
+          ASSERT_EQ(got, std::min(out.size(), m.size()));
+          ASSERT_EQ(out.substr(0, got), m.substr(0, got));
+          break;
+        }
+        case 7: {  // clone over another chain
+          if (i == j) break;
+          chains[j] = c.Clone();
+          models[j] = m;
+          break;
+        }
+      }
+      ASSERT_NO_FATAL_FAILURE(ExpectChainIs(chains[i], models[i]));
+      ASSERT_NO_FATAL_FAILURE(ExpectChainIs(chains[j], models[j]));
+    }
+    EXPECT_GT(exhausted, 0) << "the pool never ran dry; raise the load";
+    chains.clear();
+    EXPECT_EQ(InUse(*pool), 0u);
+  }
+}
+
+// Slices of the same buffers dropped on 8 threads at once: every buffer goes
+// back exactly once, after its last slice, and the bytes stay intact until
+// then (TSan checks the counts' ordering).
+TEST(SharedBufferTest, SlicesReleasedOnOtherThreads) {
+  constexpr int kThreads = 8;
+  constexpr int kBuffers = 64;
+  constexpr int kRounds = 50;
+  auto pool = MakePool(256, kBuffers * 2);
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::vector<SharedBuffer>> per_thread(kThreads);
+    for (int b = 0; b < kBuffers; ++b) {
+      Buffer buf = pool->TryAcquire();
+      ASSERT_TRUE(buf);
+      std::memset(buf.data(), b, 256);
+      SharedBuffer whole(std::move(buf));
+      for (int t = 0; t < kThreads; ++t) {
+        per_thread[t].push_back(whole.Slice(t * 32, 32));
+      }
+    }
+    EXPECT_EQ(InUse(*pool), static_cast<size_t>(kBuffers));
+    std::atomic<int> bad{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int b = 0; b < kBuffers; ++b) {
+          SharedBuffer mine = std::move(per_thread[t][b]);
+          SharedBuffer copy = mine;  // one more count, on this thread
+          for (std::byte x : copy.span()) {
+            if (x != static_cast<std::byte>(b)) bad.fetch_add(1);
+          }
+        }
+        per_thread[t].clear();
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_EQ(InUse(*pool), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace bufpool
