@@ -44,6 +44,9 @@
 // thread-safe either). The chains Take() returns are independent values:
 // they may be moved to and dropped on any thread; their buffers go back to
 // the pool, and the ring's thread lends them again on a later Refill().
+// Dropping a chain posts no completion: a loop that parks receives after
+// -ENOBUFS while other threads hold its chains must wake itself to re-check
+// (a wait with a timeout, or an eventfd those threads write).
 //
 // Ownership and lifetimes. The caller owns the io_uring and the pool; both
 // must outlive every object here, and these objects must be destroyed before
@@ -65,6 +68,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bufpool/buffer_pool.h"
+#include "bufpool/chain.h"
 #include "bufpool/export.h"
 
 namespace bufpool {
@@ -123,6 +127,229 @@ class BUFPOOL_EXPORT FixedBuffers {
   std::byte* base_ = nullptr;
   size_t bytes_ = 0;
   unsigned count_ = 0;
+};
+
+// ---- Provided-buffer ring ---------------------------------------------------
+
+struct ProvidedBufferRingOptions {
+  // The buffer group receives name in sqe->buf_group.
+  uint16_t group_id = 0;
+  // The most pool buffers lent to the ring at once (<= 32768, the kernel's
+  // limit on ring entries). Rounded up to a power of two for the ring's
+  // entries; the ring lends at most this many.
+  size_t max_buffers = 512;
+  // Buffers lent at Create(). The ring starts small and doubles what it
+  // keeps lent, up to max_buffers, whenever a Refill() finds it had fallen
+  // below a quarter of that (or a receive ran out): the ring is a FIFO, so
+  // lending only what the load needs keeps the buffers the kernel writes
+  // warm in the cache.
+  size_t initial_buffers = 64;
+  // ShouldRearm() is true once available() reaches this; 0 means a quarter
+  // of the most buffers the ring has held at once (at least 1).
+  size_t rearm_threshold = 0;
+  // Bundles (IORING_RECVSEND_BUNDLE, Linux 6.10+): one receive completion
+  // may fill several buffers. kProbe uses them when the kernel says it has
+  // them (IORING_FEAT_RECVSEND_BUNDLE, read once at Create()); kOff and kOn
+  // force the choice (kOn on a kernel without bundles makes receives fail
+  // with -EINVAL).
+  enum class Bundles { kProbe, kOff, kOn };
+  Bundles bundles = Bundles::kProbe;
+};
+
+// Pool buffers lent to an io_uring provided-buffer ring (buffer group
+// `group_id`). Buffer ids are the ring's own: a table maps each id to the
+// pool slot lent under it, so pools of any size work (the kernel's ids are
+// 16 bits) and any slot can be lent.
+//
+// Invariants: every buffer lent is in exactly one place: in the ring (the
+// kernel may select it), consumed by the kernel but not yet Take()n, or in
+// a chain Take() returned (then no longer the ring's). available() counts
+// the first two; the kernel consumes ring entries in order, which is what
+// lets Take() find the later buffers of a bundle.
+//
+// Thread safety: the ring's thread only (see the file comment); chains it
+// returns are free to travel.
+class BUFPOOL_EXPORT ProvidedBufferRing {
+ public:
+  using Options = ProvidedBufferRingOptions;
+  static constexpr size_t kMaxBuffers = 32768;
+
+  // Maps the ring, registers it as group options.group_id with `ring` and
+  // lends options.initial_buffers free buffers of `pool`. Errors:
+  // InvalidArgument for bad options; the kernel's words when registration
+  // fails (EEXIST: the group is taken; EINVAL: a kernel before 5.19);
+  // ResourceExhausted when the pool has no free buffer at all.
+  static absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> Create(
+      io_uring* ring, BufferPool& pool, const Options& options);
+
+  // Unregisters the group and returns every buffer still lent (in the ring
+  // or consumed but not taken) to the pool. Chains already taken stay
+  // valid. Completions still in the CQ that name this group's buffers must
+  // not be passed to Take() afterwards (it is gone).
+  ~ProvidedBufferRing();
+  ProvidedBufferRing(const ProvidedBufferRing&) = delete;
+  ProvidedBufferRing& operator=(const ProvidedBufferRing&) = delete;
+
+  // Fills `sqe` with a receive on `fd` that selects its buffer from this
+  // ring: multishot (io_uring_prep_recv_multishot) or single-shot, with
+  // IOSQE_BUFFER_SELECT, this group, and IORING_RECVSEND_BUNDLE when
+  // bundles() is on. The caller sets user_data and may add flags.
+  void PrepareRecv(io_uring_sqe* sqe, int fd, bool multishot = true,
+                   int msg_flags = 0) const;
+
+  // The bytes a completion of such a receive carries, as a chain that owns
+  // them (one buffer; several for a bundle), sliced to exactly cqe.res
+  // bytes; new buffers for Append() on it come from the pool.
+  //   res > 0:   the bytes;
+  //   res == 0:  an empty chain (end of stream; a buffer the kernel used
+  //              goes back to the pool);
+  //   -ENOBUFS:  ResourceExhausted, counted in enobufs(): the ring was
+  //              empty; re-arm once ShouldRearm();
+  //   other < 0: the errno's Status (ECANCELED: Cancelled, ...), with the
+  //              kernel's words.
+  // FailedPrecondition for a completion with bytes but no buffer of this
+  // ring (not a buffer-select receive, or a buffer id it did not lend).
+  absl::StatusOr<BufferChain> Take(const io_uring_cqe& cqe);
+
+  // Lends free pool buffers to the ring until it holds its current target
+  // (growing the target first if the ring ran low since the last call), in
+  // one batch with one tail update. Returns the buffers in the ring
+  // (available()). Costs a few compares when nothing is needed: call it
+  // every loop turn, before waiting.
+  size_t Refill();
+
+  // Buffers in the ring (lent and not yet taken), as this thread knows:
+  // the kernel may have consumed some whose completions are still queued.
+  size_t available() const { return in_ring_; }
+  // The most buffers the ring keeps lent now (grows up to max_buffers).
+  size_t target() const { return target_; }
+  size_t max_buffers() const { return max_buffers_; }
+  // See Options::rearm_threshold.
+  size_t rearm_threshold() const;
+  bool ShouldRearm() const { return available() >= rearm_threshold(); }
+  // Receives that ended with -ENOBUFS (seen by Take()).
+  uint64_t enobufs() const { return enobufs_; }
+  // Whether PrepareRecv() asks for bundles.
+  bool bundles() const { return bundles_; }
+  uint16_t group_id() const { return group_id_; }
+  BufferPool& pool() const { return *pool_; }
+
+ private:
+  ProvidedBufferRing() = default;
+  absl::Status Init(io_uring* ring, BufferPool& pool, const Options& options);
+
+  io_uring* ring_ = nullptr;
+  BufferPool* pool_ = nullptr;
+  io_uring_buf_ring* br_ = nullptr;
+  size_t br_bytes_ = 0;
+  bool registered_ = false;
+  uint16_t group_id_ = 0;
+  bool bundles_ = false;
+  uint32_t entries_ = 0;  // ring entries, a power of two
+  uint32_t mask_ = 0;
+  uint32_t buffer_size_ = 0;
+  size_t max_buffers_ = 0;
+  size_t target_ = 0;
+  size_t rearm_option_ = 0;
+  size_t in_ring_ = 0;
+  size_t peak_ = 0;       // most buffers in the ring at once
+  bool ran_low_ = false;  // below target_ / 4, or -ENOBUFS, since Refill()
+  uint32_t tail_ = 0;     // entries added since the ring was created
+  uint64_t enobufs_ = 0;
+  // Per buffer id: the pool buffer lent under it (empty when the id is
+  // free) and the ring position it was added at; per ring position: the id
+  // added there last.
+  std::vector<Buffer> lent_;
+  std::vector<uint32_t> pos_of_id_;
+  std::vector<uint16_t> id_at_pos_;
+  std::vector<uint16_t> free_ids_;  // a stack
+  std::vector<Buffer> scratch_;     // Refill()'s batch
+};
+
+// ---- Held sends -------------------------------------------------------------
+
+// One send of a chain's bytes through io_uring that keeps them alive until
+// the kernel no longer reads them:
+//   plain (SEND for one slice, SENDMSG for several): until its completion;
+//   zero-copy (SEND_ZC / SENDMSG_ZC, Linux 6.0+/6.1+): until the
+//   notification completion (IORING_CQE_F_NOTIF), which comes after the
+//   first one whenever that has IORING_CQE_F_MORE; the pages may be read
+//   by the network stack until then.
+// With `fixed` and a one-slice send inside its region, the zero-copy send
+// uses the registered buffer (IORING_RECVSEND_FIXED_BUF and its index).
+//
+// Keep the HeldSend at a stable address (inside a connection, say) from
+// Prepare() until done(): the kernel reads its msghdr. Not movable.
+//
+//   conn->send.Prepare(sqe, fd, std::move(chain), {.zero_copy = true});
+//   io_uring_sqe_set_data(sqe, conn);
+//   ... for every completion with that user_data:
+//   conn->send.OnCompletion(*cqe);
+//   if (conn->send.has_result()) ... result(): bytes sent or -errno;
+//       TakeUnsent() gives back what was not sent
+//   if (conn->send.done()) ... the held bytes are released; Prepare again
+//
+// Thread safety: the ring's thread.
+class BUFPOOL_EXPORT HeldSend {
+ public:
+  // Slices one send covers at most; the rest stay for TakeUnsent().
+  static constexpr size_t kMaxIovecs = 64;
+
+  struct Options {
+    bool zero_copy = false;
+    const FixedBuffers* fixed = nullptr;  // zero-copy only
+    int msg_flags = MSG_NOSIGNAL;
+  };
+
+  HeldSend() = default;
+  HeldSend(const HeldSend&) = delete;
+  HeldSend& operator=(const HeldSend&) = delete;
+  // Aborts, naming the fault, while busy(): the kernel may still read the
+  // bytes.
+  ~HeldSend();
+
+  // Takes `chain` (which must not be empty) and fills `sqe` with a send of
+  // its first kMaxIovecs slices to `fd`. The HeldSend must be idle (never
+  // prepared, or done()).
+  void Prepare(io_uring_sqe* sqe, int fd, BufferChain chain,
+               const Options& options);
+  void Prepare(io_uring_sqe* sqe, int fd, BufferChain chain) {
+    Prepare(sqe, fd, std::move(chain), Options());
+  }
+
+  // Feeds one completion of the prepared send. Returns done().
+  bool OnCompletion(const io_uring_cqe& cqe);
+
+  // True when prepared and the kernel is done with the bytes: the held
+  // chain has been dropped (its buffers went back unless shared).
+  bool done() const { return state_ == State::kDone; }
+  // A send was prepared and not yet done.
+  bool busy() const {
+    return state_ == State::kSent || state_ == State::kResult;
+  }
+  // The first completion arrived: result() is the bytes sent or -errno.
+  bool has_result() const {
+    return state_ == State::kResult || state_ == State::kDone;
+  }
+  int result() const { return result_; }
+  // After the result: the bytes that were not sent (possibly empty), for
+  // the next send; the sent ones stay held until done().
+  BufferChain TakeUnsent();
+  // Bytes the prepared send asked for (its slices, at most kMaxIovecs).
+  size_t requested() const { return requested_; }
+  bool zero_copy() const { return zero_copy_; }
+
+ private:
+  enum class State { kIdle, kSent, kResult, kDone };
+  State state_ = State::kIdle;
+  bool zero_copy_ = false;
+  bool await_notif_ = false;
+  int result_ = 0;
+  size_t requested_ = 0;
+  BufferChain chain_;
+  BufferChain unsent_;
+  msghdr msg_{};
+  iovec iov_[kMaxIovecs];
 };
 
 }  // namespace bufpool
