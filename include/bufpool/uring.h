@@ -190,12 +190,24 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   ProvidedBufferRing(const ProvidedBufferRing&) = delete;
   ProvidedBufferRing& operator=(const ProvidedBufferRing&) = delete;
 
-  // Fills `sqe` with a receive on `fd` that selects its buffer from this
-  // ring: multishot (io_uring_prep_recv_multishot) or single-shot, with
-  // IOSQE_BUFFER_SELECT, this group, and IORING_RECVSEND_BUNDLE when
-  // bundles() is on. The caller sets user_data and may add flags.
-  void PrepareRecv(io_uring_sqe* sqe, int fd, bool multishot = true,
-                   int msg_flags = 0) const;
+  struct RecvOptions {
+    // io_uring_prep_recv_multishot (one completion per arrival until it
+    // ends without IORING_CQE_F_MORE), or a single-shot io_uring_prep_recv.
+    bool multishot = true;
+    // Ask for a bundle when bundles() is on. For peers that send less than
+    // a buffer at a time a bundle only costs the kernel a look at more ring
+    // entries per receive.
+    bool bundle = true;
+    int msg_flags = 0;
+  };
+  // Fills `sqe` with a receive on `fd` that selects its buffers from this
+  // ring (IOSQE_BUFFER_SELECT, this group, IORING_RECVSEND_BUNDLE when
+  // asked and bundles() is on). The caller sets user_data and may add
+  // flags (IORING_RECVSEND_POLL_FIRST, ...).
+  void PrepareRecv(io_uring_sqe* sqe, int fd) const {
+    PrepareRecv(sqe, fd, RecvOptions());
+  }
+  void PrepareRecv(io_uring_sqe* sqe, int fd, const RecvOptions& options) const;
 
   // The bytes a completion of such a receive carries, as a chain that owns
   // them (one buffer; several for a bundle), sliced to exactly cqe.res

@@ -116,16 +116,16 @@ ProvidedBufferRing::~ProvidedBufferRing() {
   if (br_ != nullptr) os::Unmap(br_, br_bytes_);
 }
 
-void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd, bool multishot,
-                                     int msg_flags) const {
-  if (multishot) {
-    io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, msg_flags);
+void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
+                                     const RecvOptions& options) const {
+  if (options.multishot) {
+    io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, options.msg_flags);
   } else {
-    io_uring_prep_recv(sqe, fd, nullptr, 0, msg_flags);
+    io_uring_prep_recv(sqe, fd, nullptr, 0, options.msg_flags);
   }
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = group_id_;
-  if (bundles_) sqe->ioprio |= kRecvSendBundle;
+  if (bundles_ && options.bundle) sqe->ioprio |= kRecvSendBundle;
 }
 
 size_t ProvidedBufferRing::rearm_threshold() const {
