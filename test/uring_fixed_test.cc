@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
@@ -73,6 +74,9 @@ TEST(FixedBuffersTest, RegionAboveOneGibIsSplitAndReadFixedWorksPastIt) {
   ASSERT_TRUE(fixed.ok()) << fixed.status();
   EXPECT_EQ(fixed->count(), 2u);
 
+  // Hold every buffer, so the ones wanted are ours to write.
+  std::vector<Buffer> all((*pool)->capacity());
+  ASSERT_EQ((*pool)->TryAcquireBulk(absl::MakeSpan(all)), all.size());
   const uint32_t first_slot = 3;
   const uint32_t far_slot = kGib / kBufferSize + 17;  // past the first GiB
   std::byte* near = (*pool)->SlotData(first_slot);
