@@ -1,7 +1,8 @@
-// libbufpool against per-buffer allocation with glibc, one page mmap per
-// buffer, and a mutex-guarded free list, every workload of workloads.h.
-// tcmalloc, jemalloc and mimalloc replace malloc for the whole process, so
-// they run the same code in alloc_benchmark_<name>; DPDK in dpdk_benchmark.
+// libbufpool (its C++ handle, raw and C API calls) against per-buffer
+// allocation with glibc, one page mmap per buffer, and a mutex-guarded free
+// list, every workload of workloads.h. tcmalloc, jemalloc and mimalloc replace
+// malloc for the whole process, so they run the same code in
+// alloc_benchmark_<name>; DPDK in dpdk_benchmark.
 //
 //   build/release/bench/buffer_pool_benchmark --benchmark_filter=Pair/
 #include "contenders.h"
@@ -13,6 +14,7 @@ int Register() {
   RegisterAll<PoolBuffer<kPoolCache>>("libbufpool_buffer");
   RegisterAll<PoolRaw>("libbufpool_raw");
   RegisterAll<PoolCacheOff>("libbufpool_cache_off");
+  RegisterAll<PoolC>("libbufpool_c");  // bufpool/c.h
   benchmark::RegisterBenchmark("Bulk32/libbufpool_bulk", Bulk32<PoolBulk>);
   benchmark::RegisterBenchmark("Bulk32/libbufpool_raw_bulk",
                                Bulk32<PoolRawBulk>);

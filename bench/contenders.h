@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bufpool/buffer_pool.h"
+#include "bufpool/c.h"
 #include "workloads.h"
 
 namespace bufpool_bench {
@@ -247,6 +248,42 @@ struct PoolRawBulk : PoolRaw {
   BENCH_INLINE void PutBulk(Item* in, size_t n) {
     pool_.ReleaseRawBulk(absl::MakeSpan(in, n));
   }
+};
+
+// The C API (bufpool/c.h) as a C program calls it: bufpool_try_acquire /
+// bufpool_release, one out-of-line call each around the raw pair above, and
+// the bulk calls for Bulk32. Its own pool, configured as SharedPool's.
+struct PoolC {
+  static bufpool_pool* Pool() {
+    static bufpool_pool* pool = [] {
+      bufpool_options o = BUFPOOL_OPTIONS_INIT;
+      o.buffer_size = kBufferSize;
+      o.buffer_count = 8192;
+      o.thread_cache_size = kPoolCache;
+      char* err = nullptr;
+      bufpool_pool* p = bufpool_create(&o, &err);
+      if (p == nullptr) Die(err);
+      return p;
+    }();
+    return pool;
+  }
+  using Item = void*;
+  BENCH_INLINE Item Get() {
+    void* p = bufpool_try_acquire(pool_);
+    if (p == nullptr) Die("pool empty");
+    return p;
+  }
+  BENCH_INLINE static std::byte* Data(Item p) {
+    return static_cast<std::byte*>(p);
+  }
+  BENCH_INLINE void Put(Item& p) { bufpool_release(pool_, p); }
+  BENCH_INLINE void GetBulk(Item* out, size_t n) {
+    if (bufpool_try_acquire_bulk(pool_, out, n) != n) Die("pool empty");
+  }
+  BENCH_INLINE void PutBulk(Item* in, size_t n) {
+    bufpool_release_bulk(pool_, in, n);
+  }
+  bufpool_pool* pool_ = Pool();
 };
 
 }  // namespace bufpool_bench

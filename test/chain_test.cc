@@ -166,6 +166,28 @@ TEST_F(ChainDeathTest, PoolDestroyedWhileAChainHoldsBytesAborts) {
   EXPECT_EQ(InUse(*pool), 0u);
 }
 
+TEST(BufferChainTest, AppendOfAFilledBufferLinksItsPrefix) {
+  auto pool = MakePool(64, 4);
+  BufferChain c(*pool);
+  Buffer b = pool->TryAcquire();
+  std::memcpy(b.data(), "filled", 6);
+  c.Append(std::move(b), 6);
+  EXPECT_FALSE(b);
+  ExpectChainIs(c, "filled");
+  ASSERT_TRUE(c.Append("+room").ok());  // the chain owns it: its room is used
+  EXPECT_EQ(c.segment_count(), 1u);
+  c.Append(pool->TryAcquire(), 0);  // nothing to link: straight back
+  EXPECT_EQ(InUse(*pool), 1u);
+  ExpectChainIs(c, "filled+room");
+}
+
+TEST_F(ChainDeathTest, AppendOfMoreBytesThanTheBufferHoldsAborts) {
+  auto pool = MakePool(64, 4);
+  BufferChain c(*pool);
+  EXPECT_DEATH(c.Append(pool->TryAcquire(), 65),
+               "Append\\(buffer, 65\\) of a buffer of 64 bytes");
+}
+
 TEST(BufferChainTest, AppendCopiesIntoRoomThenFreshBuffers) {
   auto pool = MakePool(64, 16);
   BufferChain c(*pool);

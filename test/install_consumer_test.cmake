@@ -1,8 +1,14 @@
 # Installs the built tree into a fresh prefix, then configures, builds and runs
-# test/install_consumer against it with find_package(bufpool CONFIG REQUIRED),
-# and compiles the same program through pkg-config. Fails on any step.
+# test/install_consumer (a C++ and a C program) and test/install_consumer_c
+# (the C program in a project without C++) against it with
+# find_package(bufpool CONFIG REQUIRED), and compiles both programs through
+# pkg-config, the C one exactly as c.h's users are told to:
+#   gcc -std=c11 -Wall -Wextra -Werror prog.c $(pkg-config --cflags --libs bufpool)
+# Then does the same for the other linkage: a static build also builds and
+# installs libbufpool as a shared library (the library alone), and a shared
+# build a static one, so both kinds of package are checked on every run.
+# Fails on any step.
 file(REMOVE_RECURSE "${WORK_DIR}")
-set(prefix "${WORK_DIR}/prefix")
 
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -12,37 +18,102 @@ function(run)
   set(last_output "${out}" PARENT_SCOPE)
 endfunction()
 
-run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
-foreach(f include/bufpool/buffer_pool.h lib/cmake/bufpool/bufpoolConfig.cmake
-          lib/cmake/bufpool/bufpoolConfigVersion.cmake lib/pkgconfig/bufpool.pc)
-  if(NOT EXISTS "${prefix}/${f}")
-    message(FATAL_ERROR "install is missing ${f}")
+# Runs every consumer check against the build in `build_dir`, installed into
+# `work`/prefix.
+function(check_package build_dir work)
+  set(prefix "${work}/prefix")
+  run(${CMAKE_COMMAND} --install "${build_dir}" --prefix "${prefix}")
+  foreach(f include/bufpool/buffer_pool.h include/bufpool/c.h
+            include/bufpool/export.h lib/cmake/bufpool/bufpoolConfig.cmake
+            lib/cmake/bufpool/bufpoolConfigVersion.cmake lib/pkgconfig/bufpool.pc)
+    if(NOT EXISTS "${prefix}/${f}")
+      message(FATAL_ERROR "install is missing ${f}")
+    endif()
+  endforeach()
+  if(EXISTS "${prefix}/include/arena" OR EXISTS "${prefix}/include/pool")
+    message(FATAL_ERROR "private headers were installed")
   endif()
-endforeach()
-if(EXISTS "${prefix}/include/arena" OR EXISTS "${prefix}/include/pool")
-  message(FATAL_ERROR "private headers were installed")
-endif()
 
-run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install_consumer" -B "${WORK_DIR}/build"
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
-run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
-run("${WORK_DIR}/build/consumer")
-if(NOT last_output MATCHES "consumer ok")
-  message(FATAL_ERROR "consumer printed: ${last_output}")
-endif()
+  # A shared libbufpool exports the public API only: C API functions and
+  # bufpool:: C++ symbols (with their typeinfo), nothing of Abseil or std.
+  file(GLOB shared_lib "${prefix}/lib/libbufpool.so.*.*")
+  if(shared_lib)
+    run(nm -D --defined-only --format=posix "${shared_lib}")
+    string(REPLACE "\n" ";" lines "${last_output}")
+    set(c_api 0)
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE " .*" "" sym "${line}")
+      if(sym STREQUAL "")
+        continue()
+      elseif(sym MATCHES "^bufpool_")
+        math(EXPR c_api "${c_api} + 1")
+      elseif(NOT sym MATCHES "^_Z(T[IVSHW]|GV)?NK?7bufpool" AND
+             NOT sym MATCHES "^(_init|_fini|__bss_start|_edata|_end)$")
+        message(FATAL_ERROR "libbufpool.so exports ${sym}, outside the public API")
+      endif()
+    endforeach()
+    if(c_api LESS 10)
+      message(FATAL_ERROR "libbufpool.so exports ${c_api} bufpool_* functions")
+    endif()
+  endif()
 
-# pkg-config users get the same library.
-find_program(PKG_CONFIG pkg-config)
-if(PKG_CONFIG)
+  run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install_consumer" -B "${work}/build"
+      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+  run(${CMAKE_COMMAND} --build "${work}/build")
+  # A shared libbufpool is found at run time like any other library.
+  set(env ${CMAKE_COMMAND} -E env "LD_LIBRARY_PATH=${prefix}/lib")
+  run(${env} "${work}/build/consumer")
+  if(NOT last_output MATCHES "consumer ok")
+    message(FATAL_ERROR "consumer printed: ${last_output}")
+  endif()
+  run(${env} "${work}/build/c_consumer")
+  if(NOT last_output MATCHES "c consumer ok")
+    message(FATAL_ERROR "C consumer printed: ${last_output}")
+  endif()
+
+  # A C-only project: the C compiler links.
+  run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install_consumer_c" -B "${work}/build_c"
+      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+  run(${CMAKE_COMMAND} --build "${work}/build_c")
+  run(${env} "${work}/build_c/c_consumer")
+  if(NOT last_output MATCHES "c consumer ok")
+    message(FATAL_ERROR "C-only project's consumer printed: ${last_output}")
+  endif()
+
+  # pkg-config users get the same library; C++ adds the standard itself.
+  find_program(PKG_CONFIG pkg-config REQUIRED)
   set(ENV{PKG_CONFIG_PATH} "${prefix}/lib/pkgconfig")
   run(${PKG_CONFIG} --cflags --libs bufpool)
   string(STRIP "${last_output}" flags)
   separate_arguments(flags UNIX_COMMAND "${flags}")
-  run(c++ "${SOURCE_DIR}/test/install_consumer/consumer.cc" -o "${WORK_DIR}/consumer_pc" ${flags})
-  # A shared libbufpool is found at run time like any other library.
-  run(${CMAKE_COMMAND} -E env "LD_LIBRARY_PATH=${prefix}/lib" "${WORK_DIR}/consumer_pc")
+  run(c++ -std=c++20 "${SOURCE_DIR}/test/install_consumer/consumer.cc"
+      -o "${work}/consumer_pc" ${flags})
+  run(${env} "${work}/consumer_pc")
   if(NOT last_output MATCHES "consumer ok")
     message(FATAL_ERROR "pkg-config consumer printed: ${last_output}")
   endif()
+  run(gcc -std=c11 -Wall -Wextra -Werror
+      "${SOURCE_DIR}/test/install_consumer/c_consumer.c"
+      -o "${work}/c_consumer_pc" ${flags})
+  run(${env} "${work}/c_consumer_pc")
+  if(NOT last_output MATCHES "c consumer ok")
+    message(FATAL_ERROR "pkg-config C consumer printed: ${last_output}")
+  endif()
+endfunction()
+
+check_package("${BUILD_DIR}" "${WORK_DIR}/main")
+message(STATUS "install consumer test passed for ${BUILD_DIR}")
+
+# The other linkage: the library target alone, in the same build type.
+if(BUILD_SHARED)
+  set(other OFF)
+else()
+  set(other ON)
 endif()
-message(STATUS "install consumer test passed")
+run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/other_build"
+    -DBUILD_SHARED_LIBS=${other} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
+    -DBUFPOOL_BUILD_TESTS=OFF -DBUFPOOL_BUILD_BENCHMARKS=OFF
+    -DBUFPOOL_BUILD_TOOLS=OFF)
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/other_build" --target bufpool -j2)
+check_package("${WORK_DIR}/other_build" "${WORK_DIR}/other")
+message(STATUS "install consumer test passed (BUILD_SHARED_LIBS=${other})")

@@ -4,6 +4,8 @@
 // shows up as a mismatch. Runs in the default build (>= 1M operations per
 // thread) and under ThreadSanitizer (fewer operations; zero reports).
 #include <atomic>
+#include <barrier>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -183,6 +185,97 @@ INSTANTIATE_TEST_SUITE_P(Pools, StressTest,
                                   "Size" +
                                   std::to_string(info.param.buffer_size);
                          });
+
+// Threads that cache buffers and then nap (blocked) for longer than the
+// waiters' timeouts, beside waiters that keep acquiring with short timeouts.
+// The waiters hold at most 162 of 256 buffers, but the nappers' caches hold
+// up to 96, so the waiters need buffers that sit in napping threads' caches.
+// The nappers hold buffers only for a moment, without blocking, far shorter
+// than a timeout: no Acquire() may time out, and nothing may be lost.
+TEST(StressTest, NappingThreadsAndShortTimeoutWaitersLoseNothing) {
+  auto created = BufferPool::Create(
+      {.buffer_size = 256, .buffer_count = 256, .thread_cache_size = 16});
+  ASSERT_TRUE(created.ok()) << created.status();
+  BufferPool& pool = **created;
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  const absl::Duration timeout = absl::Seconds(2);
+  constexpr int kRounds = 40;
+#else
+  const absl::Duration timeout = absl::Milliseconds(500);
+  constexpr int kRounds = 150;
+#endif
+  // Nappers sleep on this (blocked in a futex) and wake at once at the end.
+  std::mutex nap_mu;
+  std::condition_variable nap_cv;
+  constexpr int kNappers = 6, kWaiters = 3, kHold = 54;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> timeouts{0}, mismatches{0}, acquired{0};
+  std::atomic<int> cached{0};  // nappers that filled their cache once
+
+  std::vector<std::thread> threads;
+  for (int n = 0; n < kNappers; ++n) {
+    threads.emplace_back([&, n] {
+      std::mt19937 rng(99 + n);
+      uint64_t stamp = uint64_t{1} << 40 | static_cast<uint64_t>(n) << 32;
+      while (!stop.load()) {
+        {
+          std::vector<std::pair<Buffer, uint64_t>> mine;
+          for (int i = 0; i < 16; ++i) {
+            Buffer b = pool.TryAcquire();
+            if (!b) break;
+            Stamp(b, ++stamp);
+            mine.emplace_back(std::move(b), stamp);
+          }
+          for (auto& [b, st] : mine) mismatches.fetch_add(Check(b, st));
+        }  // released into this thread's cache
+        cached.fetch_add(1);
+        std::unique_lock<std::mutex> lock(nap_mu);  // blocked, 4 timeouts
+        nap_cv.wait_for(lock,
+                        std::chrono::milliseconds(
+                            4 * (timeout / absl::Milliseconds(1)) + rng() % 40),
+                        [&] { return stop.load(); });
+      }
+    });
+  }
+  while (cached.load() < kNappers) std::this_thread::yield();
+  // Each round, every waiter holds its full share before any lets go.
+  std::barrier all_holding(kWaiters);
+  for (int w = 0; w < kWaiters; ++w) {
+    threads.emplace_back([&, w] {
+      uint64_t stamp = uint64_t{2} << 40 | static_cast<uint64_t>(w) << 32;
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<std::pair<Buffer, uint64_t>> held;
+        while (held.size() < kHold) {
+          auto b = pool.Acquire(timeout);
+          if (!b.ok()) {
+            timeouts.fetch_add(1);
+            continue;
+          }
+          Stamp(*b, ++stamp);
+          held.emplace_back(*std::move(b), stamp);
+          acquired.fetch_add(1);
+        }
+        for (auto& [b, st] : held) mismatches.fetch_add(Check(b, st));
+        all_holding.arrive_and_wait();
+      }
+    });
+  }
+  for (int w = 0; w < kWaiters; ++w) threads[kNappers + w].join();
+  {
+    std::lock_guard<std::mutex> lock(nap_mu);
+    stop.store(true);
+    nap_cv.notify_all();
+  }
+  for (int n = 0; n < kNappers; ++n) threads[n].join();
+
+  EXPECT_EQ(timeouts.load(), 0u);
+  EXPECT_EQ(pool.Stats().acquire_timeouts, 0u);
+  EXPECT_EQ(mismatches.load(), 0u);
+  EXPECT_EQ(acquired.load(), uint64_t{kWaiters} * kRounds * kHold);
+  EXPECT_EQ(pool.Stats().in_use, 0u);
+  std::vector<Buffer> all(256);
+  EXPECT_EQ(pool.TryAcquireBulk(absl::MakeSpan(all)), 256u);
+}
 
 }  // namespace
 }  // namespace bufpool

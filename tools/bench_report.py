@@ -28,7 +28,13 @@ WORKLOADS = [
     ("WorkingSet", "Working set: 1,024 live, released in random order, re-acquired", "ns/buffer"),
     ("Bulk32", "Batches of 32 (bulk API where the contender has one)", "ns/buffer"),
     ("Handoff", "Hand-off: thread A acquires and writes, thread B releases", "ns/buffer"),
+    # bench/chain_benchmark.cc; their reference is the contender "libbufpool".
+    ("Share", "SharedBuffer copy + destroy vs std::shared_ptr", "ns/op"),
+    ("Slice", "SharedBuffer::Slice vs std::shared_ptr aliasing", "ns/op"),
+    ("Framing", "Framing: 64 KiB read, 1 KiB frames + 16-byte headers, one gather write", "ns/frame"),
+    ("FramingPerFrame", "Framing, one write per frame", "ns/frame"),
 ]
+CHAIN_WORKLOADS = {"Share", "Slice", "Framing", "FramingPerFrame"}
 
 
 def load_benchmarks(run_dir):
@@ -92,9 +98,11 @@ def main(run_dir):
         if not entries:
             continue
         ref = "libbufpool_bulk" if workload == "Bulk32" else REFERENCE
+        if workload in CHAIN_WORKLOADS:
+            ref = "libbufpool"
         text.append(table(title, unit, entries, ref))
         for c, v in entries.items():
-            csv.append(f"{workload},{c},{2 if workload == 'Handoff' else 1},{v:.4f},ns/buffer")
+            csv.append(f"{workload},{c},{2 if workload == 'Handoff' else 1},{v:.4f},{unit}")
 
     # Threads: aggregate throughput at 1, 2 and 8 threads.
     threads = sorted({t for (w, _, t) in rows if w == "Threads"})
@@ -122,6 +130,8 @@ def main(run_dir):
             for t, v in zip(threads, vals):
                 if v:
                     csv.append(f"Threads,{c},{t},{v:.4f},ns/buffer")
+
+    text.extend(core_rows(run_dir, rows, csv))
 
     # Cold start: medians over fresh processes.
     cold = {}
@@ -177,6 +187,48 @@ def main(run_dir):
     with open(os.path.join(run_dir, "summary.csv"), "w") as f:
         f.write("\n".join(csv) + "\n")
     write_chart(run_dir, rows, cold)
+
+
+def core_rows(run_dir, rows, csv):
+    """Many pools per thread, the -fPIC pair and reclaiming (core_benchmark),
+    each against its goal."""
+    out = []
+    one = rows.get(("ManyPools", "libbufpool_1pool", 1))
+    exe = rows.get(("SharedObject", "libbufpool_exe", 1))
+    lines = []
+    for name, label in (("libbufpool_2pools", "2 pools"), ("libbufpool_4pools", "4 pools")):
+        v = rows.get(("ManyPools", name, 1))
+        if one and v:
+            r = v / one
+            lines.append(f"| pair alternating {label} vs one pool | {v:.2f} vs {one:.2f} ns "
+                         f"| {r:.2f}x | <= 1.3x | {'met' if r <= 1.3 else 'not met'} |")
+            csv.append(f"ManyPools,{name},1,{v:.4f},ns/buffer")
+    pic = rows.get(("SharedObject", "libbufpool_pic_so", 1))
+    if exe and pic:
+        r = pic / exe
+        lines.append(f"| pair from a -fPIC shared object vs the executable | {pic:.2f} vs "
+                     f"{exe:.2f} ns | {r:.2f}x | <= 1.3x | {'met' if r <= 1.3 else 'not met'} |")
+        csv.append(f"SharedObject,libbufpool_pic_so,1,{pic:.4f},ns/buffer")
+    for path in sorted(glob.glob(os.path.join(run_dir, "core_benchmark_*.json"))):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        for b in data["benchmarks"]:
+            if b["run_name"].startswith("Reclaim/") and b.get("aggregate_name") == "median":
+                p99, p50 = b.get("p99_us"), b.get("p50_us")
+                if p99 is not None:
+                    lines.append(f"| Acquire() of a buffer idle in a blocked thread's cache "
+                                 f"| p50 {p50:.1f} us, p99 {p99:.1f} us | | p99 <= 50 us "
+                                 f"| {'met' if p99 <= 50 else 'not met'} |")
+                    csv.append(f"Reclaim,libbufpool,1,{p99:.4f},us_p99")
+    if lines:
+        out.append("\n### Core: many pools, shared objects, reclaiming\n")
+        out.append("| row | measured | ratio | goal | |")
+        out.append("|---|---|---:|---|---|")
+        out.extend(lines)
+    return out
 
 
 def write_chart(run_dir, rows, cold):

@@ -1,10 +1,16 @@
-// bufpool-copy: copies a file with libbufpool's copy engine (see --help).
+// bufpool-copy: copies files with libbufpool's copy engine, following cp's
+// conventions (see --help, tools/copy_args.cc).
 #include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,47 +18,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bufpool/file_copy.h"
+#include "copy_args.h"
 
 namespace {
 
-constexpr char kHelp[] = R"(usage: bufpool-copy [options] SRC DST
-
-Copies SRC to DST (or into DST/ when DST is a directory), replacing DST
-atomically: the data goes to a temporary file beside DST that is renamed over
-it only when complete, so a failed copy leaves DST as it was. Sparse holes,
-permission bits and files that report size 0 (/proc) are handled.
-
-Options:
-  --method=METHOD   how to move the bytes (default: auto)
-      auto        the method measured fastest for the pair of files
-                  (copy_file_range for regular files; readwrite otherwise).
-      readwrite   preadv/pwritev, gathering 32 pooled 4 KiB buffers (128 KiB)
-                  per call. Works everywhere; use it when the others are
-                  refused.
-      direct      O_DIRECT on both files, many aligned reads and writes in
-                  flight through io_uring: bypasses the page cache, so copying
-                  a huge file does not evict everything else. Use for big
-                  files on real disks. Falls back to buffered I/O when the
-                  file system refuses O_DIRECT.
-      uring       io_uring with the buffer pool registered as fixed buffers,
-                  reads and writes overlapped. Use for fast devices with a
-                  cold cache; add --direct-io to bypass the page cache.
-      kernel      copy_file_range (then sendfile): the kernel moves the data
-                  without copying it to user space, and may reflink or
-                  offload it on file systems that can. Falls back to readwrite
-                  across file systems or where it is refused.
-  --direct-io       with --method=uring: open both files with O_DIRECT
-  --fsync           sync the data before the rename and the directory after
-  --progress        show progress on stderr (default when it is a terminal)
-  --no-progress     never show progress
-  --verify          after copying, re-read both files and compare them
-  --json            print the copy statistics as JSON on stdout
-  --help            show this help
-
-Exit status: 0 on success, 1 when the copy or verification fails, 2 for a
-usage error. Errors are one line on stderr:
-  bufpool-copy: <what failed>: <path>: <the system's words>
-)";
+using bufpool::tools::kExitFailure;
+using bufpool::tools::kExitSuccess;
+using bufpool::tools::kExitUsage;
 
 void Fail(const std::string& line) {
   std::fprintf(stderr, "bufpool-copy: %s\n", line.c_str());
@@ -174,55 +146,123 @@ std::string Verify(const std::string& a, const std::string& b) {
   return result;
 }
 
+// The last path component of `path`, trailing slashes ignored (as
+// CopyFile names a copy into a directory).
+std::string BaseName(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string DirName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// -n: copies `src` to `dst` only if nothing is at `dst`, and never replaces
+// what appears there meanwhile. The copy goes to a placeholder beside `dst`
+// (named like CopyFile's temporary files), which is then renamed to `dst`
+// with RENAME_NOREPLACE (or, where the file system lacks it, hard-linked
+// and unlinked: link() also refuses an existing name). Returns false with
+// *skipped when `dst` exists; false with *error on failure.
+bool CopyNoClobber(const std::string& src, const std::string& dst,
+                   const bufpool::CopyOptions& options,
+                   bufpool::CopyStats* stats, bool* skipped,
+                   std::string* error) {
+  *skipped = false;
+  struct stat st;
+  if (lstat(dst.c_str(), &st) == 0) {
+    *skipped = true;
+    return false;
+  }
+  const std::string dir = DirName(dst);
+  std::string placeholder =
+      absl::StrCat(dir, "/.", BaseName(dst), ".bufpool-copy.XXXXXX");
+  const int fd = mkstemp(placeholder.data());
+  if (fd < 0) {
+    *error = absl::StrCat("create temporary file for: ", dst, ": ",
+                          std::strerror(errno));
+    return false;
+  }
+  close(fd);
+  absl::StatusOr<bufpool::CopyStats> s =
+      bufpool::CopyFile(src, placeholder, options);
+  if (!s.ok()) {
+    unlink(placeholder.c_str());
+    *error = std::string(s.status().message());
+    return false;
+  }
+  int err = 0;
+  if (renameat2(AT_FDCWD, placeholder.c_str(), AT_FDCWD, dst.c_str(),
+                RENAME_NOREPLACE) != 0) {
+    err = errno;
+    if (err == EINVAL || err == ENOSYS) {
+      // No RENAME_NOREPLACE here; link() refuses an existing name as well.
+      err = link(placeholder.c_str(), dst.c_str()) == 0 ? 0 : errno;
+    }
+    unlink(placeholder.c_str());
+  }
+  if (err == EEXIST) {  // it appeared during the copy: left alone
+    *skipped = true;
+    return false;
+  }
+  if (err != 0) {
+    *error = absl::StrCat("rename into place: ", dst, ": ", std::strerror(err));
+    return false;
+  }
+  if (options.fsync) {
+    const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+      *error =
+          absl::StrCat("fsync directory: ", dir, ": ", std::strerror(errno));
+      if (dfd >= 0) close(dfd);
+      return false;
+    }
+    close(dfd);
+  }
+  *stats = *std::move(s);
+  stats->destination = dst;
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bufpool::CopyOptions options;
-  bool verify = false, json = false, direct_io = false;
-  int progress = isatty(STDERR_FILENO) ? 1 : 0;
-  std::vector<std::string> paths;
-  bool flags_done = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (flags_done || arg.size() < 2 || arg[0] != '-') {
-      paths.push_back(arg);
-    } else if (arg == "--") {
-      flags_done = true;
-    } else if (arg == "--help" || arg == "-h") {
-      std::fputs(kHelp, stdout);
-      return 0;
-    } else if (arg.rfind("--method=", 0) == 0) {
-      const auto m = bufpool::ParseCopyMethod(arg.substr(9));
-      if (!m) {
-        Fail(absl::StrCat("unknown method: ", arg.substr(9),
-                          " (auto, readwrite, direct, uring or kernel)"));
-        return 2;
-      }
-      options.method = *m;
-    } else if (arg == "--fsync") {
-      options.fsync = true;
-    } else if (arg == "--progress") {
-      progress = 1;
-    } else if (arg == "--no-progress") {
-      progress = 0;
-    } else if (arg == "--verify") {
-      verify = true;
-    } else if (arg == "--json") {
-      json = true;
-    } else if (arg == "--direct-io") {
-      direct_io = true;
-    } else {
-      Fail(absl::StrCat("unknown flag: ", arg, " (see --help)"));
-      return 2;
-    }
+  bufpool::tools::ParsedArgs<bufpool::tools::CopyCommand> parsed =
+      bufpool::tools::ParseCopyArgs(argc, argv);
+  switch (parsed.action) {
+    case bufpool::tools::ParseAction::kHelp:
+      std::fputs(parsed.text.c_str(), stdout);
+      return kExitSuccess;
+    case bufpool::tools::ParseAction::kUsageError:
+      std::fprintf(stderr, "%s\n", parsed.text.c_str());
+      return kExitUsage;
+    case bufpool::tools::ParseAction::kRun:
+      break;
   }
-  if (paths.size() != 2) {
-    Fail(absl::StrCat("expected SRC and DST, got ", paths.size(),
-                      " paths (see --help)"));
-    return 2;
-  }
-  options.direct_io = direct_io;
+  const bufpool::tools::CopyCommand& cmd = parsed.command;
+  bufpool::CopyOptions options = cmd.copy;
 
+  // cp: with several sources the target must be a directory, and nothing is
+  // copied when it is not.
+  const bool into_directory = IsDirectory(cmd.target);
+  if (cmd.sources.size() > 1 && !into_directory) {
+    struct stat st;
+    Fail(absl::StrCat("target '", cmd.target, "': ",
+                      stat(cmd.target.c_str(), &st) == 0
+                          ? std::strerror(ENOTDIR)
+                          : std::strerror(errno)));
+    return kExitFailure;
+  }
+
+  const bool progress = cmd.progress.value_or(isatty(STDERR_FILENO) != 0);
   absl::Time last = absl::InfinitePast();
   bool drew = false;
   if (progress) {
@@ -252,19 +292,69 @@ int main(int argc, char** argv) {
     };
   }
 
-  absl::StatusOr<bufpool::CopyStats> stats =
-      bufpool::CopyFile(paths[0], paths[1], options);
-  if (drew) std::fputc('\n', stderr);
-  if (!stats.ok()) {
-    Fail(std::string(stats.status().message()));
-    return 1;
-  }
-  if (verify) {
-    if (std::string err = Verify(paths[0], stats->destination); !err.empty()) {
-      Fail(err);
-      return 1;
+  int status = kExitSuccess;
+  std::set<std::string> sources_seen, created;
+  for (const std::string& src : cmd.sources) {
+    // cp's words for each of these; the other sources go on.
+    if (!sources_seen.insert(src).second) {
+      Fail(absl::StrCat("warning: source file '", src,
+                        "' specified more than once"));
+      continue;
+    }
+    if (IsDirectory(src)) {
+      Fail(absl::StrCat("-r not specified; omitting directory '", src, "'"));
+      status = kExitFailure;
+      continue;
+    }
+    const std::string dst =
+        into_directory
+            ? absl::StrCat(cmd.target, cmd.target.ends_with('/') ? "" : "/",
+                           BaseName(src))
+            : cmd.target;
+    if (created.contains(dst)) {
+      Fail(absl::StrCat("will not overwrite just-created '", dst, "' with '",
+                        src, "'"));
+      status = kExitFailure;
+      continue;
+    }
+    drew = false;
+    last = absl::InfinitePast();
+    bufpool::CopyStats stats;
+    std::string error;
+    if (cmd.no_clobber) {
+      bool skipped = false;
+      const bool copied =
+          CopyNoClobber(src, dst, options, &stats, &skipped, &error);
+      if (drew) std::fputc('\n', stderr);
+      if (skipped) continue;
+      if (!copied) {
+        Fail(error);
+        status = kExitFailure;
+        continue;
+      }
+    } else {
+      absl::StatusOr<bufpool::CopyStats> s =
+          bufpool::CopyFile(src, cmd.target, options);
+      if (drew) std::fputc('\n', stderr);
+      if (!s.ok()) {
+        Fail(std::string(s.status().message()));
+        status = kExitFailure;
+        continue;
+      }
+      stats = *std::move(s);
+    }
+    created.insert(dst);
+    if (cmd.verify) {
+      if (std::string err = Verify(src, stats.destination); !err.empty()) {
+        Fail(err);
+        status = kExitFailure;
+        continue;
+      }
+    }
+    if (cmd.json) {
+      std::printf("%s\n", StatsJson(stats).c_str());
+      std::fflush(stdout);
     }
   }
-  if (json) std::printf("%s\n", StatsJson(*stats).c_str());
-  return 0;
+  return status;
 }

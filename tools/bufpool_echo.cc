@@ -1,5 +1,6 @@
 // bufpool-echo: a TCP echo server on a libbufpool pool (see
-// include/bufpool/echo_server.h for the engines and their behaviour).
+// include/bufpool/echo_server.h for the engines and their behaviour, and
+// --help or tools/echo_args.cc for the command line).
 //
 // The first line on stdout is "listening on HOST:PORT". SIGINT or SIGTERM
 // stops it gracefully and prints a one-line summary; SIGUSR1 prints the same
@@ -15,11 +16,10 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/echo_server.h"
+#include "echo_args.h"
 
 // Defined only in the benchmark build (bench/echo_alloc_counter.cc): heap
 // allocations made by this process so far.
@@ -27,33 +27,23 @@ extern "C" uint64_t BufpoolEchoHeapAllocations() __attribute__((weak));
 
 namespace {
 
-constexpr char kUsage[] =
-    "usage: bufpool-echo [--listen=HOST:PORT] [--engine=uring|epoll|malloc]\n"
-    "                    [--buffers=N] [--buffer-size=B] [--max-unsent=B]\n"
-    "\n"
-    "A TCP echo server whose receive buffers are libbufpool pool slots.\n"
-    "  --listen       address to listen on (default 127.0.0.1:0; port 0\n"
-    "                 picks a free port)\n"
-    "  --engine       uring (default; falls back to epoll when io_uring is\n"
-    "                 unavailable), epoll (readv into pool buffers) or\n"
-    "                 malloc (a fresh allocation per read: the baseline)\n"
-    "  --buffers      pool buffers (default 4096)\n"
-    "  --buffer-size  bytes per buffer, a power of two (default 4096)\n"
-    "  --max-unsent   per connection: stop reading past this many unsent\n"
-    "                 bytes (default 262144)\n"
-    "Prints 'listening on HOST:PORT' first. SIGINT/SIGTERM: stop, print a\n"
-    "summary, exit 0. SIGUSR1: print the summary and go on.\n";
+using bufpool::tools::kExitFailure;
+using bufpool::tools::kExitSuccess;
+using bufpool::tools::kExitUsage;
 
-int Fail(const std::string& message) {
+// One line on stderr; returns `code`.
+int Fail(const std::string& message, int code) {
   std::fprintf(stderr, "bufpool-echo: %s\n", message.c_str());
-  return 2;
+  return code;
 }
 
-bool ParseSize(const std::string& value, size_t* out) {
-  uint64_t v = 0;
-  if (!absl::SimpleAtoi(value, &v)) return false;
-  *out = v;
-  return true;
+// A failed bind or an exhausted system is the work failing (1); the
+// library's InvalidArgument is about an option the user gave (2). The
+// parser already keeps the options within the library's limits, so this
+// is a safety net, not the usual path.
+int FailStatus(const absl::Status& status) {
+  return Fail(std::string(status.message()),
+              absl::IsInvalidArgument(status) ? kExitUsage : kExitFailure);
 }
 
 std::string Summary(const bufpool::EchoServer& server,
@@ -83,47 +73,26 @@ std::string Summary(const bufpool::EchoServer& server,
 }  // namespace
 
 int main(int argc, char** argv) {
-  bufpool::EchoServerOptions options;
-  bufpool::PoolOptions pool_options;
-  pool_options.buffer_count = 4096;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (name == "--listen" && eq != std::string::npos) {
-      options.listen = value;
-    } else if (name == "--engine" && eq != std::string::npos) {
-      absl::StatusOr<bufpool::EchoEngine> e = bufpool::ParseEchoEngine(value);
-      if (!e.ok()) return Fail(std::string(e.status().message()));
-      options.engine = *e;
-    } else if (name == "--buffers" && eq != std::string::npos) {
-      if (!ParseSize(value, &pool_options.buffer_count)) {
-        return Fail("--buffers wants a number, got '" + value + "'");
-      }
-    } else if (name == "--buffer-size" && eq != std::string::npos) {
-      if (!ParseSize(value, &pool_options.buffer_size)) {
-        return Fail("--buffer-size wants a number, got '" + value + "'");
-      }
-    } else if (name == "--max-unsent" && eq != std::string::npos) {
-      if (!ParseSize(value, &options.max_unsent_bytes)) {
-        return Fail("--max-unsent wants a number, got '" + value + "'");
-      }
-    } else {
-      return Fail("unknown argument '" + arg + "' (try --help)");
-    }
+  bufpool::tools::ParsedArgs<bufpool::tools::EchoCommand> parsed =
+      bufpool::tools::ParseEchoArgs(argc, argv);
+  switch (parsed.action) {
+    case bufpool::tools::ParseAction::kHelp:
+      std::fputs(parsed.text.c_str(), stdout);
+      return kExitSuccess;
+    case bufpool::tools::ParseAction::kUsageError:
+      std::fprintf(stderr, "%s\n", parsed.text.c_str());
+      return kExitUsage;
+    case bufpool::tools::ParseAction::kRun:
+      break;
   }
-
+  bufpool::EchoServerOptions options = parsed.command.server;
   absl::StatusOr<std::unique_ptr<bufpool::BufferPool>> pool =
-      bufpool::BufferPool::Create(pool_options);
-  if (!pool.ok()) return Fail(std::string(pool.status().message()));
+      bufpool::BufferPool::Create(parsed.command.pool);
+  if (!pool.ok()) return FailStatus(pool.status());
   options.pool = pool->get();
   absl::StatusOr<std::unique_ptr<bufpool::EchoServer>> server =
       bufpool::EchoServer::Create(options);
-  if (!server.ok()) return Fail(std::string(server.status().message()));
+  if (!server.ok()) return FailStatus(server.status());
   if (!(*server)->fallback_reason().empty()) {
     std::fprintf(stderr, "bufpool-echo: %s; falling back to epoll\n",
                  (*server)->fallback_reason().c_str());
@@ -158,9 +127,11 @@ int main(int argc, char** argv) {
   }
   (*server)->Stop();
   loop.join();
-  if (!run_status.ok()) return Fail(std::string(run_status.message()));
+  if (!run_status.ok()) {
+    return Fail(std::string(run_status.message()), kExitFailure);
+  }
   std::printf("stopped: %s\n", Summary(**server, **pool).c_str());
   std::fflush(stdout);
   server->reset();  // before the pool it uses
-  return 0;
+  return kExitSuccess;
 }

@@ -54,12 +54,33 @@
 // Streams use the descriptor's file position (writev/readv), so they work on
 // pipes and sockets too; do not move that position behind a stream's back.
 //
+// Sockets, pipes and non-blocking descriptors. A stream never raises
+// SIGPIPE: on a socket it writes with sendmsg(MSG_NOSIGNAL), on a pipe (or
+// any descriptor that is not a regular file or block device) with SIGPIPE
+// blocked for the call, so a peer that has closed or reset the connection
+// is an error status (FailedPrecondition, "write: <name>: Broken pipe"),
+// sticky like any write error. On a non-blocking descriptor, "would block"
+// is not an error: the stream waits for the descriptor with poll(2), up to
+// StreamOptions::io_timeout each time it finds no room (or, reading, no
+// data), and carries on; no byte is dropped and the stream stays usable. If
+// the timeout passes:
+//   * a writer fails with DeadlineExceeded (sticky, buffers returned, as any
+//     write error): the peer stopped reading, and bytes it never took are
+//     lost with the writer;
+//   * a reader returns DeadlineExceeded from that Read() and loses nothing:
+//     call again later. (A ReadExact() that times out part-way through its
+//     record fails for good, since the record's start is consumed.)
+// The default io_timeout is infinite: a non-blocking descriptor then behaves
+// like a blocking one.
+//
 // Thread safety. A stream is not thread-safe: use it from one thread at a
 // time (like std::ofstream); it may be moved to and used on another thread
 // through your own synchronisation. Different streams, on one pool or on
 // many, may be used from different threads at once.
 #ifndef BUFPOOL_BUFFERED_STREAM_H_
 #define BUFPOOL_BUFFERED_STREAM_H_
+
+#include <sys/uio.h>
 
 #include <bit>
 #include <cstddef>
@@ -86,7 +107,20 @@ struct StreamOptions {
   size_t buffers = 16;
   // How long Open()/FromFd() wait for the first buffer of an empty pool.
   absl::Duration open_timeout = absl::Seconds(1);
+  // How long a read or write on a non-blocking descriptor waits for it to
+  // become ready before giving up (see "Sockets, pipes and non-blocking
+  // descriptors" above). Infinite: wait as a blocking descriptor would.
+  absl::Duration io_timeout = absl::InfiniteDuration();
 };
+
+namespace internal {
+// What a stream's descriptor is, from fstat(2) at open: how it writes.
+enum class FdKind : uint8_t {
+  kFile,    // regular file or block device: writev, never "would block"
+  kSocket,  // sendmsg(MSG_NOSIGNAL)
+  kOther,   // pipe, FIFO, terminal...: writev with SIGPIPE blocked
+};
+}  // namespace internal
 
 // Who closes a descriptor handed to FromFd().
 enum class FdOwnership {
@@ -144,7 +178,10 @@ class BUFPOOL_EXPORT BufferedWriter {
 
  private:
   BufferedWriter(BufferPool* pool, int fd, bool owns_fd, std::string name,
-                 std::vector<Buffer> bufs);
+                 std::vector<Buffer> bufs, const StreamOptions& options);
+  // Writes all of iov[0, cnt) to a socket or pipe, waiting out "would block"
+  // (see the file comment). The iovecs are modified.
+  absl::Status WriteAllWaiting(iovec* iov, int cnt);
 
   absl::Status AppendSlow(const std::byte* p, size_t n);
   // Writes the buffered bytes followed by extra[0, extra_len) in one writev.
@@ -165,7 +202,9 @@ class BUFPOOL_EXPORT BufferedWriter {
   int fd_ = -1;
   bool owns_fd_ = false;
   bool closed_ = false;
-  uint64_t flushed_ = 0;  // bytes handed to the kernel
+  internal::FdKind kind_ = internal::FdKind::kFile;
+  int64_t io_timeout_ms_ = -1;  // -1: forever
+  uint64_t flushed_ = 0;        // bytes handed to the kernel
   std::string name_;
   absl::Status status_;  // the first failure, sticky
 };
@@ -211,7 +250,12 @@ class BUFPOOL_EXPORT BufferedReader {
 
  private:
   BufferedReader(BufferPool* pool, int fd, bool owns_fd, std::string name,
-                 std::vector<Buffer> bufs);
+                 std::vector<Buffer> bufs, const StreamOptions& options);
+  // One read(2)/readv(2) (EINTR retried) that waits out "would block" on a
+  // socket or pipe. Returns the bytes read (0 at end of file); on a timeout,
+  // DeadlineExceeded without failing the reader; on an error, the error,
+  // with the reader failed.
+  absl::StatusOr<size_t> ReadOnce(const iovec* iov, int cnt);
 
   absl::StatusOr<size_t> ReadSlow(std::byte* out, size_t n);
   absl::Status ReadExactSlow(absl::Span<std::byte> out);
@@ -236,7 +280,9 @@ class BUFPOOL_EXPORT BufferedReader {
   int fd_ = -1;
   bool owns_fd_ = false;
   bool closed_ = false;
-  uint64_t fetched_ = 0;  // bytes read from the kernel
+  internal::FdKind kind_ = internal::FdKind::kFile;
+  int64_t io_timeout_ms_ = -1;  // -1: forever
+  uint64_t fetched_ = 0;        // bytes read from the kernel
   std::string name_;
   absl::Status status_;  // the first read error, sticky
 };

@@ -2,7 +2,8 @@
 //
 // SharedBuffer is a counted reference to a byte range (a slice) of one pool
 // buffer; BufferChain is a byte sequence made of such slices, possibly of
-// many buffers.
+// many buffers; ReadFrom()/WriteTo() move a chain through a socket, pipe or
+// file with readv/writev (sendmsg with MSG_NOSIGNAL on sockets).
 //
 // Data layout. Three slices of two pool buffers, making one chain of 5000
 // bytes (buffer_size 4096); the slot counts live out of band, in the pool:
@@ -29,7 +30,7 @@
 // bytes copies into the tail buffer's room only while the chain's tail is
 // the only reference to that buffer (use_count() == 1), so no other slice,
 // chain or thread can see the bytes it writes; otherwise it starts a fresh
-// buffer.
+// buffer. ReadFrom() follows the same rule.
 //
 // Thread safety. SharedBuffer copies of one buffer may be made, used and
 // destroyed on any threads at once (like std::shared_ptr copies); a single
@@ -177,6 +178,10 @@ class BUFPOOL_EXPORT BufferChain {
   void Append(const SharedBuffer& slice) { Append(SharedBuffer(slice)); }
   // Moves every slice of `other` to the end; `other` becomes empty.
   void Append(BufferChain&& other);
+  // Links the first `length` bytes of a buffer the caller filled (say, by a
+  // read into it), no copy; the chain takes the buffer (length 0: it goes
+  // back to its pool). Aborts when length > buffer.size().
+  void Append(Buffer&& buffer, size_t length);
 
   // The slices' bytes in order, as spans: for (auto part : chain.spans()).
   class SpanRange;
@@ -203,6 +208,9 @@ class BUFPOOL_EXPORT BufferChain {
   void Clear();
 
  private:
+  friend absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
+                                         size_t max_bytes);
+
   SharedBuffer& At(size_t i) const {
     return segs_[(head_ + static_cast<uint32_t>(i)) & (cap_ - 1)];
   }
@@ -224,6 +232,19 @@ class BUFPOOL_EXPORT BufferChain {
     --count_;
   }
   void Grow();
+  // For ReadFrom(): the tail grows by n bytes of its room (TailRoom() >= n);
+  // a fresh buffer whose first n bytes hold data joins the end.
+  void ExtendTail(size_t n) {
+    At(count_ - 1).size_ += n;
+    size_ += n;
+  }
+  void AppendFilled(Buffer&& buffer, size_t n) {
+    SharedBuffer s(std::move(buffer));
+    s.size_ = n;
+    size_ += n;
+    PushBack(std::move(s));
+  }
+  [[noreturn]] static void DieTooLong(size_t length, size_t size);
   // Takes other's slices and storage; *this must be empty with inline
   // storage.
   void StealFrom(BufferChain& other) noexcept;
@@ -281,6 +302,41 @@ class BufferChain::SpanRange {
 inline BufferChain::SpanRange BufferChain::spans() const {
   return SpanRange(this);
 }
+
+// ---- I/O
+// ---------------------------------------------------------------------
+//
+// Status codes, to branch on:
+//   kUnavailable         `fd` is non-blocking and has nothing to read / no
+//                        room to write now (EAGAIN): retry when it is ready;
+//                        the chain is unchanged.
+//   kFailedPrecondition  the connection is gone: the peer closed it or reset
+//                        it (EPIPE, ECONNRESET). SIGPIPE is never raised.
+//   kResourceExhausted   (ReadFrom) the pool has no free buffer.
+//   kInvalidArgument     a bad descriptor (EBADF), or max_bytes == 0.
+//   others               the system's error, e.g. EBADF; the message names
+//                        the call and the system's words.
+// EINTR is retried.
+
+// Reads up to `max_bytes` (> 0) from `fd` with one readv, into the tail's
+// room (when the chain holds the only reference to the tail buffer) and
+// then into fresh buffers from chain.pool() (at most 64 per call), appended
+// to `chain`. Returns the bytes read, 0 at end of file. Buffers the read did
+// not fill go straight back. When the pool has fewer buffers than max_bytes
+// needs, it reads into those it has; ResourceExhausted only when it has
+// none (and there is no room). InvalidArgument for max_bytes == 0,
+// FailedPrecondition for a chain without a pool.
+BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
+                                               size_t max_bytes);
+
+// Writes `chain` to `fd` (sendmsg with MSG_NOSIGNAL on a socket, writev
+// with SIGPIPE blocked on anything else), at most 256 slices per call,
+// looping until the chain is empty or `fd` would block, and consumes what
+// was written. Returns the bytes written: all of them on a blocking fd, a
+// part on a non-blocking one whose buffer filled; kUnavailable when not one
+// byte fit. On an error the bytes written before it are consumed too and the
+// rest stay in the chain. An empty chain writes nothing and returns 0.
+BUFPOOL_EXPORT absl::StatusOr<size_t> WriteTo(int fd, BufferChain& chain);
 
 // ---- Inline fast paths -----------------------------------------------------
 //

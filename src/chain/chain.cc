@@ -159,6 +159,23 @@ void BufferChain::Append(SharedBuffer&& slice) {
   PushBack(std::move(slice));
 }
 
+void BufferChain::DieTooLong(size_t length, size_t size) {
+  std::fprintf(stderr,
+               "bufpool: BufferChain::Append(buffer, %zu) of a buffer of %zu "
+               "bytes\n",
+               length, size);
+  std::abort();
+}
+
+void BufferChain::Append(Buffer&& buffer, size_t length) {
+  if (length > buffer.size()) DieTooLong(length, buffer.size());
+  if (length == 0) {
+    buffer.Reset();
+    return;
+  }
+  AppendFilled(std::move(buffer), length);
+}
+
 void BufferChain::Append(BufferChain&& other) {
   if (&other == this) return;
   for (size_t i = 0; i < other.count_; ++i) PushBack(std::move(other.At(i)));

@@ -13,6 +13,8 @@
 #include "bufpool/buffered_stream.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "os/error.h"
 #include "os/file.h"
+#include "os/socket.h"
 
 namespace bufpool {
 namespace {
@@ -38,7 +41,28 @@ absl::Status CheckOptions(const StreamOptions& options) {
         absl::StrCat("StreamOptions.open_timeout must not be negative, got ",
                      absl::FormatDuration(options.open_timeout)));
   }
+  if (options.io_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("StreamOptions.io_timeout must not be negative, got ",
+                     absl::FormatDuration(options.io_timeout)));
+  }
   return absl::OkStatus();
+}
+
+// Sockets and everything else that is not a file can block and raise
+// SIGPIPE; see "Sockets, pipes and non-blocking descriptors" in the header.
+internal::FdKind KindOf(int fd) {
+  struct stat st;
+  if (os::Sys().fstat(fd, &st) != 0) return internal::FdKind::kFile;
+  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
+    return internal::FdKind::kFile;
+  if (S_ISSOCK(st.st_mode)) return internal::FdKind::kSocket;
+  return internal::FdKind::kOther;
+}
+
+int64_t TimeoutMs(absl::Duration d) {
+  if (d == absl::InfiniteDuration()) return -1;
+  return absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1)));
 }
 
 // The empty-pool policy: wait up to open_timeout for the first buffer, take
@@ -82,11 +106,14 @@ void ReportToStderr(absl::string_view what, absl::string_view name,
 // ---- BufferedWriter ---------------------------------------------------------
 
 BufferedWriter::BufferedWriter(BufferPool* pool, int fd, bool owns_fd,
-                               std::string name, std::vector<Buffer> bufs)
+                               std::string name, std::vector<Buffer> bufs,
+                               const StreamOptions& options)
     : bufs_(std::move(bufs)),
       pool_(pool),
       fd_(fd),
       owns_fd_(owns_fd),
+      kind_(KindOf(fd)),
+      io_timeout_ms_(TimeoutMs(options.io_timeout)),
       name_(std::move(name)) {
   cursor_ = bufs_[0].data();
   end_ = cursor_ + bufs_[0].size();
@@ -103,7 +130,8 @@ absl::StatusOr<BufferedWriter> BufferedWriter::Open(
   if (fd < 0) {
     return os::PosixError(absl::StrCat("open ", path, " for writing"), errno);
   }
-  return BufferedWriter(&pool, fd, /*owns_fd=*/true, path, *std::move(bufs));
+  return BufferedWriter(&pool, fd, /*owns_fd=*/true, path, *std::move(bufs),
+                        options);
 }
 
 absl::StatusOr<BufferedWriter> BufferedWriter::FromFd(
@@ -121,7 +149,8 @@ absl::StatusOr<BufferedWriter> BufferedWriter::FromFd(
     if (owns) (void)os::Close(fd, name);  // documented: kTake closes on failure
     return bufs.status();
   }
-  return BufferedWriter(&pool, fd, owns, std::move(name), *std::move(bufs));
+  return BufferedWriter(&pool, fd, owns, std::move(name), *std::move(bufs),
+                        options);
 }
 
 void BufferedWriter::MoveFrom(BufferedWriter& other) noexcept {
@@ -134,6 +163,8 @@ void BufferedWriter::MoveFrom(BufferedWriter& other) noexcept {
   fd_ = std::exchange(other.fd_, -1);
   owns_fd_ = std::exchange(other.owns_fd_, false);
   closed_ = std::exchange(other.closed_, true);
+  kind_ = other.kind_;
+  io_timeout_ms_ = other.io_timeout_ms_;
   flushed_ = other.flushed_;
   name_ = std::move(other.name_);
   status_ = std::move(other.status_);
@@ -199,14 +230,52 @@ absl::Status BufferedWriter::WriteBuffered(const std::byte* extra,
     total += extra_len;
   }
   if (cnt == 0) return absl::OkStatus();
-  if (absl::Status s = os::WriteAll(fd_, iov, cnt, /*offset=*/-1, name_);
-      !s.ok()) {
-    return Fail(std::move(s));
-  }
+  absl::Status s = kind_ == internal::FdKind::kFile
+                       ? os::WriteAll(fd_, iov, cnt, /*offset=*/-1, name_)
+                       : WriteAllWaiting(iov, cnt);
+  if (!s.ok()) return Fail(std::move(s));
   flushed_ += total;
   cur_ = 0;
   cursor_ = bufs_[0].data();
   end_ = cursor_ + bufs_[0].size();
+  return absl::OkStatus();
+}
+
+absl::Status BufferedWriter::WriteAllWaiting(iovec* iov, int cnt) {
+  int first = 0;
+  while (first < cnt) {
+    absl::StatusOr<size_t> n =
+        kind_ == internal::FdKind::kSocket
+            ? os::SendV(fd_, iov + first, cnt - first, name_)
+            : os::WriteVNoSigpipe(fd_, iov + first, cnt - first, name_);
+    if (!n.ok()) {
+      if (n.status().code() != absl::StatusCode::kUnavailable) {
+        return n.status();
+      }
+      absl::StatusOr<bool> ready =
+          os::WaitReady(fd_, POLLOUT, io_timeout_ms_, name_);
+      if (!ready.ok()) return ready.status();
+      if (!*ready) {
+        size_t left = 0;
+        for (int i = first; i < cnt; ++i) left += iov[i].iov_len;
+        return absl::DeadlineExceededError(absl::StrCat(
+            "write: ", name_, ": not writable for ", io_timeout_ms_,
+            "ms (StreamOptions.io_timeout; the peer stopped reading); ", left,
+            " bytes not written"));
+      }
+      continue;
+    }
+    if (*n == 0) return os::PosixError(absl::StrCat("write: ", name_), EIO);
+    for (size_t k = *n; k != 0;) {  // skip what was written
+      if (k >= iov[first].iov_len) {
+        k -= iov[first++].iov_len;
+      } else {
+        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + k;
+        iov[first].iov_len -= k;
+        k = 0;
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -273,11 +342,14 @@ absl::Status BufferedWriter::Close() {
 // ---- BufferedReader ---------------------------------------------------------
 
 BufferedReader::BufferedReader(BufferPool* pool, int fd, bool owns_fd,
-                               std::string name, std::vector<Buffer> bufs)
+                               std::string name, std::vector<Buffer> bufs,
+                               const StreamOptions& options)
     : bufs_(std::move(bufs)),
       pool_(pool),
       fd_(fd),
       owns_fd_(owns_fd),
+      kind_(KindOf(fd)),
+      io_timeout_ms_(TimeoutMs(options.io_timeout)),
       name_(std::move(name)) {
   // Nothing buffered yet: cursor_ == limit_ (non-null), so reads refill.
   cursor_ = limit_ = bufs_[0].data();
@@ -292,7 +364,8 @@ absl::StatusOr<BufferedReader> BufferedReader::Open(
   if (fd < 0) {
     return os::PosixError(absl::StrCat("open ", path, " for reading"), errno);
   }
-  return BufferedReader(&pool, fd, /*owns_fd=*/true, path, *std::move(bufs));
+  return BufferedReader(&pool, fd, /*owns_fd=*/true, path, *std::move(bufs),
+                        options);
 }
 
 absl::StatusOr<BufferedReader> BufferedReader::FromFd(
@@ -310,7 +383,8 @@ absl::StatusOr<BufferedReader> BufferedReader::FromFd(
     if (owns) (void)os::Close(fd, name);
     return bufs.status();
   }
-  return BufferedReader(&pool, fd, owns, std::move(name), *std::move(bufs));
+  return BufferedReader(&pool, fd, owns, std::move(name), *std::move(bufs),
+                        options);
 }
 
 void BufferedReader::MoveFrom(BufferedReader& other) noexcept {
@@ -325,6 +399,8 @@ void BufferedReader::MoveFrom(BufferedReader& other) noexcept {
   fd_ = std::exchange(other.fd_, -1);
   owns_fd_ = std::exchange(other.owns_fd_, false);
   closed_ = std::exchange(other.closed_, true);
+  kind_ = other.kind_;
+  io_timeout_ms_ = other.io_timeout_ms_;
   fetched_ = other.fetched_;
   name_ = std::move(other.name_);
   status_ = std::move(other.status_);
@@ -393,16 +469,9 @@ absl::Status BufferedReader::Refill() {
   for (size_t i = 0; i < bufs_.size(); ++i) {
     iov[i] = {bufs_[i].data(), bufs_[i].size()};
   }
-  ssize_t got;
-  do {
-    got = os::Sys().readv(fd_, iov, static_cast<int>(bufs_.size()));
-  } while (got < 0 && errno == EINTR);
-  if (got < 0) {
-    status_ = os::PosixError(absl::StrCat("read: ", name_), errno);
-    ReleaseBuffers();
-    return status_;
-  }
-  const size_t n = static_cast<size_t>(got);
+  absl::StatusOr<size_t> got = ReadOnce(iov, static_cast<int>(bufs_.size()));
+  if (!got.ok()) return got.status();
+  const size_t n = *got;
   const size_t buffer_size = bufs_[0].size();
   fetched_ += n;
   cur_ = 0;
@@ -411,6 +480,36 @@ absl::Status BufferedReader::Refill() {
   cursor_ = bufs_[0].data();
   limit_ = cursor_ + LengthOf(0);
   return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> BufferedReader::ReadOnce(const iovec* iov, int cnt) {
+  for (;;) {
+    // One iovec is a read straight into the caller's memory: read(2).
+    const ssize_t got =
+        cnt == 1 ? os::Sys().read(fd_, iov[0].iov_base, iov[0].iov_len)
+                 : os::Sys().readv(fd_, iov, cnt);
+    if (got >= 0) return static_cast<size_t>(got);
+    const int err = errno;
+    if (err == EINTR) continue;
+    if (kind_ != internal::FdKind::kFile &&
+        (err == EAGAIN || err == EWOULDBLOCK)) {
+      absl::StatusOr<bool> ready =
+          os::WaitReady(fd_, POLLIN, io_timeout_ms_, name_);
+      if (ready.ok() && *ready) continue;
+      if (ready.ok()) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "read: ", name_, ": no data for ", io_timeout_ms_,
+            "ms (StreamOptions.io_timeout); nothing was lost, read again"));
+      }
+      status_ = ready.status();
+    } else {
+      const std::string what = absl::StrCat("read: ", name_);
+      status_ = kind_ == internal::FdKind::kFile ? os::PosixError(what, err)
+                                                 : os::SocketError(what, err);
+    }
+    ReleaseBuffers();
+    return status_;
+  }
 }
 
 absl::StatusOr<size_t> BufferedReader::ReadSlow(std::byte* out, size_t n) {
@@ -425,20 +524,21 @@ absl::StatusOr<size_t> BufferedReader::ReadSlow(std::byte* out, size_t n) {
   // The buffers are empty now. One system call for the rest: straight into
   // `out` when it would fill all our buffers anyway, otherwise a refill.
   const size_t capacity = bufs_.size() * bufs_[0].size();
+  // A timeout loses nothing: the bytes copied so far are returned.
   if (n - done >= capacity) {
-    ssize_t got;
-    do {
-      got = os::Sys().read(fd_, out + done, n - done);
-    } while (got < 0 && errno == EINTR);
-    if (got < 0) {
-      status_ = os::PosixError(absl::StrCat("read: ", name_), errno);
-      ReleaseBuffers();
-      return status_;
+    const iovec direct = {out + done, n - done};
+    absl::StatusOr<size_t> got = ReadOnce(&direct, 1);
+    if (!got.ok()) {
+      if (done != 0 && status_.ok()) return done;
+      return got.status();
     }
-    fetched_ += static_cast<size_t>(got);
-    return done + static_cast<size_t>(got);
+    fetched_ += *got;
+    return done + *got;
   }
-  if (absl::Status s = Refill(); !s.ok()) return s;
+  if (absl::Status s = Refill(); !s.ok()) {
+    if (done != 0 && status_.ok()) return done;
+    return s;
+  }
   return done + CopyBuffered(out + done, n - done);
 }
 
@@ -447,7 +547,17 @@ absl::Status BufferedReader::ReadExactSlow(absl::Span<std::byte> out) {
   size_t done = 0;
   while (done < out.size()) {
     absl::StatusOr<size_t> got = Read(out.subspan(done));
-    if (!got.ok()) return got.status();
+    if (!got.ok()) {
+      if (done != 0 && status_.ok()) {  // a timeout part-way: the record's
+        status_ = absl::DeadlineExceededError(absl::StrCat(  // start is gone
+            name_, ": timed out part-way through a read: got ", done, " of ",
+            out.size(), " bytes at offset ", start, " (",
+            got.status().message(), ")"));
+        ReleaseBuffers();
+        return status_;
+      }
+      return got.status();
+    }
     if (*got == 0) {
       if (done == 0) {
         return absl::OutOfRangeError(

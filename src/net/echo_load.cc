@@ -1,12 +1,10 @@
 #include "net/echo_load.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "os/error.h"
+#include "os/socket.h"
 
 namespace bufpool::net {
 namespace {
@@ -53,9 +52,9 @@ class Load {
   explicit Load(const EchoLoadOptions& o) : o_(o) {}
   ~Load() {
     for (Client& c : clients_) {
-      if (c.fd >= 0) ::close(c.fd);
+      if (c.fd >= 0) os::SocketSys().close(c.fd);
     }
-    if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    if (epoll_fd_ >= 0) os::SocketSys().close(epoll_fd_);
   }
   absl::StatusOr<EchoLoadResult> Run();
 
@@ -93,8 +92,8 @@ void Load::StartMessage(Client& c) {
 
 void Load::Finish(Client& c) {
   c.done = true;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
-  ::close(c.fd);
+  os::SocketSys().epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+  os::SocketSys().close(c.fd);
   c.fd = -1;
   --remaining_;
 }
@@ -107,9 +106,9 @@ absl::Status Load::Pump(Client& c, uint32_t events) {
     // Write what is left of the message (half of it for an aborting client).
     const size_t limit = (c.aborts && c.message == 1) ? c.len / 2 : c.len;
     while (c.sent < limit) {
-      const ssize_t n =
-          ::send(c.fd, pattern_.data() + c.shift + c.sent,
-                 std::min<size_t>(limit - c.sent, 1 << 20), MSG_NOSIGNAL);
+      const ssize_t n = os::SocketSys().send(
+          c.fd, pattern_.data() + c.shift + c.sent,
+          std::min<size_t>(limit - c.sent, 1 << 20), MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) break;
         return os::PosixError(absl::StrCat("connection ", c.index, ": send"),
@@ -121,18 +120,19 @@ absl::Status Load::Pump(Client& c, uint32_t events) {
     if (c.aborts && c.message == 1 && c.sent == limit) {
       // Abrupt disconnect mid-message: RST instead of FIN.
       linger l{1, 0};
-      ::setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+      os::SocketSys().setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
       Finish(c);
       return absl::OkStatus();
     }
     if (o_.half_close && !c.write_shut && c.message + 1 == o_.messages &&
         c.sent == c.len) {
-      ::shutdown(c.fd, SHUT_WR);
+      os::SocketSys().shutdown(c.fd, SHUT_WR);
       c.write_shut = true;
     }
     // Read and check what came back.
     while (readable) {
-      const ssize_t n = ::recv(c.fd, scratch_.data(), scratch_.size(), 0);
+      const ssize_t n =
+          os::SocketSys().recv(c.fd, scratch_.data(), scratch_.size(), 0);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN) break;
@@ -228,7 +228,7 @@ absl::StatusOr<EchoLoadResult> Load::Run() {
   scratch_.resize(256 * 1024);
   latencies_ns_.reserve(o_.connections * o_.messages);
 
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_fd_ = os::SocketSys().epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return os::PosixError("epoll_create1", errno);
   const auto start = Clock::now();
   clients_.resize(o_.connections);
@@ -236,18 +236,20 @@ absl::StatusOr<EchoLoadResult> Load::Run() {
     Client& c = clients_[i];
     c.index = i;
     c.aborts = i < o_.abort_connections && o_.messages >= 2;
-    c.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    c.fd = os::SocketSys().socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c.fd < 0) return os::PosixError("socket", errno);
-    if (::connect(c.fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    if (os::SocketSys().connect(c.fd, reinterpret_cast<sockaddr*>(&sa),
+                                sizeof(sa)) != 0) {
       return os::PosixError(absl::StrCat("connect to ", o_.target), errno);
     }
     const int one = 1;
-    ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    ::fcntl(c.fd, F_SETFL, ::fcntl(c.fd, F_GETFL) | O_NONBLOCK);
+    os::SocketSys().setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one,
+                               sizeof(one));
+    if (absl::Status st = os::SetNonBlocking(c.fd, true); !st.ok()) return st;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     ev.data.ptr = &c;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &ev) != 0) {
+    if (os::SocketSys().epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &ev) != 0) {
       return os::PosixError("epoll_ctl", errno);
     }
     StartMessage(c);
@@ -261,8 +263,8 @@ absl::StatusOr<EchoLoadResult> Load::Run() {
   auto last_progress = Clock::now();
   uint64_t last_bytes = bytes_;
   while (remaining_ > 0) {
-    const int n = ::epoll_wait(epoll_fd_, events.data(),
-                               static_cast<int>(events.size()), 200);
+    const int n = os::SocketSys().epoll_wait(
+        epoll_fd_, events.data(), static_cast<int>(events.size()), 200);
     if (n < 0) {
       if (errno == EINTR) continue;
       return os::PosixError("epoll_wait", errno);

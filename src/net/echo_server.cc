@@ -7,7 +7,7 @@
 #include <netinet/tcp.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <unistd.h>
+#include <sys/uio.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "net/echo_engines.h"
 #include "os/error.h"
+#include "os/socket.h"
 
 namespace bufpool {
 namespace {
@@ -42,18 +43,17 @@ absl::StatusOr<int> Listen(absl::string_view address) {
     return absl::InvalidArgumentError(absl::StrCat(
         "listen address '", address, "': '", host, "' is not an IPv4 address"));
   }
-  const int fd =
-      ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return os::PosixError("socket", errno);
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
-      ::listen(fd, SOMAXCONN) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return os::PosixError(absl::StrCat("listen on ", address), err);
+  absl::StatusOr<int> fd = os::Socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (!fd.ok()) return fd.status();
+  (void)os::SetSockOptInt(*fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR");
+  absl::Status s = os::Bind(*fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  if (s.ok()) s = os::Listen(*fd, SOMAXCONN);
+  if (!s.ok()) {
+    (void)os::CloseSocket(*fd);
+    return absl::Status(s.code(),
+                        absl::StrCat("listen on ", address, ": ", s.message()));
   }
-  return fd;
+  return *fd;
 }
 
 }  // namespace
@@ -82,8 +82,8 @@ absl::StatusOr<EchoEngine> ParseEchoEngine(absl::string_view name) {
 EchoServer::EchoServer() : counters_(std::make_unique<Counters>()) {}
 
 EchoServer::~EchoServer() {
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  if (stop_fd_ >= 0) ::close(stop_fd_);
+  if (listen_fd_ >= 0) (void)os::CloseSocket(listen_fd_);
+  if (stop_fd_ >= 0) (void)os::CloseSocket(stop_fd_);
 }
 
 absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Create(
@@ -97,12 +97,12 @@ absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Create(
   }
   absl::StatusOr<int> listen_fd = Listen(options.listen);
   if (!listen_fd.ok()) return listen_fd.status();
-  const int stop_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (stop_fd < 0) {
-    const int err = errno;
-    ::close(*listen_fd);
-    return os::PosixError("eventfd", err);
+  absl::StatusOr<int> stop = os::EventFd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (!stop.ok()) {
+    (void)os::CloseSocket(*listen_fd);
+    return stop.status();
   }
+  const int stop_fd = *stop;
 
   std::unique_ptr<EchoServer> server;
   std::string fallback_reason;
@@ -117,8 +117,8 @@ absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Create(
       epoll.engine = EchoEngine::kEpoll;
       server = net::NewEpollEchoServer(epoll);
     } else {
-      ::close(*listen_fd);
-      ::close(stop_fd);
+      (void)os::CloseSocket(*listen_fd);
+      (void)os::CloseSocket(stop_fd);
       return uring.status();
     }
   } else {
@@ -130,8 +130,10 @@ absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Create(
 
   sockaddr_in sa{};
   socklen_t len = sizeof(sa);
-  if (::getsockname(*listen_fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    return os::PosixError("getsockname", errno);
+  if (absl::Status st =
+          os::GetSockName(*listen_fd, reinterpret_cast<sockaddr*>(&sa), &len);
+      !st.ok()) {
+    return st;
   }
   char host[INET_ADDRSTRLEN] = {};
   ::inet_ntop(AF_INET, &sa.sin_addr, host, sizeof(host));
@@ -143,7 +145,8 @@ absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Create(
 void EchoServer::Stop() {
   const uint64_t one = 1;
   // Async-signal-safe; a full counter (impossible in practice) still wakes.
-  [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof(one));
+  const iovec iov = {const_cast<uint64_t*>(&one), sizeof(one)};
+  [[maybe_unused]] ssize_t n = os::SocketSys().writev(stop_fd_, &iov, 1);
 }
 
 EchoServerStats EchoServer::Stats() const {

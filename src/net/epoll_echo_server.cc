@@ -1,19 +1,18 @@
-// The epoll engines: kEpoll reads into pool buffers with readv(), kMalloc
-// into a freshly allocated buffer per read (the baseline). Both queue what
-// they read per connection and echo it with writev() as the socket accepts.
+// The epoll engines: kEpoll queues what it reads per connection in a
+// BufferChain (ReadFrom into pool buffers, WriteTo as the socket accepts);
+// kMalloc, the baseline, reads into a freshly allocated block per read and
+// frees it once sent. Every system call goes through src/os.
 //
 // One thread, level-triggered epoll. A connection's interest set is
 //   EPOLLIN   while it may read: not at end of stream, not over the unsent
 //             limit (paused at max_unsent_bytes, resumed at half of it), and
 //             not waiting for the pool to give a buffer;
-//   EPOLLOUT  while its queue is not empty and the last write was short,
+//   EPOLLOUT  while its queue is not empty and the last write would block,
 // so a stalled connection costs nothing until something changes: no spin.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -21,26 +20,105 @@
 #include <memory>
 #include <vector>
 
+#include "bufpool/chain.h"
 #include "net/echo_engines.h"
-#include "os/error.h"
-#include "os/file.h"
+#include "os/socket.h"
 
 namespace bufpool::net {
 namespace {
 
-// A run of received bytes waiting to be echoed: data[off, len).
-struct Chunk {
-  Chunk* next = nullptr;
-  std::byte* data = nullptr;
-  uint32_t off = 0;
-  uint32_t len = 0;
+// kMalloc's queue: one malloc block per read, data[off, len) unsent.
+class MallocQueue {
+ public:
+  MallocQueue() = default;
+  MallocQueue(const MallocQueue&) = delete;
+  MallocQueue& operator=(const MallocQueue&) = delete;
+  ~MallocQueue() { Clear(); }
+
+  size_t blocks() const { return blocks_; }
+  bool empty() const { return head_ == nullptr; }
+
+  // One read of up to `size` bytes into a new block; as ReadFrom().
+  absl::StatusOr<size_t> Read(int fd, size_t size) {
+    auto* b = static_cast<Block*>(std::malloc(sizeof(Block) + size));
+    if (b == nullptr) return absl::ResourceExhaustedError("malloc");
+    const iovec iov = {b->data, size};
+    absl::StatusOr<size_t> n = os::ReadV(fd, &iov, 1, "echo connection");
+    if (!n.ok() || *n == 0) {
+      std::free(b);
+      return n;
+    }
+    b->next = nullptr;
+    b->off = 0;
+    b->len = *n;
+    (tail_ != nullptr ? tail_->next : head_) = b;
+    tail_ = b;
+    ++blocks_;
+    return n;
+  }
+
+  // As WriteTo(): sends until empty or the socket would block.
+  absl::StatusOr<size_t> Write(int fd) {
+    size_t total = 0;
+    while (head_ != nullptr) {
+      iovec iov[kEchoReadBuffers];
+      int cnt = 0;
+      for (Block* b = head_; b != nullptr && cnt < int{kEchoReadBuffers};
+           b = b->next) {
+        iov[cnt++] = {b->data + b->off, b->len - b->off};
+      }
+      absl::StatusOr<size_t> n = os::SendV(fd, iov, cnt, "echo connection");
+      if (!n.ok()) {
+        if (n.status().code() == absl::StatusCode::kUnavailable && total != 0) {
+          break;
+        }
+        return n;
+      }
+      total += *n;
+      for (size_t sent = *n; sent != 0;) {
+        Block* b = head_;
+        const size_t in_block = b->len - b->off;
+        if (sent < in_block) {
+          b->off += sent;
+          break;
+        }
+        sent -= in_block;
+        head_ = b->next;
+        if (head_ == nullptr) tail_ = nullptr;
+        std::free(b);
+        --blocks_;
+      }
+    }
+    return total;
+  }
+
+  void Clear() {
+    while (Block* b = head_) {
+      head_ = b->next;
+      std::free(b);
+    }
+    tail_ = nullptr;
+    blocks_ = 0;
+  }
+
+ private:
+  struct Block {
+    Block* next;
+    size_t off;
+    size_t len;
+    std::byte data[];
+  };
+  Block* head_ = nullptr;
+  Block* tail_ = nullptr;
+  size_t blocks_ = 0;
 };
 
 struct Conn {
+  explicit Conn(BufferPool& pool) : chain(pool) {}
   int fd = -1;
-  Chunk* head = nullptr;  // FIFO of chunks to send
-  Chunk* tail = nullptr;
-  size_t unsent = 0;        // bytes in the queue
+  BufferChain chain;        // kEpoll: received, not yet echoed
+  MallocQueue blocks;       // kMalloc: the same
+  size_t unsent = 0;        // bytes queued
   bool read_eof = false;    // the peer finished sending
   bool over_limit = false;  // unsent reached max_unsent_bytes
   bool starved = false;     // the last read found no buffer
@@ -58,21 +136,17 @@ class EpollEchoServer final : public EchoServer {
       : options_(options),
         pool_(options.pool),
         pooled_(options.engine != EchoEngine::kMalloc),
-        malloc_size_(kEchoReadBuffers * options.pool->buffer_size()) {
+        read_size_(kEchoReadBuffers * options.pool->buffer_size()) {
     engine_ = options.engine;
-    if (pooled_) chunks_.resize(pool_->capacity());
   }
 
   ~EpollEchoServer() override {
-    if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    if (epoll_fd_ >= 0) (void)os::CloseSocket(epoll_fd_);
   }
 
   absl::Status Run() override;
 
  private:
-  // Buffers: pool slots (chunk metadata in chunks_[slot]) or one malloc
-  // block per read (metadata at its start).
-  void ReleaseChunk(Chunk* c);
   void Accept();
   void OnEvent(Conn* conn, uint32_t events);
   void Read(Conn* conn);
@@ -83,41 +157,53 @@ class EpollEchoServer final : public EchoServer {
   bool Readable(const Conn* conn) const {
     return !conn->read_eof && !conn->over_limit && !conn->starved;
   }
+  // Buffers (kMalloc: blocks) carrying conn's unsent bytes.
+  size_t Holding(const Conn* conn) const {
+    return pooled_ ? conn->chain.segment_count() : conn->blocks.blocks();
+  }
+  bool QueueEmpty(const Conn* conn) const {
+    return pooled_ ? conn->chain.empty() : conn->blocks.empty();
+  }
+  // Brings the holding counters up to date after conn's queue changed from
+  // `before` buffers; returns true when buffers were released.
+  bool Account(const Conn* conn, size_t before);
 
   EchoServerOptions options_;
   BufferPool* pool_;
   bool pooled_;
-  size_t malloc_size_;
+  size_t read_size_;  // the most one read takes: kEchoReadBuffers buffers
   int epoll_fd_ = -1;
   bool listen_paused_ = false;  // out of descriptors: accept when one closes
-  std::vector<Chunk> chunks_;   // pooled: one per slot
   std::vector<Conn*> conns_;    // by descriptor
   std::vector<Conn*> starved_;  // waiting for a buffer
   size_t holding_ = 0;          // buffers/allocations carrying data
 };
 
-void EpollEchoServer::ReleaseChunk(Chunk* c) {
-  --holding_;
-  Counters::Sub(counters_->buffers_holding_data, 1);
-  if (pooled_) {
-    pool_->ReleaseRaw(c->data);
-  } else {
-    std::free(c);
+bool EpollEchoServer::Account(const Conn* conn, size_t before) {
+  const size_t now = Holding(conn);
+  if (now > before) {
+    holding_ += now - before;
+    counters_->AddHolding(now - before);
+    return false;
   }
+  holding_ -= before - now;
+  Counters::Sub(counters_->buffers_holding_data, before - now);
+  return now < before;
 }
 
 absl::Status EpollEchoServer::Run() {
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) return os::PosixError("epoll_create1", errno);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.ptr = &kListenTag;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev) != 0) {
-    return os::PosixError("epoll_ctl(listen)", errno);
+  absl::StatusOr<int> epoll_fd = os::EpollCreate();
+  if (!epoll_fd.ok()) return epoll_fd.status();
+  epoll_fd_ = *epoll_fd;
+  if (absl::Status s = os::EpollCtl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_,
+                                    EPOLLIN, &kListenTag);
+      !s.ok()) {
+    return s;
   }
-  ev.data.ptr = &kStopTag;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, stop_fd_, &ev) != 0) {
-    return os::PosixError("epoll_ctl(stop)", errno);
+  if (absl::Status s =
+          os::EpollCtl(epoll_fd_, EPOLL_CTL_ADD, stop_fd_, EPOLLIN, &kStopTag);
+      !s.ok()) {
+    return s;
   }
 
   epoll_event events[128];
@@ -127,13 +213,10 @@ absl::Status EpollEchoServer::Run() {
     // buffer at all (another user of the pool holds them) do we poll for
     // them every 10 ms.
     const int timeout = (!starved_.empty() && holding_ == 0) ? 10 : -1;
-    const int n = ::epoll_wait(epoll_fd_, events, 128, timeout);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return os::PosixError("epoll_wait", errno);
-    }
-    if (n == 0) WakeStarved();
-    for (int i = 0; i < n; ++i) {
+    absl::StatusOr<int> n = os::EpollWait(epoll_fd_, events, 128, timeout);
+    if (!n.ok()) return n.status();
+    if (*n == 0) WakeStarved();
+    for (int i = 0; i < *n; ++i) {
       void* tag = events[i].data.ptr;
       if (tag == &kStopTag) {
         stopping = true;
@@ -148,42 +231,37 @@ absl::Status EpollEchoServer::Run() {
   for (Conn* conn : conns_) {
     if (conn != nullptr) Close(conn);
   }
-  ::close(epoll_fd_);
+  (void)os::CloseSocket(epoll_fd_);
   epoll_fd_ = -1;
   return absl::OkStatus();
 }
 
 void EpollEchoServer::Accept() {
   for (;;) {
-    const int fd =
-        ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-          errno == ENOMEM) {
-        // Out of descriptors or memory: stop accepting until one closes
-        // (level-triggered, so leaving it armed would spin).
-        epoll_event ev{};
-        ev.data.ptr = &kListenTag;
-        ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+    absl::StatusOr<int> fd =
+        os::Accept(listen_fd_, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (!fd.ok()) {
+      if (fd.status().code() == absl::StatusCode::kResourceExhausted) {
+        // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM):
+        // stop accepting until one closes (level-triggered, so leaving it
+        // armed would spin).
+        (void)os::EpollCtl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, 0,
+                           &kListenTag);
         listen_paused_ = true;
       }
       return;  // EAGAIN, or an aborted connection: nothing to do
     }
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    auto* conn = new Conn;
-    conn->fd = fd;
+    (void)os::SetSockOptInt(*fd, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
+    auto* conn = new Conn(*pool_);
+    conn->fd = *fd;
     conn->events = EPOLLIN;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = conn;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      ::close(fd);
+    if (!os::EpollCtl(epoll_fd_, EPOLL_CTL_ADD, *fd, EPOLLIN, conn).ok()) {
+      (void)os::CloseSocket(*fd);
       delete conn;
       continue;
     }
-    if (static_cast<size_t>(fd) >= conns_.size()) conns_.resize(fd + 1);
-    conns_[fd] = conn;
+    if (static_cast<size_t>(*fd) >= conns_.size()) conns_.resize(*fd + 1);
+    conns_[*fd] = conn;
     Counters::Add(counters_->connections_accepted, 1);
     Counters::Add(counters_->connections_open, 1);
   }
@@ -206,145 +284,69 @@ void EpollEchoServer::OnEvent(Conn* conn, uint32_t events) {
 }
 
 void EpollEchoServer::Read(Conn* conn) {
-  iovec iov[kEchoReadBuffers];
-  int iovcnt = 0;
-  Chunk* fresh = nullptr;  // kMalloc: the one block of this read
+  // As many buffers as the unsent limit leaves room for (at least one).
   const size_t bs = pool_->buffer_size();
-  if (pooled_) {
-    // As many buffers as the unsent limit leaves room for (at least one).
-    const size_t room = options_.max_unsent_bytes - conn->unsent;
-    const size_t want =
-        std::clamp<size_t>((room + bs - 1) / bs, 1, kEchoReadBuffers);
-    for (; static_cast<size_t>(iovcnt) < want; ++iovcnt) {
-      std::byte* p = pool_->TryAcquireRaw();
-      if (p == nullptr) break;
-      iov[iovcnt] = {p, bs};
-    }
-  } else {
-    void* block = std::malloc(sizeof(Chunk) + malloc_size_);
-    if (block != nullptr) {
-      fresh = new (block) Chunk;
-      fresh->data = reinterpret_cast<std::byte*>(fresh + 1);
-      iov[iovcnt++] = {fresh->data, malloc_size_};
+  const size_t room = options_.max_unsent_bytes - conn->unsent;
+  const size_t max =
+      pooled_ ? std::clamp<size_t>((room + bs - 1) / bs * bs, bs, read_size_)
+              : read_size_;
+  const size_t before = Holding(conn);
+  absl::StatusOr<size_t> n = pooled_ ? ReadFrom(conn->fd, conn->chain, max)
+                                     : conn->blocks.Read(conn->fd, max);
+  Account(conn, before);
+  if (!n.ok()) {
+    switch (n.status().code()) {
+      case absl::StatusCode::kResourceExhausted:  // no buffer: wait for one
+        conn->starved = true;
+        starved_.push_back(conn);
+        Counters::Add(counters_->pool_dry_stalls, 1);
+        UpdateInterest(conn);
+        return;
+      case absl::StatusCode::kUnavailable:  // nothing to read after all
+        UpdateInterest(conn);
+        return;
+      default:  // reset or other error: nothing more can be delivered
+        Close(conn);
+        return;
     }
   }
-  if (iovcnt == 0) {
-    conn->starved = true;
-    starved_.push_back(conn);
-    Counters::Add(counters_->pool_dry_stalls, 1);
-    UpdateInterest(conn);
-    return;
-  }
-
-  ssize_t n;
-  do {
-    n = os::Sys().readv(conn->fd, iov, iovcnt);
-  } while (n < 0 && errno == EINTR);
-  const int err = errno;
-
-  // Queue the filled buffers in order; give back the rest.
-  size_t left = n > 0 ? static_cast<size_t>(n) : 0;
-  for (int i = 0; i < iovcnt; ++i) {
-    auto* data = static_cast<std::byte*>(iov[i].iov_base);
-    if (left == 0) {
-      if (pooled_) {
-        pool_->ReleaseRaw(data);
-      } else {
-        std::free(fresh);
-      }
-      continue;
-    }
-    Chunk* c = pooled_ ? &chunks_[pool_->SlotOf(data)] : fresh;
-    c->next = nullptr;
-    c->data = data;
-    c->off = 0;
-    c->len = static_cast<uint32_t>(std::min(left, iov[i].iov_len));
-    left -= c->len;
-    if (conn->tail != nullptr) {
-      conn->tail->next = c;
-    } else {
-      conn->head = c;
-    }
-    conn->tail = c;
-    ++holding_;
-    counters_->AddHolding(1);
-  }
-
-  if (n > 0) {
-    conn->unsent += n;
-    Counters::Add(counters_->bytes_received, n);
-    if (conn->unsent >= options_.max_unsent_bytes) {
-      conn->over_limit = true;
-      Counters::Add(counters_->unsent_limit_stalls, 1);
-    }
-    Flush(conn);  // may close conn
-    return;
-  }
-  if (n == 0) {
+  if (*n == 0) {
     conn->read_eof = true;  // half-close: echo what is queued, then close
     Flush(conn);
     return;
   }
-  if (err == EAGAIN || err == EWOULDBLOCK) {
-    UpdateInterest(conn);
-    return;
+  conn->unsent += *n;
+  Counters::Add(counters_->bytes_received, *n);
+  if (conn->unsent >= options_.max_unsent_bytes) {
+    conn->over_limit = true;
+    Counters::Add(counters_->unsent_limit_stalls, 1);
   }
-  Close(conn);  // reset or other error: nothing more can be delivered
+  Flush(conn);  // may close conn
 }
 
 void EpollEchoServer::Flush(Conn* conn) {
   bool released = false;
-  while (conn->head != nullptr && !conn->write_blocked) {
-    iovec iov[kEchoReadBuffers];
-    int iovcnt = 0;
-    for (Chunk* c = conn->head;
-         c != nullptr && iovcnt < static_cast<int>(kEchoReadBuffers);
-         c = c->next) {
-      iov[iovcnt++] = {c->data + c->off, c->len - c->off};
-    }
-    // sendmsg rather than writev: MSG_NOSIGNAL turns a write to a reset
-    // connection into EPIPE instead of a process-killing SIGPIPE.
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = iovcnt;
-    ssize_t n;
-    do {
-      n = ::sendmsg(conn->fd, &msg, MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        conn->write_blocked = true;
-        break;
-      }
-      Close(conn);  // EPIPE/ECONNRESET: the peer is gone
-      if (released) WakeStarved();
+  if (!QueueEmpty(conn) && !conn->write_blocked) {
+    const size_t before = Holding(conn);
+    absl::StatusOr<size_t> n =
+        pooled_ ? WriteTo(conn->fd, conn->chain) : conn->blocks.Write(conn->fd);
+    released = Account(conn, before);
+    if (!n.ok() && n.status().code() != absl::StatusCode::kUnavailable) {
+      Close(conn);  // the peer is gone (EPIPE/ECONNRESET)
+      WakeStarved();
       return;
     }
-    size_t sent = static_cast<size_t>(n);
+    const size_t sent = n.ok() ? *n : 0;
     conn->unsent -= sent;
     Counters::Add(counters_->bytes_sent, sent);
-    size_t total = 0;
-    for (int i = 0; i < iovcnt; ++i) total += iov[i].iov_len;
-    while (sent > 0) {
-      Chunk* c = conn->head;
-      const size_t in_chunk = c->len - c->off;
-      if (sent < in_chunk) {
-        c->off += static_cast<uint32_t>(sent);
-        break;
-      }
-      sent -= in_chunk;
-      conn->head = c->next;
-      if (conn->head == nullptr) conn->tail = nullptr;
-      ReleaseChunk(c);
-      released = true;
-    }
-    if (static_cast<size_t>(n) < total) conn->write_blocked = true;
+    // WriteTo stops early only when the socket would block.
+    if (!QueueEmpty(conn)) conn->write_blocked = true;
   }
   if (conn->over_limit && conn->unsent <= options_.max_unsent_bytes / 2) {
     conn->over_limit = false;
   }
   if (released) WakeStarved();
-  if (conn->read_eof && conn->head == nullptr) {
+  if (conn->read_eof && QueueEmpty(conn)) {
     Close(conn);
     return;
   }
@@ -354,12 +356,9 @@ void EpollEchoServer::Flush(Conn* conn) {
 void EpollEchoServer::UpdateInterest(Conn* conn) {
   uint32_t want = 0;
   if (Readable(conn)) want |= EPOLLIN;
-  if (conn->head != nullptr && conn->write_blocked) want |= EPOLLOUT;
+  if (!QueueEmpty(conn) && conn->write_blocked) want |= EPOLLOUT;
   if (want == conn->events) return;
-  epoll_event ev{};
-  ev.events = want;
-  ev.data.ptr = conn;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn->fd, &ev);
+  (void)os::EpollCtl(epoll_fd_, EPOLL_CTL_MOD, conn->fd, want, conn);
   conn->events = want;
 }
 
@@ -378,24 +377,22 @@ void EpollEchoServer::WakeStarved() {
 }
 
 void EpollEchoServer::Close(Conn* conn) {
-  while (Chunk* c = conn->head) {
-    conn->head = c->next;
-    ReleaseChunk(c);
-  }
+  const size_t before = Holding(conn);
+  conn->chain.Clear();
+  conn->blocks.Clear();
+  Account(conn, before);
   if (conn->starved) {
     std::replace(starved_.begin(), starved_.end(), conn,
                  static_cast<Conn*>(nullptr));
   }
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, nullptr);
+  (void)os::EpollCtl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, 0, nullptr);
   conns_[conn->fd] = nullptr;
-  os::Sys().close(conn->fd);
+  (void)os::CloseSocket(conn->fd);
   delete conn;
   Counters::Sub(counters_->connections_open, 1);
   if (listen_paused_) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = &kListenTag;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+    (void)os::EpollCtl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, EPOLLIN,
+                       &kListenTag);
     listen_paused_ = false;
   }
 }

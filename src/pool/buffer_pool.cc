@@ -1,45 +1,87 @@
-// BufferPool: slow paths, thread caches, creation and destruction.
+// BufferPool: slow paths, thread caches, reclaiming, creation and destruction.
 //
-// The cache-hit fast paths are inline in include/bufpool/buffer_pool.h; this
-// file holds everything that touches shared state.
+// The cache-hit fast paths are inline in include/bufpool/internal/
+// buffer_pool_inl.h; this file holds everything that touches shared state.
 //
-// Accounting. The depot knows how many free slots it holds (Depot::Size():
-// its lists keep depths in their links), so no counter follows it and an
-// uncached acquire or release pays no counter update. The thread caches'
-// free slots are counted "as last reported":
+// Thread caches. Each pool has a fixed index into the thread-local table
+// internal::tls_caches (assigned at Create() to the index the fewest live
+// pools share), so a thread that alternates between pools finds each pool's
+// cache with one load. Entries are replaced on a miss (Attach), and a thread
+// keeps one ThreadCache per pool it used; caches of destroyed pools are
+// detached by the pool and freed at the thread's next attach.
 //
-//   in_caches = sum over caches of c.reported
+// Accounting. The free slots are those in the depot and in the caches:
 //
-// A cache reports (folds) its count only on its owner's slow paths, so cache
-// hits touch no shared counter either. Then, exactly whenever no
-// acquire/release is in flight,
+//   in_use = capacity - D - sum over caches of Total(c)
 //
-//   in_use = capacity - depot.Size() - in_caches
-//            - sum over caches of (c.count - c.reported).
+// exact whenever no call is in flight. D is the depot's size: with caches
+// off the depot is a single list whose links carry depths (exact at every
+// pop, no counter); with caches on, `Shared::depot_free`, updated by one
+// atomic add per batch moved. Moves keep an order so that a slot in transit
+// counts as in use, never as free twice: a pop lowers depot_free before the
+// cache's count rises, a push raises it after the count fell.
 //
-// Between two folds a cache's lowest count (`low_water`) marks its thread's
-// peak, so at each fold the pool's high-water mark is raised to capacity -
-// (the depot and in_caches, less c.reported, as before the fold's own move)
-// - c.low_water: exact for a single thread. With several threads it may be
-// off by their unreported cache movements, and by a move another thread
-// makes between the reads of the depot and of in_caches (two loads now, no
-// longer one counter). An uncached acquire raises it to
-// capacity - (the depot right after its pop + in_caches), exact with caches
-// off: the pop reads the depot's size from the link it removed. Stats()
-// adds up the depot and the caches only between moves of slots from one to
-// the other (PoolAccess::MoveGuard), so it never counts a moving batch in
-// neither place.
+// High water. Every change of depot_free is an event made by one cache (or
+// by a thread without one, low = 0): it raises high_water to
+//
+//   capacity - (depot_free just before the change) - low_water(c)
+//
+// and then restarts c's window (low_water = its count). Why it is never
+// below the true peak: take the peak at time t*, and the first change of
+// depot_free after it, made by cache c (or the next Stats()). depot_free did
+// not change between t* and that event, so the value just before the event
+// is D(t*); c made no move in between, so its window contains t* and
+// low_water(c) <= Total(c)(t*). Hence the estimate >= capacity - D(t*) -
+// Total(c)(t*) >= in_use(t*). It needs no read of another thread's cache,
+// so no interleaving can make it low. It counts the other caches' free
+// slots as in use, so it may exceed the peak by them (at most threads x
+// cache_capacity); with one thread, or caches off, it is exact. Stats()
+// adds its own estimate from every cache's low_water, so a peak made by
+// cache hits after the last event is seen too.
+//
+// Reclaiming. A thread blocked in the kernel (on a condition variable, in
+// epoll_wait, asleep) may hold free slots in its caches that a waiter needs.
+// Acquire() takes them (Reclaim) without adding anything to the owner's
+// cache hit path, which stays plain loads and stores:
+//   1. The owner touches its cache without a lock only in sections that
+//      begin by reading fast == pool and contain no system call (the inline
+//      fast paths, and the slow paths' unlocked sections, WithCache); in
+//      every other case it holds the cache's `mu`.
+//   2. A reclaimer locks the cache's `mu` (so the owner is in no locked
+//      section), clears `fast`, and runs os::HeavyFence() (membarrier): from
+//      then on every section the owner begins reads fast == nullptr and
+//      takes the lock instead. The fence stands in for the fence that the
+//      owner's section would otherwise need between its load of `fast` and
+//      its accesses (the asymmetric-fence pattern of folly's hazard
+//      pointers and of liburcu).
+//   3. It then asks the kernel whether the owner is asleep in a system call
+//      (os::GetThreadState), or gone (a child after fork()). If so, the owner
+//      is in no section (sections make no system calls), will begin none before
+//      it returns, and every one it begins after sees the cleared tag (2): the
+//      reclaimer may take every slot. If the owner is running it is skipped;
+//      the waiter's StopFastPaths made that owner's next release hand its slots
+//      over.
+//   4. The owner's next slow path finds `fast` cleared, locks, and turns
+//      the fast paths back on (RestoreFast) once nobody waits.
+// ThreadSanitizer builds add a Dekker flag to rule 1 that TSan can model
+// (internal/thread_cache.h, BUFPOOL_INTERNAL_SECTION_FLAGS); the protocol
+// above is what every other build runs. The cost lies on the rare side only: a
+// lock, one membarrier and one read of /proc per non-empty cache, when the
+// depot is empty and a thread asks to wait. (A flag the owner set and cleared
+// around each operation would have cost two stores on every cache hit.)
 //
 // Locks. g_registry_mu guards the link between pools and thread caches
-// (Shared::caches, writes of ThreadCache::pool, thread exit). Each pool's
-// Shared::caches_mu guards writes of its caches' `fast` tags and, with the
-// registry, changes to Shared::caches (so either lock suffices to read it):
-// a thread about to sleep in Acquire() clears the tags under it alone, not
-// behind a process-wide lock. Shared::wait_mu guards only the Acquire()
-// sleep. Order: registry before caches_mu, wait_mu before caches_mu
-// (caches_mu is innermost); Acquire() attaches its cache before taking
-// wait_mu so it never needs the registry while holding wait_mu.
+// (Shared::caches, ThreadCache::pool, thread exit, the table indexes) and
+// serializes reclaimers. Each pool's Shared::caches_mu guards writes of its
+// caches' `fast` tags to non-null and, with the registry, changes to
+// Shared::caches. ThreadCache::mu: see above. Shared::wait_mu guards only
+// the Acquire() sleep. Order: registry, then ThreadCache::mu, then
+// caches_mu; wait_mu before ThreadCache::mu. Nothing takes the registry or
+// wait_mu while holding a ThreadCache::mu, and Acquire() attaches its cache
+// and reclaims outside wait_mu.
 #include "bufpool/buffer_pool.h"
+
+#include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,16 +97,23 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "arena/arena.h"
 #include "bufpool/internal/shared_access.h"
+#include "os/thread.h"
 #include "pool/depot.h"
 
 namespace bufpool {
 
 namespace internal {
 ThreadCache g_no_cache;
-constinit thread_local ThreadCache* tls_cache = &g_no_cache;
+constinit thread_local ThreadCache*
+    tls_caches[kCacheTableSize] BUFPOOL_INTERNAL_TLS_MODEL = {
+        &g_no_cache, &g_no_cache, &g_no_cache, &g_no_cache,
+        &g_no_cache, &g_no_cache, &g_no_cache, &g_no_cache,
+        &g_no_cache, &g_no_cache, &g_no_cache, &g_no_cache,
+        &g_no_cache, &g_no_cache, &g_no_cache, &g_no_cache,
+};
+static_assert(kCacheTableSize == 16, "initialise every entry above");
 }  // namespace internal
 
 using internal::ThreadCache;
@@ -72,12 +121,14 @@ using internal::ThreadCache;
 namespace {
 
 constinit std::mutex g_registry_mu;
+// Live pools per table index (registry).
+constinit uint32_t g_index_users[internal::kCacheTableSize] = {};
 // Set once this thread's caches are torn down: later releases (from other
 // thread_local destructors) go straight to the shared depot.
 constinit thread_local bool tl_exiting = false;
 
 // This thread's caches, one per pool it has used. Only the owning thread
-// changes the vector; entries whose pool died are pruned under the registry.
+// changes the vector; entries whose pool died are pruned on the next attach.
 class ThreadCaches {
  public:
   ~ThreadCaches();
@@ -86,8 +137,13 @@ class ThreadCaches {
 
 thread_local ThreadCaches tl_caches;
 
-// Raises `target` to `value`, clamped to `limit`: estimates taken while
-// other threads move buffers can overshoot for an instant.
+// In a child after fork() the forking thread has a new kernel id; its caches
+// must name it, or a reclaimer would ask /proc about another thread.
+void RetagCachesAfterFork() {
+  const int tid = os::CurrentThreadId();
+  for (auto& c : tl_caches.caches) c->tid = tid;
+}
+
 void UpdateMax(std::atomic<size_t>& target, int64_t value, size_t limit) {
   if (value <= 0) return;
   value = std::min<int64_t>(value, static_cast<int64_t>(limit));
@@ -102,10 +158,7 @@ absl::Status DeadlineError(const BufferPool& pool, absl::Duration timeout) {
   return absl::DeadlineExceededError(absl::StrCat(
       "BufferPool::Acquire: no buffer became free within ",
       absl::FormatDuration(timeout), " (capacity ", pool.capacity(), " x ",
-      pool.buffer_size(),
-      " bytes; none in the shared list, and other threads' caches may hold "
-      "up to ",
-      pool.cache_capacity(), " idle buffers each)"));
+      pool.buffer_size(), " bytes, all in use)"));
 }
 
 }  // namespace
@@ -116,15 +169,12 @@ struct BufferPool::Shared {
 
   Arena arena;
   Depot depot;
-  // See "Accounting" above. Relaxed: statistics only; no decision that
-  // guards memory depends on them.
-  alignas(64) std::atomic<int64_t> in_caches{0};
-  // Moves of slots between a cache and the depot, begun and finished (see
-  // PoolAccess::MoveGuard and Stats()).
-  std::atomic<uint64_t> moves_begun{0};
-  std::atomic<uint64_t> moves_done{0};
+  // The depot's size with caches on (see "Accounting"); relaxed: a
+  // statistic, and each read-modify-write returns the exact value before it.
+  alignas(64) std::atomic<int64_t> depot_free{0};
   std::atomic<size_t> high_water{0};
   std::atomic<uint64_t> failures{0};
+  std::atomic<uint64_t> timeouts{0};
   std::mutex wait_mu;
   std::condition_variable wait_cv;
   std::mutex caches_mu;              // see "Locks" above
@@ -143,118 +193,8 @@ struct PoolAccess {
     std::abort();
   }
 
-  // Brackets a move of slots between a thread cache and the depot, from
-  // before the depot changes until the cache has folded it in. Stats() takes
-  // its picture only while no move is open, and retries when one began
-  // during it: otherwise it could read the depot after a refill and the
-  // cache before it, see the refilled slots nowhere, and raise high_water by
-  // a whole batch that was never in use. (A seqlock with many writers: the
-  // counts say "none open", the release fence orders the begin before the
-  // move's stores, as Stats()'s acquire fence orders its loads.)
-  class MoveGuard {
-   public:
-    explicit MoveGuard(BufferPool& p) : s_(*p.shared_) {
-      s_.moves_begun.fetch_add(1, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_release);
-    }
-    ~MoveGuard() { s_.moves_done.fetch_add(1, std::memory_order_release); }
-    MoveGuard(const MoveGuard&) = delete;
-    MoveGuard& operator=(const MoveGuard&) = delete;
-
-   private:
-    BufferPool::Shared& s_;
-  };
-
   static uint32_t RefillBatch(const BufferPool& p) {
     return static_cast<uint32_t>(std::max<size_t>(1, p.cache_capacity_ / 2));
-  }
-
-  // This thread's cache for `p`, attaching one on first use; nullptr when
-  // caches are off or the thread is exiting.
-  static ThreadCache* CacheFor(BufferPool& p) {
-    if (p.cache_capacity_ == 0) return nullptr;
-    if (ThreadCache* c = p.MyCache()) {
-      if (c->fast.load(std::memory_order_relaxed) != &p) [[unlikely]] {
-        RestoreFast(p, *c);
-      }
-      return c;
-    }
-    return Attach(p);
-  }
-
-  // Whether the fast paths may serve `p` (ThreadCache::fast). Read under
-  // caches_mu, which Acquire() holds while it turns every cache's fast paths
-  // off: if Acquire() locked first, its waiters_ increment is visible here;
-  // if we did, its clear comes after our store and wins. So a sleeper's
-  // clear is never undone while it sleeps.
-  static BufferPool* FastFor(BufferPool& p) {
-    return p.scrub_ || p.waiters_.load(std::memory_order_seq_cst) != 0 ? nullptr
-                                                                       : &p;
-  }
-
-  // A slow path found the fast paths off; turns them back on once nobody
-  // waits. Rare: once per cache after each period of waiting.
-  [[gnu::noinline]] static void RestoreFast(BufferPool& p, ThreadCache& c) {
-    if (p.scrub_ || p.waiters_.load(std::memory_order_relaxed) != 0) return;
-    std::lock_guard<std::mutex> lock(p.shared_->caches_mu);
-    c.fast.store(FastFor(p), std::memory_order_relaxed);
-  }
-
-  // Acquire() is about to sleep (waiters_ already counts it): every cache's
-  // releases must now take the slow path, which hands buffers over. A
-  // release that still took a fast path between Acquire()'s failed Take and
-  // this clear stays in its thread's cache until that thread's next release
-  // (see the header on Acquire()).
-  static void StopFastPaths(BufferPool& p) {
-    std::lock_guard<std::mutex> lock(p.shared_->caches_mu);
-    for (ThreadCache* c : p.shared_->caches) {
-      c->fast.store(nullptr, std::memory_order_relaxed);
-    }
-  }
-
-  // CacheFor's first use on this thread (or after using another pool): out
-  // of line, so that the checks above inline into every slow path.
-  [[gnu::noinline]] static ThreadCache* Attach(BufferPool& p) {
-    if (tl_exiting) return nullptr;
-    ThreadCaches& mine = tl_caches;
-    for (auto& owned : mine.caches) {
-      if (owned->pool.load(std::memory_order_relaxed) == &p) {
-        internal::tls_cache = owned.get();
-        return owned.get();
-      }
-    }
-    auto owned = std::make_unique<ThreadCache>();
-    ThreadCache& c = *owned;
-    c.capacity = static_cast<uint32_t>(p.cache_capacity_ - 1);  // + hot
-    {
-      std::lock_guard<std::mutex> lock(g_registry_mu);
-      std::erase_if(mine.caches, [](const std::unique_ptr<ThreadCache>& o) {
-        return o->pool.load(std::memory_order_relaxed) == nullptr;
-      });
-      c.pool.store(&p, std::memory_order_relaxed);
-      std::lock_guard<std::mutex> tags(p.shared_->caches_mu);
-      c.fast.store(FastFor(p), std::memory_order_relaxed);
-      p.shared_->caches.push_back(&c);
-    }
-    mine.caches.push_back(std::move(owned));
-    internal::tls_cache = &c;
-    return &c;
-  }
-
-  // Free buffers: the depot's and the caches' (see "Accounting" above).
-  // Caller holds g_registry_mu (for the cache list).
-  static int64_t FreeNow(const BufferPool& p) {
-    int64_t free_now = static_cast<int64_t>(p.shared_->depot.Size()) +
-                       p.shared_->in_caches.load(std::memory_order_relaxed);
-    for (const ThreadCache* c : p.shared_->caches) {
-      free_now += static_cast<int64_t>(Total(*c)) -
-                  c->reported.load(std::memory_order_relaxed);
-    }
-    return free_now;
-  }
-  static size_t InUse(const BufferPool& p, int64_t free_now) {
-    const int64_t cap = static_cast<int64_t>(p.capacity_);
-    return static_cast<size_t>(std::clamp<int64_t>(cap - free_now, 0, cap));
   }
 
   static uint32_t Total(const ThreadCache& c) {
@@ -262,10 +202,119 @@ struct PoolAccess {
            (c.hot.load(std::memory_order_relaxed) != ThreadCache::kNone);
   }
 
+  // ---- Finding this thread's cache
+
+  // This thread's cache for `p`, attaching one on first use; nullptr when
+  // caches are off or the thread is exiting.
+  static ThreadCache* CacheFor(BufferPool& p) {
+    if (p.cache_capacity_ == 0) return nullptr;
+    ThreadCache* c = internal::tls_caches[p.cache_index_];
+    if (c->pool.load(std::memory_order_relaxed) == &p) return c;
+    return Attach(p);
+  }
+
+  // This thread's cache for `p` if it has one (attaches none).
+  static ThreadCache* FindCache(BufferPool& p) {
+    if (p.cache_capacity_ == 0 || tl_exiting) return nullptr;
+    ThreadCache* c = internal::tls_caches[p.cache_index_];
+    if (c->pool.load(std::memory_order_relaxed) == &p) return c;
+    for (auto& owned : tl_caches.caches) {
+      if (owned->pool.load(std::memory_order_relaxed) == &p) return owned.get();
+    }
+    return nullptr;
+  }
+
+  // CacheFor's miss: this thread's existing cache for `p` (another pool
+  // took the table entry), or a new one. Out of line, so that the check
+  // above inlines into every slow path.
+  [[gnu::noinline]] static ThreadCache* Attach(BufferPool& p) {
+    if (tl_exiting) return nullptr;
+    ThreadCaches& mine = tl_caches;
+    for (auto& owned : mine.caches) {
+      if (owned->pool.load(std::memory_order_relaxed) == &p) {
+        internal::tls_caches[p.cache_index_] = owned.get();
+        return owned.get();
+      }
+    }
+    auto owned = std::make_unique<ThreadCache>();
+    ThreadCache& c = *owned;
+    c.capacity = static_cast<uint32_t>(p.cache_capacity_ - 1);  // + hot
+    c.tid = os::CurrentThreadId();
+    static const bool retag_registered =
+        pthread_atfork(nullptr, nullptr, RetagCachesAfterFork) == 0;
+    (void)retag_registered;
+    {
+      std::lock_guard<std::mutex> lock(g_registry_mu);
+      // Caches of destroyed pools (detached: pool == nullptr) go now; no
+      // list holds them, and no table entry may keep pointing at one.
+      std::erase_if(mine.caches, [](const std::unique_ptr<ThreadCache>& o) {
+        if (o->pool.load(std::memory_order_relaxed) != nullptr) return false;
+        for (ThreadCache*& entry : internal::tls_caches) {
+          if (entry == o.get()) entry = &internal::g_no_cache;
+        }
+        return true;
+      });
+      c.pool.store(&p, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> tags(p.shared_->caches_mu);
+      c.fast.store(FastFor(p), std::memory_order_relaxed);
+      p.shared_->caches.push_back(&c);
+    }
+    mine.caches.push_back(std::move(owned));
+    internal::tls_caches[p.cache_index_] = &c;
+    return &c;
+  }
+
+  // ---- Fast tags
+
+  // Whether the fast paths may serve `p`. Read under caches_mu, which
+  // Acquire() holds while it turns every cache's fast paths off: if
+  // Acquire() locked first, its waiters_ increment is visible here; if we
+  // did, its clear comes after our store and wins.
+  static BufferPool* FastFor(BufferPool& p) {
+    return p.scrub_ || p.waiters_.load(std::memory_order_seq_cst) != 0 ? nullptr
+                                                                       : &p;
+  }
+
+  // The owner, holding c.mu, found the fast paths off; turns them back on
+  // once nobody waits (a reclaimer holds c.mu while it needs them off).
+  static void RestoreFast(BufferPool& p, ThreadCache& c) {
+    if (c.fast.load(std::memory_order_relaxed) == &p || p.scrub_ ||
+        p.waiters_.load(std::memory_order_relaxed) != 0) {
+      return;
+    }
+    std::lock_guard<std::mutex> lock(p.shared_->caches_mu);
+    c.fast.store(FastFor(p), std::memory_order_relaxed);
+  }
+
+  // Acquire() is about to sleep (waiters_ already counts it): every cache's
+  // releases must now take the slow path, which hands buffers over.
+  static void StopFastPaths(BufferPool& p) {
+    std::lock_guard<std::mutex> lock(p.shared_->caches_mu);
+    for (ThreadCache* c : p.shared_->caches) {
+      if (c->fast.load(std::memory_order_relaxed) != nullptr) {
+        c->unsettled.store(true, std::memory_order_relaxed);
+      }
+      c->fast.store(nullptr, std::memory_order_seq_cst);
+    }
+  }
+
+  // Runs f() on the owner's cache `c`: unlocked while its fast tag is set
+  // (f must then make no system call; see "Reclaiming", rule 1), else under
+  // c.mu.
+  template <class F>
+  static auto WithCache(BufferPool& p, ThreadCache& c, F&& f) {
+    {
+      const internal::OwnerSection section(&c);
+      if (c.fast.load(internal::kFastOrder) == &p) return f();
+    }
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.unsettled.store(false, std::memory_order_relaxed);  // in no fast path
+    RestoreFast(p, c);
+    return f();
+  }
+
   // Moves `hot` onto the stack (which has a spare entry for it), so slow
-  // paths deal with the stack alone. Invariant: outside a slow path the
-  // stack holds at most `capacity`; a slow path that folds `hot` in then
-  // takes from the stack or spills it before returning.
+  // paths deal with the stack alone.
   static void FoldHot(ThreadCache& c) {
     const uint32_t hot = c.hot.load(std::memory_order_relaxed);
     if (hot == ThreadCache::kNone) return;
@@ -275,160 +324,216 @@ struct PoolAccess {
     c.hot.store(ThreadCache::kNone, std::memory_order_relaxed);
   }
 
-  // Moves the cache's unreported movements into `in_caches`, after the
-  // caller moved `to_shared` slots into (positive) or out of (negative) the
-  // depot, and raises the high-water mark from the window just closed.
-  static void Fold(BufferPool& p, ThreadCache& c, int64_t to_shared) {
+  // ---- Depot moves and their accounting (see "Accounting", "High water")
+
+  // After popping n > 0 slots (the depot's list held `left` after the pop
+  // when it keeps no magazines). `low` is the popping cache's low_water (0
+  // without a cache); `to_user` when the slots go to users, not a cache.
+  static void Popped(BufferPool& p, uint32_t n, uint32_t left, uint32_t low,
+                     bool to_user) {
     BufferPool::Shared& s = *p.shared_;
-    const int64_t count = Total(c);
-    const int64_t reported = c.reported.load(std::memory_order_relaxed);
-    // Free outside this cache during the window: the depot before the move.
-    const int64_t elsewhere = static_cast<int64_t>(s.depot.Size()) - to_shared +
-                              s.in_caches.load(std::memory_order_relaxed) -
-                              reported;
-    const int64_t peak =
-        static_cast<int64_t>(p.capacity_) - elsewhere -
-        static_cast<int64_t>(c.low_water.load(std::memory_order_relaxed));
-    UpdateMax(s.high_water, peak, p.capacity_);
-    s.in_caches.fetch_add(count - reported, std::memory_order_relaxed);
-    c.reported.store(static_cast<uint32_t>(count), std::memory_order_relaxed);
-    // The stack alone, not the total: the invariant low_water <= count lets
-    // the cache-hit acquire take `hot` without checking low_water (see
-    // ThreadCache). Every caller folds `hot` in first, except Give's spill,
-    // whose `hot` was released just now; the total was `count` a moment
-    // before, so the new window starts at a value the total really had.
-    c.low_water.store(c.count.load(std::memory_order_relaxed),
-                      std::memory_order_relaxed);
+    const int64_t before =
+        p.cache_capacity_ != 0
+            ? s.depot_free.fetch_sub(n, std::memory_order_relaxed)
+            : int64_t{left} + n;
+    UpdateMax(s.high_water,
+              static_cast<int64_t>(p.capacity_) - before - low +
+                  (to_user ? int64_t{n} : 0),
+              p.capacity_);
   }
 
-  // Takes one free slot (cache, refill, or shared depot) and hands it out
-  // (HandOut); kNoSlot when none is free. Counts no failure. Adds to *reshelved
+  // After pushing n slots that have already left the cache's count.
+  static void Pushed(BufferPool& p, uint32_t n, uint32_t low) {
+    if (p.cache_capacity_ == 0) return;  // a push never raises in_use
+    BufferPool::Shared& s = *p.shared_;
+    const int64_t before = s.depot_free.fetch_add(n, std::memory_order_relaxed);
+    UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - before - low,
+              p.capacity_);
+  }
+
+  // Refills c's empty stack with up to `max` slots; the count it holds now.
+  static uint32_t Refill(BufferPool& p, ThreadCache& c, uint32_t max,
+                         uint32_t* reshelved) {
+    const uint32_t low = c.low_water.load(std::memory_order_relaxed);
+    const uint32_t n =
+        p.shared_->depot.Pop(c.slots, max, &c.spare, reshelved, nullptr);
+    if (n == 0) return 0;
+    Popped(p, n, 0, low, /*to_user=*/false);
+    // Pop wrote the shared top first; the cache's top is its last entry.
+    std::reverse(c.slots, c.slots + n);
+    c.count.store(n, std::memory_order_relaxed);
+    c.low_water.store(n, std::memory_order_relaxed);
+    return n;
+  }
+
+  // Moves every free slot of `c` to the depot; the number moved. The caller
+  // is the owner in a section (rule 1) or holds c.mu with the owner blocked
+  // or gone.
+  static uint32_t Evict(BufferPool& p, ThreadCache& c) {
+    FoldHot(c);
+    const uint32_t n = c.count.load(std::memory_order_relaxed);
+    if (n == 0) return 0;
+    const uint32_t low = c.low_water.load(std::memory_order_relaxed);
+    c.count.store(0, std::memory_order_relaxed);
+    p.shared_->depot.Push(c.slots, n, &c.spare);
+    Pushed(p, n, low);
+    c.low_water.store(0, std::memory_order_relaxed);
+    return n;
+  }
+
+  // ---- Acquire side
+
+  // Takes one free slot (this thread's cache, or the depot) and hands it
+  // out; kNoSlot when none is free. Counts no failure. Adds to *reshelved
   // the slots it put back into the depot, for which the caller owes waiters
-  // a wake-up (WakeWaiters, or notify when it holds wait_mu).
+  // a wake-up.
   static uint32_t Take(BufferPool& p, uint32_t* reshelved) {
     ThreadCache* const c = CacheFor(p);
     if (c == nullptr) return TakeUncached(p, reshelved);
-    FoldHot(*c);
-    uint32_t n = c->count.load(std::memory_order_relaxed);
-    if (n == 0) {
-      const MoveGuard move(p);
-      // While threads wait, take one at a time so a refill never strands
-      // buffers in this cache that a waiter needs.
-      const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
-      n = p.shared_->depot.Pop(c->slots, waiting ? 1 : RefillBatch(p),
-                               &c->spare, reshelved);
-      if (n == 0) return BufferPool::kNoSlot;
-      // Pop wrote the shared top first; the cache's top is its last entry.
-      std::reverse(c->slots, c->slots + n);
+    return WithCache(p, *c, [&] {
+      FoldHot(*c);
+      uint32_t n = c->count.load(std::memory_order_relaxed);
+      if (n == 0) {
+        // While threads wait, take one at a time so a refill never strands
+        // buffers in this cache that a waiter needs.
+        const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
+        n = Refill(p, *c, waiting ? 1 : RefillBatch(p), reshelved);
+        if (n == 0) return BufferPool::kNoSlot;
+      }
+      --n;
+      const uint32_t slot = c->slots[n];
       c->count.store(n, std::memory_order_relaxed);
-      Fold(p, *c, -static_cast<int64_t>(n));
-    }
-    --n;
-    const uint32_t slot = c->slots[n];
-    c->count.store(n, std::memory_order_relaxed);
-    if (n < c->low_water.load(std::memory_order_relaxed)) {
-      c->low_water.store(n, std::memory_order_relaxed);
-    }
-    HandOut(p, slot);
-    return slot;
+      if (n < c->low_water.load(std::memory_order_relaxed)) {
+        c->low_water.store(n, std::memory_order_relaxed);
+      }
+      HandOut(p, slot);
+      return slot;
+    });
   }
 
-  // Take() for a caller without a cache: caches off (AcquireSlow() calls this
-  // directly, to keep the uncached pair's path short) or a thread past its
-  // caches' teardown. One pop from the depot's list, which also says how
-  // many slots it left (see "Accounting").
+  // Take() without a cache: caches off (AcquireSlow() calls this directly,
+  // to keep the uncached pair's path short) or a thread past its caches'
+  // teardown.
   static uint32_t TakeUncached(BufferPool& p, uint32_t* reshelved) {
     BufferPool::Shared& s = *p.shared_;
-    uint32_t left;
-    const uint32_t slot = s.depot.PopOne(reshelved, &left);
-    if (slot == BufferPool::kNoSlot) return BufferPool::kNoSlot;
-    const int64_t free_now =  // in_caches is 0 with caches off
-        left + s.in_caches.load(std::memory_order_relaxed);
-    UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - free_now,
-              p.capacity_);
+    uint32_t slot;
+    if (p.cache_capacity_ == 0) {
+      uint32_t left;
+      slot = s.depot.PopOne(reshelved, &left);
+      if (slot == BufferPool::kNoSlot) return BufferPool::kNoSlot;
+      Popped(p, 1, left, 0, /*to_user=*/true);
+    } else if (s.depot.Pop(&slot, 1, nullptr, reshelved, nullptr) != 0) {
+      Popped(p, 1, 0, 0, /*to_user=*/true);
+    } else {
+      return BufferPool::kNoSlot;
+    }
     HandOut(p, slot);
     return slot;
   }
 
   // The slot leaves the pool: under ASan its buffer becomes usable. (Raw
-  // acquires also mark the state byte; that is theirs to do, see state_.)
+  // acquires also mark the state byte; that is theirs to do.)
   static void HandOut(BufferPool& p, uint32_t slot) {
     BUFPOOL_INTERNAL_UNPOISON(p.SlotData(slot), p.buffer_size_);
   }
 
+  // ---- Release side
+
   // Puts a slot back that the caller already released (raw: state cleared;
-  // scrubbed and poisoned by ReleaseSlow or the bulk path).
+  // scrubbed and poisoned).
   static void Give(BufferPool& p, uint32_t slot) {
     ThreadCache* const c = CacheFor(p);
-    if (c == nullptr) return GiveUncached(p, slot);
-    const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
-    if (!waiting &&
-        c->hot.load(std::memory_order_relaxed) == ThreadCache::kNone) {
-      c->hot.store(slot, std::memory_order_relaxed);
-      return;
-    }
-    FoldHot(*c);
-    const uint32_t n = c->count.load(std::memory_order_relaxed);
-    if (n > c->capacity + 1) [[unlikely]] {
-      DieCorrupt(p, "thread cache over capacity", n);
-    }
-    if (!waiting && n <= c->capacity) {
-      // Room after all: we got here because the cache's fast tag is off
-      // (a scrubbing pool, or a wait just ended), this thread last used
-      // another pool, or from ReleaseBulk; not because the cache is full.
-      c->hot.store(slot, std::memory_order_relaxed);
-      return;
-    }
-    Depot& depot = p.shared_->depot;
-    uint32_t pushed;
-    {
-      const MoveGuard move(p);
+    if (c == nullptr) return GiveUncached(p, &slot, 1);
+    const uint32_t pushed = WithCache(p, *c, [&]() -> uint32_t {
+      const bool waiting = p.waiters_.load(std::memory_order_relaxed) != 0;
+      if (!waiting &&
+          c->hot.load(std::memory_order_relaxed) == ThreadCache::kNone) {
+        c->hot.store(slot, std::memory_order_relaxed);
+        return 0;
+      }
+      FoldHot(*c);
+      const uint32_t n = c->count.load(std::memory_order_relaxed);
+      if (n > c->capacity + 1) [[unlikely]] {
+        DieCorrupt(p, "thread cache over capacity", n);
+      }
+      if (!waiting && n <= c->capacity) {
+        // Room after all: the fast tag is off (a scrubbing pool, a wait just
+        // ended, a reclaim), not a full cache.
+        c->hot.store(slot, std::memory_order_relaxed);
+        return 0;
+      }
       if (waiting) {
         // Someone sleeps in Acquire(): hand over this slot and every idle
         // one we hold (slots has room for capacity + 2).
         c->slots[n] = slot;
-        pushed = n + 1;
-        depot.Push(c->slots, pushed, &c->spare);
-        c->count.store(0, std::memory_order_relaxed);
-      } else {
-        // Full (n == capacity + 1): spill the older entries down to about
-        // half the stack, in whole refill batches so that they travel as
-        // magazines (see Depot); the released slot becomes the hot one.
-        const uint32_t batch = RefillBatch(p);
-        pushed = std::max(batch, (n - c->capacity / 2) / batch * batch);
-        depot.Push(c->slots, pushed, &c->spare);
-        std::memmove(c->slots, c->slots + pushed,
-                     (n - pushed) * sizeof(uint32_t));
-        c->count.store(n - pushed, std::memory_order_relaxed);
-        c->hot.store(slot, std::memory_order_relaxed);
+        c->count.store(n + 1, std::memory_order_relaxed);
+        return Evict(p, *c);
       }
-      Fold(p, *c, pushed);
-    }
+      // Full (n == capacity + 1): spill the older entries down to about
+      // half the stack, in whole refill batches so that they travel as
+      // magazines (see Depot); the released slot becomes the hot one.
+      const uint32_t batch = RefillBatch(p);
+      const uint32_t pushed =
+          std::max(batch, (n - c->capacity / 2) / batch * batch);
+      const uint32_t low = c->low_water.load(std::memory_order_relaxed);
+      p.shared_->depot.Push(c->slots, pushed, &c->spare);
+      std::memmove(c->slots, c->slots + pushed,
+                   (n - pushed) * sizeof(uint32_t));
+      c->count.store(n - pushed, std::memory_order_relaxed);
+      Pushed(p, pushed, low);
+      c->low_water.store(n - pushed, std::memory_order_relaxed);
+      c->hot.store(slot, std::memory_order_relaxed);
+      return pushed;
+    });
     WakeWaiters(p, pushed);
   }
 
-  // Give() for a caller without a cache (see TakeUncached).
-  static void GiveUncached(BufferPool& p, uint32_t slot) {
-    p.shared_->depot.PushOne(slot);
-    WakeWaiters(p, 1);
+  // slots[0, n) released (scrubbed, poisoned) by ReleaseBulk: into the
+  // cache while it has room, the rest straight to the depot, all of it while
+  // a thread waits.
+  static void GiveMany(BufferPool& p, const uint32_t* slots, uint32_t n) {
+    ThreadCache* const c = CacheFor(p);
+    if (c == nullptr) return GiveUncached(p, slots, n);
+    const uint32_t pushed = WithCache(p, *c, [&]() -> uint32_t {
+      if (p.waiters_.load(std::memory_order_relaxed) != 0) {
+        const uint32_t mine = Evict(p, *c);  // restarts the window at 0
+        p.shared_->depot.Push(slots, n, nullptr);
+        Pushed(p, n, 0);
+        return mine + n;
+      }
+      const uint32_t have = c->count.load(std::memory_order_relaxed);
+      const uint32_t room = have < c->capacity ? c->capacity - have : 0;
+      const uint32_t keep = std::min(n, room);
+      std::memcpy(c->slots + have, slots, keep * sizeof(uint32_t));
+      c->count.store(have + keep, std::memory_order_relaxed);
+      if (keep == n) return 0;
+      p.shared_->depot.Push(slots + keep, n - keep, &c->spare);
+      Pushed(p, n - keep, c->low_water.load(std::memory_order_relaxed));
+      c->low_water.store(have + keep, std::memory_order_relaxed);
+      return n - keep;
+    });
+    WakeWaiters(p, pushed);
   }
-  // The same for slots[0, n), n >= 1 (ReleaseBulk with caches off): one
-  // push, as the depot takes a chain in one CAS.
+
+  // Give() without a cache (see TakeUncached), for slots[0, n), n >= 1.
   static void GiveUncached(BufferPool& p, const uint32_t* slots, uint32_t n) {
-    p.shared_->depot.Push(slots, n, nullptr);
+    if (n == 1 && p.cache_capacity_ == 0) {
+      p.shared_->depot.PushOne(slots[0]);
+    } else {
+      p.shared_->depot.Push(slots, n, nullptr);
+      Pushed(p, n, 0);
+    }
     WakeWaiters(p, n);
   }
 
   // Called after pushing `pushed` slots into the depot. The push's CAS (onto
   // the slot list or the full magazines), this load, Acquire()'s
   // waiters_.fetch_add and its pop's loads of both heads are all seq_cst, so
-  // they fall in one total order: either the waiter's increment comes first and
-  // we see it (and wake it), or our push comes first and the waiter's pop,
-  // which follows its increment, sees it. No wake-up is lost. On x86 this costs
-  // nothing: the CAS is a locked instruction already and seq_cst loads are
-  // plain moves.
+  // they fall in one total order: either the waiter's increment comes first
+  // and we see it (and wake it), or our push comes first and the waiter's
+  // pop, which follows its increment, sees it. No wake-up is lost.
   static void WakeWaiters(BufferPool& p, uint32_t pushed) {
-    if (p.waiters_.load(std::memory_order_seq_cst) == 0) return;
+    if (pushed == 0 || p.waiters_.load(std::memory_order_seq_cst) == 0) return;
     { std::lock_guard<std::mutex> lock(p.shared_->wait_mu); }
     if (pushed == 1) {
       p.shared_->wait_cv.notify_one();
@@ -437,23 +542,71 @@ struct PoolAccess {
     }
   }
 
+  // ---- Reclaiming (see the top of this file)
+
+  // Moves the free slots of every cache of `p` whose owner is blocked into
+  // the depot, and wakes waiters for them; returns how many. Sets *busy
+  // when a cache with free slots belongs to a running thread. `mine` (this
+  // thread's cache, or nullptr) is skipped.
+  static uint32_t Reclaim(BufferPool& p, const ThreadCache* mine, bool* busy) {
+    if (p.cache_capacity_ == 0) return 0;
+    uint32_t moved = 0;
+    {
+      std::lock_guard<std::mutex> registry(g_registry_mu);
+      std::vector<ThreadCache*> held;
+      for (ThreadCache* c : p.shared_->caches) {
+        if (c == mine) continue;
+        // A cache that looks empty matters too while its owner may be inside
+        // a fast path that is about to release into it.
+        if (Total(*c) == 0 && !c->unsettled.load(std::memory_order_relaxed) &&
+            c->fast.load(std::memory_order_relaxed) == nullptr) {
+          continue;
+        }
+        c->mu.lock();  // rule 2: the owner is in no locked section
+        if (c->fast.load(std::memory_order_relaxed) != nullptr) {
+          c->unsettled.store(true, std::memory_order_relaxed);
+        }
+        c->fast.store(nullptr, std::memory_order_seq_cst);
+        held.push_back(c);
+      }
+      if (!held.empty()) os::HeavyFence();  // one fence for all of them
+      for (ThreadCache* c : held) {
+        const os::ThreadState state = os::GetThreadState(c->tid);
+        if (state != os::ThreadState::kRunning &&  // rule 3
+            internal::OwnerOutsideSections(*c)) {
+          c->unsettled.store(false, std::memory_order_relaxed);
+          moved += Evict(p, *c);
+        } else if (Total(*c) != 0 ||
+                   c->unsettled.load(std::memory_order_relaxed)) {
+          *busy = true;
+        }
+        c->mu.unlock();
+      }
+    }
+    WakeWaiters(p, moved);
+    return moved;
+  }
+
   // Returns every slot of `c` (and its spare magazine) to the depot and
-  // detaches it from `p`.
-  // Caller holds g_registry_mu.
+  // detaches it from `p`. Caller holds g_registry_mu, and is c's owner
+  // (exiting) or the pool's destructor.
   static void Detach(BufferPool& p, ThreadCache& c) {
-    FoldHot(c);
-    const uint32_t n = c.count.load(std::memory_order_relaxed);
-    if (n != 0) p.shared_->depot.Push(c.slots, n, &c.spare);
+    const uint32_t n = Evict(p, c);
     p.shared_->depot.ReturnSpare(&c.spare);
-    c.count.store(0, std::memory_order_relaxed);
-    Fold(p, c, n);
     {
       std::lock_guard<std::mutex> tags(p.shared_->caches_mu);
       std::erase(p.shared_->caches, &c);
       c.fast.store(nullptr, std::memory_order_relaxed);
     }
     c.pool.store(nullptr, std::memory_order_relaxed);
-    if (n != 0) WakeWaiters(p, n);
+    WakeWaiters(p, n);
+  }
+
+  // The depot's free slots (see "Accounting").
+  static int64_t DepotSize(const BufferPool& p) {
+    return p.cache_capacity_ != 0
+               ? p.shared_->depot_free.load(std::memory_order_relaxed)
+               : static_cast<int64_t>(p.shared_->depot.Size());
   }
 };
 
@@ -461,7 +614,9 @@ namespace {
 
 ThreadCaches::~ThreadCaches() {
   tl_exiting = true;
-  internal::tls_cache = &internal::g_no_cache;
+  for (ThreadCache*& entry : internal::tls_caches) {
+    entry = &internal::g_no_cache;
+  }
   std::lock_guard<std::mutex> lock(g_registry_mu);
   for (auto& c : caches) {
     if (BufferPool* pool = c->pool.load(std::memory_order_relaxed)) {
@@ -473,8 +628,7 @@ ThreadCaches::~ThreadCaches() {
 
 }  // namespace
 
-// ---- Creation and destruction
-// ------------------------------------------------
+// ---- Creation and destruction ----------------------------------------------
 
 absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     const PoolOptions& options) {
@@ -498,6 +652,11 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
         absl::StrCat("PoolOptions.buffer_size * buffer_count overflows: ", size,
                      " * ", count));
   }
+  if (options.thread_cache_size > kMaxThreadCacheSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PoolOptions.thread_cache_size must be at most kMaxThreadCacheSize (",
+        kMaxThreadCacheSize, "), got ", options.thread_cache_size));
+  }
 
   absl::StatusOr<Arena> arena =
       Arena::Map({.size = size * count,
@@ -516,11 +675,13 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   pool->buffer_size_ = size;
   pool->capacity_ = count;
   pool->region_bytes_ = count * size;
-  pool->cache_capacity_ =
-      std::min({options.thread_cache_size, count / 8, kMaxThreadCacheSize});
+  pool->cache_capacity_ = std::min(options.thread_cache_size, count / 8);
   pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
   pool->scrub_ = options.scrub_on_release;
-  // A power of two >= count and >= 64 (see State()); all free.
+  // State bytes: a power of two >= count and >= 64 entries, all "not raw".
+  // Slot i's byte is at (i * kStateMix) & state_mask_, a bijection, so
+  // slots near each other land on different cache lines and two threads
+  // cycling their own slots do not write one line from two cores.
   size_t states = 64;
   while (states < count) states *= 2;
   pool->state_mask_ = static_cast<uint32_t>(states - 1);
@@ -528,20 +689,30 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   pool->shared_ = std::make_unique<Shared>(
       std::move(*arena), static_cast<uint32_t>(count),
       pool->cache_capacity_ == 0 ? 0 : PoolAccess::RefillBatch(*pool));
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < internal::kCacheTableSize; ++i) {
+      if (g_index_users[i] < g_index_users[best]) best = i;
+    }
+    ++g_index_users[best];
+    pool->cache_index_ = best;
+  }
 
   // Slot 0 on top, so a fresh pool hands buffers out in address order.
   std::vector<uint32_t> all(count);
   for (uint32_t i = 0; i < count; ++i) all[i] = i;
   pool->shared_->depot.Push(all.data(), static_cast<uint32_t>(count), nullptr);
+  pool->shared_->depot_free.store(static_cast<int64_t>(count),
+                                  std::memory_order_relaxed);
   BUFPOOL_INTERNAL_POISON(pool->base_, size * count);
   return pool;
 }
 
 BufferPool::~BufferPool() {
-  // Raw pointers out are marked in state_ and can be named; handles are not
-  // (see state_), so the total comes from the accounting, exact here because
-  // nothing may run concurrently with destruction. The scan needs no lock;
-  // keep it out of the registry lock, which every pool's threads share.
+  // Raw pointers out are marked in state_ and can be named; handles are not,
+  // so the total comes from the accounting, exact here because nothing may
+  // run concurrently with destruction. The scan needs no lock.
   size_t raw = 0;
   std::string where;
   for (size_t i = 0; i < capacity_; ++i) {
@@ -553,8 +724,14 @@ BufferPool::~BufferPool() {
   }
   if (raw > 8) absl::StrAppend(&where, ", ...");
   std::lock_guard<std::mutex> lock(g_registry_mu);
+  int64_t free_now = PoolAccess::DepotSize(*this);
+  for (const ThreadCache* c : shared_->caches) {
+    free_now += PoolAccess::Total(*c);
+  }
   const size_t out =
-      std::max(raw, PoolAccess::InUse(*this, PoolAccess::FreeNow(*this)));
+      std::max<size_t>(raw, static_cast<size_t>(std::clamp<int64_t>(
+                                static_cast<int64_t>(capacity_) - free_now, 0,
+                                static_cast<int64_t>(capacity_))));
   if (out != 0) {
     if (out > raw) {
       absl::StrAppend(&where, raw == 0 ? "" : " as raw pointers; ", out - raw,
@@ -566,12 +743,15 @@ BufferPool::~BufferPool() {
                  out, where.c_str());
     std::abort();
   }
-  std::lock_guard<std::mutex> tags(shared_->caches_mu);
-  for (ThreadCache* c : shared_->caches) {
-    c->fast.store(nullptr, std::memory_order_relaxed);
-    c->pool.store(nullptr, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> tags(shared_->caches_mu);
+    for (ThreadCache* c : shared_->caches) {
+      c->fast.store(nullptr, std::memory_order_relaxed);
+      c->pool.store(nullptr, std::memory_order_relaxed);
+    }
+    shared_->caches.clear();
   }
-  shared_->caches.clear();
+  --g_index_users[cache_index_];
   BUFPOOL_INTERNAL_UNPOISON(base_, capacity_ * buffer_size_);
   std::free(shared_refs_.load(std::memory_order_relaxed));
 }
@@ -601,17 +781,17 @@ uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
   return expected;
 }
 
-// ---- Slow paths
-// --------------------------------------------------------------
+// ---- Slow paths -------------------------------------------------------------
 
 uint32_t BufferPool::AcquireSlow() {
   uint32_t reshelved = 0;
   const uint32_t slot = cache_capacity_ == 0
                             ? PoolAccess::TakeUncached(*this, &reshelved)
                             : PoolAccess::Take(*this, &reshelved);
-  if (reshelved != 0) PoolAccess::WakeWaiters(*this, reshelved);
-  if (slot == kNoSlot)
+  PoolAccess::WakeWaiters(*this, reshelved);
+  if (slot == kNoSlot) {
     shared_->failures.fetch_add(1, std::memory_order_relaxed);
+  }
   return slot;
 }
 
@@ -621,57 +801,75 @@ void BufferPool::ReleaseSlow(uint32_t slot) {
   if (scrub_) std::memset(SlotData(slot), 0, buffer_size_);
   BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
   if (cache_capacity_ == 0) {
-    PoolAccess::GiveUncached(*this, slot);  // see TakeUncached
+    PoolAccess::GiveUncached(*this, &slot, 1);
   } else {
     PoolAccess::Give(*this, slot);
   }
 }
 
-absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
-  PoolAccess::CacheFor(*this);  // attach now: never under wait_mu (see top)
-  uint32_t reshelved = 0;
-  uint32_t slot = PoolAccess::Take(*this, &reshelved);
-  if (slot != kNoSlot) {
-    if (reshelved != 0) PoolAccess::WakeWaiters(*this, reshelved);
-    return Buffer(this, slot);
-  }
+void BufferPool::FlushThreadCache() {
+  ThreadCache* const c = PoolAccess::FindCache(*this);
+  if (c == nullptr) return;
+  const uint32_t moved = PoolAccess::WithCache(
+      *this, *c, [&] { return PoolAccess::Evict(*this, *c); });
+  PoolAccess::WakeWaiters(*this, moved);
+}
 
-  using Clock = std::chrono::steady_clock;
-  if (timeout <= absl::ZeroDuration()) {
-    // A poll: nothing to wait for, so no waiter to register (which would
+absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
+  // Attach now: never under wait_mu (see "Locks").
+  const ThreadCache* const mine = PoolAccess::CacheFor(*this);
+  uint32_t reshelved = 0;
+  bool busy = false;
+  uint32_t slot = PoolAccess::Take(*this, &reshelved);
+  if (slot == kNoSlot && PoolAccess::Reclaim(*this, mine, &busy) != 0) {
+    slot = PoolAccess::Take(*this, &reshelved);
+  }
+  if (slot != kNoSlot || timeout <= absl::ZeroDuration()) {
+    PoolAccess::WakeWaiters(*this, reshelved);
+    if (slot != kNoSlot) return Buffer(this, slot);
+    // A poll: nothing to wait for, so no waiter registers (which would
     // switch every thread's cache to its slow path for a moment).
     shared_->failures.fetch_add(1, std::memory_order_relaxed);
     return DeadlineError(*this, timeout);
   }
+
+  using Clock = std::chrono::steady_clock;
   // Beyond a century is forever (and would overflow the clock's arithmetic).
   const bool forever = timeout > absl::Hours(24 * 365 * 100);
   const Clock::time_point deadline =
       forever ? Clock::time_point::max()
               : Clock::now() + absl::ToChronoNanoseconds(timeout);
+  // While a thread that is running holds cached buffers, it may block
+  // without releasing one; look again this often.
+  constexpr auto kRecheck = std::chrono::milliseconds(1);
   // seq_cst: see PoolAccess::WakeWaiters.
   waiters_.fetch_add(1, std::memory_order_seq_cst);
-  PoolAccess::StopFastPaths(*this);  // before wait_mu (lock order, see top)
-  {
+  PoolAccess::StopFastPaths(*this);  // before wait_mu (lock order)
+  for (;;) {
+    slot = PoolAccess::Take(*this, &reshelved);
+    if (slot != kNoSlot) break;
+    busy = false;
+    if (PoolAccess::Reclaim(*this, mine, &busy) != 0) continue;
     std::unique_lock<std::mutex> lock(shared_->wait_mu);
-    for (;;) {
-      slot = PoolAccess::Take(*this, &reshelved);
-      if (slot != kNoSlot) break;
-      if (forever) {
-        shared_->wait_cv.wait(lock);
-      } else if (shared_->wait_cv.wait_until(lock, deadline) ==
-                     std::cv_status::timeout &&
-                 Clock::now() >= deadline) {
-        slot = PoolAccess::Take(*this, &reshelved);
-        break;
-      }
+    // Under wait_mu: a push after this Take sees waiters_ and notifies us
+    // only once we sleep (WakeWaiters takes wait_mu).
+    slot = PoolAccess::Take(*this, &reshelved);
+    if (slot != kNoSlot) break;
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) break;
+    const Clock::time_point until =
+        busy && deadline - now > kRecheck ? now + kRecheck : deadline;
+    if (until == Clock::time_point::max()) {
+      shared_->wait_cv.wait(lock);
+    } else {
+      shared_->wait_cv.wait_until(lock, until);
     }
   }
   waiters_.fetch_sub(1, std::memory_order_relaxed);  // a late wake is harmless
-  // Out of wait_mu, which WakeWaiters takes: slots Take put back may be what
-  // another sleeper needs.
-  if (reshelved != 0) PoolAccess::WakeWaiters(*this, reshelved);
+  // Out of wait_mu: slots Take put back may be what another sleeper needs.
+  PoolAccess::WakeWaiters(*this, reshelved);
   if (slot != kNoSlot) return Buffer(this, slot);
-  shared_->failures.fetch_add(1, std::memory_order_relaxed);
+  shared_->timeouts.fetch_add(1, std::memory_order_relaxed);
   return DeadlineError(*this, timeout);
 }
 
@@ -681,102 +879,101 @@ template <class Emit>
 size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
   size_t got = 0;
   uint32_t reshelved = 0;  // as in PoolAccess::Take
-  ThreadCache* c = PoolAccess::CacheFor(*this);
-  uint32_t direct[64];
   auto hand_out = [&](uint32_t slot) {
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
     emit(got++, slot);
   };
-  while (got < want) {
-    if (c != nullptr) {
-      uint32_t n;
-      PoolAccess::FoldHot(*c);  // count <= capacity + 1; we take from it now
-      n = c->count.load(std::memory_order_relaxed);
-      if (n == 0) {
-        const PoolAccess::MoveGuard move(*this);
-        // While threads wait, take no more than this call hands out, so
-        // nothing is stranded in this cache (as in PoolAccess::Take).
-        const uint32_t batch =
-            waiters_.load(std::memory_order_relaxed) != 0
-                ? static_cast<uint32_t>(std::min<size_t>(
-                      want - got, PoolAccess::RefillBatch(*this)))
-                : PoolAccess::RefillBatch(*this);
-        n = shared_->depot.Pop(c->slots, batch, &c->spare, &reshelved);
-        if (n == 0) break;
-        std::reverse(c->slots, c->slots + n);  // the shared top on top
+  if (ThreadCache* const c = PoolAccess::CacheFor(*this)) {
+    PoolAccess::WithCache(*this, *c, [&] {
+      while (got < want) {
+        PoolAccess::FoldHot(*c);  // count <= capacity + 1; we take from it
+        uint32_t n = c->count.load(std::memory_order_relaxed);
+        if (n == 0) {
+          // While threads wait, take no more than this call hands out, so
+          // nothing is stranded in this cache (as in PoolAccess::Take).
+          const uint32_t batch =
+              waiters_.load(std::memory_order_relaxed) != 0
+                  ? static_cast<uint32_t>(std::min<size_t>(
+                        want - got, PoolAccess::RefillBatch(*this)))
+                  : PoolAccess::RefillBatch(*this);
+          n = PoolAccess::Refill(*this, *c, batch, &reshelved);
+          if (n == 0) break;
+        }
+        const uint32_t take =
+            static_cast<uint32_t>(std::min<size_t>(n, want - got));
+        n -= take;
         c->count.store(n, std::memory_order_relaxed);
-        PoolAccess::Fold(*this, *c, -static_cast<int64_t>(n));
+        if (n < c->low_water.load(std::memory_order_relaxed)) {
+          c->low_water.store(n, std::memory_order_relaxed);
+        }
+        // The cache's top (most recently freed) first.
+        for (uint32_t i = n + take; i > n; --i) hand_out(c->slots[i - 1]);
       }
-      const uint32_t take =
-          static_cast<uint32_t>(std::min<size_t>(n, want - got));
-      n -= take;
-      c->count.store(n, std::memory_order_relaxed);
-      if (n < c->low_water.load(std::memory_order_relaxed)) {
-        c->low_water.store(n, std::memory_order_relaxed);
-      }
-      // The cache's top (most recently freed) first.
-      for (uint32_t i = n + take; i > n; --i) hand_out(c->slots[i - 1]);
-    } else {
+      return 0;
+    });
+  } else {
+    uint32_t direct[64];
+    while (got < want) {
       uint32_t left = 0;
       const uint32_t n = shared_->depot.Pop(
           direct, static_cast<uint32_t>(std::min<size_t>(64, want - got)),
           nullptr, &reshelved, &left);
       if (n == 0) break;
-      // With caches off the pop's own count is exact, even while other
-      // threads push and pop (reading Size() after it was not: the review's
-      // race missed the peak in 1% of runs). A thread past its caches'
-      // teardown in a caching pool has magazines to count too.
-      const int64_t free_now =
-          (cache_capacity_ == 0 ? int64_t{left}
-                                : static_cast<int64_t>(shared_->depot.Size())) +
-          shared_->in_caches.load(std::memory_order_relaxed);
-      UpdateMax(shared_->high_water, static_cast<int64_t>(capacity_) - free_now,
-                capacity_);
+      PoolAccess::Popped(*this, n, left, 0, /*to_user=*/true);
       for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
     }
   }
   if (got < want) shared_->failures.fetch_add(1, std::memory_order_relaxed);
-  if (reshelved != 0) PoolAccess::WakeWaiters(*this, reshelved);
+  PoolAccess::WakeWaiters(*this, reshelved);
   return got;
 }
 
 // `take_slot(i)` checks and takes the i-th entry, returning its slot, or
-// kNoSlot to skip it; `taken(first, last)` runs once those of a chunk are
-// taken, before any of its slots goes back. The chunk then moves into this
-// thread's cache in one copy, spilling only what does not fit.
-template <class TakeSlot, class Taken>
-void BufferPool::ReleaseBulkImpl(size_t count, TakeSlot take_slot,
-                                 Taken taken) {
+// kNoSlot to skip it; `clear(first, last)` empties entries [first, last)
+// once they are read. A span that lives inside this pool's region may sit in
+// one of the buffers released, so it is read whole before any buffer goes
+// back (scrubbed, poisoned, or reused by another thread); other spans go in
+// chunks of 64, each read and cleared before its buffers go back.
+template <class TakeSlot, class Clear>
+void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
+                                 TakeSlot take_slot, Clear clear) {
+  auto give = [this](uint32_t* slots, uint32_t k) {
+    if (k == 0) return;
+    for (uint32_t i = 0; i < k; ++i) {
+      if (scrub_) std::memset(SlotData(slots[i]), 0, buffer_size_);
+      BUFPOOL_INTERNAL_POISON(SlotData(slots[i]), buffer_size_);
+    }
+    if (cache_capacity_ == 0) {
+      PoolAccess::GiveUncached(*this, slots, k);
+    } else {
+      PoolAccess::GiveMany(*this, slots, k);
+    }
+  };
+  if (count > 64 && Contains(span_bytes)) {
+    std::vector<uint32_t> all;
+    all.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t slot = take_slot(i);
+      if (slot != kNoSlot) all.push_back(slot);
+    }
+    clear(0, count);
+    for (size_t first = 0; first < all.size(); first += 64) {
+      give(all.data() + first,
+           static_cast<uint32_t>(std::min<size_t>(64, all.size() - first)));
+    }
+    return;
+  }
   uint32_t freed[64];
-  const bool scrub = scrub_;
   for (size_t first = 0; first < count;) {
     const size_t last = std::min<size_t>(count, first + 64);
     uint32_t k = 0;
     for (size_t i = first; i < last; ++i) {
       const uint32_t slot = take_slot(i);
-      if (slot == kNoSlot) continue;
-      if (scrub) std::memset(SlotData(slot), 0, buffer_size_);
-      BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
-      freed[k++] = slot;
+      if (slot != kNoSlot) freed[k++] = slot;
     }
-    taken(first, last);
+    clear(first, last);
     first = last;
-    if (k == 0) continue;
-    ThreadCache* c = PoolAccess::CacheFor(*this);
-    if (c == nullptr) {  // caches off: the whole chunk in one push
-      PoolAccess::GiveUncached(*this, freed, k);
-      continue;
-    }
-    uint32_t done = 0;
-    // relaxed: as in ReleaseSlot(); a waiter registering meanwhile may miss
-    // up to this chunk, which stays in this cache (see Acquire()).
-    if (waiters_.load(std::memory_order_relaxed) == 0) {
-      const uint32_t n = c->count.load(std::memory_order_relaxed);
-      done = std::min(k, c->capacity - n);
-      std::memcpy(c->slots + n, freed, done * sizeof(uint32_t));
-      c->count.store(n + done, std::memory_order_relaxed);
-    }
-    for (; done < k; ++done) PoolAccess::Give(*this, freed[done]);
+    give(freed, k);
   }
 }
 
@@ -792,25 +989,26 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
 void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
   static_assert(std::is_standard_layout_v<Buffer> && sizeof(Buffer) == 16);
   Buffer* const src = in.data();
+  // Another pool's handles wait until the whole span is read (their buffer
+  // may hold it), then go home one by one.
+  std::vector<Buffer> foreign;
   ReleaseBulkImpl(
-      in.size(),
-      [this, src](size_t i) {
+      in.size(), src,
+      [this, src, &foreign](size_t i) {
         Buffer& b = src[i];
         if (b.pool_ != this) {
-          b.Reset();  // empty, or another pool's handle: it knows its way home
+          if (b.pool_ != nullptr) foreign.push_back(std::move(b));
           return kNoSlot;
         }
         return b.index_;
       },
       [src](size_t first, size_t last) {
-        // Every handle of the chunk is empty now in effect; clear them in one
-        // pass of wide stores rather than one store each inside the loop,
-        // where each store waited behind the caller's writes to the buffers
-        // (Bulk32: 151-181 -> 137-161 ns per batch). Before the slots go
-        // back, in case the span lives in one of those buffers.
+        // Every handle of the chunk is empty now in effect; one pass of wide
+        // stores rather than one store each inside the loop.
         std::memset(static_cast<void*>(src + first), 0,
                     (last - first) * sizeof(Buffer));
       });
+  foreign.clear();  // after every chunk was read: one may hold the span
 }
 
 size_t BufferPool::TryAcquireRawBulk(absl::Span<std::byte*> out) {
@@ -838,10 +1036,10 @@ void BufferPool::ReleaseRawBulk(absl::Span<std::byte* const> in) {
   std::atomic<uint8_t>* const states = state_.get();
   const uint32_t state_mask = state_mask_;
   ReleaseBulkImpl(
-      in.size(),
+      in.size(), src,
       [&](size_t i) {
         if (src[i] == nullptr) return kNoSlot;  // the tail of a short fill
-        const uint64_t index = SlotOrHuge(src[i], base, shift);
+        const uint64_t index = internal::SlotOrHuge(src[i], base, shift);
         if (index >= capacity) [[unlikely]]
           DieNotFromPool(src[i]);
         const auto slot = static_cast<uint32_t>(index);
@@ -869,48 +1067,30 @@ Buffer BufferPool::Adopt(std::byte* p) {
 PoolStats BufferPool::Stats() const {
   std::lock_guard<std::mutex> lock(g_registry_mu);  // the cache list
   Shared& s = *shared_;
-  // A picture of the depot and the caches taken while no cache moves slots
-  // to or from the depot (see PoolAccess::MoveGuard); cache hits may run,
-  // they move one slot between a cache and a user. After kTries pictures
-  // that overlapped moves, the last one's in_use is returned, and nothing
-  // is raised from it.
-  constexpr int kTries = 64;
-  int64_t free_now = 0;
-  int64_t peak = 0;
-  bool clean = false;
-  std::vector<std::pair<int64_t, int64_t>> seen;  // each cache: total, low
-  seen.reserve(s.caches.size());
-  for (int attempt = 0; attempt < kTries && !clean; ++attempt) {
-    const uint64_t done = s.moves_done.load(std::memory_order_acquire);
-    const uint64_t begun = s.moves_begun.load(std::memory_order_acquire);
-    // Each cache's total is read once and used twice: read again for its
-    // window below, a release in between (up to a whole ReleaseBulk) would
-    // count as a peak that never was.
-    free_now = static_cast<int64_t>(s.depot.Size()) +
-               s.in_caches.load(std::memory_order_relaxed);
-    seen.clear();
-    for (const ThreadCache* c : s.caches) {
-      const int64_t total = PoolAccess::Total(*c);
-      free_now += total - c->reported.load(std::memory_order_relaxed);
-      seen.emplace_back(total, c->low_water.load(std::memory_order_relaxed));
-    }
-    peak = static_cast<int64_t>(capacity_) - free_now;
-    // Each cache's open window: its lowest count, with everything else as
-    // now.
-    for (const auto& [total, low] : seen) {
-      peak = std::max(
-          peak, static_cast<int64_t>(capacity_) - (free_now - total) - low);
-    }
-    std::atomic_thread_fence(std::memory_order_acquire);
-    clean =
-        begun == done && s.moves_begun.load(std::memory_order_relaxed) == begun;
+  const int64_t depot = PoolAccess::DepotSize(*this);
+  int64_t free_now = depot;
+  int64_t lows = 0;
+  for (const ThreadCache* c : s.caches) {
+    const int64_t total = PoolAccess::Total(*c);
+    free_now += total;
+    lows +=
+        std::min<int64_t>(total, c->low_water.load(std::memory_order_relaxed));
   }
-  if (clean) UpdateMax(s.high_water, peak, capacity_);
+  const int64_t cap = static_cast<int64_t>(capacity_);
+  // Every cache's window contains any peak since the last event (see "High
+  // water"), so the sum of their lows bounds the free slots then. Not
+  // stored: read while another thread moves a batch, this picture can count
+  // the batch in neither place, and the next event records the peak anyway.
+  const auto open_windows =
+      static_cast<size_t>(std::clamp<int64_t>(cap - depot - lows, 0, cap));
   return PoolStats{
       .capacity = capacity_,
-      .in_use = PoolAccess::InUse(*this, free_now),
-      .high_water = s.high_water.load(std::memory_order_relaxed),
+      .in_use =
+          static_cast<size_t>(std::clamp<int64_t>(cap - free_now, 0, cap)),
+      .high_water =
+          std::max(s.high_water.load(std::memory_order_relaxed), open_windows),
       .acquire_failures = s.failures.load(std::memory_order_relaxed),
+      .acquire_timeouts = s.timeouts.load(std::memory_order_relaxed),
   };
 }
 

@@ -1,0 +1,184 @@
+// libbufpool with Asio (standalone Asio, as in Debian's libasio-dev; tested
+// with 1.22): header-only, included only by programs that use Asio; the
+// library itself does not depend on it.
+//
+// Writing. AsioBuffers(chain) is a ConstBufferSequence over the chain's
+// slices, no copy, for asio::write / asio::async_write / write_some:
+//
+//   size_t n = asio::write(socket, bufpool::AsioBuffers(chain), ec);
+//   chain.Consume(n);                       // or bufpool::AsioWrite(...)
+//
+//   asio::async_write(socket, bufpool::AsioBuffers(chain),
+//                     [&chain](asio::error_code ec, size_t n) {
+//                       chain.Consume(n);
+//                     });
+//
+// Reading into fresh pool buffers. AsioReadBuffers takes up to max_bytes of
+// free buffers from a pool; buffers() is a MutableBufferSequence over them;
+// CommitTo(chain, n) links the n bytes the read put there into a chain and
+// returns the buffers it did not fill:
+//
+//   auto rb = std::make_shared<bufpool::AsioReadBuffers>(pool, 64 * 1024);
+//   socket.async_read_some(rb->buffers(),
+//       [rb, &chain](asio::error_code ec, size_t n) { rb->CommitTo(chain, n);
+//       });
+//
+// Ownership and lifetime. AsioBuffers() views the chain: keep the chain
+// alive and unchanged until the operation completes. buffers() views the
+// AsioReadBuffers: keep it alive (e.g. in a shared_ptr held by the handler)
+// until the read completes. Buffers that are never committed go back to the
+// pool when the AsioReadBuffers is destroyed.
+//
+// Thread safety: as BufferChain; one thread at a time per object (an Asio
+// strand, or one io_context thread, gives that).
+#ifndef BUFPOOL_ASIO_H_
+#define BUFPOOL_ASIO_H_
+
+#include <asio/buffer.hpp>
+#include <asio/error.hpp>
+#include <asio/write.hpp>
+#include <cstddef>
+#include <iterator>
+
+// The Asio namespace and error type this header is written against, in one
+// place (Boost.Asio spells them boost::asio and boost::system::error_code).
+namespace bufpool::asio_ns {
+namespace asio = ::asio;
+using error_code = ::asio::error_code;
+}  // namespace bufpool::asio_ns
+
+#include "absl/types/span.h"
+#include "bufpool/buffer_pool.h"
+#include "bufpool/chain.h"
+
+namespace bufpool {
+
+// A ConstBufferSequence over a chain's slices (see the file comment).
+// Cheap to copy: it holds a pointer to the chain.
+class AsioConstBuffers {
+ public:
+  using value_type = asio_ns::asio::const_buffer;
+
+  class const_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = asio_ns::asio::const_buffer;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = value_type;
+
+    const_iterator() = default;
+    value_type operator*() const {
+      const SharedBuffer& s = chain_->segment(i_);
+      return value_type(s.data(), s.size());
+    }
+    const_iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    const_iterator operator++(int) {
+      const_iterator old = *this;
+      ++i_;
+      return old;
+    }
+    bool operator==(const const_iterator& o) const { return i_ == o.i_; }
+    bool operator!=(const const_iterator& o) const { return i_ != o.i_; }
+
+   private:
+    friend class AsioConstBuffers;
+    const_iterator(const BufferChain* chain, size_t i) : chain_(chain), i_(i) {}
+    const BufferChain* chain_ = nullptr;
+    size_t i_ = 0;
+  };
+
+  explicit AsioConstBuffers(const BufferChain& chain) : chain_(&chain) {}
+  const_iterator begin() const { return {chain_, 0}; }
+  const_iterator end() const { return {chain_, chain_->segment_count()}; }
+
+ private:
+  const BufferChain* chain_;
+};
+
+inline AsioConstBuffers AsioBuffers(const BufferChain& chain) {
+  return AsioConstBuffers(chain);
+}
+
+// Up to kMaxBuffers fresh pool buffers for one read (see the file comment).
+// Move-only (it owns the buffers); buffers() is the copyable sequence.
+class AsioReadBuffers {
+ public:
+  static constexpr size_t kMaxBuffers = 64;
+
+  // Takes the buffers max_bytes needs (at most kMaxBuffers) that `pool` has
+  // free now; empty() when it has none.
+  AsioReadBuffers(BufferPool& pool, size_t max_bytes) {
+    const size_t bs = pool.buffer_size();
+    size_t want = (max_bytes + bs - 1) / bs;
+    if (want > kMaxBuffers) want = kMaxBuffers;
+    for (; count_ < want; ++count_) {
+      bufs_[count_] = pool.TryAcquire();
+      if (!bufs_[count_]) break;
+      const size_t len =
+          max_bytes - count_ * bs < bs ? max_bytes - count_ * bs : bs;
+      views_[count_] = asio_ns::asio::mutable_buffer(bufs_[count_].data(), len);
+    }
+  }
+  AsioReadBuffers(const AsioReadBuffers&) = delete;
+  AsioReadBuffers& operator=(const AsioReadBuffers&) = delete;
+
+  bool empty() const { return count_ == 0; }
+  // The MutableBufferSequence to read into.
+  absl::Span<const asio_ns::asio::mutable_buffer> buffers() const {
+    return {views_, count_};
+  }
+
+  // Links the first `n` bytes read into buffers() to the end of `chain`, no
+  // copy, and returns the buffers left unfilled to their pool. Call once.
+  void CommitTo(BufferChain& chain, size_t n) {
+    for (size_t i = 0; i < count_; ++i) {
+      const size_t len = n < views_[i].size() ? n : views_[i].size();
+      chain.Append(std::move(bufs_[i]), len);  // len 0: back to the pool
+      n -= len;
+    }
+    count_ = 0;
+  }
+
+ private:
+  Buffer bufs_[kMaxBuffers];
+  asio_ns::asio::mutable_buffer views_[kMaxBuffers];
+  size_t count_ = 0;
+};
+
+// Writes all of `chain` with asio::write and consumes what was written
+// (all of it unless `ec` is set).
+template <typename SyncWriteStream>
+size_t AsioWrite(SyncWriteStream& stream, BufferChain& chain,
+                 asio_ns::error_code& ec) {
+  const size_t n = asio_ns::asio::write(stream, AsioBuffers(chain), ec);
+  chain.Consume(n);
+  return n;
+}
+
+// One read_some of up to max_bytes into fresh buffers of chain.pool(),
+// linked to the end of `chain`. Returns the bytes read; with none free,
+// sets `ec` to asio::error::no_buffer_space and reads nothing.
+template <typename SyncReadStream>
+size_t AsioReadSome(SyncReadStream& stream, BufferChain& chain,
+                    size_t max_bytes, asio_ns::error_code& ec) {
+  if (chain.pool() == nullptr) {
+    ec = asio_ns::asio::error::invalid_argument;
+    return 0;
+  }
+  AsioReadBuffers rb(*chain.pool(), max_bytes);
+  if (rb.empty()) {
+    ec = asio_ns::asio::error::no_buffer_space;
+    return 0;
+  }
+  const size_t n = stream.read_some(rb.buffers(), ec);
+  rb.CommitTo(chain, n);
+  return n;
+}
+
+}  // namespace bufpool
+
+#endif  // BUFPOOL_ASIO_H_

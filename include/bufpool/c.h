@@ -1,0 +1,202 @@
+/* libbufpool's C API: the buffer pool of bufpool/buffer_pool.h for C
+ * programs and for other languages that reach native code through a C ABI
+ * (Rust, Go's cgo, Python's ctypes/cffi, Java's FFM API). C11; also usable
+ * from C++. Every call is a thin shell over the C++ BufferPool, so the
+ * behaviour, the checks and the messages are the C++ ones.
+ *
+ *   bufpool_options opts = BUFPOOL_OPTIONS_INIT;  (the C++ defaults)
+ *   opts.buffer_size = 4096; opts.buffer_count = 1024;
+ *   char* err = NULL;
+ *   bufpool_pool* pool = bufpool_create(&opts, &err);
+ *   if (pool == NULL) { report(err); bufpool_free_error(err); }
+ *   void* b = bufpool_try_acquire(pool);  (NULL when none is free)
+ *   ...
+ *   bufpool_release(pool, b);
+ *   bufpool_destroy(pool);
+ *
+ * Buffers. A pool maps one page-aligned region once and slices it into
+ * buffer_count buffers of buffer_size bytes; buffer i starts at
+ * base + i * buffer_size (see bufpool_region()). The acquire calls hand out
+ * a buffer's start; each one must come back exactly once, through
+ * bufpool_release() or bufpool_release_bulk(), before the pool is destroyed.
+ *
+ * Ownership: who frees what.
+ *   - A bufpool_pool* from bufpool_create() is the caller's; free it with
+ *     bufpool_destroy(), once.
+ *   - Buffers belong to the pool; the caller borrows each one from its
+ *     acquire until its release, and never free()s one.
+ *   - An error string (char*) stored through an `err` argument is the
+ *     caller's; free it with bufpool_free_error() (not free()). A call that
+ *     stores a new error first frees, with bufpool_free_error(), the string
+ *     *err held before (as LevelDB's C API does), so *err must be NULL or an
+ *     error string from this library; `err` itself may be NULL when the
+ *     caller does not want the message. Calls that succeed leave *err alone.
+ *   - The library keeps no pointer to a bufpool_options or bufpool_stats
+ *     after the call returns.
+ *
+ * Thread safety. Every call may be made from any number of threads at once
+ * on the same pool, as in C++, except bufpool_destroy(), which must come
+ * after every other call on that pool has returned (on every thread). A
+ * buffer may be released on a different thread than the one that acquired
+ * it. Each thread keeps a small private cache of free buffers per pool (see
+ * "Per-thread caches" in bufpool/buffer_pool.h): with several threads, free
+ * buffers idle in other threads' caches are invisible to
+ * bufpool_try_acquire(); set thread_cache_size = 0 to make every free buffer
+ * visible to every thread.
+ *
+ * Safety. The release calls check each pointer in O(1), in release builds
+ * too, and abort the process with a one-line message on stderr when it is
+ * not out: "double release" for a buffer that is free already, "not from
+ * this pool" for any pointer that is not the start of one of this pool's
+ * buffers (NULL included). bufpool_destroy() with buffers out aborts with
+ * "still in use". These are programming errors that would corrupt memory,
+ * so they are not returned.
+ *
+ * Compatibility. bufpool_options and bufpool_stats start with their own
+ * size, so that fields can be added at their end later: a binary built
+ * against this header keeps working with a later library, which fills in
+ * the defaults of fields the binary does not know (options) and writes only
+ * the bytes the binary's struct has (stats). No C++ exception crosses this
+ * API: a call that could fail returns NULL (or 0) and a message. (A
+ * thread's first call on a pool allocates its small cache; should even that
+ * fail, the process terminates, as it cannot unwind into C.)
+ */
+#ifndef BUFPOOL_C_H_
+#define BUFPOOL_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bufpool/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#define BUFPOOL_C_NOEXCEPT noexcept
+#else
+#define BUFPOOL_C_NOEXCEPT
+#endif
+
+/* A pool; opaque. */
+typedef struct bufpool_pool bufpool_pool;
+
+/* Values of bufpool_options.huge_pages. */
+enum {
+  BUFPOOL_HUGE_PAGES_NEVER = 0,  /* 4 KiB pages only */
+  BUFPOOL_HUGE_PAGES_TRY = 1,    /* advise transparent huge pages (2 MiB) */
+  BUFPOOL_HUGE_PAGES_REQUIRE = 2 /* MAP_HUGETLB, or bufpool_create fails */
+};
+
+/* What bufpool_create() builds. Start from BUFPOOL_OPTIONS_INIT (or
+ * bufpool_options_init()), which sets struct_size and the C++ defaults, then
+ * change the fields you need. Boolean fields: 0 is false, anything else
+ * true. */
+typedef struct bufpool_options {
+  size_t struct_size;       /* sizeof(bufpool_options) of the caller */
+  size_t buffer_size;       /* power of two, >= 64; default 4096 */
+  size_t buffer_count;      /* >= 1, < 2^32 - 1; default 1024 */
+  int huge_pages;           /* BUFPOOL_HUGE_PAGES_*; default _TRY */
+  int populate;             /* fault every page in at create; default 1 */
+  int lock_memory;          /* mlock the region (RLIMIT_MEMLOCK); default 0 */
+  int scrub_on_release;     /* zero a buffer on release; default 0 */
+  size_t thread_cache_size; /* per-thread cache, <= 512, 0: none; default 64 */
+} bufpool_options;
+
+/* The C++ defaults (PoolOptions{}); the library checks at compile time that
+ * they still match. An initializer: bufpool_options o = BUFPOOL_OPTIONS_INIT;
+ */
+#define BUFPOOL_OPTIONS_INIT \
+  { sizeof(bufpool_options), 4096, 1024, BUFPOOL_HUGE_PAGES_TRY, 1, 0, 0, 64 }
+
+/* A snapshot of a pool's counters; see PoolStats and BufferPool::Stats() in
+ * bufpool/buffer_pool.h for when each is exact. */
+typedef struct bufpool_stats {
+  size_t struct_size;        /* set by the library: the bytes it filled */
+  size_t capacity;           /* buffer_count */
+  size_t in_use;             /* held by users (cached free ones are free) */
+  size_t high_water;         /* the largest in_use seen */
+  uint64_t acquire_failures; /* acquire calls that got nothing, bulk calls
+                                that got fewer than asked */
+  uint64_t acquire_timeouts; /* bufpool_acquire() calls that waited and
+                                timed out */
+} bufpool_stats;
+
+/* Fills the first `options_size` bytes of *options with BUFPOOL_OPTIONS_INIT
+ * as this library knows it, struct_size = options_size. For callers that
+ * cannot use the macro (other languages): pass sizeof of your struct. */
+BUFPOOL_EXPORT void bufpool_options_init(
+    bufpool_options* options, size_t options_size) BUFPOOL_C_NOEXCEPT;
+
+/* Creates a pool. `options` may be NULL for the defaults. On failure returns
+ * NULL and stores in *err (when err is not NULL) the C++ error in its words,
+ * for a bad option naming the field and its value, e.g.
+ * "INVALID_ARGUMENT: ... buffer_size ... 100 ...". */
+BUFPOOL_EXPORT bufpool_pool* bufpool_create(const bufpool_options* options,
+                                            char** err) BUFPOOL_C_NOEXCEPT;
+
+/* Frees the pool and unmaps its region. Aborts with "still in use" while any
+ * buffer is out. NULL is ignored. Not concurrent with other calls on it. */
+BUFPOOL_EXPORT void bufpool_destroy(bufpool_pool* pool) BUFPOOL_C_NOEXCEPT;
+
+/* Frees an error string stored through an `err` argument. NULL is ignored. */
+BUFPOOL_EXPORT void bufpool_free_error(char* err) BUFPOOL_C_NOEXCEPT;
+
+/* A free buffer (buffer_size bytes, aligned to buffer_size and to the page),
+ * or NULL when none is free (counted in acquire_failures). Never waits. */
+BUFPOOL_EXPORT void* bufpool_try_acquire(bufpool_pool* pool) BUFPOOL_C_NOEXCEPT;
+
+/* Returns at once when a buffer is free; otherwise waits until one is
+ * released or timeout_ns nanoseconds pass, then returns NULL and stores
+ * "DEADLINE_EXCEEDED: ..." in *err (when err is not NULL). A timeout of zero
+ * or less only tries once; INT64_MAX (over a century) waits forever. Which
+ * free buffers it can reach (other threads' caches) is BufferPool::Acquire's
+ * rule. */
+BUFPOOL_EXPORT void* bufpool_acquire(bufpool_pool* pool, int64_t timeout_ns,
+                                     char** err) BUFPOOL_C_NOEXCEPT;
+
+/* Gives a buffer back. Aborts with "double release" when `buffer` is free
+ * already and with "not from this pool" when it is not the start of one of
+ * this pool's buffers (NULL included). */
+BUFPOOL_EXPORT void bufpool_release(bufpool_pool* pool,
+                                    void* buffer) BUFPOOL_C_NOEXCEPT;
+
+/* Fills out[0, k) with up to n buffers and returns k; k < n only when the
+ * pool ran out, and then out[k, n) is set to NULL and one failure counted. */
+BUFPOOL_EXPORT size_t bufpool_try_acquire_bulk(bufpool_pool* pool, void** out,
+                                               size_t n) BUFPOOL_C_NOEXCEPT;
+
+/* Gives back every non-NULL in[0, n) (so a short fill can be passed back
+ * whole), cheaper than one by one; aborts as bufpool_release() does on any
+ * other pointer that is not out. `in` is not changed. */
+BUFPOOL_EXPORT void bufpool_release_bulk(bufpool_pool* pool, void* const* in,
+                                         size_t n) BUFPOOL_C_NOEXCEPT;
+
+/* Writes the first min(stats_size, the library's sizeof(bufpool_stats))
+ * bytes of *stats and sets stats->struct_size to that count. C callers use
+ * bufpool_get_stats() below, an inline function that passes the size of
+ * their struct; other languages call this one. */
+BUFPOOL_EXPORT void bufpool_get_stats_sized(
+    const bufpool_pool* pool, bufpool_stats* stats,
+    size_t stats_size) BUFPOOL_C_NOEXCEPT;
+
+static inline void bufpool_get_stats(const bufpool_pool* pool,
+                                     bufpool_stats* stats) BUFPOOL_C_NOEXCEPT {
+  bufpool_get_stats_sized(pool, stats, sizeof(*stats));
+}
+
+/* The whole region, page-aligned (2 MiB-aligned with huge pages), for
+ * io_uring fixed buffers or RDMA registration: *base and *length (either
+ * pointer may be NULL). Valid for the pool's lifetime. */
+BUFPOOL_EXPORT void bufpool_region(const bufpool_pool* pool, void** base,
+                                   size_t* length) BUFPOOL_C_NOEXCEPT;
+
+/* The pool's buffer_size and buffer_count. */
+BUFPOOL_EXPORT size_t bufpool_buffer_size(const bufpool_pool* pool)
+    BUFPOOL_C_NOEXCEPT;
+BUFPOOL_EXPORT size_t bufpool_capacity(const bufpool_pool* pool)
+    BUFPOOL_C_NOEXCEPT;
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BUFPOOL_C_H_ */

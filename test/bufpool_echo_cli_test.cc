@@ -1,0 +1,319 @@
+// The command lines of bufpool-echo and bufpool-echo-load, run as the
+// INSTALLED programs (the tools_install fixture puts them under
+// BUFPOOL_INSTALLED_BIN): both flag forms, --help, and every exit code (0
+// served / verified; 1 a failed bind, a refused connection, a wrong byte;
+// 2 usage).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace {
+
+const std::string kEcho = std::string(BUFPOOL_INSTALLED_BIN) + "/bufpool-echo";
+const std::string kLoad =
+    std::string(BUFPOOL_INSTALLED_BIN) + "/bufpool-echo-load";
+
+struct Result {
+  int status;  // exit status; -1 when killed by a signal
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<char*> Argv(std::vector<std::string>& all) {
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return argv;
+}
+
+class EchoCliTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    for (const std::string& bin : {kEcho, kLoad}) {
+      ASSERT_EQ(access(bin.c_str(), X_OK), 0)
+          << bin << ": " << std::strerror(errno) << " (is it installed?)";
+    }
+    std::string tmpl = "/tmp/bufpool_echo_cli_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const Server& s : servers_) {
+      kill(s.pid, SIGKILL);
+      waitpid(s.pid, nullptr, 0);
+      fclose(s.out);
+    }
+    ASSERT_EQ(std::system(("rm -rf '" + dir_ + "'").c_str()), 0);
+  }
+
+  // Runs `bin` with `args` to completion; stdin from /dev/null.
+  Result Run(const std::string& bin, const std::vector<std::string>& args) {
+    std::vector<std::string> all = {bin};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv = Argv(all);
+    const std::string out = dir_ + "/stdout", err = dir_ + "/stderr";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = -1;
+    const int rc =
+        posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) return {-2, "", std::strerror(rc)};
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out),
+            Slurp(err)};
+  }
+
+  struct Server {
+    pid_t pid = -1;
+    FILE* out = nullptr;  // its stdout
+    std::string address;  // from "listening on HOST:PORT"
+  };
+
+  // Starts bufpool-echo with `args` and reads its first line.
+  Server StartEcho(const std::vector<std::string>& args) {
+    Server s;
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return s;
+    std::vector<std::string> all = {kEcho};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv = Argv(all);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+    posix_spawn_file_actions_addclose(&fa, pipefd[0]);
+    if (posix_spawn(&s.pid, kEcho.c_str(), &fa, nullptr, argv.data(),
+                    environ) != 0) {
+      s.pid = -1;
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    close(pipefd[1]);
+    s.out = fdopen(pipefd[0], "r");
+    const std::string first = ReadLine(s.out);
+    if (first.rfind("listening on ", 0) == 0) {
+      s.address = first.substr(strlen("listening on "));
+      if (!s.address.empty()) s.address.pop_back();  // '\n'
+    }
+    if (s.pid > 0) servers_.push_back(s);
+    return s;
+  }
+
+  // SIGTERM; returns the exit status and the summary line.
+  int Stop(const Server& s, std::string* summary) {
+    kill(s.pid, SIGTERM);
+    int status = 0;
+    waitpid(s.pid, &status, 0);
+    *summary = ReadLine(s.out);
+    fclose(s.out);
+    servers_.erase(
+        std::find_if(servers_.begin(), servers_.end(),
+                     [&](const Server& x) { return x.pid == s.pid; }));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  static std::string ReadLine(FILE* f) {
+    char line[1024];
+    if (f == nullptr || fgets(line, sizeof(line), f) == nullptr) return "";
+    return line;
+  }
+
+  // A usage error: exit 2, one line naming `what`, nothing on stdout.
+  void ExpectUsageError(const std::string& bin,
+                        const std::vector<std::string>& args,
+                        const std::string& what) {
+    SCOPED_TRACE(args.empty() ? "(no args)" : args[0]);
+    Result r = Run(bin, args);
+    const std::string tool = bin.substr(bin.rfind('/') + 1);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err.rfind(tool + ": ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(what), std::string::npos) << r.err;
+    EXPECT_TRUE(r.err.ends_with("; see '" + tool + " --help'\n")) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+
+  std::string dir_;
+  std::vector<Server> servers_;  // killed at the end if still running
+};
+
+TEST_F(EchoCliTest, ServesAndVerifiesWithBothFlagForms) {
+  const std::vector<std::vector<std::string>> echo_forms = {
+      {"--listen=127.0.0.1:0", "--engine=epoll", "--buffers=64",
+       "--buffer-size=1024", "--max-unsent=65536"},
+      {"--listen", "127.0.0.1:0", "--engine", "epoll", "--buffers", "64",
+       "--buffer-size", "1024", "--max-unsent", "65536"}};
+  for (const auto& form : echo_forms) {
+    Server s = StartEcho(form);
+    ASSERT_GT(s.pid, 0);
+    ASSERT_EQ(s.address.rfind("127.0.0.1:", 0), 0u) << s.address;
+    const std::vector<std::vector<std::string>> load_forms = {
+        {"--target=" + s.address, "--connections=2", "--messages=5",
+         "--size=1:3000", "--seed=3"},
+        {"--target", s.address, "--connections", "2", "--messages", "5",
+         "--size", "1:3000", "--seed", "3"}};
+    for (const auto& load : load_forms) {
+      Result r = Run(kLoad, load);
+      EXPECT_EQ(r.status, 0) << r.err;
+      EXPECT_EQ(r.out.rfind("verified 10 messages", 0), 0u) << r.out;
+      EXPECT_NE(r.out.find("on 2 connections"), std::string::npos) << r.out;
+    }
+    std::string summary;
+    EXPECT_EQ(Stop(s, &summary), 0);
+    EXPECT_EQ(summary.rfind("stopped: engine=epoll ", 0), 0u) << summary;
+    EXPECT_NE(summary.find("connections=4 "), std::string::npos) << summary;
+    EXPECT_NE(summary.find("/64 "), std::string::npos) << summary;  // pool
+  }
+}
+
+TEST_F(EchoCliTest, EchoFailedBindIsExitOne) {
+  Server first = StartEcho({"--engine=epoll", "--buffers=16"});
+  ASSERT_GT(first.pid, 0);
+  ASSERT_FALSE(first.address.empty());
+  Result r = Run(kEcho, {"--listen", first.address, "--buffers=16"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "bufpool-echo: listen on " + first.address +
+                       ": Address already in use\n");
+  std::string summary;
+  EXPECT_EQ(Stop(first, &summary), 0);
+}
+
+TEST_F(EchoCliTest, EchoUsageErrorsExitTwo) {
+  ExpectUsageError(kEcho, {"--frobnicate=1"}, "--frobnicate");
+  ExpectUsageError(kEcho, {"stray"}, "stray");
+  ExpectUsageError(kEcho, {"--engine=fast"}, "--engine: unknown engine 'fast'");
+  ExpectUsageError(kEcho, {"--engine", "fast"}, "unknown engine 'fast'");
+  ExpectUsageError(kEcho, {"--listen=foo"}, "--listen: 'foo'");
+  ExpectUsageError(kEcho, {"--listen", "127.0.0.1:70000"}, "--listen");
+  ExpectUsageError(kEcho, {"--buffers=0"}, "--buffers: 0 is out of range");
+  ExpectUsageError(kEcho, {"--buffers", "x"}, "--buffers: 'x'");
+  ExpectUsageError(kEcho, {"--buffer-size=100"},
+                   "--buffer-size: '100' is not a power of two");
+  ExpectUsageError(kEcho, {"--max-unsent=0"}, "--max-unsent");
+  ExpectUsageError(kEcho, {"--listen"}, "--listen");
+}
+
+TEST_F(EchoCliTest, EchoHelpListsEveryFlagAndTheExitCodes) {
+  for (const char* h : {"--help", "-h"}) {
+    Result r = Run(kEcho, {h});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.err, "");
+    for (const char* word :
+         {"usage: bufpool-echo", "--listen HOST:PORT", "--engine ENGINE",
+          "--buffers N", "--buffer-size BYTES", "--max-unsent BYTES",
+          "(default: 127.0.0.1:0)", "(default: uring)", "(default: 4096)",
+          "(default: 262144)", "  0  success", "  1  the work failed",
+          "  2  usage error"}) {
+      EXPECT_NE(r.out.find(word), std::string::npos) << word;
+    }
+  }
+}
+
+TEST_F(EchoCliTest, LoadUsageErrorsExitTwo) {
+  ExpectUsageError(kLoad, {"--target=foo"}, "--target: 'foo'");
+  ExpectUsageError(kLoad, {"--target", "127.0.0.1:0"}, "--target");
+  ExpectUsageError(kLoad, {}, "--target is required");
+  const std::string t = "--target=127.0.0.1:9";
+  ExpectUsageError(kLoad, {t, "--size=5:3"}, "MIN is larger than MAX");
+  ExpectUsageError(kLoad, {t, "--size", "0:3"}, "--size: 0 is out of range");
+  ExpectUsageError(kLoad, {t, "--connections=0"}, "--connections");
+  ExpectUsageError(kLoad, {t, "--messages", "lots"}, "--messages: 'lots'");
+  ExpectUsageError(kLoad, {t, "--seed=-1"}, "--seed");
+  ExpectUsageError(kLoad, {t, "--bogus"}, "--bogus");
+}
+
+TEST_F(EchoCliTest, LoadHelpListsEveryFlagAndTheExitCodes) {
+  Result r = Run(kLoad, {"--help"});
+  EXPECT_EQ(r.status, 0);
+  for (const char* word :
+       {"usage: bufpool-echo-load", "--target HOST:PORT", "(required)",
+        "--connections N", "(default: 64)", "--messages M", "(default: 1000)",
+        "--size MIN:MAX", "(default: 1:4096)", "--seed S", "(default: 1)",
+        "  0  success", "  1  the work failed", "  2  usage error"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word;
+  }
+}
+
+// A bound socket that does not listen: connecting to it is refused.
+TEST_F(EchoCliTest, LoadRefusedConnectionIsExitOne) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  const std::string target = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  Result r =
+      Run(kLoad, {"--target", target, "--connections=1", "--messages=1"});
+  close(fd);
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("bufpool-echo-load: FAILED: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// A server that echoes every byte but flips the first of each read.
+TEST_F(EchoCliTest, LoadMismatchIsExitOne) {
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(lfd, 4), 0);
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  std::thread bad([lfd] {
+    const int c = accept(lfd, nullptr, nullptr);
+    if (c < 0) return;
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = read(c, buf, sizeof buf);
+      if (n <= 0) break;
+      buf[0] ^= 0x5a;
+      if (write(c, buf, static_cast<size_t>(n)) != n) break;
+    }
+    close(c);
+  });
+  const std::string target = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  Result r = Run(kLoad, {"--target=" + target, "--connections=1",
+                         "--messages=1", "--size=16:16"});
+  bad.join();
+  close(lfd);
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.err.rfind("bufpool-echo-load: FAILED: DATA_LOSS", 0), 0u)
+      << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,665 @@
+/* The C API (bufpool/c.h) from a program compiled as C: every call, the
+ * errors, the abort messages (each provoked in a forked child whose stderr
+ * is read back) and use from 8 threads.
+ *
+ *   c_api_test            runs every test
+ *   c_api_test NAME...    runs the named ones (ctest runs each alone)
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bufpool/c.h"
+
+#ifdef __cplusplus
+#error "c_api_test.c tests the C API from C: compile it as C"
+#endif
+#if !defined(__STDC_VERSION__) || __STDC_VERSION__ < 201112L
+#error "c_api_test.c is C11"
+#endif
+
+static int g_failures = 0;
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++g_failures;                                                            \
+    }                                                                          \
+  } while (0)
+
+/* For what the rest of a test cannot go on without. */
+#define REQUIRE(cond)                                                    \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, \
+              #cond);                                                    \
+      exit(1);                                                           \
+    }                                                                    \
+  } while (0)
+
+static int contains(const char* s, const char* part) {
+  return s != NULL && strstr(s, part) != NULL;
+}
+
+/* A pool with `count` buffers of 4096 bytes, else the test stops. */
+static bufpool_pool* make_pool(size_t count, size_t thread_cache_size) {
+  bufpool_options o = BUFPOOL_OPTIONS_INIT;
+  o.buffer_count = count;
+  o.thread_cache_size = thread_cache_size;
+  char* err = NULL;
+  bufpool_pool* pool = bufpool_create(&o, &err);
+  if (pool == NULL) fprintf(stderr, "bufpool_create: %s\n", err);
+  REQUIRE(pool != NULL);
+  CHECK(err == NULL);
+  return pool;
+}
+
+static bufpool_stats stats_of(const bufpool_pool* pool) {
+  bufpool_stats st;
+  memset(&st, 0xab, sizeof(st));
+  bufpool_get_stats(pool, &st);
+  CHECK(st.struct_size == sizeof(st));
+  return st;
+}
+
+/* ---- Options and creation ---------------------------------------------- */
+
+static void test_options_defaults(void) {
+  const bufpool_options macro = BUFPOOL_OPTIONS_INIT;
+  bufpool_options fn;
+  memset(&fn, 0xab, sizeof(fn));
+  bufpool_options_init(&fn, sizeof(fn));
+  CHECK(memcmp(&macro, &fn, sizeof(fn)) == 0);
+  CHECK(macro.struct_size == sizeof(bufpool_options));
+  CHECK(macro.buffer_size == 4096);
+  CHECK(macro.buffer_count == 1024);
+  CHECK(macro.huge_pages == BUFPOOL_HUGE_PAGES_TRY);
+  CHECK(macro.populate == 1);
+  CHECK(macro.lock_memory == 0);
+  CHECK(macro.scrub_on_release == 0);
+  CHECK(macro.thread_cache_size == 64);
+
+  /* A caller with an older, shorter struct: only its bytes are written. */
+  unsigned char raw[sizeof(bufpool_options) + 8];
+  memset(raw, 0xab, sizeof(raw));
+  const size_t shorter = offsetof(bufpool_options, thread_cache_size);
+  bufpool_options_init((bufpool_options*)(void*)raw, shorter);
+  bufpool_options head;
+  memcpy(&head, raw, shorter);
+  CHECK(head.struct_size == shorter);
+  CHECK(head.buffer_count == 1024);
+  for (size_t i = shorter; i < sizeof(raw); ++i) CHECK(raw[i] == 0xab);
+}
+
+static void test_create_reports_geometry(void) {
+  bufpool_options o = BUFPOOL_OPTIONS_INIT;
+  o.buffer_size = 8192;
+  o.buffer_count = 16;
+  o.huge_pages = BUFPOOL_HUGE_PAGES_NEVER;
+  o.populate = 0;
+  char* err = NULL;
+  bufpool_pool* pool = bufpool_create(&o, &err);
+  REQUIRE(pool != NULL);
+  CHECK(err == NULL);
+  CHECK(bufpool_buffer_size(pool) == 8192);
+  CHECK(bufpool_capacity(pool) == 16);
+  void* base = NULL;
+  size_t len = 0;
+  bufpool_region(pool, &base, &len);
+  CHECK(base != NULL);
+  CHECK((uintptr_t)base % 4096 == 0);
+  CHECK(len == 16 * 8192);
+  bufpool_region(pool, NULL, &len); /* either out-pointer may be NULL */
+  bufpool_region(pool, &base, NULL);
+  bufpool_stats st = stats_of(pool);
+  CHECK(st.capacity == 16);
+  CHECK(st.in_use == 0);
+  CHECK(st.high_water == 0);
+  CHECK(st.acquire_failures == 0);
+  CHECK(st.acquire_timeouts == 0);
+  bufpool_destroy(pool);
+
+  /* NULL options: the defaults. */
+  pool = bufpool_create(NULL, &err);
+  REQUIRE(pool != NULL);
+  CHECK(bufpool_buffer_size(pool) == 4096);
+  CHECK(bufpool_capacity(pool) == 1024);
+  bufpool_destroy(pool);
+  bufpool_destroy(NULL); /* ignored */
+}
+
+/* bufpool_create fails with `o` and an error that contains every one of
+ * `want` (NULL-terminated). */
+static void expect_create_error(const bufpool_options* o, const char* want[]) {
+  char* err = NULL;
+  CHECK(bufpool_create(o, &err) == NULL);
+  REQUIRE(err != NULL);
+  for (const char** w = want; *w != NULL; ++w) {
+    if (!contains(err, *w)) {
+      fprintf(stderr, "error \"%s\" lacks \"%s\"\n", err, *w);
+      ++g_failures;
+    }
+  }
+  bufpool_free_error(err);
+}
+
+static void test_create_errors_name_field_and_value(void) {
+  bufpool_options o = BUFPOOL_OPTIONS_INIT;
+  o.buffer_size = 100;
+  expect_create_error(
+      &o, (const char*[]){"INVALID_ARGUMENT", "buffer_size", "100", NULL});
+
+  o = (bufpool_options)BUFPOOL_OPTIONS_INIT;
+  o.buffer_count = 0;
+  expect_create_error(&o, (const char*[]){"buffer_count", "0", NULL});
+
+  o = (bufpool_options)BUFPOOL_OPTIONS_INIT;
+  o.huge_pages = 7;
+  expect_create_error(&o, (const char*[]){"huge_pages", "7", NULL});
+
+  o = (bufpool_options)BUFPOOL_OPTIONS_INIT;
+  o.struct_size = 8; /* older than the first version */
+  expect_create_error(&o, (const char*[]){"struct_size", "8", NULL});
+
+  o = (bufpool_options)BUFPOOL_OPTIONS_INIT;
+  o.struct_size = sizeof(o) + 8; /* newer than this library */
+  expect_create_error(&o, (const char*[]){"struct_size", "newer", NULL});
+
+  /* A second failure frees the first message before storing its own (the
+   * sanitizer builds catch a leak or a double free here). */
+  char* err = NULL;
+  o = (bufpool_options)BUFPOOL_OPTIONS_INIT;
+  o.buffer_size = 100;
+  CHECK(bufpool_create(&o, &err) == NULL);
+  CHECK(contains(err, "buffer_size"));
+  o.buffer_size = 4096;
+  o.buffer_count = 0;
+  CHECK(bufpool_create(&o, &err) == NULL);
+  CHECK(contains(err, "buffer_count"));
+  /* Success leaves *err alone. */
+  bufpool_pool* pool = bufpool_create(NULL, &err);
+  CHECK(pool != NULL);
+  CHECK(contains(err, "buffer_count"));
+  bufpool_destroy(pool);
+  bufpool_free_error(err);
+  bufpool_free_error(NULL);
+
+  /* err may be NULL: the failure is still reported by the NULL pool. */
+  CHECK(bufpool_create(&o, NULL) == NULL);
+}
+
+/* ---- Acquire and release ------------------------------------------------ */
+
+static void test_try_acquire_until_empty(void) {
+  enum { kCount = 8 };
+  bufpool_pool* pool = make_pool(kCount, 64);
+  void* base = NULL;
+  size_t len = 0;
+  bufpool_region(pool, &base, &len);
+  void* got[kCount];
+  for (int i = 0; i < kCount; ++i) {
+    got[i] = bufpool_try_acquire(pool);
+    REQUIRE(got[i] != NULL);
+    const uintptr_t off = (uintptr_t)got[i] - (uintptr_t)base;
+    CHECK(off < len);
+    CHECK(off % 4096 == 0); /* the start of buffer off / 4096 */
+    memset(got[i], i, 4096);
+    for (int j = 0; j < i; ++j) CHECK(got[j] != got[i]);
+  }
+  CHECK(bufpool_try_acquire(pool) == NULL); /* one thread gets them all */
+  for (int i = 0; i < kCount; ++i) {
+    const unsigned char* p = got[i];
+    CHECK(p[0] == (unsigned char)i && p[4095] == (unsigned char)i);
+  }
+  bufpool_stats st = stats_of(pool);
+  CHECK(st.in_use == kCount);
+  CHECK(st.high_water == kCount);
+  CHECK(st.acquire_failures == 1);
+  for (int i = 0; i < kCount; ++i) bufpool_release(pool, got[i]);
+  st = stats_of(pool);
+  CHECK(st.in_use == 0);
+  CHECK(st.high_water == kCount);
+  /* Released buffers come back. */
+  void* again = bufpool_try_acquire(pool);
+  CHECK(again != NULL);
+  bufpool_release(pool, again);
+  bufpool_destroy(pool);
+}
+
+static void test_options_reach_the_pool(void) {
+  /* scrub_on_release: a released buffer is zeroed before it is handed out
+   * again (caches off, so the same buffer comes back). */
+  bufpool_options o = BUFPOOL_OPTIONS_INIT;
+  o.buffer_count = 1;
+  o.scrub_on_release = 1;
+  o.thread_cache_size = 0;
+  bufpool_pool* pool = bufpool_create(&o, NULL);
+  REQUIRE(pool != NULL);
+  unsigned char* b = bufpool_try_acquire(pool);
+  REQUIRE(b != NULL);
+  memset(b, 0x5a, 4096);
+  bufpool_release(pool, b);
+  b = bufpool_try_acquire(pool);
+  REQUIRE(b != NULL);
+  CHECK(b[0] == 0 && b[2048] == 0 && b[4095] == 0);
+  bufpool_release(pool, b);
+  bufpool_destroy(pool);
+}
+
+static void test_acquire_times_out_with_error(void) {
+  bufpool_pool* pool = make_pool(1, 64);
+  char* err = NULL;
+  void* b = bufpool_acquire(pool, 1000000000, &err); /* free: no wait */
+  REQUIRE(b != NULL);
+  CHECK(err == NULL);
+
+  CHECK(bufpool_acquire(pool, 0, &err) == NULL); /* a poll */
+  CHECK(contains(err, "DEADLINE_EXCEEDED"));
+  bufpool_free_error(err);
+  err = NULL;
+  bufpool_stats st = stats_of(pool);
+  CHECK(st.acquire_failures == 1);
+  CHECK(st.acquire_timeouts == 0); /* a poll does not wait */
+
+  CHECK(bufpool_acquire(pool, 1000000 /* 1 ms */, &err) == NULL);
+  CHECK(contains(err, "DEADLINE_EXCEEDED"));
+  CHECK(contains(err, "1ms"));
+  bufpool_free_error(err);
+  st = stats_of(pool);
+#ifdef BUFPOOL_TEST_HAVE_ACQUIRE_TIMEOUTS
+  CHECK(st.acquire_timeouts == 1);
+#else
+  /* MERGE (coordinator): the C++ core does not count timeouts yet. */
+  CHECK(st.acquire_timeouts == 0);
+#endif
+  CHECK(bufpool_acquire(pool, 1000000, NULL) == NULL); /* err may be NULL */
+  bufpool_release(pool, b);
+  bufpool_destroy(pool);
+}
+
+struct waiter {
+  bufpool_pool* pool;
+  void* got;
+  char* err;
+};
+
+static void* wait_forever(void* arg) {
+  struct waiter* w = arg;
+  w->got = bufpool_acquire(w->pool, INT64_MAX, &w->err);
+  return NULL;
+}
+
+static void test_acquire_waits_for_a_release(void) {
+  /* One buffer, no caches: the waiter can only get it from the release. */
+  bufpool_pool* pool = make_pool(1, 0);
+  void* b = bufpool_try_acquire(pool);
+  REQUIRE(b != NULL);
+  struct waiter w = {pool, NULL, NULL};
+  pthread_t t;
+  REQUIRE(pthread_create(&t, NULL, wait_forever, &w) == 0);
+  /* Whether the waiter is asleep yet or not, it ends up with b. */
+  bufpool_release(pool, b);
+  REQUIRE(pthread_join(t, NULL) == 0);
+  CHECK(w.got == b);
+  CHECK(w.err == NULL);
+  if (w.got != NULL) bufpool_release(pool, w.got);
+  CHECK(stats_of(pool).in_use == 0);
+  bufpool_destroy(pool);
+}
+
+static void test_bulk_calls(void) {
+  enum { kCount = 20, kAsk = 32 };
+  bufpool_pool* pool = make_pool(kCount, 64);
+  void* out[kAsk];
+  memset(out, 0xab, sizeof(out));
+  CHECK(bufpool_try_acquire_bulk(pool, out, kAsk) == kCount); /* ran out */
+  for (int i = 0; i < kCount; ++i) {
+    REQUIRE(out[i] != NULL);
+    memset(out[i], 0x11, 4096);
+    for (int j = 0; j < i; ++j) CHECK(out[j] != out[i]);
+  }
+  for (int i = kCount; i < kAsk; ++i) CHECK(out[i] == NULL);
+  bufpool_stats st = stats_of(pool);
+  CHECK(st.in_use == kCount);
+  CHECK(st.acquire_failures == 1);
+  void* copy[kAsk];
+  memcpy(copy, out, sizeof(out));
+  bufpool_release_bulk(pool, out, kAsk);      /* the NULL tail is skipped */
+  CHECK(memcmp(copy, out, sizeof(out)) == 0); /* `in` is not changed */
+  CHECK(stats_of(pool).in_use == 0);
+
+  CHECK(bufpool_try_acquire_bulk(pool, out, 0) == 0);
+  bufpool_release_bulk(pool, out, 0);
+  CHECK(bufpool_try_acquire_bulk(pool, out, 5) == 5);
+  /* Bulk and single calls mix: one by one back. */
+  for (int i = 0; i < 5; ++i) bufpool_release(pool, out[i]);
+  out[0] = bufpool_try_acquire(pool);
+  REQUIRE(out[0] != NULL);
+  bufpool_release_bulk(pool, out, 1);
+  CHECK(stats_of(pool).in_use == 0);
+  bufpool_destroy(pool);
+}
+
+static void test_stats_respect_the_callers_size(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  void* b = bufpool_try_acquire(pool);
+  REQUIRE(b != NULL);
+  unsigned char raw[sizeof(bufpool_stats) + 16];
+  bufpool_stats st;
+
+  /* An older caller whose struct ends before acquire_failures. */
+  const size_t older = offsetof(bufpool_stats, acquire_failures);
+  memset(raw, 0xab, sizeof(raw));
+  bufpool_get_stats_sized(pool, (bufpool_stats*)(void*)raw, older);
+  memcpy(&st, raw, older);
+  CHECK(st.struct_size == older);
+  CHECK(st.capacity == 4);
+  CHECK(st.in_use == 1);
+  for (size_t i = older; i < sizeof(raw); ++i) CHECK(raw[i] == 0xab);
+
+  /* A newer caller with a longer struct: the library fills what it has. */
+  memset(raw, 0xab, sizeof(raw));
+  bufpool_get_stats_sized(pool, (bufpool_stats*)(void*)raw, sizeof(raw));
+  memcpy(&st, raw, sizeof(st));
+  CHECK(st.struct_size == sizeof(bufpool_stats));
+  CHECK(st.in_use == 1);
+  for (size_t i = sizeof(bufpool_stats); i < sizeof(raw); ++i) {
+    CHECK(raw[i] == 0xab);
+  }
+  bufpool_release(pool, b);
+  bufpool_destroy(pool);
+}
+
+/* ---- Abort messages ------------------------------------------------------ */
+
+/* Runs fn in a child with stderr into a pipe; it must die of SIGABRT and
+ * have printed `want`. */
+static void expect_abort(const char* name, void (*fn)(void), const char* want) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], STDERR_FILENO);
+    fn();
+    _exit(0); /* fn should not return */
+  }
+  close(fds[1]);
+  char out[8192];
+  size_t len = 0;
+  ssize_t r;
+  while (len < sizeof(out) - 1 &&
+         (r = read(fds[0], out + len, sizeof(out) - 1 - len)) > 0) {
+    len += (size_t)r;
+  }
+  out[len] = '\0';
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) ||
+      !contains(out, want)) {
+    fprintf(stderr,
+            "%s: want SIGABRT and \"%s\"; got status %#x and stderr:\n%s\n",
+            name, want, status, out);
+    ++g_failures;
+  }
+}
+
+static void die_double_release(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  void* b = bufpool_try_acquire(pool);
+  bufpool_release(pool, b);
+  bufpool_release(pool, b);
+}
+
+static void die_foreign_pointer(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  static char not_ours[4096] __attribute__((aligned(4096)));
+  bufpool_release(pool, not_ours);
+}
+
+static void die_pointer_inside_a_buffer(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  char* b = bufpool_try_acquire(pool);
+  bufpool_release(pool, b + 64);
+}
+
+static void die_null_release(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  bufpool_release(pool, NULL);
+}
+
+static void die_other_pools_buffer(void) {
+  bufpool_pool* a = make_pool(4, 64);
+  bufpool_pool* b = make_pool(4, 64);
+  bufpool_release(b, bufpool_try_acquire(a));
+}
+
+static void die_bulk_double_release(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  void* two[2];
+  two[0] = bufpool_try_acquire(pool);
+  two[1] = two[0]; /* the same buffer twice in one batch */
+  bufpool_release_bulk(pool, two, 2);
+}
+
+static void die_bulk_foreign_pointer(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  int x = 0;
+  void* in[2] = {NULL, &x};
+  bufpool_release_bulk(pool, in, 2);
+}
+
+static void die_destroy_in_use(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  (void)bufpool_try_acquire(pool);
+  bufpool_destroy(pool);
+}
+
+static void test_release_checks_abort_with_message(void) {
+  expect_abort("double release", die_double_release, "double release");
+  expect_abort("foreign pointer", die_foreign_pointer, "not from this pool");
+  expect_abort("inside a buffer", die_pointer_inside_a_buffer,
+               "not from this pool");
+  expect_abort("NULL", die_null_release, "not from this pool");
+  expect_abort("other pool", die_other_pools_buffer, "not from this pool");
+  expect_abort("bulk double release", die_bulk_double_release,
+               "double release");
+  expect_abort("bulk foreign pointer", die_bulk_foreign_pointer,
+               "not from this pool");
+  expect_abort("destroy in use", die_destroy_in_use, "still in use");
+}
+
+/* ---- 8 threads ----------------------------------------------------------- */
+
+enum { kThreads = 8, kRounds = 20000, kPoolCount = 64 };
+
+/* Each thread passes some buffers to the next one through its mailbox. */
+struct mailbox {
+  pthread_mutex_t mu;
+  void* buffer; /* NULL when empty */
+  uint64_t tag; /* what the sender wrote into it */
+};
+
+struct shared {
+  bufpool_pool* pool;
+  struct mailbox boxes[kThreads];
+};
+
+struct worker {
+  struct shared* shared;
+  int id;
+  int errors;
+};
+
+static void stamp(void* b, uint64_t tag) {
+  memcpy(b, &tag, sizeof(tag));
+  memcpy((char*)b + 4096 - sizeof(tag), &tag, sizeof(tag));
+}
+
+static int stamped(const void* b, uint64_t tag) {
+  uint64_t head, tail;
+  memcpy(&head, b, sizeof(head));
+  memcpy(&tail, (const char*)b + 4096 - sizeof(tail), sizeof(tail));
+  return head == tag && tail == tag;
+}
+
+static void* work(void* arg) {
+  struct worker* w = arg;
+  struct shared* s = w->shared;
+  bufpool_pool* pool = s->pool;
+  for (uint64_t round = 0; round < kRounds; ++round) {
+    const uint64_t tag = ((uint64_t)w->id << 32) | round;
+    /* The pair. */
+    void* b = bufpool_try_acquire(pool);
+    if (b != NULL) {
+      stamp(b, tag);
+      if (!stamped(b, tag)) ++w->errors;
+      bufpool_release(pool, b);
+    }
+    /* A batch. */
+    if (round % 8 == 0) {
+      void* batch[4];
+      const size_t n = bufpool_try_acquire_bulk(pool, batch, 4);
+      for (size_t i = 0; i < n; ++i) stamp(batch[i], tag + i);
+      for (size_t i = 0; i < n; ++i) {
+        if (!stamped(batch[i], tag + i)) ++w->errors;
+      }
+      bufpool_release_bulk(pool, batch, 4);
+    }
+    /* A wait (never forever: a lost wake-up fails instead of hanging). */
+    if (round % 64 == 0) {
+      char* err = NULL;
+      void* waited = bufpool_acquire(pool, 60 * 1000000000LL, &err);
+      if (waited == NULL) {
+        fprintf(stderr, "thread %d: %s\n", w->id, err);
+        bufpool_free_error(err);
+        ++w->errors;
+      } else {
+        stamp(waited, tag);
+        /* Hand it to the next thread, which releases it. */
+        struct mailbox* out = &s->boxes[(w->id + 1) % kThreads];
+        pthread_mutex_lock(&out->mu);
+        void* old = out->buffer;
+        const uint64_t old_tag = out->tag;
+        out->buffer = waited;
+        out->tag = tag;
+        pthread_mutex_unlock(&out->mu);
+        if (old != NULL) {
+          if (!stamped(old, old_tag)) ++w->errors;
+          bufpool_release(pool, old);
+        }
+      }
+    }
+    /* Take what the previous thread handed over. */
+    if (round % 16 == 0) {
+      struct mailbox* in = &s->boxes[w->id];
+      pthread_mutex_lock(&in->mu);
+      void* got = in->buffer;
+      const uint64_t got_tag = in->tag;
+      in->buffer = NULL;
+      pthread_mutex_unlock(&in->mu);
+      if (got != NULL) {
+        if (!stamped(got, got_tag)) ++w->errors;
+        bufpool_release(pool, got);
+      }
+    }
+    if (round % 256 == 0) {
+      bufpool_stats st;
+      bufpool_get_stats(pool, &st);
+      if (st.in_use > kPoolCount || st.capacity != kPoolCount) ++w->errors;
+      void* base;
+      size_t len;
+      bufpool_region(pool, &base, &len);
+      if (len != (size_t)kPoolCount * 4096) ++w->errors;
+    }
+  }
+  return NULL;
+}
+
+static void test_eight_threads(void) {
+  struct shared s;
+  s.pool = make_pool(kPoolCount, 64);
+  for (int i = 0; i < kThreads; ++i) {
+    pthread_mutex_init(&s.boxes[i].mu, NULL);
+    s.boxes[i].buffer = NULL;
+    s.boxes[i].tag = 0;
+  }
+  struct worker workers[kThreads];
+  pthread_t threads[kThreads];
+  for (int i = 0; i < kThreads; ++i) {
+    workers[i] = (struct worker){&s, i, 0};
+    REQUIRE(pthread_create(&threads[i], NULL, work, &workers[i]) == 0);
+  }
+  for (int i = 0; i < kThreads; ++i) {
+    REQUIRE(pthread_join(threads[i], NULL) == 0);
+    CHECK(workers[i].errors == 0);
+  }
+  for (int i = 0; i < kThreads; ++i) {
+    if (s.boxes[i].buffer != NULL) {
+      CHECK(stamped(s.boxes[i].buffer, s.boxes[i].tag));
+      bufpool_release(s.pool, s.boxes[i].buffer);
+    }
+    pthread_mutex_destroy(&s.boxes[i].mu);
+  }
+  bufpool_stats st = stats_of(s.pool);
+  CHECK(st.in_use == 0);
+  CHECK(st.high_water >= 1 && st.high_water <= kPoolCount);
+  /* Every thread has exited, so every buffer is reachable again. */
+  void* all[kPoolCount];
+  CHECK(bufpool_try_acquire_bulk(s.pool, all, kPoolCount) == kPoolCount);
+  bufpool_release_bulk(s.pool, all, kPoolCount);
+  bufpool_destroy(s.pool);
+}
+
+/* ---- Driver -------------------------------------------------------------- */
+
+static const struct {
+  const char* name;
+  void (*fn)(void);
+} kTests[] = {
+    {"options_defaults", test_options_defaults},
+    {"create_reports_geometry", test_create_reports_geometry},
+    {"create_errors_name_field_and_value",
+     test_create_errors_name_field_and_value},
+    {"try_acquire_until_empty", test_try_acquire_until_empty},
+    {"options_reach_the_pool", test_options_reach_the_pool},
+    {"acquire_times_out_with_error", test_acquire_times_out_with_error},
+    {"acquire_waits_for_a_release", test_acquire_waits_for_a_release},
+    {"bulk_calls", test_bulk_calls},
+    {"stats_respect_the_callers_size", test_stats_respect_the_callers_size},
+    {"release_checks_abort_with_message",
+     test_release_checks_abort_with_message},
+    {"eight_threads", test_eight_threads},
+};
+
+int main(int argc, char** argv) {
+  const size_t n = sizeof(kTests) / sizeof(kTests[0]);
+  int ran = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int wanted = argc == 1;
+    for (int a = 1; a < argc; ++a)
+      wanted |= strcmp(argv[a], kTests[i].name) == 0;
+    if (!wanted) continue;
+    const int before = g_failures;
+    kTests[i].fn();
+    printf("%s %s\n", g_failures == before ? "ok  " : "FAIL", kTests[i].name);
+    ++ran;
+  }
+  if (ran == 0 || ran < argc - 1) {
+    fprintf(stderr, "c_api_test: unknown test name\n");
+    return 2;
+  }
+  return g_failures == 0 ? 0 : 1;
+}

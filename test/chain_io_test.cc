@@ -1,0 +1,491 @@
+// ReadFrom()/WriteTo() (bufpool/chain.h) on real socketpairs, TCP loopback
+// and pipes, blocking and not, with slow, closing and resetting peers; and
+// faults injected through the OS layer (src/os/socket.h). SIGPIPE keeps its
+// default action in this binary, so a write that raised it would kill the
+// test. Every test ends with the pool's in_use back at 0.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bufpool/chain.h"
+#include "gtest/gtest.h"
+#include "os/socket.h"
+
+namespace bufpool {
+namespace {
+
+std::string Contents(const BufferChain& chain) {
+  std::string s;
+  for (absl::Span<const std::byte> part : chain.spans()) {
+    s.append(reinterpret_cast<const char*>(part.data()), part.size());
+  }
+  return s;
+}
+
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+void SetNonBlocking(int fd) {
+  ASSERT_EQ(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+}
+
+struct Pair {
+  int a = -1;
+  int b = -1;
+  ~Pair() {
+    if (a >= 0) ::close(a);
+    if (b >= 0) ::close(b);
+  }
+  void CloseA() {
+    ::close(a);
+    a = -1;
+  }
+  void CloseB() {
+    ::close(b);
+    b = -1;
+  }
+};
+
+// A connected TCP pair over loopback: a is the client, b the accepted end.
+void TcpPair(Pair& p) {
+  const int l = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(l, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(::listen(l, 1), 0);
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  p.a = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(p.a, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  p.b = ::accept(l, nullptr, nullptr);
+  ASSERT_GE(p.b, 0);
+  ::close(l);
+}
+
+class ChainIoTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::signal(SIGPIPE, SIG_DFL), SIG_DFL);
+    // Debian's Abseil is not TSan-instrumented: its strerror table is built
+    // lazily on first use behind a once-flag TSan cannot see, so two threads
+    // formatting their first errno message at once look like a race. Build
+    // it here, before any test thread starts.
+    (void)os::SocketError("warm-up", EAGAIN);
+    auto pool = BufferPool::Create({.buffer_size = 4096,
+                                    .buffer_count = 512,
+                                    .huge_pages = HugePages::kNever,
+                                    .populate = false});
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    pool_ = *std::move(pool);
+  }
+  void TearDown() override { EXPECT_EQ(pool_->Stats().in_use, 0u); }
+
+  // Sends `data` from fd `from` with WriteTo (waiting when it would block)
+  // and reads it at `to` with ReadFrom, on two threads; returns what arrived.
+  std::string Transfer(int from, int to, const std::string& data,
+                       size_t read_max, bool slow_reader) {
+    std::thread writer([&] {
+      // Ends the stream however the writing ends, so the reader stops: a
+      // socket is shut down, a pipe's write end closed (the caller forgets
+      // it).
+      struct EndAtExit {
+        int fd;
+        ~EndAtExit() {
+          if (::shutdown(fd, SHUT_WR) != 0) ::close(fd);
+        }
+      } at_exit{from};
+      BufferChain out(*pool_);
+      ASSERT_TRUE(out.Append(data).ok());
+      while (!out.empty()) {
+        absl::StatusOr<size_t> w = WriteTo(from, out);
+        if (!w.ok()) {
+          ASSERT_EQ(w.status().code(), absl::StatusCode::kUnavailable)
+              << w.status();
+          pollfd p{.fd = from, .events = POLLOUT, .revents = 0};
+          ::poll(&p, 1, -1);
+        }
+      }
+    });
+    BufferChain in(*pool_);
+    std::string got;
+    for (;;) {
+      if (slow_reader)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      absl::StatusOr<size_t> r = ReadFrom(to, in, read_max);
+      if (!r.ok()) {
+        EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable)
+            << r.status();
+        pollfd p{.fd = to, .events = POLLIN, .revents = 0};
+        ::poll(&p, 1, -1);
+        continue;
+      }
+      if (*r == 0) break;
+      // Keep the chain short: move whole buffers out as they fill.
+      got += Contents(in);
+      in.Clear();
+    }
+    writer.join();
+    return got;
+  }
+
+  std::unique_ptr<BufferPool> pool_;
+};
+
+TEST_F(ChainIoTest, BlockingSocketpairCarriesEveryByte) {
+  Pair p;
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  const std::string data = RandomBytes(1 << 20, 1);
+  EXPECT_EQ(Transfer(p.a, p.b, data, 64 << 10, false), data);
+}
+
+TEST_F(ChainIoTest, NonBlockingSocketpairWithASlowReader) {
+  Pair p;
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  SetNonBlocking(p.a);
+  SetNonBlocking(p.b);
+  const std::string data = RandomBytes(1 << 20, 2);
+  EXPECT_EQ(Transfer(p.a, p.b, data, 5000, true), data);
+}
+
+TEST_F(ChainIoTest, PipesBlockingAndNot) {
+  for (bool nonblocking : {false, true}) {
+    Pair p;
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    p.b = fds[0];
+    p.a = fds[1];
+    if (nonblocking) {
+      SetNonBlocking(p.a);
+      SetNonBlocking(p.b);
+    }
+    const std::string data = RandomBytes(1 << 20, 3);
+    EXPECT_EQ(Transfer(p.a, p.b, data, 10000, nonblocking), data);
+    p.a = -1;  // closed by Transfer
+  }
+}
+
+TEST_F(ChainIoTest, NothingToReadIsUnavailableAndLeavesTheChain) {
+  Pair p;
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  SetNonBlocking(p.b);
+  BufferChain in(*pool_);
+  ASSERT_TRUE(in.Append("kept").ok());
+  absl::StatusOr<size_t> r = ReadFrom(p.b, in, 4096);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_EQ(Contents(in), "kept");
+  EXPECT_EQ(pool_->Stats().in_use, 1u);  // the fresh buffers went back
+}
+
+TEST_F(ChainIoTest, ReadFillsTheTailRoomFirstAndReturnsUnusedBuffers) {
+  Pair p;
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  BufferChain in(*pool_);
+  ASSERT_TRUE(in.Append("head:").ok());
+  ASSERT_EQ(::write(p.a, "abc", 3), 3);
+  absl::StatusOr<size_t> r = ReadFrom(p.b, in, 1 << 20);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, 3u);
+  EXPECT_EQ(Contents(in), "head:abc");
+  EXPECT_EQ(in.segment_count(), 1u);
+  EXPECT_EQ(pool_->Stats().in_use, 1u);
+  // A read larger than the room spills into fresh buffers.
+  const std::string big = RandomBytes(10000, 4);
+  ASSERT_EQ(::write(p.a, big.data(), big.size()),
+            static_cast<ssize_t>(big.size()));
+  size_t total = 0;
+  while (total < big.size()) {
+    r = ReadFrom(p.b, in, 1 << 20);
+    ASSERT_TRUE(r.ok()) << r.status();
+    total += *r;
+  }
+  EXPECT_EQ(Contents(in), "head:abc" + big);
+  EXPECT_EQ(pool_->Stats().in_use, in.segment_count());
+}
+
+TEST_F(ChainIoTest, ReadOfASharedTailStartsAFreshBuffer) {
+  Pair p;
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  BufferChain in(*pool_);
+  ASSERT_TRUE(in.Append("abc").ok());
+  SharedBuffer other = in.segment(0);  // shares the tail
+  ASSERT_EQ(::write(p.a, "XYZ", 3), 3);
+  ASSERT_TRUE(ReadFrom(p.b, in, 100).ok());
+  EXPECT_EQ(Contents(in), "abcXYZ");
+  EXPECT_EQ(in.segment_count(), 2u);
+  EXPECT_NE(std::memcmp(other.data() + 3, "XYZ", 3), 0);
+}
+
+TEST_F(ChainIoTest, EndOfFileIsZero) {
+  Pair p;
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  p.CloseA();
+  BufferChain in(*pool_);
+  absl::StatusOr<size_t> r = ReadFrom(p.b, in, 4096);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, 0u);
+  EXPECT_TRUE(in.empty());
+}
+
+TEST_F(ChainIoTest, DryPoolIsResourceExhaustedAndAPartlyDryOneReadsLess) {
+  Pair p;
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  std::vector<Buffer> held(pool_->capacity());
+  ASSERT_EQ(pool_->TryAcquireBulk(absl::MakeSpan(held)), held.size());
+  ASSERT_EQ(::write(p.a, "data", 4), 4);
+  BufferChain in(*pool_);
+  absl::StatusOr<size_t> r = ReadFrom(p.b, in, 4096);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted)
+      << r.status();
+  EXPECT_TRUE(in.empty());
+  held.back().Reset();  // one buffer free: a 64 KiB read takes what fits
+  const std::string big = RandomBytes(9000, 5);
+  ASSERT_EQ(::write(p.a, big.data(), big.size()),
+            static_cast<ssize_t>(big.size()));
+  r = ReadFrom(p.b, in, 64 << 10);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, 4096u);
+  EXPECT_EQ(Contents(in), ("data" + big).substr(0, 4096));
+  in.Clear();
+  held.clear();
+}
+
+TEST_F(ChainIoTest, BadArgumentsAreClearErrors) {
+  BufferChain in(*pool_);
+  EXPECT_EQ(ReadFrom(0, in, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  BufferChain no_pool;
+  EXPECT_EQ(ReadFrom(0, no_pool, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(in.Append("x").ok());
+  absl::StatusOr<size_t> w = WriteTo(-1, in);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument)
+      << w.status();
+  EXPECT_NE(w.status().message().find("fd -1"), std::string::npos);
+  EXPECT_EQ(Contents(in), "x");
+  BufferChain empty(*pool_);
+  EXPECT_EQ(*WriteTo(-1, empty), 0u);
+}
+
+TEST_F(ChainIoTest, NonBlockingWriteIsPartialThenUnavailable) {
+  Pair p;
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  SetNonBlocking(p.a);
+  const std::string data = RandomBytes(4 << 20, 6);  // more than the buffer
+  BufferChain out(*pool_);
+  ASSERT_TRUE(out.Append(data.substr(0, 1 << 20)).ok());
+  absl::StatusOr<size_t> w = WriteTo(p.a, out);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_GT(*w, 0u);
+  EXPECT_LT(*w, size_t{1} << 20);
+  EXPECT_EQ(out.size(), (size_t{1} << 20) - *w);  // consumed what was sent
+  const size_t left = out.size();
+  absl::StatusOr<size_t> again = WriteTo(p.a, out);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable)
+      << again.status();
+  EXPECT_EQ(out.size(), left);
+  EXPECT_EQ(Contents(out), data.substr(*w, left));
+}
+
+TEST_F(ChainIoTest, WriteToAClosedPeerIsAnErrorNotSigpipe) {
+  {
+    Pair p;
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+    p.CloseB();
+    BufferChain out(*pool_);
+    ASSERT_TRUE(out.Append("lost").ok());
+    absl::StatusOr<size_t> w = WriteTo(p.a, out);
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition)
+        << w.status();
+    EXPECT_NE(w.status().message().find("Broken pipe"), std::string::npos)
+        << w.status();
+    EXPECT_EQ(Contents(out), "lost");
+  }
+  {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    ::close(fds[0]);
+    BufferChain out(*pool_);
+    ASSERT_TRUE(out.Append("lost").ok());
+    absl::StatusOr<size_t> w = WriteTo(fds[1], out);
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition)
+        << w.status();
+    ::close(fds[1]);
+    // The SIGPIPE the pipe write raised was consumed, not left pending.
+    sigset_t pending;
+    sigpending(&pending);
+    EXPECT_EQ(sigismember(&pending, SIGPIPE), 0);
+  }
+}
+
+TEST_F(ChainIoTest, ResetPeerIsAnErrorOnReadAndWrite) {
+  Pair p;
+  TcpPair(p);
+  ASSERT_EQ(::write(p.a, "unread", 6), 6);
+  // Closing with unread bytes (or with SO_LINGER 0) sends a reset.
+  const linger l{.l_onoff = 1, .l_linger = 0};
+  ASSERT_EQ(::setsockopt(p.b, SOL_SOCKET, SO_LINGER, &l, sizeof(l)), 0);
+  p.CloseB();
+  BufferChain in(*pool_);
+  absl::StatusOr<size_t> r = ReadFrom(p.a, in, 4096);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
+      << r.status();
+  EXPECT_NE(r.status().message().find("reset"), std::string::npos)
+      << r.status();
+  BufferChain out(*pool_);
+  ASSERT_TRUE(out.Append("more").ok());
+  absl::StatusOr<size_t> w = WriteTo(p.a, out);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition)
+      << w.status();
+}
+
+// ---- Faults injected through the OS layer ----------------------------------
+
+// Scripted results for readv/sendmsg: each entry is either a byte limit
+// (>= 0: pass at most that many to the real call) or -errno.
+struct Script {
+  std::vector<long> steps;
+  size_t next = 0;
+  int calls = 0;
+  long Next() {
+    ++calls;
+    return next < steps.size() ? steps[next++] : 1L << 30;
+  }
+};
+Script* g_script = nullptr;
+
+ssize_t ScriptedReadv(int fd, const iovec* iov, int cnt) {
+  const long step = g_script->Next();
+  if (step < 0) {
+    errno = static_cast<int>(-step);
+    return -1;
+  }
+  std::vector<iovec> cut;
+  size_t left = static_cast<size_t>(step);
+  for (int i = 0; i < cnt && left != 0; ++i) {
+    cut.push_back({iov[i].iov_base, std::min(left, iov[i].iov_len)});
+    left -= cut.back().iov_len;
+  }
+  return os::RealSocketSyscalls().readv(fd, cut.data(),
+                                        static_cast<int>(cut.size()));
+}
+
+ssize_t ScriptedSendmsg(int fd, const msghdr* msg, int flags) {
+  const long step = g_script->Next();
+  if (step < 0) {
+    errno = static_cast<int>(-step);
+    return -1;
+  }
+  std::vector<iovec> cut;
+  size_t left = static_cast<size_t>(step);
+  for (size_t i = 0; i < msg->msg_iovlen && left != 0; ++i) {
+    cut.push_back(
+        {msg->msg_iov[i].iov_base, std::min(left, msg->msg_iov[i].iov_len)});
+    left -= cut.back().iov_len;
+  }
+  msghdr m = *msg;
+  m.msg_iov = cut.data();
+  m.msg_iovlen = cut.size();
+  return os::RealSocketSyscalls().sendmsg(fd, &m, flags);
+}
+
+class ChainFaultTest : public ChainIoTest {
+ protected:
+  void SetUp() override {
+    ChainIoTest::SetUp();
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p_.a), 0);
+    table_ = os::RealSocketSyscalls();
+    table_.readv = ScriptedReadv;
+    table_.sendmsg = ScriptedSendmsg;
+    g_script = &script_;
+    seam_ = std::make_unique<os::ScopedSocketSyscalls>(&table_);
+  }
+  void TearDown() override {
+    seam_.reset();
+    g_script = nullptr;
+    ChainIoTest::TearDown();
+  }
+
+  Pair p_;
+  Script script_;
+  os::SocketSyscalls table_;
+  std::unique_ptr<os::ScopedSocketSyscalls> seam_;
+};
+
+TEST_F(ChainFaultTest, ShortReadsAndEintrAreAbsorbed) {
+  ASSERT_EQ(::write(p_.a, "0123456789", 10), 10);
+  script_.steps = {-EINTR, 3, -EINTR, -EINTR, 7};
+  BufferChain in(*pool_);
+  absl::StatusOr<size_t> r = ReadFrom(p_.b, in, 4096);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, 3u);  // one read: a short count is success
+  r = ReadFrom(p_.b, in, 4096);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Contents(in), "0123456789");
+  EXPECT_EQ(script_.calls, 5);
+}
+
+TEST_F(ChainFaultTest, ReadErrorsMapToTheirCodesAndLeaveTheChain) {
+  BufferChain in(*pool_);
+  ASSERT_TRUE(in.Append("kept").ok());
+  script_.steps = {-EAGAIN, -ECONNRESET, -EIO};
+  EXPECT_EQ(ReadFrom(p_.b, in, 4096).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ReadFrom(p_.b, in, 4096).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::Status io = ReadFrom(p_.b, in, 4096).status();
+  EXPECT_FALSE(io.ok());
+  EXPECT_NE(io.message().find("read: fd"), std::string::npos) << io;
+  EXPECT_NE(io.message().find("Input/output error"), std::string::npos) << io;
+  EXPECT_EQ(Contents(in), "kept");
+}
+
+TEST_F(ChainFaultTest, ShortWritesAndEintrAreRetriedUntilAllIsSent) {
+  const std::string data = RandomBytes(20000, 7);
+  BufferChain out(*pool_);
+  ASSERT_TRUE(out.Append(data).ok());
+  script_.steps = {-EINTR, 1, 4095, -EINTR, 5000, 1};  // then unlimited
+  absl::StatusOr<size_t> w = WriteTo(p_.a, out);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(*w, data.size());
+  EXPECT_TRUE(out.empty());
+  std::string got(data.size(), '\0');
+  size_t n = 0;
+  while (n < got.size()) n += ::read(p_.b, got.data() + n, got.size() - n);
+  EXPECT_EQ(got, data);
+}
+
+TEST_F(ChainFaultTest, WouldBlockAfterProgressIsPartialAndErrorsKeepTheRest) {
+  const std::string data = RandomBytes(10000, 8);
+  BufferChain out(*pool_);
+  ASSERT_TRUE(out.Append(data).ok());
+  script_.steps = {3000, -EAGAIN, -EAGAIN, 2000, -EPIPE, -ECONNRESET};
+  absl::StatusOr<size_t> w = WriteTo(p_.a, out);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(*w, 3000u);
+  EXPECT_EQ(WriteTo(p_.a, out).status().code(), absl::StatusCode::kUnavailable);
+  absl::StatusOr<size_t> e = WriteTo(p_.a, out);  // 2000 sent, then EPIPE
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Contents(out), data.substr(5000));
+  EXPECT_EQ(WriteTo(p_.a, out).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(out.size(), 5000u);
+}
+
+}  // namespace
+}  // namespace bufpool

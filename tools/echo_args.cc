@@ -1,0 +1,82 @@
+#include "echo_args.h"
+
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace bufpool::tools {
+namespace {
+
+constexpr char kTool[] = "bufpool-echo";
+
+constexpr char kUsage[] = R"(usage: bufpool-echo [OPTIONS]
+
+A TCP echo server whose receive buffers are libbufpool pool slots. Prints
+'listening on HOST:PORT' first. SIGINT/SIGTERM: stop, print a summary line
+('stopped: ...'), exit 0. SIGUSR1: print the summary ('stats: ...') and go
+on.
+
+)";
+
+}  // namespace
+
+ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
+  ParsedArgs<EchoCommand> result;
+  EchoCommand& c = result.command;
+  c.pool.buffer_count = kDefaultEchoBuffers;
+  CLI::App app;
+  ConfigureApp(app, kTool, kUsage,
+               ExitStatusHelp("the server could not start (a bind,\n"
+                              "     the pool, io_uring) or its loop failed"));
+
+  app.add_option("--listen", c.server.listen,
+                 absl::StrCat("address to listen on, IPv4 HOST:PORT; port 0 "
+                              "picks\na free port (default: ",
+                              EchoServerOptions{}.listen, ")"))
+      ->type_name("HOST:PORT")
+      ->option_text("HOST:PORT")
+      ->check(Ipv4HostPort(0));
+  std::string engine = EchoEngineName(EchoServerOptions{}.engine);
+  app.add_option("--engine", engine,
+                 "uring (falls back to epoll when io_uring is\n"
+                 "unavailable), epoll (readv into pool buffers) or\n"
+                 "malloc (a fresh allocation per read: the baseline)\n"
+                 "(default: uring)")
+      ->type_name("ENGINE")
+      ->option_text("ENGINE")
+      ->check(CLI::Validator(
+          [](std::string& name) -> std::string {
+            absl::StatusOr<EchoEngine> e = ParseEchoEngine(name);
+            return e.ok() ? "" : std::string(e.status().message());
+          },
+          ""));
+  app.add_option("--buffers", c.pool.buffer_count,
+                 absl::StrCat("pool buffers, 1 to ", kMaxEchoBuffers,
+                              " (default: ", kDefaultEchoBuffers, ")"))
+      ->type_name("N")
+      ->option_text("N")
+      ->transform(NumberIn(1, kMaxEchoBuffers));
+  app.add_option("--buffer-size", c.pool.buffer_size,
+                 absl::StrCat("bytes per buffer, a power of two from 64 to\n",
+                              kMaxToolBufferSize,
+                              " (default: ", kDefaultBufferSize, ")"))
+      ->type_name("BYTES")
+      ->option_text("BYTES")
+      ->transform(PowerOfTwoIn(64, kMaxToolBufferSize));
+  app.add_option("--max-unsent", c.server.max_unsent_bytes,
+                 absl::StrCat("per connection: stop reading past this many "
+                              "unsent\nbytes, at least 1 (default: ",
+                              EchoServerOptions{}.max_unsent_bytes, ")"))
+      ->type_name("BYTES")
+      ->option_text("BYTES")
+      ->transform(NumberIn(1, std::numeric_limits<size_t>::max()));
+
+  result.action = RunParser(app, argc, argv, &result.text);
+  if (result.action == ParseAction::kRun) {
+    c.server.engine = *ParseEchoEngine(engine);  // checked by the validator
+  }
+  return result;
+}
+
+}  // namespace bufpool::tools

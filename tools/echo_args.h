@@ -1,0 +1,32 @@
+// Private to bufpool-echo: its command line, parsed with CLI11 (see
+// cli_common.h for the conventions).
+#ifndef BUFPOOL_TOOLS_ECHO_ARGS_H_
+#define BUFPOOL_TOOLS_ECHO_ARGS_H_
+
+#include <cstdint>
+
+#include "bufpool/buffer_pool.h"
+#include "bufpool/echo_server.h"
+#include "cli_common.h"
+
+namespace bufpool::tools {
+
+// PoolOptions.buffer_count must be below 2^32 - 1 (slot numbers are 32-bit).
+inline constexpr uint64_t kMaxEchoBuffers = (uint64_t{1} << 32) - 2;
+inline constexpr size_t kDefaultEchoBuffers = 4096;
+
+struct EchoCommand {
+  // listen (IPv4 HOST:PORT, port 0 allowed), engine and max_unsent_bytes
+  // (>= 1); pool is left null for main() to fill.
+  EchoServerOptions server;
+  // buffer_count (1 to kMaxEchoBuffers, default 4096) and buffer_size (a
+  // power of two from 64 to kMaxToolBufferSize); the rest as PoolOptions'.
+  PoolOptions pool;
+};
+
+// Parses bufpool-echo's argv. Never exits, prints or opens a socket.
+ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv);
+
+}  // namespace bufpool::tools
+
+#endif  // BUFPOOL_TOOLS_ECHO_ARGS_H_
