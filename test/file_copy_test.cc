@@ -367,6 +367,86 @@ TEST_F(CopyTest, MethodNamesRoundTrip) {
   EXPECT_EQ(ParseCopyMethod("cp"), std::nullopt);
 }
 
+// ---- The io_uring method's per-thread ring ---------------------------------
+//
+// Each thread keeps its ring between copies and registers only the buffers
+// a copy uses, so a pool of any size copies with fixed buffers, and a pool
+// destroyed between copies leaves nothing behind that a new pool (likely at
+// the same address) could inherit.
+
+TEST_F(CopyTest, UringUsesFixedBuffersFromAPoolAboveOneGib) {
+  // Not populated: only the buffers a copy uses are ever touched or pinned.
+  auto pool =
+      BufferPool::Create({.buffer_size = 64 * 1024,
+                          .buffer_count = (size_t{1} << 30) / 65536 + 64,
+                          .populate = false});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const std::string src = Path("src"), dst = Path("dst");
+  for (int i = 0; i < 3; ++i) {
+    const std::string data = RandomBytes(300001 + i, 40 + i);
+    WriteFileOrDie(src, data);
+    CopyOptions o;
+    o.method = CopyMethod::kUring;
+    o.pool = pool->get();
+    absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->fixed_buffers);
+    EXPECT_TRUE(r->fallbacks.empty()) << r->fallbacks[0];
+    EXPECT_EQ(ReadFileOrDie(dst), data);
+  }
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+TEST_F(CopyTest, UringCopiesCorrectlyThroughAPoolThatReplacedADeadOne) {
+  const std::string src = Path("src"), dst = Path("dst");
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    // A fresh pool each round, most likely mapped where the last one was.
+    auto pool = BufferPool::Create({.buffer_count = 256});
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    for (int i = 0; i < 2; ++i) {
+      const std::string data = RandomBytes(200000 + round * 1000 + i, round);
+      WriteFileOrDie(src, data);
+      CopyOptions o;
+      o.method = CopyMethod::kUring;
+      o.pool = pool->get();
+      absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_TRUE(r->fixed_buffers);
+      EXPECT_EQ(ReadFileOrDie(dst), data);
+    }
+  }
+}
+
+TEST_F(CopyTest, UringCopyStartedFromAProgressCallbackGetsItsOwnRing) {
+  const std::string src = Path("src"), dst = Path("dst");
+  const std::string src2 = Path("src2"), dst2 = Path("dst2");
+  const std::string data = RandomBytes(3 << 20, 5);
+  const std::string data2 = RandomBytes(123457, 6);
+  WriteFileOrDie(src, data);
+  WriteFileOrDie(src2, data2);
+  bool nested_done = false;
+  CopyOptions o;
+  o.method = CopyMethod::kUring;
+  o.progress = [&](const CopyProgress&) {
+    if (nested_done) return;
+    nested_done = true;
+    CopyOptions inner;
+    inner.method = CopyMethod::kUring;
+    absl::StatusOr<CopyStats> r = CopyFile(src2, dst2, inner);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->fixed_buffers);
+  };
+  absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(nested_done);
+  EXPECT_EQ(ReadFileOrDie(dst), data);
+  EXPECT_EQ(ReadFileOrDie(dst2), data2);
+  // And the kept ring still works afterwards.
+  ASSERT_TRUE(CopyFile(src2, dst, o).ok());
+  EXPECT_EQ(ReadFileOrDie(dst), data2);
+}
+
 // ---- Fault injection through the OS seam ----------------------------------
 
 // Faults the fake syscalls and ring apply; reset by each test.
@@ -529,6 +609,7 @@ class FaultyRing final : public os::Uring {
     if (g.register_errno != 0) return -g.register_errno;
     return real_->RegisterBuffers(iov, n);
   }
+  int UnregisterBuffers() override { return real_->UnregisterBuffers(); }
   bool PrepareRead(int fd, void* buf, unsigned len, uint64_t off, int index,
                    uint64_t ud) override {
     if (g.read_errno != 0) {  // a zero-length read whose result is the error

@@ -5,18 +5,18 @@
 // order, whatever the engine and whatever the pool's state. Three engines
 // behave identically on the wire:
 //
-//   kUring   io_uring: one multishot accept; per connection one multishot
-//            recv that takes its buffers from a provided-buffer ring built
-//            from pool slots (buffer id == slot index; for a peer whose
-//            messages span several slots, one completion may fill several,
-//            "bundle", where the kernel offers it); the
-//            echo is sent from the same slots (sendmsg), and each slot goes
-//            back to the ring when its bytes are sent. No copy, no
-//            allocation per message.
+//   kUring   io_uring, written on bufpool/uring.h: one multishot accept;
+//            per connection one multishot recv that takes its buffers from
+//            a ProvidedBufferRing of pool slots (for a peer whose messages
+//            span several slots, one completion may fill several, "bundle",
+//            where the kernel offers it); the received BufferChain is
+//            echoed from the same slots (HeldSend: send or sendmsg), and
+//            each slot goes back to the pool when its bytes are sent, to be
+//            lent to the ring again. No copy, no allocation per message.
 //
 //              pool slots --lent--> buffer ring --kernel fills--> recv CQE
 //                  ^                                                 |
-//                  +---- ring <--- send CQE <--- sendmsg(slot) <-----+
+//                  +---- pool <--- send CQE <--- sendmsg(chain) <----+
 //
 //   kEpoll   epoll, non-blocking sockets, readv() into pool buffers taken
 //            per read, sendmsg() of the queued slots, released when sent.
@@ -98,8 +98,7 @@ struct EchoServerOptions {
   size_t max_unsent_bytes = 256 * 1024;
   // kUring: the most slots lent to the kernel's buffer ring (lent as the
   // load needs them); 0 means as many as the pool gives, up to 32768 (the
-  // ring's limit). Only slots < 65536 can be ring buffers (buffer ids are 16
-  // bits).
+  // ring's limit). Any slot can be lent (the ring's buffer ids are its own).
   size_t ring_buffers = 0;
   // kUring: when io_uring is unavailable, Create() falls back to kEpoll
   // (engine() and fallback_reason() say so) instead of failing. Setting the

@@ -17,8 +17,10 @@
 //               are written (also for kUring with `direct_io`); a full disk
 //               then fails the reservation ("allocate space for: <dst>: No
 //               space left on device").
-//   kUring      io_uring with the pool's region registered once as fixed
-//               buffers, many operations in flight, reads and writes
+//   kUring      io_uring with the buffers the copy uses registered as fixed
+//               buffers (only those, so the cost does not grow with a
+//               shared pool's size; each thread keeps its ring between
+//               copies), many operations in flight, reads and writes
 //               overlapped. Falls back to unregistered buffers when
 //               registration fails (RLIMIT_MEMLOCK) and to kReadWrite when
 //               io_uring is unavailable. `direct_io` adds O_DIRECT.

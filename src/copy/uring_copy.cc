@@ -1,18 +1,34 @@
 // The io_uring mover: the pool's buffers are grouped into chunks of
 // contiguous slots, each chunk cycles read -> write -> idle with up to
 // queue_depth chunks in flight, so reads of later chunks overlap writes of
-// earlier ones. With the region registered, operations are READ_FIXED /
-// WRITE_FIXED (no page pinning per operation).
+// earlier ones. The chunks are registered as fixed buffers (chunk i is
+// registered buffer i), so operations are READ_FIXED / WRITE_FIXED (no page
+// pinning per operation).
 //
 //   chunk: idle --read--> reading --(full or EOF)--> writing --> idle
 //          short completion: requeue the rest; -EAGAIN/-EINTR: requeue as is
+//
+// Rings and registration. Each thread keeps one ring between copies (made
+// through the OS seam; creating and tearing one down costs ~36 us here),
+// and each copy registers only the chunks it moves data through, then
+// unregisters them when it ends. What is pinned is therefore the copy's own
+// bounded memory (queue_depth * batch buffers, 512 KiB by default: ~1 us to
+// register), never the caller's whole pool: registering a 1000 MiB shared
+// pool costs ~2 ms per call, and a registration kept past the call could
+// neither tell when the caller destroys that pool (it would keep the dead
+// pool's pages pinned, and a new pool mapped at the same address would read
+// into the old pages) nor be shared with another pool on the same thread.
+// Whole-region registration for rings whose lifetime the caller controls is
+// bufpool::FixedBuffers (bufpool/uring.h).
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bufpool/uring.h"
 #include "copy/copy_internal.h"
 #include "os/file.h"
 #include "os/uring.h"
@@ -21,12 +37,37 @@ namespace bufpool::copy_internal {
 namespace {
 
 // Registered buffers are limited to 1 GiB each.
-constexpr size_t kMaxRegisteredBytes = size_t{1} << 30;
+constexpr size_t kMaxRegisteredBytes = FixedBuffers::kMaxRegisteredBytes;
+
+// This thread's idle ring, kept between copies (see the file comment). Only
+// rings from the real OS table are kept: a ring made through a test's seam
+// is that test's.
+struct CachedRing {
+  std::unique_ptr<os::Uring> ring;
+  unsigned entries = 0;
+};
+thread_local CachedRing t_cached_ring;
+
+bool RingsAreCacheable() {
+  return os::Sys().uring_create == os::RealSyscalls().uring_create;
+}
 
 class UringMover final : public Mover {
  public:
-  UringMover(Context& ctx, std::unique_ptr<os::Uring> ring, bool direct)
-      : ctx_(ctx), ring_(std::move(ring)), direct_(direct) {}
+  UringMover(Context& ctx, std::unique_ptr<os::Uring> ring, unsigned entries,
+             bool direct)
+      : ctx_(ctx), ring_(std::move(ring)), entries_(entries), direct_(direct) {}
+
+  // Gives the ring back to this thread when it is clean: nothing in flight,
+  // the chunks unregistered, from the real OS table, and no other ring kept
+  // meanwhile (a copy started from a progress callback).
+  ~UringMover() override {
+    if (fixed_ && ring_->UnregisterBuffers() < 0) broken_ = true;
+    if (!broken_ && RingsAreCacheable() && t_cached_ring.ring == nullptr) {
+      t_cached_ring.ring = std::move(ring_);
+      t_cached_ring.entries = entries_;
+    }
+  }
 
   void Init() {
     // Group the buffers (sorted by slot) into runs of <= batch contiguous
@@ -50,14 +91,11 @@ class UringMover final : public Mover {
     // Keep at most queue_depth chunks: that is the depth asked for.
     if (chunks_.size() > ctx_.queue_depth) chunks_.resize(ctx_.queue_depth);
 
-    const absl::Span<std::byte> region = ctx_.pool->region();
-    if (region.size() > kMaxRegisteredBytes) {
-      ctx_.stats->fallbacks.push_back(
-          "buffer pool region larger than 1 GiB: using unregistered buffers");
-      return;
-    }
-    iovec whole{region.data(), region.size()};
-    const int rc = ring_->RegisterBuffers(&whole, 1);
+    // Chunk i is registered buffer i: only what this copy uses is pinned.
+    std::vector<iovec> iov;
+    for (const Chunk& c : chunks_) iov.push_back({c.data, c.cap});
+    const int rc =
+        ring_->RegisterBuffers(iov.data(), static_cast<unsigned>(iov.size()));
     if (rc < 0) {
       ctx_.stats->fallbacks.push_back(
           absl::StrCat("io_uring buffer registration failed (",
@@ -109,7 +147,10 @@ class UringMover final : public Mover {
         // Keep reaping what is in flight (no new operations start after an
         // error). If the ring stays broken, give up: destroying it cancels
         // the rest, and the buffers stay pinned by the kernel until then.
-        if (++failed_submits > 3) return error;
+        if (++failed_submits > 3) {
+          broken_ = true;  // operations may be in flight: never reuse it
+          return error;
+        }
       }
       os::Uring::Completion cqe;
       while (ring_->PopCompletion(&cqe)) {
@@ -204,7 +245,7 @@ class UringMover final : public Mover {
                        : (direct_ ? ctx_.out_direct_fd : ctx_.out_fd);
     std::byte* p = c.data + c.done;
     const unsigned n = static_cast<unsigned>(c.len - c.done);
-    const int index = fixed_ ? 0 : -1;
+    const int index = fixed_ ? static_cast<int>(id) : -1;
     // The ring has a slot per chunk, so the queue cannot be full.
     if (c.state == kReading) {
       ring_->PrepareRead(fd, p, n, c.offset + c.done, index, id);
@@ -215,8 +256,10 @@ class UringMover final : public Mover {
 
   Context& ctx_;
   std::unique_ptr<os::Uring> ring_;
+  const unsigned entries_;
   const bool direct_;
   bool fixed_ = false;
+  bool broken_ = false;  // the ring may have operations in flight
   std::vector<Chunk> chunks_;
   uint64_t end_ = 0;
   uint64_t user_begin_ = 0;
@@ -228,11 +271,18 @@ class UringMover final : public Mover {
 absl::StatusOr<std::unique_ptr<Mover>> MakeUringMover(Context& ctx,
                                                       bool direct) {
   std::unique_ptr<os::Uring> ring;
-  const unsigned entries =
+  unsigned entries =
       static_cast<unsigned>(std::max<size_t>(ctx.queue_depth, 1));
-  const int rc = os::Sys().uring_create(entries, &ring);
-  if (rc < 0) return IoError("io_uring setup", ctx.src_path, -rc);
-  auto mover = std::make_unique<UringMover>(ctx, std::move(ring), direct);
+  if (RingsAreCacheable() && t_cached_ring.ring != nullptr &&
+      t_cached_ring.entries >= entries) {
+    ring = std::move(t_cached_ring.ring);
+    entries = t_cached_ring.entries;
+  } else {
+    const int rc = os::Sys().uring_create(entries, &ring);
+    if (rc < 0) return IoError("io_uring setup", ctx.src_path, -rc);
+  }
+  auto mover =
+      std::make_unique<UringMover>(ctx, std::move(ring), entries, direct);
   mover->Init();
   return mover;
 }

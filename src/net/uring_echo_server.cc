@@ -1,37 +1,36 @@
-// The io_uring engine: pool slots as a provided-buffer ring.
-//
-// Setup (Run): free slots are taken from the pool and added to a buffer ring
-// (group kGroup) with buffer id == slot index, so a receive completion names
-// its slot directly and data is never copied. Slots are lent as the load
-// needs them (kInitialRingSlots, then doubling up to `ring_buffers`): the
-// ring hands them out in FIFO order, so the fewer it holds, the warmer in
-// the cache the slot the kernel copies into.
+// The io_uring engine, written on the public toolkit (bufpool/uring.h):
+// pool slots lent to a ProvidedBufferRing, received bytes taken as
+// BufferChains, echoed with HeldSend.
 //
 // Per connection, at most one of each is in flight:
-//   recv   multishot, IOSQE_BUFFER_SELECT from the ring; each completion
-//          carries one filled slot (or, as a bundle for a peer that sends
-//          more than a slot at a time, several), appended to the
-//          connection's queue;
-//   send   of the one queued slot, or sendmsg of up to kEchoReadBuffers
-//          queued slots, in order; fully sent slots go straight back to the
-//          ring;
+//   recv   multishot, buffers selected from the ring; each completion's
+//          chain (one slot, or several for a bundle when the peer sends more
+//          than a slot at a time) is appended to the connection's queue;
+//   send   the queued chain (SEND for one slice, SENDMSG for several),
+//          held until its completion; what it did not send goes back to the
+//          front of the queue, and sent slots go back to the pool, from
+//          which the ring's next Refill() lends them again;
 // plus cancels of the recv (backpressure, close), which may overlap.
 // A connection is freed once none of its operations is in flight.
 //
 // Backpressure. A connection with less than max_unsent_bytes / 2 unsent has
-// a multishot recv; past that it is cancelled and replaced by single-shot
-// recvs (one slot each), and past max_unsent_bytes none is armed until the
-// queue drains to half. A multishot recv may overshoot by the slots the
-// kernel fills before the cancel lands; DEFER_TASKRUN keeps that to one
-// bounded batch of task work. When the ring is empty a multishot recv ends with
-// -ENOBUFS; the connection waits in a FIFO and is re-armed when slots are back
-// in the ring (at most as many re-arms per event-loop turn as the ring holds
-// free slots, so an empty ring never makes the loop spin).
+// a multishot recv whose total the kernel caps at the room left under the
+// limit (Linux 6.17+; sqe->optlen shares its word with file_index in
+// liburing 2.3's header). On kernels without the cap (the recv fails with
+// -EINVAL, bundles being probed apart) it is cancelled past half the limit
+// and replaced by single-shot recvs, and past max_unsent_bytes none is armed
+// until the queue drains to half. DEFER_TASKRUN bounds how many slots the
+// kernel fills between two turns of the loop.
+//
+// Running out. When the ring is empty a multishot recv ends with -ENOBUFS
+// (ResourceExhausted from Take()); the connection waits in a FIFO and is
+// re-armed once the ring's ShouldRearm() policy says enough buffers are
+// back, at most as many per loop turn as the ring holds, so an empty ring
+// never makes the loop spin.
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -39,11 +38,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bufpool/chain.h"
+#include "bufpool/uring.h"
 #include "net/echo_engines.h"
 #include "os/error.h"
 
@@ -51,18 +50,6 @@ namespace bufpool::net {
 namespace {
 
 constexpr uint16_t kGroup = 0;  // buffer group id of the ring
-constexpr uint32_t kMaxRingEntries = 32768;
-constexpr uint32_t kNone = 0xffffffffu;  // end of a slot queue
-// Slots lent to the ring when Run() starts; it grows (doubling) while less
-// than a quarter of the lent slots are free in the ring. The ring is a FIFO,
-// so every lent slot is written in turn: lending only what the load needs
-// keeps the slots the kernel copies into warm in the cache (all 8192 slots
-// of a 32 MiB pool would not be).
-constexpr size_t kInitialRingSlots = 64;
-// Newer than liburing 2.3's header: a recv that fills several ring buffers
-// per completion ("bundle", Linux 6.10), and its feature bit.
-constexpr uint16_t kRecvSendBundle = 1u << 4;
-constexpr uint32_t kFeatRecvSendBundle = 1u << 14;
 
 // user_data: a Conn pointer (8-aligned) with the operation in the low bits.
 enum Op : uint64_t {
@@ -76,10 +63,12 @@ constexpr uint64_t kOpMask = 7;
 
 struct Conn {
   int fd = -1;
-  uint32_t head = kNone;  // queue of slots holding unsent data (next_[slot])
-  uint32_t tail = kNone;
-  size_t unsent = 0;
-  int ops = 0;  // operations in flight that name this connection
+  BufferChain queue;  // received, not yet handed to a send
+  HeldSend send;
+  size_t unsent = 0;        // bytes received and not yet sent
+  size_t holding = 0;       // slots counted in buffers_holding_data
+  size_t sending_segs = 0;  // slices handed to the send in flight
+  int ops = 0;              // operations in flight that name this connection
   bool recv_armed = false;
   bool recv_cancelled = false;  // a cancel of the armed recv is in flight
   bool recv_bundle = false;     // the armed recv is a bundle
@@ -87,17 +76,13 @@ struct Conn {
   // bundle (see NoteRecvSize).
   bool wants_bundle = false;
   uint8_t small_recvs = 0;  // bundle receives in a row of one slot or less
-  bool send_inflight = false;
   bool read_eof = false;
   bool over_limit = false;
-  bool starved = false;  // waiting in the FIFO for ring slots
+  bool parked = false;  // waiting in the FIFO for ring buffers
   bool closing = false;
-  uint32_t iov_slots = 0;  // slots covered by the send in flight
-  Conn* starved_next = nullptr;
+  Conn* parked_next = nullptr;
   Conn* prev = nullptr;  // list of all connections
   Conn* next = nullptr;
-  msghdr msg{};
-  iovec iov[kEchoReadBuffers];
 };
 
 class UringEchoServer final : public EchoServer {
@@ -108,13 +93,8 @@ class UringEchoServer final : public EchoServer {
   }
 
   ~UringEchoServer() override {
-    if (ring_ready_) {
-      if (buf_ring_ != nullptr) {
-        io_uring_unregister_buf_ring(&ring_, kGroup);
-        ::munmap(buf_ring_, buf_ring_bytes_);
-      }
-      io_uring_queue_exit(&ring_);
-    }
+    bufs_.reset();  // before the ring it is registered with
+    if (ring_ready_) io_uring_queue_exit(&ring_);
   }
 
   absl::Status Init();
@@ -122,6 +102,7 @@ class UringEchoServer final : public EchoServer {
 
  private:
   io_uring_sqe* Sqe();
+  ProvidedBufferRingOptions RingOptions(size_t initial) const;
   void ArmAccept();
   void ArmRecv(Conn* conn);
   void CancelRecv(Conn* conn);
@@ -129,14 +110,14 @@ class UringEchoServer final : public EchoServer {
   void StartSend(Conn* conn);
   void BeginClose(Conn* conn);
   void MaybeFinish(Conn* conn);
+  void SyncHolding(Conn* conn);
   void OnAccept(const io_uring_cqe& cqe);
   void OnRecv(Conn* conn, const io_uring_cqe& cqe);
-  void OnSend(Conn* conn, int res);
+  void OnSend(Conn* conn, const io_uring_cqe& cqe);
   void NoteRecvSize(Conn* conn, const io_uring_cqe& cqe, bool more);
-  void ReturnToRing(uint32_t slot, int offset);
-  size_t LendSlots(size_t n);
-  void MaybeGrowRing();
-  void RearmStarved();
+  void Park(Conn* conn);
+  void RearmParked();
+  void OnStop();
 
   EchoServerOptions options_;
   BufferPool* pool_;
@@ -144,28 +125,25 @@ class UringEchoServer final : public EchoServer {
   bool ring_ready_ = false;
   bool disabled_ = false;  // enabled by Run() (single issuer)
   bool mshot_cap_ = true;  // the kernel caps a multishot recv's total bytes
-  bool bundle_ = false;    // one recv completion may fill several slots
-  io_uring_buf_ring* buf_ring_ = nullptr;
-  size_t buf_ring_bytes_ = 0;
-  uint32_t ring_entries_ = 0;
-  std::vector<uint32_t> lent_;  // slots lent to the ring during Run()
-  size_t ring_want_ = 0;        // how many to lend at most
-  uint32_t holding_ = 0;        // lent slots carrying data (not in the ring)
-  // Per slot, out of band: queue link and the unsent part [off, len).
-  std::vector<uint32_t> next_;
-  // The ring's contents as we added them: entry -> slot, slot -> entry.
-  std::vector<uint32_t> ring_slot_;
-  std::vector<uint32_t> ring_pos_;
-  std::vector<uint32_t> off_;
-  std::vector<uint32_t> len_;
+  std::unique_ptr<ProvidedBufferRing> bufs_;  // during Run()
   Conn* conns_ = nullptr;
-  Conn* starved_head_ = nullptr;
-  Conn* starved_tail_ = nullptr;
+  Conn* parked_head_ = nullptr;
+  Conn* parked_tail_ = nullptr;
   bool accept_armed_ = false;
   bool accept_paused_ = false;  // out of descriptors: re-armed on a close
   bool stop_armed_ = false;
   bool stopping_ = false;
 };
+
+ProvidedBufferRingOptions UringEchoServer::RingOptions(size_t initial) const {
+  size_t max =
+      options_.ring_buffers != 0 ? options_.ring_buffers : pool_->capacity();
+  max = std::min<size_t>(
+      {max, pool_->capacity(), ProvidedBufferRing::kMaxBuffers});
+  return {.group_id = kGroup,
+          .max_buffers = std::max<size_t>(max, 1),
+          .initial_buffers = initial};
+}
 
 absl::Status UringEchoServer::Init() {
   if (pool_->capacity() == 0) {
@@ -190,38 +168,14 @@ absl::Status UringEchoServer::Init() {
   disabled_ = (params.flags & IORING_SETUP_R_DISABLED) != 0;
   if (ret < 0) return os::PosixError("io_uring_queue_init", -ret);
   ring_ready_ = true;
-
-  // The ring's entries: a power of two covering the slots we may lend.
-  size_t want =
-      options_.ring_buffers != 0 ? options_.ring_buffers : pool_->capacity();
-  want = std::min<size_t>({want, pool_->capacity(), kMaxRingEntries});
-  ring_entries_ = 1;
-  while (ring_entries_ < want) ring_entries_ <<= 1;
-  buf_ring_bytes_ = ring_entries_ * sizeof(io_uring_buf);
-  void* mem = ::mmap(nullptr, buf_ring_bytes_, PROT_READ | PROT_WRITE,
-                     MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
-  if (mem == MAP_FAILED) return os::PosixError("mmap(buffer ring)", errno);
-  buf_ring_ = static_cast<io_uring_buf_ring*>(mem);
-  io_uring_buf_ring_init(buf_ring_);
-  io_uring_buf_reg reg{};
-  reg.ring_addr = reinterpret_cast<uintptr_t>(mem);
-  reg.ring_entries = ring_entries_;
-  reg.bgid = kGroup;
-  ret = io_uring_register_buf_ring(&ring_, &reg, 0);
-  if (ret < 0) {
-    ::munmap(buf_ring_, buf_ring_bytes_);
-    buf_ring_ = nullptr;
-    return os::PosixError("io_uring_register_buf_ring", -ret);
+  // Provided-buffer rings (Linux 5.19+): registering one proves it. A pool
+  // with nothing free is Run()'s error, not a missing kernel feature.
+  absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> probe =
+      ProvidedBufferRing::Create(&ring_, *pool_, RingOptions(1));
+  if (!probe.ok() &&
+      probe.status().code() != absl::StatusCode::kResourceExhausted) {
+    return probe.status();
   }
-  const size_t slots = std::min<size_t>(pool_->capacity(), 65536);
-  next_.assign(slots, kNone);
-  ring_pos_.assign(slots, 0);
-  ring_slot_.assign(ring_entries_, kNone);
-  bundle_ = (params.features & kFeatRecvSendBundle) != 0;
-  off_.assign(slots, 0);
-  len_.assign(slots, 0);
-  ring_want_ = want;
-  lent_.reserve(want);
   return absl::OkStatus();
 }
 
@@ -234,16 +188,6 @@ io_uring_sqe* UringEchoServer::Sqe() {
   return sqe;
 }
 
-void UringEchoServer::ReturnToRing(uint32_t slot, int offset) {
-  const uint32_t pos = (buf_ring_->tail + offset) & (ring_entries_ - 1);
-  ring_slot_[pos] = slot;
-  ring_pos_[slot] = pos;
-  io_uring_buf_ring_add(buf_ring_, pool_->SlotData(slot),
-                        static_cast<unsigned>(pool_->buffer_size()),
-                        static_cast<uint16_t>(slot),
-                        io_uring_buf_ring_mask(ring_entries_), offset);
-}
-
 void UringEchoServer::ArmAccept() {
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_multishot_accept(sqe, listen_fd_, nullptr, nullptr,
@@ -254,33 +198,26 @@ void UringEchoServer::ArmAccept() {
 
 void UringEchoServer::ArmRecv(Conn* conn) {
   io_uring_sqe* sqe = Sqe();
-  if (mshot_cap_) {
-    // A multishot recv that ends by itself once it has received the room
-    // left under the limit (the kernel's total cap, sqe->optlen, which
-    // shares its word with file_index in liburing 2.3's header). So a
-    // connection never holds more than max_unsent_bytes, however fast the
-    // kernel fills slots.
-    io_uring_prep_recv_multishot(sqe, conn->fd, nullptr, 0, 0);
-    const size_t room = options_.max_unsent_bytes - conn->unsent;
-    sqe->file_index = static_cast<uint32_t>(std::min<size_t>(room, 1u << 30));
-  } else if (conn->unsent < options_.max_unsent_bytes / 2) {
-    io_uring_prep_recv_multishot(sqe, conn->fd, nullptr, 0, 0);
-  } else {
-    // Near the limit: one buffer per recv, so the connection cannot take
-    // more than the limit plus one buffer from the shared ring.
-    io_uring_prep_recv(sqe, conn->fd, nullptr, 0, 0);
-  }
+  const bool below_half = conn->unsent < options_.max_unsent_bytes / 2;
+  ProvidedBufferRing::RecvOptions ro;
+  // Near the limit without the kernel's cap: one buffer per recv, so the
+  // connection cannot take more than the limit plus one buffer.
+  ro.multishot = mshot_cap_ || below_half;
   // A bundle only for a peer that sends more than a slot at a time: for
   // one-slot messages the kernel's peek at several ring entries per receive
   // is pure cost (io_ring_buffers_peek, 3.5% of the CPU with 4 KiB messages).
-  conn->recv_bundle =
-      bundle_ && conn->wants_bundle &&
-      (mshot_cap_ || conn->unsent < options_.max_unsent_bytes / 2);
-  if (conn->recv_bundle) sqe->ioprio |= kRecvSendBundle;
+  ro.bundle = conn->wants_bundle && ro.multishot;
+  bufs_->PrepareRecv(sqe, conn->fd, ro);
+  if (mshot_cap_) {
+    // The multishot recv ends by itself once it has received the room left
+    // under the limit, so a connection never holds more than
+    // max_unsent_bytes however fast the kernel fills slots.
+    const size_t room = options_.max_unsent_bytes - conn->unsent;
+    sqe->file_index = static_cast<uint32_t>(std::min<size_t>(room, 1u << 30));
+  }
+  conn->recv_bundle = ro.bundle && bufs_->bundles();
   // Poll first: an idle connection takes no slot and gets no -ENOBUFS.
   sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
-  sqe->flags |= IOSQE_BUFFER_SELECT;
-  sqe->buf_group = kGroup;
   io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(conn) | kRecv);
   conn->recv_armed = true;
   conn->recv_cancelled = false;
@@ -298,33 +235,28 @@ void UringEchoServer::CancelRecv(Conn* conn) {
 
 void UringEchoServer::MaybeArmRecv(Conn* conn) {
   if (!conn->recv_armed && !conn->read_eof && !conn->closing &&
-      !conn->over_limit && !conn->starved) {
+      !conn->over_limit && !conn->parked) {
     ArmRecv(conn);
   }
 }
 
+// buffers_holding_data counts the slots of queued and in-flight bytes.
+void UringEchoServer::SyncHolding(Conn* conn) {
+  const size_t now = conn->queue.segment_count() + conn->sending_segs;
+  if (now > conn->holding) {
+    counters_->AddHolding(now - conn->holding);
+  } else if (now < conn->holding) {
+    Counters::Sub(counters_->buffers_holding_data, conn->holding - now);
+  }
+  conn->holding = now;
+}
+
 void UringEchoServer::StartSend(Conn* conn) {
-  if (conn->send_inflight || conn->closing || conn->head == kNone) return;
-  uint32_t n = 0;
-  for (uint32_t s = conn->head; s != kNone && n < kEchoReadBuffers;
-       s = next_[s]) {
-    conn->iov[n++] = {pool_->SlotData(s) + off_[s], len_[s] - off_[s]};
-  }
-  conn->iov_slots = n;
+  if (conn->send.busy() || conn->closing || conn->queue.empty()) return;
+  conn->sending_segs = conn->queue.segment_count();
   io_uring_sqe* sqe = Sqe();
-  if (n == 1) {
-    // One slot (a message that fits one): a plain send, which spares the
-    // kernel importing a msghdr and an iovec array.
-    io_uring_prep_send(sqe, conn->fd, conn->iov[0].iov_base,
-                       conn->iov[0].iov_len, MSG_NOSIGNAL);
-  } else {
-    conn->msg = {};
-    conn->msg.msg_iov = conn->iov;
-    conn->msg.msg_iovlen = n;
-    io_uring_prep_sendmsg(sqe, conn->fd, &conn->msg, MSG_NOSIGNAL);
-  }
+  conn->send.Prepare(sqe, conn->fd, std::move(conn->queue));
   io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(conn) | kSend);
-  conn->send_inflight = true;
   ++conn->ops;
 }
 
@@ -334,30 +266,23 @@ void UringEchoServer::BeginClose(Conn* conn) {
   conn->closing = true;
   CancelRecv(conn);
   // A send to a peer that stopped reading could wait forever: fail it.
-  if (conn->send_inflight) ::shutdown(conn->fd, SHUT_RDWR);
+  if (conn->send.busy()) ::shutdown(conn->fd, SHUT_RDWR);
 }
 
 // Frees a closing connection once the kernel holds no reference to it.
 void UringEchoServer::MaybeFinish(Conn* conn) {
   if (!conn->closing || conn->ops != 0) return;
-  int returned = 0;
-  for (uint32_t s = conn->head; s != kNone; s = next_[s]) {
-    ReturnToRing(s, returned++);
-  }
-  if (returned > 0) {
-    io_uring_buf_ring_advance(buf_ring_, returned);
-    holding_ -= returned;
-    Counters::Sub(counters_->buffers_holding_data, returned);
-  }
-  if (conn->starved) {  // unlink from the FIFO
-    Conn** p = &starved_head_;
+  conn->queue.Clear();  // its slots go back to the pool
+  SyncHolding(conn);
+  if (conn->parked) {  // unlink from the FIFO
+    Conn** p = &parked_head_;
     Conn* prev = nullptr;
     while (*p != conn) {
       prev = *p;
-      p = &(*p)->starved_next;
+      p = &(*p)->parked_next;
     }
-    *p = conn->starved_next;
-    if (starved_tail_ == conn) starved_tail_ = prev;
+    *p = conn->parked_next;
+    if (parked_tail_ == conn) parked_tail_ = prev;
   }
   if (conn->prev != nullptr) {
     conn->prev->next = conn->next;
@@ -385,6 +310,7 @@ void UringEchoServer::OnAccept(const io_uring_cqe& cqe) {
       ::setsockopt(cqe.res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       auto* conn = new Conn;
       conn->fd = cqe.res;
+      conn->queue = BufferChain(*pool_);
       conn->next = conns_;
       if (conns_ != nullptr) conns_->prev = conn;
       conns_ = conn;
@@ -406,82 +332,53 @@ void UringEchoServer::OnAccept(const io_uring_cqe& cqe) {
   }
 }
 
+void UringEchoServer::Park(Conn* conn) {
+  conn->parked = true;
+  conn->parked_next = nullptr;
+  if (parked_tail_ != nullptr) {
+    parked_tail_->parked_next = conn;
+  } else {
+    parked_head_ = conn;
+  }
+  parked_tail_ = conn;
+  Counters::Add(counters_->pool_dry_stalls, 1);
+}
+
 void UringEchoServer::OnRecv(Conn* conn, const io_uring_cqe& cqe) {
   const bool more = (cqe.flags & IORING_CQE_F_MORE) != 0;
   if (!more) {  // the multishot recv has ended
     conn->recv_armed = false;
     --conn->ops;
   }
-  if (cqe.flags & IORING_CQE_F_BUFFER) {
-    // The first slot filled. A bundle fills whole slots in ring order, so
-    // the rest are the ring entries after it (ring_slot_ mirrors the ring).
-    const uint32_t first = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
-    const uint32_t bs = static_cast<uint32_t>(pool_->buffer_size());
-    const uint32_t total = cqe.res > 0 ? static_cast<uint32_t>(cqe.res) : 0;
-    const uint32_t n = total > 0 ? (total + bs - 1) / bs : 1;
-    const uint32_t mask = ring_entries_ - 1;
-    const uint32_t pos = ring_pos_[first];
-    holding_ += n;
-    counters_->AddHolding(n);
-    int returned = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint32_t slot = i == 0 ? first : ring_slot_[(pos + i) & mask];
-      if (total > 0 && !conn->closing) {
-        next_[slot] = kNone;
-        off_[slot] = 0;
-        len_[slot] = std::min(bs, total - i * bs);
-        if (conn->tail != kNone) {
-          next_[conn->tail] = slot;
-        } else {
-          conn->head = slot;
-        }
-        conn->tail = slot;
-      } else {  // nothing to keep: straight back to the ring
-        ReturnToRing(slot, returned++);
-      }
+  absl::StatusOr<BufferChain> got = bufs_->Take(cqe);
+  if (got.ok() && !got->empty() && !conn->closing) {
+    const size_t n = got->size();
+    conn->unsent += n;
+    Counters::Add(counters_->bytes_received, n);
+    conn->queue.Append(*std::move(got));
+    SyncHolding(conn);
+    if (bufs_->bundles()) NoteRecvSize(conn, cqe, more);
+    if (!conn->over_limit && conn->unsent >= options_.max_unsent_bytes) {
+      conn->over_limit = true;
+      Counters::Add(counters_->unsent_limit_stalls, 1);
+      if (more) CancelRecv(conn);
+    } else if (!mshot_cap_ && more &&
+               conn->unsent >= options_.max_unsent_bytes / 2) {
+      CancelRecv(conn);  // re-armed single-shot when this recv ends
     }
-    if (returned > 0) {
-      io_uring_buf_ring_advance(buf_ring_, returned);
-      holding_ -= returned;
-      Counters::Sub(counters_->buffers_holding_data, returned);
-    } else {
-      conn->unsent += total;
-      Counters::Add(counters_->bytes_received, total);
-    }
-  }
-  if (cqe.res > 0 && bundle_) NoteRecvSize(conn, cqe, more);
-  if (cqe.res > 0 && !conn->over_limit &&
-      conn->unsent >= options_.max_unsent_bytes) {
-    conn->over_limit = true;
-    Counters::Add(counters_->unsent_limit_stalls, 1);
-    if (more) CancelRecv(conn);
-  } else if (!mshot_cap_ && more &&
-             conn->unsent >= options_.max_unsent_bytes / 2) {
-    CancelRecv(conn);  // re-armed single-shot when this recv ends
-  }
-  if (cqe.res == -EINVAL && bundle_) {
-    bundle_ = false;  // not accepted with these flags: re-armed without
+  } else if (got.ok()) {
+    if (cqe.res == 0) conn->read_eof = true;  // echo what is queued, close
+  } else if (got.status().code() == absl::StatusCode::kResourceExhausted) {
+    if (!conn->closing && !more) Park(conn);
   } else if (cqe.res == -EINVAL && mshot_cap_) {
-    // A kernel without the multishot total cap: fall back to cancelling
-    // near the limit (re-armed below).
+    // Bundles are probed, so this is a kernel without the multishot total
+    // cap: cancel near the limit instead (re-armed below).
     mshot_cap_ = false;
-  } else if (cqe.res == 0) {
-    conn->read_eof = true;  // half-close: echo what is queued, then close
-  } else if (cqe.res == -ENOBUFS && !conn->closing) {
-    conn->starved = true;
-    conn->starved_next = nullptr;
-    if (starved_tail_ != nullptr) {
-      starved_tail_->starved_next = conn;
-    } else {
-      starved_head_ = conn;
-    }
-    starved_tail_ = conn;
-    Counters::Add(counters_->pool_dry_stalls, 1);
-  } else if (cqe.res < 0 && cqe.res != -ECANCELED && cqe.res != -ENOBUFS) {
+  } else if (cqe.res != -ECANCELED) {
     BeginClose(conn);  // reset or other error
   }
   StartSend(conn);
-  if (conn->read_eof && conn->head == kNone && !conn->send_inflight) {
+  if (conn->read_eof && conn->queue.empty() && !conn->send.busy()) {
     BeginClose(conn);
   }
   if (!more) MaybeArmRecv(conn);
@@ -510,89 +407,67 @@ void UringEchoServer::NoteRecvSize(Conn* conn, const io_uring_cqe& cqe,
   if (more && conn->wants_bundle != conn->recv_bundle) CancelRecv(conn);
 }
 
-void UringEchoServer::OnSend(Conn* conn, int res) {
-  conn->send_inflight = false;
+void UringEchoServer::OnSend(Conn* conn, const io_uring_cqe& cqe) {
+  if (!conn->send.OnCompletion(cqe)) return;  // a notification is to come
   --conn->ops;
+  const int res = conn->send.result();
+  BufferChain rest = conn->send.TakeUnsent();
+  conn->sending_segs = 0;
   if (res < 0) {
+    rest.Clear();
+    SyncHolding(conn);
     BeginClose(conn);  // EPIPE/ECONNRESET: the peer is gone
     MaybeFinish(conn);
     return;
   }
-  size_t sent = static_cast<size_t>(res);
-  conn->unsent -= sent;
-  Counters::Add(counters_->bytes_sent, sent);
-  int returned = 0;
-  while (sent > 0) {
-    const uint32_t s = conn->head;
-    const size_t in_slot = len_[s] - off_[s];
-    if (sent < in_slot) {
-      off_[s] += static_cast<uint32_t>(sent);
-      break;
-    }
-    sent -= in_slot;
-    conn->head = next_[s];
-    if (conn->head == kNone) conn->tail = kNone;
-    ReturnToRing(s, returned++);
-  }
-  if (returned > 0) {
-    io_uring_buf_ring_advance(buf_ring_, returned);
-    holding_ -= returned;
-    Counters::Sub(counters_->buffers_holding_data, returned);
-  }
+  conn->unsent -= static_cast<size_t>(res);
+  Counters::Add(counters_->bytes_sent, static_cast<uint64_t>(res));
+  // What was not sent goes first, then what arrived meanwhile.
+  rest.Append(std::move(conn->queue));
+  conn->queue = std::move(rest);
+  SyncHolding(conn);
   if (conn->over_limit && conn->unsent <= options_.max_unsent_bytes / 2) {
     conn->over_limit = false;
     MaybeArmRecv(conn);
   }
   StartSend(conn);
-  if (conn->read_eof && conn->head == kNone && !conn->send_inflight) {
+  if (conn->read_eof && conn->queue.empty() && !conn->send.busy()) {
     BeginClose(conn);
   }
   MaybeFinish(conn);
 }
 
-// Lends up to `n` more free pool slots to the ring; returns how many.
-// Slots >= 65536 cannot be buffer ids: they are given back afterwards
-// (giving them back at once would hand them out again).
-size_t UringEchoServer::LendSlots(size_t n) {
-  const size_t before = lent_.size();
-  const size_t goal = std::min(ring_want_, before + n);
-  std::vector<std::byte*> unusable;
-  int added = 0;
-  while (lent_.size() < goal) {
-    std::byte* p = pool_->TryAcquireRaw();
-    if (p == nullptr) break;
-    const uint32_t slot = pool_->SlotOf(p);
-    if (slot >= next_.size()) {
-      unusable.push_back(p);
-      if (unusable.size() > kMaxRingEntries) break;
-      continue;
-    }
-    ReturnToRing(slot, added++);
-    lent_.push_back(slot);
-  }
-  for (std::byte* p : unusable) pool_->ReleaseRaw(p);
-  if (added > 0) io_uring_buf_ring_advance(buf_ring_, added);
-  // The pool gave what it could: stop asking every turn.
-  if (lent_.size() < goal) ring_want_ = lent_.size();
-  return lent_.size() - before;
-}
-
-void UringEchoServer::MaybeGrowRing() {
-  const size_t lent = lent_.size();
-  if (lent >= ring_want_) return;
-  const size_t free_in_ring = lent - holding_;
-  if (free_in_ring < lent / 4 || starved_head_ != nullptr) LendSlots(lent);
-}
-
-void UringEchoServer::RearmStarved() {
-  uint32_t budget = static_cast<uint32_t>(lent_.size()) - holding_;
-  while (budget > 0 && starved_head_ != nullptr) {
-    Conn* conn = starved_head_;
-    starved_head_ = conn->starved_next;
-    if (starved_head_ == nullptr) starved_tail_ = nullptr;
-    conn->starved = false;
+// The ring's policy for running out: re-arm parked connections once
+// ShouldRearm(), at most as many per turn as the ring holds.
+void UringEchoServer::RearmParked() {
+  size_t budget = bufs_->available();
+  while (budget > 0 && parked_head_ != nullptr && bufs_->ShouldRearm()) {
+    Conn* conn = parked_head_;
+    parked_head_ = conn->parked_next;
+    if (parked_head_ == nullptr) parked_tail_ = nullptr;
+    conn->parked = false;
     MaybeArmRecv(conn);
     --budget;
+  }
+}
+
+void UringEchoServer::OnStop() {
+  stop_armed_ = false;
+  if (stopping_) return;
+  // No new connections; every open one is shut down and closed.
+  stopping_ = true;
+  if (accept_armed_) {
+    io_uring_sqe* s = Sqe();
+    io_uring_prep_cancel64(s, kAccept, 0);
+    io_uring_sqe_set_data64(s, 0);  // ignored
+  }
+  accept_paused_ = false;
+  for (Conn* c = conns_; c != nullptr;) {
+    Conn* next = c->next;  // MaybeFinish may free c
+    ::shutdown(c->fd, SHUT_RDWR);
+    BeginClose(c);
+    MaybeFinish(c);
+    c = next;
   }
 }
 
@@ -605,10 +480,19 @@ absl::Status UringEchoServer::Run() {
     }
     disabled_ = false;
   }
-  if (LendSlots(std::min(ring_want_, kInitialRingSlots)) == 0) {
-    return absl::ResourceExhaustedError(
-        "echo server (uring): the pool has no free slot for the buffer ring");
+  // Lent as the load needs them: 64 at first (the ring is a FIFO, so a
+  // small ring keeps the slots the kernel copies into warm in the cache).
+  absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> bufs =
+      ProvidedBufferRing::Create(&ring_, *pool_, RingOptions(64));
+  if (!bufs.ok()) {
+    if (bufs.status().code() == absl::StatusCode::kResourceExhausted) {
+      return absl::ResourceExhaustedError(
+          "echo server (uring): the pool has no free slot for the buffer "
+          "ring");
+    }
+    return bufs.status();
   }
+  bufs_ = *std::move(bufs);
 
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_poll_add(sqe, stop_fd_, POLLIN);
@@ -634,30 +518,13 @@ absl::Status UringEchoServer::Run() {
           OnAccept(cqe);
           break;
         case kStop:
-          stop_armed_ = false;
-          if (!stopping_) {
-            // No new connections; every open one is shut down and closed.
-            stopping_ = true;
-            if (accept_armed_) {
-              io_uring_sqe* s = Sqe();
-              io_uring_prep_cancel64(s, kAccept, 0);
-              io_uring_sqe_set_data64(s, 0);  // ignored
-            }
-            accept_paused_ = false;
-            for (Conn* c = conns_; c != nullptr;) {
-              Conn* next = c->next;  // MaybeFinish may free c
-              ::shutdown(c->fd, SHUT_RDWR);
-              BeginClose(c);
-              MaybeFinish(c);
-              c = next;
-            }
-          }
+          OnStop();
           break;
         case kRecv:
           OnRecv(conn, cqe);
           break;
         case kSend:
-          OnSend(conn, cqe.res);
+          OnSend(conn, cqe);
           break;
         case kCancel:
           --conn->ops;
@@ -668,28 +535,13 @@ absl::Status UringEchoServer::Run() {
       }
     }
     if (!stopping_) {
-      MaybeGrowRing();
-      RearmStarved();
+      bufs_->Refill();
+      RearmParked();
     }
   }
-
-  // Every operation is complete, so the kernel holds no slot: give them all
-  // back to the pool.
-  io_uring_unregister_buf_ring(&ring_, kGroup);
-  for (uint32_t slot : lent_) pool_->ReleaseRaw(pool_->SlotData(slot));
-  lent_.clear();
-  holding_ = 0;
-  // The ring is unregistered; register it again (empty) so the destructor's
-  // unregister stays balanced.
-  io_uring_buf_reg reg{};
-  reg.ring_addr = reinterpret_cast<uintptr_t>(buf_ring_);
-  reg.ring_entries = ring_entries_;
-  reg.bgid = kGroup;
-  io_uring_buf_ring_init(buf_ring_);
-  if (io_uring_register_buf_ring(&ring_, &reg, 0) < 0) {
-    ::munmap(buf_ring_, buf_ring_bytes_);
-    buf_ring_ = nullptr;
-  }
+  // Every operation is complete, so the kernel holds no slot: the ring
+  // gives every lent one back to the pool.
+  bufs_.reset();
   return status;
 }
 

@@ -1,12 +1,16 @@
 #include "os/memory.h"
 
+#include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "os/error.h"
@@ -66,6 +70,44 @@ absl::Status LockMemory(void* addr, size_t len) {
                    "; raise it with `ulimit -l` or run without "
                    "lock_memory)"),
       err);
+}
+
+namespace {
+
+bool HasIpcLock() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &hdr, data) != 0) return false;
+  return (data[0].effective & (1u << CAP_IPC_LOCK)) != 0;
+}
+
+std::string MemlockWords(size_t bytes, absl::string_view what,
+                         const rlimit& lim) {
+  return absl::StrCat(what, " needs ", bytes, " bytes (", bytes >> 10,
+                      " KiB) of locked memory but RLIMIT_MEMLOCK is ",
+                      lim.rlim_cur >> 10, " KiB; raise it with `ulimit -l ",
+                      (bytes + 1023) >> 10,
+                      "` (or more: memory already locked counts too)");
+}
+
+}  // namespace
+
+absl::Status CheckMemlock(size_t bytes, absl::string_view what) {
+  if (HasIpcLock()) return absl::OkStatus();
+  rlimit lim{};
+  if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0) return absl::OkStatus();
+  if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= bytes) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(MemlockWords(bytes, what, lim));
+}
+
+absl::Status MemlockError(size_t bytes, absl::string_view what, int err) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) {
+    return PosixError(what, err);
+  }
+  return PosixError(MemlockWords(bytes, what, lim), err);
 }
 
 long ReservedHugePages() {

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace bufpool::os {
 
@@ -30,6 +31,16 @@ absl::Status Prefault(void* addr, size_t len);
 
 // mlock; the error names RLIMIT_MEMLOCK and its current value.
 absl::Status LockMemory(void* addr, size_t len);
+
+// Whether the kernel lets this process pin `bytes` (io_uring buffer
+// registration, mlock): always with CAP_IPC_LOCK, else when RLIMIT_MEMLOCK
+// is unlimited or at least `bytes`. Otherwise ResourceExhausted: "<what>
+// needs <bytes> bytes of locked memory but RLIMIT_MEMLOCK is <limit>; raise
+// it with `ulimit -l` ...". Memory the process has pinned already also
+// counts against the limit, so a pin can still fail after this passes.
+absl::Status CheckMemlock(size_t bytes, absl::string_view what);
+// The same message for a pin the kernel refused with `err` (ENOMEM).
+absl::Status MemlockError(size_t bytes, absl::string_view what, int err);
 
 // Huge pages currently reserved (/proc/sys/vm/nr_hugepages); -1 if unknown.
 long ReservedHugePages();

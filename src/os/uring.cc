@@ -24,6 +24,10 @@ class LiburingRing final : public Uring {
     return io_uring_register_buffers(&ring_, iov, n);
   }
 
+  int UnregisterBuffers() override {
+    return io_uring_unregister_buffers(&ring_);
+  }
+
   bool PrepareRead(int fd, void* buf, unsigned len, uint64_t offset,
                    int buf_index, uint64_t user_data) override {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);

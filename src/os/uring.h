@@ -28,6 +28,8 @@ class Uring {
   // Registers iov[0, n) as fixed buffers (index i is iov[i]). 0 or -errno;
   // -ENOMEM when RLIMIT_MEMLOCK is too small for the pinned pages.
   virtual int RegisterBuffers(const iovec* iov, unsigned n) = 0;
+  // Drops the registered buffers (none in flight may use them). 0 or -errno.
+  virtual int UnregisterBuffers() = 0;
   // Queues a read/write of `len` bytes at `offset`. With buf_index >= 0 the
   // operation is READ_FIXED/WRITE_FIXED and `buf` must lie inside registered
   // buffer `buf_index`. Returns false when the submission queue is full.

@@ -1,0 +1,261 @@
+// Per received message, the ring's Take() + release + Refill() against the
+// same loop written on raw liburing calls (buffer id == slot, the buffer
+// re-added to the ring by hand), and plain against zero-copy held sends.
+//
+// Receive loops: 32 datagrams of 512 bytes are written to an AF_UNIX
+// datagram socketpair, then one multishot receive's 32 completions are
+// handled. "/full" times the whole turn (writes, io_uring_enter, handling);
+// "/handling" times only the handling of the completions (manual time), which
+// is all the two contenders do differently.
+//
+//   build/release/bench/uring_ring_benchmark
+#include <liburing.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "benchmark/benchmark.h"
+#include "bufpool/buffer_pool.h"
+#include "bufpool/chain.h"
+#include "bufpool/uring.h"
+
+namespace {
+
+constexpr int kBatch = 32;
+constexpr size_t kMessage = 512;
+constexpr unsigned kGroup = 7;
+
+struct Setup {
+  io_uring ring{};
+  int fds[2] = {-1, -1};
+  std::unique_ptr<bufpool::BufferPool> pool;
+  char msg[kMessage];
+  bool ok = false;
+
+  Setup() {
+    io_uring_params p{};
+    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+    if (io_uring_queue_init_params(256, &ring, &p) != 0) return;
+    if (socketpair(AF_UNIX, SOCK_DGRAM, 0, fds) != 0) return;
+    const int big = 4 << 20;
+    setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+    setsockopt(fds[1], SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+    auto created = bufpool::BufferPool::Create({.buffer_count = 1024});
+    if (!created.ok()) return;
+    pool = *std::move(created);
+    std::memset(msg, 'm', sizeof(msg));
+    ok = true;
+  }
+  ~Setup() {
+    close(fds[0]);
+    close(fds[1]);
+    io_uring_queue_exit(&ring);
+  }
+  void WriteBatch() {
+    for (int i = 0; i < kBatch; ++i) {
+      if (send(fds[0], msg, sizeof(msg), 0) != kMessage) std::abort();
+    }
+  }
+  void ArmRecv(io_uring_sqe* sqe) { io_uring_sqe_set_data64(sqe, 1); }
+};
+
+using Clock = std::chrono::steady_clock;
+
+// Our loop: Take() each completion into a chain, touch it, drop it (back to
+// the pool), one Refill() per batch.
+void BM_Ring(benchmark::State& state) {
+  const bool handling_only = state.range(0) != 0;
+  Setup s;
+  if (!s.ok) return state.SkipWithError("setup failed");
+  auto bufs = bufpool::ProvidedBufferRing::Create(
+      &s.ring, *s.pool,
+      {.group_id = kGroup,
+       .max_buffers = 256,
+       .initial_buffers = 256,
+       .bundles = bufpool::ProvidedBufferRingOptions::Bundles::kOff});
+  if (!bufs.ok()) return state.SkipWithError("ring failed");
+  bool armed = false;
+  uint64_t sum = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    if (!armed) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&s.ring);
+      (*bufs)->PrepareRecv(sqe, s.fds[1]);
+      io_uring_sqe_set_data64(sqe, 1);
+      armed = true;
+    }
+    s.WriteBatch();
+    io_uring_submit_and_wait(&s.ring, kBatch);
+    const auto t1 = Clock::now();
+    io_uring_cqe* cqe;
+    unsigned head, n = 0;
+    io_uring_for_each_cqe(&s.ring, head, cqe) {
+      ++n;
+      if (!(cqe->flags & IORING_CQE_F_MORE)) armed = false;
+      absl::StatusOr<bufpool::BufferChain> c = (*bufs)->Take(*cqe);
+      if (c.ok() && !c->empty())
+        sum += static_cast<uint8_t>(c->segment(0).data()[0]);
+    }
+    io_uring_cq_advance(&s.ring, n);
+    (*bufs)->Refill();
+    const auto t2 = Clock::now();
+    if (handling_only) {
+      state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
+    } else {
+      state.SetIterationTime(std::chrono::duration<double>(t2 - t0).count());
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+// The same loop on raw liburing: a buffer ring whose ids are slot numbers,
+// each completion's buffer re-added by hand, one advance per batch.
+void BM_RawLiburing(benchmark::State& state) {
+  const bool handling_only = state.range(0) != 0;
+  Setup s;
+  if (!s.ok) return state.SkipWithError("setup failed");
+  constexpr unsigned kEntries = 256;
+  int err = 0;
+  io_uring_buf_reg reg{};
+  void* mem = nullptr;
+  if (posix_memalign(&mem, 4096, kEntries * sizeof(io_uring_buf)) != 0)
+    std::abort();
+  auto* br = static_cast<io_uring_buf_ring*>(mem);
+  io_uring_buf_ring_init(br);
+  reg.ring_addr = reinterpret_cast<uintptr_t>(br);
+  reg.ring_entries = kEntries;
+  reg.bgid = kGroup;
+  if ((err = io_uring_register_buf_ring(&s.ring, &reg, 0)) != 0) {
+    return state.SkipWithError("register failed");
+  }
+  std::byte* base = s.pool->region().data();
+  const unsigned bs = static_cast<unsigned>(s.pool->buffer_size());
+  const int mask = io_uring_buf_ring_mask(kEntries);
+  for (unsigned i = 0; i < kEntries; ++i) {
+    io_uring_buf_ring_add(br, base + size_t{i} * bs, bs,
+                          static_cast<uint16_t>(i), mask, static_cast<int>(i));
+  }
+  io_uring_buf_ring_advance(br, kEntries);
+  bool armed = false;
+  uint64_t sum = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    if (!armed) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&s.ring);
+      io_uring_prep_recv_multishot(sqe, s.fds[1], nullptr, 0, 0);
+      sqe->flags |= IOSQE_BUFFER_SELECT;
+      sqe->buf_group = kGroup;
+      io_uring_sqe_set_data64(sqe, 1);
+      armed = true;
+    }
+    s.WriteBatch();
+    io_uring_submit_and_wait(&s.ring, kBatch);
+    const auto t1 = Clock::now();
+    io_uring_cqe* cqe;
+    unsigned head, n = 0;
+    int added = 0;
+    io_uring_for_each_cqe(&s.ring, head, cqe) {
+      ++n;
+      if (!(cqe->flags & IORING_CQE_F_MORE)) armed = false;
+      if (cqe->flags & IORING_CQE_F_BUFFER) {
+        const uint16_t bid =
+            static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
+        std::byte* data = base + size_t{bid} * bs;
+        if (cqe->res > 0) sum += static_cast<uint8_t>(data[0]);
+        io_uring_buf_ring_add(br, data, bs, bid, mask, added++);
+      }
+    }
+    io_uring_buf_ring_advance(br, added);
+    io_uring_cq_advance(&s.ring, n);
+    const auto t2 = Clock::now();
+    if (handling_only) {
+      state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
+    } else {
+      state.SetIterationTime(std::chrono::duration<double>(t2 - t0).count());
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+  io_uring_unregister_buf_ring(&s.ring, kGroup);
+  free(mem);
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+// HeldSend over TCP loopback: 64 KiB chains, plain send against SEND_ZC
+// (held until the notification). A reader thread drains the peer.
+void BM_HeldSend(benchmark::State& state) {
+  const bool zero_copy = state.range(0) != 0;
+  constexpr size_t kBytes = 64 * 1024;
+  io_uring ring{};
+  if (io_uring_queue_init(64, &ring, 0) != 0)
+    return state.SkipWithError("ring");
+  auto pool = bufpool::BufferPool::Create({.buffer_count = 256});
+  const int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  listen(lfd, 1);
+  socklen_t len = sizeof(sa);
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  const int server = accept(lfd, nullptr, nullptr);
+  close(lfd);
+  std::thread reader([&] {
+    static char sink[1 << 16];
+    while (recv(client, sink, sizeof(sink), 0) > 0) {
+    }
+  });
+  bufpool::BufferChain source(**pool);
+  std::string bytes(kBytes, 'z');
+  if (!source.Append(bytes).ok()) std::abort();
+  bufpool::HeldSend send;
+  for (auto _ : state) {
+    bufpool::BufferChain chain = source.Clone();
+    while (!chain.empty()) {
+      send.Prepare(io_uring_get_sqe(&ring), server, std::move(chain),
+                   {.zero_copy = zero_copy});
+      io_uring_submit(&ring);
+      while (!send.done()) {
+        io_uring_cqe* cqe;
+        io_uring_wait_cqe(&ring, &cqe);
+        send.OnCompletion(*cqe);
+        io_uring_cqe_seen(&ring, cqe);
+      }
+      chain = send.TakeUnsent();
+    }
+  }
+  source.Clear();
+  shutdown(server, SHUT_RDWR);
+  reader.join();
+  close(server);
+  close(client);
+  io_uring_queue_exit(&ring);
+  state.SetBytesProcessed(state.iterations() * kBytes);
+}
+
+// Fixed iterations: manual time counts only part of each turn.
+BENCHMARK(BM_Ring)
+    ->ArgName("handling")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Iterations(20000);
+BENCHMARK(BM_RawLiburing)
+    ->ArgName("handling")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Iterations(20000);
+BENCHMARK(BM_HeldSend)->ArgName("zero_copy")->Arg(0)->Arg(1);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,369 @@
+// libbufpool: pool buffers in your own io_uring loop.
+//
+// A BufferPool's one region can be handed to the kernel whole. This header
+// gives a server written on raw liburing the three pieces every io_uring
+// server builds around it:
+//
+//   ProvidedBufferRing  pool slots lent to a provided-buffer ring (a buffer
+//                       group) for IOSQE_BUFFER_SELECT receives; each
+//                       receive completion becomes a BufferChain that owns
+//                       the bytes the kernel wrote (Linux 5.19+; bundles,
+//                       several buffers per completion, Linux 6.10+).
+//   FixedBuffers        the whole region registered as fixed buffers, for
+//                       READ_FIXED / WRITE_FIXED / SEND_ZC with a buffer
+//                       index.
+//   HeldSend            a send of a chain that keeps its bytes alive until
+//                       the kernel is done with them (for SEND_ZC, the
+//                       notification completion).
+//
+//      pool ──Refill──> provided-buffer ring ──kernel fills──> recv CQE
+//       ^                                                         │ Take
+//       │                                                         v
+//       └──── last slice dropped (any thread) <──── BufferChain ──┴─> HeldSend
+//
+// A loop (see examples/uring_echo.cc for a complete server):
+//
+//   io_uring ring;  io_uring_queue_init(256, &ring, 0);
+//   auto bufs = bufpool::ProvidedBufferRing::Create(&ring, *pool,
+//       {.group_id = 1, .max_buffers = 512});
+//   (*bufs)->PrepareRecv(io_uring_get_sqe(&ring), fd);   // multishot recv
+//   ... on each completion of that receive:
+//   absl::StatusOr<bufpool::BufferChain> got = (*bufs)->Take(*cqe);
+//   ... every loop turn:
+//   (*bufs)->Refill();
+//
+// Running out. When the ring is empty the kernel ends a multishot receive
+// with -ENOBUFS; Take() reports it as ResourceExhausted and counts it
+// (enobufs()). The connection is healthy: park it, and re-arm its receive
+// once ShouldRearm() (available() >= rearm_threshold(), by default a quarter
+// of the buffers the ring has been lent) after a Refill(). Re-arming at once
+// would fail the same way.
+//
+// Thread safety. A ProvidedBufferRing, FixedBuffers or HeldSend is used by
+// the one thread that drives its io_uring (liburing rings are not
+// thread-safe either). The chains Take() returns are independent values:
+// they may be moved to and dropped on any thread; their buffers go back to
+// the pool, and the ring's thread lends them again on a later Refill().
+// Dropping a chain posts no completion: a loop that parks receives after
+// -ENOBUFS while other threads hold its chains must wake itself to re-check
+// (a wait with a timeout, or an eventfd those threads write).
+//
+// Ownership and lifetimes. The caller owns the io_uring and the pool; both
+// must outlive every object here, and these objects must be destroyed before
+// io_uring_queue_exit(ring) (they unregister what they registered).
+// Destroying the pool while chains or rings still hold its buffers aborts
+// with "still in use".
+#ifndef BUFPOOL_URING_H_
+#define BUFPOOL_URING_H_
+
+#include <liburing.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bufpool/buffer_pool.h"
+#include "bufpool/chain.h"
+#include "bufpool/export.h"
+
+namespace bufpool {
+
+// ---- Fixed buffers ----------------------------------------------------------
+
+// The whole region of a pool registered with one io_uring as fixed buffers
+// (io_uring_register_buffers), split into iovecs of at most 1 GiB each (the
+// kernel's limit per registered buffer): registered buffer i covers
+// [region + i GiB, region + (i + 1) GiB). Pool buffers never straddle two
+// of them (buffer sizes are powers of two up to 1 GiB).
+//
+// Registration pins the region's pages, which counts against
+// RLIMIT_MEMLOCK (unless the process has CAP_IPC_LOCK): Register() checks
+// the limit first and fails with ResourceExhausted naming the limit, the
+// bytes needed and `ulimit -l`.
+//
+// A ring has one table of fixed buffers: Register() fails (EBUSY) when the
+// ring already has one. Movable; destroying it unregisters the table.
+class BUFPOOL_EXPORT FixedBuffers {
+ public:
+  // Bytes one registered buffer covers at most.
+  static constexpr size_t kMaxRegisteredBytes = size_t{1} << 30;
+
+  static absl::StatusOr<FixedBuffers> Register(io_uring* ring,
+                                               const BufferPool& pool);
+
+  FixedBuffers(FixedBuffers&& other) noexcept;
+  FixedBuffers& operator=(FixedBuffers&& other) noexcept;
+  FixedBuffers(const FixedBuffers&) = delete;
+  FixedBuffers& operator=(const FixedBuffers&) = delete;
+  ~FixedBuffers();
+
+  // The buf_index for io_uring_prep_read_fixed / write_fixed /
+  // send_zc_fixed of bytes starting at `p`, or -1 when `p` is outside the
+  // region. [p, p + len) must not cross a 1 GiB boundary of the region (no
+  // pool buffer does).
+  int IndexOf(const void* p) const {
+    const uintptr_t off =
+        reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base_);
+    return off < bytes_ ? static_cast<int>(off >> 30) : -1;
+  }
+  // Registered buffers (iovecs) in the table.
+  unsigned count() const { return count_; }
+  // Bytes registered: the pool's whole region.
+  size_t size() const { return bytes_; }
+
+  // Unregisters now; the object becomes empty (IndexOf() is -1 for all).
+  void Unregister();
+
+ private:
+  FixedBuffers(io_uring* ring, std::byte* base, size_t bytes, unsigned count)
+      : ring_(ring), base_(base), bytes_(bytes), count_(count) {}
+
+  io_uring* ring_ = nullptr;  // nullptr: nothing to unregister
+  std::byte* base_ = nullptr;
+  size_t bytes_ = 0;
+  unsigned count_ = 0;
+};
+
+// ---- Provided-buffer ring ---------------------------------------------------
+
+struct ProvidedBufferRingOptions {
+  // The buffer group receives name in sqe->buf_group.
+  uint16_t group_id = 0;
+  // The most pool buffers lent to the ring at once (<= 32768, the kernel's
+  // limit on ring entries). Rounded up to a power of two for the ring's
+  // entries; the ring lends at most this many.
+  size_t max_buffers = 512;
+  // Buffers lent at Create(). The ring starts small and doubles what it
+  // keeps lent, up to max_buffers, whenever a Refill() finds it had fallen
+  // below a quarter of that (or a receive ran out): the ring is a FIFO, so
+  // lending only what the load needs keeps the buffers the kernel writes
+  // warm in the cache.
+  size_t initial_buffers = 64;
+  // ShouldRearm() is true once available() reaches this; 0 means a quarter
+  // of the most buffers the ring has held at once (at least 1).
+  size_t rearm_threshold = 0;
+  // Bundles (IORING_RECVSEND_BUNDLE, Linux 6.10+): one receive completion
+  // may fill several buffers. kProbe uses them when the kernel says it has
+  // them (IORING_FEAT_RECVSEND_BUNDLE, read once at Create()); kOff and kOn
+  // force the choice (kOn on a kernel without bundles makes receives fail
+  // with -EINVAL).
+  enum class Bundles { kProbe, kOff, kOn };
+  Bundles bundles = Bundles::kProbe;
+};
+
+// Pool buffers lent to an io_uring provided-buffer ring (buffer group
+// `group_id`). Buffer ids are the ring's own: a table maps each id to the
+// pool slot lent under it, so pools of any size work (the kernel's ids are
+// 16 bits) and any slot can be lent.
+//
+// Invariants: every buffer lent is in exactly one place: in the ring (the
+// kernel may select it), consumed by the kernel but not yet Take()n, or in
+// a chain Take() returned (then no longer the ring's). available() counts
+// the first two; the kernel consumes ring entries in order, which is what
+// lets Take() find the later buffers of a bundle.
+//
+// Thread safety: the ring's thread only (see the file comment); chains it
+// returns are free to travel.
+class BUFPOOL_EXPORT ProvidedBufferRing {
+ public:
+  using Options = ProvidedBufferRingOptions;
+  static constexpr size_t kMaxBuffers = 32768;
+
+  // Maps the ring, registers it as group options.group_id with `ring` and
+  // lends options.initial_buffers free buffers of `pool`. Errors:
+  // InvalidArgument for bad options; the kernel's words when registration
+  // fails (EEXIST: the group is taken; EINVAL: a kernel before 5.19);
+  // ResourceExhausted when the pool has no free buffer at all.
+  static absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> Create(
+      io_uring* ring, BufferPool& pool, const Options& options);
+
+  // Unregisters the group and returns every buffer still lent (in the ring
+  // or consumed but not taken) to the pool. Chains already taken stay
+  // valid. Completions still in the CQ that name this group's buffers must
+  // not be passed to Take() afterwards (it is gone).
+  ~ProvidedBufferRing();
+  ProvidedBufferRing(const ProvidedBufferRing&) = delete;
+  ProvidedBufferRing& operator=(const ProvidedBufferRing&) = delete;
+
+  struct RecvOptions {
+    // io_uring_prep_recv_multishot (one completion per arrival until it
+    // ends without IORING_CQE_F_MORE), or a single-shot io_uring_prep_recv.
+    bool multishot = true;
+    // Ask for a bundle when bundles() is on. For peers that send less than
+    // a buffer at a time a bundle only costs the kernel a look at more ring
+    // entries per receive.
+    bool bundle = true;
+    int msg_flags = 0;
+  };
+  // Fills `sqe` with a receive on `fd` that selects its buffers from this
+  // ring (IOSQE_BUFFER_SELECT, this group, IORING_RECVSEND_BUNDLE when
+  // asked and bundles() is on). The caller sets user_data and may add
+  // flags (IORING_RECVSEND_POLL_FIRST, ...).
+  void PrepareRecv(io_uring_sqe* sqe, int fd) const {
+    PrepareRecv(sqe, fd, RecvOptions());
+  }
+  void PrepareRecv(io_uring_sqe* sqe, int fd, const RecvOptions& options) const;
+
+  // The bytes a completion of such a receive carries, as a chain that owns
+  // them (one buffer; several for a bundle), sliced to exactly cqe.res
+  // bytes; new buffers for Append() on it come from the pool.
+  //   res > 0:   the bytes;
+  //   res == 0:  an empty chain (end of stream; a buffer the kernel used
+  //              goes back to the pool);
+  //   -ENOBUFS:  ResourceExhausted, counted in enobufs(): the ring was
+  //              empty; re-arm once ShouldRearm();
+  //   other < 0: the errno's Status (ECANCELED: Cancelled, ...), with the
+  //              kernel's words.
+  // FailedPrecondition for a completion with bytes but no buffer of this
+  // ring (not a buffer-select receive, or a buffer id it did not lend).
+  absl::StatusOr<BufferChain> Take(const io_uring_cqe& cqe);
+
+  // Lends free pool buffers to the ring until it holds its current target
+  // (growing the target first if the ring ran low since the last call), in
+  // one batch with one tail update. Returns the buffers in the ring
+  // (available()). Costs a few compares when nothing is needed: call it
+  // every loop turn, before waiting.
+  size_t Refill();
+
+  // Buffers in the ring (lent and not yet taken), as this thread knows:
+  // the kernel may have consumed some whose completions are still queued.
+  size_t available() const { return in_ring_; }
+  // The most buffers the ring keeps lent now (grows up to max_buffers).
+  size_t target() const { return target_; }
+  size_t max_buffers() const { return max_buffers_; }
+  // See Options::rearm_threshold.
+  size_t rearm_threshold() const;
+  bool ShouldRearm() const { return available() >= rearm_threshold(); }
+  // Receives that ended with -ENOBUFS (seen by Take()).
+  uint64_t enobufs() const { return enobufs_; }
+  // Whether PrepareRecv() asks for bundles.
+  bool bundles() const { return bundles_; }
+  uint16_t group_id() const { return group_id_; }
+  BufferPool& pool() const { return *pool_; }
+
+ private:
+  ProvidedBufferRing() = default;
+  absl::Status Init(io_uring* ring, BufferPool& pool, const Options& options);
+
+  io_uring* ring_ = nullptr;
+  BufferPool* pool_ = nullptr;
+  io_uring_buf_ring* br_ = nullptr;
+  size_t br_bytes_ = 0;
+  bool registered_ = false;
+  uint16_t group_id_ = 0;
+  bool bundles_ = false;
+  uint32_t entries_ = 0;  // ring entries, a power of two
+  uint32_t mask_ = 0;
+  uint32_t buffer_size_ = 0;
+  size_t max_buffers_ = 0;
+  size_t target_ = 0;
+  size_t rearm_option_ = 0;
+  size_t in_ring_ = 0;
+  size_t peak_ = 0;       // most buffers in the ring at once
+  bool ran_low_ = false;  // below target_ / 4, or -ENOBUFS, since Refill()
+  uint32_t tail_ = 0;     // entries added since the ring was created
+  uint64_t enobufs_ = 0;
+  // Per buffer id: the pool buffer lent under it (empty when the id is
+  // free) and the ring position it was added at; per ring position: the id
+  // added there last.
+  std::vector<Buffer> lent_;
+  std::vector<uint32_t> pos_of_id_;
+  std::vector<uint16_t> id_at_pos_;
+  std::vector<uint16_t> free_ids_;  // a stack
+  std::vector<Buffer> scratch_;     // Refill()'s batch
+};
+
+// ---- Held sends -------------------------------------------------------------
+
+// One send of a chain's bytes through io_uring that keeps them alive until
+// the kernel no longer reads them:
+//   plain (SEND for one slice, SENDMSG for several): until its completion;
+//   zero-copy (SEND_ZC / SENDMSG_ZC, Linux 6.0+/6.1+): until the
+//   notification completion (IORING_CQE_F_NOTIF), which comes after the
+//   first one whenever that has IORING_CQE_F_MORE; the pages may be read
+//   by the network stack until then.
+// With `fixed` and a one-slice send inside its region, the zero-copy send
+// uses the registered buffer (IORING_RECVSEND_FIXED_BUF and its index).
+//
+// Keep the HeldSend at a stable address (inside a connection, say) from
+// Prepare() until done(): the kernel reads its msghdr. Not movable.
+//
+//   conn->send.Prepare(sqe, fd, std::move(chain), {.zero_copy = true});
+//   io_uring_sqe_set_data(sqe, conn);
+//   ... for every completion with that user_data:
+//   conn->send.OnCompletion(*cqe);
+//   if (conn->send.has_result()) ... result(): bytes sent or -errno;
+//       TakeUnsent() gives back what was not sent
+//   if (conn->send.done()) ... the held bytes are released; Prepare again
+//
+// Thread safety: the ring's thread.
+class BUFPOOL_EXPORT HeldSend {
+ public:
+  // Slices one send covers at most; the rest stay for TakeUnsent().
+  static constexpr size_t kMaxIovecs = 64;
+
+  struct Options {
+    bool zero_copy = false;
+    const FixedBuffers* fixed = nullptr;  // zero-copy only
+    int msg_flags = MSG_NOSIGNAL;
+  };
+
+  HeldSend() = default;
+  HeldSend(const HeldSend&) = delete;
+  HeldSend& operator=(const HeldSend&) = delete;
+  // Aborts, naming the fault, while busy(): the kernel may still read the
+  // bytes.
+  ~HeldSend();
+
+  // Takes `chain` (which must not be empty) and fills `sqe` with a send of
+  // its first kMaxIovecs slices to `fd`. The HeldSend must be idle (never
+  // prepared, or done()).
+  void Prepare(io_uring_sqe* sqe, int fd, BufferChain chain,
+               const Options& options);
+  void Prepare(io_uring_sqe* sqe, int fd, BufferChain chain) {
+    Prepare(sqe, fd, std::move(chain), Options());
+  }
+
+  // Feeds one completion of the prepared send. Returns done().
+  bool OnCompletion(const io_uring_cqe& cqe);
+
+  // True when prepared and the kernel is done with the bytes: the held
+  // chain has been dropped (its buffers went back unless shared).
+  bool done() const { return state_ == State::kDone; }
+  // A send was prepared and not yet done.
+  bool busy() const {
+    return state_ == State::kSent || state_ == State::kResult;
+  }
+  // The first completion arrived: result() is the bytes sent or -errno.
+  bool has_result() const {
+    return state_ == State::kResult || state_ == State::kDone;
+  }
+  int result() const { return result_; }
+  // After the result: the bytes that were not sent (possibly empty), for
+  // the next send; the sent ones stay held until done().
+  BufferChain TakeUnsent();
+  // Bytes the prepared send asked for (its slices, at most kMaxIovecs).
+  size_t requested() const { return requested_; }
+  bool zero_copy() const { return zero_copy_; }
+
+ private:
+  enum class State { kIdle, kSent, kResult, kDone };
+  State state_ = State::kIdle;
+  bool zero_copy_ = false;
+  bool await_notif_ = false;
+  int result_ = 0;
+  size_t requested_ = 0;
+  BufferChain chain_;
+  BufferChain unsent_;
+  msghdr msg_{};
+  iovec iov_[kMaxIovecs];
+};
+
+}  // namespace bufpool
+
+#endif  // BUFPOOL_URING_H_

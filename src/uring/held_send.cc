@@ -1,0 +1,98 @@
+// HeldSend: a send of a chain that keeps its bytes until the kernel is done.
+#include <liburing.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "bufpool/uring.h"
+
+namespace bufpool {
+
+HeldSend::~HeldSend() {
+  if (busy()) {
+    std::fprintf(stderr,
+                 "bufpool: HeldSend destroyed while the kernel may still "
+                 "read its bytes (wait for done())\n");
+    std::abort();
+  }
+}
+
+void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain chain,
+                       const Options& options) {
+  if (busy() || chain.empty()) {
+    std::fprintf(stderr, "bufpool: HeldSend::Prepare %s\n",
+                 busy() ? "while a send is in flight" : "of an empty chain");
+    std::abort();
+  }
+  chain_ = std::move(chain);
+  unsent_ = BufferChain();
+  result_ = 0;
+  zero_copy_ = options.zero_copy;
+  await_notif_ = false;
+  const size_t k = chain_.FillIovecs(absl::MakeSpan(iov_, kMaxIovecs));
+  requested_ = 0;
+  for (size_t i = 0; i < k; ++i) requested_ += iov_[i].iov_len;
+  if (k == 1) {
+    // One slice: a plain send spares the kernel importing a msghdr.
+    void* base = iov_[0].iov_base;
+    const size_t len = iov_[0].iov_len;
+    if (!zero_copy_) {
+      io_uring_prep_send(sqe, fd, base, len, options.msg_flags);
+    } else if (const int index =
+                   options.fixed != nullptr ? options.fixed->IndexOf(base) : -1;
+               index >= 0) {
+      io_uring_prep_send_zc_fixed(sqe, fd, base, len, options.msg_flags, 0,
+                                  static_cast<unsigned>(index));
+    } else {
+      io_uring_prep_send_zc(sqe, fd, base, len, options.msg_flags, 0);
+    }
+  } else {
+    msg_ = {};
+    msg_.msg_iov = iov_;
+    msg_.msg_iovlen = k;
+    if (zero_copy_) {
+      io_uring_prep_sendmsg_zc(sqe, fd, &msg_, options.msg_flags);
+    } else {
+      io_uring_prep_sendmsg(sqe, fd, &msg_, options.msg_flags);
+    }
+  }
+  state_ = State::kSent;
+}
+
+bool HeldSend::OnCompletion(const io_uring_cqe& cqe) {
+  if ((cqe.flags & IORING_CQE_F_NOTIF) != 0) {
+    // The kernel no longer references the pages: drop what was sent.
+    if (state_ == State::kResult && await_notif_) {
+      chain_.Clear();
+      state_ = State::kDone;
+    }
+    return done();
+  }
+  if (state_ != State::kSent) return done();
+  result_ = cqe.res;
+  // The sent bytes stay held; the rest is the caller's again.
+  if (result_ > 0) {
+    BufferChain sent =
+        chain_.Split(std::min(static_cast<size_t>(result_), requested_));
+    unsent_ = std::move(chain_);
+    chain_ = std::move(sent);
+  } else {
+    unsent_ = std::move(chain_);
+    chain_ = BufferChain();
+  }
+  state_ = State::kResult;
+  // A zero-copy send whose first completion has F_MORE has a notification
+  // to come; until it does, the network stack may still read the pages.
+  await_notif_ = zero_copy_ && (cqe.flags & IORING_CQE_F_MORE) != 0;
+  if (!await_notif_) {
+    chain_.Clear();
+    state_ = State::kDone;
+  }
+  return done();
+}
+
+BufferChain HeldSend::TakeUnsent() { return std::move(unsent_); }
+
+}  // namespace bufpool

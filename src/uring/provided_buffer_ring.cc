@@ -1,0 +1,218 @@
+// ProvidedBufferRing: pool buffers lent to an io_uring provided-buffer ring.
+//
+// Bookkeeping, all on the ring's thread:
+//   lent_[id]        the pool buffer lent under ring-local buffer id `id`
+//                    (empty when the id is free, i.e. on free_ids_);
+//   id_at_pos_[pos]  the id added at ring position pos (mod entries_) last;
+//   pos_of_id_[id]   where id was added.
+// Refill() adds at tail_, the kernel consumes from its head in order, and
+// Take() frees the ids of the buffers a completion names. A bundle
+// completion names only its first id; the rest are the entries after it in
+// ring order, which the mirror above gives back. An entry is overwritten
+// only after `entries_` more adds, and adds stop while in_ring_ (added and
+// not taken) is at target_ <= entries_, so an entry is never overwritten
+// before the completion that consumed it has been taken (the kernel posts
+// receive completions in the order it consumes buffers).
+#include <liburing.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "bufpool/uring.h"
+#include "os/error.h"
+#include "os/memory.h"
+
+namespace bufpool {
+namespace {
+
+// Newer than liburing 2.3's header (Linux 6.10): a receive that fills
+// several ring buffers per completion, and its feature bit.
+constexpr uint16_t kRecvSendBundle = 1u << 4;
+constexpr uint32_t kFeatRecvSendBundle = 1u << 14;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> ProvidedBufferRing::Create(
+    io_uring* ring, BufferPool& pool, const Options& options) {
+  std::unique_ptr<ProvidedBufferRing> r(new ProvidedBufferRing());
+  if (absl::Status s = r->Init(ring, pool, options); !s.ok()) return s;
+  return r;
+}
+
+absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
+                                      const Options& options) {
+  if (options.max_buffers == 0 || options.max_buffers > kMaxBuffers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ProvidedBufferRing: max_buffers ", options.max_buffers,
+                     " is not in [1, ", kMaxBuffers, "]"));
+  }
+  if (pool.buffer_size() > 0xffffffffu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ProvidedBufferRing: buffer_size ", pool.buffer_size(),
+                     " does not fit a ring entry's 32-bit length"));
+  }
+  ring_ = ring;
+  pool_ = &pool;
+  group_id_ = options.group_id;
+  buffer_size_ = static_cast<uint32_t>(pool.buffer_size());
+  max_buffers_ = options.max_buffers;
+  rearm_option_ = options.rearm_threshold;
+  switch (options.bundles) {
+    case Options::Bundles::kProbe:
+      bundles_ = (ring->features & kFeatRecvSendBundle) != 0;
+      break;
+    case Options::Bundles::kOff:
+      bundles_ = false;
+      break;
+    case Options::Bundles::kOn:
+      bundles_ = true;
+      break;
+  }
+  entries_ = 1;
+  while (entries_ < max_buffers_) entries_ <<= 1;
+  mask_ = entries_ - 1;
+
+  br_bytes_ = std::max<size_t>(entries_ * sizeof(io_uring_buf), os::kPageSize);
+  br_bytes_ = (br_bytes_ + os::kPageSize - 1) & ~(os::kPageSize - 1);
+  absl::StatusOr<void*> mem = os::MapAnonymous(br_bytes_, false);
+  if (!mem.ok()) return mem.status();
+  br_ = static_cast<io_uring_buf_ring*>(*mem);
+  io_uring_buf_ring_init(br_);
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<uintptr_t>(br_);
+  reg.ring_entries = entries_;
+  reg.bgid = group_id_;
+  const int rc = io_uring_register_buf_ring(ring_, &reg, 0);
+  if (rc < 0) {
+    return os::PosixError(
+        absl::StrCat("io_uring_register_buf_ring (buffer group ", group_id_,
+                     rc == -EEXIST ? ", already registered" : "", ")"),
+        -rc);
+  }
+  registered_ = true;
+
+  lent_.resize(entries_);
+  pos_of_id_.assign(entries_, 0);
+  id_at_pos_.assign(entries_, 0);
+  free_ids_.reserve(entries_);
+  for (uint32_t id = entries_; id-- > 0;) {
+    free_ids_.push_back(static_cast<uint16_t>(id));
+  }
+  scratch_.resize(entries_);
+  target_ = std::clamp<size_t>(options.initial_buffers, 1, max_buffers_);
+  if (Refill() == 0) {
+    return absl::ResourceExhaustedError(
+        "ProvidedBufferRing: the pool has no free buffer to lend");
+  }
+  return absl::OkStatus();
+}
+
+ProvidedBufferRing::~ProvidedBufferRing() {
+  // After this the kernel selects no buffer of the group, so every lent
+  // buffer (lent_) is ours to return; they go back as lent_ is destroyed.
+  if (registered_) io_uring_unregister_buf_ring(ring_, group_id_);
+  if (br_ != nullptr) os::Unmap(br_, br_bytes_);
+}
+
+void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
+                                     const RecvOptions& options) const {
+  if (options.multishot) {
+    io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, options.msg_flags);
+  } else {
+    io_uring_prep_recv(sqe, fd, nullptr, 0, options.msg_flags);
+  }
+  sqe->flags |= IOSQE_BUFFER_SELECT;
+  sqe->buf_group = group_id_;
+  if (bundles_ && options.bundle) sqe->ioprio |= kRecvSendBundle;
+}
+
+size_t ProvidedBufferRing::rearm_threshold() const {
+  if (rearm_option_ != 0) return rearm_option_;
+  return std::max<size_t>(1, peak_ / 4);
+}
+
+size_t ProvidedBufferRing::Refill() {
+  if (ran_low_) {
+    ran_low_ = false;
+    target_ = std::min(max_buffers_, target_ * 2);
+  }
+  if (in_ring_ >= target_) return in_ring_;
+  const size_t got = pool_->TryAcquireBulk(
+      absl::MakeSpan(scratch_.data(), target_ - in_ring_));
+  for (size_t i = 0; i < got; ++i) {
+    const uint16_t id = free_ids_.back();
+    free_ids_.pop_back();
+    Buffer& b = lent_[id];
+    b = std::move(scratch_[i]);
+    const uint32_t pos = (tail_ + static_cast<uint32_t>(i)) & mask_;
+    id_at_pos_[pos] = id;
+    pos_of_id_[id] = pos;
+    io_uring_buf_ring_add(br_, b.data(), buffer_size_, id,
+                          static_cast<int>(mask_), static_cast<int>(i));
+  }
+  if (got > 0) {
+    // One tail update (a release store) publishes the whole batch.
+    io_uring_buf_ring_advance(br_, static_cast<int>(got));
+    tail_ += static_cast<uint32_t>(got);
+    in_ring_ += got;
+    peak_ = std::max(peak_, in_ring_);
+  }
+  return in_ring_;
+}
+
+absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
+  const int res = cqe.res;
+  if ((cqe.flags & IORING_CQE_F_BUFFER) == 0) {
+    if (res == -ENOBUFS) {
+      ++enobufs_;
+      ran_low_ = true;
+      return absl::ResourceExhaustedError(
+          absl::StrCat("receive: provided-buffer ring (group ", group_id_,
+                       ") ran out of buffers; re-arm once ShouldRearm()"));
+    }
+    if (res < 0) {
+      return os::PosixError(
+          absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
+    }
+    if (res == 0) return BufferChain(*pool_);
+    return absl::FailedPreconditionError(
+        absl::StrCat("ProvidedBufferRing::Take: a completion of ", res,
+                     " bytes carries no buffer (not a buffer-select receive)"));
+  }
+  const uint32_t id = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
+  const size_t total = res > 0 ? static_cast<size_t>(res) : 0;
+  // A bundle fills whole buffers in ring order, the last one partly.
+  const size_t n = total > 0 ? (total + buffer_size_ - 1) / buffer_size_ : 1;
+  if (id >= entries_ || !lent_[id] || n > in_ring_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ProvidedBufferRing::Take: buffer id ", id, " (", n,
+        " buffers) was not lent by the ring of group ", group_id_));
+  }
+  const uint32_t pos = pos_of_id_[id];
+  BufferChain chain(*pool_);
+  size_t left = total;
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t b =
+        i == 0 ? static_cast<uint16_t>(id) : id_at_pos_[(pos + i) & mask_];
+    free_ids_.push_back(b);
+    SharedBuffer whole(std::move(lent_[b]));
+    if (left >= buffer_size_) {
+      left -= buffer_size_;
+      chain.Append(std::move(whole));
+    } else if (left > 0) {
+      chain.Append(whole.Slice(0, left));
+      left = 0;
+    }  // else: a buffer the kernel used for no bytes goes back to the pool
+  }
+  in_ring_ -= n;
+  if (in_ring_ < target_ / 4) ran_low_ = true;
+  if (res < 0) {
+    return os::PosixError(
+        absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
+  }
+  return chain;
+}
+
+}  // namespace bufpool

@@ -1,0 +1,101 @@
+// Runs examples/uring_echo briefly on loopback: several clients get their
+// bytes back exactly, a client still connected when the time is up is shut
+// down, and the program ends with every buffer back in its pool.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace {
+
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `data` (from a second thread) and reads until end of stream.
+std::string Echo(int port, const std::string& data) {
+  const int fd = Connect(port);
+  if (fd < 0) return "connect failed";
+  std::thread writer([&] {
+    size_t at = 0;
+    while (at < data.size()) {
+      const ssize_t n =
+          send(fd, data.data() + at, std::min<size_t>(7000, data.size() - at),
+               MSG_NOSIGNAL);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    shutdown(fd, SHUT_WR);
+  });
+  std::string got;
+  char buf[65536];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
+  writer.join();
+  close(fd);
+  return got;
+}
+
+TEST(UringEchoExampleTest, EchoesOnLoopbackAndEndsWithEveryBufferBack) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    execl(BUFPOOL_EXAMPLE_URING_ECHO, "uring_echo", "0", "3", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* f = fdopen(out[0], "r");
+  char line[256] = {};
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  int port = 0;
+  ASSERT_EQ(sscanf(line, "listening on 127.0.0.1:%d", &port), 1) << line;
+
+  const int lingering = Connect(port);  // open when the time runs out
+  ASSERT_GE(lingering, 0);
+  std::vector<std::thread> clients;
+  std::vector<std::string> sent(8), got(8);
+  std::mt19937 rng(8);
+  for (size_t i = 0; i < sent.size(); ++i) {
+    sent[i].resize(1 + rng() % (3 << 20));
+    for (char& c : sent[i]) c = static_cast<char>(rng());
+    clients.emplace_back([&, i] { got[i] = Echo(port, sent[i]); });
+  }
+  for (std::thread& t : clients) t.join();
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_TRUE(got[i] == sent[i]) << "client " << i << ": " << got[i].size()
+                                   << " of " << sent[i].size() << " bytes";
+  }
+  // The server shuts the lingering connection down when its time is up.
+  char c;
+  EXPECT_LE(recv(lingering, &c, 1, 0), 0);
+  close(lingering);
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  EXPECT_STREQ(line, "done: 0 buffers in use\n");
+  fclose(f);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace

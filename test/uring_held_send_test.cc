@@ -1,0 +1,205 @@
+// HeldSend against the real io_uring over TCP loopback: the bytes arrive,
+// plain sends release their chain at the completion, zero-copy sends only at
+// the notification, fixed-buffer sends carry the buffer index, and a partial
+// send gives back the rest.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <random>
+#include <string>
+#include <thread>
+
+#include "bufpool/uring.h"
+#include "gtest/gtest.h"
+
+namespace bufpool {
+namespace {
+
+struct Fixture {
+  io_uring ring{};
+  bool ring_ok = false;
+  std::unique_ptr<BufferPool> pool;
+  int client = -1, server = -1;
+
+  Fixture() {
+    ring_ok = io_uring_queue_init(64, &ring, 0) == 0;
+    auto p = BufferPool::Create({.buffer_count = 512});
+    if (p.ok()) pool = *std::move(p);
+    const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    listen(lfd, 4);
+    socklen_t len = sizeof(sa);
+    getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+    client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    server = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    close(lfd);
+  }
+  ~Fixture() {
+    close(client);
+    close(server);
+    if (ring_ok) io_uring_queue_exit(&ring);
+  }
+  bool ok() const { return ring_ok && pool != nullptr && server >= 0; }
+
+  // A chain of `bytes` spread over buffers, sliced so it has several
+  // segments.
+  BufferChain MakeChain(const std::string& bytes) {
+    BufferChain c(*pool);
+    EXPECT_TRUE(c.Append(bytes).ok());
+    return c;
+  }
+
+  // Waits for one completion and copies it out.
+  io_uring_cqe Next() {
+    io_uring_cqe* cqe = nullptr;
+    EXPECT_EQ(io_uring_wait_cqe(&ring, &cqe), 0);
+    io_uring_cqe copy = *cqe;
+    io_uring_cqe_seen(&ring, cqe);
+    return copy;
+  }
+
+  std::string ReadExactly(size_t n) {
+    std::string out(n, '\0');
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = recv(client, out.data() + got, n - got, 0);
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    out.resize(got);
+    return out;
+  }
+};
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+TEST(HeldSendTest, PlainSendOfSeveralSlicesReleasesAtItsCompletion) {
+  Fixture f;
+  ASSERT_TRUE(f.ok());
+  const std::string data = RandomBytes(5 * 4096 + 77, 1);
+  HeldSend send;
+  send.Prepare(io_uring_get_sqe(&f.ring), f.server, f.MakeChain(data));
+  EXPECT_EQ(send.requested(), data.size());
+  EXPECT_EQ(f.pool->Stats().in_use, 6u);
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  EXPECT_TRUE(send.busy());
+  EXPECT_TRUE(send.OnCompletion(f.Next()));
+  EXPECT_EQ(send.result(), static_cast<int>(data.size()));
+  EXPECT_TRUE(send.TakeUnsent().empty());
+  EXPECT_EQ(f.pool->Stats().in_use, 0u);
+  EXPECT_EQ(f.ReadExactly(data.size()), data);
+}
+
+TEST(HeldSendTest, ZeroCopySendHoldsItsBuffersUntilTheNotification) {
+  Fixture f;
+  ASSERT_TRUE(f.ok());
+  for (size_t size :
+       {size_t{3000}, size_t{3 * 4096 + 5}}) {  // SEND_ZC, SENDMSG_ZC
+    SCOPED_TRACE(size);
+    const std::string data = RandomBytes(size, static_cast<uint32_t>(size));
+    HeldSend send;
+    send.Prepare(io_uring_get_sqe(&f.ring), f.server, f.MakeChain(data),
+                 {.zero_copy = true});
+    const size_t held = f.pool->Stats().in_use;
+    ASSERT_GT(held, 0u);
+    ASSERT_EQ(io_uring_submit(&f.ring), 1);
+    const io_uring_cqe first = f.Next();
+    ASSERT_FALSE(first.flags & IORING_CQE_F_NOTIF);
+    ASSERT_TRUE(first.flags & IORING_CQE_F_MORE) << "no notification follows";
+    EXPECT_FALSE(send.OnCompletion(first));
+    EXPECT_TRUE(send.has_result());
+    EXPECT_EQ(send.result(), static_cast<int>(size));
+    EXPECT_FALSE(send.done());
+    EXPECT_EQ(f.pool->Stats().in_use, held);  // not returned yet
+    const io_uring_cqe notif = f.Next();
+    ASSERT_TRUE(notif.flags & IORING_CQE_F_NOTIF);
+    EXPECT_TRUE(send.OnCompletion(notif));
+    EXPECT_EQ(f.pool->Stats().in_use, 0u);
+    EXPECT_EQ(f.ReadExactly(size), data);
+  }
+}
+
+TEST(HeldSendTest, FixedBufferZeroCopySendUsesTheRegisteredIndex) {
+  Fixture f;
+  ASSERT_TRUE(f.ok());
+  auto fixed = FixedBuffers::Register(&f.ring, *f.pool);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  const std::string data = RandomBytes(4000, 3);
+  BufferChain chain = f.MakeChain(data);
+  const int index = fixed->IndexOf(chain.segment(0).data());
+  ASSERT_EQ(index, 0);
+  io_uring_sqe* sqe = io_uring_get_sqe(&f.ring);
+  HeldSend send;
+  send.Prepare(sqe, f.server, std::move(chain),
+               {.zero_copy = true, .fixed = &*fixed});
+  EXPECT_EQ(sqe->opcode, IORING_OP_SEND_ZC);
+  EXPECT_TRUE(sqe->ioprio & IORING_RECVSEND_FIXED_BUF);
+  EXPECT_EQ(sqe->buf_index, index);
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  while (!send.done()) send.OnCompletion(f.Next());
+  EXPECT_EQ(send.result(), 4000);
+  EXPECT_EQ(f.ReadExactly(data.size()), data);
+  EXPECT_EQ(f.pool->Stats().in_use, 0u);
+}
+
+TEST(HeldSendTest, PartialSendGivesBackTheRest) {
+  Fixture f;
+  ASSERT_TRUE(f.ok());
+  const int small = 4096;
+  setsockopt(f.server, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  setsockopt(f.client, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  const std::string data = RandomBytes(128 << 10, 4);
+  // A pool of its own for a chain of 32 buffers.
+  auto big = BufferPool::Create({.buffer_count = 40});
+  ASSERT_TRUE(big.ok());
+  BufferChain chain(**big);
+  ASSERT_TRUE(chain.Append(data).ok());
+  std::string received;
+  std::thread reader([&] { received = f.ReadExactly(data.size()); });
+  size_t sent = 0;
+  int rounds = 0;
+  HeldSend send;
+  while (!chain.empty()) {
+    send.Prepare(io_uring_get_sqe(&f.ring), f.server, std::move(chain),
+                 {.msg_flags = MSG_NOSIGNAL | MSG_DONTWAIT});
+    ASSERT_EQ(io_uring_submit(&f.ring), 1);
+    while (!send.done()) send.OnCompletion(f.Next());
+    if (send.result() > 0) sent += static_cast<size_t>(send.result());
+    ASSERT_TRUE(send.result() > 0 || send.result() == -EAGAIN) << send.result();
+    chain = send.TakeUnsent();
+    EXPECT_EQ(chain.size(), data.size() - sent);
+    ++rounds;
+    if (send.result() == -EAGAIN) usleep(100);
+  }
+  reader.join();
+  EXPECT_GT(rounds, 1) << "the first send took everything";
+  EXPECT_EQ(received, data);
+  EXPECT_EQ((*big)->Stats().in_use, 0u);
+}
+
+TEST(HeldSendDeathTest, DestroyingABusySendAborts) {
+  EXPECT_DEATH(
+      {
+        Fixture f;
+        HeldSend send;
+        send.Prepare(io_uring_get_sqe(&f.ring), f.server, f.MakeChain("x"));
+        io_uring_submit(&f.ring);
+        send.~HeldSend();  // before its completion was fed
+      },
+      "HeldSend destroyed while the kernel may still read");
+}
+
+}  // namespace
+}  // namespace bufpool

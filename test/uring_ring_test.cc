@@ -1,0 +1,501 @@
+// ProvidedBufferRing against the real io_uring: multishot receives over TCP
+// loopback, byte-exact, with many connections, a pool smaller than the load,
+// chains released on another thread, bundles forced on and off, pools of
+// more than 65,536 buffers, and teardown with buffers lent and taken.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bufpool/uring.h"
+#include "gtest/gtest.h"
+
+namespace bufpool {
+namespace {
+
+using Bundles = ProvidedBufferRingOptions::Bundles;
+
+class Ring {
+ public:
+  explicit Ring(unsigned entries = 1024) {
+    io_uring_params p{};
+    p.flags = IORING_SETUP_CQSIZE;
+    p.cq_entries = 16384;
+    ok_ = io_uring_queue_init_params(entries, &ring_, &p) == 0;
+  }
+  ~Ring() {
+    if (ok_) io_uring_queue_exit(&ring_);
+  }
+  io_uring* get() { return &ring_; }
+  bool ok() const { return ok_; }
+  io_uring_sqe* Sqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    while (sqe == nullptr) {
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+
+ private:
+  io_uring ring_{};
+  bool ok_ = false;
+};
+
+// `n` connected TCP loopback pairs: client[i] <-> server[i].
+struct Pairs {
+  std::vector<int> client, server;
+  ~Pairs() {
+    for (int fd : client) close(fd);
+    for (int fd : server) close(fd);
+  }
+};
+
+void MakePairs(size_t n, Pairs* out) {
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  if (lim.rlim_cur < 2 * n + 64) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 2 * n + 64);
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(lfd, 1024), 0);
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(c, 0);
+    ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    const int s = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    ASSERT_GE(s, 0);
+    const int one = 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    out->client.push_back(c);
+    out->server.push_back(s);
+  }
+  close(lfd);
+}
+
+std::string RandomBytes(size_t n, std::mt19937& rng) {
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+bool WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+struct LoadOptions {
+  size_t connections = 1;
+  size_t bytes_per_connection = 64 * 1024;
+  size_t max_message = 3 * 4096;  // random message sizes in [1, this]
+  ProvidedBufferRingOptions ring;
+  PoolOptions pool;
+  // Taken chains are held this many loop turns before being dropped (0:
+  // dropped at once), so the pool can run dry.
+  size_t hold_turns = 0;
+  // Chains are handed to another thread, which drops them.
+  bool release_elsewhere = false;
+  // Pool buffers with a slot below this are kept out of the ring's reach.
+  uint32_t reserve_below = 0;
+};
+
+struct LoadResult {
+  uint64_t enobufs = 0;
+  size_t most_segments = 0;  // in one Take()
+  uint32_t lowest_slot = 0xffffffffu;
+  bool bundles = false;
+};
+
+// Clients send random messages (one thread writes them all, then closes);
+// the ring's thread receives them with multishot receives and checks every
+// byte; ENOBUFS parks a connection until ShouldRearm().
+void RunLoad(const LoadOptions& o, LoadResult* result) {
+  auto pool = BufferPool::Create(o.pool);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<Buffer> reserved;
+  if (o.reserve_below != 0) {
+    std::vector<Buffer> all((*pool)->capacity());
+    all.resize((*pool)->TryAcquireBulk(absl::MakeSpan(all)));
+    for (Buffer& b : all) {
+      if (b.index() < o.reserve_below) reserved.push_back(std::move(b));
+    }
+  }
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  Pairs pairs;
+  MakePairs(o.connections, &pairs);
+  if (testing::Test::HasFatalFailure()) return;
+
+  std::mt19937 rng(static_cast<uint32_t>(o.connections * 7919 + 1));
+  std::vector<std::string> sent(o.connections);
+  for (std::string& s : sent) s = RandomBytes(o.bytes_per_connection, rng);
+  std::thread writer([&] {
+    std::mt19937 r(99);
+    std::vector<size_t> at(o.connections, 0);
+    size_t left = o.connections;
+    while (left > 0) {
+      for (size_t i = 0; i < o.connections; ++i) {
+        if (at[i] == sent[i].size()) continue;
+        const size_t n =
+            std::min<size_t>(1 + r() % o.max_message, sent[i].size() - at[i]);
+        if (!WriteAll(pairs.client[i], sent[i].data() + at[i], n)) return;
+        at[i] += n;
+        if (at[i] == sent[i].size()) {
+          shutdown(pairs.client[i], SHUT_WR);
+          --left;
+        }
+      }
+    }
+  });
+
+  // The releasing thread, when asked for.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<BufferChain> handed;
+  bool writer_done = false;
+  std::thread releaser;
+  if (o.release_elsewhere) {
+    releaser = std::thread([&] {
+      std::unique_lock<std::mutex> l(mu);
+      while (true) {
+        cv.wait(l, [&] { return !handed.empty() || writer_done; });
+        if (handed.empty()) return;
+        BufferChain c = std::move(handed.front());
+        handed.pop_front();
+        l.unlock();
+        c.Clear();  // the buffers go back to the pool on this thread
+        l.lock();
+      }
+    });
+  }
+
+  {
+    auto bufs = ProvidedBufferRing::Create(ring.get(), **pool, o.ring);
+    ASSERT_TRUE(bufs.ok()) << bufs.status();
+    ProvidedBufferRing& br = **bufs;
+    result->bundles = br.bundles();
+    std::vector<std::string> got(o.connections);
+    std::vector<bool> armed(o.connections, false), eof(o.connections, false);
+    std::vector<size_t> parked;
+    std::deque<std::pair<size_t, BufferChain>> held;  // (turn taken, chain)
+    auto arm = [&](size_t i) {
+      io_uring_sqe* sqe = ring.Sqe();
+      br.PrepareRecv(sqe, pairs.server[i]);
+      io_uring_sqe_set_data64(sqe, i);
+      armed[i] = true;
+    };
+    for (size_t i = 0; i < o.connections; ++i) arm(i);
+    size_t open = o.connections;
+    size_t turn = 0;
+    while (open > 0) {
+      ++turn;
+      while (!held.empty() && held.front().first + o.hold_turns <= turn) {
+        held.pop_front();
+      }
+      br.Refill();
+      while (!parked.empty() && br.ShouldRearm()) {
+        arm(parked.back());
+        parked.pop_back();
+      }
+      if (parked.empty()) {
+        ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+      } else {
+        // Buffers released on another thread wake nothing here: poll.
+        __kernel_timespec ts{0, 1000000};
+        io_uring_cqe* first;
+        io_uring_submit_and_wait_timeout(ring.get(), &first, 1, &ts, nullptr);
+      }
+      io_uring_cqe* cqe;
+      unsigned head, seen = 0;
+      io_uring_for_each_cqe(ring.get(), head, cqe) {
+        ++seen;
+        const size_t i = static_cast<size_t>(cqe->user_data);
+        const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+        if (!more) armed[i] = false;
+        absl::StatusOr<BufferChain> c = br.Take(*cqe);
+        if (c.ok() && c->empty()) {
+          eof[i] = true;
+          --open;
+        } else if (c.ok()) {
+          result->most_segments =
+              std::max(result->most_segments, c->segment_count());
+          for (size_t s = 0; s < c->segment_count(); ++s) {
+            result->lowest_slot =
+                std::min(result->lowest_slot, c->segment(s).slot());
+          }
+          std::string bytes(c->size(), '\0');
+          c->CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()),
+                                   bytes.size()));
+          got[i] += bytes;
+          if (o.release_elsewhere) {
+            {
+              std::lock_guard<std::mutex> l(mu);
+              handed.push_back(*std::move(c));
+            }
+            cv.notify_one();
+          } else if (o.hold_turns > 0) {
+            held.emplace_back(turn, *std::move(c));
+          }
+        } else if (c.status().code() == absl::StatusCode::kResourceExhausted) {
+          if (!more) parked.push_back(i);
+        } else {
+          ADD_FAILURE() << "connection " << i << ": " << c.status();
+          eof[i] = true;
+          --open;
+        }
+        if (!armed[i] && !eof[i] &&
+            std::find(parked.begin(), parked.end(), i) == parked.end()) {
+          arm(i);
+        }
+      }
+      io_uring_cq_advance(ring.get(), seen);
+    }
+    held.clear();
+    for (size_t i = 0; i < o.connections; ++i) {
+      ASSERT_EQ(got[i].size(), sent[i].size()) << "connection " << i;
+      EXPECT_TRUE(got[i] == sent[i]) << "connection " << i << " bytes differ";
+    }
+    result->enobufs = br.enobufs();
+    // Every multishot receive has ended (end of stream): the ring holds only
+    // what it lent, which its destructor returns.
+  }
+  writer.join();
+  if (releaser.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      writer_done = true;
+    }
+    cv.notify_one();
+    releaser.join();
+  }
+  reserved.clear();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+class ConnectionsTest : public testing::TestWithParam<size_t> {};
+
+TEST_P(ConnectionsTest, MultishotReceivesAreByteExact) {
+  LoadOptions o;
+  o.connections = GetParam();
+  o.bytes_per_connection = GetParam() >= 512 ? 16 * 1024 : 96 * 1024;
+  o.pool = {.buffer_count = 2048};
+  o.ring = {.group_id = 3, .max_buffers = 1024};
+  LoadResult r;
+  RunLoad(o, &r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Connections, ConnectionsTest,
+                         testing::Values(size_t{1}, size_t{64}, size_t{512}));
+
+TEST(ProvidedBufferRingTest, EveryConnectionSurvivesAPoolSmallerThanTheLoad) {
+  LoadOptions o;
+  o.connections = 64;
+  o.bytes_per_connection = 64 * 1024;
+  o.pool = {.buffer_count = 48, .thread_cache_size = 0};
+  o.ring = {.max_buffers = 32, .initial_buffers = 8};
+  o.hold_turns = 2;
+  LoadResult r;
+  RunLoad(o, &r);
+  EXPECT_GT(r.enobufs, 0u) << "the load never ran the ring dry";
+}
+
+TEST(ProvidedBufferRingTest, ChainsReleasedOnAnotherThreadAreLentAgain) {
+  LoadOptions o;
+  o.connections = 16;
+  o.bytes_per_connection = 256 * 1024;
+  // Fewer buffers than the bytes: they must come back to be lent again.
+  o.pool = {.buffer_count = 256};
+  o.ring = {.max_buffers = 128};
+  o.release_elsewhere = true;
+  LoadResult r;
+  RunLoad(o, &r);
+}
+
+TEST(ProvidedBufferRingTest, BundlesForcedOnFillSeveralBuffersPerCompletion) {
+  LoadOptions o;
+  o.connections = 4;
+  o.bytes_per_connection = 1 << 20;
+  o.max_message = 256 * 1024;
+  o.pool = {.buffer_count = 1024};
+  o.ring = {.max_buffers = 512, .bundles = Bundles::kOn};
+  LoadResult r;
+  RunLoad(o, &r);
+  EXPECT_TRUE(r.bundles);
+  EXPECT_GT(r.most_segments, 1u);
+}
+
+TEST(ProvidedBufferRingTest, BundlesForcedOffTakeOneBufferPerCompletion) {
+  LoadOptions o;
+  o.connections = 4;
+  o.bytes_per_connection = 1 << 20;
+  o.max_message = 256 * 1024;
+  o.pool = {.buffer_count = 1024};
+  o.ring = {.max_buffers = 512, .bundles = Bundles::kOff};
+  LoadResult r;
+  RunLoad(o, &r);
+  EXPECT_FALSE(r.bundles);
+  EXPECT_EQ(r.most_segments, 1u);
+}
+
+TEST(ProvidedBufferRingTest, BundlesAreProbedFromTheRingsFeatures) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  ASSERT_TRUE(pool.ok());
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {});
+  ASSERT_TRUE(br.ok()) << br.status();
+  EXPECT_EQ((*br)->bundles(), (ring.get()->features & (1u << 14)) != 0);
+}
+
+TEST(ProvidedBufferRingTest, LendsSlotsAboveSixtyFiveThousand) {
+  LoadOptions o;
+  o.connections = 8;
+  o.bytes_per_connection = 128 * 1024;
+  o.pool = {.buffer_count = 70000, .populate = false};
+  o.reserve_below = 66000;  // only slots >= 66000 are free
+  o.ring = {.max_buffers = 512};
+  LoadResult r;
+  RunLoad(o, &r);
+  EXPECT_GE(r.lowest_slot, 66000u);
+}
+
+TEST(ProvidedBufferRingTest, TeardownReturnsLentBuffersAndTakenChainsStay) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 256});
+  ASSERT_TRUE(pool.ok());
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  BufferChain kept;
+  {
+    auto br = ProvidedBufferRing::Create(
+        ring.get(), **pool, {.max_buffers = 64, .initial_buffers = 64});
+    ASSERT_TRUE(br.ok()) << br.status();
+    EXPECT_EQ((*pool)->Stats().in_use, 64u);
+    io_uring_sqe* sqe = ring.Sqe();
+    (*br)->PrepareRecv(sqe, pairs.server[0]);
+    ASSERT_TRUE(WriteAll(pairs.client[0], "first", 5));
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    io_uring_cqe* cqe;
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    absl::StatusOr<BufferChain> c = (*br)->Take(*cqe);
+    io_uring_cqe_seen(ring.get(), cqe);
+    ASSERT_TRUE(c.ok()) << c.status();
+    kept = *std::move(c);
+    // A second message the kernel takes a buffer for; its completion is
+    // never taken: teardown must return that buffer too.
+    ASSERT_TRUE(WriteAll(pairs.client[0], "second", 6));
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    EXPECT_EQ((*br)->available(), 63u);
+  }  // destroyed with the multishot receive still armed
+  EXPECT_EQ((*pool)->Stats().in_use, 1u);  // the kept chain's buffer
+  EXPECT_EQ(kept.size(), 5u);
+  std::string bytes(5, '\0');
+  kept.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()), 5));
+  EXPECT_EQ(bytes, "first");
+  kept.Clear();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  // The receive, left without its group, ends; nothing names our buffers.
+  shutdown(pairs.client[0], SHUT_WR);
+  io_uring_cqe* cqe;
+  while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
+    io_uring_cqe_seen(ring.get(), cqe);
+}
+
+TEST(ProvidedBufferRingTest, TakeReportsErrorsByTheirErrno) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  ASSERT_TRUE(pool.ok());
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {.group_id = 9});
+  ASSERT_TRUE(br.ok()) << br.status();
+  io_uring_cqe cqe{};
+  cqe.res = -ENOBUFS;
+  absl::StatusOr<BufferChain> c = (*br)->Take(cqe);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*br)->enobufs(), 1u);
+  cqe.res = -ECANCELED;
+  EXPECT_EQ((*br)->Take(cqe).status().code(), absl::StatusCode::kCancelled);
+  cqe.res = -ECONNRESET;
+  c = (*br)->Take(cqe);
+  EXPECT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("Connection reset"), std::string::npos)
+      << c.status();
+  cqe.res = 0;
+  c = (*br)->Take(cqe);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->empty());
+  cqe.res = 100;  // bytes but no buffer
+  EXPECT_EQ((*br)->Take(cqe).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  cqe.flags = IORING_CQE_F_BUFFER | (5000u << IORING_CQE_BUFFER_SHIFT);
+  EXPECT_EQ((*br)->Take(cqe).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // an id never lent
+}
+
+TEST(ProvidedBufferRingTest, BadOptionsAndTakenGroupsAreRefused) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  ASSERT_TRUE(pool.ok());
+  auto bad = ProvidedBufferRing::Create(ring.get(), **pool, {.max_buffers = 0});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  bad = ProvidedBufferRing::Create(ring.get(), **pool, {.max_buffers = 40000});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  auto first = ProvidedBufferRing::Create(ring.get(), **pool, {.group_id = 4});
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = ProvidedBufferRing::Create(ring.get(), **pool, {.group_id = 4});
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("already registered"),
+            std::string::npos)
+      << second.status();
+}
+
+TEST(ProvidedBufferRingTest, StartsSmallAndGrowsWhileRunningLow) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 1024});
+  ASSERT_TRUE(pool.ok());
+  auto br = ProvidedBufferRing::Create(
+      ring.get(), **pool, {.max_buffers = 256, .initial_buffers = 16});
+  ASSERT_TRUE(br.ok()) << br.status();
+  EXPECT_EQ((*br)->available(), 16u);
+  EXPECT_EQ((*br)->Refill(), 16u);  // nothing needed: unchanged
+  EXPECT_EQ((*br)->target(), 16u);
+  io_uring_cqe cqe{};
+  cqe.res = -ENOBUFS;  // the ring ran dry: the next Refill() grows it
+  EXPECT_FALSE((*br)->Take(cqe).ok());
+  EXPECT_EQ((*br)->Refill(), 32u);
+  EXPECT_EQ((*br)->target(), 32u);
+  EXPECT_EQ((*br)->rearm_threshold(), 8u);  // a quarter of the most held
+  EXPECT_TRUE((*br)->ShouldRearm());
+}
+
+}  // namespace
+}  // namespace bufpool
