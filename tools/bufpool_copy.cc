@@ -237,15 +237,8 @@ bool CopyNoClobber(const std::string& src, const std::string& dst,
 int main(int argc, char** argv) {
   bufpool::tools::ParsedArgs<bufpool::tools::CopyCommand> parsed =
       bufpool::tools::ParseCopyArgs(argc, argv);
-  switch (parsed.action) {
-    case bufpool::tools::ParseAction::kHelp:
-      std::fputs(parsed.text.c_str(), stdout);
-      return kExitSuccess;
-    case bufpool::tools::ParseAction::kUsageError:
-      std::fprintf(stderr, "%s\n", parsed.text.c_str());
-      return kExitUsage;
-    case bufpool::tools::ParseAction::kRun:
-      break;
+  if (const int code = bufpool::tools::PrintUnlessRun(parsed); code >= 0) {
+    return code;
   }
   const bufpool::tools::CopyCommand& cmd = parsed.command;
   bufpool::CopyOptions options = cmd.copy;

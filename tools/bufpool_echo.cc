@@ -75,15 +75,8 @@ std::string Summary(const bufpool::EchoServer& server,
 int main(int argc, char** argv) {
   bufpool::tools::ParsedArgs<bufpool::tools::EchoCommand> parsed =
       bufpool::tools::ParseEchoArgs(argc, argv);
-  switch (parsed.action) {
-    case bufpool::tools::ParseAction::kHelp:
-      std::fputs(parsed.text.c_str(), stdout);
-      return kExitSuccess;
-    case bufpool::tools::ParseAction::kUsageError:
-      std::fprintf(stderr, "%s\n", parsed.text.c_str());
-      return kExitUsage;
-    case bufpool::tools::ParseAction::kRun:
-      break;
+  if (const int code = bufpool::tools::PrintUnlessRun(parsed); code >= 0) {
+    return code;
   }
   bufpool::EchoServerOptions options = parsed.command.server;
   absl::StatusOr<std::unique_ptr<bufpool::BufferPool>> pool =

@@ -15,15 +15,8 @@ int main(int argc, char** argv) {
   using bufpool::tools::kExitUsage;
   bufpool::tools::ParsedArgs<bufpool::tools::EchoLoadCommand> parsed =
       bufpool::tools::ParseEchoLoadArgs(argc, argv);
-  switch (parsed.action) {
-    case bufpool::tools::ParseAction::kHelp:
-      std::fputs(parsed.text.c_str(), stdout);
-      return kExitSuccess;
-    case bufpool::tools::ParseAction::kUsageError:
-      std::fprintf(stderr, "%s\n", parsed.text.c_str());
-      return kExitUsage;
-    case bufpool::tools::ParseAction::kRun:
-      break;
+  if (const int code = bufpool::tools::PrintUnlessRun(parsed); code >= 0) {
+    return code;
   }
   const bufpool::net::EchoLoadOptions& o = parsed.command.load;
   absl::StatusOr<bufpool::net::EchoLoadResult> r = bufpool::net::RunEchoLoad(o);

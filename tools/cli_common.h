@@ -15,6 +15,7 @@
 #define BUFPOOL_TOOLS_CLI_COMMON_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -46,6 +47,24 @@ struct ParsedArgs {
   std::string text;
   Command command;  // meaningful only for kRun
 };
+
+// For a parse that is not kRun: prints the help on stdout or the usage error
+// on stderr and returns the exit code (kExitSuccess, kExitUsage); -1 for
+// kRun, when the tool goes on to do its work.
+template <typename Command>
+int PrintUnlessRun(const ParsedArgs<Command>& parsed) {
+  switch (parsed.action) {
+    case ParseAction::kHelp:
+      std::fputs(parsed.text.c_str(), stdout);
+      return kExitSuccess;
+    case ParseAction::kUsageError:
+      std::fprintf(stderr, "%s\n", parsed.text.c_str());
+      return kExitUsage;
+    case ParseAction::kRun:
+      break;
+  }
+  return -1;
+}
 
 // Sets the conventions on a fresh App: the program name, -h/--help, a help
 // layout that starts with `usage` (the usage lines and a paragraph saying
