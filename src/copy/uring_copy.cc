@@ -9,15 +9,16 @@
 //          short completion: requeue the rest; -EAGAIN/-EINTR: requeue as is
 //
 // Rings and registration. Each thread keeps one ring between copies (made
-// through the OS seam; creating and tearing one down costs ~36 us here),
+// through the OS seam; setting a ring up is costlier than a small copy),
 // and each copy registers only the chunks it moves data through, then
 // unregisters them when it ends. What is pinned is therefore the copy's own
-// bounded memory (queue_depth * batch buffers, 512 KiB by default: ~1 us to
-// register), never the caller's whole pool: registering a 1000 MiB shared
-// pool costs ~2 ms per call, and a registration kept past the call could
-// neither tell when the caller destroys that pool (it would keep the dead
-// pool's pages pinned, and a new pool mapped at the same address would read
-// into the old pages) nor be shared with another pool on the same thread.
+// bounded memory (queue_depth * batch buffers, 512 KiB by default, cheap to
+// register), never the caller's whole pool: registering a large shared pool
+// costs in proportion to its size on every call, and a registration kept
+// past the call could neither tell when the caller destroys that pool (it
+// would keep the dead pool's pages pinned, and a new pool mapped at the same
+// address would read into the old pages) nor be shared with another pool on
+// the same thread. The measured costs are in the commit that made this.
 // Whole-region registration for rings whose lifetime the caller controls is
 // bufpool::FixedBuffers (bufpool/uring.h).
 #include <algorithm>
