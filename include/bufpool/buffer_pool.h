@@ -44,7 +44,12 @@
 //     in Acquire(), hands them all over; call FlushThreadCache() in a thread
 //     that is about to compute for long without using the pool.
 //   * A cache is emptied into the shared store when its thread exits, and by
-//     FlushThreadCache().
+//     FlushThreadCache(). In a child after fork(), the caches of the
+//     parent's other threads are reclaimed like those of blocked threads.
+//   * Reclaiming relies on a thread blocked in a system call being outside
+//     every pool call. A signal handler that interrupts a pool call and then
+//     blocks (sigsuspend, a blocking read) breaks that: do not call into a
+//     pool, or block, in a handler that may interrupt one.
 //   cache_capacity() is min(thread_cache_size, capacity() / 8), so caches
 //   never hold more than an eighth of the pool per thread; set
 //   thread_cache_size = 0 to turn them off.
