@@ -22,22 +22,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "run_tool.h"
 
 namespace {
 
 const std::string kBin = std::string(BUFPOOL_INSTALLED_BIN) + "/bufpool-copy";
 
-struct Result {
-  int status;  // exit status; -1 when killed by a signal
-  std::string out, err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using bufpool_test::Result;
+using bufpool_test::Slurp;
 
 class CopyCliTest : public testing::Test {
  protected:
@@ -56,28 +48,7 @@ class CopyCliTest : public testing::Test {
 
   // Runs bufpool-copy with `args` (no shell), stdin from /dev/null.
   Result Run(const std::vector<std::string>& args) {
-    std::vector<std::string> all = {kBin};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const std::string out = dir_ + "/.stdout", err = dir_ + "/.stderr";
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = -1;
-    const int rc =
-        posix_spawn(&pid, kBin.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return {-2, "", std::strerror(rc)};
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out),
-            Slurp(err)};
+    return bufpool_test::RunTool(kBin, args, dir_);
   }
 
   void Write(const std::string& name, const std::string& data) {

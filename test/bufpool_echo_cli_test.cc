@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "run_tool.h"
 
 namespace {
 
@@ -31,24 +32,10 @@ const std::string kEcho = std::string(BUFPOOL_INSTALLED_BIN) + "/bufpool-echo";
 const std::string kLoad =
     std::string(BUFPOOL_INSTALLED_BIN) + "/bufpool-echo-load";
 
-struct Result {
-  int status;  // exit status; -1 when killed by a signal
-  std::string out, err;
-};
+using bufpool_test::Result;
+using bufpool_test::Slurp;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::vector<char*> Argv(std::vector<std::string>& all) {
-  std::vector<char*> argv;
-  for (std::string& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  return argv;
-}
+using bufpool_test::Argv;
 
 class EchoCliTest : public testing::Test {
  protected:
@@ -72,26 +59,7 @@ class EchoCliTest : public testing::Test {
 
   // Runs `bin` with `args` to completion; stdin from /dev/null.
   Result Run(const std::string& bin, const std::vector<std::string>& args) {
-    std::vector<std::string> all = {bin};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv = Argv(all);
-    const std::string out = dir_ + "/stdout", err = dir_ + "/stderr";
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = -1;
-    const int rc =
-        posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) return {-2, "", std::strerror(rc)};
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out),
-            Slurp(err)};
+    return bufpool_test::RunTool(bin, args, dir_);
   }
 
   struct Server {
