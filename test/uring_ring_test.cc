@@ -459,6 +459,64 @@ TEST(ProvidedBufferRingTest, TakeReportsErrorsByTheirErrno) {
             absl::StatusCode::kFailedPrecondition);  // an id never lent
 }
 
+TEST(ProvidedBufferRingTest, TakeIntoAppendsToTheCallersChain) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  ASSERT_TRUE(pool.ok());
+  auto other = BufferPool::Create({.buffer_count = 4});  // the queue's pool
+  ASSERT_TRUE(other.ok());
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(
+      ring.get(), **pool,
+      {.max_buffers = 16, .initial_buffers = 16, .bundles = Bundles::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  BufferChain queue(**other);
+  ASSERT_TRUE(queue.Append("head:").ok());
+  io_uring_sqe* sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[0]);
+  for (const char* msg : {"one", "two!"}) {
+    ASSERT_TRUE(WriteAll(pairs.client[0], msg, strlen(msg)));
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    io_uring_cqe* cqe;
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    absl::Status s = (*br)->Take(*cqe, queue);
+    io_uring_cqe_seen(ring.get(), cqe);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ((*br)->available(), 14u);
+  EXPECT_EQ(queue.size(), 12u);
+  EXPECT_EQ(queue.segment_count(), 3u);  // linked, not copied
+  std::string bytes(12, '\0');
+  queue.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()), 12));
+  EXPECT_EQ(bytes, "head:onetwo!");
+  EXPECT_EQ((*pool)->Stats().in_use, 16u);  // 14 lent + 2 in the queue
+
+  // Errors and end of stream leave the queue as it was.
+  io_uring_cqe fake{};
+  for (int res : {-ENOBUFS, -ECONNRESET, 0}) {
+    fake.res = res;
+    absl::Status s = (*br)->Take(fake, queue);
+    EXPECT_EQ(s.ok(), res == 0) << res << ": " << s;
+    EXPECT_EQ(queue.size(), 12u) << res;
+  }
+  fake.res = 7;
+  fake.flags = IORING_CQE_F_BUFFER | (9999u << IORING_CQE_BUFFER_SHIFT);
+  EXPECT_EQ((*br)->Take(fake, queue).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(queue.size(), 12u);
+
+  queue.Clear();
+  EXPECT_EQ((*pool)->Stats().in_use, 14u);
+  EXPECT_EQ((*br)->Refill(), 16u);
+  shutdown(pairs.client[0], SHUT_WR);
+  br->reset();
+  io_uring_cqe* cqe;
+  while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
+    io_uring_cqe_seen(ring.get(), cqe);
+}
+
 TEST(ProvidedBufferRingTest, BadOptionsAndTakenGroupsAreRefused) {
   Ring ring;
   ASSERT_TRUE(ring.ok());

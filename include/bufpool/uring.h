@@ -222,6 +222,11 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // FailedPrecondition for a completion with bytes but no buffer of this
   // ring (not a buffer-select receive, or a buffer id it did not lend).
   absl::StatusOr<BufferChain> Take(const io_uring_cqe& cqe);
+  // The same, appending the bytes to `out` (say, a connection's input
+  // queue) instead of returning a new chain: no chain is made, moved or
+  // destroyed per completion. `out` is unchanged unless the status is OK
+  // (with res == 0 it is unchanged too). `out` may belong to another pool.
+  absl::Status Take(const io_uring_cqe& cqe, BufferChain& out);
 
   // Lends free pool buffers to the ring until it holds its current target
   // (growing the target first if the ring ran low since the last call), in

@@ -350,12 +350,21 @@ void UringEchoServer::OnRecv(Conn* conn, const io_uring_cqe& cqe) {
     conn->recv_armed = false;
     --conn->ops;
   }
-  absl::StatusOr<BufferChain> got = bufs_->Take(cqe);
-  if (got.ok() && !got->empty() && !conn->closing) {
-    const size_t n = got->size();
+  // The bytes go straight onto the connection's queue; a closing
+  // connection's are dropped.
+  absl::Status got;
+  size_t n = 0;
+  if (conn->closing) {
+    BufferChain dropped;
+    got = bufs_->Take(cqe, dropped);
+  } else {
+    const size_t queued = conn->queue.size();
+    got = bufs_->Take(cqe, conn->queue);
+    n = conn->queue.size() - queued;
+  }
+  if (got.ok() && n > 0) {
     conn->unsent += n;
     Counters::Add(counters_->bytes_received, n);
-    conn->queue.Append(*std::move(got));
     SyncHolding(conn);
     if (bufs_->bundles()) NoteRecvSize(conn, cqe, more);
     if (!conn->over_limit && conn->unsent >= options_.max_unsent_bytes) {
@@ -368,7 +377,7 @@ void UringEchoServer::OnRecv(Conn* conn, const io_uring_cqe& cqe) {
     }
   } else if (got.ok()) {
     if (cqe.res == 0) conn->read_eof = true;  // echo what is queued, close
-  } else if (got.status().code() == absl::StatusCode::kResourceExhausted) {
+  } else if (got.code() == absl::StatusCode::kResourceExhausted) {
     if (!conn->closing && !more) Park(conn);
   } else if (cqe.res == -EINVAL && mshot_cap_) {
     // Bundles are probed, so this is a kernel without the multishot total

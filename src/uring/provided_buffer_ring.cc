@@ -163,8 +163,15 @@ size_t ProvidedBufferRing::Refill() {
 }
 
 absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
+  BufferChain chain(*pool_);
+  if (absl::Status s = Take(cqe, chain); !s.ok()) return s;
+  return chain;
+}
+
+absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
+                                      BufferChain& out) {
   const int res = cqe.res;
-  if ((cqe.flags & IORING_CQE_F_BUFFER) == 0) {
+  if ((cqe.flags & IORING_CQE_F_BUFFER) == 0) [[unlikely]] {
     if (res == -ENOBUFS) {
       ++enobufs_;
       ran_low_ = true;
@@ -176,7 +183,7 @@ absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
       return os::PosixError(
           absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
     }
-    if (res == 0) return BufferChain(*pool_);
+    if (res == 0) return absl::OkStatus();
     return absl::FailedPreconditionError(
         absl::StrCat("ProvidedBufferRing::Take: a completion of ", res,
                      " bytes carries no buffer (not a buffer-select receive)"));
@@ -185,34 +192,35 @@ absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
   const size_t total = res > 0 ? static_cast<size_t>(res) : 0;
   // A bundle fills whole buffers in ring order, the last one partly.
   const size_t n = total > 0 ? (total + buffer_size_ - 1) / buffer_size_ : 1;
-  if (id >= entries_ || !lent_[id] || n > in_ring_) {
+  if (id >= entries_ || !lent_[id] || n > in_ring_) [[unlikely]] {
     return absl::FailedPreconditionError(absl::StrCat(
         "ProvidedBufferRing::Take: buffer id ", id, " (", n,
         " buffers) was not lent by the ring of group ", group_id_));
   }
   const uint32_t pos = pos_of_id_[id];
-  BufferChain chain(*pool_);
   size_t left = total;
   for (size_t i = 0; i < n; ++i) {
     const uint16_t b =
         i == 0 ? static_cast<uint16_t>(id) : id_at_pos_[(pos + i) & mask_];
     free_ids_.push_back(b);
-    SharedBuffer whole(std::move(lent_[b]));
-    if (left >= buffer_size_) {
-      left -= buffer_size_;
-      chain.Append(std::move(whole));
-    } else if (left > 0) {
-      chain.Append(whole.Slice(0, left));
-      left = 0;
-    }  // else: a buffer the kernel used for no bytes goes back to the pool
+    // The buffer's first `len` bytes become one slice (one count store, no
+    // atomic read-modify-write); a buffer the kernel used for no bytes goes
+    // back to the pool. A failed receive's buffers all go back.
+    const size_t len = res > 0 ? std::min<size_t>(left, buffer_size_) : 0;
+    left -= len;
+    if (len == 0) {
+      lent_[b].Reset();
+    } else {
+      out.Append(std::move(lent_[b]), len);
+    }
   }
   in_ring_ -= n;
   if (in_ring_ < target_ / 4) ran_low_ = true;
-  if (res < 0) {
+  if (res < 0) [[unlikely]] {
     return os::PosixError(
         absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
   }
-  return chain;
+  return absl::OkStatus();
 }
 
 }  // namespace bufpool
