@@ -279,16 +279,25 @@ class BUFPOOL_EXPORT BufferPool {
 
   BufferPool() = default;
 
-  uint32_t TryAcquireSlot();        // hot path (internal/buffer_pool_inl.h)
-  void ReleaseSlot(uint32_t slot);  // hot path
+  // Hot paths (internal/buffer_pool_inl.h).
+  uint32_t TryAcquireSlot();
+  uint32_t PopCached(internal::ThreadCache* c);
+  void ReleaseSlot(uint32_t slot);
   // Out of line: cache miss/overflow, first use on this thread, cache off.
-  uint32_t AcquireSlow();  // returns kNoSlot when empty
-  void ReleaseSlow(uint32_t slot);
+  // noexcept (they abort rather than throw), so that a caller that is
+  // noexcept itself, such as the C API, can still call them as tail calls.
+  uint32_t AcquireSlow() noexcept;  // returns kNoSlot when empty
+  void ReleaseSlow(uint32_t slot) noexcept;
   template <class Emit>
   size_t AcquireBulkImpl(size_t want, Emit emit);
   template <class TakeSlot, class Clear>
   void ReleaseBulkImpl(size_t count, const void* span_bytes, TakeSlot take_slot,
                        Clear clear);
+  // The raw pair's misses, out of line. ReleaseRawSlow() is called only
+  // for a pointer that failed a check and aborts with its message; it is
+  // not [[noreturn]] so that the call can be a tail call.
+  std::byte* TryAcquireRawSlow() noexcept;
+  void ReleaseRawSlow(const std::byte* p) noexcept;
   [[noreturn]] void DieNotFromPool(const void* p) const;
   [[noreturn]] void DieNotRaw(const char* call, uint32_t slot) const;
 

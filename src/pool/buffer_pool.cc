@@ -789,7 +789,7 @@ uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
 
 // ---- Slow paths -------------------------------------------------------------
 
-uint32_t BufferPool::AcquireSlow() {
+uint32_t BufferPool::AcquireSlow() noexcept {
   uint32_t reshelved = 0;
   const uint32_t slot = cache_capacity_ == 0
                             ? PoolAccess::TakeUncached(*this, &reshelved)
@@ -801,7 +801,7 @@ uint32_t BufferPool::AcquireSlow() {
   return slot;
 }
 
-void BufferPool::ReleaseSlow(uint32_t slot) {
+void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
   // ReleaseSlot() missed the cache's fast path; the scrub and the poison
   // happen here, off the hit path.
   if (scrub_) std::memset(SlotData(slot), 0, buffer_size_);
@@ -1101,6 +1101,19 @@ PoolStats BufferPool::Stats() const {
       .acquire_failures = s.failures.load(std::memory_order_relaxed),
       .acquire_timeouts = s.timeouts.load(std::memory_order_relaxed),
   };
+}
+
+std::byte* BufferPool::TryAcquireRawSlow() noexcept {
+  const uint32_t slot = TryAcquireSlot();
+  if (slot == kNoSlot) return nullptr;
+  State(slot).store(kSlotRaw, std::memory_order_relaxed);
+  return SlotData(slot);
+}
+
+void BufferPool::ReleaseRawSlow(const std::byte* p) noexcept {
+  const uint64_t index = SlotOrHuge(p);
+  if (index >= capacity_) DieNotFromPool(p);
+  DieNotRaw("ReleaseRaw", static_cast<uint32_t>(index));
 }
 
 void BufferPool::DieNotFromPool(const void* p) const {

@@ -8,13 +8,51 @@
 
 namespace bufpool {
 
+// The top of the cache's stack, or kNoSlot when it is empty; for the owner
+// inside a section with `fast` == this.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::PopCached(
+    internal::ThreadCache* c) {
+  uint32_t n = c->count.load(std::memory_order_relaxed);
+  if (n == 0) return kNoSlot;
+  --n;
+  const uint32_t slot = c->slots[n];
+  c->count.store(n, std::memory_order_relaxed);
+  // The total drops below low_water only here.
+  if (n < c->low_water.load(std::memory_order_relaxed)) [[unlikely]] {
+    c->low_water.store(n, std::memory_order_relaxed);
+  }
+  return slot;
+}
+
+// The raw pair: the cache hits of TryAcquireSlot() inline, and every miss
+// or failed check left to one out-of-line call in tail position, so that a
+// hit sets up no stack frame (which the C API's calls would otherwise pay).
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
-  const uint32_t slot = TryAcquireSlot();
-  if (slot == kNoSlot) return nullptr;
-  // relaxed: a slot changes hands only through the depot's release/acquire
-  // CASes or the caller's own synchronisation, which order this store.
-  State(slot).store(kSlotRaw, std::memory_order_relaxed);
-  return SlotData(slot);
+  internal::ThreadCache* const c = internal::tls_caches[cache_index_];
+  {  // the section ends before the slow path, which may free `c`
+    const internal::OwnerSection section(c);
+    if (c->fast.load(internal::kFastOrder) == this) [[likely]] {
+      const uint32_t slot = c->hot.load(std::memory_order_relaxed);
+      if (slot != internal::ThreadCache::kNone) [[likely]] {
+        c->hot.store(internal::ThreadCache::kNone, std::memory_order_relaxed);
+        std::byte* const data = SlotData(slot);
+        BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
+        // relaxed: a slot changes hands only through the depot's
+        // release/acquire CASes or the caller's own synchronisation, which
+        // order this store.
+        State(slot).store(kSlotRaw, std::memory_order_relaxed);
+        return data;
+      }
+      const uint32_t popped = PopCached(c);
+      if (popped != kNoSlot) {
+        std::byte* const data = SlotData(popped);
+        BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
+        State(popped).store(kSlotRaw, std::memory_order_relaxed);
+        return data;
+      }
+    }
+  }
+  return TryAcquireRawSlow();
 }
 
 // The cache hit: `fast` equal to this pool means the owner may use the cache
@@ -33,14 +71,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
         BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
         return slot;
       }
-      uint32_t n = c->count.load(std::memory_order_relaxed);
-      if (n != 0) {
-        --n;
-        slot = c->slots[n];
-        c->count.store(n, std::memory_order_relaxed);
-        if (n < c->low_water.load(std::memory_order_relaxed)) [[unlikely]] {
-          c->low_water.store(n, std::memory_order_relaxed);
-        }
+      slot = PopCached(c);
+      if (slot != kNoSlot) {
         BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
         return slot;
       }
@@ -76,13 +108,14 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseRaw(std::byte* p) {
   const uint64_t index = SlotOrHuge(p);
-  if (index >= capacity_) [[unlikely]]
-    DieNotFromPool(p);
-  const auto slot = static_cast<uint32_t>(index);
-  // The O(1) double-release check (relaxed: see TryAcquireRaw).
-  if (State(slot).load(std::memory_order_relaxed) != kSlotRaw) [[unlikely]] {
-    DieNotRaw("ReleaseRaw", slot);
+  // The O(1) double-release check (relaxed: see TryAcquireRaw); a pointer
+  // that fails either check goes to ReleaseRawSlow(), which aborts.
+  if (index >= capacity_ ||
+      State(static_cast<uint32_t>(index)).load(std::memory_order_relaxed) !=
+          kSlotRaw) [[unlikely]] {
+    return ReleaseRawSlow(p);
   }
+  const auto slot = static_cast<uint32_t>(index);
   State(slot).store(kSlotNotRaw, std::memory_order_relaxed);
   ReleaseSlot(slot);
 }
