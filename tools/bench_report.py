@@ -495,6 +495,16 @@ def main(run_dir):
                 f"{meta.get('loadavg', '?')}. {how}; Google Benchmark "
                 f"min_time {meta.get('min_time_s', '?')} s per benchmark, one "
                 f"process per contender per round, one repetition each.")
+    loads = []
+    for path in glob.glob(os.path.join(run_dir, "gb", "r*", "loadavg.txt")):
+        m = re.fullmatch(r"r(\d+)", os.path.basename(os.path.dirname(path)))
+        with open(path) as f:
+            loads.append((int(m.group(1)), f.read().split()[0]))
+    if loads:
+        text.append("Load average (1 min) at the start of each round: " +
+                    ", ".join(v for _, v in sorted(loads)) +
+                    f" on {meta.get('nproc', '?')} CPUs; above the CPU "
+                    "count, other work shared the machine.")
     if meta.get("only"):
         text.append(f"Partial run: only the jobs matching "
                     f"'{meta['only']}'.")
