@@ -199,7 +199,8 @@ class RoundArithmetic(unittest.TestCase):
         runs = []
         for r, (u, m) in enumerate([(130, 100), (120, 100), (140, 100)]):
             runs.append({"engine": "uring", "message_bytes": 4096,
-                         "round": r + 1, "msgs_per_s": u, "p99_us": 5})
+                         "round": r + 1, "msgs_per_s": u, "p99_us": 5,
+                         "allocs_per_msg": [0.0, -0.002, 2.0][r]})
             runs.append({"engine": "malloc", "message_bytes": 4096,
                          "round": r + 1, "msgs_per_s": m, "p99_us": 10})
         with open(os.path.join(self.dir, "run_echo_bench", "echo_bench.json"),
@@ -215,6 +216,10 @@ class RoundArithmetic(unittest.TestCase):
                           "msgs/s"]
         self.assertEqual((echo_goal["median"], echo_goal["meeting"],
                           echo_goal["met"]), (1.3, 2, True))
+        allocs = goals["echo 4 KiB: uring makes no heap allocation per "
+                       "message (allocs/msg)"]
+        self.assertEqual((allocs["meeting"], allocs["rounds"], allocs["met"]),
+                         (2, 3, True))
         p99 = goals["echo 4 KiB: uring p99 below malloc's (p99 ratio)"]
         self.assertEqual((p99["meeting"], p99["met"]), (3, True))
         rows = report.headline_table(report.headline({}, copy, echo))

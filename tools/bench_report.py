@@ -435,6 +435,13 @@ def goals(values, counters, cold, copy, echo):
     g.append(goal("bufpool-copy direct >= 80% of fio's read bandwidth",
                   speed("bufpool-copy direct", fio), 0.8, False))
     for size in sorted({s for _, s in echo}):
+        for engine in ("uring", "epoll"):
+            if (engine, size) in echo:
+                # A difference of two runs' counts: |x| < 0.01 is zero.
+                g.append(goal(f"echo {size // 1024} KiB: {engine} makes no "
+                              f"heap allocation per message (allocs/msg)",
+                              {r: abs(m["allocs_per_msg"]) for r, m in
+                               echo[(engine, size)].items()}, 0.01, True))
         u, m = echo.get(("uring", size)), echo.get(("malloc", size))
         if u and m:
             g.append(goal(f"echo {size // 1024} KiB: uring >= 1.3x the "
