@@ -583,6 +583,7 @@ def main(run_dir):
     for extra in sorted(glob.glob(os.path.join(run_dir, "extra", "*.md"))):
         with open(extra) as f:
             body = f.read().rstrip()
+        body = script_goals(os.path.basename(extra), body)
         if body:
             text.append(f"\n## {os.path.basename(extra)[:-3]}\n\n" + body)
 
@@ -590,6 +591,23 @@ def main(run_dir):
     with open(os.path.join(run_dir, "summary.csv"), "w") as f:
         f.write("\n".join(csv_rows) + "\n")
     write_chart(run_dir, values, cold)
+
+
+def script_goals(name, body):
+    """The copy script's goal table judges ratios of medians; the Goals
+    section above judges the same goals from its rounds, so it is dropped.
+    Other scripts' goals (not run in rounds) are labelled as theirs."""
+    parts = re.split(r"(?m)^### Goals\n", body, maxsplit=1)
+    if len(parts) == 1:
+        return body
+    head, rest = parts
+    nxt = re.search(r"(?m)^#", rest)
+    tail = rest[nxt.start():] if nxt else ""
+    if name == "run_copy_bench.md":
+        return (head.rstrip() + "\n\n(Its goals are judged from the rounds "
+                "in the Goals section above.)\n\n" + tail).rstrip()
+    return (head + "### Goals (the script's own, from medians of runs "
+            "inside one process, not from rounds)\n" + rest).rstrip()
 
 
 def threads_table(values):
