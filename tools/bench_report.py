@@ -538,7 +538,8 @@ def main(run_dir):
                     "are counted beside it. Ratios are taken round by round.\n")
         text.extend(goals_table(g))
 
-    text.append("\n## Pool, chains and io_uring, per workload")
+    if values:
+        text.append("\n## Pool, chains and io_uring, per workload")
     for workload, title, unit, ref in WORKLOADS:
         entries = {c: v for (w, c, t), v in values.items() if w == workload}
         cnt = {c: v for (w, c, t), v in counters.items() if w == workload}
