@@ -2,64 +2,256 @@
 """Turns one tools/bench run into tables, a CSV and a chart.
 
 Reads, from the run's directory:
-  *_benchmark*.json   Google Benchmark output (median aggregates are used)
+  meta.json           date, machine, rounds, whether the run was --quick
+  timing.txt          seconds per section of the run
+  gb/r<N>/*.json      Google Benchmark output of round N, one file per
+                      contender (one process each)
   cold_start.jsonl    one JSON line per fresh-process cold-start measurement
   java.jsonl          the seed experiment in Java, when java was present
   skipped.txt         contenders that could not run here, one per line
-  extra/*.md          tables from the copy, stream and echo benchmarks
+  run_copy_bench/copy_bench.csv, run_echo_bench/echo_bench.json
+                      every round of the copy and echo benchmarks
+  extra/*.md          the tables the copy, stream and echo scripts print
 
-Prints one markdown table per workload with each contender's median and how
-many times slower or faster it is than libbufpool in the same run; writes
-summary.csv, chart.gp and, when gnuplot is installed, chart.svg.
+Every figure is a median over rounds with the lowest and highest round
+beside it. A ratio between two contenders is computed round by round (both
+ran in the same round) and then its median taken. "Rounds won" counts the
+rounds in which libbufpool's row was faster than the peer's best variant
+(the variant with the lowest median) in that same round. A goal is met when
+the median of its per-round figure meets it; the rounds that meet it on
+their own are counted beside it.
+
+Prints markdown on stdout; writes summary.csv, chart.gp and, when gnuplot
+is installed, chart.svg.
 
 Usage: tools/bench_report.py RESULTS_DIR
 """
+import csv
 import glob
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 
 REFERENCE = "libbufpool_buffer"
+# (workload, title, unit, reference contender)
 WORKLOADS = [
-    ("Pair", "Hot pair: acquire, write one byte, release (1 thread)", "ns/buffer"),
-    ("WorkingSet", "Working set: 1,024 live, released in random order, re-acquired", "ns/buffer"),
-    ("Bulk32", "Batches of 32 (bulk API where the contender has one)", "ns/buffer"),
-    ("Handoff", "Hand-off: thread A acquires and writes, thread B releases", "ns/buffer"),
-    # bench/chain_benchmark.cc; their reference is the contender "libbufpool".
-    ("Share", "SharedBuffer copy + destroy vs std::shared_ptr", "ns/op"),
-    ("Slice", "SharedBuffer::Slice vs std::shared_ptr aliasing", "ns/op"),
-    ("Framing", "Framing: 64 KiB read, 1 KiB frames + 16-byte headers, one gather write", "ns/frame"),
-    ("FramingPerFrame", "Framing, one write per frame", "ns/frame"),
+    ("Pair", "Hot pair: acquire, write one byte, release (1 thread)",
+     "ns/buffer", REFERENCE),
+    ("WorkingSet", "Working set: 1,024 live, released in random order, "
+     "re-acquired", "ns/buffer", REFERENCE),
+    ("Bulk32", "Batches of 32 (bulk API where the contender has one)",
+     "ns/buffer", "libbufpool_bulk"),
+    ("Handoff", "Hand-off: thread A acquires and writes, thread B releases",
+     "ns/buffer", REFERENCE),
+    ("ManyPools", "Hot pair alternating over 1, 2 and 4 pools", "ns/buffer",
+     "libbufpool_1pool"),
+    ("SharedObject", "Hot pair called from the executable and from a -fPIC "
+     "shared object (64 pairs per call)", "ns/buffer", "libbufpool_exe"),
+    ("Reclaim", "Acquire() of a buffer idle in a blocked thread's cache "
+     "(p99 of 2,000 per round)", "us p99", "libbufpool"),
+    ("Share", "SharedBuffer copy + destroy vs std::shared_ptr", "ns/op",
+     "libbufpool"),
+    ("Slice", "SharedBuffer::Slice vs std::shared_ptr aliasing", "ns/op",
+     "libbufpool"),
+    ("Framing", "Framing: 64 KiB read, 1 KiB frames + 16-byte headers, one "
+     "gather write", "ns/frame", "libbufpool"),
+    ("FramingPerFrame", "Framing, one write per frame", "ns/frame",
+     "libbufpool"),
+    ("UringRecvHandling", "io_uring receive, handling 32 completions only: "
+     "Take + release + Refill vs raw liburing", "ns/message",
+     "libbufpool_ring"),
+    ("UringRecvFull", "io_uring receive, whole turn (32 sends, "
+     "io_uring_enter, handling)", "ns/message", "libbufpool_ring"),
+    ("HeldSend", "HeldSend of a 64 KiB chain over TCP loopback: plain vs "
+     "zero-copy", "us/send", "plain"),
+    ("UringCopy", "1,000 copies of a 64 KiB file, io_uring method, through "
+     "a 2 MiB vs a 1 GiB pool", "us/file", "pool_2MiB"),
 ]
-CHAIN_WORKLOADS = {"Share", "Slice", "Framing", "FramingPerFrame"}
+# Families of peers: a libbufpool row wins a round against a family when it
+# is faster than that family's best variant in that round.
+FAMILIES = ("dpdk", "tcmalloc", "jemalloc", "mimalloc", "glibc", "mmap")
 
 
-def load_benchmarks(run_dir):
-    """{(workload, contender, threads): ns per buffer} from median aggregates."""
-    rows = {}
-    context = None
-    for path in sorted(glob.glob(os.path.join(run_dir, "*benchmark*.json"))):
+def family(contender):
+    """The peer family of a contender; None for libbufpool and floor rows."""
+    if contender.startswith(("libbufpool", "floor_")):
+        return None
+    for f in FAMILIES:
+        if contender.startswith(f):
+            return f
+    return contender
+
+
+# ---- Loading -----------------------------------------------------------------
+
+def classify(b):
+    """(workload, contender, threads, value, counters) of one Google Benchmark
+    entry, value in the unit of its workload (lower is better); None if the
+    entry carries no figure."""
+    name = b["run_name"]
+    parts = name.split("/")
+    threads = b.get("threads", 1)
+    ips = b.get("items_per_second")
+    counters = {k: b[k] for k in ("allocs_per_item", "p50_us", "p99_us")
+                if k in b}
+    if parts[0] in ("BM_Ring", "BM_RawLiburing"):
+        workload = ("UringRecvHandling" if "handling:1" in name
+                    else "UringRecvFull")
+        contender = ("libbufpool_ring" if parts[0] == "BM_Ring"
+                     else "raw_liburing")
+        return (workload, contender, 1, 1e9 / ips, counters) if ips else None
+    if parts[0] == "BM_HeldSend":
+        bps = b.get("bytes_per_second")
+        contender = "zero_copy" if "zero_copy:1" in name else "plain"
+        return ("HeldSend", contender, 1, 65536 / bps * 1e6,
+                counters) if bps else None
+    if parts[0] == "CopiesThroughSharedPool":
+        contender = "pool_1GiB" if parts[1] == "1024" else f"pool_{parts[1]}MiB"
+        return ("UringCopy", contender, 1, 1e6 / ips, counters) if ips else None
+    if parts[0] == "Reclaim":
+        p99 = b.get("p99_us")
+        return ("Reclaim", parts[1], 1, p99, counters) if p99 is not None \
+            else None
+    if len(parts) < 2 or not ips:
+        return None
+    return parts[0], parts[1], threads, 1e9 / ips, counters
+
+
+def load_rounds(run_dir):
+    """{(workload, contender, threads): {round: value}} and the counters
+    {(workload, contender, threads): {round: {name: value}}}."""
+    values, counters = {}, {}
+    for path in sorted(glob.glob(os.path.join(run_dir, "gb", "r*", "*.json"))):
+        m = re.fullmatch(r"r(\d+)", os.path.basename(os.path.dirname(path)))
+        if not m:
+            continue
+        rnd = int(m.group(1))
         try:
             with open(path) as f:
                 data = json.load(f)
-        except (OSError, ValueError) as e:  # an interrupted run
+        except (OSError, ValueError) as e:  # an interrupted process
             print(f"bench_report: ignoring {path}: {e}", file=sys.stderr)
             continue
-        context = context or data.get("context")
-        for b in data["benchmarks"]:
-            if b.get("aggregate_name") != "median":
+        seen = {}
+        for b in data.get("benchmarks", []):
+            if b.get("run_type") == "aggregate" and \
+                    b.get("aggregate_name") != "median":
                 continue
-            parts = b["run_name"].split("/")
-            workload, contender = parts[0], parts[1]
-            threads = b.get("threads", 1)
-            ips = b.get("items_per_second")
-            if not ips:
+            got = classify(b)
+            if got is None:
                 continue
-            rows[(workload, contender, threads)] = 1e9 / ips
-    return rows, context
+            w, c, t, v, cnt = got
+            seen.setdefault((w, c, t), []).append((v, cnt))
+        for key, vs in seen.items():
+            # Several repetitions in one process: their median.
+            values.setdefault(key, {})[rnd] = statistics.median(v for v, _ in vs)
+            counters.setdefault(key, {})[rnd] = vs[-1][1]
+    return values, counters
+
+
+def load_cold(run_dir):
+    """{contender: {round: ms}}, {contender: {round: faults per buffer}};
+    the k-th line of a contender is its round k."""
+    cold, faults = {}, {}
+    for name in ("cold_start.jsonl", "java.jsonl"):
+        path = os.path.join(run_dir, name)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                r = json.loads(line)
+                runs = cold.setdefault(r["contender"], {})
+                rnd = len(runs) + 1
+                runs[rnd] = r["ms"]
+                if "minflt_per_buffer" in r:
+                    faults.setdefault(r["contender"], {})[rnd] = \
+                        r["minflt_per_buffer"]
+    return cold, faults
+
+
+def load_copy(run_dir):
+    """{contender: {round: seconds}} from run_copy_bench's copy_bench.csv."""
+    path = os.path.join(run_dir, "run_copy_bench", "copy_bench.csv")
+    out = {}
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                out.setdefault(row["contender"], {})[int(row["round"])] = \
+                    float(row["seconds"])
+    return out
+
+
+def load_echo(run_dir):
+    """{(engine, message bytes): {round: run}} from echo_bench.json."""
+    path = os.path.join(run_dir, "run_echo_bench", "echo_bench.json")
+    out = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+        for m in data.get("runs", []):
+            out.setdefault((m["engine"], m["message_bytes"]), {})[m["round"]] = m
+    return out
+
+
+# ---- Round arithmetic ----------------------------------------------------------
+
+def summary(by_round):
+    """(median, min, max, rounds) of {round: value}."""
+    v = list(by_round.values())
+    return statistics.median(v), min(v), max(v), len(v)
+
+
+def per_round(a, b, f):
+    """{round: f(a[round], b[round])} over the rounds both have."""
+    return {r: f(a[r], b[r]) for r in sorted(a) if r in b}
+
+
+def best_variant(entries, fam):
+    """The name of the variant of family `fam` with the lowest median."""
+    names = [c for c in entries if family(c) == fam]
+    return min(names, key=lambda c: summary(entries[c])[0]) if names else None
+
+
+def rounds_won(ours, theirs):
+    """(rounds in which ours < theirs, rounds both ran)."""
+    pairs = per_round(ours, theirs, lambda a, b: a < b)
+    return sum(pairs.values()), len(pairs)
+
+
+def goal(label, by_round, target, at_most):
+    """One goal row: {label, median, lo, hi, meeting, rounds, met}."""
+    if not by_round:
+        return None
+    med, lo, hi, n = summary(by_round)
+    ok = (lambda v: v <= target) if at_most else (lambda v: v >= target)
+    return {"label": label, "median": med, "lo": lo, "hi": hi,
+            "meeting": sum(1 for v in by_round.values() if ok(v)),
+            "rounds": n, "met": ok(med)}
+
+
+# ---- Formatting ----------------------------------------------------------------
+
+def fmt(v):
+    if v is None:
+        return ""
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:.1f}"
+    return f"{v:.2f}" if abs(v) >= 0.01 or v == 0 else f"{v:.3f}"
+
+
+def spread(by_round, unit=""):
+    med, lo, hi, _ = summary(by_round)
+    u = f" {unit}" if unit else ""
+    return f"{fmt(med)}{u} ({fmt(lo)}–{fmt(hi)})"
 
 
 def compare(value, ref):
@@ -72,97 +264,307 @@ def compare(value, ref):
     return f"{ref / value:.1f}x faster"
 
 
-def fmt(v):
-    return f"{v:,.2f}" if v < 1000 else f"{v:,.0f}"
+def workload_table(title, unit, entries, ref_name, counters):
+    """entries: {contender: {round: value}}; lower is better."""
+    has_allocs = any("allocs_per_item" in c for cs in counters.values()
+                     for c in cs.values())
+    head = f"| contender | {unit} (median) | min–max | rounds | vs libbufpool |"
+    line = "|---|---:|---:|---:|---|"
+    if has_allocs:
+        head += " allocs/item |"
+        line += "---:|"
+    out = [f"\n### {title}\n", head, line]
+    ref = summary(entries[ref_name])[0] if ref_name in entries else None
+    for c, v in sorted(entries.items(), key=lambda kv: summary(kv[1])[0]):
+        med, lo, hi, n = summary(v)
+        row = (f"| {c} | {fmt(med)} | {fmt(lo)}–{fmt(hi)} | {n} | "
+               f"{compare(med, ref)} |")
+        if has_allocs:
+            a = [x["allocs_per_item"] for x in counters.get(c, {}).values()
+                 if "allocs_per_item" in x]
+            row += f" {fmt(statistics.median(a)) if a else ''} |"
+        out.append(row)
+    out.extend(won_table(entries))
+    return out
 
 
-def table(title, unit, entries, ref_name):
-    """entries: {contender: value}; lower is better."""
-    out = [f"\n### {title}\n", f"| contender | {unit} | vs libbufpool |", "|---|---:|---|"]
-    ref = entries.get(ref_name)
-    for name, v in sorted(entries.items(), key=lambda kv: kv[1]):
-        out.append(f"| {name} | {fmt(v)} | {compare(v, ref)} |")
-    return "\n".join(out)
+def won_table(entries):
+    """Rounds won by each libbufpool row against each peer family's best."""
+    ours = sorted(c for c in entries if c.startswith("libbufpool"))
+    fams = []
+    for c in sorted(entries, key=lambda c: summary(entries[c])[0]):
+        f = family(c)
+        if f and f not in fams:
+            fams.append(f)
+    if not ours or not fams:
+        return []
+    best = {f: best_variant(entries, f) for f in fams}
+    out = ["", "Rounds won (faster than the peer's best variant in the same "
+           "round; best variant in brackets):", "",
+           "| libbufpool row | " + " | ".join(
+               f"{f} [{best[f]}]" if best[f] != f else f for f in fams) + " |",
+           "|---|" + "---:|" * len(fams)]
+    for c in ours:
+        cells = []
+        for f in fams:
+            won, n = rounds_won(entries[c], entries[best[f]])
+            cells.append(f"{won}/{n}")
+        out.append(f"| {c} | " + " | ".join(cells) + " |")
+    return out
+
+
+# ---- The report ----------------------------------------------------------------
+
+def headline(values, copy, echo):
+    """Rows: (comparison, ours {round: v}, theirs {round: v}, unit,
+    lower_is_better)."""
+    rows = []
+    for w, label in (("Pair", "hot pair"), ("WorkingSet", "working set")):
+        entries = {c: v for (wl, c, t), v in values.items() if wl == w}
+        if REFERENCE not in entries:
+            continue
+        for fam, peer in (("dpdk", "DPDK rte_mempool"), ("tcmalloc", "tcmalloc"),
+                          ("jemalloc", "jemalloc"), ("mimalloc", "mimalloc"),
+                          ("glibc", "glibc")):
+            b = best_variant(entries, fam)
+            if b:
+                rows.append((f"{label}: libbufpool vs {peer} ({b})",
+                             entries[REFERENCE], entries[b], "ns", True))
+    pairs = [("bufpool-copy auto", "cp", "copy 512 MiB, page cache"),
+             ("bufpool-copy auto", "dd bs=128k", "copy 512 MiB, page cache"),
+             ("bufpool-copy direct", "dd bs=1M iflag=direct oflag=direct",
+              "copy 512 MiB, O_DIRECT")]
+    for ours, theirs, what in pairs:
+        if ours in copy and theirs in copy:
+            rows.append((f"{what}: {ours} vs {theirs}", copy[ours],
+                         copy[theirs], "s", True))
+    for size in sorted({s for _, s in echo}):
+        base = echo.get(("malloc", size))
+        for engine in ("uring", "epoll"):
+            if base and (engine, size) in echo:
+                rate = lambda runs: {r: m["msgs_per_s"] for r, m in runs.items()}
+                rows.append((f"echo {size // 1024} KiB: {engine} engine vs "
+                             f"malloc baseline (msgs/s)",
+                             rate(echo[(engine, size)]), rate(base), "msgs/s",
+                             False))
+    return rows
+
+
+def headline_table(rows):
+    out = ["| comparison | libbufpool | peer | libbufpool's speed-up "
+           "(median, min–max) | rounds won |", "|---|---:|---:|---:|---:|"]
+    for label, ours, theirs, unit, lower in rows:
+        # Speed-up > 1: libbufpool faster.
+        ratio = per_round(ours, theirs,
+                          (lambda a, b: b / a) if lower else (lambda a, b: a / b))
+        if not ratio:
+            continue
+        won = sum(1 for v in ratio.values() if v > 1)
+        out.append(f"| {label} | {spread(ours, unit)} | {spread(theirs, unit)} "
+                   f"| {spread(ratio)}x | {won}/{len(ratio)} |")
+    return out
+
+
+def goals(values, counters, cold, copy, echo):
+    """The goal rows that this run has the figures for."""
+    g = []
+    V = lambda w, c, t=1: values.get((w, c, t), {})
+    div = lambda a, b: a / b
+    pair, dpdk = V("Pair", REFERENCE), V("Pair", "dpdk_mempool_cache256")
+    g.append(goal("hot pair <= 2 ns (libbufpool_buffer, ns)", pair, 2, True))
+    g.append(goal("hot pair >= 3x faster than DPDK's cached pair",
+                  per_round(dpdk, pair, div), 3, False))
+    g.append(goal("cache-off pair no slower than DPDK's ring "
+                  "(DPDK ring / cache off)",
+                  per_round(V("Pair", "dpdk_mempool_ring"),
+                            V("Pair", "libbufpool_cache_off"), div), 1, False))
+    g.append(goal("C pair (bufpool_try_acquire + bufpool_release) >= 2x "
+                  "faster than DPDK's cached pair",
+                  per_round(dpdk, V("Pair", "libbufpool_c"), div), 2, False))
+    g.append(goal("bulk 32 <= 0.5 ns per buffer (libbufpool_bulk, ns)",
+                  V("Bulk32", "libbufpool_bulk"), 0.5, True))
+    g.append(goal("hand-off <= 50 ns per buffer (ns)",
+                  V("Handoff", REFERENCE, 2), 50, True))
+    g.append(goal("2 threads >= 1.8x one thread's throughput",
+                  per_round(V("Threads", REFERENCE, 1),
+                            V("Threads", REFERENCE, 2), div), 1.8, False))
+    one = V("ManyPools", "libbufpool_1pool")
+    for c, label in (("libbufpool_2pools", "2"), ("libbufpool_4pools", "4")):
+        g.append(goal(f"pair alternating {label} pools <= 1.3x one pool",
+                      per_round(V("ManyPools", c), one, div), 1.3, True))
+    g.append(goal("pair from a -fPIC shared object <= 1.3x the executable",
+                  per_round(V("SharedObject", "libbufpool_pic_so"),
+                            V("SharedObject", "libbufpool_exe"), div),
+                  1.3, True))
+    g.append(goal("reclaiming an idle cache: p99 <= 50 us",
+                  V("Reclaim", "libbufpool"), 50, True))
+    g.append(goal("framing >= 2x the frames/s of std::string",
+                  per_round(V("Framing", "std_string"),
+                            V("Framing", "libbufpool"), div), 2, False))
+    allocs = {r: c["allocs_per_item"] for r, c in
+              counters.get(("Framing", "libbufpool", 1), {}).items()
+              if "allocs_per_item" in c}
+    g.append(goal("framing: 0 heap allocations per frame", allocs, 0, True))
+    g.append(goal("ring Take + release + Refill within 5% of raw liburing "
+                  "(time ratio, handling only)",
+                  per_round(V("UringRecvHandling", "libbufpool_ring"),
+                            V("UringRecvHandling", "raw_liburing"), div),
+                  1.05, True))
+    g.append(goal("64 KiB copies through a 1 GiB pool within 10% of a 2 MiB "
+                  "pool (time ratio)",
+                  per_round(V("UringCopy", "pool_1GiB"),
+                            V("UringCopy", "pool_2MiB"), div), 1.10, True))
+    if "libbufpool" in cold:
+        g.append(goal("cold start of 10,000 ready buffers <= 5 ms",
+                      cold["libbufpool"], 5, True))
+        if "glibc_posix_memalign" in cold:
+            g.append(goal("cold start >= 20x faster than glibc posix_memalign",
+                          per_round(cold["glibc_posix_memalign"],
+                                    cold["libbufpool"], div), 20, False))
+    speed = lambda a, b: per_round(copy.get(b, {}), copy.get(a, {}), div)
+    ddd = "dd bs=1M iflag=direct oflag=direct"
+    for ours, theirs, target in (("bufpool-copy auto", "cp", 1),
+                                 ("bufpool-copy auto", "dd bs=128k", 1),
+                                 ("bufpool-copy readwrite", "dd bs=128k", 1),
+                                 ("bufpool-copy uring", "dd bs=128k", 1),
+                                 ("bufpool-copy direct", ddd, 2)):
+        label = f"{ours} >= {target}x the speed of {theirs}" if target != 1 \
+            else f"{ours} at least as fast as {theirs}"
+        g.append(goal(label, speed(ours, theirs), target, False))
+    fio = "fio read (io_uring QD32 128k)"
+    g.append(goal("bufpool-copy direct >= 80% of fio's read bandwidth",
+                  speed("bufpool-copy direct", fio), 0.8, False))
+    for size in sorted({s for _, s in echo}):
+        for engine in ("uring", "epoll"):
+            if (engine, size) in echo:
+                # A difference of two runs' counts: |x| < 0.01 is zero.
+                g.append(goal(f"echo {size // 1024} KiB: {engine} makes no "
+                              f"heap allocation per message (allocs/msg)",
+                              {r: abs(m["allocs_per_msg"]) for r, m in
+                               echo[(engine, size)].items()}, 0.01, True))
+        u, m = echo.get(("uring", size)), echo.get(("malloc", size))
+        if u and m:
+            g.append(goal(f"echo {size // 1024} KiB: uring >= 1.3x the "
+                          f"malloc baseline's msgs/s",
+                          per_round(u, m, lambda a, b: a["msgs_per_s"] /
+                                    b["msgs_per_s"]), 1.3, False))
+            g.append(goal(f"echo {size // 1024} KiB: uring p99 below malloc's "
+                          f"(p99 ratio)",
+                          per_round(u, m, lambda a, b: a["p99_us"] /
+                                    b["p99_us"]), 1 - 1e-9, True))
+    return [x for x in g if x]
+
+
+def goals_table(rows):
+    out = ["| goal | median (min–max) over rounds | rounds meeting it | met |",
+           "|---|---:|---:|---|"]
+    for x in rows:
+        out.append(f"| {x['label']} | {fmt(x['median'])} ({fmt(x['lo'])}–"
+                   f"{fmt(x['hi'])}) | {x['meeting']}/{x['rounds']} | "
+                   f"{'met' if x['met'] else 'not met'} |")
+    return out
+
+
+def machine_line(meta):
+    return (f"{meta.get('nproc')} CPUs ({meta.get('cpu_model')}), Linux "
+            f"{meta.get('kernel')}")
 
 
 def main(run_dir):
-    rows, context = load_benchmarks(run_dir)
-    csv = ["workload,contender,threads,value,unit"]
-    text = []
-    if context:
-        text.append(f"Machine: {context.get('num_cpus')} CPUs at "
-                    f"{context.get('mhz_per_cpu')} MHz; run {context.get('date')}.")
-
-    for workload, title, unit in WORKLOADS:
-        entries = {c: v for (w, c, t), v in rows.items() if w == workload}
-        if not entries:
-            continue
-        ref = "libbufpool_bulk" if workload == "Bulk32" else REFERENCE
-        if workload in CHAIN_WORKLOADS:
-            ref = "libbufpool"
-        text.append(table(title, unit, entries, ref))
-        for c, v in entries.items():
-            csv.append(f"{workload},{c},{2 if workload == 'Handoff' else 1},{v:.4f},{unit}")
-
-    # Threads: aggregate throughput at 1, 2 and 8 threads.
-    threads = sorted({t for (w, _, t) in rows if w == "Threads"})
-    contenders = sorted({c for (w, c, _) in rows if w == "Threads"})
-    if contenders:
-        text.append("\n### Threads: hot pair on every thread, aggregate "
-                    "(ns per buffer across all threads; 8 threads oversubscribe 2 cores)\n")
-        head = "| contender | " + " | ".join(f"{t} thr" for t in threads) + \
-               " | 2 thr / 1 thr speed-up | 8 thr vs libbufpool |"
-        text.append(head)
-        text.append("|---|" + "---:|" * len(threads) + "---:|---|")
-        ref8 = rows.get(("Threads", REFERENCE, 8))
-
-        def order(c):
-            return rows.get(("Threads", c, 8), float("inf"))
-
-        for c in sorted(contenders, key=order):
-            vals = [rows.get(("Threads", c, t)) for t in threads]
-            one, two = rows.get(("Threads", c, 1)), rows.get(("Threads", c, 2))
-            speedup = f"{one / two:.2f}x" if one and two else ""
-            eight = rows.get(("Threads", c, 8))
-            cells = " | ".join(fmt(v) if v else "" for v in vals)
-            text.append(f"| {c} | {cells} | {speedup} | "
-                        f"{compare(eight, ref8) if eight else ''} |")
-            for t, v in zip(threads, vals):
-                if v:
-                    csv.append(f"Threads,{c},{t},{v:.4f},ns/buffer")
-
-    text.extend(core_rows(run_dir, rows, csv))
-
-    # Cold start: medians over fresh processes.
-    cold = {}
-    faults = {}
-    cold_path = os.path.join(run_dir, "cold_start.jsonl")
-    for path in [cold_path, os.path.join(run_dir, "java.jsonl")]:
-        if not os.path.exists(path):
-            continue
-        with open(path) as f:
+    meta = {}
+    if os.path.exists(os.path.join(run_dir, "meta.json")):
+        with open(os.path.join(run_dir, "meta.json")) as f:
+            meta = json.load(f)
+    timing = {}
+    if os.path.exists(os.path.join(run_dir, "timing.txt")):
+        with open(os.path.join(run_dir, "timing.txt")) as f:
             for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                r = json.loads(line)
-                cold.setdefault(r["contender"], []).append(r["ms"])
-                if "minflt_per_buffer" in r:
-                    faults.setdefault(r["contender"], []).append(r["minflt_per_buffer"])
-    if cold:
-        runs = max(len(v) for v in cold.values())
-        text.append(f"\n### Cold start: obtain 10,000 buffers of 4 KiB and write each "
-                    f"once, in a fresh process (median of {runs} runs)\n")
-        text.append("| contender | ms | page faults per buffer | vs libbufpool |")
-        text.append("|---|---:|---:|---|")
-        ref = statistics.median(cold["libbufpool"]) if "libbufpool" in cold else None
-        for c, v in sorted(cold.items(), key=lambda kv: statistics.median(kv[1])):
-            m = statistics.median(v)
-            flt = f"{statistics.median(faults[c]):.2f}" if c in faults else "n/a"
-            text.append(f"| {c} | {m:.2f} | {flt} | {compare(m, ref)} |")
-            csv.append(f"ColdStart,{c},1,{m:.4f},ms")
+                if line.split():
+                    name, secs = line.split()
+                    timing[name] = int(secs)
+    values, counters = load_rounds(run_dir)
+    cold, faults = load_cold(run_dir)
+    copy, echo = load_copy(run_dir), load_echo(run_dir)
+    csv_rows = ["workload,contender,threads,median,min,max,rounds,unit"]
+    units = {w: u for w, _, u, _ in WORKLOADS}
+    for (w, c, t), v in sorted(values.items()):
+        med, lo, hi, n = summary(v)
+        csv_rows.append(f"{w},{c},{t},{med:.4f},{lo:.4f},{hi:.4f},{n},"
+                        f"{units.get(w, 'ns/buffer')}")
 
-    if any(c.startswith("floor_") for (_, c, _) in rows) or \
+    text = [f"# tools/bench report, {meta.get('date_utc', 'date unknown')}", ""]
+    rounds = meta.get("rounds")
+    how = (f"{rounds} interleaved rounds" if rounds else "rounds unknown")
+    if meta.get("quick"):
+        how += (" (--quick: fewer rounds and shorter measurements than the "
+                "default run; treat the figures as rough)")
+    text.append(f"Machine: {machine_line(meta)}; load average at the start "
+                f"{meta.get('loadavg', '?')}. {how}; Google Benchmark "
+                f"min_time {meta.get('min_time_s', '?')} s per benchmark, one "
+                f"process per contender per round, one repetition each.")
+    loads = []
+    for path in glob.glob(os.path.join(run_dir, "gb", "r*", "loadavg.txt")):
+        m = re.fullmatch(r"r(\d+)", os.path.basename(os.path.dirname(path)))
+        with open(path) as f:
+            loads.append((int(m.group(1)), f.read().split()[0]))
+    if loads:
+        text.append("Load average (1 min) at the start of each round: " +
+                    ", ".join(v for _, v in sorted(loads)) +
+                    f" on {meta.get('nproc', '?')} CPUs; above the CPU "
+                    "count, other work shared the machine.")
+    if meta.get("only"):
+        text.append(f"Partial run: only the jobs matching "
+                    f"'{meta['only']}'.")
+    if "total" in timing:
+        text.append(f"The run took {timing['total'] / 60:.1f} minutes ("
+                    + ", ".join(f"{k} {v} s" for k, v in timing.items()
+                                if k != "total") + ").")
+
+    head = headline(values, copy, echo)
+    if head:
+        text.append("\n## Headline\n")
+        text.extend(headline_table(head))
+        text.append("\nSpeed-up: the peer's time (or, for echo, libbufpool's "
+                    "msgs/s) divided by the other side's, round by round; "
+                    "above 1 means libbufpool is faster. Peers with several "
+                    "variants are represented by the one with the lowest "
+                    "median.")
+
+    g = goals(values, counters, cold, copy, echo)
+    if g:
+        text.append("\n## Goals\n")
+        text.append("A goal is met when the median over rounds of its "
+                    "figure meets it; the rounds that meet it on their own "
+                    "are counted beside it. Ratios are taken round by round.\n")
+        text.extend(goals_table(g))
+
+    if values:
+        text.append("\n## Pool, chains and io_uring, per workload")
+    for workload, title, unit, ref in WORKLOADS:
+        entries = {c: v for (w, c, t), v in values.items() if w == workload}
+        cnt = {c: v for (w, c, t), v in counters.items() if w == workload}
+        if entries:
+            text.extend(workload_table(title, unit, entries, ref, cnt))
+        if workload == "Handoff":
+            text.extend(threads_table(values))
+
+    if cold:
+        n = max(len(v) for v in cold.values())
+        text.append(f"\n### Cold start: obtain 10,000 buffers of 4 KiB and "
+                    f"write each once, in a fresh process ({n} rounds)\n")
+        text.append("| contender | ms (median) | min–max | page faults per "
+                    "buffer | vs libbufpool |")
+        text.append("|---|---:|---:|---:|---|")
+        ref = summary(cold["libbufpool"])[0] if "libbufpool" in cold else None
+        for c, v in sorted(cold.items(), key=lambda kv: summary(kv[1])[0]):
+            med, lo, hi, _ = summary(v)
+            flt = f"{summary(faults[c])[0]:.2f}" if c in faults else "n/a"
+            text.append(f"| {c} | {med:.2f} | {lo:.2f}–{hi:.2f} | {flt} | "
+                        f"{compare(med, ref)} |")
+            csv_rows.append(f"ColdStart,{c},1,{med:.4f},{lo:.4f},{hi:.4f},"
+                            f"{len(v)},ms")
+
+    if any(c.startswith("floor_") for (_, c, _) in values) or \
             any(c.startswith("floor_") for c in cold):
         text.append("\nRows named floor_* are not allocators but what the "
                     "machine needs without one: floor_plain_stack is a "
@@ -175,67 +577,70 @@ def main(run_dir):
     skipped = os.path.join(run_dir, "skipped.txt")
     if os.path.exists(skipped):
         with open(skipped) as f:
-            lines = [l.strip() for l in f if l.strip()]
+            lines = sorted({l.strip() for l in f if l.strip()})
         if lines:
-            text.append("\nSkipped here: " + "; ".join(lines) + ".")
+            text.append("\nSkipped or failed here: " + "; ".join(lines) + ".")
 
     for extra in sorted(glob.glob(os.path.join(run_dir, "extra", "*.md"))):
         with open(extra) as f:
-            text.append("\n" + f.read().rstrip())
+            body = f.read().rstrip()
+        body = script_goals(os.path.basename(extra), body)
+        if body:
+            text.append(f"\n## {os.path.basename(extra)[:-3]}\n\n" + body)
 
     print("\n".join(text))
     with open(os.path.join(run_dir, "summary.csv"), "w") as f:
-        f.write("\n".join(csv) + "\n")
-    write_chart(run_dir, rows, cold)
+        f.write("\n".join(csv_rows) + "\n")
+    write_chart(run_dir, values, cold)
 
 
-def core_rows(run_dir, rows, csv):
-    """Many pools per thread, the -fPIC pair and reclaiming (core_benchmark),
-    each against its goal."""
-    out = []
-    one = rows.get(("ManyPools", "libbufpool_1pool", 1))
-    exe = rows.get(("SharedObject", "libbufpool_exe", 1))
-    lines = []
-    for name, label in (("libbufpool_2pools", "2 pools"), ("libbufpool_4pools", "4 pools")):
-        v = rows.get(("ManyPools", name, 1))
-        if one and v:
-            r = v / one
-            lines.append(f"| pair alternating {label} vs one pool | {v:.2f} vs {one:.2f} ns "
-                         f"| {r:.2f}x | <= 1.3x | {'met' if r <= 1.3 else 'not met'} |")
-            csv.append(f"ManyPools,{name},1,{v:.4f},ns/buffer")
-    pic = rows.get(("SharedObject", "libbufpool_pic_so", 1))
-    if exe and pic:
-        r = pic / exe
-        lines.append(f"| pair from a -fPIC shared object vs the executable | {pic:.2f} vs "
-                     f"{exe:.2f} ns | {r:.2f}x | <= 1.3x | {'met' if r <= 1.3 else 'not met'} |")
-        csv.append(f"SharedObject,libbufpool_pic_so,1,{pic:.4f},ns/buffer")
-    for path in sorted(glob.glob(os.path.join(run_dir, "core_benchmark_*.json"))):
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            continue
-        for b in data["benchmarks"]:
-            if b["run_name"].startswith("Reclaim/") and b.get("aggregate_name") == "median":
-                p99, p50 = b.get("p99_us"), b.get("p50_us")
-                if p99 is not None:
-                    lines.append(f"| Acquire() of a buffer idle in a blocked thread's cache "
-                                 f"| p50 {p50:.1f} us, p99 {p99:.1f} us | | p99 <= 50 us "
-                                 f"| {'met' if p99 <= 50 else 'not met'} |")
-                    csv.append(f"Reclaim,libbufpool,1,{p99:.4f},us_p99")
-    if lines:
-        out.append("\n### Core: many pools, shared objects, reclaiming\n")
-        out.append("| row | measured | ratio | goal | |")
-        out.append("|---|---|---:|---|---|")
-        out.extend(lines)
+def script_goals(name, body):
+    """The copy script's goal table judges ratios of medians; the Goals
+    section above judges the same goals from its rounds, so it is dropped.
+    Other scripts' goals (not run in rounds) are labelled as theirs."""
+    parts = re.split(r"(?m)^### Goals\n", body, maxsplit=1)
+    if len(parts) == 1:
+        return body
+    head, rest = parts
+    nxt = re.search(r"(?m)^#", rest)
+    tail = rest[nxt.start():] if nxt else ""
+    if name == "run_copy_bench.md":
+        return (head.rstrip() + "\n\n(Its goals are judged from the rounds "
+                "in the Goals section above.)\n\n" + tail).rstrip()
+    return (head + "### Goals (the script's own, from medians of runs "
+            "inside one process, not from rounds)\n" + rest).rstrip()
+
+
+def threads_table(values):
+    """Aggregate throughput at 1, 2 and 8 threads with the 2/1 speed-up."""
+    th = {(c, t): v for (w, c, t), v in values.items() if w == "Threads"}
+    if not th:
+        return []
+    counts = sorted({t for _, t in th})
+    out = ["\n### Threads: hot pair on every thread, aggregate (ns per buffer "
+           "across all threads, median and min–max over rounds)\n",
+           "| contender | " + " | ".join(f"{t} thr" for t in counts) +
+           " | 2 thr / 1 thr speed-up |",
+           "|---|" + "---:|" * len(counts) + "---:|"]
+    last = counts[-1]
+
+    def order(c):
+        return summary(th[(c, last)])[0] if (c, last) in th else float("inf")
+
+    for c in sorted({c for c, _ in th}, key=order):
+        cells = [spread(th[(c, t)]) if (c, t) in th else "" for t in counts]
+        up = per_round(th.get((c, 1), {}), th.get((c, 2), {}),
+                       lambda a, b: a / b)
+        out.append(f"| {c} | " + " | ".join(cells) +
+                   f" | {spread(up) + 'x' if up else ''} |")
     return out
 
 
-def write_chart(run_dir, rows, cold):
-    """Hot pair and cold start as two bar charts in one SVG (log scale)."""
-    pair = sorted(((c, v) for (w, c, t), v in rows.items() if w == "Pair"),
-                  key=lambda kv: kv[1])
-    coldm = sorted(((c, statistics.median(v)) for c, v in cold.items()),
+def write_chart(run_dir, values, cold):
+    """Hot pair and cold start medians as two bar charts in one SVG."""
+    pair = sorted(((c, summary(v)[0]) for (w, c, t), v in values.items()
+                   if w == "Pair"), key=lambda kv: kv[1])
+    coldm = sorted(((c, summary(v)[0]) for c, v in cold.items()),
                    key=lambda kv: kv[1])
     if not pair and not coldm:
         return
@@ -257,17 +662,20 @@ set logscale y
 set grid ytics
 set xtics rotate by -35
 set key off
-set title "Hot pair: ns per acquire + write + release (lower is better, log scale)"
+set title "Hot pair: median ns per acquire + write + release (lower is better, log scale)"
 plot "{data}" index 0 using 0:2:xtic(1) with boxes lc rgb "#3060a0"
-set title "Cold start: ms to obtain and write 10,000 x 4 KiB in a fresh process (log scale)"
+set title "Cold start: median ms to obtain and write 10,000 x 4 KiB in a fresh process (log scale)"
 plot "{data}" index 1 using 0:2:xtic(1) with boxes lc rgb "#a05030"
 unset multiplot
 """)
-    if shutil.which("gnuplot"):
-        subprocess.run(["gnuplot", gp], check=False)
+    if shutil.which("gnuplot") and pair and coldm:
+        subprocess.run(["gnuplot", gp], check=False,
+                       stderr=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: bench_report.py RESULTS_DIR")
+    if not os.path.isdir(sys.argv[1]):
+        sys.exit(f"bench_report.py: no such results directory: {sys.argv[1]}")
     main(sys.argv[1])
