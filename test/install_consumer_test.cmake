@@ -1,4 +1,5 @@
-# Installs the built tree into a fresh prefix, then configures, builds and runs
+# Installs the built tree into a fresh prefix, checks that the CMake package
+# and bufpool.pc carry the project's VERSION, then configures, builds and runs
 # test/install_consumer (a C++ and a C program) and test/install_consumer_c
 # (the C program in a project without C++) against it with
 # find_package(bufpool CONFIG REQUIRED), and compiles both programs through
@@ -10,13 +11,7 @@
 # Fails on any step.
 file(REMOVE_RECURSE "${WORK_DIR}")
 
-function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}")
-  endif()
-  set(last_output "${out}" PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/run_checked.cmake")
 
 # Runs every consumer check against the build in `build_dir`, installed into
 # `work`/prefix.
@@ -58,7 +53,8 @@ function(check_package build_dir work)
   endif()
 
   run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install_consumer" -B "${work}/build"
-      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
+      -DBUFPOOL_EXPECT_VERSION=${VERSION})
   run(${CMAKE_COMMAND} --build "${work}/build")
   # A shared libbufpool is found at run time like any other library.
   set(env ${CMAKE_COMMAND} -E env "LD_LIBRARY_PATH=${prefix}/lib")
@@ -83,6 +79,11 @@ function(check_package build_dir work)
   # pkg-config users get the same library; C++ adds the standard itself.
   find_program(PKG_CONFIG pkg-config REQUIRED)
   set(ENV{PKG_CONFIG_PATH} "${prefix}/lib/pkgconfig")
+  run(${PKG_CONFIG} --modversion bufpool)
+  string(STRIP "${last_output}" pc_version)
+  if(NOT pc_version STREQUAL VERSION)
+    message(FATAL_ERROR "bufpool.pc says version ${pc_version}, the project ${VERSION}")
+  endif()
   run(${PKG_CONFIG} --cflags --libs bufpool)
   string(STRIP "${last_output}" flags)
   separate_arguments(flags UNIX_COMMAND "${flags}")

@@ -27,8 +27,8 @@ operand.
 )";
 
 constexpr char kMethods[] = R"(Methods (--method):
-  auto        the method measured fastest for the pair of files
-              (copy_file_range for regular files; readwrite otherwise).
+  auto        kernel for a regular file of nonzero size (copy_file_range
+              keeps the bytes in the kernel), readwrite for anything else.
   readwrite   preadv/pwritev, gathering --buffer-count pooled buffers per
               call (by default 32 of 4 KiB: 128 KiB). Works everywhere; use
               it when the others are refused.

@@ -69,6 +69,16 @@
 //
 // Destruction. Destroy a pool only after every call into it on other threads
 // has returned, as with any object.
+//
+// Shared objects. The inline fast paths reach this thread's cache table with
+// the initial-exec TLS model (bufpool/internal/thread_cache.h), so code built
+// with -fPIC pays no __tls_get_addr. A shared object holding libbufpool
+// (libbufpool.so, or a plugin that links it statically) that is loaded with
+// dlopen() rather than at start-up takes that table (128 bytes) from glibc's
+// static TLS reserve; in a process that has used the reserve up, dlopen()
+// fails with "cannot allocate memory in static TLS block". Link the library
+// at start-up, or raise the reserve with
+// GLIBC_TUNABLES=glibc.rtld.optional_static_tls=2048.
 #ifndef BUFPOOL_BUFFER_POOL_H_
 #define BUFPOOL_BUFFER_POOL_H_
 

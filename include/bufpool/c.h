@@ -113,7 +113,7 @@ typedef struct bufpool_stats {
   size_t struct_size;        /* set by the library: the bytes it filled */
   size_t capacity;           /* buffer_count */
   size_t in_use;             /* held by users (cached free ones are free) */
-  size_t high_water;         /* the largest in_use seen */
+  size_t high_water;         /* never below the largest in_use */
   uint64_t acquire_failures; /* acquire calls that got nothing, bulk calls
                                 that got fewer than asked */
   uint64_t acquire_timeouts; /* bufpool_acquire() calls that waited and

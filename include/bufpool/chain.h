@@ -314,7 +314,7 @@ inline BufferChain::SpanRange BufferChain::spans() const {
 //                        it (EPIPE, ECONNRESET). SIGPIPE is never raised.
 //   kResourceExhausted   (ReadFrom) the pool has no free buffer.
 //   kInvalidArgument     a bad descriptor (EBADF), or max_bytes == 0.
-//   others               the system's error, e.g. EBADF; the message names
+//   others               the system's error (EIO, ...); the message names
 //                        the call and the system's words.
 // EINTR is retried.
 

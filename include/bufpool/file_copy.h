@@ -25,10 +25,11 @@
 //               registration fails (RLIMIT_MEMLOCK) and to kReadWrite when
 //               io_uring is unavailable. `direct_io` adds O_DIRECT.
 //   kKernel     copy_file_range, then sendfile; falls back to kReadWrite on
-//               EXDEV, EINVAL, ENOSYS, EOPNOTSUPP and for files whose size the
-//               kernel reports as 0 (/proc).
-//   kAuto       the method measured fastest for the pair of files (see
-//               CopyFile); CopyStats::method says which one ran.
+//               EXDEV, EINVAL, ENOSYS, EOPNOTSUPP, EBADF and for files whose
+//               size the kernel reports as 0 (/proc).
+//   kAuto       kKernel for a regular file of nonzero size (copy_file_range
+//               keeps the bytes in the kernel), kReadWrite for anything else;
+//               CopyStats::method says which one ran.
 // Every fallback is recorded in CopyStats::fallbacks.
 //
 // Semantics, the same for every method:
@@ -101,9 +102,8 @@ struct CopyOptions {
   BufferPool* pool = nullptr;
   size_t buffer_size = kDefaultBufferSize;  // private pool only
   // Buffers gathered into one system call or io_uring operation; 0: the
-  // method's default, measured on a 2-vCPU VM with a virtio disk: 32 (128 KiB
-  // per call with 4 KiB buffers) for readwrite, 32 for uring, 256 (1 MiB)
-  // with O_DIRECT.
+  // method's default, 32 (128 KiB per call with 4 KiB buffers, the size dd
+  // uses) for readwrite and uring, 256 (1 MiB) with O_DIRECT.
   size_t batch_buffers = 0;
   // Operations in flight at once (kUring, kDirect); 0: the default, 4.
   size_t queue_depth = 0;

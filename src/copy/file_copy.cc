@@ -136,10 +136,9 @@ absl::Status FsyncFd(int fd, const std::string& path, const char* what) {
   return absl::OkStatus();
 }
 
-// The method kAuto runs. Measured on this project's machine (see
-// bench/run_copy_bench and the README): for a file in the page cache on one
-// file system, copy_file_range (in-kernel, no copy to user space) was the
-// fastest; it falls back by itself where the kernel refuses.
+// The method kAuto runs. For a file in the page cache on one file system,
+// copy_file_range (in-kernel, no copy to user space) was the fastest in
+// bench/run_copy_bench; it falls back by itself where the kernel refuses.
 CopyMethod ChooseAuto(const struct stat& st) {
   return S_ISREG(st.st_mode) && st.st_size > 0 ? CopyMethod::kKernel
                                                : CopyMethod::kReadWrite;
@@ -286,14 +285,12 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
       method == CopyMethod::kUring || method == CopyMethod::kDirect;
   const bool wants_direct = method == CopyMethod::kDirect ||
                             (method == CopyMethod::kUring && options.direct_io);
-  // Defaults measured on this project's machine (bench/run_copy_bench and
-  // the notes in the README). Buffered preadv/pwritev: 128 KiB per call, the
-  // size dd uses. On a quiet machine 256 KiB was fastest (0.156 s per
-  // 512 MiB against 0.165 s for 128 KiB and 0.178 s for 64 KiB), but in a
-  // full benchmark run it fell into a slow mode (0.29-0.49 s in all 7
-  // rounds; perf had shown the time in copy_folio_from_iter_atomic, i.e.
-  // page-cache writes) while dd bs=128k did not. io_uring: 128 KiB
-  // operations, several in flight; O_DIRECT: large (1 MiB) requests.
+  // Defaults chosen with bench/run_copy_bench (the timings are in the
+  // commits that set them). Buffered preadv/pwritev: 128 KiB per call, the
+  // size dd uses; larger calls were faster on a quiet machine but fell into
+  // a slow mode of page-cache writes under load, where dd bs=128k did not.
+  // io_uring: 128 KiB operations, several in flight; O_DIRECT: large
+  // (1 MiB) requests.
   size_t batch = options.batch_buffers;
   if (batch == 0) {
     batch = wants_direct ? 256 : 32;

@@ -205,7 +205,7 @@ void UringEchoServer::ArmRecv(Conn* conn) {
   ro.multishot = mshot_cap_ || below_half;
   // A bundle only for a peer that sends more than a slot at a time: for
   // one-slot messages the kernel's peek at several ring entries per receive
-  // is pure cost (io_ring_buffers_peek, 3.5% of the CPU with 4 KiB messages).
+  // is pure cost (io_ring_buffers_peek in profiles of 4 KiB messages).
   ro.bundle = conn->wants_bundle && ro.multishot;
   bufs_->PrepareRecv(sqe, conn->fd, ro);
   if (mshot_cap_) {
