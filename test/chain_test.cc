@@ -344,6 +344,37 @@ TEST(BufferChainTest, MovesKeepSlicesInlineAndOnTheHeap) {
   EXPECT_EQ(InUse(*pool), 0u);
 }
 
+// Move assignment between every mix of inline (<= 4 slices) and grown
+// chains: the target gets exactly the source's bytes, the source is empty
+// and usable (holding the target's old storage), nothing leaks (ASan).
+TEST(BufferChainTest, MoveAssignmentTradesStorage) {
+  auto pool = MakePool(64, 128);
+  for (size_t target_len : {0, 10, 64 * 20}) {
+    for (size_t source_len : {0, 10, 200, 64 * 20}) {
+      for (int round = 0; round < 3; ++round) {  // back and forth
+        BufferChain target(*pool);
+        ASSERT_TRUE(target.Append(std::string(target_len, 't')).ok());
+        BufferChain source(*pool);
+        ASSERT_TRUE(source.Append("yy").ok());
+        source.Consume(1);  // moves the ring's head
+        const std::string model = "y" + std::string(source_len, 's');
+        ASSERT_TRUE(source.Append(std::string(source_len, 's')).ok());
+        target = std::move(source);
+        ExpectChainIs(target, model);
+        EXPECT_TRUE(source.empty());
+        EXPECT_EQ(source.segment_count(), 0u);
+        EXPECT_EQ(source.pool(), pool.get());
+        ASSERT_TRUE(source.Append(std::string(64 * 9, 'a')).ok());
+        ExpectChainIs(source, std::string(64 * 9, 'a'));
+        source = std::move(target);
+        ExpectChainIs(source, model);
+        EXPECT_TRUE(target.empty());
+      }
+    }
+  }
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
 TEST(BufferChainTest, CloneSharesEveryBuffer) {
   auto pool = MakePool(64, 16);
   BufferChain a(*pool);

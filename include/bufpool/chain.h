@@ -150,6 +150,11 @@ class BUFPOOL_EXPORT BufferChain {
   // tail's room and ReadFrom() fail with FailedPrecondition.
   BufferChain() noexcept;
   explicit BufferChain(BufferPool& pool) noexcept;
+  // A moved-from chain is empty (and keeps its pool). Move assignment
+  // trades storage: the target's slices are dropped first, and its grown
+  // slice ring, if any, goes to `other` for reuse, so a chain moved back and
+  // forth between two owners (a queue and a send) allocates only while
+  // growing.
   BufferChain(BufferChain&& other) noexcept;
   BufferChain& operator=(BufferChain&& other) noexcept;
   BufferChain(const BufferChain&) = delete;

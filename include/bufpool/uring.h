@@ -325,12 +325,14 @@ class BUFPOOL_EXPORT HeldSend {
   // bytes.
   ~HeldSend();
 
-  // Takes `chain` (which must not be empty) and fills `sqe` with a send of
-  // its first kMaxIovecs slices to `fd`. The HeldSend must be idle (never
-  // prepared, or done()).
-  void Prepare(io_uring_sqe* sqe, int fd, BufferChain chain,
+  // Takes `chain` (which must not be empty; it is left empty, holding the
+  // storage of the chain this send held before, so a connection's queue
+  // handed to its send again and again allocates nothing) and fills `sqe`
+  // with a send of its first kMaxIovecs slices to `fd`. The HeldSend must
+  // be idle (never prepared, or done()).
+  void Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
                const Options& options);
-  void Prepare(io_uring_sqe* sqe, int fd, BufferChain chain) {
+  void Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain) {
     Prepare(sqe, fd, std::move(chain), Options());
   }
 

@@ -39,11 +39,28 @@ BufferChain::BufferChain(BufferChain&& other) noexcept
 }
 
 BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
-  if (this != &other) {
-    Clear();
-    FreeHeap();
-    pool_ = other.pool_;
+  if (this == &other) return *this;
+  Clear();
+  pool_ = other.pool_;
+  if (segs_ == inline_) {
     StealFrom(other);
+  } else if (other.segs_ != other.inline_) {
+    // Both grown: swap the rings; `other` keeps ours, empty.
+    std::swap(segs_, other.segs_);
+    std::swap(cap_, other.cap_);
+    head_ = std::exchange(other.head_, 0);
+    count_ = std::exchange(other.count_, 0);
+    size_ = std::exchange(other.size_, 0);
+  } else {
+    // `other`'s at most kInlineSegments slices move into our ring.
+    for (uint32_t i = 0; i < other.count_; ++i) {
+      const uint32_t at = (other.head_ + i) & (kInlineSegments - 1);
+      segs_[i] = std::move(other.inline_[at]);
+    }
+    head_ = 0;
+    count_ = std::exchange(other.count_, 0);
+    other.head_ = 0;
+    size_ = std::exchange(other.size_, 0);
   }
   return *this;
 }

@@ -432,8 +432,10 @@ void UringEchoServer::OnSend(Conn* conn, const io_uring_cqe& cqe) {
   conn->unsent -= static_cast<size_t>(res);
   Counters::Add(counters_->bytes_sent, static_cast<uint64_t>(res));
   // What was not sent goes first, then what arrived meanwhile.
-  rest.Append(std::move(conn->queue));
-  conn->queue = std::move(rest);
+  if (!rest.empty()) {
+    rest.Append(std::move(conn->queue));
+    conn->queue = std::move(rest);
+  }
   SyncHolding(conn);
   if (conn->over_limit && conn->unsent <= options_.max_unsent_bytes / 2) {
     conn->over_limit = false;

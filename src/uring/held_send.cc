@@ -19,7 +19,7 @@ HeldSend::~HeldSend() {
   }
 }
 
-void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain chain,
+void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
                        const Options& options) {
   if (busy() || chain.empty()) {
     std::fprintf(stderr, "bufpool: HeldSend::Prepare %s\n",
@@ -27,7 +27,7 @@ void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain chain,
     std::abort();
   }
   chain_ = std::move(chain);
-  unsent_ = BufferChain();
+  unsent_.Clear();
   result_ = 0;
   zero_copy_ = options.zero_copy;
   await_notif_ = false;
@@ -74,10 +74,12 @@ bool HeldSend::OnCompletion(const io_uring_cqe& cqe) {
   result_ = cqe.res;
   // The sent bytes stay held; the rest is the caller's again.
   if (result_ > 0) {
-    BufferChain sent =
-        chain_.Split(std::min(static_cast<size_t>(result_), requested_));
-    unsent_ = std::move(chain_);
-    chain_ = std::move(sent);
+    const size_t sent = std::min(static_cast<size_t>(result_), requested_);
+    if (sent < chain_.size()) {
+      BufferChain held = chain_.Split(sent);
+      unsent_ = std::move(chain_);
+      chain_ = std::move(held);
+    }  // else all of it was sent: chain_ holds exactly the sent bytes
   } else {
     unsent_ = std::move(chain_);
     chain_ = BufferChain();
