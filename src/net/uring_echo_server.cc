@@ -45,6 +45,7 @@
 #include "bufpool/uring.h"
 #include "net/echo_engines.h"
 #include "os/error.h"
+#include "os/socket.h"
 
 namespace bufpool::net {
 namespace {
@@ -266,7 +267,7 @@ void UringEchoServer::BeginClose(Conn* conn) {
   conn->closing = true;
   CancelRecv(conn);
   // A send to a peer that stopped reading could wait forever: fail it.
-  if (conn->send.busy()) ::shutdown(conn->fd, SHUT_RDWR);
+  if (conn->send.busy()) os::Shutdown(conn->fd, SHUT_RDWR).IgnoreError();
 }
 
 // Frees a closing connection once the kernel holds no reference to it.
@@ -290,7 +291,7 @@ void UringEchoServer::MaybeFinish(Conn* conn) {
     conns_ = conn->next;
   }
   if (conn->next != nullptr) conn->next->prev = conn->prev;
-  ::close(conn->fd);
+  os::CloseSocket(conn->fd).IgnoreError();  // EINTR/EIO: closed anyway
   delete conn;
   Counters::Sub(counters_->connections_open, 1);
   if (accept_paused_ && !stopping_) {
@@ -304,10 +305,12 @@ void UringEchoServer::OnAccept(const io_uring_cqe& cqe) {
   if (!more) accept_armed_ = false;
   if (cqe.res >= 0) {
     if (stopping_) {
-      ::close(cqe.res);
+      os::CloseSocket(cqe.res).IgnoreError();
     } else {
-      const int one = 1;
-      ::setsockopt(cqe.res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      // Best effort, as in the epoll engine: without it echoes are slower,
+      // not wrong.
+      os::SetSockOptInt(cqe.res, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY")
+          .IgnoreError();
       auto* conn = new Conn;
       conn->fd = cqe.res;
       conn->queue = BufferChain(*pool_);
@@ -475,7 +478,7 @@ void UringEchoServer::OnStop() {
   accept_paused_ = false;
   for (Conn* c = conns_; c != nullptr;) {
     Conn* next = c->next;  // MaybeFinish may free c
-    ::shutdown(c->fd, SHUT_RDWR);
+    os::Shutdown(c->fd, SHUT_RDWR).IgnoreError();
     BeginClose(c);
     MaybeFinish(c);
     c = next;
