@@ -31,7 +31,7 @@ function(check_package build_dir work)
 
   # A shared libbufpool exports the public API only: C API functions and
   # bufpool:: C++ symbols (with their typeinfo), nothing of Abseil or std.
-  file(GLOB shared_lib "${prefix}/lib/libbufpool.so.*.*")
+  file(GLOB shared_lib "${prefix}/lib/libbufpool.so.*.*.*")  # the real file
   if(shared_lib)
     run(nm -D --defined-only --format=posix "${shared_lib}")
     string(REPLACE "\n" ";" lines "${last_output}")

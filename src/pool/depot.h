@@ -2,8 +2,9 @@
 //
 // Thread caches refill and spill in batches of `batch` slots. Kept in the
 // FreeList alone, a refill would walk the batch's next links one dependent
-// load at a time (measured: 15% of the working-set benchmark; and when another
-// core wrote the links, as in a hand-off, every step is a cache miss). So the
+// load at a time (a visible share of the working-set benchmark; and when
+// another core wrote the links, as in a hand-off, every step is a cache
+// miss). So the
 // depot also keeps whole batches as magazines: fixed arrays of `batch` slot
 // numbers, out of band like the links. A spill copies a batch into an empty
 // magazine and pushes the magazine's number onto `full_`; a refill pops one
@@ -132,8 +133,8 @@ class Depot {
 
   // One slot, or kNoSlot when empty: Pop(&slot, 1, nullptr, reshelved) with
   // the common case, the list, inline. Returned by value, so the caller's
-  // slot stays in a register: with it passed by address the uncached pair
-  // (Pair/libbufpool_cache_off) took 12.3 ns instead of 10.7. Sets *left to
+  // slot stays in a register (passed by address, it slowed the uncached pair,
+  // Pair/libbufpool_cache_off, measurably). Sets *left to
   // the free slots the depot held just after (exact for the list, which is
   // the whole depot when it keeps no magazines; see Size() otherwise).
   uint32_t PopOne(uint32_t* reshelved, uint32_t* left) {
