@@ -163,9 +163,10 @@ size_t ProvidedBufferRing::Refill() {
 }
 
 absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
-  BufferChain chain(*pool_);
-  if (absl::Status s = Take(cqe, chain); !s.ok()) return s;
-  return chain;
+  // Built in place and returned by name (no chain moved per completion).
+  absl::StatusOr<BufferChain> result(absl::in_place, *pool_);
+  if (absl::Status s = Take(cqe, *result); !s.ok()) result = std::move(s);
+  return result;
 }
 
 absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
