@@ -98,11 +98,12 @@ def classify(b):
     ips = b.get("items_per_second")
     counters = {k: b[k] for k in ("allocs_per_item", "p50_us", "p99_us")
                 if k in b}
-    if parts[0] in ("BM_Ring", "BM_RawLiburing"):
+    if parts[0] in ("BM_Ring", "BM_RingInto", "BM_RawLiburing"):
         workload = ("UringRecvHandling" if "handling:1" in name
                     else "UringRecvFull")
-        contender = ("libbufpool_ring" if parts[0] == "BM_Ring"
-                     else "raw_liburing")
+        contender = {"BM_Ring": "libbufpool_ring",
+                     "BM_RingInto": "libbufpool_ring_into",
+                     "BM_RawLiburing": "raw_liburing"}[parts[0]]
         return (workload, contender, 1, 1e9 / ips, counters) if ips else None
     if parts[0] == "BM_HeldSend":
         bps = b.get("bytes_per_second")
