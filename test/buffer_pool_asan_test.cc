@@ -1,6 +1,7 @@
 // 6. Under AddressSanitizer free buffers are poisoned: touching a released
 // buffer is an ASan report. Runs in the asan build; skipped elsewhere.
 #include <cstdlib>
+#include <cstring>
 
 #include "bufpool/buffer_pool.h"
 #include "gtest/gtest.h"
@@ -40,6 +41,26 @@ TEST_P(PoisonDeathTest, AcquiredBufferIsFullyUsable) {
   std::vector<Buffer> all(64);
   ASSERT_EQ(pool_->TryAcquireBulk(absl::MakeSpan(all)), 64u);
   for (Buffer& b : all) std::memset(b.data(), 0x11, b.size());  // no report
+}
+
+// The raw pair poisons and unpoisons on each of its paths: the inline hits
+// (hot slot, then the cache's stack) and the out-of-line misses.
+TEST_P(PoisonDeathTest, RawPairPoisonsOnReleaseAndUnpoisonsOnEveryHit) {
+  constexpr int kRounds = 3;
+  std::byte* raw[8];
+  for (int round = 0; round < kRounds; ++round) {
+    // Round 0 misses (the cache is empty); later rounds hit the hot slot
+    // first, then the stack.
+    for (std::byte*& p : raw) {
+      p = pool_->TryAcquireRaw();
+      ASSERT_NE(p, nullptr);
+      std::memset(p, 0x22, pool_->buffer_size());  // no report
+    }
+    for (std::byte* p : raw) pool_->ReleaseRaw(p);
+  }
+  volatile std::byte* released = raw[0];
+  EXPECT_DEATH(released[pool_->buffer_size() - 1] = std::byte{1},
+               "use-after-poison");
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, PoisonDeathTest, testing::Values(0, 64),

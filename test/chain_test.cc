@@ -375,6 +375,47 @@ TEST(BufferChainTest, MoveAssignmentTradesStorage) {
   EXPECT_EQ(InUse(*pool), 0u);
 }
 
+// The sources above all start their ring at entry 0. A chain that has
+// consumed slices starts mid-ring, inline (and wrapped) or grown: move
+// assignment must keep its slices in order whatever the target holds.
+TEST(BufferChainTest, MoveAssignmentKeepsAMidRingSourceInOrder) {
+  auto pool = MakePool(64, 128);
+  // Whole-buffer slices, one letter each, so a slice out of order shows.
+  auto letters = [](const std::string& order) {
+    std::string s;
+    for (char ch : order) s += std::string(64, ch);
+    return s;
+  };
+  for (size_t target_len : {0, 10, 64 * 20}) {
+    for (bool grown_source : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "target " << target_len
+                                      << (grown_source ? " grown" : " inline"));
+      BufferChain target(*pool);
+      ASSERT_TRUE(target.Append(std::string(target_len, 't')).ok());
+      BufferChain source(*pool);
+      std::string model;
+      if (grown_source) {  // 10 slices in a ring of 16, from entry 3
+        ASSERT_TRUE(source.Append(letters("abcdefghij")).ok());
+        source.Consume(64 * 3);
+        model = letters("defghij");
+      } else {  // 4 inline slices from entry 2: c d | e f wrapped to 0, 1
+        ASSERT_TRUE(source.Append(letters("abcd")).ok());
+        source.Consume(64 * 2);
+        ASSERT_TRUE(source.Append(letters("ef")).ok());
+        ASSERT_EQ(source.segment_count(), BufferChain::kInlineSegments);
+        model = letters("cdef");
+      }
+      target = std::move(source);
+      ExpectChainIs(target, model);
+      EXPECT_TRUE(source.empty());
+      // The source, holding whatever storage it was given, still works.
+      ASSERT_TRUE(source.Append(letters("xyzuvw")).ok());
+      ExpectChainIs(source, letters("xyzuvw"));
+    }
+  }
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
 TEST(BufferChainTest, CloneSharesEveryBuffer) {
   auto pool = MakePool(64, 16);
   BufferChain a(*pool);

@@ -102,6 +102,51 @@ TEST(HeldSendTest, PlainSendOfSeveralSlicesReleasesAtItsCompletion) {
   EXPECT_EQ(f.ReadExactly(data.size()), data);
 }
 
+// TakeUnsent() gives back the rest as a chain of the pool of the chain
+// that was sent, so the caller can append to it (as it could to the chain
+// it handed over), also when everything was sent and after a send of
+// another pool's chain.
+TEST(HeldSendTest, UnsentChainIsOfTheSentChainsPool) {
+  Fixture f;
+  ASSERT_TRUE(f.ok());
+  HeldSend send;
+  send.Prepare(io_uring_get_sqe(&f.ring), f.server, f.MakeChain("hello"));
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  ASSERT_TRUE(send.OnCompletion(f.Next()));
+  ASSERT_EQ(send.result(), 5);
+  BufferChain rest = send.TakeUnsent();
+  EXPECT_TRUE(rest.empty());
+  EXPECT_EQ(rest.pool(), f.pool.get());
+  EXPECT_TRUE(rest.Append("more").ok());
+  rest.Clear();
+  EXPECT_EQ(f.ReadExactly(5), "hello");
+
+  // A failed send of another pool's chain, then a complete one of ours.
+  auto other = BufferPool::Create({.buffer_count = 8});
+  ASSERT_TRUE(other.ok());
+  BufferChain theirs(**other);
+  ASSERT_TRUE(theirs.Append("lost").ok());
+  send.Prepare(io_uring_get_sqe(&f.ring), /*fd=*/-1, std::move(theirs));
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  ASSERT_TRUE(send.OnCompletion(f.Next()));
+  ASSERT_EQ(send.result(), -EBADF);
+  rest = send.TakeUnsent();
+  EXPECT_EQ(rest.pool(), other->get());
+  EXPECT_EQ(rest.size(), 4u);
+  rest = f.MakeChain("again");
+  send.Prepare(io_uring_get_sqe(&f.ring), f.server, std::move(rest));
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  ASSERT_TRUE(send.OnCompletion(f.Next()));
+  ASSERT_EQ(send.result(), 5);
+  rest = send.TakeUnsent();
+  EXPECT_TRUE(rest.empty());
+  EXPECT_EQ(rest.pool(), f.pool.get());  // not `other`'s
+  rest = BufferChain();
+  EXPECT_EQ((*other)->Stats().in_use, 0u);
+  EXPECT_EQ(f.ReadExactly(5), "again");
+  EXPECT_EQ(f.pool->Stats().in_use, 0u);
+}
+
 TEST(HeldSendTest, ZeroCopySendHoldsItsBuffersUntilTheNotification) {
   Fixture f;
   ASSERT_TRUE(f.ok());

@@ -352,7 +352,8 @@ class BUFPOOL_EXPORT HeldSend {
   }
   int result() const { return result_; }
   // After the result: the bytes that were not sent (possibly empty), for
-  // the next send; the sent ones stay held until done().
+  // the next send, as a chain of the sent chain's pool; the sent ones stay
+  // held until done().
   BufferChain TakeUnsent();
   // Bytes the prepared send asked for (its slices, at most kMaxIovecs).
   size_t requested() const { return requested_; }

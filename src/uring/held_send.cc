@@ -27,7 +27,11 @@ void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
     std::abort();
   }
   chain_ = std::move(chain);
-  unsent_.Clear();
+  // Empty, of the sent chain's pool: what a complete send leaves for
+  // TakeUnsent() (a partial or failed one moves chain_'s rest in). Keeps
+  // unsent_'s grown ring, if any.
+  unsent_ =
+      chain_.pool() != nullptr ? BufferChain(*chain_.pool()) : BufferChain();
   result_ = 0;
   zero_copy_ = options.zero_copy;
   await_notif_ = false;
