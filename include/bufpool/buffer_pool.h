@@ -294,8 +294,10 @@ class BUFPOOL_EXPORT BufferPool {
   uint32_t PopCached(internal::ThreadCache* c);
   void ReleaseSlot(uint32_t slot);
   // Out of line: cache miss/overflow, first use on this thread, cache off.
-  // noexcept (they abort rather than throw), so that a caller that is
-  // noexcept itself, such as the C API, can still call them as tail calls.
+  // noexcept, so that a caller that is noexcept itself, such as the C API,
+  // can still call them as tail calls: a thread whose cache cannot be
+  // allocated is served uncached (src/pool/buffer_pool.cc, Attach()), and
+  // their only other failure, a std::mutex that cannot lock, terminates.
   uint32_t AcquireSlow() noexcept;  // returns kNoSlot when empty
   void ReleaseSlow(uint32_t slot) noexcept;
   template <class Emit>

@@ -150,11 +150,12 @@ class BUFPOOL_EXPORT BufferChain {
   // tail's room and ReadFrom() fail with FailedPrecondition.
   BufferChain() noexcept;
   explicit BufferChain(BufferPool& pool) noexcept;
-  // A moved-from chain is empty (and keeps its pool). Move assignment
-  // trades storage: the target's slices are dropped first, and its grown
-  // slice ring, if any, goes to `other` for reuse, so a chain moved back and
-  // forth between two owners (a queue and a send) allocates only while
-  // growing.
+  // A moved-from chain is empty (and keeps its pool). Move assignment drops
+  // the target's slices first and frees no grown slice ring: when both
+  // chains have one they swap them (`other` keeps the target's, empty);
+  // when only the target has one it keeps it and takes `other`'s slices
+  // into it. So a chain moved back and forth between two owners (a queue
+  // and a send) allocates only while growing.
   BufferChain(BufferChain&& other) noexcept;
   BufferChain& operator=(BufferChain&& other) noexcept;
   BufferChain(const BufferChain&) = delete;

@@ -325,11 +325,11 @@ class BUFPOOL_EXPORT HeldSend {
   // bytes.
   ~HeldSend();
 
-  // Takes `chain` (which must not be empty; it is left empty, holding the
-  // storage of the chain this send held before, so a connection's queue
-  // handed to its send again and again allocates nothing) and fills `sqe`
-  // with a send of its first kMaxIovecs slices to `fd`. The HeldSend must
-  // be idle (never prepared, or done()).
+  // Takes `chain` (which must not be empty; it is left empty, and moves
+  // storage as BufferChain's move assignment does, so a connection's queue
+  // handed to its send again and again allocates nothing in steady state)
+  // and fills `sqe` with a send of its first kMaxIovecs slices to `fd`. The
+  // HeldSend must be idle (never prepared, or done()).
   void Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
                const Options& options);
   void Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain) {

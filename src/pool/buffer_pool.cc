@@ -91,6 +91,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -225,8 +226,11 @@ struct PoolAccess {
   }
 
   // CacheFor's miss: this thread's existing cache for `p` (another pool
-  // took the table entry), or a new one. Out of line, so that the check
-  // above inlines into every slow path.
+  // took the table entry), or a new one; nullptr (the caller goes to the
+  // shared store uncached) when the memory for one cannot be had, so that
+  // the noexcept slow paths never meet std::bad_alloc. Every allocation
+  // happens before the cache is registered anywhere. Out of line, so that
+  // the check above inlines into every slow path.
   [[gnu::noinline]] static ThreadCache* Attach(BufferPool& p) {
     if (tl_exiting) return nullptr;
     ThreadCaches& mine = tl_caches;
@@ -236,7 +240,13 @@ struct PoolAccess {
         return owned.get();
       }
     }
-    auto owned = std::make_unique<ThreadCache>();
+    std::unique_ptr<ThreadCache> owned(new (std::nothrow) ThreadCache());
+    if (owned == nullptr) return nullptr;
+    try {
+      mine.caches.reserve(mine.caches.size() + 1);
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
     ThreadCache& c = *owned;
     c.capacity = static_cast<uint32_t>(p.cache_capacity_ - 1);  // + hot
     c.tid = os::CurrentThreadId();
@@ -254,12 +264,17 @@ struct PoolAccess {
         }
         return true;
       });
-      c.pool.store(&p, std::memory_order_relaxed);
       std::lock_guard<std::mutex> tags(p.shared_->caches_mu);
+      try {
+        p.shared_->caches.reserve(p.shared_->caches.size() + 1);
+      } catch (const std::bad_alloc&) {
+        return nullptr;
+      }
+      c.pool.store(&p, std::memory_order_relaxed);
       c.fast.store(FastFor(p), std::memory_order_relaxed);
-      p.shared_->caches.push_back(&c);
+      p.shared_->caches.push_back(&c);  // reserved: does not throw
     }
-    mine.caches.push_back(std::move(owned));
+    mine.caches.push_back(std::move(owned));  // reserved: does not throw
     internal::tls_caches[p.cache_index_] = &c;
     return &c;
   }
