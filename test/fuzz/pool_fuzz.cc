@@ -99,8 +99,8 @@ struct PoolModel {
 uint64_t g_next_stamp = 1;
 
 // Not instrumented for coverage: its loop would only slow the fuzzer.
-__attribute__((no_sanitize("coverage"))) size_t FirstNonZero(
-    const std::byte* p, size_t n) {
+__attribute__((no_sanitize("coverage"))) size_t FirstNonZero(const std::byte* p,
+                                                             size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (p[i] != std::byte{0}) return i;
   }
@@ -211,8 +211,7 @@ class Session {
 
   void AddHandle(PoolModel& m, Buffer b) {
     FUZZ_CHECK(b.pool() == m.pool.get(), "handle of another pool");
-    FUZZ_CHECK(b.size() == m.pool->buffer_size(), "handle size %zu",
-               b.size());
+    FUZZ_CHECK(b.size() == m.pool->buffer_size(), "handle size %zu", b.size());
     FUZZ_CHECK(b.data() == m.pool->SlotData(b.index()),
                "handle index %u does not match data()", b.index());
     const uint64_t stamp = TakeOut(m, b.data());
@@ -252,8 +251,8 @@ class Session {
     const bufpool::PoolStats s = m.pool->Stats();
     FUZZ_CHECK(s.capacity == m.pool->capacity(), "Stats().capacity");
     FUZZ_CHECK(s.in_use == m.in_use,
-               "Stats().in_use %zu, model %zu (thread %d)", s.in_use,
-               m.in_use, thread);
+               "Stats().in_use %zu, model %zu (thread %d)", s.in_use, m.in_use,
+               thread);
     FUZZ_CHECK(s.acquire_failures == m.failures,
                "Stats().acquire_failures %llu, model %llu",
                (unsigned long long)s.acquire_failures,
@@ -295,8 +294,8 @@ class Session {
         break;
       }
       case 1: {  // Acquire with a zero or negative timeout: a poll
-        const absl::Duration t = in_.ConsumeBool() ? absl::ZeroDuration()
-                                                   : -absl::Nanoseconds(1);
+        const absl::Duration t =
+            in_.ConsumeBool() ? absl::ZeroDuration() : -absl::Nanoseconds(1);
         absl::StatusOr<Buffer> b = pool.Acquire(t);
         if (b.ok()) {
           FUZZ_CHECK(*b, "Acquire returned OK with an empty handle");
@@ -363,8 +362,8 @@ class Session {
         FUZZ_CHECK(got <= want, "TryAcquireBulk %zu > %zu", got, want);
         for (size_t k = 0; k < want; ++k) {
           FUZZ_CHECK(static_cast<bool>(v[k]) == (k < got),
-                     "TryAcquireBulk returned %zu but entry %zu is %s", got,
-                     k, v[k] ? "set" : "empty");
+                     "TryAcquireBulk returned %zu but entry %zu is %s", got, k,
+                     v[k] ? "set" : "empty");
         }
         for (size_t k = 0; k < got; ++k) AddHandle(m, std::move(v[k]));
         if (got < want) Failed(m, thread, "TryAcquireBulk");
@@ -563,8 +562,8 @@ class Session {
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     FUZZ_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
-               "misuse %d did not abort (status %d, stderr '%s')", kind,
-               status, err.c_str());
+               "misuse %d did not abort (status %d, stderr '%s')", kind, status,
+               err.c_str());
     FUZZ_CHECK(err.find(expect) != std::string::npos,
                "misuse %d: expected '%s' in '%s'", kind, expect, err.c_str());
   }
