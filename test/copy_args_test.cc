@@ -137,6 +137,11 @@ TEST(CopyArgsTest, OperandErrors) {
               std::string::npos);
   }
   EXPECT_NE(UsageError({"", "b"}).find("empty path"), std::string::npos);
+  // Found by test/fuzz/args_fuzz: an operand quoted in the error may hold
+  // a newline or other control characters; the error stays one line.
+  EXPECT_NE(UsageError({"a\nb"}).find("after 'a\\nb'"), std::string::npos);
+  EXPECT_NE(UsageError({"a\rb\x7f"}).find("after 'a\\x0db\\x7f'"),
+            std::string::npos);
   // A file named '-' is reachable.
   EXPECT_EQ(Parse({"./-", "b"}).action, ParseAction::kRun);
 }

@@ -65,7 +65,20 @@ void ConfigureApp(CLI::App& app, const std::string& name,
 }
 
 std::string UsageLine(const std::string& tool, const std::string& message) {
-  return absl::StrCat(tool, ": ", message, "; see '", tool, " --help'");
+  // The message may quote an argument, which may hold any byte: control
+  // characters are escaped so that the error stays one line.
+  std::string line;
+  for (const char c : message) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      line += "\\n";
+    } else if (u < 0x20 || u == 0x7f) {
+      absl::StrAppend(&line, "\\x", absl::Hex(u, absl::kZeroPad2));
+    } else {
+      line.push_back(c);
+    }
+  }
+  return absl::StrCat(tool, ": ", line, "; see '", tool, " --help'");
 }
 
 ParseAction RunParser(CLI::App& app, int argc, const char* const* argv,
