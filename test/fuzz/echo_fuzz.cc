@@ -6,7 +6,8 @@
 // connections (some with a tiny receive buffer, so the server's writes come
 // out partial) and what they do: send a message of any size (each byte a
 // function of the connection and its offset), read some of the echo, pause,
-// wait for the whole echo, half-close, reset (SO_LINGER 0), close. Checked:
+// wait for the whole echo, flood (send until the socket takes no more),
+// half-close, reset (SO_LINGER 0), close. Checked:
 //   * every byte read back is the byte sent at that offset, in order;
 //   * a connection that did not ask to go is never closed or reset by the
 //     server; a half-closed one gets every byte back and then end of file;
@@ -237,7 +238,7 @@ class Session {
   }
 
   void Step() {
-    const int op = in_.ConsumeIntegralInRange<int>(0, 8);
+    const int op = in_.ConsumeIntegralInRange<int>(0, 9);
     if (op == 0 || conns_.empty()) {
       Connect();
       return;
@@ -277,6 +278,15 @@ class Session {
         Gone(*c);
         break;
       }
+      case 9:  // flood: send until the socket takes no more (up to 1 MiB),
+               // so the echo backs up into the server's partial writes
+        if (c->half_closed) break;
+        for (int k = 0; k < 64; ++k) {
+          const uint64_t before = c->sent;
+          Send(*c, 16384);
+          if (c->sent - before < 16384) break;
+        }
+        break;
       default:  // 8: close, with or without reading the rest
         if (in_.ConsumeBool()) Drain(*c, c->half_closed);
         Gone(*c);
