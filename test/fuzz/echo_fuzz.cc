@@ -214,17 +214,32 @@ class Session {
     }
   }
 
-  // Reads until every byte sent has come back (and, if want_eof, end of
-  // file); a stall longer than kStallLimit fails.
+  // Reads until every byte sent on `c` has come back (and, if want_eof,
+  // end of file). Every other open connection is read meanwhile too: a
+  // client that does not read may hold pool buffers that c's echo needs
+  // (each connection may keep max_unsent_bytes, which a small pool does not
+  // have for all of them), so a peer waiting on one connection alone could
+  // deadlock by its own doing. No byte on any connection for kStallLimit
+  // fails.
   void Drain(Conn& c, bool want_eof) {
     auto last = Clock::now();
-    while (c.received < c.sent || (want_eof && !c.eof)) {
-      pollfd p = {c.fd, POLLIN, 0};
-      poll(&p, 1, 50);
-      const uint64_t before = c.received;
-      if (!ReadSome(c, SIZE_MAX)) break;
-      if (c.received != before) last = Clock::now();
-      FUZZ_CHECK(Clock::now() - last < kStallLimit,
+    while (!c.eof && (c.received < c.sent || want_eof)) {
+      std::vector<pollfd> fds;
+      std::vector<Conn*> who;
+      for (Conn& o : conns_) {
+        if (o.fd >= 0 && !o.eof) {
+          fds.push_back({o.fd, POLLIN, 0});
+          who.push_back(&o);
+        }
+      }
+      poll(fds.data(), fds.size(), 50);
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        const uint64_t before = who[i]->received;
+        ReadSome(*who[i], SIZE_MAX);
+        if (who[i]->received != before || who[i]->eof) last = Clock::now();
+      }
+      FUZZ_CHECK(c.eof || Clock::now() - last < kStallLimit,
                  "conn %u: echo stalled at %llu of %llu bytes (half-closed "
                  "%d, waiting for end of file %d)",
                  c.id, (unsigned long long)c.received,
@@ -278,10 +293,10 @@ class Session {
         Gone(*c);
         break;
       }
-      case 9:  // flood: send until the socket takes no more (up to 1 MiB),
-               // so the echo backs up into the server's partial writes
+      case 9:  // flood: send until the socket takes no more (up to 256
+               // KiB), so the echo backs up into backpressure and a dry pool
         if (c->half_closed) break;
-        for (int k = 0; k < 64; ++k) {
+        for (int k = 0; k < 16; ++k) {
           const uint64_t before = c->sent;
           Send(*c, 16384);
           if (c->sent - before < 16384) break;
