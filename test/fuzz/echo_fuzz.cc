@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -83,6 +84,10 @@ class Session {
     so.max_unsent_bytes =
         in_.ConsumeBool() ? in_.ConsumeIntegralInRange<size_t>(1, 4096)
                           : in_.ConsumeIntegralInRange<size_t>(1, 256 << 10);
+    // Bytes this input may send: a tiny unsent limit makes each round trip
+    // carry one buffer, so the budget follows the limit (an input stays
+    // well under libFuzzer's timeout however the engine paces itself).
+    budget_ = std::min<uint64_t>(4 << 20, 32 * so.max_unsent_bytes + 16384);
     auto server = EchoServer::Create(so);
     FUZZ_CHECK(server.ok(), "EchoServer::Create: %s",
                server.status().ToString().c_str());
@@ -199,6 +204,7 @@ class Session {
   // Sends up to n more bytes of the pattern, as many as the socket takes.
   void Send(Conn& c, size_t n) {
     uint8_t buf[16384];
+    n = std::min<uint64_t>(n, budget_);
     while (n > 0) {
       const size_t k = std::min(n, sizeof buf);
       for (size_t i = 0; i < k; ++i) buf[i] = Pattern(c.id, c.sent + i);
@@ -211,6 +217,7 @@ class Session {
       }
       c.sent += static_cast<uint64_t>(w);
       n -= static_cast<size_t>(w);
+      budget_ -= static_cast<uint64_t>(w);
     }
   }
 
@@ -296,7 +303,7 @@ class Session {
       case 9:  // flood: send until the socket takes no more (up to 256
                // KiB), so the echo backs up into backpressure and a dry pool
         if (c->half_closed) break;
-        for (int k = 0; k < 16; ++k) {
+        for (int k = 0; k < 16 && budget_ > 0; ++k) {
           const uint64_t before = c->sent;
           Send(*c, 16384);
           if (c->sent - before < 16384) break;
@@ -312,6 +319,7 @@ class Session {
   FuzzedDataProvider& in_;
   uint16_t port_ = 0;
   uint32_t next_id_ = 0;
+  uint64_t budget_ = 0;
   std::vector<Conn> conns_;
 };
 
