@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <exception>
 #include <memory>
 #include <utility>
 
@@ -119,6 +120,14 @@ ParseAction RunParser(CLI::App& app, int argc, const char* const* argv,
       if (c == '\n') c = ' ';
     }
     *text = UsageLine(app.get_name(), what);
+    return ParseAction::kUsageError;
+  } catch (const std::exception& e) {
+    // CLI11 converts a flag's value ("--no-progress=N") with std::stoll,
+    // whose out_of_range and invalid_argument are not ParseErrors.
+    *text = UsageLine(app.get_name(),
+                      absl::StrCat("a flag's value is not a number CLI11 can "
+                                   "read (",
+                                   e.what(), ")"));
     return ParseAction::kUsageError;
   }
   return ParseAction::kRun;

@@ -152,8 +152,19 @@ class Session {
     a.sin_family = AF_INET;
     a.sin_port = htons(port_);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    FUZZ_CHECK(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0,
-               "connect: %s", strerror(errno));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      // Interrupted (libFuzzer's timer signal): the connect goes on; wait
+      // for it and read its outcome.
+      FUZZ_CHECK(errno == EINTR, "connect: %s", strerror(errno));
+      pollfd p = {fd, POLLOUT, 0};
+      while (poll(&p, 1, 5000) < 0 && errno == EINTR) {
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      FUZZ_CHECK(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+                     err == 0 && (p.revents & POLLOUT),
+                 "connect: %s", strerror(err));
+    }
     FUZZ_CHECK(fcntl(fd, F_SETFL, O_NONBLOCK) == 0, "fcntl");
     Conn c;
     c.fd = fd;
