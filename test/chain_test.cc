@@ -124,6 +124,30 @@ TEST(SharedBufferTest, EmptyHandleGivesAnEmptySlice) {
   EXPECT_EQ(s.use_count(), 0u);
 }
 
+// Found by test/fuzz/chain_fuzz: a reset or moved-from slice kept its
+// data() and size(), a view of a buffer already back in the pool.
+TEST(SharedBufferTest, ResetAndMovedFromSlicesAreEmpty) {
+  auto pool = MakePool(4096, 8);
+  SharedBuffer a(pool->TryAcquire());
+  SharedBuffer b = a.Slice(8, 16);
+  a.Reset();
+  EXPECT_FALSE(a);
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(a.size(), 0u);
+  EXPECT_TRUE(a.view().empty());
+  SharedBuffer c = std::move(b);
+  EXPECT_EQ(b.data(), nullptr);
+  EXPECT_EQ(b.size(), 0u);
+  SharedBuffer d;
+  d = std::move(c);
+  EXPECT_EQ(c.data(), nullptr);
+  EXPECT_EQ(c.size(), 0u);
+  EXPECT_EQ(d.size(), 16u);
+  d.Reset();
+  EXPECT_EQ(d.size(), 0u);
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
 TEST(SharedBufferTest, SliceOfASliceIsRelativeToIt) {
   auto pool = MakePool(4096, 2);
   Buffer b = pool->TryAcquire();

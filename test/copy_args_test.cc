@@ -137,6 +137,16 @@ TEST(CopyArgsTest, OperandErrors) {
               std::string::npos);
   }
   EXPECT_NE(UsageError({"", "b"}).find("empty path"), std::string::npos);
+  // Found by test/fuzz/args_fuzz: an operand quoted in the error may hold
+  // a newline or other control characters; the error stays one line.
+  EXPECT_NE(UsageError({"a\nb"}).find("after 'a\\nb'"), std::string::npos);
+  EXPECT_NE(UsageError({"a\rb\x7f"}).find("after 'a\\x0db\\x7f'"),
+            std::string::npos);
+  // Found by test/fuzz/args_fuzz: CLI11 reads a flag's "=N" with
+  // std::stoll, whose out_of_range escaped as an uncaught exception.
+  EXPECT_NE(UsageError({"--no-progress=99999999999999999999", "a", "b"})
+                .find("a flag's value"),
+            std::string::npos);
   // A file named '-' is reachable.
   EXPECT_EQ(Parse({"./-", "b"}).action, ParseAction::kRun);
 }

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <exception>
 #include <memory>
 #include <utility>
 
@@ -65,7 +66,20 @@ void ConfigureApp(CLI::App& app, const std::string& name,
 }
 
 std::string UsageLine(const std::string& tool, const std::string& message) {
-  return absl::StrCat(tool, ": ", message, "; see '", tool, " --help'");
+  // The message may quote an argument, which may hold any byte: control
+  // characters are escaped so that the error stays one line.
+  std::string line;
+  for (const char c : message) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      line += "\\n";
+    } else if (u < 0x20 || u == 0x7f) {
+      absl::StrAppend(&line, "\\x", absl::Hex(u, absl::kZeroPad2));
+    } else {
+      line.push_back(c);
+    }
+  }
+  return absl::StrCat(tool, ": ", line, "; see '", tool, " --help'");
 }
 
 ParseAction RunParser(CLI::App& app, int argc, const char* const* argv,
@@ -106,6 +120,14 @@ ParseAction RunParser(CLI::App& app, int argc, const char* const* argv,
       if (c == '\n') c = ' ';
     }
     *text = UsageLine(app.get_name(), what);
+    return ParseAction::kUsageError;
+  } catch (const std::exception& e) {
+    // CLI11 converts a flag's value ("--no-progress=N") with std::stoll,
+    // whose out_of_range and invalid_argument are not ParseErrors.
+    *text = UsageLine(app.get_name(),
+                      absl::StrCat("a flag's value is not a number CLI11 can "
+                                   "read (",
+                                   e.what(), ")"));
     return ParseAction::kUsageError;
   }
   return ParseAction::kRun;

@@ -80,7 +80,9 @@ void ConfigureApp(CLI::App& app, const std::string& name,
 ParseAction RunParser(CLI::App& app, int argc, const char* const* argv,
                       std::string* text);
 
-// "<tool>: <message>; see '<tool> --help'".
+// "<tool>: <message>; see '<tool> --help'", one line: control characters
+// in `message` (a quoted argument may hold any) are escaped, '\n' as "\\n",
+// the others as "\\xHH".
 std::string UsageLine(const std::string& tool, const std::string& message);
 
 // The paragraph on exit codes that ends every tool's --help; `failure`

@@ -69,8 +69,9 @@ class BufferChain;
 
 // A counted reference to bytes [data(), data() + size()) of one pool buffer.
 // Copyable (each copy is one more reference) and movable (no atomic); the
-// last reference destroyed returns the buffer to its pool. A default or
-// moved-from SharedBuffer holds nothing (operator bool is false).
+// last reference destroyed returns the buffer to its pool. A default,
+// moved-from or Reset() SharedBuffer holds nothing: operator bool is false,
+// data() is null and size() is 0.
 class BUFPOOL_EXPORT SharedBuffer {
  public:
   SharedBuffer() noexcept = default;
@@ -80,8 +81,8 @@ class BUFPOOL_EXPORT SharedBuffer {
   SharedBuffer(const SharedBuffer& other) noexcept;
   SharedBuffer(SharedBuffer&& other) noexcept
       : pool_(std::exchange(other.pool_, nullptr)),
-        data_(other.data_),
-        size_(other.size_),
+        data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
         slot_(other.slot_) {}
   SharedBuffer& operator=(const SharedBuffer& other) noexcept;
   SharedBuffer& operator=(SharedBuffer&& other) noexcept;
@@ -392,8 +393,8 @@ inline SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
   if (this != &other) {
     Reset();
     pool_ = std::exchange(other.pool_, nullptr);
-    data_ = other.data_;
-    size_ = other.size_;
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
     slot_ = other.slot_;
   }
   return *this;
@@ -403,6 +404,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void SharedBuffer::Reset() {
   BufferPool* const pool = pool_;
   if (pool == nullptr) return;
   pool_ = nullptr;
+  data_ = nullptr;  // no view of a buffer that may be reused already
+  size_ = 0;
   std::atomic_ref<uint32_t> ref = internal::SharedAccess::Ref(*pool, slot_);
   if (ref.load(std::memory_order_acquire) == 1 ||
       ref.fetch_sub(1, std::memory_order_acq_rel) == 1) {

@@ -318,6 +318,15 @@ void EpollEchoServer::Read(Conn* conn) {
   conn->unsent += *n;
   Counters::Add(counters_->bytes_received, *n);
   if (conn->unsent >= options_.max_unsent_bytes) {
+#ifdef BUFPOOL_FUZZ_PLANT
+    // Planted defect for test/fuzz/echo_fuzz: the read that takes a
+    // connection to its unsent limit loses its last byte.
+    if (pooled_ && !conn->chain.empty()) {
+      BufferChain kept = conn->chain.Split(conn->chain.size() - 1);
+      conn->chain = std::move(kept);
+      conn->unsent -= 1;
+    }
+#endif
     conn->over_limit = true;
     Counters::Add(counters_->unsent_limit_stalls, 1);
   }

@@ -947,7 +947,13 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
       for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
     }
   }
+#ifdef BUFPOOL_FUZZ_PLANT
+  // Planted defect for test/fuzz/pool_fuzz: a fill short by one buffer is
+  // not counted as a failure.
+  if (got + 1 < want) shared_->failures.fetch_add(1, std::memory_order_relaxed);
+#else
   if (got < want) shared_->failures.fetch_add(1, std::memory_order_relaxed);
+#endif
   PoolAccess::WakeWaiters(*this, reshelved);
   return got;
 }

@@ -1,0 +1,341 @@
+// Fuzz target 2: BufferChain and SharedBuffer against std::string models.
+//
+// The input picks two small pools (buffer size 64 to 1024, 1 to 40 buffers,
+// so appends run dry) and operates on four chains (each with one of the pools
+// or none) and on up to 16 slices held apart from them: Append of bytes, of a
+// slice (moved or copied), of another chain, of a filled Buffer; Consume,
+// Split, Clone, Clear, CopyTo, FillIovecs, spans(), move-assignment, Slice().
+// After every step:
+//   * each chain's bytes (through spans()) equal its model, size() and the
+//     slice sizes agree, no slice is empty or reaches outside its buffer;
+//   * every held slice still reads the bytes it had (nothing writes shared
+//     bytes);
+//   * for every slot referenced, use_count() equals the references the
+//     fuzzer holds, and each pool's in_use equals the slots referenced;
+//   * a failed Append leaves the chain as it was.
+#include <fuzzer/FuzzedDataProvider.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bufpool/buffer_pool.h"
+#include "bufpool/chain.h"
+#include "fuzz_check.h"
+
+namespace {
+
+using bufpool::Buffer;
+using bufpool::BufferChain;
+using bufpool::BufferPool;
+using bufpool::SharedBuffer;
+
+constexpr int kChains = 4;
+constexpr size_t kMaxHeld = 16;
+
+struct Held {
+  SharedBuffer slice;
+  std::string bytes;
+};
+
+std::string Contents(const BufferChain& c) {
+  std::string s;
+  for (absl::Span<const std::byte> part : c.spans()) {
+    s.append(reinterpret_cast<const char*>(part.data()), part.size());
+  }
+  return s;
+}
+
+class Session {
+ public:
+  explicit Session(FuzzedDataProvider& in) : in_(in) {}
+
+  void Run() {
+    for (auto& pool : pools_) {
+      bufpool::PoolOptions o;
+      o.buffer_size = size_t{64} << in_.ConsumeIntegralInRange<int>(0, 4);
+      o.buffer_count = in_.ConsumeIntegralInRange<size_t>(1, 40);
+      o.thread_cache_size = in_.ConsumeBool() ? 0 : 64;
+      o.huge_pages = bufpool::HugePages::kNever;
+      o.populate = false;
+      auto p = BufferPool::Create(o);
+      FUZZ_CHECK(p.ok(), "Create: %s", p.status().ToString().c_str());
+      pool = std::move(*p);
+    }
+    for (int i = 0; i < kChains; ++i) chains_[i] = MakeChain();
+    int steps = 0;
+    while (in_.remaining_bytes() > 0 && steps++ < 256) {
+      Step();
+      Check();
+    }
+    for (auto& c : chains_) c.reset();
+    held_.clear();
+    for (auto& pool : pools_) {
+      FUZZ_CHECK(pool->Stats().in_use == 0,
+                 "in_use %zu after every chain "
+                 "and slice is gone",
+                 pool->Stats().in_use);
+    }
+  }
+
+ private:
+  BufferChain MakeChain() {
+    const int which = in_.ConsumeIntegralInRange<int>(0, 2);
+    return which == 2 ? BufferChain() : BufferChain(*pools_[which]);
+  }
+  size_t PickChain() {
+    return in_.ConsumeIntegralInRange<size_t>(0, kChains - 1);
+  }
+
+  std::string Bytes(size_t max) {
+    const size_t n = in_.ConsumeIntegralInRange<size_t>(0, max);
+    std::string s =
+        in_.ConsumeBytesAsString(in_.ConsumeIntegralInRange<size_t>(0, n));
+    // The rest of the length is a pattern, so long appends need no input.
+    while (s.size() < n) s.push_back(static_cast<char>('a' + s.size() % 26));
+    return s;
+  }
+
+  void Step() {
+    const size_t i = PickChain();
+    BufferChain& c = *chains_[i];
+    std::string& m = models_[i];
+    switch (in_.ConsumeIntegralInRange<int>(0, 13)) {
+      case 0: {  // Append bytes: all or nothing
+        const std::string b = Bytes(in_.ConsumeBool() ? 64 : 3000);
+        const size_t segs = c.segment_count();
+        absl::Status s = c.Append(b);
+        if (s.ok()) {
+          m += b;
+        } else {
+          FUZZ_CHECK(absl::IsResourceExhausted(s) ||
+                         (absl::IsFailedPrecondition(s) && !c.pool()),
+                     "Append(%zu bytes): %s", b.size(), s.ToString().c_str());
+          FUZZ_CHECK(c.segment_count() == segs,
+                     "failed Append changed the slices");
+        }
+        break;
+      }
+      case 1: {  // Append a held slice, moved or copied
+        if (held_.empty()) break;
+        const size_t h =
+            in_.ConsumeIntegralInRange<size_t>(0, held_.size() - 1);
+        m += held_[h].bytes;
+        if (in_.ConsumeBool()) {
+          c.Append(std::move(held_[h].slice));
+          held_.erase(held_.begin() + h);
+        } else {
+          c.Append(held_[h].slice);
+        }
+        break;
+      }
+      case 2: {  // Append another chain (itself: nothing happens)
+        const size_t j = PickChain();
+        c.Append(std::move(*chains_[j]));
+        if (j != i) {
+          m += models_[j];
+          models_[j].clear();
+        }
+        FUZZ_CHECK(j == i || chains_[j]->empty(), "appended chain not empty");
+        break;
+      }
+      case 3: {  // Append a Buffer filled by the caller
+        BufferPool& pool = *pools_[in_.ConsumeIntegralInRange<int>(0, 1)];
+        Buffer b = pool.TryAcquire();
+        if (!b) break;
+        const std::string bytes = Bytes(b.size());
+        std::memcpy(b.data(), bytes.data(), bytes.size());
+        c.Append(std::move(b), bytes.size());
+        FUZZ_CHECK(!b, "Append(Buffer&&) left the handle set");
+        m += bytes;
+        break;
+      }
+      case 4: {  // Consume
+        const size_t n = in_.ConsumeIntegralInRange<size_t>(0, m.size() + 8);
+        c.Consume(n);
+        m.erase(0, std::min(n, m.size()));
+        break;
+      }
+      case 5: {  // Split into another chain (replacing it)
+        const size_t j = PickChain();
+        const size_t n = in_.ConsumeIntegralInRange<size_t>(0, m.size() + 8);
+        BufferChain first = c.Split(n);
+        FUZZ_CHECK(first.pool() == c.pool(), "Split: pool differs");
+        const std::string head = m.substr(0, std::min(n, m.size()));
+        m.erase(0, head.size());
+        FUZZ_CHECK(Contents(first) == head && first.size() == head.size(),
+                   "Split(%zu): %zu bytes '%s' expected '%s'", n, first.size(),
+                   Contents(first).c_str(), head.c_str());
+        *chains_[j] = std::move(first);
+        models_[j] = head;
+        break;
+      }
+      case 6: {  // CopyTo a span shorter or longer than the chain
+        const size_t n = in_.ConsumeIntegralInRange<size_t>(0, m.size() + 8);
+        std::string out(n, '\0');
+        const size_t got = c.CopyTo(
+            absl::MakeSpan(reinterpret_cast<std::byte*>(out.data()), n));
+        FUZZ_CHECK(got == std::min(n, m.size()), "CopyTo returned %zu", got);
+        FUZZ_CHECK(out.compare(0, got, m, 0, got) == 0, "CopyTo bytes");
+        break;
+      }
+      case 7: {  // Clone into another chain
+        const size_t j = PickChain();
+        BufferChain copy = c.Clone();
+        FUZZ_CHECK(copy.pool() == c.pool(), "Clone: pool differs");
+        const std::string model = m;
+        *chains_[j] = std::move(copy);
+        models_[j] = model;
+        break;
+      }
+      case 8:  // Clear
+        c.Clear();
+        m.clear();
+        break;
+      case 9: {  // FillIovecs
+        const size_t k = in_.ConsumeIntegralInRange<size_t>(0, 12);
+        std::vector<iovec> iov(k);
+        const size_t got = c.FillIovecs(absl::MakeSpan(iov));
+        FUZZ_CHECK(got == std::min(k, c.segment_count()), "FillIovecs %zu",
+                   got);
+        std::string s;
+        for (size_t x = 0; x < got; ++x) {
+          s.append(static_cast<const char*>(iov[x].iov_base), iov[x].iov_len);
+        }
+        FUZZ_CHECK(m.compare(0, s.size(), s) == 0,
+                   "FillIovecs bytes are not the chain's prefix");
+        if (got == c.segment_count()) {
+          FUZZ_CHECK(s == m, "FillIovecs of every slice");
+        }
+        break;
+      }
+      case 10: {  // Slice() of a segment, held apart
+        if (c.segment_count() == 0 || held_.size() >= kMaxHeld) break;
+        const size_t k =
+            in_.ConsumeIntegralInRange<size_t>(0, c.segment_count() - 1);
+        const SharedBuffer& seg = c.segment(k);
+        const size_t off = in_.ConsumeIntegralInRange<size_t>(0, seg.size());
+        const size_t len =
+            in_.ConsumeIntegralInRange<size_t>(0, seg.size() - off);
+        SharedBuffer s = seg.Slice(off, len);
+        FUZZ_CHECK(s && s.size() == len && s.data() == seg.data() + off &&
+                       s.slot() == seg.slot() && s.pool() == seg.pool(),
+                   "Slice(%zu, %zu)", off, len);
+        std::string bytes(s.view());
+        held_.push_back({std::move(s), std::move(bytes)});
+        break;
+      }
+      case 11:  // drop a held slice
+        if (held_.empty()) break;
+        held_.erase(held_.begin() +
+                    in_.ConsumeIntegralInRange<size_t>(0, held_.size() - 1));
+        break;
+      case 12: {  // move-assign another chain (or a fresh one) onto this one
+        const size_t j = PickChain();
+        if (j == i) {
+          *chains_[i] = MakeChain();
+          m.clear();
+        } else {
+          *chains_[i] = std::move(*chains_[j]);
+          m = std::move(models_[j]);
+          models_[j].clear();
+          FUZZ_CHECK(chains_[j]->empty() && chains_[j]->segment_count() == 0,
+                     "moved-from chain not empty");
+        }
+        break;
+      }
+      default: {  // 13: a held slice copied, then reset
+        if (held_.empty()) break;
+        Held& h =
+            held_[in_.ConsumeIntegralInRange<size_t>(0, held_.size() - 1)];
+        SharedBuffer copy = h.slice;
+        FUZZ_CHECK(copy.use_count() >= 2, "copy's use_count %u",
+                   copy.use_count());
+        copy.Reset();
+        FUZZ_CHECK(!copy && copy.size() == 0, "Reset slice not empty");
+        break;
+      }
+    }
+  }
+
+  void Note(const SharedBuffer& s,
+            std::map<std::pair<BufferPool*, uint32_t>, uint32_t>& refs) {
+    FUZZ_CHECK(s && s.size() > 0, "an empty slice");
+    BufferPool* pool = s.pool();
+    FUZZ_CHECK(pool == pools_[0].get() || pool == pools_[1].get(),
+               "slice of an unknown pool");
+    FUZZ_CHECK(s.slot() < pool->capacity(), "slot %u", s.slot());
+    FUZZ_CHECK(s.offset() + s.size() <= pool->buffer_size() &&
+                   s.room() == pool->buffer_size() - s.offset() - s.size(),
+               "slice [%zu, +%zu) of a %zu-byte buffer", s.offset(), s.size(),
+               pool->buffer_size());
+    ++refs[{pool, s.slot()}];
+  }
+
+  void Check() {
+    std::map<std::pair<BufferPool*, uint32_t>, uint32_t> refs;
+    std::vector<const SharedBuffer*> any;  // one slice per referenced slot
+    for (int i = 0; i < kChains; ++i) {
+      const BufferChain& c = *chains_[i];
+      size_t sum = 0;
+      for (size_t k = 0; k < c.segment_count(); ++k) {
+        Note(c.segment(k), refs);
+        any.push_back(&c.segment(k));
+        sum += c.segment(k).size();
+      }
+      FUZZ_CHECK(sum == c.size(), "chain %d: slices hold %zu, size() %zu", i,
+                 sum, c.size());
+      FUZZ_CHECK(c.spans().size() == c.segment_count(), "spans().size()");
+      FUZZ_CHECK(c.size() == models_[i].size() && Contents(c) == models_[i],
+                 "chain %d: %zu bytes differ from the model's %zu", i, c.size(),
+                 models_[i].size());
+      FUZZ_CHECK(c.empty() == models_[i].empty(), "empty()");
+    }
+    for (const Held& h : held_) {
+      FUZZ_CHECK(h.slice.view() == h.bytes,
+                 "a held slice's bytes changed (slot %u)", h.slice.slot());
+      if (h.slice.size() > 0) {
+        Note(h.slice, refs);
+        any.push_back(&h.slice);
+      } else if (h.slice) {
+        // Slice(off, 0) holds its buffer but is not a chain's slice.
+        ++refs[{h.slice.pool(), h.slice.slot()}];
+        any.push_back(&h.slice);
+      }
+    }
+    for (const SharedBuffer* s : any) {
+      const uint32_t want = refs[{s->pool(), s->slot()}];
+      FUZZ_CHECK(s->use_count() == want, "slot %u: use_count %u, held %u",
+                 s->slot(), s->use_count(), want);
+    }
+    for (const auto& pool : pools_) {
+      size_t slots = 0;
+      for (const auto& [key, n] : refs) slots += key.first == pool.get();
+      const size_t in_use = pool->Stats().in_use;
+      FUZZ_CHECK(in_use == slots, "pool in_use %zu but %zu slots referenced",
+                 in_use, slots);
+    }
+  }
+
+  FuzzedDataProvider& in_;
+  std::unique_ptr<BufferPool> pools_[2];
+  // Destroyed before the pools (declared after them).
+  std::optional<BufferChain> chains_[kChains];
+  std::string models_[kChains];
+  std::vector<Held> held_;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  Session(in).Run();
+  return 0;
+}
