@@ -67,57 +67,11 @@ struct Setup {
 
 using Clock = std::chrono::steady_clock;
 
-// Our loop: Take() each completion into a chain, touch it, drop it (back to
-// the pool), one Refill() per batch.
-void BM_Ring(benchmark::State& state) {
-  const bool handling_only = state.range(0) != 0;
-  Setup s;
-  if (!s.ok) return state.SkipWithError("setup failed");
-  auto bufs = bufpool::ProvidedBufferRing::Create(
-      &s.ring, *s.pool,
-      {.group_id = kGroup,
-       .max_buffers = 256,
-       .initial_buffers = 256,
-       .bundles = bufpool::ProvidedBufferRingOptions::Bundles::kOff});
-  if (!bufs.ok()) return state.SkipWithError("ring failed");
-  bool armed = false;
-  uint64_t sum = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
-    if (!armed) {
-      io_uring_sqe* sqe = io_uring_get_sqe(&s.ring);
-      (*bufs)->PrepareRecv(sqe, s.fds[1]);
-      io_uring_sqe_set_data64(sqe, 1);
-      armed = true;
-    }
-    s.WriteBatch();
-    io_uring_submit_and_wait(&s.ring, kBatch);
-    const auto t1 = Clock::now();
-    io_uring_cqe* cqe;
-    unsigned head, n = 0;
-    io_uring_for_each_cqe(&s.ring, head, cqe) {
-      ++n;
-      if (!(cqe->flags & IORING_CQE_F_MORE)) armed = false;
-      absl::StatusOr<bufpool::BufferChain> c = (*bufs)->Take(*cqe);
-      if (c.ok() && !c->empty())
-        sum += static_cast<uint8_t>(c->segment(0).data()[0]);
-    }
-    io_uring_cq_advance(&s.ring, n);
-    (*bufs)->Refill();
-    const auto t2 = Clock::now();
-    if (handling_only) {
-      state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
-    } else {
-      state.SetIterationTime(std::chrono::duration<double>(t2 - t0).count());
-    }
-  }
-  benchmark::DoNotOptimize(sum);
-  state.SetItemsProcessed(state.iterations() * kBatch);
-}
-
-// The same, with Take(cqe, queue) appending to one chain that lives across
-// turns (as a connection's input queue does), dropped after each message.
-void BM_RingInto(benchmark::State& state) {
+// Our loop: each completion's bytes are taken from the ring, touched and
+// dropped (back to the pool), one Refill() per batch. BM_Ring takes each
+// into a new chain (Take(cqe)); BM_RingInto appends to one chain that lives
+// across turns, as a connection's input queue does (Take(cqe, queue)).
+void RingLoop(benchmark::State& state, bool into) {
   const bool handling_only = state.range(0) != 0;
   Setup s;
   if (!s.ok) return state.SkipWithError("setup failed");
@@ -147,23 +101,29 @@ void BM_RingInto(benchmark::State& state) {
     io_uring_for_each_cqe(&s.ring, head, cqe) {
       ++n;
       if (!(cqe->flags & IORING_CQE_F_MORE)) armed = false;
-      if ((*bufs)->Take(*cqe, queue).ok() && !queue.empty()) {
-        sum += static_cast<uint8_t>(queue.segment(0).data()[0]);
-        queue.Consume(queue.size());
+      if (into) {
+        if ((*bufs)->Take(*cqe, queue).ok() && !queue.empty()) {
+          sum += static_cast<uint8_t>(queue.segment(0).data()[0]);
+          queue.Consume(queue.size());
+        }
+      } else {
+        absl::StatusOr<bufpool::BufferChain> c = (*bufs)->Take(*cqe);
+        if (c.ok() && !c->empty())
+          sum += static_cast<uint8_t>(c->segment(0).data()[0]);
       }
     }
     io_uring_cq_advance(&s.ring, n);
     (*bufs)->Refill();
     const auto t2 = Clock::now();
-    if (handling_only) {
-      state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
-    } else {
-      state.SetIterationTime(std::chrono::duration<double>(t2 - t0).count());
-    }
+    state.SetIterationTime(
+        std::chrono::duration<double>(t2 - (handling_only ? t1 : t0)).count());
   }
   benchmark::DoNotOptimize(sum);
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
+
+void BM_Ring(benchmark::State& state) { RingLoop(state, false); }
+void BM_RingInto(benchmark::State& state) { RingLoop(state, true); }
 
 // The same loop on raw liburing: a buffer ring whose ids are slot numbers,
 // each completion's buffer re-added by hand, one advance per batch.
