@@ -62,7 +62,6 @@ struct Setup {
       if (send(fds[0], msg, sizeof(msg), 0) != kMessage) std::abort();
     }
   }
-  void ArmRecv(io_uring_sqe* sqe) { io_uring_sqe_set_data64(sqe, 1); }
 };
 
 using Clock = std::chrono::steady_clock;
