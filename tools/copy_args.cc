@@ -98,13 +98,7 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
                               "with O_DIRECT)"))
       ->type_name("N")
       ->option_text("N")
-#ifdef BUFPOOL_FUZZ_PLANT
-      // Planted defect for test/fuzz/args_fuzz: the limit on --buffer-count
-      // is not the one CopyFile checks.
-      ->transform(NumberIn(0, kMaxCopyBatchBuffers * 16));
-#else
       ->transform(NumberIn(0, kMaxCopyBatchBuffers));
-#endif
   app.add_option("--queue-depth", c.copy.queue_depth,
                  absl::StrCat("operations in flight at once (uring, direct), "
                               "0\nto ",
