@@ -183,7 +183,9 @@ class BUFPOOL_EXPORT BufferChain {
   // Links a slice to the end, no copy (an empty slice is dropped).
   void Append(SharedBuffer&& slice);
   void Append(const SharedBuffer& slice) { Append(SharedBuffer(slice)); }
-  // Moves every slice of `other` to the end; `other` becomes empty.
+  // Moves every slice of `other` to the end; `other` becomes empty. All or
+  // nothing: when growing this chain's slice ring throws std::bad_alloc,
+  // both chains are unchanged.
   void Append(BufferChain&& other);
   // Links the first `length` bytes of a buffer the caller filled (say, by a
   // read into it), no copy; the chain takes the buffer (length 0: it goes
@@ -213,6 +215,10 @@ class BUFPOOL_EXPORT BufferChain {
   BufferChain Clone() const;
   // Drops every slice (keeps the ring's capacity).
   void Clear();
+  // Makes room for `segments` slices in all, so that linking slices up to
+  // that count allocates nothing (and cannot throw). Throws std::bad_alloc,
+  // the chain unchanged, when the grown ring cannot be allocated.
+  void Reserve(size_t segments);
 
  private:
   friend absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
@@ -238,7 +244,8 @@ class BUFPOOL_EXPORT BufferChain {
     At(count_ - 1).Reset();
     --count_;
   }
-  void Grow();
+  void Grow() { GrowTo(cap_ * 2); }
+  void GrowTo(uint32_t cap);  // cap: a power of two > cap_
   // For ReadFrom(): the tail grows by n bytes of its room (TailRoom() >= n);
   // a fresh buffer whose first n bytes hold data joins the end.
   void ExtendTail(size_t n) {

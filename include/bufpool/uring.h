@@ -226,6 +226,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // queue) instead of returning a new chain: no chain is made, moved or
   // destroyed per completion. `out` is unchanged unless the status is OK
   // (with res == 0 it is unchanged too). `out` may belong to another pool.
+  // When `out` must grow its slice ring and that allocation throws
+  // std::bad_alloc, nothing has changed (`out`, the ring): the same
+  // completion may be taken again.
   absl::Status Take(const io_uring_cqe& cqe, BufferChain& out);
 
   // Lends free pool buffers to the ring until it holds its current target

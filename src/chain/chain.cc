@@ -2,9 +2,11 @@
 #include "bufpool/chain.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 
@@ -97,14 +99,19 @@ void BufferChain::StealFrom(BufferChain& other) noexcept {
   count_ = std::exchange(other.count_, 0);
 }
 
-void BufferChain::Grow() {
-  const uint32_t cap = cap_ * 2;
-  auto* segs = new SharedBuffer[cap];
+void BufferChain::GrowTo(uint32_t cap) {
+  auto* segs = new SharedBuffer[cap];  // the only step that can throw
   for (uint32_t i = 0; i < count_; ++i) segs[i] = std::move(At(i));
   if (segs_ != inline_) delete[] segs_;
   segs_ = segs;
   cap_ = cap;
   head_ = 0;
+}
+
+void BufferChain::Reserve(size_t segments) {
+  if (segments <= cap_) return;
+  if (segments > (size_t{1} << 31)) throw std::bad_alloc();
+  GrowTo(static_cast<uint32_t>(std::bit_ceil(segments)));
 }
 
 void BufferChain::Clear() {
@@ -195,6 +202,7 @@ void BufferChain::Append(Buffer&& buffer, size_t length) {
 
 void BufferChain::Append(BufferChain&& other) {
   if (&other == this) return;
+  Reserve(size_t{count_} + other.count_);  // then nothing below can throw
   for (size_t i = 0; i < other.count_; ++i) PushBack(std::move(other.At(i)));
   size_ += other.size_;
   other.count_ = 0;

@@ -198,6 +198,11 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
         "ProvidedBufferRing::Take: buffer id ", id, " (", n,
         " buffers) was not lent by the ring of group ", group_id_));
   }
+  // All or nothing: the one allocation is made first, so that a
+  // std::bad_alloc leaves `out` and the ring as they were (the completion
+  // can be taken again). free_ids_ never reallocates: it was reserved for
+  // every id.
+  out.Reserve(out.segment_count() + n);
   const uint32_t pos = pos_of_id_[id];
   size_t left = total;
   for (size_t i = 0; i < n; ++i) {
