@@ -443,6 +443,14 @@ TEST_F(StreamTest, EmptyAppendsAndReadsAreHarmless) {
   std::byte b;
   ASSERT_TRUE(r->ReadExact({&b, 1}).ok());
   EXPECT_EQ(b, std::byte{'x'});
+  // After Close() even an empty read says the reader is closed.
+  ASSERT_TRUE(r->Close().ok());
+  EXPECT_EQ(r->Read(absl::Span<std::byte>()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r->ReadExact(absl::Span<std::byte>()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r->ReadExact({&b, 1}).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(StreamTest, FlushPutsEverythingInTheKernelAndCloseIsIdempotent) {
@@ -629,6 +637,7 @@ TEST_F(StreamTest, ReaderReportsAReadErrorOnceAndThenStaysFailed) {
   std::byte b[4];
   EXPECT_EQ(r->Read(b).status(), first);
   EXPECT_EQ(r->ReadExact(b), first);
+  EXPECT_EQ(r->ReadExact(absl::Span<std::byte>()), first);
   EXPECT_EQ(r->Close(), first);
 }
 

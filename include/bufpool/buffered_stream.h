@@ -234,7 +234,8 @@ class BUFPOOL_EXPORT BufferedReader {
   // Fills all of `out`. OutOfRange when the file ended cleanly before it
   // (no byte read); DataLoss when it ended part-way (a truncated record: the
   // message says how many bytes of how many at which offset). Never returns
-  // partial data as if it were whole.
+  // partial data as if it were whole. As Read(), even for an empty `out`:
+  // FailedPrecondition after Close(), and a failed reader's error.
   absl::Status ReadExact(absl::Span<std::byte> out);
   absl::StatusOr<uint32_t> ReadFixed32();  // little-endian; ReadExact rules
   absl::StatusOr<uint64_t> ReadFixed64();

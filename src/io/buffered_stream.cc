@@ -549,6 +549,12 @@ absl::StatusOr<size_t> BufferedReader::ReadSlow(std::byte* out, size_t n) {
 }
 
 absl::Status BufferedReader::ReadExactSlow(absl::Span<std::byte> out) {
+  // As Read(): a failed or closed reader says so, even for no bytes.
+  if (!status_.ok()) return status_;
+  if (closed_ || pool_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("read from closed BufferedReader ", name_));
+  }
   const uint64_t start = position();
   size_t done = 0;
   while (done < out.size()) {
