@@ -203,6 +203,23 @@ TEST_P(EchoServerTest, AbruptDisconnectsMidMessageLeaveOthersServed) {
   s.Stop();
 }
 
+TEST_P(EchoServerTest, ALimitBelowOneBufferStillMovesABufferPerRead) {
+  // max_unsent_bytes 1 with 64-byte buffers: every read takes a connection
+  // over its limit, but a read still fills at least one whole buffer (the
+  // uring engine once capped its recvs at the 1 byte of room left, one
+  // byte per round trip).
+  Running s(GetParam(), {.buffer_size = 64, .buffer_count = 256},
+            /*max_unsent=*/1);
+  ExpectEchoed(s.Load(2, 4, 16 * 1024, 16 * 1024, 707));
+  s.ExpectIdle();
+  const EchoServerStats st = s.server().Stats();
+  EXPECT_EQ(st.bytes_received, 2 * 4 * 16 * 1024u);
+  EXPECT_GT(st.unsent_limit_stalls, 0u);
+  EXPECT_LE(st.unsent_limit_stalls, 2 * st.bytes_received / 64 + 64)
+      << "reads of less than a buffer";
+  s.Stop();
+}
+
 TEST_P(EchoServerTest, PoolFarSmallerThanTheLoad) {
   // 16 buffers of 4 KiB (64 KiB) against 64 clients with up to 1 MiB in
   // flight each: the server must stall reads, never drop or reorder bytes.

@@ -15,7 +15,7 @@
 //
 // Backpressure. A connection with less than max_unsent_bytes / 2 unsent has
 // a multishot recv whose total the kernel caps at the room left under the
-// limit (Linux 6.17+; sqe->optlen shares its word with file_index in
+// limit, rounded up to whole slots (Linux 6.17+; sqe->optlen shares its word with file_index in
 // liburing 2.3's header). On kernels without the cap (the recv fails with
 // -EINVAL, bundles being probed apart) it is cancelled past half the limit
 // and replaced by single-shot recvs, and past max_unsent_bytes none is armed
@@ -211,10 +211,14 @@ void UringEchoServer::ArmRecv(Conn* conn) {
   bufs_->PrepareRecv(sqe, conn->fd, ro);
   if (mshot_cap_) {
     // The multishot recv ends by itself once it has received the room left
-    // under the limit, so a connection never holds more than
-    // max_unsent_bytes however fast the kernel fills slots.
+    // under the limit, rounded up to whole slots (a slot holds as much
+    // memory for one byte as for its size), so a connection never holds
+    // more than max_unsent_bytes plus one slot however fast the kernel
+    // fills them, and a limit below a slot still moves a slot per recv.
+    const size_t slot = pool_->buffer_size();
     const size_t room = options_.max_unsent_bytes - conn->unsent;
-    sqe->file_index = static_cast<uint32_t>(std::min<size_t>(room, 1u << 30));
+    const size_t cap = (std::min<size_t>(room, 1u << 30) + slot - 1) / slot * slot;
+    sqe->file_index = static_cast<uint32_t>(cap);
   }
   conn->recv_bundle = ro.bundle && bufs_->bundles();
   // Poll first: an idle connection takes no slot and gets no -ENOBUFS.
