@@ -117,19 +117,6 @@ absl::Status ToPoolOptions(const bufpool_options* in,
   return absl::OkStatus();
 }
 
-// MERGE (coordinator): PoolStats::acquire_timeouts is being added to the
-// C++ core in parallel. Until it is there this reports 0; once it is, the
-// `if constexpr` picks it up with no edit here (replace this helper with
-// `s.acquire_timeouts` when convenient).
-template <class Stats>
-uint64_t AcquireTimeouts(const Stats& s) {
-  if constexpr (requires { s.acquire_timeouts; }) {
-    return s.acquire_timeouts;
-  } else {
-    return 0;
-  }
-}
-
 }  // namespace
 
 extern "C" {
@@ -217,7 +204,7 @@ void bufpool_get_stats_sized(const bufpool_pool* pool, bufpool_stats* stats,
   out.in_use = s.in_use;
   out.high_water = s.high_water;
   out.acquire_failures = s.acquire_failures;
-  out.acquire_timeouts = AcquireTimeouts(s);
+  out.acquire_timeouts = s.acquire_timeouts;
   const size_t n = std::min(stats_size, sizeof(out));
   out.struct_size = n;
   std::memcpy(stats, &out, n);
