@@ -11,7 +11,6 @@
 #include <thread>
 #include <vector>
 
-#include "alloc_failure.h"
 #include "gtest/gtest.h"
 
 namespace bufpool {
@@ -372,54 +371,6 @@ TEST(BufferChainTest, MovesKeepSlicesInlineAndOnTheHeap) {
 // Move assignment between every mix of inline (<= 4 slices) and grown
 // chains: the target gets exactly the source's bytes, the source is empty
 // and usable (holding the target's old storage), nothing leaks (ASan).
-// `n` one-byte slices "a", "b", ... of buffers of `pool`.
-BufferChain Letters(BufferPool& pool, int n) {
-  BufferChain c(pool);
-  for (int i = 0; i < n; ++i) {
-    Buffer b = pool.TryAcquire();
-    if (!b) std::abort();
-    b.data()[0] = static_cast<std::byte>('a' + i);
-    c.Append(std::move(b), 1);
-  }
-  return c;
-}
-
-TEST(BufferChainTest, ReserveMakesLinkingAllocationFree) {
-  auto pool = MakePool(64, 64);
-  BufferChain c(*pool);
-  c.Reserve(2);  // within the inline room: nothing to do
-  c.Reserve(20);
-  std::vector<Buffer> bufs;
-  for (int i = 0; i < 20; ++i) bufs.push_back(pool->TryAcquire());
-  const size_t before = test_alloc::g_allocations;
-  for (Buffer& b : bufs) c.Append(std::move(b), 1);
-  EXPECT_EQ(test_alloc::g_allocations, before);
-  EXPECT_EQ(c.segment_count(), 20u);
-  c.Clear();
-  EXPECT_EQ(pool->Stats().in_use, 0u);
-}
-
-TEST(BufferChainTest, AppendChainIsAllOrNothingWhenTheRingCannotGrow) {
-  auto pool = MakePool(64, 64);
-  // Room for one more slice inline: the ring must grow after the first
-  // slice moves.
-  BufferChain target = Letters(*pool, BufferChain::kInlineSegments - 1);
-  BufferChain source = Letters(*pool, 3);
-  {
-    test_alloc::FailAllocations fail;
-    EXPECT_THROW(target.Append(std::move(source)), std::bad_alloc);
-    EXPECT_THROW(target.Reserve(100), std::bad_alloc);
-  }
-  EXPECT_EQ(Contents(target), "abc");
-  EXPECT_EQ(target.segment_count(), BufferChain::kInlineSegments - 1);
-  EXPECT_EQ(Contents(source), "abc");
-  EXPECT_EQ(source.segment_count(), 3u);
-  EXPECT_EQ(pool->Stats().in_use, BufferChain::kInlineSegments - 1 + 3);
-  target.Append(std::move(source));
-  EXPECT_EQ(Contents(target), "abcabc");
-  EXPECT_TRUE(source.empty());
-}
-
 TEST(BufferChainTest, MoveAssignmentTradesStorage) {
   auto pool = MakePool(64, 128);
   for (size_t target_len : {0, 10, 64 * 20}) {

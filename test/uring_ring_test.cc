@@ -22,8 +22,6 @@
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
 
-#include "alloc_failure.h"
-
 namespace bufpool {
 namespace {
 
@@ -517,58 +515,6 @@ TEST(ProvidedBufferRingTest, TakeIntoAppendsToTheCallersChain) {
   io_uring_cqe* cqe;
   while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
     io_uring_cqe_seen(ring.get(), cqe);
-}
-
-TEST(ProvidedBufferRingTest, TakeIntoIsAllOrNothingWhenTheChainCannotGrow) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 64});
-  ASSERT_TRUE(pool.ok());
-  Pairs pairs;
-  MakePairs(1, &pairs);
-  auto br = ProvidedBufferRing::Create(
-      ring.get(), **pool,
-      {.max_buffers = 16, .initial_buffers = 16, .bundles = Bundles::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  // A queue whose inline slice room is full: the next slice needs a heap
-  // ring.
-  BufferChain queue(**pool);
-  for (uint32_t i = 0; i < BufferChain::kInlineSegments; ++i) {
-    Buffer b = (*pool)->TryAcquire();
-    ASSERT_TRUE(b);
-    b.data()[0] = static_cast<std::byte>('a' + i);
-    queue.Append(std::move(b), 1);
-  }
-  io_uring_sqe* sqe = ring.Sqe();
-  (*br)->PrepareRecv(sqe, pairs.server[0], {.multishot = false});
-  ASSERT_TRUE(WriteAll(pairs.client[0], "xyz", 3));
-  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-  io_uring_cqe* cqe;
-  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-  ASSERT_EQ(cqe->res, 3);
-  const size_t in_use = (*pool)->Stats().in_use;
-
-  {
-    test_alloc::FailAllocations fail;
-    EXPECT_THROW((void)(*br)->Take(*cqe, queue), std::bad_alloc);
-  }
-  EXPECT_EQ(queue.size(), BufferChain::kInlineSegments);
-  EXPECT_EQ(queue.segment_count(), BufferChain::kInlineSegments);
-  EXPECT_EQ((*br)->available(), 16u);
-  EXPECT_EQ((*pool)->Stats().in_use, in_use);
-
-  // The same completion, taken again once memory is back.
-  absl::Status s = (*br)->Take(*cqe, queue);
-  io_uring_cqe_seen(ring.get(), cqe);
-  ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ((*br)->available(), 15u);
-  std::string bytes(queue.size(), '\0');
-  queue.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()),
-                              bytes.size()));
-  EXPECT_EQ(bytes, "abcdxyz");
-  queue.Clear();
-  EXPECT_EQ((*br)->Refill(), 16u);
-  br->reset();
 }
 
 TEST(ProvidedBufferRingTest, BadOptionsAndTakenGroupsAreRefused) {

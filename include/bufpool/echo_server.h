@@ -24,22 +24,25 @@
 //            a freshly allocated buffer that is freed once it is sent.
 //
 // Backpressure. A connection whose unsent bytes (received, not yet echoed)
-// exceed `max_unsent_bytes` is not read from until they drain below half of
-// it, so a client that sends but never reads cannot make the server buffer
-// without bound. Other clients keep being served as long as the pool holds
-// more than what the stalled connections may keep: size it for about
-// connections x max_unsent_bytes (plus, for kUring, the ring's slots). A
-// smaller pool is safe but not fair: connections that stop reading can hold
-// every buffer, and then no connection is read from until one of them reads.
-// When the pool (or the ring) runs dry the server stops receiving and resumes
-// as slots return; it never spins. Memory is the pool plus a small fixed
-// state per connection.
+// reach `max_unsent_bytes` is not read from until they drain to half of it,
+// so a client that sends but never reads cannot make the server buffer
+// without bound. A read takes at most the room left rounded up to whole
+// pool buffers, so a stalled connection holds at most about
+// max_unsent_bytes / buffer_size + 1 buffers (kMalloc holds allocations
+// instead, up to kEchoReadBuffers buffer sizes per read). Other clients keep
+// being served as long as the pool holds more than the stalled connections
+// may keep: size it for connections x that many buffers (plus, for kUring,
+// the ring's slots). A smaller pool is safe but not fair: connections that
+// stop reading can hold every buffer, and then no connection is read from
+// until one of them reads. When the pool (or the ring) runs dry the server
+// stops receiving and resumes as slots return; it never spins. Memory is the
+// pool plus a small fixed state per connection.
 // kUring arms each multishot recv with the kernel's total-bytes cap set to
 // the room left under the limit rounded up to whole pool buffers (Linux
-// 6.17+), so the kernel itself stops filling slots for a connection at its
-// limit; on older kernels it falls back to single-shot recvs above half the
-// limit, and the multishot may overshoot by the slots filled before its
-// cancel landed.
+// 6.17+), so the kernel itself stops filling slots for a connection at the
+// first buffer boundary at or past its limit; on older kernels it falls back
+// to single-shot recvs above half the limit, and the multishot may overshoot
+// by the slots filled before its cancel landed.
 //
 // Pool accounting. kEpoll holds pool buffers only while they carry unsent
 // data, so pool in_use returns to 0 as soon as clients leave. kUring lends

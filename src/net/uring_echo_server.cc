@@ -15,12 +15,12 @@
 //
 // Backpressure. A connection with less than max_unsent_bytes / 2 unsent has
 // a multishot recv whose total the kernel caps at the room left under the
-// limit, rounded up to whole slots (Linux 6.17+; sqe->optlen shares its word with file_index in
-// liburing 2.3's header). On kernels without the cap (the recv fails with
-// -EINVAL, bundles being probed apart) it is cancelled past half the limit
-// and replaced by single-shot recvs, and past max_unsent_bytes none is armed
-// until the queue drains to half. DEFER_TASKRUN bounds how many slots the
-// kernel fills between two turns of the loop.
+// limit, rounded up to whole slots (Linux 6.17+; sqe->optlen shares its
+// word with file_index in liburing 2.3's header). On kernels without the
+// cap (the recv fails with -EINVAL, bundles being probed apart) it is
+// cancelled past half the limit and replaced by single-shot recvs, and past
+// max_unsent_bytes none is armed until the queue drains to half. DEFER_TASKRUN
+// bounds how many slots the kernel fills between two turns of the loop.
 //
 // Running out. When the ring is empty a multishot recv ends with -ENOBUFS
 // (ResourceExhausted from Take()); the connection waits in a FIFO and is
@@ -215,9 +215,11 @@ void UringEchoServer::ArmRecv(Conn* conn) {
     // memory for one byte as for its size), so a connection never holds
     // more than max_unsent_bytes plus one slot however fast the kernel
     // fills them, and a limit below a slot still moves a slot per recv.
+    // The kernel reads the cap as an int: at most 1 GiB.
     const size_t slot = pool_->buffer_size();
     const size_t room = options_.max_unsent_bytes - conn->unsent;
-    const size_t cap = (std::min<size_t>(room, 1u << 30) + slot - 1) / slot * slot;
+    const size_t cap =
+        std::min<size_t>((room + slot - 1) / slot * slot, size_t{1} << 30);
     sqe->file_index = static_cast<uint32_t>(cap);
   }
   conn->recv_bundle = ro.bundle && bufs_->bundles();

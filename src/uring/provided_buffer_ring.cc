@@ -198,11 +198,18 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
         "ProvidedBufferRing::Take: buffer id ", id, " (", n,
         " buffers) was not lent by the ring of group ", group_id_));
   }
-  // All or nothing: the one allocation is made first, so that a
-  // std::bad_alloc leaves `out` and the ring as they were (the completion
-  // can be taken again). free_ids_ never reallocates: it was reserved for
-  // every id.
-  out.Reserve(out.segment_count() + n);
+  // All or nothing: what may allocate (out's room for the slices, the
+  // error of a failed receive) is made before anything changes, so that a
+  // std::bad_alloc leaves `out` and the ring as they were and the
+  // completion can be taken again. free_ids_ never reallocates: it was
+  // reserved for every id.
+  absl::Status status;
+  if (res > 0) {
+    out.Reserve(out.segment_count() + n);
+  } else if (res < 0) [[unlikely]] {
+    status = os::PosixError(
+        absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
+  }
   const uint32_t pos = pos_of_id_[id];
   size_t left = total;
   for (size_t i = 0; i < n; ++i) {
@@ -222,11 +229,7 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   }
   in_ring_ -= n;
   if (in_ring_ < target_ / 4) ran_low_ = true;
-  if (res < 0) [[unlikely]] {
-    return os::PosixError(
-        absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
-  }
-  return absl::OkStatus();
+  return status;
 }
 
 }  // namespace bufpool
