@@ -218,7 +218,10 @@ class BUFPOOL_EXPORT BufferChain {
   // Makes room for `segments` slices in all, so that linking slices up to
   // that count allocates nothing (and cannot throw). Throws std::bad_alloc,
   // the chain unchanged, when the grown ring cannot be allocated.
-  void Reserve(size_t segments);
+  void Reserve(size_t segments) {
+    if (segments > cap_) [[unlikely]]
+      ReserveSlow(segments);
+  }
 
  private:
   friend absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
@@ -246,6 +249,7 @@ class BUFPOOL_EXPORT BufferChain {
   }
   void Grow() { GrowTo(cap_ * 2); }
   void GrowTo(uint32_t cap);  // cap: a power of two > cap_
+  void ReserveSlow(size_t segments);
   // For ReadFrom(): the tail grows by n bytes of its room (TailRoom() >= n);
   // a fresh buffer whose first n bytes hold data joins the end.
   void ExtendTail(size_t n) {

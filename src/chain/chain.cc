@@ -100,6 +100,7 @@ void BufferChain::StealFrom(BufferChain& other) noexcept {
 }
 
 void BufferChain::GrowTo(uint32_t cap) {
+  if (cap <= cap_) throw std::bad_alloc();  // cap_ * 2 wrapped: 2^32 slices
   auto* segs = new SharedBuffer[cap];  // the only step that can throw
   for (uint32_t i = 0; i < count_; ++i) segs[i] = std::move(At(i));
   if (segs_ != inline_) delete[] segs_;
@@ -108,8 +109,7 @@ void BufferChain::GrowTo(uint32_t cap) {
   head_ = 0;
 }
 
-void BufferChain::Reserve(size_t segments) {
-  if (segments <= cap_) return;
+void BufferChain::ReserveSlow(size_t segments) {
   if (segments > (size_t{1} << 31)) throw std::bad_alloc();
   GrowTo(static_cast<uint32_t>(std::bit_ceil(segments)));
 }
