@@ -258,6 +258,9 @@ class BUFPOOL_EXPORT BufferedReader {
   // with the reader failed.
   absl::StatusOr<size_t> ReadOnce(const iovec* iov, int cnt);
 
+  // OK, or why nothing can be read: the reader's error, or
+  // FailedPrecondition once closed.
+  absl::Status Readable() const;
   absl::StatusOr<size_t> ReadSlow(std::byte* out, size_t n);
   absl::Status ReadExactSlow(absl::Span<std::byte> out);
   size_t CopyBuffered(std::byte* out, size_t n);

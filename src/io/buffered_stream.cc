@@ -518,12 +518,17 @@ absl::StatusOr<size_t> BufferedReader::ReadOnce(const iovec* iov, int cnt) {
   }
 }
 
-absl::StatusOr<size_t> BufferedReader::ReadSlow(std::byte* out, size_t n) {
+absl::Status BufferedReader::Readable() const {
   if (!status_.ok()) return status_;
   if (closed_ || pool_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("read from closed BufferedReader ", name_));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> BufferedReader::ReadSlow(std::byte* out, size_t n) {
+  if (absl::Status s = Readable(); !s.ok()) return s;
   if (n == 0) return 0;
   size_t done = CopyBuffered(out, n);
   if (done == n) return n;
@@ -550,11 +555,7 @@ absl::StatusOr<size_t> BufferedReader::ReadSlow(std::byte* out, size_t n) {
 
 absl::Status BufferedReader::ReadExactSlow(absl::Span<std::byte> out) {
   // As Read(): a failed or closed reader says so, even for no bytes.
-  if (!status_.ok()) return status_;
-  if (closed_ || pool_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("read from closed BufferedReader ", name_));
-  }
+  if (absl::Status s = Readable(); !s.ok()) return s;
   const uint64_t start = position();
   size_t done = 0;
   while (done < out.size()) {
