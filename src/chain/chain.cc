@@ -101,7 +101,7 @@ void BufferChain::StealFrom(BufferChain& other) noexcept {
 
 void BufferChain::GrowTo(uint32_t cap) {
   if (cap <= cap_) throw std::bad_alloc();  // cap_ * 2 wrapped: 2^32 slices
-  auto* segs = new SharedBuffer[cap];  // the only step that can throw
+  auto* segs = new SharedBuffer[cap];       // the only step that can throw
   for (uint32_t i = 0; i < count_; ++i) segs[i] = std::move(At(i));
   if (segs_ != inline_) delete[] segs_;
   segs_ = segs;
