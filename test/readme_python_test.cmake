@@ -1,19 +1,13 @@
 # Runs the README's Python ctypes example (the ```python block under
 # "## C API") with python3 against a shared libbufpool in LIB_DIR.
+include("${CMAKE_CURRENT_LIST_DIR}/readme_block.cmake")
 file(READ "${README}" readme)
 string(FIND "${readme}" "\n## C API\n" at)
 if(at LESS 0)
   message(FATAL_ERROR "README.md has no \"## C API\" section")
 endif()
 string(SUBSTRING "${readme}" ${at} -1 section)
-string(FIND "${section}" "```python\n" begin)
-if(begin LESS 0)
-  message(FATAL_ERROR "README.md's C API section has no ```python block")
-endif()
-math(EXPR begin "${begin} + 10")
-string(SUBSTRING "${section}" ${begin} -1 section)
-string(FIND "${section}" "```" end)
-string(SUBSTRING "${section}" 0 ${end} code)
+readme_block("${section}" python code)
 file(WRITE "${WORK_DIR}/readme_example.py" "${code}")
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env "LD_LIBRARY_PATH=${LIB_DIR}"

@@ -5,21 +5,12 @@
 # EXPECT. Fails on any step.
 #   -DREADME= -DSOURCE_DIR= -DBUILD_DIR= -DWORK_DIR= -DEXPECT=
 include("${CMAKE_CURRENT_LIST_DIR}/run_checked.cmake")
+include("${CMAKE_CURRENT_LIST_DIR}/readme_block.cmake")
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
 file(READ "${README}" readme)
-string(FIND "${readme}" "\n```cpp\n" begin)
-if(begin LESS 0)
-  message(FATAL_ERROR "README.md has no ```cpp block")
-endif()
-math(EXPR begin "${begin} + 8")
-string(SUBSTRING "${readme}" ${begin} -1 rest)
-string(FIND "${rest}" "\n```" end)
-if(end LESS 0)
-  message(FATAL_ERROR "README.md's first ```cpp block does not end")
-endif()
-string(SUBSTRING "${rest}" 0 ${end} code)
+readme_block("${readme}" cpp code)
 file(WRITE "${WORK_DIR}/quickstart.cc" "${code}\n")
 
 set(prefix "${WORK_DIR}/prefix")
