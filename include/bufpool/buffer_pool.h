@@ -94,18 +94,13 @@
 #include "absl/types/span.h"
 #include "bufpool/export.h"
 #include "bufpool/internal/thread_cache.h"
+#include "bufpool/options.h"
 
 namespace bufpool {
 
 inline constexpr size_t kDefaultBufferSize = 4096;
 // The most free buffers one thread may cache per pool.
 inline constexpr size_t kMaxThreadCacheSize = internal::kMaxCacheSlots;
-
-enum class HugePages {
-  kNever,    // 4 KiB pages only
-  kTry,      // advise transparent huge pages (2 MiB) where the kernel allows
-  kRequire,  // MAP_HUGETLB from the reserved pool, or Create() fails
-};
 
 struct PoolOptions {
   size_t buffer_size = kDefaultBufferSize;  // power of two, >= 64

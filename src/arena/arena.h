@@ -10,7 +10,7 @@
 #include <cstddef>
 
 #include "absl/status/statusor.h"
-#include "bufpool/buffer_pool.h"
+#include "bufpool/options.h"
 
 namespace bufpool {
 
