@@ -2,7 +2,7 @@
 // random lengths, byte-exact echoes (checked by the load client), abrupt
 // disconnects, a client that never reads, a pool far smaller than the load,
 // every buffer back at the end; and the bufpool-echo tool's graceful stop.
-#include "bufpool/echo_server.h"
+#include "echo/echo_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "echo/echo_load.h"
 #include "gtest/gtest.h"
-#include "net/echo_load.h"
 
 namespace bufpool {
 namespace {

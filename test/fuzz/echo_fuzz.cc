@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "bufpool/buffer_pool.h"
-#include "bufpool/echo_server.h"
+#include "echo/echo_server.h"
 #include "fuzz_check.h"
 
 namespace {

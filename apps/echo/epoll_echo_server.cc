@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "bufpool/chain.h"
-#include "net/echo_engines.h"
+#include "echo/echo_engines.h"
 #include "os/socket.h"
 
 namespace bufpool::net {

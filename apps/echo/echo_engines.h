@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "bufpool/echo_server.h"
+#include "echo/echo_server.h"
 
 namespace bufpool {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "bufpool/buffer_pool.h"
-#include "bufpool/echo_server.h"
 #include "cli_common.h"
+#include "echo/echo_server.h"
 
 namespace bufpool::tools {
 

@@ -1,4 +1,4 @@
-#include "net/echo_load.h"
+#include "echo/echo_load.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -43,7 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "bufpool/chain.h"
 #include "bufpool/uring.h"
-#include "net/echo_engines.h"
+#include "echo/echo_engines.h"
 #include "os/error.h"
 #include "os/socket.h"
 

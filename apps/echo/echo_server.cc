@@ -1,6 +1,6 @@
 // EchoServer: options, the listening socket, Stop() and Stats(); the engines
 // live in epoll_echo_server.cc and uring_echo_server.cc.
-#include "bufpool/echo_server.h"
+#include "echo/echo_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,7 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "net/echo_engines.h"
+#include "echo/echo_engines.h"
 #include "os/error.h"
 #include "os/socket.h"
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "cli_common.h"
-#include "net/echo_load.h"
+#include "echo/echo_load.h"
 
 namespace bufpool::tools {
 

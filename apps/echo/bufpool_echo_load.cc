@@ -6,8 +6,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "echo/echo_load.h"
 #include "echo_load_args.h"
-#include "net/echo_load.h"
 
 int main(int argc, char** argv) {
   using bufpool::tools::kExitFailure;

@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bufpool/buffer_pool.h"
-#include "bufpool/echo_server.h"
+#include "echo/echo_server.h"
 #include "echo_args.h"
 
 // Defined only in the benchmark build (bench/echo_alloc_counter.cc): heap
