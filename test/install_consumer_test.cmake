@@ -1,10 +1,12 @@
 # Installs the built tree into a fresh prefix, checks that the CMake package
 # and bufpool.pc carry the project's VERSION, then configures, builds and runs
-# test/install_consumer (a C++ and a C program) and test/install_consumer_c
+# test/install_consumer (C++ programs on the pool and on the io_uring toolkit,
+# and a C program) and test/install_consumer_c
 # (the C program in a project without C++) against it with
 # find_package(bufpool CONFIG REQUIRED), and compiles both programs through
 # pkg-config, the C one exactly as c.h's users are told to:
 #   gcc -std=c11 -Wall -Wextra -Werror prog.c $(pkg-config --cflags --libs bufpool)
+# A shared package also runs the README's Python example against itself.
 # Then does the same for the other linkage: a static build also builds and
 # installs libbufpool as a shared library (the library alone), and a shared
 # build a static one, so both kinds of package are checked on every run.
@@ -19,7 +21,8 @@ function(check_package build_dir work)
   set(prefix "${work}/prefix")
   run(${CMAKE_COMMAND} --install "${build_dir}" --prefix "${prefix}")
   foreach(f include/bufpool/buffer_pool.h include/bufpool/c.h
-            include/bufpool/export.h lib/cmake/bufpool/bufpoolConfig.cmake
+            include/bufpool/export.h include/bufpool/options.h
+            include/bufpool/uring.h lib/cmake/bufpool/bufpoolConfig.cmake
             lib/cmake/bufpool/bufpoolConfigVersion.cmake lib/pkgconfig/bufpool.pc)
     if(NOT EXISTS "${prefix}/${f}")
       message(FATAL_ERROR "install is missing ${f}")
@@ -27,6 +30,10 @@ function(check_package build_dir work)
   endforeach()
   if(EXISTS "${prefix}/include/arena" OR EXISTS "${prefix}/include/pool")
     message(FATAL_ERROR "private headers were installed")
+  endif()
+  if(EXISTS "${prefix}/include/bufpool/echo_server.h" OR
+     EXISTS "${prefix}/include/echo")
+    message(FATAL_ERROR "the echo server (apps/echo) was installed as API")
   endif()
 
   # A shared libbufpool exports the public API only: C API functions and
@@ -66,6 +73,10 @@ function(check_package build_dir work)
   if(NOT last_output MATCHES "c consumer ok")
     message(FATAL_ERROR "C consumer printed: ${last_output}")
   endif()
+  run(${env} "${work}/build/uring_consumer")
+  if(NOT last_output MATCHES "uring consumer ok")
+    message(FATAL_ERROR "io_uring consumer printed: ${last_output}")
+  endif()
 
   # A C-only project: the C compiler links.
   run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install_consumer_c" -B "${work}/build_c"
@@ -99,6 +110,22 @@ function(check_package build_dir work)
   run(${env} "${work}/c_consumer_pc")
   if(NOT last_output MATCHES "c consumer ok")
     message(FATAL_ERROR "pkg-config C consumer printed: ${last_output}")
+  endif()
+  # A program that calls liburing through bufpool/uring.h links with
+  # `pkg-config --libs bufpool` alone, with the static and the shared library.
+  run(c++ -std=c++20 "${SOURCE_DIR}/test/install_consumer/uring_consumer.cc"
+      -o "${work}/uring_consumer_pc" ${flags})
+  run(${env} "${work}/uring_consumer_pc")
+  if(NOT last_output MATCHES "uring consumer ok")
+    message(FATAL_ERROR "pkg-config io_uring consumer printed: ${last_output}")
+  endif()
+
+  # The README's Python example, against the installed shared library found
+  # as the README says (LD_LIBRARY_PATH; ldconfig for a system prefix).
+  if(shared_lib AND PYTHON)
+    run(${CMAKE_COMMAND} -DREADME=${SOURCE_DIR}/README.md
+        -DLIB_DIR=${prefix}/lib -DPYTHON=${PYTHON} -DWORK_DIR=${work}
+        -P "${CMAKE_CURRENT_LIST_DIR}/readme_python_test.cmake")
   endif()
 endfunction()
 
