@@ -1,5 +1,5 @@
 // A counting malloc hook for the echo benchmark: linked into
-// bufpool-echo-counting (tools/bufpool_echo.cc plus this file), it counts
+// bufpool-echo-counting (apps/echo/bufpool_echo.cc plus this file), it counts
 // every heap allocation the process makes (operator new ends in malloc), and
 // the tool prints the count in its stats line. bench/run_echo_bench reads it
 // around two load runs of different lengths, so connection setup cancels out

@@ -16,20 +16,13 @@
 
 #include "bufpool/buffered_stream.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-void SetNonBlocking(int fd) {
-  ASSERT_EQ(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
-}
+using testing_util::RandomBytes;
+using testing_util::SetNonBlocking;
 
 class StreamSocketTest : public testing::Test {
  protected:

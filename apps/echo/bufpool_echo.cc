@@ -1,6 +1,6 @@
 // bufpool-echo: a TCP echo server on a libbufpool pool (see
-// include/bufpool/echo_server.h for the engines and their behaviour, and
-// --help or tools/echo_args.cc for the command line).
+// apps/echo/echo_server.h for the engines and their behaviour, and
+// --help or apps/echo/echo_args.cc for the command line).
 //
 // The first line on stdout is "listening on HOST:PORT". SIGINT or SIGTERM
 // stops it gracefully and prints a one-line summary; SIGUSR1 prints the same

@@ -1,6 +1,6 @@
 // bufpool-echo-load: drives an echo server with many connections, checks
 // every echoed byte, and reports throughput and round-trip latency (see
-// --help or tools/echo_load_args.cc for the command line).
+// --help or apps/echo/echo_load_args.cc for the command line).
 #include <cstdint>
 #include <cstdio>
 #include <string>

@@ -1,7 +1,7 @@
 // Private to bufpool-echo: its command line, parsed with CLI11 (see
 // cli_common.h for the conventions).
-#ifndef BUFPOOL_TOOLS_ECHO_ARGS_H_
-#define BUFPOOL_TOOLS_ECHO_ARGS_H_
+#ifndef BUFPOOL_APPS_ECHO_ECHO_ARGS_H_
+#define BUFPOOL_APPS_ECHO_ECHO_ARGS_H_
 
 #include <cstdint>
 
@@ -29,4 +29,4 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv);
 
 }  // namespace bufpool::tools
 
-#endif  // BUFPOOL_TOOLS_ECHO_ARGS_H_
+#endif  // BUFPOOL_APPS_ECHO_ECHO_ARGS_H_

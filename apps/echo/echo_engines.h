@@ -1,6 +1,6 @@
-// Private pieces shared by the echo server's engines (src/net/*.cc).
-#ifndef BUFPOOL_SRC_NET_ECHO_ENGINES_H_
-#define BUFPOOL_SRC_NET_ECHO_ENGINES_H_
+// Private pieces shared by the echo server engines (apps/echo/*_server.cc).
+#ifndef BUFPOOL_APPS_ECHO_ECHO_ENGINES_H_
+#define BUFPOOL_APPS_ECHO_ECHO_ENGINES_H_
 
 #include <atomic>
 #include <cstdint>
@@ -58,4 +58,4 @@ absl::StatusOr<std::unique_ptr<EchoServer>> NewUringEchoServer(
 }  // namespace net
 }  // namespace bufpool
 
-#endif  // BUFPOOL_SRC_NET_ECHO_ENGINES_H_
+#endif  // BUFPOOL_APPS_ECHO_ECHO_ENGINES_H_

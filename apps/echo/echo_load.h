@@ -6,8 +6,8 @@
 // Message m of connection c is a slice of one random pattern, at an offset
 // and of a length drawn from (seed, c, m), so a dropped, duplicated or
 // reordered byte is a mismatch.
-#ifndef BUFPOOL_SRC_NET_ECHO_LOAD_H_
-#define BUFPOOL_SRC_NET_ECHO_LOAD_H_
+#ifndef BUFPOOL_APPS_ECHO_ECHO_LOAD_H_
+#define BUFPOOL_APPS_ECHO_ECHO_LOAD_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -51,4 +51,4 @@ absl::StatusOr<EchoLoadResult> RunEchoLoad(const EchoLoadOptions& options);
 
 }  // namespace bufpool::net
 
-#endif  // BUFPOOL_SRC_NET_ECHO_LOAD_H_
+#endif  // BUFPOOL_APPS_ECHO_ECHO_LOAD_H_

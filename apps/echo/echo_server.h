@@ -62,7 +62,7 @@
 // Ownership. The caller owns the pool and must keep it alive until the
 // EchoServer is destroyed. The server owns its sockets, ring and eventfd.
 //
-// Example (see tools/bufpool_echo.cc for a full program):
+// Example (see apps/echo/bufpool_echo.cc for a full program):
 //
 //   auto pool = bufpool::BufferPool::Create({.buffer_count = 4096});
 //   auto server = bufpool::EchoServer::Create(
@@ -72,8 +72,8 @@
 //   ...  // clients connect to (*server)->local_address()
 //   (*server)->Stop();
 //   t.join();
-#ifndef BUFPOOL_ECHO_SERVER_H_
-#define BUFPOOL_ECHO_SERVER_H_
+#ifndef BUFPOOL_APPS_ECHO_ECHO_SERVER_H_
+#define BUFPOOL_APPS_ECHO_ECHO_SERVER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -180,4 +180,4 @@ class BUFPOOL_EXPORT EchoServer {
 
 }  // namespace bufpool
 
-#endif  // BUFPOOL_ECHO_SERVER_H_
+#endif  // BUFPOOL_APPS_ECHO_ECHO_SERVER_H_

@@ -67,7 +67,8 @@ std::atomic<const SocketSyscalls*> g_table{&kReal};
 // killing the process. A SIGPIPE the write raised is thread-directed and
 // stays pending while blocked, so it is consumed before the mask is put
 // back; one that was already pending before the call is left alone.
-ssize_t WritevWithoutSigpipe(int fd, const iovec* iov, int iovcnt) {
+// Returns as writev does (-1 and errno); WriteVNoSigpipe is its Status form.
+ssize_t RawWriteVNoSigpipe(int fd, const iovec* iov, int iovcnt) {
   sigset_t pipe_set;
   sigemptyset(&pipe_set);
   sigaddset(&pipe_set, SIGPIPE);
@@ -152,7 +153,7 @@ absl::StatusOr<size_t> WriteV(int fd, const iovec* iov, int iovcnt,
   bool socket = true;
   for (;;) {
     const ssize_t n = socket ? SocketSys().sendmsg(fd, &msg, MSG_NOSIGNAL)
-                             : WritevWithoutSigpipe(fd, iov, iovcnt);
+                             : RawWriteVNoSigpipe(fd, iov, iovcnt);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     if (socket && errno == ENOTSOCK) {
@@ -180,7 +181,7 @@ absl::StatusOr<size_t> WriteVNoSigpipe(int fd, const iovec* iov, int iovcnt,
                                        absl::string_view what) {
   iovcnt = std::min(iovcnt, IOV_MAX);
   for (;;) {
-    const ssize_t n = WritevWithoutSigpipe(fd, iov, iovcnt);
+    const ssize_t n = RawWriteVNoSigpipe(fd, iov, iovcnt);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     return SocketError(Context("write", what, fd), errno);

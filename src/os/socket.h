@@ -1,5 +1,5 @@
 // Thin OS layer for sockets, pipes-as-streams and epoll: every system call
-// the network code makes (src/net, src/chain, the streams' socket paths)
+// the network code makes (apps/echo, src/chain, the streams' socket paths)
 // goes through one table, so tests can inject faults (short transfers,
 // EINTR, EAGAIN, ECONNRESET, EPIPE) without touching the real system; plus
 // the loops and errno mapping that turn those calls into clear statuses.

@@ -1,4 +1,4 @@
-// Fuzz target 5: each echo engine (include/bufpool/echo_server.h: kEpoll,
+// Fuzz target 5: each echo engine (apps/echo/echo_server.h: kEpoll,
 // kUring) against a peer driven by the input, in-process on loopback.
 //
 // The input picks the engine, a small pool (64 to 1024-byte buffers, 4 to
