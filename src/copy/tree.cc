@@ -1,0 +1,222 @@
+// CopyTree: a depth-first walk that recreates directories, links and nodes
+// and hands regular files to CopyFile; each entry's failure is recorded and
+// the walk goes on.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bufpool/file_copy.h"
+#include "copy/copy_internal.h"
+#include "os/error.h"
+#include "os/file.h"
+
+namespace bufpool {
+namespace copy_internal {
+namespace {
+
+class TreeCopier {
+ public:
+  TreeCopier(const CopyOptions& options, TreeStats& stats)
+      : options_(options), stats_(stats) {
+    link_options_ = options;
+    link_options_.preserve_mode = false;  // chmod would follow the link
+  }
+
+  // Copies the directory `src` (whose lstat is `st`) to `dst`.
+  void Directory(const std::string& src, const struct stat& st,
+                 const std::string& dst);
+
+ private:
+  void Entry(const std::string& src, const std::string& dst);
+  void Symlink(const std::string& src, const struct stat& st,
+               const std::string& dst);
+  void Node(const struct stat& st, const std::string& dst);
+  // The names in `dir`, "." and ".." left out; false (reported) on error.
+  bool List(const std::string& dir, std::vector<std::string>& names);
+  void Report(absl::string_view what, const std::string& path, int err) {
+    stats_.errors.push_back(std::string(IoError(what, path, err).message()));
+  }
+  void Report(const absl::Status& s) {
+    stats_.errors.push_back(std::string(s.message()));
+  }
+
+  const CopyOptions& options_;
+  CopyOptions link_options_;
+  TreeStats& stats_;
+};
+
+bool TreeCopier::List(const std::string& dir, std::vector<std::string>& names) {
+  DIR* d = os::Sys().opendir(dir.c_str());
+  if (d == nullptr) {
+    Report("open directory", dir, errno);
+    return false;
+  }
+  errno = 0;
+  while (dirent* e = os::Sys().readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+    errno = 0;
+  }
+  const int err = errno;
+  os::Sys().closedir(d);
+  if (err != 0) {
+    Report("read directory", dir, err);
+    return false;
+  }
+  return true;
+}
+
+void TreeCopier::Directory(const std::string& src, const struct stat& st,
+                           const std::string& dst) {
+  // Created writable and searchable by its owner so the entries can be
+  // made; the bits the source lacks are taken away afterwards.
+  const mode_t mode = st.st_mode & 0777;
+  bool created = true;
+  if (os::Sys().mkdir(dst.c_str(), mode | S_IRWXU) != 0) {
+    struct stat existing;
+    if (errno != EEXIST || os::Sys().stat(dst.c_str(), &existing) != 0 ||
+        !S_ISDIR(existing.st_mode)) {
+      Report("create directory", dst, errno == 0 ? EEXIST : errno);
+      return;
+    }
+    created = false;  // merged into, as cp does; its mode stays
+  }
+  ++stats_.directories;
+  std::vector<std::string> names;
+  if (List(src, names)) {
+    for (const std::string& name : names) {
+      Entry(absl::StrCat(src, "/", name), absl::StrCat(dst, "/", name));
+    }
+  }
+  if (created && (mode & S_IRWXU) != S_IRWXU) {
+    struct stat made;
+    if (os::Sys().stat(dst.c_str(), &made) == 0 &&
+        os::Sys().chmod(dst.c_str(),
+                        made.st_mode & 07777 & ~(S_IRWXU & ~mode)) != 0) {
+      Report("set mode of", dst, errno);
+    }
+  }
+  if (absl::Status s = PreserveAttributes(-1, dst, st, options_); !s.ok()) {
+    Report(s);
+  }
+}
+
+void TreeCopier::Entry(const std::string& src, const std::string& dst) {
+  struct stat st;
+  if (os::Sys().lstat(src.c_str(), &st) != 0) {
+    Report("stat", src, errno);
+    return;
+  }
+  if (S_ISDIR(st.st_mode)) return Directory(src, st, dst);
+  if (S_ISLNK(st.st_mode)) return Symlink(src, st, dst);
+  if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+    return Node(st, dst);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    stats_.errors.push_back(absl::StrCat("skipped: ", src,
+                                         ": a socket or other special file "
+                                         "is not copied"));
+    return;
+  }
+  struct stat at;
+  if (os::Sys().lstat(dst.c_str(), &at) == 0 && S_ISDIR(at.st_mode)) {
+    Report("cannot overwrite directory with non-directory", dst, EISDIR);
+    return;
+  }
+  absl::StatusOr<CopyStats> r = CopyFile(src, dst, options_);
+  if (!r.ok()) return Report(r.status());
+  ++stats_.files;
+  stats_.bytes_copied += r->bytes_copied;
+}
+
+void TreeCopier::Symlink(const std::string& src, const struct stat& st,
+                         const std::string& dst) {
+  std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
+  const ssize_t n =
+      os::Sys().readlink(src.c_str(), target.data(), target.size());
+  if (n < 0) return Report("read symbolic link", src, errno);
+  target.resize(static_cast<size_t>(n));
+  if (os::Sys().symlink(target.c_str(), dst.c_str()) != 0) {
+    return Report("create symbolic link", dst, errno);
+  }
+  ++stats_.symlinks;
+  if (absl::Status s = PreserveAttributes(-1, dst, st, link_options_);
+      !s.ok()) {
+    Report(s);
+  }
+}
+
+void TreeCopier::Node(const struct stat& st, const std::string& dst) {
+  const mode_t type = st.st_mode & S_IFMT;
+  if (os::Sys().mknod(dst.c_str(), type | (st.st_mode & 0777), st.st_rdev) !=
+      0) {
+    return Report(S_ISFIFO(st.st_mode) ? "create FIFO" : "create device node",
+                  dst, errno);
+  }
+  ++stats_.nodes;
+  if (absl::Status s = PreserveAttributes(-1, dst, st, options_); !s.ok()) {
+    Report(s);
+  }
+}
+
+// Refuses a destination inside the source (it would copy itself forever).
+absl::Status CheckNotInside(const std::string& src, const std::string& dst) {
+  char* s = os::Sys().realpath(src.c_str(), nullptr);
+  if (s == nullptr) return IoError("resolve", src, errno);
+  std::string real_src = s;
+  free(s);
+  char* d = os::Sys().realpath(DirName(dst).c_str(), nullptr);
+  if (d == nullptr) return absl::OkStatus();  // mkdir will say why
+  std::string real_parent = d;
+  free(d);
+  const std::string real_dst =
+      absl::StrCat(real_parent, real_parent == "/" ? "" : "/", BaseName(dst));
+  if (real_dst == real_src || real_dst.starts_with(real_src + "/")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot copy a directory, ", src, ", into itself, ", dst));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace copy_internal
+
+absl::StatusOr<TreeStats> CopyTree(absl::string_view src_view,
+                                   absl::string_view dst_view,
+                                   const CopyOptions& options) {
+  using namespace copy_internal;  // NOLINT: this room's own internals
+  const absl::Time start = absl::Now();
+  std::string src(src_view);
+  while (src.size() > 1 && src.back() == '/') src.pop_back();
+  std::string dst(dst_view);
+  struct stat st;
+  if (os::Sys().stat(src.c_str(), &st) != 0) {
+    return IoError("stat source", src, errno);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return IoError("source is not a directory", src, ENOTDIR);
+  }
+  struct stat dst_st;
+  if (os::Sys().stat(dst.c_str(), &dst_st) == 0 && S_ISDIR(dst_st.st_mode)) {
+    dst = absl::StrCat(dst, dst.ends_with('/') ? "" : "/", BaseName(src));
+  }
+  while (dst.size() > 1 && dst.back() == '/') dst.pop_back();
+  if (absl::Status s = CheckNotInside(src, dst); !s.ok()) return s;
+  TreeStats stats;
+  stats.destination = dst;
+  TreeCopier(options, stats).Directory(src, st, dst);
+  if (stats.directories == 0 && !stats.errors.empty()) {
+    return absl::Status(absl::StatusCode::kUnknown, stats.errors.front());
+  }
+  stats.elapsed = absl::Now() - start;
+  return stats;
+}
+
+}  // namespace bufpool
