@@ -157,6 +157,22 @@ TEST_F(CopyCliTest, MissingSourceIsOneErrorLineAndExitOne) {
 // A source that changes between the copy and the re-read: /proc/self/status
 // of the program itself (its memory differs once the copy's buffers are
 // gone and the comparison's are in use).
+TEST_F(CopyCliTest, JsonSaysHowTheDestinationWasWrittenAndIfItWasVerified) {
+  Write("a", "data");
+  Result r = Run({"--json", Path("a"), Path("b")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"replace\": \"in_place\", \"created\": true, "
+                       "\"verified\": false"),
+            std::string::npos)
+      << r.out;
+  r = Run({"--json", "--verify", "--atomic", Path("a"), Path("b")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"replace\": \"atomic\", \"created\": false, "
+                       "\"verified\": true"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST_F(CopyCliTest, AVerifyMismatchIsExitOne) {
   Result r = Run({"--verify", "/proc/self/status", Path("status")});
   EXPECT_EQ(r.status, 1) << r.err;
