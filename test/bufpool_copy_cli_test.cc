@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -295,6 +297,34 @@ TEST_F(CopyCliTest, ADirectorySourceIsOmittedWithCpsWordsAndTheRestCopied) {
   EXPECT_EQ(r.err, "bufpool-copy: -r not specified; omitting directory '" +
                        Path("src") + "'\n");
   EXPECT_FALSE(Exists("x"));
+}
+
+// -r: a skipped entry (a socket) is one error line and exit 1; the rest of
+// the tree and the other sources are still copied.
+TEST_F(CopyCliTest, RecursiveReportsEachFailedEntryAndCopiesTheRest) {
+  ASSERT_EQ(mkdir(Path("src").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(Path("src/sub").c_str(), 0700), 0);
+  Write("src/sub/f", "deep");
+  Write("a", "file");
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock = Path("src/sock");
+  std::strncpy(addr.sun_path, sock.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(mkdir(Path("d").c_str(), 0755), 0);
+  for (const char* flag : {"-r", "-R", "--recursive"}) {
+    SCOPED_TRACE(flag);
+    Result r = Run({flag, "--json", Path("src"), Path("a"), Path("d")});
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(r.err, "bufpool-copy: skipped: " + sock +
+                         ": a socket or other special file is not copied\n");
+    EXPECT_EQ(Slurp(Path("d/src/sub/f")), "deep");
+    EXPECT_EQ(Slurp(Path("d/a")), "file");
+    EXPECT_NE(r.out.find("\"files\": 1, \"directories\": 2"), std::string::npos)
+        << r.out;
+  }
+  close(fd);
 }
 
 TEST_F(CopyCliTest, NoClobberNeverOverwritesInBothSpellings) {

@@ -25,6 +25,12 @@ inline constexpr uint64_t kDirectAlign = 4096;
 // Copy(offset, kToEof) copies until the source's end of file.
 inline constexpr uint64_t kToEof = ~uint64_t{0};
 
+// Buffers per call or operation for `options` (its batch_buffers, or the
+// method's default); and the buffers one copy with `options` uses, which a
+// private pool is sized to.
+size_t BatchBuffers(const CopyOptions& options, bool direct);
+size_t DefaultBufferCount(const CopyOptions& options);
+
 // "<what>: <path>: <strerror(err)>", via os::PosixError.
 absl::Status IoError(absl::string_view what, absl::string_view path, int err);
 

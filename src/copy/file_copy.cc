@@ -64,6 +64,20 @@ absl::Status Preallocate(Context& ctx, int fd, uint64_t offset, uint64_t len) {
   return absl::OkStatus();  // an optimisation only: the writes still work
 }
 
+size_t BatchBuffers(const CopyOptions& options, bool direct) {
+  if (options.batch_buffers != 0) return options.batch_buffers;
+  return direct ? 256 : 32;
+}
+
+size_t DefaultBufferCount(const CopyOptions& options) {
+  const CopyMethod m = options.method;
+  const bool direct = m == CopyMethod::kDirect ||
+                      (m == CopyMethod::kUring && options.direct_io);
+  const bool queued = m == CopyMethod::kUring || m == CopyMethod::kDirect;
+  const size_t depth = options.queue_depth != 0 ? options.queue_depth : 4;
+  return BatchBuffers(options, direct) * (queued ? depth : 1);
+}
+
 void Context::Advance(uint64_t n) {
   stats->bytes_copied += n;
   if (options->progress) {
@@ -235,10 +249,7 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   // a slow mode of page-cache writes under load, where dd bs=128k did not.
   // io_uring: 128 KiB operations, several in flight; O_DIRECT: large
   // (1 MiB) requests.
-  size_t batch = options.batch_buffers;
-  if (batch == 0) {
-    batch = wants_direct ? 256 : 32;
-  }
+  const size_t batch = BatchBuffers(options, wants_direct);
   const size_t depth = options.queue_depth != 0 ? options.queue_depth : 4;
   const size_t want = batch * (queued ? depth : 1);
   std::unique_ptr<BufferPool> private_pool;

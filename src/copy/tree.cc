@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -209,9 +210,24 @@ absl::StatusOr<TreeStats> CopyTree(absl::string_view src_view,
   }
   while (dst.size() > 1 && dst.back() == '/') dst.pop_back();
   if (absl::Status s = CheckNotInside(src, dst); !s.ok()) return s;
+  // One pool for every file, rather than one created and destroyed per
+  // file: for a tree of small files that setup would cost more than the
+  // copies.
+  CopyOptions file_options = options;
+  std::unique_ptr<BufferPool> pool;
+  if (options.pool == nullptr) {
+    PoolOptions po;
+    po.buffer_size = options.buffer_size;
+    po.buffer_count = DefaultBufferCount(options);
+    po.thread_cache_size = 0;
+    absl::StatusOr<std::unique_ptr<BufferPool>> p = BufferPool::Create(po);
+    if (!p.ok()) return p.status();
+    pool = *std::move(p);
+    file_options.pool = pool.get();
+  }
   TreeStats stats;
   stats.destination = dst;
-  TreeCopier(options, stats).Directory(src, st, dst);
+  TreeCopier(file_options, stats).Directory(src, st, dst);
   if (stats.directories == 0 && !stats.errors.empty()) {
     return absl::Status(absl::StatusCode::kUnknown, stats.errors.front());
   }
