@@ -211,7 +211,11 @@ struct TreeStats {
 // entry. A failing entry is reported in TreeStats::errors and the rest
 // continue; the Status is an error only when nothing could be copied
 // (`src_dir` is no directory, `dst` is inside it, the root cannot be made).
-// Thread safety as CopyFile.
+// Regular files are copied by a few worker threads at once, drawing on one
+// pool (options.pool, or a private one for the whole tree); `progress` is
+// not called. Directory modes and times are set after their contents.
+// Thread safety as CopyFile; every worker is joined before the call
+// returns.
 BUFPOOL_EXPORT absl::StatusOr<TreeStats> CopyTree(
     absl::string_view src_dir, absl::string_view dst,
     const CopyOptions& options = {});

@@ -75,6 +75,7 @@ struct Target {
   std::string temp;      // kAtomic: the temporary file, while it exists
   bool created = false;  // kInPlace: this call created the file
   bool done = false;     // FinishTarget succeeded: nothing is removed
+  bool sized = false;    // the file already has its final size
 
   ~Target() { Abandon(); }
   // Closes `fd` and removes the temporary or newly created file, if any.

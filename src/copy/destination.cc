@@ -321,7 +321,8 @@ absl::Status PreserveAttributes(int fd, const std::string& path,
 
 absl::Status FinishTarget(const struct stat& src_st, uint64_t size,
                           const CopyOptions& options, Target& t) {
-  if (t.regular && os::Sys().ftruncate(t.fd, static_cast<off_t>(size)) != 0) {
+  if (t.regular && !t.sized &&
+      os::Sys().ftruncate(t.fd, static_cast<off_t>(size)) != 0) {
     return IoError("truncate", t.path, errno);
   }
   const bool atomic = t.replace == Replace::kAtomic;

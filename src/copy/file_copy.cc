@@ -156,9 +156,12 @@ absl::StatusOr<bool> OpenDirect(const std::string& src, const Target& t,
 
 // Copies every data range of the source (holes stay holes); returns the
 // size the destination must have.
-absl::StatusOr<uint64_t> CopyRanges(Context& ctx, Mover& mover, uint64_t size) {
+absl::StatusOr<uint64_t> CopyRanges(Context& ctx, Mover& mover, uint64_t size,
+                                    bool may_have_holes) {
   uint64_t pos = 0;
-  bool sparse_ok = true;
+  // A file with as many blocks as bytes has no holes to look for: two
+  // lseek calls saved per file, which counts for trees of small files.
+  bool sparse_ok = may_have_holes;
   while (pos < size) {
     uint64_t data = pos, hole = size;
     if (sparse_ok) {
@@ -333,7 +336,9 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
         break;
     }
     final_size =
-        sized ? CopyRanges(ctx, *mover, static_cast<uint64_t>(st.st_size))
+        sized ? CopyRanges(ctx, *mover, static_cast<uint64_t>(st.st_size),
+                           static_cast<uint64_t>(st.st_blocks) * 512 <
+                               static_cast<uint64_t>(st.st_size))
               : mover->Copy(0, kToEof);
   }
   // Every buffer goes back before a private pool is destroyed.
@@ -348,6 +353,10 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
       }
     }
   }
+  // The file written started empty (new, temporary or truncated); written
+  // without holes and without O_DIRECT's rounded-up reservations, it has
+  // its size already and needs no truncate.
+  target.sized = !stats.direct_io && stats.bytes_copied == *final_size;
   if (absl::Status s = FinishTarget(st, *final_size, options, target);
       !s.ok()) {
     return s;

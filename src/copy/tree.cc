@@ -1,14 +1,27 @@
 // CopyTree: a depth-first walk that recreates directories, links and nodes
-// and hands regular files to CopyFile; each entry's failure is recorded and
-// the walk goes on.
+// and hands regular files to worker threads running CopyFile, several files
+// in flight at once; each entry's failure is recorded and the walk goes on.
+//
+// Threads: the walking thread (the caller) and kFileWorkers workers. What
+// they share (the queue of files, TreeStats) is guarded by one mutex each;
+// nothing is read without it, so the mutexes give all the ordering needed.
+// Directory modes and times are set by the walking thread after every
+// worker has finished, deepest first: creating entries changes a
+// directory's times, and a read-only directory must stay writable until its
+// files exist.
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -22,6 +35,13 @@ namespace bufpool {
 namespace copy_internal {
 namespace {
 
+// Files copied at once. Each CopyFile mostly waits in the kernel (opening,
+// creating, reading a cold source), so a few in flight overlap those waits
+// even on one CPU.
+constexpr size_t kFileWorkers = 4;
+// Files the walk may queue ahead of the workers (bounds the memory).
+constexpr size_t kMaxQueuedFiles = 4096;
+
 class TreeCopier {
  public:
   TreeCopier(const CopyOptions& options, TreeStats& stats)
@@ -29,29 +49,131 @@ class TreeCopier {
     link_options_ = options;
     link_options_.preserve_mode = false;  // chmod would follow the link
   }
+  ~TreeCopier() { FinishFiles(); }
 
-  // Copies the directory `src` (whose lstat is `st`) to `dst`.
+  // Starts the workers; with none (thread creation refused) files are
+  // copied by the walking thread.
+  void StartWorkers();
+  // Copies the directory `src` (whose lstat is `st`) to `dst`; its mode and
+  // times wait for FinishDirectories.
   void Directory(const std::string& src, const struct stat& st,
                  const std::string& dst);
+  // Waits for every queued file, then stops the workers.
+  void FinishFiles();
+  // Sets the modes and times of the directories made, deepest first.
+  void FinishDirectories();
 
  private:
+  struct PendingDirectory {
+    std::string dst;
+    struct stat st;
+    bool created;
+  };
   void Entry(const std::string& src, const std::string& dst);
+  void File(const std::string& src, const std::string& dst);
+  void Worker();
   void Symlink(const std::string& src, const struct stat& st,
                const std::string& dst);
   void Node(const struct stat& st, const std::string& dst);
   // The names in `dir`, "." and ".." left out; false (reported) on error.
   bool List(const std::string& dir, std::vector<std::string>& names);
   void Report(absl::string_view what, const std::string& path, int err) {
-    stats_.errors.push_back(std::string(IoError(what, path, err).message()));
+    Report(IoError(what, path, err));
   }
   void Report(const absl::Status& s) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.errors.push_back(std::string(s.message()));
+  }
+  void Count(uint64_t TreeStats::*counter, uint64_t bytes = 0) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++(stats_.*counter);
+    stats_.bytes_copied += bytes;
   }
 
   const CopyOptions& options_;
   CopyOptions link_options_;
-  TreeStats& stats_;
+  std::mutex stats_mu_;
+  TreeStats& stats_;  // guarded by stats_mu_ while workers run
+  std::vector<PendingDirectory> directories_;  // walking thread only
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_ready_;  // a file queued, or closed_
+  std::condition_variable queue_room_;   // a file taken
+  std::deque<std::pair<std::string, std::string>> queue_;  // (src, dst)
+  bool closed_ = false;
+  std::vector<std::thread> workers_;
 };
+
+void TreeCopier::StartWorkers() {
+  for (size_t i = 0; i < kFileWorkers; ++i) {
+    try {
+      workers_.emplace_back([this] { Worker(); });
+    } catch (const std::system_error&) {
+      break;  // fewer workers (or none: the walk copies files itself)
+    }
+  }
+}
+
+void TreeCopier::Worker() {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  for (;;) {
+    queue_ready_.wait(lock, [this] { return closed_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // closed and drained
+    std::pair<std::string, std::string> job = std::move(queue_.front());
+    queue_.pop_front();
+    queue_room_.notify_one();
+    lock.unlock();
+    absl::StatusOr<CopyStats> r = CopyFile(job.first, job.second, options_);
+    if (r.ok()) {
+      Count(&TreeStats::files, r->bytes_copied);
+    } else {
+      Report(r.status());
+    }
+    lock.lock();
+  }
+}
+
+void TreeCopier::File(const std::string& src, const std::string& dst) {
+  if (workers_.empty()) {
+    absl::StatusOr<CopyStats> r = CopyFile(src, dst, options_);
+    if (!r.ok()) return Report(r.status());
+    return Count(&TreeStats::files, r->bytes_copied);
+  }
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  queue_room_.wait(lock, [this] { return queue_.size() < kMaxQueuedFiles; });
+  queue_.emplace_back(src, dst);
+  queue_ready_.notify_one();
+}
+
+void TreeCopier::FinishFiles() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    closed_ = true;
+  }
+  queue_ready_.notify_all();
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+}
+
+void TreeCopier::FinishDirectories() {
+  // Post-order: every directory comes after the ones inside it.
+  for (const PendingDirectory& d : directories_) {
+    const mode_t mode = d.st.st_mode & 0777;
+    if (d.created && (mode & S_IRWXU) != S_IRWXU) {
+      struct stat made;
+      if (os::Sys().stat(d.dst.c_str(), &made) == 0 &&
+          os::Sys().chmod(d.dst.c_str(),
+                          made.st_mode & 07777 & ~(S_IRWXU & ~mode)) != 0) {
+        Report("set mode of", d.dst, errno);
+      }
+    }
+    if (absl::Status s = PreserveAttributes(-1, d.dst, d.st, options_);
+        !s.ok()) {
+      Report(s);
+    }
+  }
+  directories_.clear();
+}
 
 bool TreeCopier::List(const std::string& dir, std::vector<std::string>& names) {
   DIR* d = os::Sys().opendir(dir.c_str());
@@ -89,24 +211,14 @@ void TreeCopier::Directory(const std::string& src, const struct stat& st,
     }
     created = false;  // merged into, as cp does; its mode stays
   }
-  ++stats_.directories;
+  Count(&TreeStats::directories);
   std::vector<std::string> names;
   if (List(src, names)) {
     for (const std::string& name : names) {
       Entry(absl::StrCat(src, "/", name), absl::StrCat(dst, "/", name));
     }
   }
-  if (created && (mode & S_IRWXU) != S_IRWXU) {
-    struct stat made;
-    if (os::Sys().stat(dst.c_str(), &made) == 0 &&
-        os::Sys().chmod(dst.c_str(),
-                        made.st_mode & 07777 & ~(S_IRWXU & ~mode)) != 0) {
-      Report("set mode of", dst, errno);
-    }
-  }
-  if (absl::Status s = PreserveAttributes(-1, dst, st, options_); !s.ok()) {
-    Report(s);
-  }
+  directories_.push_back({dst, st, created});
 }
 
 void TreeCopier::Entry(const std::string& src, const std::string& dst) {
@@ -121,20 +233,15 @@ void TreeCopier::Entry(const std::string& src, const std::string& dst) {
     return Node(st, dst);
   }
   if (!S_ISREG(st.st_mode)) {
-    stats_.errors.push_back(absl::StrCat("skipped: ", src,
-                                         ": a socket or other special file "
-                                         "is not copied"));
-    return;
+    return Report(absl::FailedPreconditionError(absl::StrCat(
+        "skipped: ", src, ": a socket or other special file is not copied")));
   }
   struct stat at;
   if (os::Sys().lstat(dst.c_str(), &at) == 0 && S_ISDIR(at.st_mode)) {
     Report("cannot overwrite directory with non-directory", dst, EISDIR);
     return;
   }
-  absl::StatusOr<CopyStats> r = CopyFile(src, dst, options_);
-  if (!r.ok()) return Report(r.status());
-  ++stats_.files;
-  stats_.bytes_copied += r->bytes_copied;
+  File(src, dst);
 }
 
 void TreeCopier::Symlink(const std::string& src, const struct stat& st,
@@ -147,7 +254,7 @@ void TreeCopier::Symlink(const std::string& src, const struct stat& st,
   if (os::Sys().symlink(target.c_str(), dst.c_str()) != 0) {
     return Report("create symbolic link", dst, errno);
   }
-  ++stats_.symlinks;
+  Count(&TreeStats::symlinks);
   if (absl::Status s = PreserveAttributes(-1, dst, st, link_options_);
       !s.ok()) {
     Report(s);
@@ -161,7 +268,7 @@ void TreeCopier::Node(const struct stat& st, const std::string& dst) {
     return Report(S_ISFIFO(st.st_mode) ? "create FIFO" : "create device node",
                   dst, errno);
   }
-  ++stats_.nodes;
+  Count(&TreeStats::nodes);
   if (absl::Status s = PreserveAttributes(-1, dst, st, options_); !s.ok()) {
     Report(s);
   }
@@ -214,11 +321,12 @@ absl::StatusOr<TreeStats> CopyTree(absl::string_view src_view,
   // file: for a tree of small files that setup would cost more than the
   // copies.
   CopyOptions file_options = options;
+  file_options.progress = nullptr;  // CopyFile would call it from workers
   std::unique_ptr<BufferPool> pool;
   if (options.pool == nullptr) {
     PoolOptions po;
     po.buffer_size = options.buffer_size;
-    po.buffer_count = DefaultBufferCount(options);
+    po.buffer_count = DefaultBufferCount(options) * kFileWorkers;
     po.thread_cache_size = 0;
     absl::StatusOr<std::unique_ptr<BufferPool>> p = BufferPool::Create(po);
     if (!p.ok()) return p.status();
@@ -227,7 +335,13 @@ absl::StatusOr<TreeStats> CopyTree(absl::string_view src_view,
   }
   TreeStats stats;
   stats.destination = dst;
-  TreeCopier(file_options, stats).Directory(src, st, dst);
+  {
+    TreeCopier copier(file_options, stats);
+    copier.StartWorkers();
+    copier.Directory(src, st, dst);
+    copier.FinishFiles();
+    copier.FinishDirectories();
+  }
   if (stats.directories == 0 && !stats.errors.empty()) {
     return absl::Status(absl::StatusCode::kUnknown, stats.errors.front());
   }
