@@ -83,7 +83,14 @@ class TreeCopier {
   void Report(const absl::Status& s) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.errors.push_back(std::string(s.message()));
+    if (first_error_.ok()) first_error_ = s;
   }
+
+ public:
+  // The first error reported (OK if none). Call after FinishFiles.
+  absl::Status first_error() const { return first_error_; }
+
+ private:
   void Count(uint64_t TreeStats::*counter, uint64_t bytes = 0) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++(stats_.*counter);
@@ -93,7 +100,8 @@ class TreeCopier {
   const CopyOptions& options_;
   CopyOptions link_options_;
   std::mutex stats_mu_;
-  TreeStats& stats_;  // guarded by stats_mu_ while workers run
+  TreeStats& stats_;          // guarded by stats_mu_ while workers run
+  absl::Status first_error_;  // guarded by stats_mu_
   std::vector<PendingDirectory> directories_;  // walking thread only
 
   std::mutex queue_mu_;
@@ -341,9 +349,10 @@ absl::StatusOr<TreeStats> CopyTree(absl::string_view src_view,
     copier.Directory(src, st, dst);
     copier.FinishFiles();
     copier.FinishDirectories();
-  }
-  if (stats.directories == 0 && !stats.errors.empty()) {
-    return absl::Status(absl::StatusCode::kUnknown, stats.errors.front());
+    // The root could not be made: nothing was copied.
+    if (stats.directories == 0 && !stats.errors.empty()) {
+      return copier.first_error();
+    }
   }
   stats.elapsed = absl::Now() - start;
   return stats;
