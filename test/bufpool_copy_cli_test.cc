@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -157,6 +159,22 @@ TEST_F(CopyCliTest, MissingSourceIsOneErrorLineAndExitOne) {
 // A source that changes between the copy and the re-read: /proc/self/status
 // of the program itself (its memory differs once the copy's buffers are
 // gone and the comparison's are in use).
+TEST_F(CopyCliTest, JsonSaysHowTheDestinationWasWrittenAndIfItWasVerified) {
+  Write("a", "data");
+  Result r = Run({"--json", Path("a"), Path("b")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"replace\": \"in_place\", \"created\": true, "
+                       "\"verified\": false"),
+            std::string::npos)
+      << r.out;
+  r = Run({"--json", "--verify", "--atomic", Path("a"), Path("b")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"replace\": \"atomic\", \"created\": false, "
+                       "\"verified\": true"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST_F(CopyCliTest, AVerifyMismatchIsExitOne) {
   Result r = Run({"--verify", "/proc/self/status", Path("status")});
   EXPECT_EQ(r.status, 1) << r.err;
@@ -171,8 +189,8 @@ TEST_F(CopyCliTest, UnwritableDestinationDirectoryIsOneErrorLine) {
   Write("a", "data");
   Result r = Run({Path("a"), Path("no/such/dir/b")});
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.err, "bufpool-copy: create temporary file for: " +
-                       Path("no/such/dir/b") + ": No such file or directory\n");
+  EXPECT_EQ(r.err, "bufpool-copy: create: " + Path("no/such/dir/b") +
+                       ": No such file or directory\n");
 }
 
 TEST_F(CopyCliTest, CopyingAFileOntoItselfIsRefusedAndDestroysNothing) {
@@ -281,6 +299,34 @@ TEST_F(CopyCliTest, ADirectorySourceIsOmittedWithCpsWordsAndTheRestCopied) {
   EXPECT_FALSE(Exists("x"));
 }
 
+// -r: a skipped entry (a socket) is one error line and exit 1; the rest of
+// the tree and the other sources are still copied.
+TEST_F(CopyCliTest, RecursiveReportsEachFailedEntryAndCopiesTheRest) {
+  ASSERT_EQ(mkdir(Path("src").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(Path("src/sub").c_str(), 0700), 0);
+  Write("src/sub/f", "deep");
+  Write("a", "file");
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock = Path("src/sock");
+  std::strncpy(addr.sun_path, sock.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(mkdir(Path("d").c_str(), 0755), 0);
+  for (const char* flag : {"-r", "-R", "--recursive"}) {
+    SCOPED_TRACE(flag);
+    Result r = Run({flag, "--json", Path("src"), Path("a"), Path("d")});
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(r.err, "bufpool-copy: skipped: " + sock +
+                         ": a socket or other special file is not copied\n");
+    EXPECT_EQ(Slurp(Path("d/src/sub/f")), "deep");
+    EXPECT_EQ(Slurp(Path("d/a")), "file");
+    EXPECT_NE(r.out.find("\"files\": 1, \"directories\": 2"), std::string::npos)
+        << r.out;
+  }
+  close(fd);
+}
+
 TEST_F(CopyCliTest, NoClobberNeverOverwritesInBothSpellings) {
   Write("a", "new");
   Write("b", "old");
@@ -301,10 +347,14 @@ TEST_F(CopyCliTest, NoClobberNeverOverwritesInBothSpellings) {
     EXPECT_EQ(r.status, 0) << r.err;
     EXPECT_EQ(Slurp(Path("a")), "new");
   }
-  // A dangling symbolic link is not written through either.
+  // A dangling symbolic link is not written through either: an error, as
+  // GNU cp 9.1 -n reports it.
   ASSERT_EQ(symlink(Path("nowhere").c_str(), Path("link").c_str()), 0);
   Result r = Run({"-n", Path("a"), Path("link")});
-  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("not writing through dangling symlink"),
+            std::string::npos)
+      << r.err;
   EXPECT_FALSE(Exists("nowhere"));
   // Nothing is left behind: no temporary file in either directory.
   for (const std::string& d : {dir_, Path("d")}) {
@@ -367,7 +417,7 @@ TEST_F(CopyCliTest, UsageErrorsExitTwoWithOneLineNamingTheProblem) {
   const std::string a = Path("a"), b = Path("b");
   ExpectUsageError({"--bogus", a, b}, "--bogus");
   ExpectUsageError({"-x", a, b}, "-x");
-  ExpectUsageError({"-r", a, b}, "-r");
+  ExpectUsageError({"--preserve=links", a, b}, "unknown attribute 'links'");
   ExpectUsageError({"--method=fast", a, b}, "--method: unknown method 'fast'");
   ExpectUsageError({"--method", "fast", a, b}, "unknown method 'fast'");
   ExpectUsageError({a, b, "--method"}, "--method");
@@ -418,7 +468,8 @@ TEST_F(CopyCliTest, HelpListsEveryFlagWithItsDefaultAndTheExitCodes) {
     for (const char* flag :
          {"--method METHOD", "-n, --no-clobber", "--buffer-size BYTES",
           "--buffer-count N", "--queue-depth N", "--direct-io", "--fsync",
-          "--progress, --no-progress", "--verify", "--json"}) {
+          "--progress, --no-progress", "--verify", "--json",
+          "-r, -R, --recursive", "-p", "--preserve LIST", "--atomic"}) {
       SCOPED_TRACE(flag);
       // The flag starts a line; its description follows on the same line
       // or, for a long name, on the next.
@@ -433,8 +484,8 @@ TEST_F(CopyCliTest, HelpListsEveryFlagWithItsDefaultAndTheExitCodes) {
     }
     for (const char* word :
          {"-h, --help", "SRC... DIR", "auto", "readwrite", "direct", "uring",
-          "kernel", "O_DIRECT", "copy_file_range", "-r not specified",
-          "A lone '-' is refused", "  0  success", "  1  the work failed",
+          "kernel", "O_DIRECT", "copy_file_range", "Differences from GNU cp",
+          "'-' is refused", "  0  success", "  1  the work failed",
           "  2  usage error"}) {
       EXPECT_NE(t.find(word), std::string::npos) << word;
     }
@@ -454,9 +505,9 @@ std::vector<std::string> TempFiles(const std::string& dir) {
   return out;
 }
 
-// kill -9 in the middle of a copy leaves the old destination and at most a
-// recognisably named temporary file. The source is a FIFO, so the copy is
-// held mid-way for as long as the test keeps the writing end open.
+// kill -9 in the middle of an --atomic copy leaves the old destination and
+// at most a recognisably named temporary file. The source is a FIFO, so the
+// copy is held mid-way for as long as the test keeps the writing end open.
 TEST_F(CopyCliTest, KillNineMidCopyLeavesTheOldDestination) {
   Write("dst", "old destination");
   const std::string fifo = Path("fifo");
@@ -464,7 +515,8 @@ TEST_F(CopyCliTest, KillNineMidCopyLeavesTheOldDestination) {
   const std::string dst = Path("dst");
   char* argv[] = {
       const_cast<char*>(kBin.c_str()), const_cast<char*>("--no-progress"),
-      const_cast<char*>(fifo.c_str()), const_cast<char*>(dst.c_str()), nullptr};
+      const_cast<char*>("--atomic"),   const_cast<char*>(fifo.c_str()),
+      const_cast<char*>(dst.c_str()),  nullptr};
   pid_t pid;
   ASSERT_EQ(posix_spawn(&pid, kBin.c_str(), nullptr, nullptr, argv, environ),
             0);
@@ -495,15 +547,17 @@ TEST_F(CopyCliTest, KillNineMidCopyLeavesTheOldDestination) {
   EXPECT_EQ(TempFiles(dir_)[0].rfind(".dst.bufpool-copy.", 0), 0u);
 }
 
-// -n holds even against a destination that appears while the copy runs:
-// the source is a FIFO, so the copy waits while the test creates `dst`.
+// -n --atomic holds even against a destination that appears while the
+// copy runs: the source is a FIFO, so the copy waits while the test creates
+// `dst`. (In place, -n claims the name with O_EXCL before any byte moves.)
 TEST_F(CopyCliTest, NoClobberDoesNotReplaceAFileThatAppearsDuringTheCopy) {
   const std::string fifo = Path("fifo"), dst = Path("dst");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   const std::string out = Path(".out"), err = Path(".err");
-  char* argv[] = {const_cast<char*>(kBin.c_str()), const_cast<char*>("-n"),
-                  const_cast<char*>(fifo.c_str()),
-                  const_cast<char*>(dst.c_str()), nullptr};
+  char* argv[] = {
+      const_cast<char*>(kBin.c_str()), const_cast<char*>("-n"),
+      const_cast<char*>("--atomic"),   const_cast<char*>(fifo.c_str()),
+      const_cast<char*>(dst.c_str()),  nullptr};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 2, err.c_str(),
@@ -513,9 +567,11 @@ TEST_F(CopyCliTest, NoClobberDoesNotReplaceAFileThatAppearsDuringTheCopy) {
   posix_spawn_file_actions_destroy(&fa);
   const int w = open(fifo.c_str(), O_WRONLY);  // the copy has started
   ASSERT_GE(w, 0);
-  Write("dst", "appeared meanwhile");
+  // More than a pipe holds: once written, the copy is reading, so it has
+  // looked at `dst` already and writes a temporary file.
   const std::string data(300000, 'f');
   ASSERT_EQ(write(w, data.data(), data.size()), ssize_t(data.size()));
+  Write("dst", "appeared meanwhile");
   close(w);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);

@@ -41,7 +41,7 @@ TEST(CopyArgsTest, DefaultsAreCopyOptionsDefaults) {
   EXPECT_FALSE(r.command.copy.direct_io);
   EXPECT_FALSE(r.command.copy.fsync);
   EXPECT_EQ(r.command.copy.pool, nullptr);
-  EXPECT_FALSE(r.command.no_clobber);
+  EXPECT_FALSE(r.command.copy.no_clobber);
   EXPECT_FALSE(r.command.verify);
   EXPECT_FALSE(r.command.json);
   EXPECT_FALSE(r.command.progress.has_value());
@@ -83,13 +83,42 @@ TEST(CopyArgsTest, Flags) {
   ParsedArgs<CopyCommand> r =
       Parse({"-n", "--direct-io", "--fsync", "--verify", "--json", "a", "b"});
   ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
-  EXPECT_TRUE(r.command.no_clobber);
+  EXPECT_TRUE(r.command.copy.no_clobber);
   EXPECT_TRUE(r.command.copy.direct_io);
   EXPECT_TRUE(r.command.copy.fsync);
   EXPECT_TRUE(r.command.verify);
   EXPECT_TRUE(r.command.json);
   r = Parse({"--no-clobber", "a", "b"});
-  EXPECT_TRUE(r.command.no_clobber);
+  EXPECT_TRUE(r.command.copy.no_clobber);
+}
+
+TEST(CopyArgsTest, CpFlagsReachTheOptions) {
+  ParsedArgs<CopyCommand> r = Parse({"a", "b"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_FALSE(r.command.recursive);
+  EXPECT_EQ(r.command.copy.replace, CopyOptions::Replace::kInPlace);
+  EXPECT_FALSE(r.command.copy.preserve_mode);
+  for (const char* flag : {"-r", "-R", "--recursive"}) {
+    EXPECT_TRUE(Parse({flag, "a", "b"}).command.recursive) << flag;
+  }
+  EXPECT_EQ(Parse({"--atomic", "a", "b"}).command.copy.replace,
+            CopyOptions::Replace::kAtomic);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"-p", "a", "b"},
+        std::vector<std::string>{"--preserve=all", "a", "b"},
+        std::vector<std::string>{"--preserve=mode,ownership,timestamps", "a",
+                                 "b"}}) {
+    r = Parse(args);
+    ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+    EXPECT_TRUE(r.command.copy.preserve_mode);
+    EXPECT_TRUE(r.command.copy.preserve_ownership);
+    EXPECT_TRUE(r.command.copy.preserve_timestamps);
+  }
+  r = Parse({"--preserve=timestamps", "a", "b"});
+  EXPECT_FALSE(r.command.copy.preserve_mode);
+  EXPECT_TRUE(r.command.copy.preserve_timestamps);
+  EXPECT_NE(UsageError({"--preserve=xattr", "a", "b"}).find("'xattr'"),
+            std::string::npos);
 }
 
 TEST(CopyArgsTest, TheLastProgressFlagWins) {
@@ -121,7 +150,7 @@ TEST(CopyArgsTest, DoubleDashEndsTheOptions) {
   ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
   EXPECT_EQ(r.command.sources, std::vector<std::string>{"-n"});
   EXPECT_EQ(r.command.target, "--json");
-  EXPECT_FALSE(r.command.no_clobber);
+  EXPECT_FALSE(r.command.copy.no_clobber);
   EXPECT_FALSE(r.command.json);
 }
 
@@ -156,8 +185,6 @@ TEST(CopyArgsTest, UnknownOptionsAreNamed) {
             std::string::npos);
   EXPECT_NE(UsageError({"-x", "a", "b"}).find("-x"), std::string::npos);
   EXPECT_NE(UsageError({"-nx", "a", "b"}).find("-x"), std::string::npos);
-  // cp's -r is not offered: directories are refused when copied.
-  EXPECT_NE(UsageError({"-r", "a", "b"}).find("-r"), std::string::npos);
 }
 
 TEST(CopyArgsTest, BufferSizeIsAPowerOfTwoWithinThePoolsLimits) {
@@ -215,7 +242,8 @@ TEST(CopyArgsTest, HelpListsEveryFlagWithItsDefault) {
     for (const char* flag :
          {"--method METHOD", "-n, --no-clobber", "--buffer-size BYTES",
           "--buffer-count N", "--queue-depth N", "--direct-io", "--fsync",
-          "--progress, --no-progress", "--verify", "--json", "-h, --help"}) {
+          "--progress, --no-progress", "--verify", "--json", "-h, --help",
+          "-r, -R, --recursive", "-p", "--preserve LIST", "--atomic"}) {
       SCOPED_TRACE(flag);
       // The flag starts a line; its description follows on the same line
       // or, for a long name, on the next.
@@ -232,9 +260,8 @@ TEST(CopyArgsTest, HelpListsEveryFlagWithItsDefault) {
     }
     for (const char* word :
          {"auto", "readwrite", "direct", "uring", "kernel", "O_DIRECT",
-          "copy_file_range", "-r not specified; omitting directory", "'-'",
-          "Exit status", "  0  success", "  1  the work failed",
-          "  2  usage error"}) {
+          "copy_file_range", "Differences from GNU cp:", "'-'", "Exit status",
+          "  0  success", "  1  the work failed", "  2  usage error"}) {
       EXPECT_NE(t.find(word), std::string::npos) << word;
     }
   }

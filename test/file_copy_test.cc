@@ -195,30 +195,87 @@ TEST_P(MethodTest, ReadsProcFilesToEndOfFile) {
   }
 }
 
-TEST_P(MethodTest, CopiesModeBits) {
+// A new file gets the source's permission bits under the umask, without
+// the set-user-ID, set-group-ID and sticky bits (as cp creates it).
+TEST_P(MethodTest, NewFileGetsThePermissionBitsUnderTheUmask) {
   const std::string src = Path("src");
   WriteFileOrDie(src, "mode");
-  for (mode_t mode : {0751, 0600, 0444, 02755}) {
+  const mode_t old_umask = umask(022);
+  for (mode_t mode : {0751, 0600, 0444, 02755, 04777, 01777}) {
     ASSERT_EQ(chmod(src.c_str(), mode), 0);
     const std::string dst = Path("dst" + std::to_string(mode));
-    ASSERT_TRUE(CopyFile(src, dst, Options(GetParam())).ok());
+    absl::StatusOr<CopyStats> r = CopyFile(src, dst, Options(GetParam()));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->created);
     struct stat st;
     ASSERT_EQ(stat(dst.c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 07777, mode);
+    EXPECT_EQ(st.st_mode & 07777, mode & 0755) << std::oct << mode;
+    EXPECT_EQ(ReadFileOrDie(dst), "mode");
   }
+  umask(old_umask);
 }
 
-TEST_P(MethodTest, ReplacesAnExistingDestination) {
+TEST_P(MethodTest, PreserveModeKeepsTheSpecialBits) {
+  const std::string src = Path("src");
+  WriteFileOrDie(src, "mode");
+  const mode_t old_umask = umask(077);
+  for (mode_t mode : {0751, 0444, 02755, 04755, 01777}) {
+    ASSERT_EQ(chmod(src.c_str(), mode), 0);
+    CopyOptions o = Options(GetParam());
+    o.preserve_mode = true;
+    const std::string dst = Path("dst" + std::to_string(mode));
+    ASSERT_TRUE(CopyFile(src, dst, o).ok());
+    struct stat st;
+    ASSERT_EQ(stat(dst.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, mode) << std::oct << mode;
+  }
+  umask(old_umask);
+}
+
+TEST_P(MethodTest, InPlaceWritesIntoTheExistingInode) {
   const std::string src = Path("src"), dst = Path("dst");
   WriteFileOrDie(src, "new");
   WriteFileOrDie(dst, RandomBytes(100000, 9));
+  ASSERT_EQ(chmod(dst.c_str(), 0600), 0);
+  ASSERT_EQ(link(dst.c_str(), Path("other_name").c_str()), 0);
+  const int old_fd = open(dst.c_str(), O_RDONLY);
+  ASSERT_GE(old_fd, 0);
+  absl::StatusOr<CopyStats> r = CopyFile(src, dst, Options(GetParam()));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->replace, CopyOptions::Replace::kInPlace);
+  EXPECT_FALSE(r->created);
+  EXPECT_EQ(ReadFileOrDie(dst), "new");
+  EXPECT_EQ(ReadFileOrDie(Path("other_name")), "new");  // the link kept
+  struct stat old_st, st;
+  ASSERT_EQ(fstat(old_fd, &old_st), 0);
+  ASSERT_EQ(stat(dst.c_str(), &st), 0);
+  EXPECT_EQ(old_st.st_ino, st.st_ino);
+  EXPECT_EQ(old_st.st_size, 3);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);  // the mode is not widened
+  EXPECT_EQ(st.st_nlink, 2u);
+  close(old_fd);
+  EXPECT_TRUE(TempFiles(dir_).empty());
+}
+
+TEST_P(MethodTest, AtomicReplacesAnExistingDestination) {
+  const std::string src = Path("src"), dst = Path("dst");
+  WriteFileOrDie(src, "new");
+  WriteFileOrDie(dst, RandomBytes(100000, 9));
+  ASSERT_EQ(chmod(dst.c_str(), 0640), 0);
   const int old_fd = open(dst.c_str(), O_RDONLY);  // sees the old inode
   ASSERT_GE(old_fd, 0);
-  ASSERT_TRUE(CopyFile(src, dst, Options(GetParam())).ok());
+  CopyOptions o = Options(GetParam());
+  o.replace = CopyOptions::Replace::kAtomic;
+  absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->replace, CopyOptions::Replace::kAtomic);
   EXPECT_EQ(ReadFileOrDie(dst), "new");
-  struct stat old_st;
+  struct stat old_st, st;
   ASSERT_EQ(fstat(old_fd, &old_st), 0);
   EXPECT_EQ(old_st.st_size, 100000);  // replaced by rename, not rewritten
+  ASSERT_EQ(stat(dst.c_str(), &st), 0);
+  EXPECT_NE(old_st.st_ino, st.st_ino);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);  // the old file's mode
   close(old_fd);
   EXPECT_TRUE(TempFiles(dir_).empty());
 }
@@ -708,7 +765,14 @@ class FaultTest : public CopyTest,
     os::ScopedSyscalls seam(&table_);
     return CopyFile(src_, dst_, o);
   }
-  absl::StatusOr<CopyStats> Run() { return Run(Options(GetParam())); }
+  // Atomic unless a test asks otherwise: a failed atomic copy leaves the
+  // old destination whole, which ExpectCleanFailure checks.
+  CopyOptions AtomicOptions() const {
+    CopyOptions o = Options(GetParam());
+    o.replace = CopyOptions::Replace::kAtomic;
+    return o;
+  }
+  absl::StatusOr<CopyStats> Run() { return Run(AtomicOptions()); }
 
   // The copy failed cleanly: the old destination is intact, no temp file.
   void ExpectCleanFailure(const absl::StatusOr<CopyStats>& r,
@@ -825,7 +889,7 @@ TEST_P(FaultTest, ReadErrorNamesTheSource) {
 TEST_P(FaultTest, FsyncErrorIsReportedOnceAndNeverRetried) {
   WriteFileOrDie(dst_, "old destination");
   g.fsync_errno = EIO;
-  CopyOptions o = Options(GetParam());
+  CopyOptions o = AtomicOptions();
   o.fsync = true;
   absl::StatusOr<CopyStats> r = Run(o);
   ExpectCleanFailure(r, "Input/output error");
@@ -968,7 +1032,9 @@ TEST_F(CopyTest, RealFullDiskFailsCleanlyForEveryMethod) {
   WriteFileOrDie(dst, "old destination");
   for (const MethodCase& m : kMethods) {
     SCOPED_TRACE(m.name);
-    absl::StatusOr<CopyStats> r = CopyFile(src, dst, Options(m));
+    CopyOptions o = Options(m);
+    o.replace = CopyOptions::Replace::kAtomic;
+    absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
     ASSERT_FALSE(r.ok());
     // "write" or, for kernel, the call that moved the data.
     EXPECT_TRUE(std::string(r.status().message())

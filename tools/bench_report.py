@@ -334,7 +334,9 @@ def headline(values, copy, echo):
     pairs = [("bufpool-copy auto", "cp", "copy 512 MiB, page cache"),
              ("bufpool-copy auto", "dd bs=128k", "copy 512 MiB, page cache"),
              ("bufpool-copy direct", "dd bs=1M iflag=direct oflag=direct",
-              "copy 512 MiB, O_DIRECT")]
+              "copy 512 MiB, O_DIRECT"),
+             ("tree warm: bufpool-copy -r", "tree warm: cp -r",
+              "10,000 4 KiB files, page cache")]
     for ours, theirs, what in pairs:
         if ours in copy and theirs in copy:
             rows.append((f"{what}: {ours} vs {theirs}", copy[ours],
@@ -432,6 +434,11 @@ def goals(values, counters, cold, copy, echo):
         label = f"{ours} >= {target}x the speed of {theirs}" if target != 1 \
             else f"{ours} at least as fast as {theirs}"
         g.append(goal(label, speed(ours, theirs), target, False))
+    if "tree warm: bufpool-copy -r" in copy and "tree warm: cp -r" in copy:
+        g.append(goal("bufpool-copy -r >= 1.5x the speed of cp -r (10,000 "
+                      "4 KiB files, warm)",
+                      speed("tree warm: bufpool-copy -r", "tree warm: cp -r"),
+                      1.5, False))
     fio = "fio read (io_uring QD32 128k)"
     g.append(goal("bufpool-copy direct >= 80% of fio's read bandwidth",
                   speed("bufpool-copy direct", fio), 0.8, False))

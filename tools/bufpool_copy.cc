@@ -82,6 +82,11 @@ std::string StatsJson(const bufpool::CopyStats& s) {
       ", \"method_requested\": ",
       JsonString(bufpool::CopyMethodName(s.method_requested)),
       ", \"method\": ", JsonString(bufpool::CopyMethodName(s.method)),
+      ", \"replace\": ",
+      s.replace == bufpool::CopyOptions::Replace::kAtomic ? "\"atomic\""
+                                                          : "\"in_place\"",
+      ", \"created\": ", s.created ? "true" : "false",
+      ", \"verified\": ", s.verified ? "true" : "false",
       ", \"direct_io\": ", s.direct_io ? "true" : "false",
       ", \"buffer_bytes\": ", s.buffer_bytes,
       ", \"fixed_buffers\": ", s.fixed_buffers ? "true" : "false",
@@ -154,82 +159,39 @@ std::string BaseName(std::string path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::string DirName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 bool IsDirectory(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// -n: copies `src` to `dst` only if nothing is at `dst`, and never replaces
-// what appears there meanwhile. The copy goes to a placeholder beside `dst`
-// (named like CopyFile's temporary files), which is then renamed to `dst`
-// with RENAME_NOREPLACE (or, where the file system lacks it, hard-linked
-// and unlinked: link() also refuses an existing name). Returns false with
-// *skipped when `dst` exists; false with *error on failure.
-bool CopyNoClobber(const std::string& src, const std::string& dst,
-                   const bufpool::CopyOptions& options,
-                   bufpool::CopyStats* stats, bool* skipped,
-                   std::string* error) {
-  *skipped = false;
-  struct stat st;
-  if (lstat(dst.c_str(), &st) == 0) {
-    *skipped = true;
-    return false;
+// -r: one directory SRC; every entry's error on its own line.
+int CopyDirectory(const std::string& src, const std::string& target,
+                  const bufpool::CopyOptions& options, bool json) {
+  absl::StatusOr<bufpool::TreeStats> t =
+      bufpool::CopyTree(src, target, options);
+  if (!t.ok()) {
+    Fail(std::string(t.status().message()));
+    return kExitFailure;
   }
-  const std::string dir = DirName(dst);
-  std::string placeholder =
-      absl::StrCat(dir, "/.", BaseName(dst), ".bufpool-copy.XXXXXX");
-  const int fd = mkstemp(placeholder.data());
-  if (fd < 0) {
-    *error = absl::StrCat("create temporary file for: ", dst, ": ",
-                          std::strerror(errno));
-    return false;
+  for (const std::string& e : t->errors) Fail(e);
+  if (json) {
+    std::printf(
+        "{\"destination\": %s, \"files\": %llu, \"directories\": %llu, "
+        "\"symlinks\": %llu, \"nodes\": %llu, \"bytes_copied\": %llu, "
+        "\"errors\": %zu, \"replace\": %s, \"elapsed_seconds\": %.6f}\n",
+        JsonString(t->destination).c_str(),
+        static_cast<unsigned long long>(t->files),
+        static_cast<unsigned long long>(t->directories),
+        static_cast<unsigned long long>(t->symlinks),
+        static_cast<unsigned long long>(t->nodes),
+        static_cast<unsigned long long>(t->bytes_copied), t->errors.size(),
+        options.replace == bufpool::CopyOptions::Replace::kAtomic
+            ? "\"atomic\""
+            : "\"in_place\"",
+        absl::ToDoubleSeconds(t->elapsed));
+    std::fflush(stdout);
   }
-  close(fd);
-  absl::StatusOr<bufpool::CopyStats> s =
-      bufpool::CopyFile(src, placeholder, options);
-  if (!s.ok()) {
-    unlink(placeholder.c_str());
-    *error = std::string(s.status().message());
-    return false;
-  }
-  int err = 0;
-  if (renameat2(AT_FDCWD, placeholder.c_str(), AT_FDCWD, dst.c_str(),
-                RENAME_NOREPLACE) != 0) {
-    err = errno;
-    if (err == EINVAL || err == ENOSYS) {
-      // No RENAME_NOREPLACE here; link() refuses an existing name as well.
-      err = link(placeholder.c_str(), dst.c_str()) == 0 ? 0 : errno;
-    }
-    unlink(placeholder.c_str());
-  }
-  if (err == EEXIST) {  // it appeared during the copy: left alone
-    *skipped = true;
-    return false;
-  }
-  if (err != 0) {
-    *error = absl::StrCat("rename into place: ", dst, ": ", std::strerror(err));
-    return false;
-  }
-  if (options.fsync) {
-    const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) {
-      *error =
-          absl::StrCat("fsync directory: ", dir, ": ", std::strerror(errno));
-      if (dfd >= 0) close(dfd);
-      return false;
-    }
-    close(dfd);
-  }
-  *stats = *std::move(s);
-  stats->destination = dst;
-  return true;
+  return t->errors.empty() ? kExitSuccess : kExitFailure;
 }
 
 }  // namespace
@@ -295,8 +257,13 @@ int main(int argc, char** argv) {
       continue;
     }
     if (IsDirectory(src)) {
-      Fail(absl::StrCat("-r not specified; omitting directory '", src, "'"));
-      status = kExitFailure;
+      if (!cmd.recursive) {
+        Fail(absl::StrCat("-r not specified; omitting directory '", src, "'"));
+        status = kExitFailure;
+      } else if (CopyDirectory(src, cmd.target, options, cmd.json) !=
+                 kExitSuccess) {
+        status = kExitFailure;
+      }
       continue;
     }
     const std::string dst =
@@ -312,30 +279,20 @@ int main(int argc, char** argv) {
     }
     drew = false;
     last = absl::InfinitePast();
-    bufpool::CopyStats stats;
-    std::string error;
-    if (cmd.no_clobber) {
-      bool skipped = false;
-      const bool copied =
-          CopyNoClobber(src, dst, options, &stats, &skipped, &error);
-      if (drew) std::fputc('\n', stderr);
-      if (skipped) continue;
-      if (!copied) {
-        Fail(error);
-        status = kExitFailure;
+    absl::StatusOr<bufpool::CopyStats> s =
+        bufpool::CopyFile(src, cmd.target, options);
+    if (drew) std::fputc('\n', stderr);
+    if (!s.ok()) {
+      // -n: an existing destination is skipped silently, as cp -n does.
+      if (options.no_clobber &&
+          s.status().code() == absl::StatusCode::kAlreadyExists) {
         continue;
       }
-    } else {
-      absl::StatusOr<bufpool::CopyStats> s =
-          bufpool::CopyFile(src, cmd.target, options);
-      if (drew) std::fputc('\n', stderr);
-      if (!s.ok()) {
-        Fail(std::string(s.status().message()));
-        status = kExitFailure;
-        continue;
-      }
-      stats = *std::move(s);
+      Fail(std::string(s.status().message()));
+      status = kExitFailure;
+      continue;
     }
+    bufpool::CopyStats stats = *std::move(s);
     created.insert(dst);
     if (cmd.verify) {
       if (std::string err = Verify(src, stats.destination); !err.empty()) {
@@ -343,6 +300,7 @@ int main(int argc, char** argv) {
         status = kExitFailure;
         continue;
       }
+      stats.verified = true;
     }
     if (cmd.json) {
       std::printf("%s\n", StatsJson(stats).c_str());

@@ -1,6 +1,7 @@
 #include "copy_args.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace bufpool::tools {
 namespace {
@@ -12,17 +13,22 @@ constexpr char kUsage[] = R"(usage: bufpool-copy [OPTIONS] SRC DEST
 
 Copies SRC to DEST, or each SRC into the directory DIR, as cp does: when the
 last operand is an existing directory, SRC goes to DIR/<name of SRC>; with
-more than one SRC the last operand must be a directory. Each destination is
-replaced atomically: the data goes to a temporary file beside it that is
-renamed over it only when complete, so a failed copy leaves the destination
-as it was. Sparse holes, permission bits and files that report size 0
-(/proc) are handled. Copying a file onto itself is refused and touches
-nothing. Directories are not copied (there is no -r): a directory SRC is
-skipped with "-r not specified; omitting directory 'SRC'" and the exit
-status is 1. A lone '-' is refused rather than read as standard input or
-written as standard output: the copy needs named files (a pipe can be read
-as /dev/stdin; a file named '-' is ./-). After '--' every argument is an
-operand.
+more than one SRC the last operand must be a directory. An existing DEST is
+written in place (its inode, mode, owner, group and hard links stay); a new
+one gets SRC's mode without the set-ID and sticky bits, under the umask.
+Devices and FIFOs are written, never replaced; a symbolic link is followed
+(a dangling one refused). With --atomic an existing regular DEST is replaced
+by a complete copy instead (a temporary file renamed over it), so a failed
+copy leaves it as it was. Copying a file onto itself is refused and touches
+nothing. After '--' every argument is an operand.
+
+Differences from GNU cp:
+  * '-' is refused, not read as standard input ('./-' names a file).
+  * -r copies hard links as separate files (cp -R does too; no cp -a);
+    sockets are reported and skipped; -n skips silently (exit 0).
+  * -p never fails when ownership cannot be kept; no ACLs, xattrs,
+    SELinux contexts, --reflink, --sparse, -i, -f, -u, -l, -s, -L.
+  * --verify, --json, --method and the buffer flags are its own.
 
 )";
 
@@ -55,6 +61,7 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
   ParsedArgs<CopyCommand> result;
   CopyCommand& c = result.command;
   CLI::App app;
+  bool atomic = false;
   ConfigureApp(app, kTool, kUsage,
                absl::StrCat(kMethods,
                             ExitStatusHelp("a copy or a verification (the "
@@ -77,9 +84,25 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
                                 "kernel)");
           },
           ""));
-  app.add_flag("-n,--no-clobber", c.no_clobber,
+  app.add_flag("-n,--no-clobber", c.copy.no_clobber,
                "never overwrite an existing destination: skip that\n"
                "SRC (exit 0, as cp -n does; default: overwrite)");
+  app.add_flag("-r,-R,--recursive", c.recursive,
+               "copy directories and everything below them\n"
+               "(default: a directory SRC is skipped, exit 1)");
+  bool preserve_all = false;
+  app.add_flag("-p", preserve_all,
+               "same as --preserve=mode,ownership,timestamps\n"
+               "(default: off)");
+  std::string preserve;
+  app.add_option("--preserve", preserve,
+                 "keep these of SRC, comma-separated: mode,\n"
+                 "ownership, timestamps, all (default: none)")
+      ->type_name("LIST")
+      ->option_text("LIST");
+  app.add_flag("--atomic", atomic,
+               "replace an existing regular DEST by renaming a\n"
+               "complete copy over it (default: write in place)");
   app.add_option("--buffer-size", c.copy.buffer_size,
                  absl::StrCat("bytes per pool buffer, a power of two from 64 "
                               "to\n",
@@ -110,8 +133,8 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
                "with --method=uring: open both files with O_DIRECT\n"
                "(default: off)");
   app.add_flag("--fsync", c.copy.fsync,
-               "sync the data before the rename and the directory\n"
-               "after (default: off)");
+               "sync the data, and the directory after a new name\n"
+               "(default: off)");
   bool progress = false;
   CLI::Option* progress_flag =
       app.add_flag("--progress,!--no-progress", progress,
@@ -137,6 +160,24 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
     return result;
   };
   c.copy.method = *ParseCopyMethod(method);  // checked by the validator
+  if (atomic) c.copy.replace = CopyOptions::Replace::kAtomic;
+  if (preserve_all) {
+    c.copy.preserve_mode = c.copy.preserve_ownership =
+        c.copy.preserve_timestamps = true;
+  }
+  for (absl::string_view item :
+       absl::StrSplit(preserve, ',', absl::SkipEmpty())) {
+    if (item == "mode" || item == "all") c.copy.preserve_mode = true;
+    if (item == "ownership" || item == "all") c.copy.preserve_ownership = true;
+    if (item == "timestamps" || item == "all")
+      c.copy.preserve_timestamps = true;
+    if (item != "mode" && item != "ownership" && item != "timestamps" &&
+        item != "all") {
+      return usage_error(
+          absl::StrCat("--preserve: unknown attribute '", item,
+                       "' (mode, ownership, timestamps or all)"));
+    }
+  }
   if (progress_flag->count() > 0) c.progress = progress;
   if (operands.size() < 2) {
     return usage_error(

@@ -27,10 +27,11 @@ struct CopyCommand {
   // directory they go into). Never "-", never empty.
   std::vector<std::string> sources;
   std::string target;
-  // method, buffer_size, batch_buffers, queue_depth, direct_io and fsync,
+  // method, buffer_size, batch_buffers, queue_depth, direct_io, fsync,
+  // replace (--atomic), no_clobber (-n) and preserve_* (-p, --preserve),
   // all within the limits above; pool and progress are left unset.
   CopyOptions copy;
-  bool no_clobber = false;  // -n: never overwrite an existing destination
+  bool recursive = false;  // -r, -R: directories with CopyTree
   bool verify = false;
   bool json = false;
   // --progress / --no-progress, the last one given; nullopt when neither

@@ -35,19 +35,41 @@
 // Semantics, the same for every method:
 //   * The bytes of `dst` equal those of `src`; holes of a sparse source stay
 //     holes (SEEK_DATA/SEEK_HOLE); a file that reports size 0 (/proc/version)
-//     is read to end of file. The permission bits (07777) are copied.
-//   * `dst` is replaced atomically: the data goes to a temporary file
-//     ".<name>.bufpool-copy.XXXXXX" in the destination's directory, renamed
-//     over `dst` only when every byte is written (and with `fsync`, synced,
-//     then the directory synced). On error the temporary file is removed and
-//     an existing `dst` is left as it was. A process killed mid-copy leaves
-//     the old `dst` and possibly a temporary file with that name.
+//     is read to end of file.
 //   * When `dst` is an existing directory the copy goes to dst/basename(src).
-//     Copying a file onto itself (same device and inode, e.g. a hard link)
-//     and a directory as source are refused before anything is touched.
-//     A symbolic link at `dst` is followed for that check, then replaced by
-//     the rename (the link itself becomes the copy, as with `cp
-//     --remove-destination`).
+//     Copying a file onto itself (same device and inode, also through a hard
+//     or symbolic link) and a directory as source are refused before
+//     anything is touched.
+//
+// Destinations, as cp writes them:
+//   * A new file is created with open(..., mode): the source's permission
+//     bits without set-user-ID, set-group-ID and sticky, so the umask (or a
+//     default ACL) applies; `preserve_mode` keeps all of them.
+//   * Replace::kInPlace (the default): an existing destination is opened,
+//     truncated and written; its inode, mode, owner, group and other hard
+//     links stay, only the bytes change. A failed copy leaves it partly
+//     written (as cp does); a file the call created is removed.
+//   * Replace::kAtomic: the data goes to a temporary file
+//     ".<name>.bufpool-copy.XXXXXX" beside the destination, which gets the
+//     existing file's mode, owner and group and is renamed over it only when
+//     every byte is written (with `fsync`: synced, then the directory). On
+//     error it is removed and the destination is left as it was. Refused
+//     with FailedPrecondition, touching nothing, for a destination with other
+//     hard links (they would keep the old bytes); when the owner cannot be
+//     given to the new file or the directory takes no new names, the error
+//     says so: an in-place copy works there. CopyStats::replace says which
+//     ran.
+//   * A character or block device or a FIFO is written in place, never
+//     replaced, whatever `replace` says (with kReadWrite, at the file
+//     position). A socket is refused with FailedPrecondition naming it.
+//   * A symbolic link at `dst` is followed: its target is written (kAtomic
+//     replaces the target; the link stays). A dangling one is refused ("not
+//     writing through dangling symlink"), as cp refuses it.
+//   * `no_clobber`: anything at `dst` is left alone and AlreadyExistsError
+//     returned, also when it appears during the copy (O_EXCL for a new file,
+//     RENAME_NOREPLACE or link() for kAtomic).
+//   * `preserve_*` (cp -p) apply to the copy after the data: owner and group
+//     where permitted, mode, access and modification times.
 //   * Memory is bounded by the buffers used (queue_depth * batch_buffers
 //     buffers: by default 128 KiB for kReadWrite and kKernel, 512 KiB for
 //     kUring, 4 MiB with O_DIRECT), whatever the file size.
@@ -110,9 +132,28 @@ struct CopyOptions {
   // kUring: open both files with O_DIRECT (falls back to buffered I/O when
   // a file system refuses it).
   bool direct_io = false;
-  // fsync the data before the rename and the directory after it. An fsync
-  // error is reported and never retried.
+  // fsync the data (and, after a rename, the directory). An fsync error is
+  // reported and never retried.
   bool fsync = false;
+  // How an existing regular destination is written (see "Destinations" at
+  // the top of this file). Non-regular destinations are always written in
+  // place.
+  enum class Replace { kInPlace, kAtomic };
+  Replace replace = Replace::kInPlace;
+  // Never write over anything at the destination: CopyFile returns
+  // AlreadyExistsError instead. Race-free: a new file is created with
+  // O_EXCL, an atomic copy renamed with RENAME_NOREPLACE (or link()).
+  bool no_clobber = false;
+  // Give the copy the source's mode including the set-user-ID, set-group-ID
+  // and sticky bits (cp -p). Set-user-ID and set-group-ID are dropped when
+  // the owner or group could not be kept as well.
+  bool preserve_mode = false;
+  // Give the copy the source's owner and group where permitted: a refusal
+  // (EPERM, as for an unprivileged user) is not an error; the group alone is
+  // then tried.
+  bool preserve_ownership = false;
+  // Give the copy the source's access and modification times.
+  bool preserve_timestamps = false;
   // Called on the calling thread after each batch is written.
   std::function<void(const CopyProgress&)> progress;
 };
@@ -127,7 +168,15 @@ struct CopyStats {
   bool fixed_buffers = false;  // io_uring used registered (fixed) buffers
   std::vector<std::string> fallbacks;  // one line per fallback taken, why
   std::string destination;             // the path written (dst or dst/name)
-  uint64_t buffer_bytes = 0;           // bytes of pool buffers the copy held
+  // How the destination was written: kInPlace for a new file, for
+  // Replace::kInPlace, and for a non-regular destination whatever was asked.
+  CopyOptions::Replace replace = CopyOptions::Replace::kInPlace;
+  bool created = false;  // the destination did not exist before
+  // Whether the copy was read back and compared with the source. CopyFile
+  // never verifies (it is always false there); callers that compare the
+  // files afterwards (bufpool-copy --verify) set it.
+  bool verified = false;
+  uint64_t buffer_bytes = 0;  // bytes of pool buffers the copy held
   absl::Duration elapsed;
   uint64_t syscalls = 0;     // data-moving system calls (read, write, ...)
   uint64_t submissions = 0;  // io_uring_enter calls (kUring, kDirect)
@@ -137,6 +186,38 @@ struct CopyStats {
 // Copies `src` to `dst` as described at the top of this file.
 BUFPOOL_EXPORT absl::StatusOr<CopyStats> CopyFile(
     absl::string_view src, absl::string_view dst,
+    const CopyOptions& options = {});
+
+struct TreeStats {
+  uint64_t files = 0;        // regular files copied
+  uint64_t directories = 0;  // directories created or merged into
+  uint64_t symlinks = 0;     // symbolic links recreated
+  uint64_t nodes = 0;        // FIFOs and device nodes recreated
+  uint64_t bytes_copied = 0;
+  std::string destination;  // the root written (dst or dst/name)
+  // One line per entry that failed or was skipped, "<what>: <path>: <the
+  // system's words>"; the other entries were still copied.
+  std::vector<std::string> errors;
+  absl::Duration elapsed;
+};
+
+// Copies the directory `src_dir` and everything below it to `dst` (or to
+// dst/basename(src_dir) when `dst` is an existing directory), as cp -R
+// does: directories recreated (mode as for new files; an existing one is
+// merged into), regular files through CopyFile with `options`, symbolic
+// links recreated as links (never followed), FIFOs and device nodes
+// recreated (devices need CAP_MKNOD), sockets and other types reported and
+// skipped. Hard links become separate files. `preserve_*` apply to every
+// entry. A failing entry is reported in TreeStats::errors and the rest
+// continue; the Status is an error only when nothing could be copied
+// (`src_dir` is no directory, `dst` is inside it, the root cannot be made).
+// Regular files are copied by a few worker threads at once, drawing on one
+// pool (options.pool, or a private one for the whole tree); `progress` is
+// not called. Directory modes and times are set after their contents.
+// Thread safety as CopyFile; every worker is joined before the call
+// returns.
+BUFPOOL_EXPORT absl::StatusOr<TreeStats> CopyTree(
+    absl::string_view src_dir, absl::string_view dst,
     const CopyOptions& options = {});
 
 }  // namespace bufpool

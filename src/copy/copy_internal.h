@@ -4,6 +4,8 @@
 #ifndef BUFPOOL_SRC_COPY_COPY_INTERNAL_H_
 #define BUFPOOL_SRC_COPY_COPY_INTERNAL_H_
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,18 +25,25 @@ inline constexpr uint64_t kDirectAlign = 4096;
 // Copy(offset, kToEof) copies until the source's end of file.
 inline constexpr uint64_t kToEof = ~uint64_t{0};
 
+// Buffers per call or operation for `options` (its batch_buffers, or the
+// method's default); and the buffers one copy with `options` uses, which a
+// private pool is sized to.
+size_t BatchBuffers(const CopyOptions& options, bool direct);
+size_t DefaultBufferCount(const CopyOptions& options);
+
 // "<what>: <path>: <strerror(err)>", via os::PosixError.
 absl::Status IoError(absl::string_view what, absl::string_view path, int err);
 
 // Everything one CopyFile call shares with its movers. Single-threaded.
 struct Context {
-  int in_fd = -1;          // source, buffered
-  int out_fd = -1;         // temporary file, buffered
-  int in_direct_fd = -1;   // source with O_DIRECT, or -1
-  int out_direct_fd = -1;  // temporary file with O_DIRECT, or -1
-  bool seekable = true;    // the source supports pread
-  std::string src_path;    // for messages
-  std::string dst_path;    // for messages: the destination, not the temp
+  int in_fd = -1;            // source, buffered
+  int out_fd = -1;           // temporary file, buffered
+  int in_direct_fd = -1;     // source with O_DIRECT, or -1
+  int out_direct_fd = -1;    // temporary file with O_DIRECT, or -1
+  bool seekable = true;      // the source supports pread
+  bool out_seekable = true;  // the destination supports pwrite (regular)
+  std::string src_path;      // for messages
+  std::string dst_path;      // for messages: the destination, not the temp
   BufferPool* pool = nullptr;
   std::vector<Buffer>* buffers = nullptr;  // every buffer this copy may use
   size_t batch = 1;                        // buffers per call / operation
@@ -47,6 +56,58 @@ struct Context {
   // Counts `n` more bytes written and reports progress.
   void Advance(uint64_t n);
 };
+
+// The last component of `path`, trailing slashes ignored; its directory.
+std::string BaseName(absl::string_view path);
+std::string DirName(absl::string_view path);
+
+// The file one CopyFile call writes, resolved and opened as cp does (see
+// "Destinations" in bufpool/file_copy.h). Owns `fd` and the temporary file
+// or new file it created: Abandon() removes what a failed copy leaves.
+struct Target {
+  std::string path;        // dst, or dst/basename(src): for messages, stats
+  std::string write_path;  // the file opened (a symbolic link's target)
+  bool exists = false;     // something was at `path` (followed)
+  struct stat st {};       // of the existing file, when `exists`
+  CopyOptions::Replace replace = CopyOptions::Replace::kInPlace;
+  bool regular = true;  // the file written is a regular file
+  int fd = -1;
+  std::string temp;      // kAtomic: the temporary file, while it exists
+  bool created = false;  // kInPlace: this call created the file
+  bool done = false;     // FinishTarget succeeded: nothing is removed
+  bool sized = false;    // the file already has its final size
+
+  ~Target() { Abandon(); }
+  // Closes `fd` and removes the temporary or newly created file, if any.
+  void Abandon();
+};
+
+// Resolves `dst` for `src` (a directory gets basename(src)), applies the
+// refusals (same file, directory, socket, dangling symlink, no_clobber,
+// kAtomic's hard links), and opens the file to write: the existing one
+// (kInPlace; see TruncateForWriting), a new one created with the source's
+// mode under the umask, or a temporary file beside it (kAtomic).
+absl::Status OpenTarget(const std::string& src, const struct stat& src_st,
+                        absl::string_view dst, const CopyOptions& options,
+                        Target& t);
+
+// Empties an existing regular file opened in place (done last before the
+// data is written, so that a refusal before it leaves the file as it was).
+absl::Status TruncateForWriting(Target& t);
+
+// After the data: sets the size (regular files), owner, mode and times as
+// the options and the rules say, fsyncs when asked, closes, and renames a
+// temporary file into place (RENAME_NOREPLACE with no_clobber).
+absl::Status FinishTarget(const struct stat& src_st, uint64_t size,
+                          const CopyOptions& options, Target& t);
+
+// Sets owner, mode and times of an open descriptor (or, with fd < 0, of
+// `path` without following a symbolic link) from `src_st` as `options`
+// preserve them. EPERM and EINVAL on the owner are not errors (the group
+// alone is tried, set-ID bits are then dropped).
+absl::Status PreserveAttributes(int fd, const std::string& path,
+                                const struct stat& src_st,
+                                const CopyOptions& options);
 
 // Copies source bytes [offset, offset + len) to the same offsets of the
 // temporary file. Returns the bytes copied: `len`, or fewer when the source

@@ -1,5 +1,5 @@
-// CopyFile: resolves the paths, writes a temporary file beside the
-// destination through one mover, and renames it into place.
+// CopyFile: opens the source and the destination (destination.cc), moves
+// the bytes through one mover, and finishes the destination.
 #include "bufpool/file_copy.h"
 
 #include <fcntl.h>
@@ -7,10 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <random>
 #include <string>
 #include <utility>
 
@@ -66,6 +64,20 @@ absl::Status Preallocate(Context& ctx, int fd, uint64_t offset, uint64_t len) {
   return absl::OkStatus();  // an optimisation only: the writes still work
 }
 
+size_t BatchBuffers(const CopyOptions& options, bool direct) {
+  if (options.batch_buffers != 0) return options.batch_buffers;
+  return direct ? 256 : 32;
+}
+
+size_t DefaultBufferCount(const CopyOptions& options) {
+  const CopyMethod m = options.method;
+  const bool direct = m == CopyMethod::kDirect ||
+                      (m == CopyMethod::kUring && options.direct_io);
+  const bool queued = m == CopyMethod::kUring || m == CopyMethod::kDirect;
+  const size_t depth = options.queue_depth != 0 ? options.queue_depth : 4;
+  return BatchBuffers(options, direct) * (queued ? depth : 1);
+}
+
 void Context::Advance(uint64_t n) {
   stats->bytes_copied += n;
   if (options->progress) {
@@ -75,66 +87,15 @@ void Context::Advance(uint64_t n) {
 
 namespace {
 
-std::string BaseName(absl::string_view path) {
-  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
-  const size_t slash = path.rfind('/');
-  return std::string(slash == absl::string_view::npos ? path
-                                                      : path.substr(slash + 1));
-}
-
-std::string DirName(absl::string_view path) {
-  const size_t slash = path.rfind('/');
-  if (slash == absl::string_view::npos) return ".";
-  if (slash == 0) return "/";
-  return std::string(path.substr(0, slash));
-}
-
-// Descriptors and the temporary file of one copy; cleans up what is left.
-class Job {
- public:
+// The source's descriptors; the destination's live in Target.
+struct Job {
   ~Job() {
-    for (int* fd : {&in_direct, &out_direct, &out, &in}) {
+    for (int* fd : {&in_direct, &out_direct, &in}) {
       if (*fd >= 0) os::Sys().close(*fd);
     }
-    if (!temp.empty()) os::Sys().unlink(temp.c_str());
   }
-  int in = -1, out = -1, in_direct = -1, out_direct = -1;
-  std::string temp;  // non-empty while the temporary file exists
+  int in = -1, in_direct = -1, out_direct = -1;
 };
-
-// Creates ".<name>.bufpool-copy.XXXXXX" in `dir`, mode 0600.
-absl::Status CreateTemp(const std::string& dir, const std::string& name,
-                        const std::string& dst, Job& job) {
-  static std::atomic<uint64_t> counter{0};
-  std::random_device rd;
-  std::mt19937_64 rng((uint64_t{rd()} << 32) ^ rd() ^
-                      counter.fetch_add(1, std::memory_order_relaxed));
-  static constexpr char kChars[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string suffix(6, 'x');
-    for (char& c : suffix) c = kChars[rng() % (sizeof(kChars) - 1)];
-    std::string path = absl::StrCat(dir, "/.", name, ".bufpool-copy.", suffix);
-    const int fd =
-        os::Sys().open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd >= 0) {
-      job.out = fd;
-      job.temp = std::move(path);
-      return absl::OkStatus();
-    }
-    if (errno != EEXIST && errno != EINTR) {
-      return IoError("create temporary file for", dst, errno);
-    }
-  }
-  return IoError("create temporary file for", dst, EEXIST);
-}
-
-absl::Status FsyncFd(int fd, const std::string& path, const char* what) {
-  // Never retried: after a failed fsync the page cache may have dropped the
-  // dirty pages, so a second fsync could "succeed" without the data.
-  if (os::Sys().fsync(fd) != 0) return IoError(what, path, errno);
-  return absl::OkStatus();
-}
 
 // The method kAuto runs. For a file in the page cache on one file system,
 // copy_file_range (in-kernel, no copy to user space) was the fastest in
@@ -146,9 +107,10 @@ CopyMethod ChooseAuto(const struct stat& st) {
 
 // Opens the O_DIRECT descriptors; false (with a fallback noted) when a file
 // system refuses them.
-absl::StatusOr<bool> OpenDirect(const std::string& src, const std::string& dst,
+absl::StatusOr<bool> OpenDirect(const std::string& src, const Target& t,
                                 Job& job, CopyStats& stats,
                                 size_t buffer_size) {
+  const std::string& dst = t.path;
   if (buffer_size % kDirectAlign != 0) {
     stats.fallbacks.push_back(absl::StrCat(
         "buffer size ", buffer_size,
@@ -164,10 +126,24 @@ absl::StatusOr<bool> OpenDirect(const std::string& src, const std::string& dst,
                                            "): buffered I/O"));
     return false;
   }
-  job.out_direct = os::Sys().open(job.temp.c_str(), O_WRONLY | O_DIRECT, 0);
+  // A second descriptor for the file t.fd writes, checked to be the same
+  // file. A new file created without write permission (a read-only source's
+  // mode) cannot be opened again: then buffered I/O.
+  const std::string& out = t.temp.empty() ? t.write_path : t.temp;
+  job.out_direct = os::Sys().open(out.c_str(), O_WRONLY | O_DIRECT, 0);
+  struct stat a, b;
+  if (job.out_direct >= 0 && (os::Sys().fstat(job.out_direct, &a) != 0 ||
+                              os::Sys().fstat(t.fd, &b) != 0 ||
+                              a.st_ino != b.st_ino || a.st_dev != b.st_dev)) {
+    os::Sys().close(job.out_direct);
+    job.out_direct = -1;
+    errno = ESTALE;
+  }
   if (job.out_direct < 0) {
     const int err = errno;
-    if (err != EINVAL) return IoError("open destination (O_DIRECT)", dst, err);
+    if (err != EINVAL && err != EACCES && err != ESTALE) {
+      return IoError("open destination (O_DIRECT)", dst, err);
+    }
     stats.fallbacks.push_back(absl::StrCat("O_DIRECT refused on ", dst, " (",
                                            std::strerror(err),
                                            "): buffered I/O"));
@@ -180,9 +156,12 @@ absl::StatusOr<bool> OpenDirect(const std::string& src, const std::string& dst,
 
 // Copies every data range of the source (holes stay holes); returns the
 // size the destination must have.
-absl::StatusOr<uint64_t> CopyRanges(Context& ctx, Mover& mover, uint64_t size) {
+absl::StatusOr<uint64_t> CopyRanges(Context& ctx, Mover& mover, uint64_t size,
+                                    bool may_have_holes) {
   uint64_t pos = 0;
-  bool sparse_ok = true;
+  // A file with as many blocks as bytes has no holes to look for: two
+  // lseek calls saved per file, which counts for trees of small files.
+  bool sparse_ok = may_have_holes;
   while (pos < size) {
     uint64_t data = pos, hole = size;
     if (sparse_ok) {
@@ -238,47 +217,29 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   }
   if (S_ISDIR(st.st_mode)) return IoError("source is a directory", src, EISDIR);
 
-  struct stat dst_st;
-  if (os::Sys().stat(dst.c_str(), &dst_st) == 0) {
-    if (S_ISDIR(dst_st.st_mode)) {
-      dst = absl::StrCat(dst, dst.ends_with('/') ? "" : "/", BaseName(src));
-      if (os::Sys().stat(dst.c_str(), &dst_st) != 0) {
-        if (errno != ENOENT) return IoError("stat destination", dst, errno);
-        dst_st.st_ino = 0;
-        dst_st.st_mode = 0;
-      }
-    }
-    if (dst_st.st_ino != 0 && S_ISDIR(dst_st.st_mode)) {
-      return IoError("destination is a directory", dst, EISDIR);
-    }
-    if (dst_st.st_ino != 0 && dst_st.st_dev == st.st_dev &&
-        dst_st.st_ino == st.st_ino) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("refusing to copy a file onto itself: ", dst,
-                       ": source and destination are the same file"));
-    }
-  } else if (errno != ENOENT) {
-    return IoError("stat destination", dst, errno);
+  Target target;
+  if (absl::Status s = OpenTarget(src, st, dst, options, target); !s.ok()) {
+    return s;
   }
+  dst = target.path;
   stats.destination = dst;
+  stats.replace = target.replace;
+  stats.created = !target.exists;
 
-  // Which method runs.
-  const bool sized = S_ISREG(st.st_mode) && st.st_size > 0;
+  // Which method runs. A device or FIFO is written at its file position
+  // from one sequential read of the source.
+  const bool sized = S_ISREG(st.st_mode) && st.st_size > 0 && target.regular;
   CopyMethod method =
       options.method == CopyMethod::kAuto ? ChooseAuto(st) : options.method;
   if (!sized && method != CopyMethod::kReadWrite) {
     stats.fallbacks.push_back(absl::StrCat(
         CopyMethodName(method),
-        ": source reports size 0 or is not a regular file: reading to end of "
-        "file with readwrite"));
+        target.regular ? ": source reports size 0 or is not a regular file"
+                       : ": destination is not a regular file",
+        ": reading to end of file with readwrite"));
     method = CopyMethod::kReadWrite;
   }
   stats.method = method;
-
-  const std::string dir = DirName(dst);
-  if (absl::Status s = CreateTemp(dir, BaseName(dst), dst, job); !s.ok()) {
-    return s;
-  }
 
   // Buffers: from the caller's pool or a private one, enough for the method.
   const bool queued =
@@ -291,10 +252,7 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   // a slow mode of page-cache writes under load, where dd bs=128k did not.
   // io_uring: 128 KiB operations, several in flight; O_DIRECT: large
   // (1 MiB) requests.
-  size_t batch = options.batch_buffers;
-  if (batch == 0) {
-    batch = wants_direct ? 256 : 32;
-  }
+  const size_t batch = BatchBuffers(options, wants_direct);
   const size_t depth = options.queue_depth != 0 ? options.queue_depth : 4;
   const size_t want = batch * (queued ? depth : 1);
   std::unique_ptr<BufferPool> private_pool;
@@ -324,8 +282,9 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
 
   Context ctx;
   ctx.in_fd = job.in;
-  ctx.out_fd = job.out;
+  ctx.out_fd = target.fd;
   ctx.seekable = S_ISREG(st.st_mode);
+  ctx.out_seekable = target.regular;
   ctx.src_path = src;
   ctx.dst_path = dst;
   ctx.pool = pool;
@@ -337,13 +296,14 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   ctx.total = sized ? static_cast<uint64_t>(st.st_size) : 0;
   ctx.start = start;
 
+  if (absl::Status s = TruncateForWriting(target); !s.ok()) return s;
   absl::StatusOr<uint64_t> final_size;
   {
     std::unique_ptr<Mover> mover;
     bool direct = wants_direct;
     if (direct) {
       absl::StatusOr<bool> d =
-          OpenDirect(src, dst, job, stats, pool->buffer_size());
+          OpenDirect(src, target, job, stats, pool->buffer_size());
       if (!d.ok()) return d.status();
       direct = *d;
       ctx.in_direct_fd = job.in_direct;
@@ -376,22 +336,15 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
         break;
     }
     final_size =
-        sized ? CopyRanges(ctx, *mover, static_cast<uint64_t>(st.st_size))
+        sized ? CopyRanges(ctx, *mover, static_cast<uint64_t>(st.st_size),
+                           static_cast<uint64_t>(st.st_blocks) * 512 <
+                               static_cast<uint64_t>(st.st_size))
               : mover->Copy(0, kToEof);
   }
   // Every buffer goes back before a private pool is destroyed.
   buffers.clear();
   if (!final_size.ok()) return final_size.status();
 
-  if (os::Sys().ftruncate(job.out, static_cast<off_t>(*final_size)) != 0) {
-    return IoError("truncate", dst, errno);
-  }
-  if (os::Sys().fchmod(job.out, st.st_mode & 07777) != 0) {
-    return IoError("set mode of", dst, errno);
-  }
-  if (options.fsync) {
-    if (absl::Status s = FsyncFd(job.out, dst, "fsync"); !s.ok()) return s;
-  }
   for (int* fd : {&job.in_direct, &job.out_direct}) {
     if (*fd >= 0) {
       const int f = std::exchange(*fd, -1);
@@ -400,22 +353,13 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
       }
     }
   }
-  {
-    const int f = std::exchange(job.out, -1);
-    if (os::Sys().close(f) != 0 && errno != EINTR) {
-      return IoError("close", dst, errno);
-    }
-  }
-  if (os::Sys().rename(job.temp.c_str(), dst.c_str()) != 0) {
-    return IoError("rename into place", dst, errno);
-  }
-  job.temp.clear();
-  if (options.fsync) {
-    const int dfd = os::Sys().open(dir.c_str(), O_RDONLY | O_DIRECTORY, 0);
-    if (dfd < 0) return IoError("open directory", dir, errno);
-    absl::Status s = FsyncFd(dfd, dir, "fsync directory");
-    os::Sys().close(dfd);
-    if (!s.ok()) return s;
+  // The file written started empty (new, temporary or truncated); written
+  // without holes and without O_DIRECT's rounded-up reservations, it has
+  // its size already and needs no truncate.
+  target.sized = !stats.direct_io && stats.bytes_copied == *final_size;
+  if (absl::Status s = FinishTarget(st, *final_size, options, target);
+      !s.ok()) {
+    return s;
   }
   stats.file_size = *final_size;
   stats.elapsed = absl::Now() - start;

@@ -58,9 +58,10 @@ class ReadWriteMover final : public Mover {
       if (!n.ok()) return n.status();
       if (*n == 0) break;
       const int wcnt = Gather(*ctx_.buffers, 0, count, *n, iov_);
-      if (absl::Status s = os::WriteAll(ctx_.out_fd, iov_.data(), wcnt,
-                                        static_cast<off_t>(pos), ctx_.dst_path,
-                                        {.calls = &ctx_.stats->syscalls});
+      if (absl::Status s =
+              os::WriteAll(ctx_.out_fd, iov_.data(), wcnt,
+                           ctx_.out_seekable ? static_cast<off_t>(pos) : -1,
+                           ctx_.dst_path, {.calls = &ctx_.stats->syscalls});
           !s.ok()) {
         return s;
       }

@@ -1,6 +1,8 @@
 #include "os/file.h"
 
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/sendfile.h>
 #include <unistd.h>
 
@@ -25,6 +27,16 @@ ssize_t RealCopyFileRange(int fd_in, off_t* off_in, int fd_out, off_t* off_out,
   return ::copy_file_range(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
+int RealLstat(const char* path, struct stat* st) { return ::lstat(path, st); }
+int RealRenameat2(int olddirfd, const char* from, int newdirfd, const char* to,
+                  unsigned flags) {
+  return ::renameat2(olddirfd, from, newdirfd, to, flags);
+}
+int RealMkdir(const char* path, mode_t mode) { return ::mkdir(path, mode); }
+int RealMknod(const char* path, mode_t mode, dev_t dev) {
+  return ::mknod(path, mode, dev);
+}
+
 constexpr SyscallTable kReal = {
     .open = RealOpen,
     .close = ::close,
@@ -46,6 +58,22 @@ constexpr SyscallTable kReal = {
     .fchmod = ::fchmod,
     .fallocate = ::fallocate,
     .uring_create = CreateUring,
+    .lstat = RealLstat,
+    .fchown = ::fchown,
+    .futimens = ::futimens,
+    .renameat2 = RealRenameat2,
+    .link = ::link,
+    .realpath = ::realpath,
+    .mkdir = RealMkdir,
+    .symlink = ::symlink,
+    .readlink = ::readlink,
+    .mknod = RealMknod,
+    .chmod = ::chmod,
+    .lchown = ::lchown,
+    .utimensat = ::utimensat,
+    .opendir = ::opendir,
+    .readdir = ::readdir,
+    .closedir = ::closedir,
 };
 
 // Relaxed: tables are installed before the threads that use them start

@@ -10,9 +10,11 @@
 #ifndef BUFPOOL_SRC_OS_FILE_H_
 #define BUFPOOL_SRC_OS_FILE_H_
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -53,6 +55,28 @@ struct SyscallTable {
   int (*fallocate)(int fd, int mode, off_t offset, off_t len);
   // io_uring: creates a ring (see os/uring.h); returns 0 or -errno.
   int (*uring_create)(unsigned entries, std::unique_ptr<Uring>* out);
+  // Added for writing destinations as cp does (in place or atomic, owners,
+  // modes, times, no-clobber).
+  int (*lstat)(const char* path, struct stat* st);
+  int (*fchown)(int fd, uid_t owner, gid_t group);
+  int (*futimens)(int fd, const struct timespec times[2]);
+  int (*renameat2)(int olddirfd, const char* from, int newdirfd, const char* to,
+                   unsigned flags);
+  int (*link)(const char* from, const char* to);
+  // realpath(path, nullptr): the result is malloc'ed; the caller frees it.
+  char* (*realpath)(const char* path, char* resolved);
+  // Added for tree copies (CopyTree).
+  int (*mkdir)(const char* path, mode_t mode);
+  int (*symlink)(const char* target, const char* path);
+  ssize_t (*readlink)(const char* path, char* buf, size_t size);
+  int (*mknod)(const char* path, mode_t mode, dev_t dev);
+  int (*chmod)(const char* path, mode_t mode);
+  int (*lchown)(const char* path, uid_t owner, gid_t group);
+  int (*utimensat)(int dirfd, const char* path, const struct timespec times[2],
+                   int flags);
+  DIR* (*opendir)(const char* path);
+  dirent* (*readdir)(DIR* dir);
+  int (*closedir)(DIR* dir);
 };
 
 // The real system calls.
