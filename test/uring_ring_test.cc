@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -395,7 +396,8 @@ TEST(ProvidedBufferRingTest, TeardownReturnsLentBuffersAndTakenChainsStay) {
   BufferChain kept;
   {
     auto br = ProvidedBufferRing::Create(
-        ring.get(), **pool, {.max_buffers = 64, .initial_buffers = 64});
+        ring.get(), **pool,
+        {.max_buffers = 64, .initial_buffers = 64, .copy_below = 0});
     ASSERT_TRUE(br.ok()) << br.status();
     EXPECT_EQ((*pool)->Stats().in_use, 64u);
     io_uring_sqe* sqe = ring.Sqe();
@@ -468,9 +470,11 @@ TEST(ProvidedBufferRingTest, TakeIntoAppendsToTheCallersChain) {
   ASSERT_TRUE(other.ok());
   Pairs pairs;
   MakePairs(1, &pairs);
-  auto br = ProvidedBufferRing::Create(
-      ring.get(), **pool,
-      {.max_buffers = 16, .initial_buffers = 16, .bundles = Bundles::kOff});
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 16,
+                                        .initial_buffers = 16,
+                                        .bundles = Bundles::kOff,
+                                        .copy_below = 0});
   ASSERT_TRUE(br.ok()) << br.status();
   BufferChain queue(**other);
   ASSERT_TRUE(queue.Append("head:").ok());
@@ -553,6 +557,196 @@ TEST(ProvidedBufferRingTest, StartsSmallAndGrowsWhileRunningLow) {
   EXPECT_EQ((*br)->target(), 32u);
   EXPECT_EQ((*br)->rearm_threshold(), 8u);  // a quarter of the most held
   EXPECT_TRUE((*br)->ShouldRearm());
+}
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// Memory follows bytes: a 20 KB line trickled a byte at a time on each of
+// `connections` stream socketpairs and never consumed. Each connection's
+// chain may pin at most B + 2 * buffer_size; the pool's high water at most
+// that per connection plus what the ring has lent.
+class TrickleTest : public testing::TestWithParam<size_t> {};
+
+TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
+  const size_t conns = GetParam();
+  constexpr size_t kLine = 20 * 1024;
+  constexpr size_t kRingBuffers = 64;
+  auto pool = BufferPool::Create({.buffer_count = 8192});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const size_t bs = (*pool)->buffer_size();
+  const size_t per_conn = (kLine + 2 * bs + bs - 1) / bs;  // buffers
+  const size_t bound = kRingBuffers + conns * per_conn;
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  std::vector<int> reader(conns), writer(conns);
+  for (size_t i = 0; i < conns; ++i) {
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    reader[i] = sv[0];
+    writer[i] = sv[1];
+  }
+  std::string line(kLine, '\0');
+  for (size_t k = 0; k < kLine; ++k) line[k] = static_cast<char>('a' + k % 26);
+  line.back() = '\n';
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    for (size_t k = 0; k < kLine && !stop.load(); ++k) {
+      for (size_t i = 0; i < conns; ++i) {
+        if (!WriteAll(writer[i], &line[k], 1)) return;
+      }
+    }
+  });
+  {
+    auto br = ProvidedBufferRing::Create(
+        ring.get(), **pool,
+        {.max_buffers = kRingBuffers, .initial_buffers = kRingBuffers});
+    ASSERT_TRUE(br.ok()) << br.status();
+    std::vector<BufferChain> queue;
+    for (size_t i = 0; i < conns; ++i) queue.emplace_back(**pool);
+    std::vector<bool> armed(conns, false);
+    std::vector<size_t> parked;
+    size_t done = 0;
+    auto arm = [&](size_t i) {
+      io_uring_sqe* sqe = ring.Sqe();
+      (*br)->PrepareRecv(sqe, reader[i]);
+      io_uring_sqe_set_data64(sqe, i);
+      armed[i] = true;
+    };
+    for (size_t i = 0; i < conns; ++i) arm(i);
+    while (done < conns) {
+      (*br)->Refill();
+      while (!parked.empty() && (*br)->ShouldRearm()) {
+        arm(parked.back());
+        parked.pop_back();
+      }
+      __kernel_timespec ts{0, 10000000};
+      io_uring_cqe* first;
+      io_uring_submit_and_wait_timeout(ring.get(), &first, 1, &ts, nullptr);
+      io_uring_cqe* cqe;
+      unsigned head, seen = 0;
+      io_uring_for_each_cqe(ring.get(), head, cqe) {
+        ++seen;
+        const size_t i = static_cast<size_t>(cqe->user_data);
+        if ((cqe->flags & IORING_CQE_F_MORE) == 0) armed[i] = false;
+        absl::Status s = (*br)->Take(*cqe, queue[i]);
+        if (s.code() == absl::StatusCode::kResourceExhausted) {
+          if (!armed[i]) parked.push_back(i);
+          continue;
+        }
+        ASSERT_TRUE(s.ok()) << s;
+        ASSERT_GT(cqe->res, 0) << "connection " << i << " closed early";
+        if (queue[i].size() == kLine) ++done;
+        if (!armed[i] && queue[i].size() < kLine) arm(i);
+      }
+      io_uring_cq_advance(ring.get(), seen);
+      if ((*pool)->Stats().high_water > bound) break;  // fails below
+    }
+    stop = true;
+    trickler.join();
+    EXPECT_LE((*pool)->Stats().high_water, bound)
+        << conns << " connections, " << done << " lines complete";
+    EXPECT_GT((*br)->copied(), 0u);
+    for (size_t i = 0; i < conns; ++i) {
+      ASSERT_EQ(queue[i].size(), kLine) << "connection " << i;
+      EXPECT_LE(queue[i].pinned_bytes(), kLine + 2 * bs) << "connection " << i;
+      std::string got(kLine, '\0');
+      queue[i].CopyTo(
+          absl::MakeSpan(reinterpret_cast<std::byte*>(got.data()), kLine));
+      EXPECT_TRUE(got == line) << "connection " << i << " bytes differ";
+    }
+    // Every receive is still armed: cancel them by closing, then drain.
+    for (size_t i = 0; i < conns; ++i) shutdown(writer[i], SHUT_WR);
+    while (std::count(armed.begin(), armed.end(), true) > 0) {
+      io_uring_cqe* cqe;
+      ASSERT_EQ(io_uring_wait_cqe(ring.get(), &cqe), 0);
+      const size_t i = static_cast<size_t>(cqe->user_data);
+      if ((cqe->flags & IORING_CQE_F_MORE) == 0) armed[i] = false;
+      BufferChain dropped;
+      (*br)->Take(*cqe, dropped).IgnoreError();
+      io_uring_cqe_seen(ring.get(), cqe);
+    }
+  }
+  for (size_t i = 0; i < conns; ++i) {
+    close(reader[i]);
+    close(writer[i]);
+  }
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Connections, TrickleTest,
+                         testing::Values(size_t{1}, size_t{5}, size_t{100}));
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// A small completion is copied into the caller's chain and its buffer lent
+// again at once; a large one is linked; copy_below is validated.
+TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  ASSERT_TRUE(pool.ok());
+  const size_t bs = (*pool)->buffer_size();
+  auto bad =
+      ProvidedBufferRing::Create(ring.get(), **pool, {.copy_below = bs + 1});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(
+      ring.get(), **pool,
+      {.max_buffers = 16, .initial_buffers = 16, .bundles = Bundles::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  EXPECT_EQ((*br)->copy_below(), bs / 8);
+  BufferChain queue(**pool);
+  io_uring_sqe* sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[0]);
+  std::string model;
+  auto take_one = [&](const std::string& msg) {
+    ASSERT_TRUE(WriteAll(pairs.client[0], msg.data(), msg.size()));
+    model += msg;
+    size_t got = 0;
+    while (got < msg.size()) {
+      ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+      io_uring_cqe* cqe;
+      ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+      ASSERT_GT(cqe->res, 0);
+      got += static_cast<size_t>(cqe->res);
+      absl::Status s = (*br)->Take(*cqe, queue);
+      io_uring_cqe_seen(ring.get(), cqe);
+      ASSERT_TRUE(s.ok()) << s;
+    }
+  };
+  take_one("tiny");  // copied into one fresh buffer
+  EXPECT_EQ((*br)->copied(), 1u);
+  EXPECT_EQ((*br)->available(), 16u);  // lent again, no Refill()
+  EXPECT_EQ((*pool)->Stats().in_use, 17u);
+  take_one("more");  // into the tail's room
+  EXPECT_EQ(queue.segment_count(), 1u);
+  EXPECT_EQ((*pool)->Stats().in_use, 17u);
+  queue.Clone().Clear();  // a clone dropped: the tail is ours again
+  BufferChain shared = queue.Clone();
+  // A buffer's worth with a shared tail: linked, not copied.
+  take_one(std::string(bs, 'L'));
+  EXPECT_EQ((*br)->copied(), 2u);
+  EXPECT_EQ(queue.segment_count(), 2u);
+  shared.Clear();
+  std::string bytes(queue.size(), '\0');
+  queue.CopyTo(
+      absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()), bytes.size()));
+  EXPECT_EQ(bytes, model);
+  queue.Clear();
+  shutdown(pairs.client[0], SHUT_WR);
+  br->reset();
+  io_uring_cqe* cqe;
+  while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
+    io_uring_cqe_seen(ring.get(), cqe);
 }
 
 }  // namespace

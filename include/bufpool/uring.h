@@ -131,6 +131,10 @@ class BUFPOOL_EXPORT FixedBuffers {
 
 // ---- Provided-buffer ring ---------------------------------------------------
 
+// ProvidedBufferRingOptions::copy_below's default: buffer_size / 8, resolved
+// at ProvidedBufferRing::Create().
+inline constexpr size_t kDefaultCopyBelow = ~size_t{0};
+
 struct ProvidedBufferRingOptions {
   // The buffer group receives name in sqe->buf_group.
   uint16_t group_id = 0;
@@ -154,6 +158,15 @@ struct ProvidedBufferRingOptions {
   // with -EINVAL).
   enum class Bundles { kProbe, kOff, kOn };
   Bundles bundles = Bundles::kProbe;
+  // A one-buffer completion carrying fewer bytes than this, or arriving
+  // while the chain it is taken into has tail_room(), is copied into that
+  // chain (the tail's room where the tail is the only reference to its
+  // buffer, else one fresh buffer of the chain's pool), and its ring buffer
+  // is lent again at once, with no pool round trip. So memory follows bytes
+  // (see "Memory" in the class comment). 0 turns copying off (every
+  // completion links its buffers); at most the pool's buffer_size. The
+  // default, kDefaultCopyBelow: buffer_size / 8.
+  size_t copy_below = kDefaultCopyBelow;
 };
 
 // Pool buffers lent to an io_uring provided-buffer ring (buffer group
@@ -166,6 +179,17 @@ struct ProvidedBufferRingOptions {
 // a chain Take() returned (then no longer the ring's). available() counts
 // the first two; the kernel consumes ring entries in order, which is what
 // lets Take() find the later buffers of a bundle.
+//
+// Memory. With copying on (copy_below > 0, the default) a connection whose
+// chain has received B bytes through Take() and not consumed them pins at
+// most B + 2 * buffer_size of the pool, however the bytes arrived (one byte
+// per completion, bundles): small completions and completions that find
+// room at the chain's tail are copied there (or into one fresh buffer, which
+// the next ones fill), and only completions that bring a buffer's worth, or
+// find the tail full or shared, link their buffers; a bundle's buffers are
+// full but for its last. Chains that the caller splits and clones may pin
+// more; BufferChain::Compact() packs them. With copy_below = 0 every
+// completion pins a whole buffer (up to buffer_size per byte received).
 //
 // Thread safety: the ring's thread only (see the file comment); chains it
 // returns are free to travel.
@@ -251,12 +275,21 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   uint64_t enobufs() const { return enobufs_; }
   // Whether PrepareRecv() asks for bundles.
   bool bundles() const { return bundles_; }
+  // Options::copy_below as resolved at Create() (0: copying off).
+  size_t copy_below() const { return copy_below_; }
+  // Completions Take() copied and lent again at once.
+  uint64_t copied() const { return copied_; }
   uint16_t group_id() const { return group_id_; }
   BufferPool& pool() const { return *pool_; }
 
  private:
   ProvidedBufferRing() = default;
   absl::Status Init(io_uring* ring, BufferPool& pool, const Options& options);
+  // Adds buffer `id` (lent_[id]) at ring position tail_ + offset.
+  void AddAt(uint16_t id, uint32_t offset);
+  // Copies a one-buffer completion of `len` bytes into `out` and lends its
+  // buffer again; false (nothing changed) when `out` cannot take the copy.
+  bool TakeByCopy(uint16_t id, size_t len, BufferChain& out);
 
   io_uring* ring_ = nullptr;
   BufferPool* pool_ = nullptr;
@@ -276,6 +309,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool ran_low_ = false;  // below target_ / 4, or -ENOBUFS, since Refill()
   uint32_t tail_ = 0;     // entries added since the ring was created
   uint64_t enobufs_ = 0;
+  size_t copy_below_ = 0;
+  uint64_t copied_ = 0;
   // Per buffer id: the pool buffer lent under it (empty when the id is
   // free) and the ring position it was added at; per ring position: the id
   // added there last.

@@ -53,6 +53,13 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
         absl::StrCat("ProvidedBufferRing: buffer_size ", pool.buffer_size(),
                      " does not fit a ring entry's 32-bit length"));
   }
+  copy_below_ = options.copy_below == kDefaultCopyBelow ? pool.buffer_size() / 8
+                                                        : options.copy_below;
+  if (copy_below_ > pool.buffer_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ProvidedBufferRing: copy_below ", options.copy_below,
+                     " exceeds the pool's buffer_size ", pool.buffer_size()));
+  }
   ring_ = ring;
   pool_ = &pool;
   group_id_ = options.group_id;
@@ -144,13 +151,8 @@ size_t ProvidedBufferRing::Refill() {
   for (size_t i = 0; i < got; ++i) {
     const uint16_t id = free_ids_.back();
     free_ids_.pop_back();
-    Buffer& b = lent_[id];
-    b = std::move(scratch_[i]);
-    const uint32_t pos = (tail_ + static_cast<uint32_t>(i)) & mask_;
-    id_at_pos_[pos] = id;
-    pos_of_id_[id] = pos;
-    io_uring_buf_ring_add(br_, b.data(), buffer_size_, id,
-                          static_cast<int>(mask_), static_cast<int>(i));
+    lent_[id] = std::move(scratch_[i]);
+    AddAt(id, static_cast<uint32_t>(i));
   }
   if (got > 0) {
     // One tail update (a release store) publishes the whole batch.
@@ -160,6 +162,31 @@ size_t ProvidedBufferRing::Refill() {
     peak_ = std::max(peak_, in_ring_);
   }
   return in_ring_;
+}
+
+void ProvidedBufferRing::AddAt(uint16_t id, uint32_t offset) {
+  const uint32_t pos = (tail_ + offset) & mask_;
+  id_at_pos_[pos] = id;
+  pos_of_id_[id] = pos;
+  io_uring_buf_ring_add(br_, lent_[id].data(), buffer_size_, id,
+                        static_cast<int>(mask_), static_cast<int>(offset));
+}
+
+bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
+  // Room for one more slice first, so a throw leaves everything as it was;
+  // Append() itself is all or nothing (a dry pool, no pool: link instead).
+  out.Reserve(out.segment_count() + 1);
+  if (!out.Append(absl::MakeConstSpan(lent_[id].data(), len)).ok()) {
+    return false;
+  }
+  // The same buffer, same id, at the tail: the entry it was consumed from
+  // counts in in_ring_ until taken, so in_ring_ (unchanged) stays <=
+  // target_ <= entries_ and no entry not yet taken is overwritten.
+  AddAt(id, 0);
+  io_uring_buf_ring_advance(br_, 1);  // a release store publishes it
+  ++tail_;
+  ++copied_;
+  return true;
 }
 
 absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
@@ -197,6 +224,11 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
     return absl::FailedPreconditionError(absl::StrCat(
         "ProvidedBufferRing::Take: buffer id ", id, " (", n,
         " buffers) was not lent by the ring of group ", group_id_));
+  }
+  if (n == 1 && total != 0 && copy_below_ != 0 &&
+      (total < copy_below_ || out.tail_room() != 0) &&
+      TakeByCopy(static_cast<uint16_t>(id), total, out)) {
+    return absl::OkStatus();
   }
   // All or nothing: what may allocate (out's room for the slices, the
   // error of a failed receive) is made before anything changes, so that a
