@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "bufpool/uring.h"
@@ -747,6 +749,98 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   io_uring_cqe* cqe;
   while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
     io_uring_cqe_seen(ring.get(), cqe);
+}
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// RecvOptions::max_bytes caps what one receive delivers in all: a multishot
+// receive ends (no IORING_CQE_F_MORE) after max_bytes (where the kernel has
+// no cap it is made single-shot, which ends after at most that too), a
+// single-shot one reads at most that; the rest stays in the socket.
+class MaxBytesTest : public testing::TestWithParam<std::tuple<bool, Bundles>> {
+};
+
+TEST_P(MaxBytesTest, AReceiveDeliversAtMostMaxBytes) {
+  const auto [multishot, bundles] = GetParam();
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 256});
+  ASSERT_TRUE(pool.ok());
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(
+      ring.get(), **pool,
+      {.max_buffers = 64, .initial_buffers = 64, .bundles = bundles});
+  ASSERT_TRUE(br.ok()) << br.status();
+  if (bundles == Bundles::kProbe && !(*br)->bundles()) {
+    GTEST_SKIP() << "no bundles in this kernel";
+  }
+  const std::string data(40000, 'q');
+  ASSERT_TRUE(WriteAll(pairs.client[0], data.data(), data.size()));
+  constexpr size_t kCap = 9000;  // two buffers and a part
+  io_uring_sqe* sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[0],
+                     {.multishot = multishot, .max_bytes = kCap});
+  BufferChain got(**pool);
+  bool more = true;
+  size_t completions = 0;
+  while (more) {
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    io_uring_cqe* cqe;
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    ASSERT_GE(cqe->res, 0);
+    absl::Status s = (*br)->Take(*cqe, got);
+    io_uring_cqe_seen(ring.get(), cqe);
+    ASSERT_TRUE(s.ok()) << s;
+    ++completions;
+    if (!multishot) EXPECT_FALSE(more);
+  }
+  const size_t bs = (*pool)->buffer_size();
+  const bool bundle = (*br)->bundles();
+  if (multishot && (*br)->multishot_cap()) {
+    // The kernel fills whole buffers but for a bundle's last.
+    EXPECT_GE(got.size(), kCap) << completions << " completions";
+    EXPECT_LE(got.size(), bundle ? kCap : (kCap + bs - 1) / bs * bs);
+  } else {
+    EXPECT_LE(got.size(), kCap);
+    EXPECT_GT(got.size(), 0u);
+  }
+  // The rest is still in the socket.
+  std::string rest(data.size(), '\0');
+  size_t left = 0;
+  while (left < data.size() - got.size()) {
+    const ssize_t r = recv(pairs.server[0], rest.data() + left,
+                           rest.size() - left, MSG_DONTWAIT);
+    if (r <= 0) break;
+    left += static_cast<size_t>(r);
+  }
+  EXPECT_EQ(left, data.size() - got.size());
+  got.Clear();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MaxBytesTest,
+                         testing::Combine(testing::Bool(),
+                                          testing::Values(Bundles::kOff,
+                                                          Bundles::kProbe)));
+
+TEST(ProvidedBufferRingTest, MultishotCapIsProbedOnThisKernel) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 16});
+  ASSERT_TRUE(pool.ok());
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {});
+  ASSERT_TRUE(br.ok());
+  utsname u{};
+  ASSERT_EQ(uname(&u), 0);
+  int major = 0, minor = 0;
+  ASSERT_EQ(sscanf(u.release, "%d.%d", &major, &minor), 2);
+  EXPECT_EQ((*br)->multishot_cap(), major > 6 || (major == 6 && minor >= 17))
+      << u.release;
 }
 
 }  // namespace

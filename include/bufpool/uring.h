@@ -39,6 +39,25 @@
 // of the buffers the ring has been lent) after a Refill(). Re-arming at once
 // would fail the same way.
 //
+// Backpressure: bound what one connection holds (received, not yet sent or
+// consumed) to about `limit` bytes, as the bundled echo server does. Cap
+// each receive at the room left, stop arming past the limit, resume at
+// half; count a send in flight by held_bytes(), which covers its whole
+// chain:
+//
+//   size_t held = conn.queue.size() + conn.send.held_bytes();
+//   // arming (when not paused):
+//   ProvidedBufferRing::RecvOptions ro;
+//   ro.max_bytes = round_up(limit - held, pool.buffer_size());
+//   bufs->PrepareRecv(sqe, conn.fd, ro);   // ends by itself at the cap
+//   // on a completion: paused = held >= limit (do not re-arm);
+//   // on a send's completion: if paused && held <= limit / 2, re-arm.
+//
+// Where the kernel lacks the multishot cap (multishot_cap() false),
+// PrepareRecv() turns a capped receive single-shot; a loop that wants
+// multishot receives there arms them uncapped below half the limit and
+// cancels them (io_uring_prep_cancel64 on their user_data) past it.
+//
 // Thread safety. A ProvidedBufferRing, FixedBuffers or HeldSend is used by
 // the one thread that drives its io_uring (liburing rings are not
 // thread-safe either). The chains Take() returns are independent values:
@@ -223,7 +242,19 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
     // entries per receive.
     bool bundle = true;
     int msg_flags = 0;
+    // The most bytes this receive may deliver in all, over all its
+    // completions; 0: no cap. A multishot receive ends (a completion
+    // without IORING_CQE_F_MORE) once its total reaches the cap, where the
+    // kernel has one (Linux 6.17+, see multishot_cap()); the kernel fills
+    // whole buffers then, so a multishot receive that is not a bundle may
+    // deliver up to max_bytes rounded up to whole buffers (a bundle stops at
+    // max_bytes). On older kernels PrepareRecv() makes the receive
+    // single-shot with this length, which caps it exactly. At most
+    // kMaxRecvBytes (larger is clamped).
+    size_t max_bytes = 0;
   };
+  // The largest RecvOptions::max_bytes the kernel is given (it reads an int).
+  static constexpr size_t kMaxRecvBytes = size_t{1} << 30;
   // Fills `sqe` with a receive on `fd` that selects its buffers from this
   // ring (IOSQE_BUFFER_SELECT, this group, IORING_RECVSEND_BUNDLE when
   // asked and bundles() is on). The caller sets user_data and may add
@@ -275,6 +306,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   uint64_t enobufs() const { return enobufs_; }
   // Whether PrepareRecv() asks for bundles.
   bool bundles() const { return bundles_; }
+  // Whether the kernel caps a multishot receive's total bytes (Linux
+  // 6.17+; probed once per process with a throwaway ring and socket pair).
+  bool multishot_cap() const { return multishot_cap_; }
   // Options::copy_below as resolved at Create() (0: copying off).
   size_t copy_below() const { return copy_below_; }
   // Completions Take() copied and lent again at once.
@@ -298,6 +332,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool registered_ = false;
   uint16_t group_id_ = 0;
   bool bundles_ = false;
+  bool multishot_cap_ = false;
   uint32_t entries_ = 0;  // ring entries, a power of two
   uint32_t mask_ = 0;
   uint32_t buffer_size_ = 0;
@@ -347,8 +382,10 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
 // Thread safety: the ring's thread.
 class BUFPOOL_EXPORT HeldSend {
  public:
-  // Slices one send covers at most; the rest stay for TakeUnsent().
-  static constexpr size_t kMaxIovecs = 64;
+  // Slices one send covers at most (the kernel's UIO_MAXIOV); the rest stay
+  // for TakeUnsent(). The iovec array grows to the longest chain sent and
+  // is kept: a connection's sends allocate only while growing.
+  static constexpr size_t kMaxIovecs = 1024;
 
   struct Options {
     bool zero_copy = false;
@@ -367,7 +404,9 @@ class BUFPOOL_EXPORT HeldSend {
   // storage as BufferChain's move assignment does, so a connection's queue
   // handed to its send again and again allocates nothing in steady state)
   // and fills `sqe` with a send of its first kMaxIovecs slices to `fd`. The
-  // HeldSend must be idle (never prepared, or done()).
+  // HeldSend must be idle (never prepared, or done()). Throws
+  // std::bad_alloc, nothing changed (the chain still the caller's), when
+  // growing the iovec array fails.
   void Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
                const Options& options);
   void Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain) {
@@ -393,8 +432,13 @@ class BUFPOOL_EXPORT HeldSend {
   // the next send, as a chain of the sent chain's pool; the sent ones stay
   // held until done().
   BufferChain TakeUnsent();
-  // Bytes the prepared send asked for (its slices, at most kMaxIovecs).
+  // Bytes the prepared send asked for: every slice it covers (all of the
+  // chain's, up to kMaxIovecs slices).
   size_t requested() const { return requested_; }
+  // Bytes this send keeps alive now, so out of the pool: the whole chain
+  // from Prepare() until the result, then the sent bytes until done(), then
+  // 0. What backpressure should count while a send is in flight.
+  size_t held_bytes() const { return chain_.size(); }
   bool zero_copy() const { return zero_copy_; }
 
  private:
@@ -407,7 +451,8 @@ class BUFPOOL_EXPORT HeldSend {
   BufferChain chain_;
   BufferChain unsent_;
   msghdr msg_{};
-  iovec iov_[kMaxIovecs];
+  std::unique_ptr<iovec[]> iov_;  // iov_cap_ entries
+  size_t iov_cap_ = 0;
 };
 
 }  // namespace bufpool

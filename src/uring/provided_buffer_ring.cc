@@ -14,8 +14,10 @@
 // before the completion that consumed it has been taken (the kernel posts
 // receive completions in the order it consumes buffers).
 #include <liburing.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <utility>
 
@@ -23,6 +25,7 @@
 #include "bufpool/uring.h"
 #include "os/error.h"
 #include "os/memory.h"
+#include "os/socket.h"
 
 namespace bufpool {
 namespace {
@@ -31,6 +34,52 @@ namespace {
 // several ring buffers per completion, and its feature bit.
 constexpr uint16_t kRecvSendBundle = 1u << 4;
 constexpr uint32_t kFeatRecvSendBundle = 1u << 14;
+
+// Whether a multishot IORING_OP_RECV takes a total byte cap in
+// sqe->optlen (liburing 2.3 names that word file_index): kernels before
+// 6.17 fail such a receive with -EINVAL at prep. The probe: a throwaway
+// ring and socket pair, one byte waiting, a capped multishot receive from a
+// buffer group the ring does not have. A kernel that accepts the cap fails
+// it with -ENOBUFS (no buffer to select) instead.
+bool ProbeMultishotCap() {
+  io_uring ring;
+  if (io_uring_queue_init(2, &ring, 0) != 0) return false;
+  bool cap = false;
+  int sv[2];
+  if (os::SocketPair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, sv).ok()) {
+    const char byte = 'p';
+    if (absl::StatusOr<size_t> w = os::Send(sv[1], &byte, 1, "probe");
+        w.ok() && *w == 1) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      io_uring_prep_recv_multishot(sqe, sv[0], nullptr, 0, 0);
+      sqe->flags |= IOSQE_BUFFER_SELECT;
+      sqe->buf_group = 0xffff;
+      sqe->file_index = 1;
+      io_uring_cqe* cqe;
+      if (io_uring_submit_and_wait(&ring, 1) >= 0 &&
+          io_uring_peek_cqe(&ring, &cqe) == 0) {
+        cap = cqe->res != -EINVAL;
+        io_uring_cqe_seen(&ring, cqe);
+      }
+    }
+    os::CloseSocket(sv[0]).IgnoreError();
+    os::CloseSocket(sv[1]).IgnoreError();
+  }
+  io_uring_queue_exit(&ring);
+  return cap;
+}
+
+// Probed once per process. Racing first calls each probe and store the same
+// answer; relaxed order suffices (the value is the only data).
+bool KernelCapsMultishotRecv() {
+  static std::atomic<int> known{0};  // 0: not probed, 1: no, 2: yes
+  int v = known.load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = ProbeMultishotCap() ? 2 : 1;
+    known.store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
 
 }  // namespace
 
@@ -77,6 +126,7 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
       bundles_ = true;
       break;
   }
+  multishot_cap_ = KernelCapsMultishotRecv();
   entries_ = 1;
   while (entries_ < max_buffers_) entries_ <<= 1;
   mask_ = entries_ - 1;
@@ -125,10 +175,15 @@ ProvidedBufferRing::~ProvidedBufferRing() {
 
 void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
                                      const RecvOptions& options) const {
-  if (options.multishot) {
+  const uint32_t cap =
+      static_cast<uint32_t>(std::min(options.max_bytes, kMaxRecvBytes));
+  if (options.multishot && (cap == 0 || multishot_cap_)) {
     io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, options.msg_flags);
+    sqe->file_index = cap;  // sqe->optlen: the total cap, 0 for none
   } else {
-    io_uring_prep_recv(sqe, fd, nullptr, 0, options.msg_flags);
+    // Single-shot: the length caps the bytes (the selected buffer's size,
+    // or the bundle's total, when larger).
+    io_uring_prep_recv(sqe, fd, nullptr, cap, options.msg_flags);
   }
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = group_id_;
