@@ -29,6 +29,7 @@ namespace bufpool {
 namespace {
 
 using Bundles = ProvidedBufferRingOptions::Bundles;
+using Incremental = ProvidedBufferRingOptions::Incremental;
 
 class Ring {
  public:
@@ -116,7 +117,8 @@ bool WriteAll(int fd, const char* p, size_t n) {
 struct LoadOptions {
   size_t connections = 1;
   size_t bytes_per_connection = 64 * 1024;
-  size_t max_message = 3 * 4096;  // random message sizes in [1, this]
+  size_t max_message = 3 * 4096;  // random message sizes in [min, max]
+  size_t min_message = 1;
   ProvidedBufferRingOptions ring;
   PoolOptions pool;
   // Taken chains are held this many loop turns before being dropped (0:
@@ -133,6 +135,10 @@ struct LoadResult {
   size_t most_segments = 0;  // in one Take()
   uint32_t lowest_slot = 0xffffffffu;
   bool bundles = false;
+  bool incremental = false;
+  // Slices that start inside their buffer (a buffer serving several
+  // completions, in incremental mode).
+  size_t inner_slices = 0;
 };
 
 // Clients send random messages (one thread writes them all, then closes);
@@ -165,8 +171,9 @@ void RunLoad(const LoadOptions& o, LoadResult* result) {
     while (left > 0) {
       for (size_t i = 0; i < o.connections; ++i) {
         if (at[i] == sent[i].size()) continue;
-        const size_t n =
-            std::min<size_t>(1 + r() % o.max_message, sent[i].size() - at[i]);
+        const size_t n = std::min<size_t>(
+            o.min_message + r() % (o.max_message - o.min_message + 1),
+            sent[i].size() - at[i]);
         if (!WriteAll(pairs.client[i], sent[i].data() + at[i], n)) return;
         at[i] += n;
         if (at[i] == sent[i].size()) {
@@ -203,6 +210,7 @@ void RunLoad(const LoadOptions& o, LoadResult* result) {
     ASSERT_TRUE(bufs.ok()) << bufs.status();
     ProvidedBufferRing& br = **bufs;
     result->bundles = br.bundles();
+    result->incremental = br.incremental();
     std::vector<std::string> got(o.connections);
     std::vector<bool> armed(o.connections, false), eof(o.connections, false);
     std::vector<size_t> parked;
@@ -251,6 +259,7 @@ void RunLoad(const LoadOptions& o, LoadResult* result) {
           for (size_t s = 0; s < c->segment_count(); ++s) {
             result->lowest_slot =
                 std::min(result->lowest_slot, c->segment(s).slot());
+            if (c->segment(s).offset() != 0) ++result->inner_slices;
           }
           std::string bytes(c->size(), '\0');
           c->CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()),
@@ -397,9 +406,11 @@ TEST(ProvidedBufferRingTest, TeardownReturnsLentBuffersAndTakenChainsStay) {
   MakePairs(1, &pairs);
   BufferChain kept;
   {
-    auto br = ProvidedBufferRing::Create(
-        ring.get(), **pool,
-        {.max_buffers = 64, .initial_buffers = 64, .copy_below = 0});
+    auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                         {.max_buffers = 64,
+                                          .initial_buffers = 64,
+                                          .copy_below = 0,
+                                          .incremental = Incremental::kOff});
     ASSERT_TRUE(br.ok()) << br.status();
     EXPECT_EQ((*pool)->Stats().in_use, 64u);
     io_uring_sqe* sqe = ring.Sqe();
@@ -476,7 +487,8 @@ TEST(ProvidedBufferRingTest, TakeIntoAppendsToTheCallersChain) {
                                        {.max_buffers = 16,
                                         .initial_buffers = 16,
                                         .bundles = Bundles::kOff,
-                                        .copy_below = 0});
+                                        .copy_below = 0,
+                                        .incremental = Incremental::kOff});
   ASSERT_TRUE(br.ok()) << br.status();
   BufferChain queue(**other);
   ASSERT_TRUE(queue.Append("head:").ok());
@@ -571,10 +583,11 @@ namespace {
 // `connections` stream socketpairs and never consumed. Each connection's
 // chain may pin at most B + 2 * buffer_size; the pool's high water at most
 // that per connection plus what the ring has lent.
-class TrickleTest : public testing::TestWithParam<size_t> {};
+class TrickleTest
+    : public testing::TestWithParam<std::tuple<size_t, Incremental>> {};
 
 TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
-  const size_t conns = GetParam();
+  const auto [conns, incremental] = GetParam();
   constexpr size_t kLine = 20 * 1024;
   constexpr size_t kRingBuffers = 64;
   auto pool = BufferPool::Create({.buffer_count = 8192});
@@ -603,10 +616,15 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     }
   });
   {
-    auto br = ProvidedBufferRing::Create(
-        ring.get(), **pool,
-        {.max_buffers = kRingBuffers, .initial_buffers = kRingBuffers});
+    auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                         {.max_buffers = kRingBuffers,
+                                          .initial_buffers = kRingBuffers,
+                                          .incremental = incremental});
+    if (!br.ok() && incremental == Incremental::kOn) {
+      GTEST_SKIP() << "no incremental rings here: " << br.status();
+    }
     ASSERT_TRUE(br.ok()) << br.status();
+    EXPECT_EQ((*br)->incremental(), incremental == Incremental::kOn);
     std::vector<BufferChain> queue;
     for (size_t i = 0; i < conns; ++i) queue.emplace_back(**pool);
     std::vector<bool> armed(conns, false);
@@ -679,8 +697,10 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Connections, TrickleTest,
-                         testing::Values(size_t{1}, size_t{5}, size_t{100}));
+INSTANTIATE_TEST_SUITE_P(
+    Connections, TrickleTest,
+    testing::Combine(testing::Values(size_t{1}, size_t{5}, size_t{100}),
+                     testing::Values(Incremental::kOff, Incremental::kOn)));
 
 }  // namespace
 }  // namespace bufpool
@@ -701,9 +721,11 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   Pairs pairs;
   MakePairs(1, &pairs);
-  auto br = ProvidedBufferRing::Create(
-      ring.get(), **pool,
-      {.max_buffers = 16, .initial_buffers = 16, .bundles = Bundles::kOff});
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 16,
+                                        .initial_buffers = 16,
+                                        .bundles = Bundles::kOff,
+                                        .incremental = Incremental::kOff});
   ASSERT_TRUE(br.ok()) << br.status();
   EXPECT_EQ((*br)->copy_below(), bs / 8);
   BufferChain queue(**pool);
@@ -841,6 +863,81 @@ TEST(ProvidedBufferRingTest, MultishotCapIsProbedOnThisKernel) {
   ASSERT_EQ(sscanf(u.release, "%d.%d", &major, &minor), 2);
   EXPECT_EQ((*br)->multishot_cap(), major > 6 || (major == 6 && minor >= 17))
       << u.release;
+}
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// Incremental consumption forced off and on, bundles forced off and on:
+// every byte arrives, in order, on every connection.
+class IncrementalModesTest
+    : public testing::TestWithParam<std::tuple<Incremental, Bundles>> {};
+
+TEST_P(IncrementalModesTest, ReceivesAreByteExact) {
+  const auto [incremental, bundles] = GetParam();
+  LoadOptions o;
+  o.connections = 8;
+  o.bytes_per_connection = 256 * 1024;
+  o.max_message = 3 * 4096;
+  o.pool = {.buffer_count = 1024};
+  o.ring = {.max_buffers = 256, .bundles = bundles, .incremental = incremental};
+  o.hold_turns = 1;  // slices outlive their buffer's stay in the ring
+  LoadResult r;
+  RunLoad(o, &r);
+  if (testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(r.incremental, incremental == Incremental::kOn);
+  EXPECT_EQ(r.bundles, bundles == Bundles::kOn);
+  if (incremental == Incremental::kOn) EXPECT_GT(r.inner_slices, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, IncrementalModesTest,
+    testing::Combine(testing::Values(Incremental::kOff, Incremental::kOn),
+                     testing::Values(Bundles::kOff, Bundles::kOn)));
+
+// Messages of up to 64 KiB (at least 60) through a pool of 64 KiB
+// buffers, incrementally: a buffer serves the end of one message and the
+// start of the next.
+TEST(IncrementalTest, SixtyFourKibMessagesThroughSixtyFourKibBuffers) {
+  for (Bundles bundles : {Bundles::kOff, Bundles::kProbe}) {
+    LoadOptions o;
+    o.connections = 4;
+    o.bytes_per_connection = 4 << 20;
+    o.min_message = 60 * 1024;
+    o.max_message = 64 * 1024;
+    o.pool = {.buffer_size = 64 * 1024, .buffer_count = 96};
+    o.ring = {.max_buffers = 32,
+              .initial_buffers = 32,
+              .bundles = bundles,
+              .incremental = Incremental::kOn};
+    LoadResult r;
+    RunLoad(o, &r);
+    if (testing::Test::HasFatalFailure()) return;
+    EXPECT_TRUE(r.incremental);
+    EXPECT_GT(r.inner_slices, 0u) << "no buffer served two completions";
+  }
+}
+
+TEST(IncrementalTest, ProbeMatchesTheKernel) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 256});
+  ASSERT_TRUE(pool.ok());
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {});
+  ASSERT_TRUE(br.ok()) << br.status();
+  utsname u{};
+  ASSERT_EQ(uname(&u), 0);
+  int major = 0, minor = 0;
+  ASSERT_EQ(sscanf(u.release, "%d.%d", &major, &minor), 2);
+  EXPECT_EQ((*br)->incremental(), major > 6 || (major == 6 && minor >= 12))
+      << u.release;
+  auto off = ProvidedBufferRing::Create(
+      ring.get(), **pool, {.group_id = 1, .incremental = Incremental::kOff});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE((*off)->incremental());
 }
 
 }  // namespace

@@ -293,6 +293,18 @@ class BUFPOOL_EXPORT BufferChain {
   }
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
+  // For an incremental ProvidedBufferRing: bytes the kernel wrote right
+  // after the tail slice, in the same buffer, and handed to this chain
+  // alone, join the tail slice (no new slice, no reference).
+  friend class ProvidedBufferRing;
+  bool ExtendTailAt(const std::byte* at, size_t n) {
+    if (count_ == 0) return false;
+    SharedBuffer& t = At(count_ - 1);
+    if (t.data_ + t.size_ != at) return false;
+    t.size_ += n;
+    size_ += n;
+    return true;
+  }
   [[noreturn]] static void DieTooLong(size_t length, size_t size);
   // Takes other's slices and storage; *this must be empty with inline
   // storage.

@@ -186,6 +186,18 @@ struct ProvidedBufferRingOptions {
   // completion links its buffers); at most the pool's buffer_size. The
   // default, kDefaultCopyBelow: buffer_size / 8.
   size_t copy_below = kDefaultCopyBelow;
+  // Incremental consumption (IOU_PBUF_RING_INC, Linux 6.12+): the kernel
+  // fills one lent buffer across many completions (IORING_CQE_F_BUF_MORE
+  // on all but the last that uses it), so a pool of large buffers (64 KiB,
+  // say) serves small and large messages alike. Take() then returns a
+  // counted slice of the buffer per completion; the ring keeps its own
+  // reference while the kernel still fills the buffer (so no chain's
+  // tail_room() reaches into it) and drops it with the completion without
+  // BUF_MORE. kProbe uses it where the kernel has it (tried once at
+  // Create()); kOff and kOn force the choice (kOn on a kernel without it
+  // fails Create() with the kernel's words). Bundles combine with it.
+  enum class Incremental { kProbe, kOff, kOn };
+  Incremental incremental = Incremental::kProbe;
 };
 
 // Pool buffers lent to an io_uring provided-buffer ring (buffer group
@@ -209,6 +221,13 @@ struct ProvidedBufferRingOptions {
 // full but for its last. Chains that the caller splits and clones may pin
 // more; BufferChain::Compact() packs them. With copy_below = 0 every
 // completion pins a whole buffer (up to buffer_size per byte received).
+// On an incremental ring a buffer holds the bytes of many completions, of
+// many connections: bytes that continue the chain's tail slice in the same
+// buffer join it, spans under max(copy_below, buffer_size / 2) are copied,
+// and only larger ones are linked as slices, so a chain pins at most twice
+// its bytes plus two buffers even when other connections' bytes of the
+// same buffers are long gone (and B + 2 * buffer_size for a trickle, which
+// the tests check).
 //
 // Thread safety: the ring's thread only (see the file comment); chains it
 // returns are free to travel.
@@ -309,6 +328,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // Whether the kernel caps a multishot receive's total bytes (Linux
   // 6.17+; probed once per process with a throwaway ring and socket pair).
   bool multishot_cap() const { return multishot_cap_; }
+  // Whether the ring consumes buffers incrementally (Options::incremental).
+  bool incremental() const { return incremental_; }
   // Options::copy_below as resolved at Create() (0: copying off).
   size_t copy_below() const { return copy_below_; }
   // Completions Take() copied and lent again at once.
@@ -319,11 +340,21 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
  private:
   ProvidedBufferRing() = default;
   absl::Status Init(io_uring* ring, BufferPool& pool, const Options& options);
-  // Adds buffer `id` (lent_[id]) at ring position tail_ + offset.
-  void AddAt(uint16_t id, uint32_t offset);
+  absl::Status Register(uint16_t flags);
+  // Adds buffer `id` (whose bytes start at `data`) at ring position
+  // tail_ + offset.
+  void AddAt(uint16_t id, std::byte* data, uint32_t offset);
+  // Lends buffer `id` again at once, at the tail (one entry, published).
+  void Relend(uint16_t id, std::byte* data);
   // Copies a one-buffer completion of `len` bytes into `out` and lends its
   // buffer again; false (nothing changed) when `out` cannot take the copy.
   bool TakeByCopy(uint16_t id, size_t len, BufferChain& out);
+  // Take() of a completion with bytes on an incremental ring.
+  absl::Status TakeIncremental(const io_uring_cqe& cqe, uint32_t id,
+                               BufferChain& out);
+  // The ring's reference to buffer `id` as a counted slice of all of it
+  // (made from lent_[id] on first use).
+  SharedBuffer& Shared(uint16_t id);
 
   io_uring* ring_ = nullptr;
   BufferPool* pool_ = nullptr;
@@ -333,6 +364,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   uint16_t group_id_ = 0;
   bool bundles_ = false;
   bool multishot_cap_ = false;
+  bool incremental_ = false;
   uint32_t entries_ = 0;  // ring entries, a power of two
   uint32_t mask_ = 0;
   uint32_t buffer_size_ = 0;
@@ -350,6 +382,11 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // free) and the ring position it was added at; per ring position: the id
   // added there last.
   std::vector<Buffer> lent_;
+  // Incremental rings: per id, the ring's counted reference once a slice of
+  // the buffer has been taken (lent_[id] is then empty), and the bytes of
+  // it the kernel has filled so far.
+  std::vector<SharedBuffer> shared_;
+  std::vector<uint32_t> filled_;
   std::vector<uint32_t> pos_of_id_;
   std::vector<uint16_t> id_at_pos_;
   std::vector<uint16_t> free_ids_;  // a stack

@@ -140,9 +140,16 @@ ProvidedBufferRingOptions UringEchoServer::RingOptions(size_t initial) const {
       options_.ring_buffers != 0 ? options_.ring_buffers : pool_->capacity();
   max = std::min<size_t>(
       {max, pool_->capacity(), ProvidedBufferRing::kMaxBuffers});
+  // Incremental consumption pays for large slots, which it shares between
+  // messages; a 4 KiB slot is about one message already, and slicing it
+  // costs a counted reference per receive.
+  constexpr size_t kIncrementalFrom = 16 * 1024;
   return {.group_id = kGroup,
           .max_buffers = std::max<size_t>(max, 1),
-          .initial_buffers = initial};
+          .initial_buffers = initial,
+          .incremental = pool_->buffer_size() >= kIncrementalFrom
+                             ? ProvidedBufferRingOptions::Incremental::kProbe
+                             : ProvidedBufferRingOptions::Incremental::kOff};
 }
 
 absl::Status UringEchoServer::Init() {

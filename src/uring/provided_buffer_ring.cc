@@ -34,6 +34,11 @@ namespace {
 // several ring buffers per completion, and its feature bit.
 constexpr uint16_t kRecvSendBundle = 1u << 4;
 constexpr uint32_t kFeatRecvSendBundle = 1u << 14;
+// Newer than liburing 2.3's header (Linux 6.12): incremental consumption,
+// a flag of io_uring_buf_reg, and the completion flag saying the buffer
+// stays in the ring for more.
+constexpr uint16_t kPbufRingInc = 2;        // IOU_PBUF_RING_INC
+constexpr uint32_t kCqeFBufMore = 1u << 4;  // IORING_CQE_F_BUF_MORE
 
 // Whether a multishot IORING_OP_RECV takes a total byte cap in
 // sqe->optlen (liburing 2.3 names that word file_index): kernels before
@@ -137,18 +142,24 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   if (!mem.ok()) return mem.status();
   br_ = static_cast<io_uring_buf_ring*>(*mem);
   io_uring_buf_ring_init(br_);
-  io_uring_buf_reg reg{};
-  reg.ring_addr = reinterpret_cast<uintptr_t>(br_);
-  reg.ring_entries = entries_;
-  reg.bgid = group_id_;
-  const int rc = io_uring_register_buf_ring(ring_, &reg, 0);
-  if (rc < 0) {
-    return os::PosixError(
-        absl::StrCat("io_uring_register_buf_ring (buffer group ", group_id_,
-                     rc == -EEXIST ? ", already registered" : "", ")"),
-        -rc);
+  absl::Status reg = absl::OkStatus();
+  if (options.incremental != Options::Incremental::kOff) {
+    reg = Register(kPbufRingInc);
+    incremental_ = reg.ok();
+    // A kernel before 6.12 refuses the flag (EINVAL): without it, if asked.
+    if (!reg.ok() && options.incremental == Options::Incremental::kProbe &&
+        reg.code() == absl::StatusCode::kInvalidArgument) {
+      reg = Register(0);
+    }
+  } else {
+    reg = Register(0);
   }
+  if (!reg.ok()) return reg;
   registered_ = true;
+  if (incremental_) {
+    shared_.resize(entries_);
+    filled_.assign(entries_, 0);
+  }
 
   lent_.resize(entries_);
   pos_of_id_.assign(entries_, 0);
@@ -162,6 +173,23 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   if (Refill() == 0) {
     return absl::ResourceExhaustedError(
         "ProvidedBufferRing: the pool has no free buffer to lend");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProvidedBufferRing::Register(uint16_t flags) {
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<uintptr_t>(br_);
+  reg.ring_entries = entries_;
+  reg.bgid = group_id_;
+  reg.pad = flags;  // the kernel's `flags` (liburing 2.3 names it pad)
+  const int rc = io_uring_register_buf_ring(ring_, &reg, 0);
+  if (rc < 0) {
+    return os::PosixError(
+        absl::StrCat("io_uring_register_buf_ring (buffer group ", group_id_,
+                     rc == -EEXIST ? ", already registered" : "",
+                     flags & kPbufRingInc ? ", incremental" : "", ")"),
+        -rc);
   }
   return absl::OkStatus();
 }
@@ -187,7 +215,12 @@ void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
   }
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = group_id_;
-  if (bundles_ && options.bundle) sqe->ioprio |= kRecvSendBundle;
+  // On an incremental ring a single-shot bundle ignores its length (Linux
+  // 6.18 reads all the socket holds), so a capped one is no bundle.
+  const bool capped_single = cap != 0 && !(options.multishot && multishot_cap_);
+  if (bundles_ && options.bundle && !(incremental_ && capped_single)) {
+    sqe->ioprio |= kRecvSendBundle;
+  }
 }
 
 size_t ProvidedBufferRing::rearm_threshold() const {
@@ -207,7 +240,8 @@ size_t ProvidedBufferRing::Refill() {
     const uint16_t id = free_ids_.back();
     free_ids_.pop_back();
     lent_[id] = std::move(scratch_[i]);
-    AddAt(id, static_cast<uint32_t>(i));
+    if (incremental_) filled_[id] = 0;
+    AddAt(id, lent_[id].data(), static_cast<uint32_t>(i));
   }
   if (got > 0) {
     // One tail update (a release store) publishes the whole batch.
@@ -219,12 +253,26 @@ size_t ProvidedBufferRing::Refill() {
   return in_ring_;
 }
 
-void ProvidedBufferRing::AddAt(uint16_t id, uint32_t offset) {
+void ProvidedBufferRing::AddAt(uint16_t id, std::byte* data, uint32_t offset) {
   const uint32_t pos = (tail_ + offset) & mask_;
   id_at_pos_[pos] = id;
   pos_of_id_[id] = pos;
-  io_uring_buf_ring_add(br_, lent_[id].data(), buffer_size_, id,
-                        static_cast<int>(mask_), static_cast<int>(offset));
+  io_uring_buf_ring_add(br_, data, buffer_size_, id, static_cast<int>(mask_),
+                        static_cast<int>(offset));
+}
+
+void ProvidedBufferRing::Relend(uint16_t id, std::byte* data) {
+  // The same buffer, same id, at the tail: the entry it was consumed from
+  // counts in in_ring_ until taken, so in_ring_ (unchanged) stays <=
+  // target_ <= entries_ and no entry not yet taken is overwritten.
+  AddAt(id, data, 0);
+  io_uring_buf_ring_advance(br_, 1);  // a release store publishes it
+  ++tail_;
+}
+
+SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
+  if (lent_[id]) shared_[id] = SharedBuffer(std::move(lent_[id]));
+  return shared_[id];
 }
 
 bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
@@ -234,12 +282,7 @@ bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
   if (!out.Append(absl::MakeConstSpan(lent_[id].data(), len)).ok()) {
     return false;
   }
-  // The same buffer, same id, at the tail: the entry it was consumed from
-  // counts in in_ring_ until taken, so in_ring_ (unchanged) stays <=
-  // target_ <= entries_ and no entry not yet taken is overwritten.
-  AddAt(id, 0);
-  io_uring_buf_ring_advance(br_, 1);  // a release store publishes it
-  ++tail_;
+  Relend(id, lent_[id].data());
   ++copied_;
   return true;
 }
@@ -275,10 +318,22 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   const size_t total = res > 0 ? static_cast<size_t>(res) : 0;
   // A bundle fills whole buffers in ring order, the last one partly.
   const size_t n = total > 0 ? (total + buffer_size_ - 1) / buffer_size_ : 1;
-  if (id >= entries_ || !lent_[id] || n > in_ring_) [[unlikely]] {
+  const bool known =
+      id < entries_ && (lent_[id] || (incremental_ && shared_[id]));
+  if (!known || n > in_ring_) [[unlikely]] {
     return absl::FailedPreconditionError(absl::StrCat(
         "ProvidedBufferRing::Take: buffer id ", id, " (", n,
         " buffers) was not lent by the ring of group ", group_id_));
+  }
+  if (incremental_) {
+    // A completion without bytes consumed nothing: its buffer stays.
+    if (res <= 0) {
+      return res < 0 ? os::PosixError(absl::StrCat("receive (buffer group ",
+                                                   group_id_, ")"),
+                                      -res)
+                     : absl::OkStatus();
+    }
+    return TakeIncremental(cqe, id, out);
   }
   if (n == 1 && total != 0 && copy_below_ != 0 &&
       (total < copy_below_ || out.tail_room() != 0) &&
@@ -317,6 +372,77 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   in_ring_ -= n;
   if (in_ring_ < target_ / 4) ran_low_ = true;
   return status;
+}
+
+// Incremental ring. The kernel fills buffer `id` from filled_[id] on; a
+// bundle goes on into the buffers after it in ring order, from their start.
+// The last buffer the completion used stays in the ring, partly filled,
+// when the completion has IORING_CQE_F_BUF_MORE; every other one is done.
+// Each span becomes a slice (or a copy, when small) in `out`; the ring's
+// own reference (shared_) keeps a staying buffer out of every chain's
+// tail_room(), and goes with the buffer's last completion.
+absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
+                                                 uint32_t first,
+                                                 BufferChain& out) {
+  const bool more = (cqe.flags & kCqeFBufMore) != 0;
+  size_t left = static_cast<size_t>(cqe.res);
+  const uint32_t pos = pos_of_id_[first];
+  // The spans, before anything changes (and the room for their slices).
+  size_t n = 0;
+  for (size_t l = left, start = filled_[first]; l != 0; start = 0, ++n) {
+    l -= std::min<size_t>(l, buffer_size_ - start);
+  }
+  if (n > in_ring_) [[unlikely]] {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ProvidedBufferRing::Take: a completion of ", cqe.res,
+                     " bytes spans more buffers than the ring of group ",
+                     group_id_, " holds"));
+  }
+  out.Reserve(out.segment_count() + n);
+  // A slice pins its whole buffer, which other connections' bytes share and
+  // may free long before: only a span of at least half a buffer is linked,
+  // so what a chain pins stays within twice its bytes (plus two buffers).
+  const size_t inc_copy_below = std::max<size_t>(copy_below_, buffer_size_ / 2);
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t id =
+        i == 0 ? static_cast<uint16_t>(first) : id_at_pos_[(pos + i) & mask_];
+    const size_t start = i == 0 ? filled_[id] : 0;
+    const size_t len = std::min<size_t>(left, buffer_size_ - start);
+    left -= len;
+    const bool stays = more && i + 1 == n && start + len < buffer_size_;
+    std::byte* data =
+        (lent_[id] ? lent_[id].data() : shared_[id].mutable_data()) + start;
+    // The bytes right after the chain's tail slice join it; else small
+    // ones are copied (as a ring without incremental mode does); else
+    // linked as a slice of the buffer.
+    if (start != 0 && out.ExtendTailAt(data, len)) {
+      // joined
+    } else if (copy_below_ != 0 &&
+               (len < inc_copy_below || out.tail_room() != 0) &&
+               out.Append(absl::MakeConstSpan(data, len)).ok()) {
+      ++copied_;
+    } else if (!stays && start == 0 && lent_[id]) {
+      out.Append(std::move(lent_[id]), len);  // all of it, in one go
+    } else {
+      out.Append(Shared(id).Slice(start, len));
+    }
+    if (stays) {
+      filled_[id] = static_cast<uint32_t>(start + len);
+      continue;
+    }
+    // Done in the kernel. Not one slice taken (all copied): lend it again
+    // at once, from its start.
+    if (lent_[id] || (shared_[id] && shared_[id].use_count() == 1)) {
+      filled_[id] = 0;
+      Relend(id, lent_[id] ? lent_[id].data() : shared_[id].mutable_data());
+      continue;
+    }
+    shared_[id].Reset();
+    free_ids_.push_back(id);
+    --in_ring_;
+  }
+  if (in_ring_ < target_ / 4) ran_low_ = true;
+  return absl::OkStatus();
 }
 
 }  // namespace bufpool
