@@ -225,7 +225,9 @@ class BUFPOOL_EXPORT BufferChain {
 
   // ---- Memory that follows bytes ----
   //
-  // A chain of B bytes keeps pinned_bytes() >= B of its pools out of use.
+  // A chain of B bytes keeps pinned_bytes() of its pools out of use (at
+  // least B, unless it repeats bytes of a buffer, as a Clone() appended
+  // to its original does).
   // The library's receive paths keep it at most B + 2 * buffer_size
   // however the bytes arrived (ProvidedBufferRing::Take with copy_below on,
   // ReadFrom, the Asio read path in bufpool/asio.h): small receives are
