@@ -2,9 +2,11 @@
 // same loop written on raw liburing calls (buffer id == slot, the buffer
 // re-added to the ring by hand), and plain against zero-copy held sends.
 //
-// Receive loops: 32 datagrams of 512 bytes are written to an AF_UNIX
-// datagram socketpair, then one multishot receive's 32 completions are
-// handled. "/full" times the whole turn (writes, io_uring_enter, handling);
+// Receive loops: 32 datagrams of `bytes` (256: under the ring's
+// copy_below, copied and the buffer lent again at once; 2048: linked) are
+// written to an AF_UNIX datagram socketpair, then one multishot receive's
+// 32 completions are handled. "/full" times the whole turn (writes,
+// io_uring_enter, handling);
 // "/handling" times only the handling of the completions (manual time), which
 // is all the two contenders do differently.
 //
@@ -28,17 +30,18 @@
 namespace {
 
 constexpr int kBatch = 32;
-constexpr size_t kMessage = 512;
+constexpr size_t kMaxMessage = 4096;
 constexpr unsigned kGroup = 7;
 
 struct Setup {
   io_uring ring{};
   int fds[2] = {-1, -1};
   std::unique_ptr<bufpool::BufferPool> pool;
-  char msg[kMessage];
+  char msg[kMaxMessage];
+  size_t message = 0;
   bool ok = false;
 
-  Setup() {
+  explicit Setup(size_t bytes) : message(bytes) {
     io_uring_params p{};
     p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
     if (io_uring_queue_init_params(256, &ring, &p) != 0) return;
@@ -59,7 +62,9 @@ struct Setup {
   }
   void WriteBatch() {
     for (int i = 0; i < kBatch; ++i) {
-      if (send(fds[0], msg, sizeof(msg), 0) != kMessage) std::abort();
+      if (send(fds[0], msg, message, 0) != static_cast<ssize_t>(message)) {
+        std::abort();
+      }
     }
   }
 };
@@ -72,14 +77,16 @@ using Clock = std::chrono::steady_clock;
 // across turns, as a connection's input queue does (Take(cqe, queue)).
 void RingLoop(benchmark::State& state, bool into) {
   const bool handling_only = state.range(0) != 0;
-  Setup s;
+  Setup s(static_cast<size_t>(state.range(1)));
   if (!s.ok) return state.SkipWithError("setup failed");
   auto bufs = bufpool::ProvidedBufferRing::Create(
       &s.ring, *s.pool,
       {.group_id = kGroup,
        .max_buffers = 256,
        .initial_buffers = 256,
-       .bundles = bufpool::ProvidedBufferRingOptions::Bundles::kOff});
+       .bundles = bufpool::ProvidedBufferRingOptions::Bundles::kOff,
+       // Like the raw loop's ring: one buffer per completion.
+       .incremental = bufpool::ProvidedBufferRingOptions::Incremental::kOff});
   if (!bufs.ok()) return state.SkipWithError("ring failed");
   bufpool::BufferChain queue(*s.pool);
   bool armed = false;
@@ -128,7 +135,7 @@ void BM_RingInto(benchmark::State& state) { RingLoop(state, true); }
 // each completion's buffer re-added by hand, one advance per batch.
 void BM_RawLiburing(benchmark::State& state) {
   const bool handling_only = state.range(0) != 0;
-  Setup s;
+  Setup s(static_cast<size_t>(state.range(1)));
   if (!s.ok) return state.SkipWithError("setup failed");
   constexpr unsigned kEntries = 256;
   int err = 0;
@@ -250,25 +257,103 @@ void BM_HeldSend(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kBytes);
 }
 
+// Memory follows bytes: a 20 KB line trickled a byte at a time through the
+// ring into one chain (a connection's input). pinned_per_byte: pool bytes
+// the chain pins per byte it holds (1.0 is perfect; one buffer per
+// completion would be about buffer_size).
+void BM_TrickleLine(benchmark::State& state) {
+  constexpr size_t kLine = 20 * 1024;
+  const size_t copy_below = static_cast<size_t>(state.range(0));
+  const auto incremental =
+      state.range(1) != 0
+          ? bufpool::ProvidedBufferRingOptions::Incremental::kOn
+          : bufpool::ProvidedBufferRingOptions::Incremental::kOff;
+  double pinned_per_byte = 0;
+  for (auto _ : state) {
+    io_uring ring{};
+    if (io_uring_queue_init(64, &ring, 0) != 0) {
+      return state.SkipWithError("ring");
+    }
+    auto pool = bufpool::BufferPool::Create({.buffer_count = 8192});
+    int fds[2];
+    socketpair(AF_UNIX, SOCK_STREAM, 0, fds);
+    {
+      auto bufs =
+          bufpool::ProvidedBufferRing::Create(&ring, **pool,
+                                              {.group_id = kGroup,
+                                               .max_buffers = 64,
+                                               .copy_below = copy_below,
+                                               .incremental = incremental});
+      if (!bufs.ok()) return state.SkipWithError("ring failed");
+      bufpool::BufferChain queue(**pool);
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      (*bufs)->PrepareRecv(sqe, fds[1], {.bundle = false});
+      io_uring_sqe_set_data64(sqe, 1);
+      io_uring_submit(&ring);
+      bool armed = true;
+      for (size_t k = 0; k < kLine; ++k) {
+        if (write(fds[0], "x", 1) != 1) std::abort();
+        io_uring_cqe* cqe;
+        if (io_uring_wait_cqe(&ring, &cqe) != 0) std::abort();
+        const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+        if (!(*bufs)->Take(*cqe, queue).ok()) {
+          // The pool ran dry: one buffer per completion, 8192 buffers.
+          io_uring_cqe_seen(&ring, cqe);
+          armed = more;
+          state.counters["pool_dry_at_byte"] = static_cast<double>(k);
+          break;
+        }
+        io_uring_cqe_seen(&ring, cqe);
+        (*bufs)->Refill();
+        armed = more;
+        if (!more) {
+          armed = true;
+          sqe = io_uring_get_sqe(&ring);
+          (*bufs)->PrepareRecv(sqe, fds[1], {.bundle = false});
+          io_uring_sqe_set_data64(sqe, 1);
+          io_uring_submit(&ring);
+        }
+      }
+      pinned_per_byte = static_cast<double>(queue.pinned_bytes()) /
+                        static_cast<double>(queue.size());
+      queue.Clear();
+      close(fds[0]);
+      io_uring_cqe* cqe;
+      while (armed && io_uring_wait_cqe(&ring, &cqe) == 0) {
+        const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+        bufpool::BufferChain dropped;
+        (*bufs)->Take(*cqe, dropped).IgnoreError();
+        io_uring_cqe_seen(&ring, cqe);
+        if (!more) break;
+      }
+    }
+    close(fds[1]);
+    io_uring_queue_exit(&ring);
+  }
+  state.counters["pinned_per_byte"] = pinned_per_byte;
+}
+
 // Fixed iterations: manual time counts only part of each turn.
 BENCHMARK(BM_Ring)
-    ->ArgName("handling")
-    ->Arg(0)
-    ->Arg(1)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {256, 2048}})
     ->UseManualTime()
     ->Iterations(20000);
 BENCHMARK(BM_RingInto)
-    ->ArgName("handling")
-    ->Arg(0)
-    ->Arg(1)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {256, 2048}})
     ->UseManualTime()
     ->Iterations(20000);
 BENCHMARK(BM_RawLiburing)
-    ->ArgName("handling")
-    ->Arg(0)
-    ->Arg(1)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {256, 2048}})
     ->UseManualTime()
     ->Iterations(20000);
+BENCHMARK(BM_TrickleLine)
+    ->ArgNames({"copy_below", "incremental"})
+    ->ArgsProduct({{0, 512}, {0, 1}})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_HeldSend)->ArgName("zero_copy")->Arg(0)->Arg(1);
 
 }  // namespace

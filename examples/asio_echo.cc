@@ -1,9 +1,11 @@
-// An Asio echo server whose bytes live in libbufpool buffers: each read goes
-// into fresh pool buffers (bufpool::AsioReadBuffers), the filled ones are
-// linked into a BufferChain without copying, and the chain is written back
-// with asio::async_write (bufpool::AsioBuffers). When the pool is dry a
-// session waits a moment and retries instead of failing; a session holding
-// more than kMaxUnsent bytes stops reading until its writes drain.
+// An Asio echo server whose bytes live in libbufpool buffers: a session
+// waits for its socket to be readable, then reads what is there into pool
+// buffers (bufpool::AsioReadSome: large reads linked, small ones copied
+// into the chain's tail, so memory follows bytes), and writes the chain
+// back with asio::async_write (bufpool::AsioBuffers). One read in flight
+// per session. When the pool is dry a session waits a moment and retries
+// instead of failing; a session holding more than kMaxUnsent bytes stops
+// reading until its writes drain.
 //
 //   asio_echo [PORT]        # default 7007, 127.0.0.1; Ctrl-C to stop
 //   printf 'hello' | nc -q1 127.0.0.1 7007
@@ -30,30 +32,51 @@ class Session : public std::enable_shared_from_this<Session> {
         received_(pool),
         retry_(socket_.get_executor()) {}
 
-  void Start() { Read(); }
+  void Start() {
+    socket_.non_blocking(true, ignored_);  // AsioReadSome must not block
+    Read();
+  }
 
  private:
+  // At most one read in flight per session (reading_): a wait for
+  // readability, then one AsioReadSome() of what the socket holds, so an
+  // idle session pins no buffer and a slow one never piles up reads.
   void Read() {
-    if (eof_ || sending_.size() + received_.size() >= kMaxUnsent) return;
-    auto rb = std::make_shared<bufpool::AsioReadBuffers>(pool_, kReadBytes);
-    if (rb->empty()) {  // pool dry: try again shortly
+    if (reading_ || eof_ || sending_.size() + received_.size() >= kMaxUnsent) {
+      return;
+    }
+    reading_ = true;
+    socket_.async_wait(asio::socket_base::wait_read,
+                       [self = shared_from_this()](asio::error_code ec) {
+                         self->reading_ = false;
+                         if (ec) return self->Finish();
+                         self->ReadReady();
+                       });
+  }
+
+  void ReadReady() {
+    asio::error_code ec;
+    bufpool::AsioReadSome(socket_, received_, kReadBytes, ec);
+    if (ec == asio::error::would_block) return Read();
+    if (ec == asio::error::no_buffer_space) {  // pool dry: try again shortly
+      // (A loop with BufferPool::NotifyWhenFree can wait on an eventfd.)
+      reading_ = true;
       retry_.expires_after(std::chrono::milliseconds(5));
       retry_.async_wait([self = shared_from_this()](asio::error_code ec) {
+        self->reading_ = false;
         if (!ec) self->Read();
       });
       return;
     }
-    socket_.async_read_some(rb->buffers(), [self = shared_from_this(), rb](
-                                               asio::error_code ec, size_t n) {
-      if (ec) {  // end of stream or an error: finish what is queued
-        self->eof_ = true;
-        self->Write();
-        return;
-      }
-      rb->CommitTo(self->received_, n);  // no copy
-      self->Write();
-      self->Read();
-    });
+    if (ec) return Finish();  // end of stream or an error
+    Write();
+    Read();
+  }
+
+  // End of stream or an error: echo what is queued, then shut down.
+  void Finish() {
+    eof_ = true;
+    Write();
   }
 
   void Write() {
@@ -81,6 +104,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bufpool::BufferChain received_;  // read since, waiting its turn
   asio::steady_timer retry_;
   bool writing_ = false;
+  bool reading_ = false;  // a wait, read or retry is in flight
   bool eof_ = false;
   asio::error_code ignored_;
 };

@@ -7,6 +7,8 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -181,6 +183,74 @@ TEST_F(AsioTest, AsyncEchoOverTcp) {
   EXPECT_TRUE(pending.empty());
   EXPECT_TRUE(incoming.empty());
 }
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// Memory follows bytes through the Asio read path: a 20 KB line trickled a
+// byte at a time on each of `connections` socket pairs, read with one
+// async_read_some of one buffer at a time per connection and never
+// consumed. Each chain pins at most B + 2 * buffer_size, the pool at most
+// that plus the one buffer of each read in flight.
+class AsioTrickleTest : public testing::TestWithParam<size_t> {};
+
+TEST_P(AsioTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
+  const size_t conns = GetParam();
+  constexpr size_t kLine = 20 * 1024;
+  auto pool = BufferPool::Create({.buffer_count = 4096,
+                                  .huge_pages = HugePages::kNever,
+                                  .populate = false});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const size_t bs = (*pool)->buffer_size();
+  const size_t bound = conns * ((kLine + 2 * bs + bs - 1) / bs + 1);
+  asio::io_context io;
+  std::vector<std::unique_ptr<asio::local::stream_protocol::socket>> rd, wr;
+  for (size_t i = 0; i < conns; ++i) {
+    rd.push_back(std::make_unique<asio::local::stream_protocol::socket>(io));
+    wr.push_back(std::make_unique<asio::local::stream_protocol::socket>(io));
+    asio::local::connect_pair(*rd.back(), *wr.back());
+  }
+  std::string line(kLine, '\0');
+  for (size_t k = 0; k < kLine; ++k) line[k] = static_cast<char>('a' + k % 26);
+  std::thread trickler([&] {
+    for (size_t k = 0; k < kLine; ++k) {
+      for (size_t i = 0; i < conns; ++i) {
+        asio::error_code ec;
+        asio::write(*wr[i], asio::buffer(&line[k], 1), ec);
+        if (ec) return;
+      }
+    }
+  });
+  std::vector<BufferChain> chain;
+  for (size_t i = 0; i < conns; ++i) chain.emplace_back(**pool);
+  std::function<void(size_t)> read_more = [&](size_t i) {
+    auto rb = std::make_shared<AsioReadBuffers>(**pool, bs);
+    ASSERT_FALSE(rb->empty());
+    rd[i]->async_read_some(rb->buffers(),
+                           [&, i, rb](asio::error_code ec, size_t n) {
+                             ASSERT_FALSE(ec) << ec.message();
+                             rb->CommitTo(chain[i], n);
+                             if (chain[i].size() < kLine) read_more(i);
+                           });
+  };
+  for (size_t i = 0; i < conns; ++i) read_more(i);
+  io.run();
+  trickler.join();
+  EXPECT_LE((*pool)->Stats().high_water, bound) << conns << " connections";
+  for (size_t i = 0; i < conns; ++i) {
+    ASSERT_EQ(chain[i].size(), kLine);
+    EXPECT_LE(chain[i].pinned_bytes(), kLine + 2 * bs);
+    EXPECT_TRUE(Contents(chain[i]) == line) << "connection " << i;
+  }
+  chain.clear();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Connections, AsioTrickleTest,
+                         testing::Values(size_t{1}, size_t{5}, size_t{100}));
 
 }  // namespace
 }  // namespace bufpool

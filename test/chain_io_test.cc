@@ -489,3 +489,81 @@ TEST_F(ChainFaultTest, WouldBlockAfterProgressIsPartialAndErrorsKeepTheRest) {
 
 }  // namespace
 }  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// Memory follows bytes through ReadFrom(): a 20 KB line trickled a byte at a
+// time on each of `connections` non-blocking socketpairs, never consumed.
+// Each chain pins at most B + 2 * buffer_size; the pool at most that per
+// connection plus the buffers one ReadFrom() takes for the read it makes.
+class ReadFromTrickleTest : public testing::TestWithParam<size_t> {};
+
+TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
+  const size_t conns = GetParam();
+  constexpr size_t kLine = 20 * 1024;
+  constexpr size_t kMaxRead = 64 * 1024;
+  auto pool = BufferPool::Create({.buffer_count = 4096,
+                                  .huge_pages = HugePages::kNever,
+                                  .populate = false});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const size_t bs = (*pool)->buffer_size();
+  const size_t bound =
+      conns * ((kLine + 2 * bs + bs - 1) / bs) + (kMaxRead + bs - 1) / bs;
+  std::vector<int> rd(conns), wr(conns);
+  for (size_t i = 0; i < conns; ++i) {
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    rd[i] = sv[0];
+    wr[i] = sv[1];
+    const int fl = fcntl(wr[i], F_GETFL);
+    fcntl(wr[i], F_SETFL, fl & ~O_NONBLOCK);
+  }
+  std::string line(kLine, '\0');
+  for (size_t k = 0; k < kLine; ++k) line[k] = static_cast<char>('a' + k % 26);
+  std::thread trickler([&] {
+    for (size_t k = 0; k < kLine; ++k) {
+      for (size_t i = 0; i < conns; ++i) {
+        if (write(wr[i], &line[k], 1) != 1) return;
+      }
+    }
+  });
+  std::vector<BufferChain> chain;
+  for (size_t i = 0; i < conns; ++i) chain.emplace_back(**pool);
+  size_t done = 0;
+  std::vector<pollfd> fds(conns);
+  while (done < conns) {
+    for (size_t i = 0; i < conns; ++i) {
+      fds[i] = {chain[i].size() < kLine ? rd[i] : -1, POLLIN, 0};
+    }
+    ASSERT_GE(poll(fds.data(), fds.size(), 1000), 0);
+    for (size_t i = 0; i < conns; ++i) {
+      if (fds[i].revents == 0) continue;
+      absl::StatusOr<size_t> n = ReadFrom(rd[i], chain[i], kMaxRead);
+      if (!n.ok() && n.status().code() == absl::StatusCode::kUnavailable) {
+        continue;
+      }
+      ASSERT_TRUE(n.ok()) << n.status();
+      ASSERT_GT(*n, 0u);
+      if (chain[i].size() == kLine) ++done;
+    }
+    if ((*pool)->Stats().high_water > bound) break;  // fails below
+  }
+  trickler.join();
+  EXPECT_LE((*pool)->Stats().high_water, bound) << conns << " connections";
+  for (size_t i = 0; i < conns; ++i) {
+    ASSERT_EQ(chain[i].size(), kLine);
+    EXPECT_LE(chain[i].pinned_bytes(), kLine + 2 * bs);
+    EXPECT_TRUE(Contents(chain[i]) == line) << "connection " << i;
+    close(rd[i]);
+    close(wr[i]);
+  }
+  chain.clear();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Connections, ReadFromTrickleTest,
+                         testing::Values(size_t{1}, size_t{5}, size_t{100}));
+
+}  // namespace
+}  // namespace bufpool

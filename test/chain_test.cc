@@ -591,3 +591,102 @@ TEST(SharedBufferTest, SlicesReleasedOnOtherThreads) {
 
 }  // namespace
 }  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// A chain of small slices, each of its own buffer (as one linked buffer
+// per tiny receive would make), Compact()s into as few buffers as its
+// bytes need; a well-filled buffer between them stays linked.
+TEST(ChainCompactTest, CopiesSparseSlicesIntoFewBuffersAndKeepsFullOnes) {
+  auto pool = MakePool(1024, 64);
+  BufferChain chain(*pool);
+  std::string model;
+  std::vector<BufferChain> sources;
+  auto add_small = [&](int k) {
+    for (int i = 0; i < k; ++i) {
+      BufferChain one(*pool);
+      const std::string b(100, static_cast<char>('a' + i % 26));
+      ASSERT_TRUE(one.Append(b).ok());
+      model += b;
+      chain.Append(std::move(one));
+    }
+  };
+  add_small(20);
+  BufferChain full(*pool);
+  const std::string f(900, 'F');
+  ASSERT_TRUE(full.Append(f).ok());
+  const SharedBuffer* kept = &full.segment(0);
+  const uint32_t kept_slot = kept->slot();
+  chain.Append(std::move(full));
+  model += f;
+  add_small(3);
+  EXPECT_EQ(chain.pinned_bytes(), 24u * 1024);
+  EXPECT_EQ(InUse(*pool), 24u);
+  ASSERT_TRUE(chain.Compact().ok());
+  ExpectChainIs(chain, model);
+  // 2000 bytes in 2 buffers, the kept one, 300 bytes in 1 more.
+  EXPECT_EQ(chain.pinned_bytes(), 4u * 1024);
+  EXPECT_EQ(InUse(*pool), 4u);
+  bool found = false;
+  for (size_t i = 0; i < chain.segment_count(); ++i) {
+    found |= chain.segment(i).slot() == kept_slot;
+  }
+  EXPECT_TRUE(found) << "the well-filled buffer was copied";
+  // Nothing sparse left: a second Compact() changes nothing.
+  ASSERT_TRUE(chain.Compact().ok());
+  EXPECT_EQ(chain.pinned_bytes(), 4u * 1024);
+  chain.Clear();
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+TEST(ChainCompactTest, ADryPoolLeavesTheChainAsItWas) {
+  auto pool = MakePool(1024, 8, 0);
+  BufferChain chain(*pool);
+  std::string model;
+  for (int i = 0; i < 8; ++i) {
+    BufferChain one(*pool);
+    ASSERT_TRUE(one.Append("xy").ok());
+    model += "xy";
+    chain.Append(std::move(one));
+  }
+  EXPECT_EQ(InUse(*pool), 8u);
+  absl::Status s = chain.Compact();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  ExpectChainIs(chain, model);
+  EXPECT_EQ(chain.segment_count(), 8u);
+  // One buffer back: enough for the 16 bytes.
+  BufferChain first = chain.Split(2);
+  first.Clear();
+  model.erase(0, 2);
+  ASSERT_TRUE(chain.Compact().ok());
+  ExpectChainIs(chain, model);
+  EXPECT_EQ(chain.segment_count(), 1u);
+  EXPECT_EQ(InUse(*pool), 1u);
+  BufferChain no_pool;
+  no_pool.Append(chain.segment(0));
+  EXPECT_EQ(no_pool.Compact().code(), absl::StatusCode::kFailedPrecondition);
+  no_pool.Clear();
+  chain.Clear();
+}
+
+TEST(ChainCompactTest, PinnedBytesCountsEachBufferOnceAndEmptyIsZero) {
+  auto pool = MakePool(1024, 8);
+  BufferChain chain(*pool);
+  EXPECT_EQ(chain.pinned_bytes(), 0u);
+  ASSERT_TRUE(chain.Append(std::string(3000, 'z')).ok());  // 3 buffers
+  EXPECT_EQ(chain.pinned_bytes(), 3u * 1024);
+  BufferChain head = chain.Split(1500);  // 1500 | 1500, one buffer cut
+  head.Append(std::move(chain));         // the cut buffer's two slices adjacent
+  chain = std::move(head);
+  EXPECT_EQ(chain.segment_count(), 4u);
+  EXPECT_EQ(chain.pinned_bytes(), 3u * 1024);
+  EXPECT_EQ(chain.tail_room(), 3u * 1024 - 3000);
+  BufferChain clone = chain.Clone();
+  EXPECT_EQ(chain.tail_room(), 0u);  // shared
+  clone.Clear();
+  chain.Clear();
+}
+
+}  // namespace
+}  // namespace bufpool

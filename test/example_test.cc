@@ -1,8 +1,10 @@
-// Runs examples/uring_echo briefly on loopback: several clients get their
+// Runs examples/uring_echo briefly on loopback (and examples/asio_echo
+// under bufpool-echo-load): several clients get their
 // bytes back exactly, a client still connected when the time is up is shut
 // down, and the program ends with every buffer back in its pool.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -97,5 +99,45 @@ TEST(UringEchoExampleTest, EchoesOnLoopbackAndEndsWithEveryBufferBack) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
+
+#if defined(BUFPOOL_EXAMPLE_ASIO_ECHO) && defined(BUFPOOL_ECHO_LOAD)
+// examples/asio_echo under bufpool-echo-load with messages of 1 to 65,536
+// bytes on 8 connections: every byte comes back (the load checks them) and
+// the server stops cleanly on SIGTERM.
+TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    execl(BUFPOOL_EXAMPLE_ASIO_ECHO, "asio_echo", "0", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* f = fdopen(out[0], "r");
+  char line[256] = {};
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  int port = 0;
+  ASSERT_EQ(sscanf(line, "asio_echo: listening on 127.0.0.1:%d", &port), 1)
+      << line;
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  const pid_t load = fork();
+  ASSERT_GE(load, 0);
+  if (load == 0) {
+    execl(BUFPOOL_ECHO_LOAD, "bufpool-echo-load", "--target", target.c_str(),
+          "--connections", "8", "--messages", "2000", "--size", "1:65536",
+          nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(load, &status, 0), load);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  kill(pid, SIGTERM);
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  fclose(f);
+}
+#endif
 
 }  // namespace

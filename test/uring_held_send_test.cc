@@ -248,3 +248,74 @@ TEST(HeldSendDeathTest, DestroyingABusySendAborts) {
 
 }  // namespace
 }  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// A chain of 200 slices (of 200 buffers): requested() and held_bytes()
+// count all of it, the one send covers every slice, and held_bytes() falls
+// to 0 once the kernel is done.
+TEST(HeldSendTest, HeldBytesAndRequestedCountEveryOneOf200Slices) {
+  Fixture f;
+  ASSERT_TRUE(f.ok());
+  const std::string data = RandomBytes(200 * 100, 5);
+  BufferChain chain(*f.pool);
+  for (size_t i = 0; i < 200; ++i) {
+    BufferChain one(*f.pool);
+    ASSERT_TRUE(one.Append(data.substr(i * 100, 100)).ok());
+    chain.Append(std::move(one));
+  }
+  ASSERT_EQ(chain.segment_count(), 200u);
+  HeldSend send;
+  EXPECT_EQ(send.held_bytes(), 0u);
+  std::string received;
+  std::thread reader([&] { received = f.ReadExactly(data.size()); });
+  send.Prepare(io_uring_get_sqe(&f.ring), f.server, std::move(chain));
+  EXPECT_EQ(send.requested(), data.size());
+  EXPECT_EQ(send.held_bytes(), data.size());
+  EXPECT_EQ(f.pool->Stats().in_use, 200u);
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  while (!send.done()) send.OnCompletion(f.Next());
+  EXPECT_EQ(send.result(), static_cast<int>(data.size()));
+  EXPECT_EQ(send.held_bytes(), 0u);
+  EXPECT_TRUE(send.TakeUnsent().empty());
+  reader.join();
+  EXPECT_EQ(received, data);
+  EXPECT_EQ(f.pool->Stats().in_use, 0u);
+}
+
+// More slices than one send covers: the rest comes back unsent, whole.
+TEST(HeldSendTest, SlicesPastKMaxIovecsStayForTheNextSend) {
+  Fixture f;
+  ASSERT_TRUE(f.ok());
+  auto pool = BufferPool::Create({.buffer_size = 64, .buffer_count = 1100});
+  ASSERT_TRUE(pool.ok());
+  const size_t n = HeldSend::kMaxIovecs + 30;
+  const std::string data = RandomBytes(n * 10, 6);
+  BufferChain chain(**pool);
+  for (size_t i = 0; i < n; ++i) {
+    BufferChain one(**pool);
+    ASSERT_TRUE(one.Append(data.substr(i * 10, 10)).ok());
+    chain.Append(std::move(one));
+  }
+  std::string received;
+  std::thread reader([&] { received = f.ReadExactly(data.size()); });
+  HeldSend send;
+  send.Prepare(io_uring_get_sqe(&f.ring), f.server, std::move(chain));
+  EXPECT_EQ(send.requested(), HeldSend::kMaxIovecs * 10);
+  EXPECT_EQ(send.held_bytes(), data.size());
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  while (!send.done()) send.OnCompletion(f.Next());
+  EXPECT_EQ(send.result(), static_cast<int>(HeldSend::kMaxIovecs * 10));
+  BufferChain rest = send.TakeUnsent();
+  EXPECT_EQ(rest.size(), 300u);
+  send.Prepare(io_uring_get_sqe(&f.ring), f.server, std::move(rest));
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  while (!send.done()) send.OnCompletion(f.Next());
+  reader.join();
+  EXPECT_EQ(received, data);
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+}  // namespace
+}  // namespace bufpool

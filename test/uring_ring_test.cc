@@ -7,9 +7,11 @@
 #include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -17,6 +19,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "bufpool/uring.h"
@@ -26,6 +29,7 @@ namespace bufpool {
 namespace {
 
 using Bundles = ProvidedBufferRingOptions::Bundles;
+using Incremental = ProvidedBufferRingOptions::Incremental;
 
 class Ring {
  public:
@@ -113,7 +117,8 @@ bool WriteAll(int fd, const char* p, size_t n) {
 struct LoadOptions {
   size_t connections = 1;
   size_t bytes_per_connection = 64 * 1024;
-  size_t max_message = 3 * 4096;  // random message sizes in [1, this]
+  size_t max_message = 3 * 4096;  // random message sizes in [min, max]
+  size_t min_message = 1;
   ProvidedBufferRingOptions ring;
   PoolOptions pool;
   // Taken chains are held this many loop turns before being dropped (0:
@@ -130,6 +135,10 @@ struct LoadResult {
   size_t most_segments = 0;  // in one Take()
   uint32_t lowest_slot = 0xffffffffu;
   bool bundles = false;
+  bool incremental = false;
+  // Slices that start inside their buffer (a buffer serving several
+  // completions, in incremental mode).
+  size_t inner_slices = 0;
 };
 
 // Clients send random messages (one thread writes them all, then closes);
@@ -162,8 +171,9 @@ void RunLoad(const LoadOptions& o, LoadResult* result) {
     while (left > 0) {
       for (size_t i = 0; i < o.connections; ++i) {
         if (at[i] == sent[i].size()) continue;
-        const size_t n =
-            std::min<size_t>(1 + r() % o.max_message, sent[i].size() - at[i]);
+        const size_t n = std::min<size_t>(
+            o.min_message + r() % (o.max_message - o.min_message + 1),
+            sent[i].size() - at[i]);
         if (!WriteAll(pairs.client[i], sent[i].data() + at[i], n)) return;
         at[i] += n;
         if (at[i] == sent[i].size()) {
@@ -200,6 +210,7 @@ void RunLoad(const LoadOptions& o, LoadResult* result) {
     ASSERT_TRUE(bufs.ok()) << bufs.status();
     ProvidedBufferRing& br = **bufs;
     result->bundles = br.bundles();
+    result->incremental = br.incremental();
     std::vector<std::string> got(o.connections);
     std::vector<bool> armed(o.connections, false), eof(o.connections, false);
     std::vector<size_t> parked;
@@ -248,6 +259,7 @@ void RunLoad(const LoadOptions& o, LoadResult* result) {
           for (size_t s = 0; s < c->segment_count(); ++s) {
             result->lowest_slot =
                 std::min(result->lowest_slot, c->segment(s).slot());
+            if (c->segment(s).offset() != 0) ++result->inner_slices;
           }
           std::string bytes(c->size(), '\0');
           c->CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()),
@@ -394,8 +406,11 @@ TEST(ProvidedBufferRingTest, TeardownReturnsLentBuffersAndTakenChainsStay) {
   MakePairs(1, &pairs);
   BufferChain kept;
   {
-    auto br = ProvidedBufferRing::Create(
-        ring.get(), **pool, {.max_buffers = 64, .initial_buffers = 64});
+    auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                         {.max_buffers = 64,
+                                          .initial_buffers = 64,
+                                          .copy_below = 0,
+                                          .incremental = Incremental::kOff});
     ASSERT_TRUE(br.ok()) << br.status();
     EXPECT_EQ((*pool)->Stats().in_use, 64u);
     io_uring_sqe* sqe = ring.Sqe();
@@ -468,9 +483,12 @@ TEST(ProvidedBufferRingTest, TakeIntoAppendsToTheCallersChain) {
   ASSERT_TRUE(other.ok());
   Pairs pairs;
   MakePairs(1, &pairs);
-  auto br = ProvidedBufferRing::Create(
-      ring.get(), **pool,
-      {.max_buffers = 16, .initial_buffers = 16, .bundles = Bundles::kOff});
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 16,
+                                        .initial_buffers = 16,
+                                        .bundles = Bundles::kOff,
+                                        .copy_below = 0,
+                                        .incremental = Incremental::kOff});
   ASSERT_TRUE(br.ok()) << br.status();
   BufferChain queue(**other);
   ASSERT_TRUE(queue.Append("head:").ok());
@@ -553,6 +571,373 @@ TEST(ProvidedBufferRingTest, StartsSmallAndGrowsWhileRunningLow) {
   EXPECT_EQ((*br)->target(), 32u);
   EXPECT_EQ((*br)->rearm_threshold(), 8u);  // a quarter of the most held
   EXPECT_TRUE((*br)->ShouldRearm());
+}
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// Memory follows bytes: a 20 KB line trickled a byte at a time on each of
+// `connections` stream socketpairs and never consumed. Each connection's
+// chain may pin at most B + 2 * buffer_size; the pool's high water at most
+// that per connection plus what the ring has lent.
+class TrickleTest
+    : public testing::TestWithParam<std::tuple<size_t, Incremental>> {};
+
+TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
+  const auto [conns, incremental] = GetParam();
+  constexpr size_t kLine = 20 * 1024;
+  constexpr size_t kRingBuffers = 64;
+  auto pool = BufferPool::Create({.buffer_count = 8192});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const size_t bs = (*pool)->buffer_size();
+  const size_t per_conn = (kLine + 2 * bs + bs - 1) / bs;  // buffers
+  const size_t bound = kRingBuffers + conns * per_conn;
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  std::vector<int> reader(conns), writer(conns);
+  for (size_t i = 0; i < conns; ++i) {
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    reader[i] = sv[0];
+    writer[i] = sv[1];
+  }
+  std::string line(kLine, '\0');
+  for (size_t k = 0; k < kLine; ++k) line[k] = static_cast<char>('a' + k % 26);
+  line.back() = '\n';
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    for (size_t k = 0; k < kLine && !stop.load(); ++k) {
+      for (size_t i = 0; i < conns; ++i) {
+        if (!WriteAll(writer[i], &line[k], 1)) return;
+      }
+    }
+  });
+  {
+    auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                         {.max_buffers = kRingBuffers,
+                                          .initial_buffers = kRingBuffers,
+                                          .incremental = incremental});
+    if (!br.ok() && incremental == Incremental::kOn) {
+      GTEST_SKIP() << "no incremental rings here: " << br.status();
+    }
+    ASSERT_TRUE(br.ok()) << br.status();
+    EXPECT_EQ((*br)->incremental(), incremental == Incremental::kOn);
+    std::vector<BufferChain> queue;
+    for (size_t i = 0; i < conns; ++i) queue.emplace_back(**pool);
+    std::vector<bool> armed(conns, false);
+    std::vector<size_t> parked;
+    size_t done = 0;
+    auto arm = [&](size_t i) {
+      io_uring_sqe* sqe = ring.Sqe();
+      (*br)->PrepareRecv(sqe, reader[i]);
+      io_uring_sqe_set_data64(sqe, i);
+      armed[i] = true;
+    };
+    for (size_t i = 0; i < conns; ++i) arm(i);
+    while (done < conns) {
+      (*br)->Refill();
+      while (!parked.empty() && (*br)->ShouldRearm()) {
+        arm(parked.back());
+        parked.pop_back();
+      }
+      __kernel_timespec ts{0, 10000000};
+      io_uring_cqe* first;
+      io_uring_submit_and_wait_timeout(ring.get(), &first, 1, &ts, nullptr);
+      io_uring_cqe* cqe;
+      unsigned head, seen = 0;
+      io_uring_for_each_cqe(ring.get(), head, cqe) {
+        ++seen;
+        const size_t i = static_cast<size_t>(cqe->user_data);
+        if ((cqe->flags & IORING_CQE_F_MORE) == 0) armed[i] = false;
+        absl::Status s = (*br)->Take(*cqe, queue[i]);
+        if (s.code() == absl::StatusCode::kResourceExhausted) {
+          if (!armed[i]) parked.push_back(i);
+          continue;
+        }
+        ASSERT_TRUE(s.ok()) << s;
+        ASSERT_GT(cqe->res, 0) << "connection " << i << " closed early";
+        if (queue[i].size() == kLine) ++done;
+        if (!armed[i] && queue[i].size() < kLine) arm(i);
+      }
+      io_uring_cq_advance(ring.get(), seen);
+      if ((*pool)->Stats().high_water > bound) break;  // fails below
+    }
+    stop = true;
+    trickler.join();
+    EXPECT_LE((*pool)->Stats().high_water, bound)
+        << conns << " connections, " << done << " lines complete";
+    EXPECT_GT((*br)->copied(), 0u);
+    for (size_t i = 0; i < conns; ++i) {
+      ASSERT_EQ(queue[i].size(), kLine) << "connection " << i;
+      EXPECT_LE(queue[i].pinned_bytes(), kLine + 2 * bs) << "connection " << i;
+      std::string got(kLine, '\0');
+      queue[i].CopyTo(
+          absl::MakeSpan(reinterpret_cast<std::byte*>(got.data()), kLine));
+      EXPECT_TRUE(got == line) << "connection " << i << " bytes differ";
+    }
+    // Every receive is still armed: cancel them by closing, then drain.
+    for (size_t i = 0; i < conns; ++i) shutdown(writer[i], SHUT_WR);
+    while (std::count(armed.begin(), armed.end(), true) > 0) {
+      io_uring_cqe* cqe;
+      ASSERT_EQ(io_uring_wait_cqe(ring.get(), &cqe), 0);
+      const size_t i = static_cast<size_t>(cqe->user_data);
+      if ((cqe->flags & IORING_CQE_F_MORE) == 0) armed[i] = false;
+      BufferChain dropped;
+      (*br)->Take(*cqe, dropped).IgnoreError();
+      io_uring_cqe_seen(ring.get(), cqe);
+    }
+  }
+  for (size_t i = 0; i < conns; ++i) {
+    close(reader[i]);
+    close(writer[i]);
+  }
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Connections, TrickleTest,
+    testing::Combine(testing::Values(size_t{1}, size_t{5}, size_t{100}),
+                     testing::Values(Incremental::kOff, Incremental::kOn)));
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// A small completion is copied into the caller's chain and its buffer lent
+// again at once; a large one is linked; copy_below is validated.
+TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  ASSERT_TRUE(pool.ok());
+  const size_t bs = (*pool)->buffer_size();
+  auto bad =
+      ProvidedBufferRing::Create(ring.get(), **pool, {.copy_below = bs + 1});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 16,
+                                        .initial_buffers = 16,
+                                        .bundles = Bundles::kOff,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  EXPECT_EQ((*br)->copy_below(), bs / 8);
+  BufferChain queue(**pool);
+  io_uring_sqe* sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[0]);
+  std::string model;
+  auto take_one = [&](const std::string& msg) {
+    ASSERT_TRUE(WriteAll(pairs.client[0], msg.data(), msg.size()));
+    model += msg;
+    size_t got = 0;
+    while (got < msg.size()) {
+      ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+      io_uring_cqe* cqe;
+      ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+      ASSERT_GT(cqe->res, 0);
+      got += static_cast<size_t>(cqe->res);
+      absl::Status s = (*br)->Take(*cqe, queue);
+      io_uring_cqe_seen(ring.get(), cqe);
+      ASSERT_TRUE(s.ok()) << s;
+    }
+  };
+  take_one("tiny");  // copied into one fresh buffer
+  EXPECT_EQ((*br)->copied(), 1u);
+  EXPECT_EQ((*br)->available(), 16u);  // lent again, no Refill()
+  EXPECT_EQ((*pool)->Stats().in_use, 17u);
+  take_one("more");  // into the tail's room
+  EXPECT_EQ(queue.segment_count(), 1u);
+  EXPECT_EQ((*pool)->Stats().in_use, 17u);
+  queue.Clone().Clear();  // a clone dropped: the tail is ours again
+  BufferChain shared = queue.Clone();
+  // A buffer's worth with a shared tail: linked, not copied.
+  take_one(std::string(bs, 'L'));
+  EXPECT_EQ((*br)->copied(), 2u);
+  EXPECT_EQ(queue.segment_count(), 2u);
+  shared.Clear();
+  std::string bytes(queue.size(), '\0');
+  queue.CopyTo(
+      absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()), bytes.size()));
+  EXPECT_EQ(bytes, model);
+  queue.Clear();
+  shutdown(pairs.client[0], SHUT_WR);
+  br->reset();
+  io_uring_cqe* cqe;
+  while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
+    io_uring_cqe_seen(ring.get(), cqe);
+}
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// RecvOptions::max_bytes caps what one receive delivers in all: a multishot
+// receive ends (no IORING_CQE_F_MORE) after max_bytes (where the kernel has
+// no cap it is made single-shot, which ends after at most that too), a
+// single-shot one reads at most that; the rest stays in the socket.
+class MaxBytesTest : public testing::TestWithParam<std::tuple<bool, Bundles>> {
+};
+
+TEST_P(MaxBytesTest, AReceiveDeliversAtMostMaxBytes) {
+  const auto [multishot, bundles] = GetParam();
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 256});
+  ASSERT_TRUE(pool.ok());
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(
+      ring.get(), **pool,
+      {.max_buffers = 64, .initial_buffers = 64, .bundles = bundles});
+  ASSERT_TRUE(br.ok()) << br.status();
+  if (bundles == Bundles::kProbe && !(*br)->bundles()) {
+    GTEST_SKIP() << "no bundles in this kernel";
+  }
+  const std::string data(40000, 'q');
+  ASSERT_TRUE(WriteAll(pairs.client[0], data.data(), data.size()));
+  constexpr size_t kCap = 9000;  // two buffers and a part
+  io_uring_sqe* sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[0],
+                     {.multishot = multishot, .max_bytes = kCap});
+  BufferChain got(**pool);
+  bool more = true;
+  size_t completions = 0;
+  while (more) {
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    io_uring_cqe* cqe;
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    ASSERT_GE(cqe->res, 0);
+    absl::Status s = (*br)->Take(*cqe, got);
+    io_uring_cqe_seen(ring.get(), cqe);
+    ASSERT_TRUE(s.ok()) << s;
+    ++completions;
+    if (!multishot) EXPECT_FALSE(more);
+  }
+  const size_t bs = (*pool)->buffer_size();
+  const bool bundle = (*br)->bundles();
+  if (multishot && (*br)->multishot_cap()) {
+    // The kernel fills whole buffers but for a bundle's last.
+    EXPECT_GE(got.size(), kCap) << completions << " completions";
+    EXPECT_LE(got.size(), bundle ? kCap : (kCap + bs - 1) / bs * bs);
+  } else {
+    EXPECT_LE(got.size(), kCap);
+    EXPECT_GT(got.size(), 0u);
+  }
+  // The rest is still in the socket.
+  std::string rest(data.size(), '\0');
+  size_t left = 0;
+  while (left < data.size() - got.size()) {
+    const ssize_t r = recv(pairs.server[0], rest.data() + left,
+                           rest.size() - left, MSG_DONTWAIT);
+    if (r <= 0) break;
+    left += static_cast<size_t>(r);
+  }
+  EXPECT_EQ(left, data.size() - got.size());
+  got.Clear();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MaxBytesTest,
+                         testing::Combine(testing::Bool(),
+                                          testing::Values(Bundles::kOff,
+                                                          Bundles::kProbe)));
+
+TEST(ProvidedBufferRingTest, MultishotCapIsProbedOnThisKernel) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 16});
+  ASSERT_TRUE(pool.ok());
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {});
+  ASSERT_TRUE(br.ok());
+  utsname u{};
+  ASSERT_EQ(uname(&u), 0);
+  int major = 0, minor = 0;
+  ASSERT_EQ(sscanf(u.release, "%d.%d", &major, &minor), 2);
+  EXPECT_EQ((*br)->multishot_cap(), major > 6 || (major == 6 && minor >= 17))
+      << u.release;
+}
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// Incremental consumption forced off and on, bundles forced off and on:
+// every byte arrives, in order, on every connection.
+class IncrementalModesTest
+    : public testing::TestWithParam<std::tuple<Incremental, Bundles>> {};
+
+TEST_P(IncrementalModesTest, ReceivesAreByteExact) {
+  const auto [incremental, bundles] = GetParam();
+  LoadOptions o;
+  o.connections = 8;
+  o.bytes_per_connection = 256 * 1024;
+  o.max_message = 3 * 4096;
+  o.pool = {.buffer_count = 1024};
+  o.ring = {.max_buffers = 256, .bundles = bundles, .incremental = incremental};
+  o.hold_turns = 1;  // slices outlive their buffer's stay in the ring
+  LoadResult r;
+  RunLoad(o, &r);
+  if (testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(r.incremental, incremental == Incremental::kOn);
+  EXPECT_EQ(r.bundles, bundles == Bundles::kOn);
+  if (incremental == Incremental::kOn) EXPECT_GT(r.inner_slices, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, IncrementalModesTest,
+    testing::Combine(testing::Values(Incremental::kOff, Incremental::kOn),
+                     testing::Values(Bundles::kOff, Bundles::kOn)));
+
+// Messages of up to 64 KiB (at least 60) through a pool of 64 KiB
+// buffers, incrementally: a buffer serves the end of one message and the
+// start of the next.
+TEST(IncrementalTest, SixtyFourKibMessagesThroughSixtyFourKibBuffers) {
+  for (Bundles bundles : {Bundles::kOff, Bundles::kProbe}) {
+    LoadOptions o;
+    o.connections = 4;
+    o.bytes_per_connection = 4 << 20;
+    o.min_message = 60 * 1024;
+    o.max_message = 64 * 1024;
+    o.pool = {.buffer_size = 64 * 1024, .buffer_count = 96};
+    o.ring = {.max_buffers = 32,
+              .initial_buffers = 32,
+              .bundles = bundles,
+              .incremental = Incremental::kOn};
+    LoadResult r;
+    RunLoad(o, &r);
+    if (testing::Test::HasFatalFailure()) return;
+    EXPECT_TRUE(r.incremental);
+    EXPECT_GT(r.inner_slices, 0u) << "no buffer served two completions";
+  }
+}
+
+TEST(IncrementalTest, ProbeMatchesTheKernel) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 256});
+  ASSERT_TRUE(pool.ok());
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {});
+  ASSERT_TRUE(br.ok()) << br.status();
+  utsname u{};
+  ASSERT_EQ(uname(&u), 0);
+  int major = 0, minor = 0;
+  ASSERT_EQ(sscanf(u.release, "%d.%d", &major, &minor), 2);
+  EXPECT_EQ((*br)->incremental(), major > 6 || (major == 6 && minor >= 12))
+      << u.release;
+  auto off = ProvidedBufferRing::Create(
+      ring.get(), **pool, {.group_id = 1, .incremental = Incremental::kOff});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE((*off)->incremental());
 }
 
 }  // namespace

@@ -13,14 +13,14 @@
 // plus cancels of the recv (backpressure, close), which may overlap.
 // A connection is freed once none of its operations is in flight.
 //
-// Backpressure. A connection with less than max_unsent_bytes / 2 unsent has
-// a multishot recv whose total the kernel caps at the room left under the
-// limit, rounded up to whole slots (Linux 6.17+; sqe->optlen shares its
-// word with file_index in liburing 2.3's header). On kernels without the
-// cap (the recv fails with -EINVAL, bundles being probed apart) it is
-// cancelled past half the limit and replaced by single-shot recvs, and past
-// max_unsent_bytes none is armed until the queue drains to half. DEFER_TASKRUN
-// bounds how many slots the kernel fills between two turns of the loop.
+// Backpressure, on the toolkit's public calls (the pattern in uring.h): a
+// recv's RecvOptions::max_bytes is the room left under max_unsent_bytes,
+// rounded up to whole slots; where the kernel caps multishot receives
+// (ProvidedBufferRing::multishot_cap(), Linux 6.17+) the recv ends by
+// itself there, elsewhere it is an uncapped multishot recv cancelled past
+// half the limit and then single-shot capped ones. Past max_unsent_bytes
+// none is armed until the queue drains to half. DEFER_TASKRUN bounds how
+// many slots the kernel fills between two turns of the loop.
 //
 // Running out. When the ring is empty a multishot recv ends with -ENOBUFS
 // (ResourceExhausted from Take()); the connection waits in a FIFO and is
@@ -125,7 +125,6 @@ class UringEchoServer final : public EchoServer {
   io_uring ring_{};
   bool ring_ready_ = false;
   bool disabled_ = false;  // enabled by Run() (single issuer)
-  bool mshot_cap_ = true;  // the kernel caps a multishot recv's total bytes
   std::unique_ptr<ProvidedBufferRing> bufs_;  // during Run()
   Conn* conns_ = nullptr;
   Conn* parked_head_ = nullptr;
@@ -141,9 +140,16 @@ ProvidedBufferRingOptions UringEchoServer::RingOptions(size_t initial) const {
       options_.ring_buffers != 0 ? options_.ring_buffers : pool_->capacity();
   max = std::min<size_t>(
       {max, pool_->capacity(), ProvidedBufferRing::kMaxBuffers});
+  // Incremental consumption pays for large slots, which it shares between
+  // messages; a 4 KiB slot is about one message already, and slicing it
+  // costs a counted reference per receive.
+  constexpr size_t kIncrementalFrom = 16 * 1024;
   return {.group_id = kGroup,
           .max_buffers = std::max<size_t>(max, 1),
-          .initial_buffers = initial};
+          .initial_buffers = initial,
+          .incremental = pool_->buffer_size() >= kIncrementalFrom
+                             ? ProvidedBufferRingOptions::Incremental::kProbe
+                             : ProvidedBufferRingOptions::Incremental::kOff};
 }
 
 absl::Status UringEchoServer::Init() {
@@ -200,28 +206,25 @@ void UringEchoServer::ArmAccept() {
 void UringEchoServer::ArmRecv(Conn* conn) {
   io_uring_sqe* sqe = Sqe();
   const bool below_half = conn->unsent < options_.max_unsent_bytes / 2;
+  const bool cap = bufs_->multishot_cap();
   ProvidedBufferRing::RecvOptions ro;
-  // Near the limit without the kernel's cap: one buffer per recv, so the
-  // connection cannot take more than the limit plus one buffer.
-  ro.multishot = mshot_cap_ || below_half;
+  // The receive may deliver the room left under the limit, rounded up to
+  // whole slots (a slot holds as much memory for one byte as for its
+  // size), so a connection never holds more than max_unsent_bytes plus one
+  // slot however fast the kernel fills them, and a limit below a slot
+  // still moves a slot per recv. Where the kernel caps multishot receives
+  // that cap ends the receive by itself; elsewhere PrepareRecv() makes a
+  // capped receive single-shot, so below half the limit the recv is an
+  // uncapped multishot one, cancelled at half (OnRecv).
+  const size_t slot = pool_->buffer_size();
+  const size_t room = options_.max_unsent_bytes - conn->unsent;
+  ro.multishot = cap || below_half;
+  if (cap || !below_half) ro.max_bytes = (room + slot - 1) / slot * slot;
   // A bundle only for a peer that sends more than a slot at a time: for
   // one-slot messages the kernel's peek at several ring entries per receive
   // is pure cost (io_ring_buffers_peek in profiles of 4 KiB messages).
   ro.bundle = conn->wants_bundle && ro.multishot;
   bufs_->PrepareRecv(sqe, conn->fd, ro);
-  if (mshot_cap_) {
-    // The multishot recv ends by itself once it has received the room left
-    // under the limit, rounded up to whole slots (a slot holds as much
-    // memory for one byte as for its size), so a connection never holds
-    // more than max_unsent_bytes plus one slot however fast the kernel
-    // fills them, and a limit below a slot still moves a slot per recv.
-    // The kernel reads the cap as an int: at most 1 GiB.
-    const size_t slot = pool_->buffer_size();
-    const size_t room = options_.max_unsent_bytes - conn->unsent;
-    const size_t cap =
-        std::min<size_t>((room + slot - 1) / slot * slot, size_t{1} << 30);
-    sqe->file_index = static_cast<uint32_t>(cap);
-  }
   conn->recv_bundle = ro.bundle && bufs_->bundles();
   // Poll first: an idle connection takes no slot and gets no -ENOBUFS.
   sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
@@ -380,7 +383,7 @@ void UringEchoServer::OnRecv(Conn* conn, const io_uring_cqe& cqe) {
       conn->over_limit = true;
       Counters::Add(counters_->unsent_limit_stalls, 1);
       if (more) CancelRecv(conn);
-    } else if (!mshot_cap_ && more &&
+    } else if (!bufs_->multishot_cap() && more &&
                conn->unsent >= options_.max_unsent_bytes / 2) {
       CancelRecv(conn);  // re-armed single-shot when this recv ends
     }
@@ -388,10 +391,6 @@ void UringEchoServer::OnRecv(Conn* conn, const io_uring_cqe& cqe) {
     if (cqe.res == 0) conn->read_eof = true;  // echo what is queued, close
   } else if (got.code() == absl::StatusCode::kResourceExhausted) {
     if (!conn->closing && !more) Park(conn);
-  } else if (cqe.res == -EINVAL && mshot_cap_) {
-    // Bundles are probed, so this is a kernel without the multishot total
-    // cap: cancel near the limit instead (re-armed below).
-    mshot_cap_ = false;
   } else if (cqe.res != -ECANCELED) {
     BeginClose(conn);  // reset or other error
   }

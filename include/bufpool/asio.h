@@ -23,6 +23,15 @@
 //       [rb, &chain](asio::error_code ec, size_t n) { rb->CommitTo(chain, n);
 //       });
 //
+// Memory. A chain fed only by CommitTo() (or AsioReadSome()) that holds B
+// bytes not yet consumed pins at most B + 2 * buffer_size of its pool
+// however small the reads were, plus the buffers of the read in flight
+// (max_bytes rounded up to whole buffers, at most kMaxBuffers): small reads
+// are copied into the chain's tail instead of linking a buffer each. For
+// connections that may trickle, keep max_bytes near one buffer_size, or
+// wait for readability (socket.async_wait(wait_read)) and then read with
+// AsioReadSome(), which pins nothing while waiting.
+//
 // Ownership and lifetime. AsioBuffers() views the chain: keep the chain
 // alive and unchanged until the operation completes. buffers() views the
 // AsioReadBuffers: keep it alive (e.g. in a shared_ptr held by the handler)
@@ -132,9 +141,20 @@ class AsioReadBuffers {
     return {views_, count_};
   }
 
-  // Links the first `n` bytes read into buffers() to the end of `chain`, no
-  // copy, and returns the buffers left unfilled to their pool. Call once.
+  // Puts the first `n` bytes read into buffers() at the end of `chain` and
+  // returns the buffers left unfilled to their pool. Call once. A read of
+  // less than buffer_size / 8, or one that fits a first buffer while
+  // `chain` has tail_room(), is copied into the chain (its tail's room, or
+  // one fresh buffer that later small reads fill); the rest are linked, no
+  // copy. So memory follows bytes (see the file comment).
   void CommitTo(BufferChain& chain, size_t n) {
+    if (count_ != 0 && n != 0 && n <= views_[0].size() &&
+        (n < bufs_[0].size() / 8 || chain.tail_room() != 0) &&
+        chain.Append(absl::MakeConstSpan(bufs_[0].data(), n)).ok()) {
+      for (size_t i = 0; i < count_; ++i) bufs_[i].Reset();
+      count_ = 0;
+      return;
+    }  // else (or no pool, or a dry one) linked
     for (size_t i = 0; i < count_; ++i) {
       const size_t len = n < views_[i].size() ? n : views_[i].size();
       chain.Append(std::move(bufs_[i]), len);  // len 0: back to the pool
@@ -160,8 +180,8 @@ size_t AsioWrite(SyncWriteStream& stream, BufferChain& chain,
 }
 
 // One read_some of up to max_bytes into fresh buffers of chain.pool(),
-// linked to the end of `chain`. Returns the bytes read; with none free,
-// sets `ec` to asio::error::no_buffer_space and reads nothing.
+// put at the end of `chain` as CommitTo() does. Returns the bytes read; with
+// none free, sets `ec` to asio::error::no_buffer_space and reads nothing.
 template <typename SyncReadStream>
 size_t AsioReadSome(SyncReadStream& stream, BufferChain& chain,
                     size_t max_bytes, asio_ns::error_code& ec) {

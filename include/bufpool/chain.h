@@ -223,6 +223,37 @@ class BUFPOOL_EXPORT BufferChain {
       ReserveSlow(segments);
   }
 
+  // ---- Memory that follows bytes ----
+  //
+  // A chain of B bytes keeps pinned_bytes() of its pools out of use (at
+  // least B, unless it repeats bytes of a buffer, as a Clone() appended
+  // to its original does).
+  // The library's receive paths keep it at most B + 2 * buffer_size
+  // however the bytes arrived (ProvidedBufferRing::Take with copy_below on,
+  // ReadFrom, the Asio read path in bufpool/asio.h): small receives are
+  // copied into the tail's room or one fresh buffer instead of linking a
+  // buffer each. Chains built by linking slices (Split, Clone, Append of
+  // slices) can pin much more; Compact() packs them.
+
+  // Buffer bytes this chain keeps out of its pools: the buffer size of each
+  // buffer it holds a slice of, a buffer counted once per run of adjacent
+  // slices of it (slices of one buffer are adjacent unless the caller
+  // linked them apart, when this overcounts). O(segment_count()).
+  size_t pinned_bytes() const;
+  // Room after the tail slice that Append(bytes) would fill before taking a
+  // fresh buffer: 0 unless the chain holds the only reference to the tail's
+  // buffer (so no other slice, chain, thread or the kernel can see it).
+  size_t tail_room() const { return TailRoom(); }
+  // Copies the bytes of every buffer the chain holds less than half of (a
+  // run of adjacent slices of one buffer) into as few fresh buffers of
+  // pool() as those bytes need, and links the rest as they are; the bytes
+  // are unchanged, the copied-from buffers are dropped. All or nothing:
+  // ResourceExhausted (the chain unchanged) when the pool cannot supply the
+  // buffers, FailedPrecondition when there is something to copy and the
+  // chain has no pool. Throws std::bad_alloc, the chain unchanged, when the
+  // new slice ring cannot be allocated.
+  absl::Status Compact();
+
  private:
   friend absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
                                          size_t max_bytes);
@@ -261,6 +292,20 @@ class BUFPOOL_EXPORT BufferChain {
     s.size_ = n;
     size_ += n;
     PushBack(std::move(s));
+  }
+  template <typename Fn>
+  void ForEachRun(Fn&& fn) const;
+  // For an incremental ProvidedBufferRing: bytes the kernel wrote right
+  // after the tail slice, in the same buffer, and handed to this chain
+  // alone, join the tail slice (no new slice, no reference).
+  friend class ProvidedBufferRing;
+  bool ExtendTailAt(const std::byte* at, size_t n) {
+    if (count_ == 0) return false;
+    SharedBuffer& t = At(count_ - 1);
+    if (t.data_ + t.size_ != at) return false;
+    t.size_ += n;
+    size_ += n;
+    return true;
   }
   [[noreturn]] static void DieTooLong(size_t length, size_t size);
   // Takes other's slices and storage; *this must be empty with inline

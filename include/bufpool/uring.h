@@ -39,6 +39,25 @@
 // of the buffers the ring has been lent) after a Refill(). Re-arming at once
 // would fail the same way.
 //
+// Backpressure: bound what one connection holds (received, not yet sent or
+// consumed) to about `limit` bytes, as the bundled echo server does. Cap
+// each receive at the room left, stop arming past the limit, resume at
+// half; count a send in flight by held_bytes(), which covers its whole
+// chain:
+//
+//   size_t held = conn.queue.size() + conn.send.held_bytes();
+//   // arming (when not paused):
+//   ProvidedBufferRing::RecvOptions ro;
+//   ro.max_bytes = round_up(limit - held, pool.buffer_size());
+//   bufs->PrepareRecv(sqe, conn.fd, ro);   // ends by itself at the cap
+//   // on a completion: paused = held >= limit (do not re-arm);
+//   // on a send's completion: if paused && held <= limit / 2, re-arm.
+//
+// Where the kernel lacks the multishot cap (multishot_cap() false),
+// PrepareRecv() turns a capped receive single-shot; a loop that wants
+// multishot receives there arms them uncapped below half the limit and
+// cancels them (io_uring_prep_cancel64 on their user_data) past it.
+//
 // Thread safety. A ProvidedBufferRing, FixedBuffers or HeldSend is used by
 // the one thread that drives its io_uring (liburing rings are not
 // thread-safe either). The chains Take() returns are independent values:
@@ -131,6 +150,10 @@ class BUFPOOL_EXPORT FixedBuffers {
 
 // ---- Provided-buffer ring ---------------------------------------------------
 
+// ProvidedBufferRingOptions::copy_below's default: buffer_size / 8, resolved
+// at ProvidedBufferRing::Create().
+inline constexpr size_t kDefaultCopyBelow = ~size_t{0};
+
 struct ProvidedBufferRingOptions {
   // The buffer group receives name in sqe->buf_group.
   uint16_t group_id = 0;
@@ -154,6 +177,27 @@ struct ProvidedBufferRingOptions {
   // with -EINVAL).
   enum class Bundles { kProbe, kOff, kOn };
   Bundles bundles = Bundles::kProbe;
+  // A one-buffer completion carrying fewer bytes than this, or arriving
+  // while the chain it is taken into has tail_room(), is copied into that
+  // chain (the tail's room where the tail is the only reference to its
+  // buffer, else one fresh buffer of the chain's pool), and its ring buffer
+  // is lent again at once, with no pool round trip. So memory follows bytes
+  // (see "Memory" in the class comment). 0 turns copying off (every
+  // completion links its buffers); at most the pool's buffer_size. The
+  // default, kDefaultCopyBelow: buffer_size / 8.
+  size_t copy_below = kDefaultCopyBelow;
+  // Incremental consumption (IOU_PBUF_RING_INC, Linux 6.12+): the kernel
+  // fills one lent buffer across many completions (IORING_CQE_F_BUF_MORE
+  // on all but the last that uses it), so a pool of large buffers (64 KiB,
+  // say) serves small and large messages alike. Take() then returns a
+  // counted slice of the buffer per completion; the ring keeps its own
+  // reference while the kernel still fills the buffer (so no chain's
+  // tail_room() reaches into it) and drops it with the completion without
+  // BUF_MORE. kProbe uses it where the kernel has it (tried once at
+  // Create()); kOff and kOn force the choice (kOn on a kernel without it
+  // fails Create() with the kernel's words). Bundles combine with it.
+  enum class Incremental { kProbe, kOff, kOn };
+  Incremental incremental = Incremental::kProbe;
 };
 
 // Pool buffers lent to an io_uring provided-buffer ring (buffer group
@@ -166,6 +210,24 @@ struct ProvidedBufferRingOptions {
 // a chain Take() returned (then no longer the ring's). available() counts
 // the first two; the kernel consumes ring entries in order, which is what
 // lets Take() find the later buffers of a bundle.
+//
+// Memory. With copying on (copy_below > 0, the default) a connection whose
+// chain has received B bytes through Take() and not consumed them pins at
+// most B + 2 * buffer_size of the pool, however the bytes arrived (one byte
+// per completion, bundles): small completions and completions that find
+// room at the chain's tail are copied there (or into one fresh buffer, which
+// the next ones fill), and only completions that bring a buffer's worth, or
+// find the tail full or shared, link their buffers; a bundle's buffers are
+// full but for its last. Chains that the caller splits and clones may pin
+// more; BufferChain::Compact() packs them. With copy_below = 0 every
+// completion pins a whole buffer (up to buffer_size per byte received).
+// On an incremental ring a buffer holds the bytes of many completions, of
+// many connections: bytes that continue the chain's tail slice in the same
+// buffer join it, spans under max(copy_below, buffer_size / 2) are copied,
+// and only larger ones are linked as slices, so a chain pins at most twice
+// its bytes plus two buffers even when other connections' bytes of the
+// same buffers are long gone (and B + 2 * buffer_size for a trickle, which
+// the tests check).
 //
 // Thread safety: the ring's thread only (see the file comment); chains it
 // returns are free to travel.
@@ -199,7 +261,19 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
     // entries per receive.
     bool bundle = true;
     int msg_flags = 0;
+    // The most bytes this receive may deliver in all, over all its
+    // completions; 0: no cap. A multishot receive ends (a completion
+    // without IORING_CQE_F_MORE) once its total reaches the cap, where the
+    // kernel has one (Linux 6.17+, see multishot_cap()); the kernel fills
+    // whole buffers then, so a multishot receive that is not a bundle may
+    // deliver up to max_bytes rounded up to whole buffers (a bundle stops at
+    // max_bytes). On older kernels PrepareRecv() makes the receive
+    // single-shot with this length, which caps it exactly. At most
+    // kMaxRecvBytes (larger is clamped).
+    size_t max_bytes = 0;
   };
+  // The largest RecvOptions::max_bytes the kernel is given (it reads an int).
+  static constexpr size_t kMaxRecvBytes = size_t{1} << 30;
   // Fills `sqe` with a receive on `fd` that selects its buffers from this
   // ring (IOSQE_BUFFER_SELECT, this group, IORING_RECVSEND_BUNDLE when
   // asked and bundles() is on). The caller sets user_data and may add
@@ -251,12 +325,36 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   uint64_t enobufs() const { return enobufs_; }
   // Whether PrepareRecv() asks for bundles.
   bool bundles() const { return bundles_; }
+  // Whether the kernel caps a multishot receive's total bytes (Linux
+  // 6.17+; probed once per process with a throwaway ring and socket pair).
+  bool multishot_cap() const { return multishot_cap_; }
+  // Whether the ring consumes buffers incrementally (Options::incremental).
+  bool incremental() const { return incremental_; }
+  // Options::copy_below as resolved at Create() (0: copying off).
+  size_t copy_below() const { return copy_below_; }
+  // Completions Take() copied and lent again at once.
+  uint64_t copied() const { return copied_; }
   uint16_t group_id() const { return group_id_; }
   BufferPool& pool() const { return *pool_; }
 
  private:
   ProvidedBufferRing() = default;
   absl::Status Init(io_uring* ring, BufferPool& pool, const Options& options);
+  absl::Status Register(uint16_t flags);
+  // Adds buffer `id` (whose bytes start at `data`) at ring position
+  // tail_ + offset.
+  void AddAt(uint16_t id, std::byte* data, uint32_t offset);
+  // Lends buffer `id` again at once, at the tail (one entry, published).
+  void Relend(uint16_t id, std::byte* data);
+  // Copies a one-buffer completion of `len` bytes into `out` and lends its
+  // buffer again; false (nothing changed) when `out` cannot take the copy.
+  bool TakeByCopy(uint16_t id, size_t len, BufferChain& out);
+  // Take() of a completion with bytes on an incremental ring.
+  absl::Status TakeIncremental(const io_uring_cqe& cqe, uint32_t id,
+                               BufferChain& out);
+  // The ring's reference to buffer `id` as a counted slice of all of it
+  // (made from lent_[id] on first use).
+  SharedBuffer& Shared(uint16_t id);
 
   io_uring* ring_ = nullptr;
   BufferPool* pool_ = nullptr;
@@ -265,6 +363,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool registered_ = false;
   uint16_t group_id_ = 0;
   bool bundles_ = false;
+  bool multishot_cap_ = false;
+  bool incremental_ = false;
   uint32_t entries_ = 0;  // ring entries, a power of two
   uint32_t mask_ = 0;
   uint32_t buffer_size_ = 0;
@@ -276,10 +376,17 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool ran_low_ = false;  // below target_ / 4, or -ENOBUFS, since Refill()
   uint32_t tail_ = 0;     // entries added since the ring was created
   uint64_t enobufs_ = 0;
+  size_t copy_below_ = 0;
+  uint64_t copied_ = 0;
   // Per buffer id: the pool buffer lent under it (empty when the id is
   // free) and the ring position it was added at; per ring position: the id
   // added there last.
   std::vector<Buffer> lent_;
+  // Incremental rings: per id, the ring's counted reference once a slice of
+  // the buffer has been taken (lent_[id] is then empty), and the bytes of
+  // it the kernel has filled so far.
+  std::vector<SharedBuffer> shared_;
+  std::vector<uint32_t> filled_;
   std::vector<uint32_t> pos_of_id_;
   std::vector<uint16_t> id_at_pos_;
   std::vector<uint16_t> free_ids_;  // a stack
@@ -312,8 +419,10 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
 // Thread safety: the ring's thread.
 class BUFPOOL_EXPORT HeldSend {
  public:
-  // Slices one send covers at most; the rest stay for TakeUnsent().
-  static constexpr size_t kMaxIovecs = 64;
+  // Slices one send covers at most (the kernel's UIO_MAXIOV); the rest stay
+  // for TakeUnsent(). The iovec array grows to the longest chain sent and
+  // is kept: a connection's sends allocate only while growing.
+  static constexpr size_t kMaxIovecs = 1024;
 
   struct Options {
     bool zero_copy = false;
@@ -332,7 +441,9 @@ class BUFPOOL_EXPORT HeldSend {
   // storage as BufferChain's move assignment does, so a connection's queue
   // handed to its send again and again allocates nothing in steady state)
   // and fills `sqe` with a send of its first kMaxIovecs slices to `fd`. The
-  // HeldSend must be idle (never prepared, or done()).
+  // HeldSend must be idle (never prepared, or done()). Throws
+  // std::bad_alloc, nothing changed (the chain still the caller's), when
+  // growing the iovec array fails.
   void Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
                const Options& options);
   void Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain) {
@@ -358,8 +469,13 @@ class BUFPOOL_EXPORT HeldSend {
   // the next send, as a chain of the sent chain's pool; the sent ones stay
   // held until done().
   BufferChain TakeUnsent();
-  // Bytes the prepared send asked for (its slices, at most kMaxIovecs).
+  // Bytes the prepared send asked for: every slice it covers (all of the
+  // chain's, up to kMaxIovecs slices).
   size_t requested() const { return requested_; }
+  // Bytes this send keeps alive now, so out of the pool: the whole chain
+  // from Prepare() until the result, then the sent bytes until done(), then
+  // 0. What backpressure should count while a send is in flight.
+  size_t held_bytes() const { return chain_.size(); }
   bool zero_copy() const { return zero_copy_; }
 
  private:
@@ -372,7 +488,8 @@ class BUFPOOL_EXPORT HeldSend {
   BufferChain chain_;
   BufferChain unsent_;
   msghdr msg_{};
-  iovec iov_[kMaxIovecs];
+  std::unique_ptr<iovec[]> iov_;  // iov_cap_ entries
+  size_t iov_cap_ = 0;
 };
 
 }  // namespace bufpool

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -280,6 +281,115 @@ BufferChain BufferChain::Clone() const {
   for (uint32_t i = 0; i < count_; ++i) copy.PushBack(SharedBuffer(At(i)));
   copy.size_ = size_;
   return copy;
+}
+
+// ---- Memory that follows bytes ---------------------------------------------
+
+namespace {
+
+bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b) {
+  return a.pool() == b.pool() && a.slot() == b.slot();
+}
+
+}  // namespace
+
+size_t BufferChain::pinned_bytes() const {
+  size_t total = 0;
+  for (uint32_t i = 0; i < count_; ++i) {
+    const SharedBuffer& s = At(i);
+    if (i == 0 || !SameBuffer(At(i - 1), s)) total += s.pool_->buffer_size();
+  }
+  return total;
+}
+
+// Calls fn(first, end, bytes, copy) for each run [first, end) of adjacent
+// slices of one buffer; `copy` when the run holds less than half of it.
+template <typename Fn>
+void BufferChain::ForEachRun(Fn&& fn) const {
+  uint32_t i = 0;
+  while (i < count_) {
+    const SharedBuffer& first = At(i);
+    size_t bytes = first.size_;
+    uint32_t j = i + 1;
+    for (; j < count_ && SameBuffer(At(j), first); ++j) bytes += At(j).size_;
+    fn(i, j, bytes, bytes * 2 < first.pool_->buffer_size());
+    i = j;
+  }
+}
+
+absl::Status BufferChain::Compact() {
+  // Pass 1: the fresh buffers the copied bytes fill, in order; a linked run
+  // between two copied ones closes the fresh buffer being filled, so the
+  // slices of every buffer stay adjacent.
+  const size_t bs = pool_ != nullptr ? pool_->buffer_size() : 0;
+  size_t need = 0;
+  size_t fill = bs;  // bytes in the fresh buffer being filled; bs: none open
+  bool any = false;
+  ForEachRun([&](uint32_t, uint32_t, size_t bytes, bool copy) {
+    if (!copy) {
+      fill = bs;
+      return;
+    }
+    any = true;
+    for (size_t left = bytes; left != 0 && bs != 0;) {
+      if (fill == bs) {
+        ++need;
+        fill = 0;
+      }
+      const size_t take = std::min(left, bs - fill);
+      fill += take;
+      left -= take;
+    }
+  });
+  if (!any) return absl::OkStatus();
+  if (pool_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "BufferChain::Compact: slices to copy but the chain has no pool");
+  }
+  std::vector<Buffer> fresh(need);
+  const size_t got = pool_->TryAcquireBulk(absl::MakeSpan(fresh));
+  if (got < need) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "BufferChain::Compact: the pool has no free buffer (", need,
+        " buffers of ", bs, " bytes needed, got ", got, ")"));
+  }
+  // Pass 2: nothing below fails or throws (the ring is reserved first).
+  BufferChain packed(*pool_);
+  packed.Reserve(size_t{count_} + need);
+  SharedBuffer cur;  // the open fresh buffer's slice
+  size_t next = 0;
+  auto flush = [&] {
+    if (cur.size_ != 0) {
+      packed.size_ += cur.size_;
+      packed.PushBack(std::move(cur));
+    }
+    cur.Reset();
+  };
+  ForEachRun([&](uint32_t first, uint32_t end, size_t, bool copy) {
+    for (uint32_t i = first; i < end; ++i) {
+      SharedBuffer& s = At(i);
+      if (!copy) {
+        flush();
+        packed.size_ += s.size_;
+        packed.PushBack(std::move(s));
+        continue;
+      }
+      for (size_t done = 0; done < s.size_;) {
+        if (!cur || cur.size_ == bs) {
+          flush();
+          cur = SharedBuffer(std::move(fresh[next++]));
+          cur.size_ = 0;
+        }
+        const size_t take = std::min(s.size_ - done, bs - cur.size_);
+        std::memcpy(cur.data_ + cur.size_, s.data_ + done, take);
+        cur.size_ += take;
+        done += take;
+      }
+    }
+  });
+  flush();
+  *this = std::move(packed);
+  return absl::OkStatus();
 }
 
 }  // namespace bufpool

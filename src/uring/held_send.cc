@@ -26,6 +26,14 @@ void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
                  busy() ? "while a send is in flight" : "of an empty chain");
     std::abort();
   }
+  const size_t want = std::min(chain.segment_count(), kMaxIovecs);
+  if (want > iov_cap_) {
+    size_t cap = std::max<size_t>(iov_cap_, 4);
+    while (cap < want) cap *= 2;
+    cap = std::min(cap, kMaxIovecs);
+    iov_.reset(new iovec[cap]);  // the only step that can throw
+    iov_cap_ = cap;
+  }
   chain_ = std::move(chain);
   // Empty, of the sent chain's pool: what a complete send leaves for
   // TakeUnsent() (a partial or failed one moves chain_'s rest in). Keeps
@@ -35,7 +43,7 @@ void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
   result_ = 0;
   zero_copy_ = options.zero_copy;
   await_notif_ = false;
-  const size_t k = chain_.FillIovecs(absl::MakeSpan(iov_, kMaxIovecs));
+  const size_t k = chain_.FillIovecs(absl::MakeSpan(iov_.get(), iov_cap_));
   requested_ = 0;
   for (size_t i = 0; i < k; ++i) requested_ += iov_[i].iov_len;
   if (k == 1) {
@@ -54,7 +62,7 @@ void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
     }
   } else {
     msg_ = {};
-    msg_.msg_iov = iov_;
+    msg_.msg_iov = iov_.get();
     msg_.msg_iovlen = k;
     if (zero_copy_) {
       io_uring_prep_sendmsg_zc(sqe, fd, &msg_, options.msg_flags);

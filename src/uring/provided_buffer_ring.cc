@@ -12,10 +12,16 @@
 // only after `entries_` more adds, and adds stop while in_ring_ (added and
 // not taken) is at target_ <= entries_, so an entry is never overwritten
 // before the completion that consumed it has been taken (the kernel posts
-// receive completions in the order it consumes buffers).
+// receive completions in the order it consumes buffers). A completion
+// copied into the caller's chain re-adds its id at the tail at once
+// (Relend), which keeps in_ring_ as it was. On an incremental ring an id
+// stays at the head while the kernel fills it (filled_[id] bytes so far);
+// slices taken from it share shared_[id], the ring's own reference.
 #include <liburing.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <utility>
 
@@ -23,6 +29,7 @@
 #include "bufpool/uring.h"
 #include "os/error.h"
 #include "os/memory.h"
+#include "os/socket.h"
 
 namespace bufpool {
 namespace {
@@ -31,6 +38,57 @@ namespace {
 // several ring buffers per completion, and its feature bit.
 constexpr uint16_t kRecvSendBundle = 1u << 4;
 constexpr uint32_t kFeatRecvSendBundle = 1u << 14;
+// Newer than liburing 2.3's header (Linux 6.12): incremental consumption,
+// a flag of io_uring_buf_reg, and the completion flag saying the buffer
+// stays in the ring for more.
+constexpr uint16_t kPbufRingInc = 2;        // IOU_PBUF_RING_INC
+constexpr uint32_t kCqeFBufMore = 1u << 4;  // IORING_CQE_F_BUF_MORE
+
+// Whether a multishot IORING_OP_RECV takes a total byte cap in
+// sqe->optlen (liburing 2.3 names that word file_index): kernels before
+// 6.17 fail such a receive with -EINVAL at prep. The probe: a throwaway
+// ring and socket pair, one byte waiting, a capped multishot receive from a
+// buffer group the ring does not have. A kernel that accepts the cap fails
+// it with -ENOBUFS (no buffer to select) instead.
+bool ProbeMultishotCap() {
+  io_uring ring;
+  if (io_uring_queue_init(2, &ring, 0) != 0) return false;
+  bool cap = false;
+  int sv[2];
+  if (os::SocketPair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, sv).ok()) {
+    const char byte = 'p';
+    if (absl::StatusOr<size_t> w = os::Send(sv[1], &byte, 1, "probe");
+        w.ok() && *w == 1) {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      io_uring_prep_recv_multishot(sqe, sv[0], nullptr, 0, 0);
+      sqe->flags |= IOSQE_BUFFER_SELECT;
+      sqe->buf_group = 0xffff;
+      sqe->file_index = 1;
+      io_uring_cqe* cqe;
+      if (io_uring_submit_and_wait(&ring, 1) >= 0 &&
+          io_uring_peek_cqe(&ring, &cqe) == 0) {
+        cap = cqe->res != -EINVAL;
+        io_uring_cqe_seen(&ring, cqe);
+      }
+    }
+    os::CloseSocket(sv[0]).IgnoreError();
+    os::CloseSocket(sv[1]).IgnoreError();
+  }
+  io_uring_queue_exit(&ring);
+  return cap;
+}
+
+// Probed once per process. Racing first calls each probe and store the same
+// answer; relaxed order suffices (the value is the only data).
+bool KernelCapsMultishotRecv() {
+  static std::atomic<int> known{0};  // 0: not probed, 1: no, 2: yes
+  int v = known.load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = ProbeMultishotCap() ? 2 : 1;
+    known.store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
 
 }  // namespace
 
@@ -53,6 +111,13 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
         absl::StrCat("ProvidedBufferRing: buffer_size ", pool.buffer_size(),
                      " does not fit a ring entry's 32-bit length"));
   }
+  copy_below_ = options.copy_below == kDefaultCopyBelow ? pool.buffer_size() / 8
+                                                        : options.copy_below;
+  if (copy_below_ > pool.buffer_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ProvidedBufferRing: copy_below ", options.copy_below,
+                     " exceeds the pool's buffer_size ", pool.buffer_size()));
+  }
   ring_ = ring;
   pool_ = &pool;
   group_id_ = options.group_id;
@@ -70,6 +135,7 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
       bundles_ = true;
       break;
   }
+  multishot_cap_ = KernelCapsMultishotRecv();
   entries_ = 1;
   while (entries_ < max_buffers_) entries_ <<= 1;
   mask_ = entries_ - 1;
@@ -80,18 +146,24 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   if (!mem.ok()) return mem.status();
   br_ = static_cast<io_uring_buf_ring*>(*mem);
   io_uring_buf_ring_init(br_);
-  io_uring_buf_reg reg{};
-  reg.ring_addr = reinterpret_cast<uintptr_t>(br_);
-  reg.ring_entries = entries_;
-  reg.bgid = group_id_;
-  const int rc = io_uring_register_buf_ring(ring_, &reg, 0);
-  if (rc < 0) {
-    return os::PosixError(
-        absl::StrCat("io_uring_register_buf_ring (buffer group ", group_id_,
-                     rc == -EEXIST ? ", already registered" : "", ")"),
-        -rc);
+  absl::Status reg = absl::OkStatus();
+  if (options.incremental != Options::Incremental::kOff) {
+    reg = Register(kPbufRingInc);
+    incremental_ = reg.ok();
+    // A kernel before 6.12 refuses the flag (EINVAL): without it, if asked.
+    if (!reg.ok() && options.incremental == Options::Incremental::kProbe &&
+        reg.code() == absl::StatusCode::kInvalidArgument) {
+      reg = Register(0);
+    }
+  } else {
+    reg = Register(0);
   }
+  if (!reg.ok()) return reg;
   registered_ = true;
+  if (incremental_) {
+    shared_.resize(entries_);
+    filled_.assign(entries_, 0);
+  }
 
   lent_.resize(entries_);
   pos_of_id_.assign(entries_, 0);
@@ -109,6 +181,23 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   return absl::OkStatus();
 }
 
+absl::Status ProvidedBufferRing::Register(uint16_t flags) {
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<uintptr_t>(br_);
+  reg.ring_entries = entries_;
+  reg.bgid = group_id_;
+  reg.pad = flags;  // the kernel's `flags` (liburing 2.3 names it pad)
+  const int rc = io_uring_register_buf_ring(ring_, &reg, 0);
+  if (rc < 0) {
+    return os::PosixError(
+        absl::StrCat("io_uring_register_buf_ring (buffer group ", group_id_,
+                     rc == -EEXIST ? ", already registered" : "",
+                     flags & kPbufRingInc ? ", incremental" : "", ")"),
+        -rc);
+  }
+  return absl::OkStatus();
+}
+
 ProvidedBufferRing::~ProvidedBufferRing() {
   // After this the kernel selects no buffer of the group, so every lent
   // buffer (lent_) is ours to return; they go back as lent_ is destroyed.
@@ -118,14 +207,24 @@ ProvidedBufferRing::~ProvidedBufferRing() {
 
 void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
                                      const RecvOptions& options) const {
-  if (options.multishot) {
+  const uint32_t cap =
+      static_cast<uint32_t>(std::min(options.max_bytes, kMaxRecvBytes));
+  if (options.multishot && (cap == 0 || multishot_cap_)) {
     io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, options.msg_flags);
+    sqe->file_index = cap;  // sqe->optlen: the total cap, 0 for none
   } else {
-    io_uring_prep_recv(sqe, fd, nullptr, 0, options.msg_flags);
+    // Single-shot: the length caps the bytes (the selected buffer's size,
+    // or the bundle's total, when larger).
+    io_uring_prep_recv(sqe, fd, nullptr, cap, options.msg_flags);
   }
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = group_id_;
-  if (bundles_ && options.bundle) sqe->ioprio |= kRecvSendBundle;
+  // On an incremental ring a single-shot bundle ignores its length (Linux
+  // 6.18 reads all the socket holds), so a capped one is no bundle.
+  const bool capped_single = cap != 0 && !(options.multishot && multishot_cap_);
+  if (bundles_ && options.bundle && !(incremental_ && capped_single)) {
+    sqe->ioprio |= kRecvSendBundle;
+  }
 }
 
 size_t ProvidedBufferRing::rearm_threshold() const {
@@ -144,13 +243,9 @@ size_t ProvidedBufferRing::Refill() {
   for (size_t i = 0; i < got; ++i) {
     const uint16_t id = free_ids_.back();
     free_ids_.pop_back();
-    Buffer& b = lent_[id];
-    b = std::move(scratch_[i]);
-    const uint32_t pos = (tail_ + static_cast<uint32_t>(i)) & mask_;
-    id_at_pos_[pos] = id;
-    pos_of_id_[id] = pos;
-    io_uring_buf_ring_add(br_, b.data(), buffer_size_, id,
-                          static_cast<int>(mask_), static_cast<int>(i));
+    lent_[id] = std::move(scratch_[i]);
+    if (incremental_) filled_[id] = 0;
+    AddAt(id, lent_[id].data(), static_cast<uint32_t>(i));
   }
   if (got > 0) {
     // One tail update (a release store) publishes the whole batch.
@@ -160,6 +255,40 @@ size_t ProvidedBufferRing::Refill() {
     peak_ = std::max(peak_, in_ring_);
   }
   return in_ring_;
+}
+
+void ProvidedBufferRing::AddAt(uint16_t id, std::byte* data, uint32_t offset) {
+  const uint32_t pos = (tail_ + offset) & mask_;
+  id_at_pos_[pos] = id;
+  pos_of_id_[id] = pos;
+  io_uring_buf_ring_add(br_, data, buffer_size_, id, static_cast<int>(mask_),
+                        static_cast<int>(offset));
+}
+
+void ProvidedBufferRing::Relend(uint16_t id, std::byte* data) {
+  // The same buffer, same id, at the tail: the entry it was consumed from
+  // counts in in_ring_ until taken, so in_ring_ (unchanged) stays <=
+  // target_ <= entries_ and no entry not yet taken is overwritten.
+  AddAt(id, data, 0);
+  io_uring_buf_ring_advance(br_, 1);  // a release store publishes it
+  ++tail_;
+}
+
+SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
+  if (lent_[id]) shared_[id] = SharedBuffer(std::move(lent_[id]));
+  return shared_[id];
+}
+
+bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
+  // Room for one more slice first, so a throw leaves everything as it was;
+  // Append() itself is all or nothing (a dry pool, no pool: link instead).
+  out.Reserve(out.segment_count() + 1);
+  if (!out.Append(absl::MakeConstSpan(lent_[id].data(), len)).ok()) {
+    return false;
+  }
+  Relend(id, lent_[id].data());
+  ++copied_;
+  return true;
 }
 
 absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
@@ -193,10 +322,27 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   const size_t total = res > 0 ? static_cast<size_t>(res) : 0;
   // A bundle fills whole buffers in ring order, the last one partly.
   const size_t n = total > 0 ? (total + buffer_size_ - 1) / buffer_size_ : 1;
-  if (id >= entries_ || !lent_[id] || n > in_ring_) [[unlikely]] {
+  const bool known =
+      id < entries_ && (lent_[id] || (incremental_ && shared_[id]));
+  if (!known || n > in_ring_) [[unlikely]] {
     return absl::FailedPreconditionError(absl::StrCat(
         "ProvidedBufferRing::Take: buffer id ", id, " (", n,
         " buffers) was not lent by the ring of group ", group_id_));
+  }
+  if (incremental_) {
+    // A completion without bytes consumed nothing: its buffer stays.
+    if (res <= 0) {
+      return res < 0 ? os::PosixError(absl::StrCat("receive (buffer group ",
+                                                   group_id_, ")"),
+                                      -res)
+                     : absl::OkStatus();
+    }
+    return TakeIncremental(cqe, id, out);
+  }
+  if (n == 1 && total != 0 && copy_below_ != 0 &&
+      (total < copy_below_ || out.tail_room() != 0) &&
+      TakeByCopy(static_cast<uint16_t>(id), total, out)) {
+    return absl::OkStatus();
   }
   // All or nothing: what may allocate (out's room for the slices, the
   // error of a failed receive) is made before anything changes, so that a
@@ -230,6 +376,77 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   in_ring_ -= n;
   if (in_ring_ < target_ / 4) ran_low_ = true;
   return status;
+}
+
+// Incremental ring. The kernel fills buffer `id` from filled_[id] on; a
+// bundle goes on into the buffers after it in ring order, from their start.
+// The last buffer the completion used stays in the ring, partly filled,
+// when the completion has IORING_CQE_F_BUF_MORE; every other one is done.
+// Each span becomes a slice (or a copy, when small) in `out`; the ring's
+// own reference (shared_) keeps a staying buffer out of every chain's
+// tail_room(), and goes with the buffer's last completion.
+absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
+                                                 uint32_t first,
+                                                 BufferChain& out) {
+  const bool more = (cqe.flags & kCqeFBufMore) != 0;
+  size_t left = static_cast<size_t>(cqe.res);
+  const uint32_t pos = pos_of_id_[first];
+  // The spans, before anything changes (and the room for their slices).
+  size_t n = 0;
+  for (size_t l = left, start = filled_[first]; l != 0; start = 0, ++n) {
+    l -= std::min<size_t>(l, buffer_size_ - start);
+  }
+  if (n > in_ring_) [[unlikely]] {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ProvidedBufferRing::Take: a completion of ", cqe.res,
+                     " bytes spans more buffers than the ring of group ",
+                     group_id_, " holds"));
+  }
+  out.Reserve(out.segment_count() + n);
+  // A slice pins its whole buffer, which other connections' bytes share and
+  // may free long before: only a span of at least half a buffer is linked,
+  // so what a chain pins stays within twice its bytes (plus two buffers).
+  const size_t inc_copy_below = std::max<size_t>(copy_below_, buffer_size_ / 2);
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t id =
+        i == 0 ? static_cast<uint16_t>(first) : id_at_pos_[(pos + i) & mask_];
+    const size_t start = i == 0 ? filled_[id] : 0;
+    const size_t len = std::min<size_t>(left, buffer_size_ - start);
+    left -= len;
+    const bool stays = more && i + 1 == n && start + len < buffer_size_;
+    std::byte* data =
+        (lent_[id] ? lent_[id].data() : shared_[id].mutable_data()) + start;
+    // The bytes right after the chain's tail slice join it; else small
+    // ones are copied (as a ring without incremental mode does); else
+    // linked as a slice of the buffer.
+    if (start != 0 && out.ExtendTailAt(data, len)) {
+      // joined
+    } else if (copy_below_ != 0 &&
+               (len < inc_copy_below || out.tail_room() != 0) &&
+               out.Append(absl::MakeConstSpan(data, len)).ok()) {
+      ++copied_;
+    } else if (!stays && start == 0 && lent_[id]) {
+      out.Append(std::move(lent_[id]), len);  // all of it, in one go
+    } else {
+      out.Append(Shared(id).Slice(start, len));
+    }
+    if (stays) {
+      filled_[id] = static_cast<uint32_t>(start + len);
+      continue;
+    }
+    // Done in the kernel. Not one slice taken (all copied): lend it again
+    // at once, from its start.
+    if (lent_[id] || (shared_[id] && shared_[id].use_count() == 1)) {
+      filled_[id] = 0;
+      Relend(id, lent_[id] ? lent_[id].data() : shared_[id].mutable_data());
+      continue;
+    }
+    shared_[id].Reset();
+    free_ids_.push_back(id);
+    --in_ring_;
+  }
+  if (in_ring_ < target_ / 4) ran_low_ = true;
+  return absl::OkStatus();
 }
 
 }  // namespace bufpool

@@ -4,7 +4,8 @@
 // so appends run dry) and operates on four chains (each with one of the pools
 // or none) and on up to 16 slices held apart from them: Append of bytes, of a
 // slice (moved or copied), of another chain, of a filled Buffer; Consume,
-// Split, Clone, Clear, CopyTo, FillIovecs, spans(), move-assignment, Slice().
+// Split, Clone, Clear, CopyTo, FillIovecs, spans(), move-assignment, Slice(),
+// Compact() (same bytes, all or nothing) and tail_room().
 // After every step:
 //   * each chain's bytes (through spans()) equal its model, size() and the
 //     slice sizes agree, no slice is empty or reaches outside its buffer;
@@ -107,7 +108,7 @@ class Session {
     const size_t i = PickChain();
     BufferChain& c = *chains_[i];
     std::string& m = models_[i];
-    switch (in_.ConsumeIntegralInRange<int>(0, 13)) {
+    switch (in_.ConsumeIntegralInRange<int>(0, 15)) {
       case 0: {  // Append bytes: all or nothing
         const std::string b = Bytes(in_.ConsumeBool() ? 64 : 3000);
         const size_t segs = c.segment_count();
@@ -251,6 +252,38 @@ class Session {
         }
         break;
       }
+      case 14: {  // Compact: same bytes, or all or nothing
+        const size_t segs = c.segment_count();
+        const size_t pinned = c.pinned_bytes();
+        // Slices of another pool may copy into larger buffers.
+        bool same_pool = c.pool() != nullptr;
+        for (size_t k = 0; k < segs; ++k) {
+          same_pool &= c.segment(k).pool() == c.pool();
+        }
+        absl::Status st = c.Compact();
+        if (st.ok()) {
+          FUZZ_CHECK(!same_pool || c.pinned_bytes() <= pinned,
+                     "Compact grew pinned_bytes %zu -> %zu", pinned,
+                     c.pinned_bytes());
+        } else {
+          FUZZ_CHECK(absl::IsResourceExhausted(st) ||
+                         (absl::IsFailedPrecondition(st) && !c.pool()),
+                     "Compact: %s", st.ToString().c_str());
+          FUZZ_CHECK(c.segment_count() == segs, "failed Compact changed it");
+        }
+        break;
+      }
+      case 15: {  // tail_room(): the tail's room only when it is ours alone
+        if (c.empty()) {
+          FUZZ_CHECK(c.tail_room() == 0, "tail_room of an empty chain");
+          break;
+        }
+        const SharedBuffer& t = c.segment(c.segment_count() - 1);
+        FUZZ_CHECK(c.tail_room() == (t.use_count() == 1 ? t.room() : 0),
+                   "tail_room %zu, room %zu, use_count %u", c.tail_room(),
+                   t.room(), t.use_count());
+        break;
+      }
       default: {  // 13: a held slice copied, then reset
         if (held_.empty()) break;
         Held& h =
@@ -297,6 +330,18 @@ class Session {
                  "chain %d: %zu bytes differ from the model's %zu", i, c.size(),
                  models_[i].size());
       FUZZ_CHECK(c.empty() == models_[i].empty(), "empty()");
+      // pinned_bytes(): a buffer size per run of adjacent slices of one
+      // buffer (a chain may repeat a buffer's bytes, so it can be < size()).
+      size_t pinned = 0;
+      for (size_t k = 0; k < c.segment_count(); ++k) {
+        const SharedBuffer& s = c.segment(k);
+        if (k == 0 || c.segment(k - 1).pool() != s.pool() ||
+            c.segment(k - 1).slot() != s.slot()) {
+          pinned += s.pool()->buffer_size();
+        }
+      }
+      FUZZ_CHECK(c.pinned_bytes() == pinned, "chain %d pins %zu, not %zu", i,
+                 c.pinned_bytes(), pinned);
     }
     for (const Held& h : held_) {
       FUZZ_CHECK(h.slice.view() == h.bytes,

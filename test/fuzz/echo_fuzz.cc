@@ -1,8 +1,9 @@
 // Fuzz target 5: each echo engine (apps/echo/echo_server.h: kEpoll,
 // kUring) against a peer driven by the input, in-process on loopback.
 //
-// The input picks the engine, a small pool (64 to 1024-byte buffers, 4 to
-// 256 of them, so it runs dry), max_unsent_bytes, and then up to six client
+// The input picks the engine, a small pool (64-byte to 16 KiB buffers, 4 to
+// 256 of them, so it runs dry; incremental rings and copied receives in the
+// uring engine), max_unsent_bytes, and then up to six client
 // connections (some with a tiny receive buffer, so the server's writes come
 // out partial) and what they do: send a message of any size (each byte a
 // function of the connection and its offset), read some of the echo, pause,
@@ -71,7 +72,10 @@ class Session {
 
   void Run() {
     bufpool::PoolOptions po;
-    po.buffer_size = size_t{64} << in_.ConsumeIntegralInRange<int>(0, 4);
+    // Up to 16 KiB: from there the uring engine's ring is incremental (a
+    // slot serves many receives, taken as counted slices); below, small
+    // receives are copied into the connection's queue.
+    po.buffer_size = size_t{64} << in_.ConsumeIntegralInRange<int>(0, 8);
     po.buffer_count = in_.ConsumeIntegralInRange<size_t>(4, 256);
     po.huge_pages = bufpool::HugePages::kNever;
     po.populate = false;
