@@ -1,0 +1,265 @@
+// libbufpool: parsing messages out of chains.
+//
+// ChainCursor reads a BufferChain from a position (integers of any width and
+// byte order, bytes, searches for a byte or a string) across its slice
+// boundaries, without copying where the bytes are contiguous. LineSplitter
+// and LengthPrefixSplitter cut complete frames off the front of an input
+// chain as chains of slices of the same buffers (no copy). AppendLE /
+// AppendBE and LengthField write integers and length prefixes.
+//
+// The receive loop (examples/resp_server.cc is a complete server):
+//
+//   struct Conn { bufpool::BufferChain in; bufpool::LineSplitter lines; ... };
+//   ... on each receive completion for `conn`:
+//   if (absl::Status s = bufs->Take(*cqe, conn->in); !s.ok()) ...;
+//   for (;;) {
+//     absl::StatusOr<std::optional<bufpool::BufferChain>> line =
+//         conn->lines.Next(conn->in);
+//     if (!line.ok()) { ... too long: reply with line.status(), close ... }
+//     if (!line->has_value()) break;  // the rest has not arrived yet
+//     Handle(**line);                 // the line's slices; no copy
+//   }
+//
+// Ownership. A frame a splitter returns owns its slices: it may outlive
+// `in`, travel to another thread and be dropped there; its buffers go back
+// to their pool when the last slice of them is gone. A partial frame stays
+// in `in` and holds exactly its own bytes (plus the rest of the buffers it
+// lies in, as any slice does).
+//
+// Thread safety. A ChainCursor, LineSplitter or LengthPrefixSplitter is a
+// value used by one thread at a time, as is the chain it reads.
+#ifndef BUFPOOL_CURSOR_H_
+#define BUFPOOL_CURSOR_H_
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "bufpool/chain.h"
+#include "bufpool/export.h"
+
+namespace bufpool {
+
+// A read position in a chain. It never changes the chain, and it is valid
+// only while the chain is not modified (any Append, Consume, Split, Clear or
+// move of the chain invalidates it: make a new one). Reads that fit in the
+// current slice are a bounds check and a load; a read that crosses into the
+// next slice copies its few bytes.
+//
+// Thread safety: one thread at a time, like the chain it reads.
+class BUFPOOL_EXPORT ChainCursor {
+ public:
+  // At the chain's first byte. The chain must outlive the cursor.
+  explicit ChainCursor(const BufferChain& chain);
+
+  // Bytes before the cursor, and after it.
+  size_t position() const { return before_ + static_cast<size_t>(p_ - begin_); }
+  size_t remaining() const { return chain_->size() - position(); }
+
+  // Moves forward n bytes; false (and no move) when fewer remain.
+  bool Skip(size_t n);
+
+  // The fixed-width integer (uint8_t..uint64_t, int8_t..int64_t) at the
+  // cursor, little- or big-endian; Read* moves past it. nullopt (and no
+  // move) when fewer than sizeof(T) bytes remain.
+  template <class T>
+  std::optional<T> ReadLE() {
+    return ReadInt<T, false, true>();
+  }
+  template <class T>
+  std::optional<T> ReadBE() {
+    return ReadInt<T, true, true>();
+  }
+  template <class T>
+  std::optional<T> PeekLE() const {
+    return const_cast<ChainCursor*>(this)->ReadInt<T, false, false>();
+  }
+  template <class T>
+  std::optional<T> PeekBE() const {
+    return const_cast<ChainCursor*>(this)->ReadInt<T, true, false>();
+  }
+
+  // Copies min(out.size(), remaining()) bytes into `out` and moves past
+  // them; returns how many.
+  size_t Read(absl::Span<std::byte> out);
+
+  // The rest of the current slice (empty only at the end of the chain): the
+  // bytes readable in place. Skip(Contiguous().size()) moves to the next
+  // slice.
+  absl::Span<const std::byte> Contiguous() const {
+    return {p_, static_cast<size_t>(end_ - p_)};
+  }
+
+  // The offset from position() of the first `byte`, or of the first
+  // occurrence of `needle`, lying wholly within the next `limit` bytes;
+  // nullopt when there is none. An empty needle is found at 0. The cursor
+  // does not move.
+  std::optional<size_t> Find(std::byte byte, size_t limit = SIZE_MAX) const;
+  std::optional<size_t> Find(absl::string_view needle,
+                             size_t limit = SIZE_MAX) const;
+
+ private:
+  // Steps to the next non-empty slice, or to the chain's end.
+  void NextSegment();
+  // Copies n bytes from the cursor into out and moves past them (advance)
+  // or not; false when fewer remain.
+  bool CopyOut(void* out, size_t n, bool advance);
+  // Whether the bytes from the cursor start with `s` (at least s.size()
+  // remain).
+  bool StartsWith(absl::string_view s) const;
+
+  template <class T, bool kBig, bool kAdvance>
+  std::optional<T> ReadInt() {
+    static_assert(
+        std::is_integral_v<T> && !std::is_same_v<T, bool> && sizeof(T) <= 8,
+        "ReadLE/ReadBE/PeekLE/PeekBE read 1- to 8-byte integers");
+    using U = std::make_unsigned_t<T>;
+    U u;
+    if (static_cast<size_t>(end_ - p_) > sizeof(T)) [[likely]] {
+      std::memcpy(&u, p_, sizeof(T));
+      if constexpr (kAdvance) p_ += sizeof(T);
+    } else if (!CopyOut(&u, sizeof(T), kAdvance)) {
+      return std::nullopt;
+    }
+    if constexpr ((std::endian::native == std::endian::big) != kBig &&
+                  sizeof(T) > 1) {
+      u = ByteSwap(u);
+    }
+    return static_cast<T>(u);
+  }
+  template <class U>
+  static U ByteSwap(U u) {
+    if constexpr (sizeof(U) == 2) return __builtin_bswap16(u);
+    if constexpr (sizeof(U) == 4) return __builtin_bswap32(u);
+    if constexpr (sizeof(U) == 8) return __builtin_bswap64(u);
+  }
+
+  // Invariant: p_ < end_ (the current slice has a byte to read) unless the
+  // cursor is at the chain's end.
+  const BufferChain* chain_;
+  size_t seg_ = 0;                    // the current slice's index
+  size_t before_ = 0;                 // bytes in the slices before it
+  const std::byte* begin_ = nullptr;  // the current slice
+  const std::byte* p_ = nullptr;
+  const std::byte* end_ = nullptr;
+};
+
+// Cuts lines ending in "\n" off the front of a chain.
+//
+// Next() returns the next complete line as a chain of slices of `in` (no
+// copy) and removes it, with its delimiter, from `in`; nullopt when `in`
+// holds no complete line yet. With strip_delimiter the line excludes its
+// "\n" and a "\r" just before it; without, it is returned as received.
+//
+// A line longer than max_line bytes (not counting "\r\n" or "\n"), or
+// max_line + 2 bytes with no "\n" among them, is an OutOfRange error naming
+// the limit and what was seen; `in` is unchanged (the caller usually
+// answers and closes the connection).
+//
+// State: `searched` is how many bytes at the front of `in` Next() has
+// searched without finding "\n", so a line arriving in many pieces is
+// searched once in all, not once per piece. Use one splitter per input
+// chain; if the chain is changed other than by appending to it and calling
+// Next(), call Reset() first. (An aggregate, so options can be named:
+// LineSplitter{.max_line = 512}.)
+struct BUFPOOL_EXPORT LineSplitter {
+  size_t max_line = 64 * 1024;
+  bool strip_delimiter = true;
+  size_t searched = 0;  // state, kept by Next()
+
+  absl::StatusOr<std::optional<BufferChain>> Next(BufferChain& in);
+  void Reset() { searched = 0; }
+};
+
+// Cuts frames that carry their own length off the front of a chain (the
+// shape of Netty's LengthFieldBasedFrameDecoder):
+//
+//   | length_offset bytes | length field (length_bytes) | L bytes ... |
+//   L = field value + length_adjustment
+//   frame = length_offset + length_bytes + L bytes, of which the first
+//           strip_bytes are dropped from what Next() returns.
+//
+// Next() returns the next complete frame as a chain of slices of `in` (no
+// copy) and removes the whole frame from `in`; nullopt when `in` does not
+// hold it all yet. Errors, with `in` unchanged:
+//   InvalidArgument  bad options (length_bytes not 1, 2, 3, 4 or 8), or a
+//                    frame length that the adjustment takes below the end of
+//                    the length field or below strip_bytes;
+//   OutOfRange       a frame longer than max_frame bytes (the message names
+//                    the limit and the length seen). The field value plus
+//                    the adjustment is computed without wrapping, so a
+//                    field near 2^64 is too long, never short.
+// The splitter keeps no state: the header is read again on each call (a
+// few loads).
+struct BUFPOOL_EXPORT LengthPrefixSplitter {
+  size_t length_offset = 0;
+  size_t length_bytes = 4;
+  bool big_endian = true;
+  int64_t length_adjustment = 0;
+  size_t strip_bytes = 0;
+  size_t max_frame = 16 << 20;
+
+  absl::StatusOr<std::optional<BufferChain>> Next(BufferChain& in) const;
+};
+
+// Appends the low `bytes` (1 to 8) bytes of `value` to `out`, little- or
+// big-endian, as BufferChain::Append(bytes) does (into the tail's room or a
+// fresh buffer of out.pool()). InvalidArgument when `bytes` is out of range
+// or `value` does not fit in it; Append's errors otherwise (the chain is
+// unchanged on any error).
+BUFPOOL_EXPORT absl::Status AppendLE(BufferChain& out, uint64_t value,
+                                     size_t bytes);
+BUFPOOL_EXPORT absl::Status AppendBE(BufferChain& out, uint64_t value,
+                                     size_t bytes);
+
+// A length field reserved in a chain now and written once the frame's size
+// is known:
+//
+//   auto len = bufpool::LengthField::Reserve(frame, 4);   // 4 zero bytes
+//   ... append the body to `frame` ...
+//   len->Write(frame, len->BytesAfter(frame));            // fills them in
+//
+// The field is the bytes [offset(), offset() + bytes()) of the chain,
+// counted from its front: between Reserve() and Write() the chain may grow
+// at its end (Append of bytes, slices or chains) but must not lose bytes at
+// its front. Reserve() places the field in buffers only this chain refers
+// to (as Append(bytes) does), and Write() checks that they still are:
+// FailedPrecondition when a Clone() or Split() has shared them since, as
+// writing would change bytes someone else holds.
+class BUFPOOL_EXPORT LengthField {
+ public:
+  // Appends `bytes` (1 to 8) zero bytes to `out` for the field.
+  // InvalidArgument for a bad width; Append's errors otherwise.
+  static absl::StatusOr<LengthField> Reserve(BufferChain& out, size_t bytes,
+                                             bool big_endian = true);
+
+  size_t offset() const { return offset_; }
+  size_t bytes() const { return bytes_; }
+  // Bytes the chain holds after the field: the usual value of a length
+  // prefix.
+  size_t BytesAfter(const BufferChain& out) const {
+    return out.size() - offset_ - bytes_;
+  }
+  // Writes `value` into the field. InvalidArgument when it does not fit in
+  // bytes(); FailedPrecondition when the chain is shorter than the field's
+  // end or the field's bytes are shared (nothing is written then).
+  absl::Status Write(BufferChain& out, uint64_t value) const;
+
+ private:
+  LengthField(size_t offset, size_t bytes, bool big_endian)
+      : offset_(offset), bytes_(bytes), big_endian_(big_endian) {}
+  size_t offset_;
+  size_t bytes_;
+  bool big_endian_;
+};
+
+}  // namespace bufpool
+
+#endif  // BUFPOOL_CURSOR_H_
