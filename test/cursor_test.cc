@@ -305,10 +305,11 @@ Lines ModelLines(const std::string& s, size_t max_line, bool strip) {
 
 // Feeds `s` to a LineSplitter in the pieces `cuts` says (piece ends), a
 // buffer of its own each, calling Next() until nullopt after each piece.
-Lines Split(BufferPool& pool, const std::string& s,
-            const std::vector<size_t>& cuts, size_t max_line, bool strip) {
+Lines SplitOnce(BufferPool& pool, const std::string& s,
+                const std::vector<size_t>& cuts, size_t max_line, bool strip,
+                bool view) {
   Lines got;
-  LineSplitter lines{.max_line = max_line, .strip_delimiter = strip};
+  LineSplitter lines({.max_line = max_line, .strip_delimiter = strip});
   BufferChain in(pool);
   size_t from = 0;
   for (size_t cut : cuts) {
@@ -319,7 +320,26 @@ Lines Split(BufferPool& pool, const std::string& s,
     from = cut;
     for (;;) {
       const std::string before = Contents(in);
-      absl::StatusOr<std::optional<BufferChain>> line = lines.Next(in);
+      absl::StatusOr<std::optional<std::string>> line;
+      if (view) {
+        auto v = lines.NextView(in);
+        if (!v.ok()) {
+          line = v.status();
+        } else if (v->has_value()) {
+          line = std::string(**v);
+        } else {
+          line = std::nullopt;
+        }
+      } else {
+        auto c = lines.Next(in);
+        if (!c.ok()) {
+          line = c.status();
+        } else if (c->has_value()) {
+          line = Contents(**c);
+        } else {
+          line = std::nullopt;
+        }
+      }
       if (!line.ok()) {
         EXPECT_TRUE(absl::IsOutOfRange(line.status())) << line.status();
         EXPECT_EQ(Contents(in), before) << "an error changed the input";
@@ -330,10 +350,20 @@ Lines Split(BufferPool& pool, const std::string& s,
         return got;
       }
       if (!line->has_value()) break;
-      got.lines.push_back(Contents(**line));
+      got.lines.push_back(**line);
     }
   }
   return got;
+}
+
+// Next() and NextView() must both give the model's lines.
+Lines Split(BufferPool& pool, const std::string& s,
+            const std::vector<size_t>& cuts, size_t max_line, bool strip) {
+  Lines chains = SplitOnce(pool, s, cuts, max_line, strip, false);
+  Lines views = SplitOnce(pool, s, cuts, max_line, strip, true);
+  EXPECT_EQ(chains.lines, views.lines);
+  EXPECT_EQ(chains.error, views.error);
+  return chains;
 }
 
 void ExpectSameLines(const Lines& got, const Lines& want) {
@@ -379,7 +409,7 @@ TEST_F(CursorTest, LineSplitterRandomAgainstTheModel) {
 }
 
 TEST_F(CursorTest, LineSplitterTooLongLeavesTheInputAndNamesTheLimit) {
-  LineSplitter lines{.max_line = 8};
+  LineSplitter lines({.max_line = 8});
   BufferChain in(*small_);
   ASSERT_TRUE(in.Append("123456789\n").ok());  // 9 bytes: one too many
   auto got = lines.Next(in);
@@ -415,13 +445,13 @@ TEST_F(CursorTest, LineSplitterSearchesAPartialLineOnce) {
     ASSERT_TRUE(in.Append("x").ok());
     auto got = lines.Next(in);
     ASSERT_TRUE(got.ok() && !got->has_value());
-    ASSERT_EQ(lines.searched, in.size());
+    ASSERT_EQ(lines.searched(), in.size());
   }
   ASSERT_TRUE(in.Append("\n").ok());
   auto got = lines.Next(in);
   ASSERT_TRUE(got.ok() && got->has_value());
   EXPECT_EQ(Contents(**got), std::string(1000, 'x'));
-  EXPECT_EQ(lines.searched, 0u);
+  EXPECT_EQ(lines.searched(), 0u);
   EXPECT_TRUE(in.empty());
 }
 
@@ -434,6 +464,36 @@ TEST_F(CursorTest, LineFramesShareTheInputsBuffers) {
   ASSERT_TRUE(one.ok() && one->has_value());
   EXPECT_EQ((*one)->segment(0).data(), data);  // a slice, not a copy
   EXPECT_EQ(page_->Stats().in_use, 1u);
+}
+
+TEST_F(CursorTest, LineViewsOutliveTheirSliceUntilTheNextCall) {
+  BufferChain in(*small_);
+  BufferChain piece(*mid_);
+  ASSERT_TRUE(piece.Append("ab\ncd").ok());
+  in.Append(std::move(piece));
+  ASSERT_TRUE(in.Append("e\n").ok());  // into the same buffer's room
+  in.Append(in.Split(in.size()));      // (a no-op move, for a fresh tail)
+  LineSplitter lines;
+  auto a = lines.NextView(in);
+  ASSERT_TRUE(a.ok() && a->has_value());
+  EXPECT_EQ(**a, "ab");
+  auto b = lines.NextView(in);  // "cde": one slice, consumed with it
+  ASSERT_TRUE(b.ok() && b->has_value());
+  EXPECT_EQ(**b, "cde");
+  EXPECT_TRUE(in.empty());
+  EXPECT_EQ(mid_->Stats().in_use, 1u);  // held for the view
+  auto none = lines.NextView(in);
+  ASSERT_TRUE(none.ok() && !none->has_value());
+  EXPECT_EQ(mid_->Stats().in_use, 1u);
+  lines.Reset();
+  EXPECT_EQ(mid_->Stats().in_use, 0u);
+
+  // A line across two buffers is copied.
+  in.Append(CutAt("xyz\n", 2));
+  auto c = lines.NextView(in);
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_EQ(**c, "xyz");
+  EXPECT_EQ(small_->Stats().in_use + mid_->Stats().in_use, 0u);
 }
 
 // ---- LengthPrefixSplitter ---------------------------------------------------

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <type_traits>
 
 #include "absl/status/status.h"
@@ -151,32 +152,97 @@ class BUFPOOL_EXPORT ChainCursor {
   const std::byte* end_ = nullptr;
 };
 
+struct LineSplitterOptions {
+  // The longest line accepted, not counting its "\r\n" or "\n".
+  size_t max_line = 64 * 1024;
+  // Lines exclude their "\n" and a "\r" just before it; false: returned as
+  // received.
+  bool strip_delimiter = true;
+};
+
 // Cuts lines ending in "\n" off the front of a chain.
 //
 // Next() returns the next complete line as a chain of slices of `in` (no
 // copy) and removes it, with its delimiter, from `in`; nullopt when `in`
-// holds no complete line yet. With strip_delimiter the line excludes its
-// "\n" and a "\r" just before it; without, it is returned as received.
+// holds no complete line yet. NextView() is the same for a caller that is
+// done with each line before asking for the next: the line as a view, with
+// no chain made and no reference counted per line (see below).
 //
-// A line longer than max_line bytes (not counting "\r\n" or "\n"), or
-// max_line + 2 bytes with no "\n" among them, is an OutOfRange error naming
-// the limit and what was seen; `in` is unchanged (the caller usually
-// answers and closes the connection).
+// A line longer than max_line bytes, or max_line + 2 bytes with no "\n"
+// among them, is an OutOfRange error naming the limit and what was seen;
+// `in` is unchanged (the caller usually answers and closes the connection).
 //
-// State: `searched` is how many bytes at the front of `in` Next() has
-// searched without finding "\n", so a line arriving in many pieces is
-// searched once in all, not once per piece. Use one splitter per input
-// chain; if the chain is changed other than by appending to it and calling
-// Next(), call Reset() first. (An aggregate, so options can be named:
-// LineSplitter{.max_line = 512}.)
-struct BUFPOOL_EXPORT LineSplitter {
-  size_t max_line = 64 * 1024;
-  bool strip_delimiter = true;
-  size_t searched = 0;  // state, kept by Next()
+// State: the splitter remembers how many bytes at the front of `in` it has
+// searched without finding "\n" (searched()), so a line arriving in many
+// pieces is searched once in all, not once per piece. Use one splitter per
+// input chain; if the chain is changed other than by appending to it and
+// calling Next()/NextView(), call Reset() first.
+//
+// Thread safety: one thread at a time, with its input chain.
+class BUFPOOL_EXPORT LineSplitter {
+ public:
+  using Options = LineSplitterOptions;
+  LineSplitter() = default;
+  explicit LineSplitter(const Options& options) : options_(options) {}
 
   absl::StatusOr<std::optional<BufferChain>> Next(BufferChain& in);
-  void Reset() { searched = 0; }
+
+  // The next line as a view of its bytes, removed from `in` as Next() does.
+  // The view stays valid until the next call of NextView(), Next() or
+  // Reset(), or the splitter's destruction, whatever happens to `in`
+  // meanwhile: the splitter keeps a reference to the buffer the line lies
+  // in (taken once per slice, not per line), and a line that crosses slices
+  // is copied into the splitter's own storage (which grows to the longest
+  // such line and is kept).
+  absl::StatusOr<std::optional<absl::string_view>> NextView(BufferChain& in);
+
+  void Reset() {
+    searched_ = 0;
+    held_.Reset();
+  }
+  size_t searched() const { return searched_; }
+  const Options& options() const { return options_; }
+
+ private:
+  struct Found {
+    size_t length;  // the line's bytes, without the delimiter
+    size_t end;     // through its "\n"
+  };
+  absl::StatusOr<std::optional<Found>> Locate(const BufferChain& in);
+  absl::StatusOr<std::optional<absl::string_view>> NextViewSlow(
+      BufferChain& in);
+
+  Options options_;
+  size_t searched_ = 0;
+  SharedBuffer held_;  // NextView(): the buffer of the last view
+  std::string copy_;   // NextView(): a line that crossed slices
 };
+
+// The common case inline: a whole line at the front of the first slice,
+// found with one memchr over that slice.
+inline absl::StatusOr<std::optional<absl::string_view>> LineSplitter::NextView(
+    BufferChain& in) {
+  if (searched_ == 0 && !in.empty()) {
+    const SharedBuffer& front = in.segment(0);
+    const size_t max_line = options_.max_line;
+    const size_t window = max_line > SIZE_MAX - 2 ? SIZE_MAX : max_line + 2;
+    const size_t n = front.size() < window ? front.size() : window;
+    const char* p = reinterpret_cast<const char*>(front.data());
+    if (const void* hit = std::memchr(p, '\n', n)) {
+      const size_t nl = static_cast<size_t>(static_cast<const char*>(hit) - p);
+      const size_t length = nl - (nl > 0 && p[nl - 1] == '\r' ? 1 : 0);
+      if (length <= max_line) [[likely]] {
+        // Keeps the slice's buffer alive past the Consume(); one reference
+        // for all the lines of a slice.
+        if (held_.pool() != front.pool() || held_.slot() != front.slot())
+          held_ = front;
+        in.Consume(nl + 1);
+        return absl::string_view(p, options_.strip_delimiter ? length : nl + 1);
+      }
+    }
+  }
+  return NextViewSlow(in);
+}
 
 // Cuts frames that carry their own length off the front of a chain (the
 // shape of Netty's LengthFieldBasedFrameDecoder):

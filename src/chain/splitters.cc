@@ -20,37 +20,79 @@ std::byte ByteAt(const BufferChain& chain, size_t offset) {
 
 }  // namespace
 
-absl::StatusOr<std::optional<BufferChain>> LineSplitter::Next(BufferChain& in) {
+absl::StatusOr<std::optional<LineSplitter::Found>> LineSplitter::Locate(
+    const BufferChain& in) {
+  const size_t max_line = options_.max_line;
   // A line of max_line bytes may end in "\r\n": its "\n" lies within the
   // first max_line + 2 bytes.
   const size_t window = max_line > SIZE_MAX - 2 ? SIZE_MAX : max_line + 2;
-  if (searched > in.size()) searched = 0;  // the chain was changed
+  if (searched_ > in.size()) searched_ = 0;  // the chain was changed
   const size_t end = std::min(window, in.size());
   std::optional<size_t> hit;
-  if (searched < end) {
+  bool cr = false;  // a "\r" before the "\n"
+  if (searched_ < end) {
     ChainCursor c(in);
-    c.Skip(searched);
-    hit = c.Find(std::byte{'\n'}, end - searched);
-    if (!hit) searched = end;
+    c.Skip(searched_);
+    hit = c.Find(std::byte{'\n'}, end - searched_);
+    if (!hit) {
+      searched_ = end;
+    } else if (*hit > 0) {  // the byte before it, read from here
+      c.Skip(*hit - 1);
+      cr = *c.PeekLE<uint8_t>() == '\r';
+    } else if (searched_ > 0) {
+      cr = ByteAt(in, searched_ - 1) == std::byte{'\r'};
+    }
   }
   if (!hit) {
-    if (searched < window) return std::nullopt;
+    if (searched_ < window) return std::nullopt;
     return absl::OutOfRangeError(absl::StrCat(
         "LineSplitter: no \"\\n\" within ", window, " bytes (max_line ",
         max_line, "); ", in.size(), " bytes waiting"));
   }
-  const size_t nl = searched + *hit;  // where the "\n" is
-  const bool cr = nl > 0 && ByteAt(in, nl - 1) == std::byte{'\r'};
+  const size_t nl = searched_ + *hit;  // where the "\n" is
   const size_t length = nl - (cr ? 1 : 0);
   if (length > max_line) {
     return absl::OutOfRangeError(
         absl::StrCat("LineSplitter: a line of ", length,
                      " bytes exceeds max_line ", max_line));
   }
-  searched = 0;
-  if (!strip_delimiter) return in.Split(nl + 1);
+  searched_ = 0;
+  return Found{options_.strip_delimiter ? length : nl + 1, nl + 1};
+}
+
+absl::StatusOr<std::optional<BufferChain>> LineSplitter::Next(BufferChain& in) {
+  held_.Reset();
+  absl::StatusOr<std::optional<Found>> found = Locate(in);
+  if (!found.ok()) return found.status();
+  if (!found->has_value()) return std::nullopt;
+  const auto [length, end] = **found;
   BufferChain line = in.Split(length);
-  in.Consume(nl + 1 - length);
+  in.Consume(end - length);
+  return line;
+}
+
+absl::StatusOr<std::optional<absl::string_view>> LineSplitter::NextViewSlow(
+    BufferChain& in) {
+  absl::StatusOr<std::optional<Found>> found = Locate(in);
+  if (!found.ok()) return found.status();
+  if (!found->has_value()) return std::nullopt;
+  const auto [length, end] = **found;
+  const SharedBuffer& front = in.segment(0);
+  absl::string_view line;
+  if (length <= front.size()) {
+    // Keep the front slice's buffer alive past the Consume() below; one
+    // reference for all the lines of a slice.
+    if (held_.pool() != front.pool() || held_.slot() != front.slot())
+      held_ = front;
+    line = front.view().substr(0, length);
+  } else {
+    held_.Reset();
+    copy_.resize(length);
+    ChainCursor c(in);
+    c.Read(absl::MakeSpan(reinterpret_cast<std::byte*>(copy_.data()), length));
+    line = copy_;
+  }
+  in.Consume(end);
   return line;
 }
 
