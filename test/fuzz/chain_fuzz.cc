@@ -76,9 +76,10 @@ class Session {
     }
     for (int i = 0; i < kChains; ++i) {
       chains_[i] = MakeChain();
+      // Fixed per chain, so they take no input bytes away from the steps.
+      static constexpr size_t kMaxLine[kChains] = {0, 7, 64, 300};
       lines_[i] = bufpool::LineSplitter(
-          {.max_line = in_.ConsumeIntegralInRange<size_t>(0, 300),
-           .strip_delimiter = in_.ConsumeBool()});
+          {.max_line = kMaxLine[i], .strip_delimiter = i % 2 == 0});
     }
     int steps = 0;
     while (in_.remaining_bytes() > 0 && steps++ < 256) {
@@ -461,18 +462,19 @@ class Session {
         return;
       }
       const size_t length = nl - (nl > 0 && m[nl - 1] == '\r');
-      if (length > lines.max_line) {
+      if (length > max_line) {
         FUZZ_CHECK(!got.ok() && absl::IsOutOfRange(got.status()),
                    "a line of %zu bytes (max_line %zu) was taken", length,
-                   lines.max_line);
+                   max_line);
         return;
       }
       FUZZ_CHECK(got.ok() && got->has_value(), "a complete line not taken");
-      CheckFrame(**got);
-      const std::string want =
-          m.substr(0, lines.strip_delimiter ? length : nl + 1);
-      FUZZ_CHECK(Contents(**got) == want && (*got)->size() == want.size(),
-                 "line '%s', want '%s'", Contents(**got).c_str(), want.c_str());
+      const std::string want = m.substr(0, strip ? length : nl + 1);
+      FUZZ_CHECK(**got == want, "line '%s', want '%s'", (*got)->c_str(),
+                 want.c_str());
+      // The view's buffer is held until the next call; drop it, so the
+      // reference checks see only the chains' and held slices'.
+      if (views) lines.Reset();
       m.erase(0, nl + 1);
     }
   }
