@@ -37,15 +37,8 @@ namespace {
 
 using bufpool::BufferChain;
 using bufpool::ChainCursor;
-
 enum Op : uint64_t { kAccept = 1, kRecv = 2, kSend = 3 };
-// Larger values than kLinkAbove are kept as slices.
-constexpr size_t kMaxBulk = 64 << 20, kMaxArgs = 1 << 20, kLinkAbove = 16 << 10;
-
-struct Value {
-  std::string small;
-  BufferChain big;  // used when non-empty
-};
+constexpr size_t kMaxBulk = 64 << 20, kLinkAbove = 16 << 10;  // see store
 struct Conn {
   Conn(int f, bufpool::BufferPool& pool) : fd(f), in(pool), out(pool) {}
   int fd;
@@ -54,17 +47,15 @@ struct Conn {
   bufpool::HeldSend send;
   bool receiving = false, parked = false, done = false;
 };
-
 io_uring ring;
 bufpool::BufferPool* pool;
 std::unique_ptr<bufpool::ProvidedBufferRing> bufs;
 std::unordered_set<Conn*> live;
-std::unordered_map<std::string, Value> store;
+// Values: copied, or over kLinkAbove kept as slices (`second`, if not empty).
+std::unordered_map<std::string, std::pair<std::string, BufferChain>> store;
 size_t max_partial_buffers = 0;  // reported at exit
 volatile sig_atomic_t time_is_up = 0;
-
-// An SQE whose completion will carry (c, op); op 0: ignored.
-io_uring_sqe* Sqe(Conn* c, uint64_t op) {
+io_uring_sqe* Sqe(Conn* c, uint64_t op) {  // its completion: (c, op)
   io_uring_sqe* sqe;
   while ((sqe = io_uring_get_sqe(&ring)) == nullptr) io_uring_submit(&ring);
   io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(c) | op);
@@ -99,9 +90,7 @@ void ProtocolError(Conn* c, const std::string& what) {
   Reply(c, "-ERR Protocol error: " + what + "\r\n");
   c->done = true;  // as Redis does: answer, then close
 }
-
-// Runs one command; args[0] is its name. `big` holds the last argument as
-// slices when it was too large to copy.
+// Runs args[0]; `big`: the last argument as slices, when too large to copy.
 void Execute(Conn* c, std::vector<std::string>& args, BufferChain& big) {
   const std::string cmd = absl::AsciiStrToUpper(args[0]);
   const size_t n = args.size();
@@ -110,15 +99,13 @@ void Execute(Conn* c, std::vector<std::string>& args, BufferChain& big) {
   } else if (cmd == "ECHO" && n == 2) {
     big.empty() ? Bulk(c, args[1]) : BulkChain(c, std::move(big));
   } else if (cmd == "SET" && n == 3) {
-    Value& v = store[args[1]];
-    v.small = std::move(args[2]);
-    v.big = std::move(big);
+    store[args[1]] = {std::move(args[2]), std::move(big)};
     Reply(c, "+OK\r\n");
   } else if (cmd == "GET" && n == 2) {
     auto it = store.find(args[1]);
     if (it == store.end()) return Reply(c, "$-1\r\n");
-    if (it->second.big.empty()) return Bulk(c, it->second.small);
-    BulkChain(c, it->second.big.Clone());
+    if (it->second.second.empty()) return Bulk(c, it->second.first);
+    BulkChain(c, it->second.second.Clone());
   } else if (cmd == "DEL" && n >= 2) {
     size_t gone = 0;
     for (size_t i = 1; i < n; ++i) gone += store.erase(args[i]);
@@ -128,9 +115,7 @@ void Execute(Conn* c, std::vector<std::string>& args, BufferChain& big) {
                  args[0] + "'\r\n");
   }
 }
-
-// The integer on a "<prefix><digits>\r\n" line at the cursor, moving past
-// it; -1: incomplete; -2: malformed.
+// Reads a "<prefix><digits>\r\n" line: its number; -1 incomplete; -2 bad.
 long long ReadNumberLine(ChainCursor& cur, char prefix) {
   std::optional<size_t> end = cur.Find("\r\n", 24);
   if (!end) return cur.remaining() >= 24 ? -2 : -1;
@@ -141,15 +126,12 @@ long long ReadNumberLine(ChainCursor& cur, char prefix) {
     return -2;
   return v < 0 ? -2 : v;
 }
-
-// One multi-bulk command ("*N\r\n" then N "$len\r\n<bytes>\r\n"): true when
-// it was complete (and has been run and consumed).
+// Runs a whole "*N\r\n" + N x "$len\r\n<bytes>\r\n" command, if it is here.
 bool MultiBulk(Conn* c) {
   ChainCursor cur(c->in);
   const long long n = ReadNumberLine(cur, '*');
   if (n == -1) return false;
-  if (n < 1 || static_cast<size_t>(n) > kMaxArgs)
-    return ProtocolError(c, "invalid multibulk length"), false;
+  if (n < 1) return ProtocolError(c, "invalid multibulk length"), false;
   std::vector<std::string> args;
   size_t big_at = 0, big_len = 0;  // a last argument kept as slices
   for (long long i = 0; i < n; ++i) {
@@ -177,9 +159,7 @@ bool MultiBulk(Conn* c) {
   Execute(c, args, big);
   return true;
 }
-
-// Runs every complete command in c->in.
-void Process(Conn* c) {
+void Process(Conn* c) {  // runs every complete command in c->in
   while (!c->in.empty() && !c->done) {
     if (*ChainCursor(c->in).PeekLE<uint8_t>() == '*') {
       if (!MultiBulk(c)) break;
@@ -208,7 +188,6 @@ void Process(Conn* c) {
   }
   Send(c);
 }
-
 int Fail(const absl::Status& s) {
   return std::fprintf(stderr, "resp_server: %s\n", s.ToString().c_str()), 1;
 }
@@ -231,11 +210,10 @@ int main(int argc, char** argv) {
   socklen_t len = sizeof(sa);
   if (bind(lfd, reinterpret_cast<sockaddr*>(&sa), len) != 0 ||
       listen(lfd, 512) != 0 ||
-      getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+      getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
     return std::perror("listen"), 1;
-  }
-  std::printf("listening on 127.0.0.1:%d\n", ntohs(sa.sin_port)),
-      fflush(stdout);
+  std::printf("listening on 127.0.0.1:%d\n", ntohs(sa.sin_port));
+  std::fflush(stdout);
   if (int rc = io_uring_queue_init(512, &ring, 0); rc < 0)
     return Fail(absl::InternalError("io_uring_queue_init failed"));
   auto created = bufpool::ProvidedBufferRing::Create(
@@ -243,8 +221,7 @@ int main(int argc, char** argv) {
   if (!created.ok()) return Fail(created.status());
   bufs = *std::move(created);
   auto accept = [&] {
-    io_uring_prep_multishot_accept(Sqe(nullptr, kAccept), lfd, nullptr, nullptr,
-                                   SOCK_CLOEXEC);
+    io_uring_prep_multishot_accept(Sqe(nullptr, kAccept), lfd, 0, 0, 0);
   };
   accept();
   bool stopping = false;
@@ -274,8 +251,8 @@ int main(int argc, char** argv) {
       auto* c = reinterpret_cast<Conn*>(cqe->user_data & ~uint64_t{7});
       const bool more = cqe->flags & IORING_CQE_F_MORE;
       switch (cqe->user_data & 7) {
-        case 0:
-          continue;  // a cancel's own completion
+        case 0:  // a cancel's own completion
+          continue;
         case kAccept:
           if (cqe->res >= 0) {
             setsockopt(cqe->res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -313,8 +290,7 @@ int main(int argc, char** argv) {
     }
     io_uring_cq_advance(&ring, n);
   }
-  store.clear();
-  bufs.reset();
+  store.clear(), bufs.reset();  // every buffer back, before the ring goes
   io_uring_queue_exit(&ring);
   std::printf("done: %zu buffers in use; a partial command held at most %zu\n",
               pool->Stats().in_use, max_partial_buffers);
