@@ -82,7 +82,7 @@ void Bulk(Conn* c, absl::string_view s) {
   Reply(c, absl::StrCat("$", s.size(), "\r\n", s, "\r\n"));
 }
 void BulkChain(Conn* c, BufferChain&& chain) {
-  Reply(c, "$" + std::to_string(chain.size()) + "\r\n");
+  Reply(c, absl::StrCat("$", chain.size(), "\r\n"));
   c->out.Append(std::move(chain));  // links the slices, no copy
   Reply(c, "\r\n");
 }
@@ -109,7 +109,7 @@ void Execute(Conn* c, std::vector<std::string>& args, BufferChain& big) {
   } else if (cmd == "DEL" && n >= 2) {
     size_t gone = 0;
     for (size_t i = 1; i < n; ++i) gone += store.erase(args[i]);
-    Reply(c, ":" + std::to_string(gone) + "\r\n");
+    Reply(c, absl::StrCat(":", gone, "\r\n"));
   } else {
     Reply(c, "-ERR unknown command or wrong number of arguments for '" +
                  args[0] + "'\r\n");

@@ -330,7 +330,7 @@ class Session {
     FUZZ_CHECK(cur.Skip(skip) == (skip <= m.size()), "Skip(%zu) of %zu", skip,
                m.size());
     FUZZ_CHECK(cur.position() == (skip <= m.size() ? skip : 0), "position");
-    for (int n = in_.ConsumeIntegralInRange<int>(1, 8); n > 0; --n) {
+    for (int n = in_.ConsumeIntegralInRange<int>(1, 3); n > 0; --n) {
       const size_t at = cur.position();
       FUZZ_CHECK(cur.remaining() == m.size() - at, "remaining()");
       const bool big = in_.ConsumeBool(), peek = in_.ConsumeBool();
