@@ -16,8 +16,9 @@
 //       of each line is summed. libbufpool: LineSplitter::Next over a chain
 //       of 16 4 KiB buffers (new references to filled ones, so no copy
 //       is timed); libbufpool_view: LineSplitter::NextView, the same with
-//       a view per line. memchr_contiguous: a memchr loop over one 64 KiB
-//       buffer.
+//       a view per line; libbufpool_foreach: LineSplitter::ForEachLine,
+//       views handed to a callback. memchr_contiguous: a memchr loop over one
+//       64 KiB buffer.
 //   ReadLE32/<contender>  1,024 little-endian uint32 loads from one 4 KiB
 //       slice: ChainCursor::ReadLE<uint32_t> against memcpy loads.
 //
@@ -266,6 +267,35 @@ void BM_Lines_BufpoolView(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * bytes.size());
 }
 BENCHMARK(BM_Lines_BufpoolView)->Name("Lines/libbufpool_view");
+
+void BM_Lines_BufpoolForEach(benchmark::State& state) {
+  const std::string bytes = LineBytes();
+  bufpool::BufferChain filled(Pool());
+  if (!filled.Append(bytes).ok()) std::abort();
+  std::vector<bufpool::SharedBuffer> slices;
+  for (size_t i = 0; i < filled.segment_count(); ++i)
+    slices.push_back(filled.segment(i));
+  bufpool::BufferChain in(Pool());
+  bufpool::LineSplitter lines;
+  uint64_t sum = 0, count = 0;
+  auto read = [&] {
+    for (const bufpool::SharedBuffer& s : slices) in.Append(s);
+    absl::Status s = lines.ForEachLine(in, [&](absl::string_view line) {
+      sum += line.size();
+      ++count;
+    });
+    if (!s.ok()) std::abort();
+  };
+  for (int i = 0; i < 4; ++i) read();
+  count = 0;
+  AllocCounter allocs;
+  for (auto _ : state) read();
+  benchmark::DoNotOptimize(sum);
+  allocs.Report(state, static_cast<double>(count));
+  state.SetItemsProcessed(static_cast<int64_t>(count));
+  state.SetBytesProcessed(state.iterations() * bytes.size());
+}
+BENCHMARK(BM_Lines_BufpoolForEach)->Name("Lines/libbufpool_foreach");
 
 void BM_Lines_Memchr(benchmark::State& state) {
   const std::string bytes = LineBytes();

@@ -64,7 +64,7 @@ WORKLOADS = [
     ("LengthFrames", "Length-prefixed frames (4-byte prefix, 1 KiB) cut "
      "from 64 KiB reads, in memory", "ns/frame", "libbufpool"),
     ("Lines", "80-byte lines cut from 64 KiB reads, in memory", "ns/line",
-     "libbufpool_view"),
+     "libbufpool_foreach"),
     ("ReadLE32", "uint32 loads inside one 4 KiB slice: ChainCursor vs memcpy",
      "ns/load", "libbufpool"),
     ("UringRecvHandling", "io_uring receive, handling 32 completions only: "
@@ -421,10 +421,10 @@ def goals(values, counters, cold, copy, echo):
               if "allocs_per_item" in c}
     g.append(goal("length-prefixed frames: 0 heap allocations per frame",
                   allocs, 0, True))
-    g.append(goal("line splitting (NextView) >= 0.8x the lines/s of a memchr "
-                  "loop over one buffer",
+    g.append(goal("line splitting (ForEachLine) >= 0.8x the lines/s of a "
+                  "memchr loop over one buffer",
                   per_round(V("Lines", "memchr_contiguous"),
-                            V("Lines", "libbufpool_view"), div), 0.8, False))
+                            V("Lines", "libbufpool_foreach"), div), 0.8, False))
     g.append(goal("ChainCursor::ReadLE<uint32_t> within 1.5x a memcpy load "
                   "(time ratio)",
                   per_round(V("ReadLE32", "libbufpool"),

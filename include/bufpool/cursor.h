@@ -19,6 +19,11 @@
 //     if (!line->has_value()) break;  // the rest has not arrived yet
 //     Handle(**line);                 // the line's slices; no copy
 //   }
+//   // or, handing out views, every complete line in one call (fastest):
+//   absl::Status s = conn->lines.ForEachLine(
+//       conn->in, [&](absl::string_view line) { Handle(line); });
+//
+// examples/asio_line_server.cc is the same loop on Asio.
 //
 // Ownership. A frame a splitter returns owns its slices: it may outlive
 // `in`, travel to another thread and be dropped there; its buffers go back
@@ -196,6 +201,15 @@ class BUFPOOL_EXPORT LineSplitter {
   // such line and is kept).
   absl::StatusOr<std::optional<absl::string_view>> NextView(BufferChain& in);
 
+  // Calls fn(absl::string_view line) for every complete line in `in`, in
+  // order, removing each (the loop a receive handler runs, in one call:
+  // lines inside one slice are found by a memchr loop and removed together).
+  // A view is valid during its call; fn must not change `in`. Returns OK
+  // when no complete line is left, or the too-long error of Next() (the
+  // lines before it were handed out and removed; the rest is unchanged).
+  template <class Fn>
+  absl::Status ForEachLine(BufferChain& in, Fn&& fn);
+
   void Reset() {
     searched_ = 0;
     held_.Reset();
@@ -242,6 +256,68 @@ inline absl::StatusOr<std::optional<absl::string_view>> LineSplitter::NextView(
     }
   }
   return NextViewSlow(in);
+}
+
+template <class Fn>
+absl::Status LineSplitter::ForEachLine(BufferChain& in, Fn&& fn) {
+  const size_t max_line = options_.max_line;
+  const size_t window = max_line > SIZE_MAX - 2 ? SIZE_MAX : max_line + 2;
+  for (;;) {
+    if (searched_ == 0 && !in.empty()) {
+      // The lines that lie wholly in the first slice, then one Consume().
+      const SharedBuffer& front = in.segment(0);
+      const char* const begin = reinterpret_cast<const char*>(front.data());
+      const char* const end = begin + front.size();
+      const char* p = begin;
+      for (;;) {
+        const size_t rest = static_cast<size_t>(end - p);
+        const void* hit = std::memchr(p, '\n', rest < window ? rest : window);
+        if (hit == nullptr) break;
+        const char* nl = static_cast<const char*>(hit);
+        const size_t length =
+            static_cast<size_t>(nl - p) - (nl > p && nl[-1] == '\r' ? 1 : 0);
+        if (length > max_line) break;  // NextView() below reports it
+        fn(absl::string_view(p, options_.strip_delimiter
+                                    ? length
+                                    : static_cast<size_t>(nl + 1 - p)));
+        p = nl + 1;
+      }
+      if (p != begin) {
+        in.Consume(static_cast<size_t>(p - begin));
+        continue;
+      }
+      // A line that ends in the second slice: copied, found with a memchr.
+      const size_t rest = static_cast<size_t>(end - p);
+      if (in.segment_count() > 1 && rest < window) {
+        const SharedBuffer& next = in.segment(1);
+        const char* q = reinterpret_cast<const char*>(next.data());
+        const size_t room = window - rest;
+        const void* hit =
+            std::memchr(q, '\n', next.size() < room ? next.size() : room);
+        if (hit != nullptr) {
+          const size_t k =
+              static_cast<size_t>(static_cast<const char*>(hit) - q);
+          copy_.assign(p, rest).append(q, k + 1);  // through the "\n"
+          const size_t all = rest + k + 1;
+          const size_t length =
+              all - 1 - (all > 1 && copy_[all - 2] == '\r' ? 1 : 0);
+          if (length <= max_line) {
+            fn(absl::string_view(copy_.data(),
+                                 options_.strip_delimiter ? length : all));
+            in.Consume(all);
+            continue;
+          }
+        }
+      }
+    }
+    // A line that crosses slices, a partial one, or an error.
+    absl::StatusOr<std::optional<absl::string_view>> line = NextViewSlow(in);
+    if (!line.ok() || !line->has_value()) {
+      held_.Reset();  // no view outlives the call
+      return line.status();
+    }
+    fn(**line);
+  }
 }
 
 // Cuts frames that carry their own length off the front of a chain (the

@@ -426,15 +426,29 @@ class Session {
   }
 
   // LineSplitter::Next until nullopt or an error, against the model's lines.
-  // Next() (a chain per line) or NextView() (a view per line).
+  // Next() (a chain per line), NextView() (a view per line) or ForEachLine()
+  // (every line at once, replayed here against the model one by one).
   void LineStep(BufferChain& c, std::string& m, bufpool::LineSplitter& lines) {
     const size_t max_line = lines.options().max_line;
     const bool strip = lines.options().strip_delimiter;
     const size_t window = max_line + 2;
-    const bool views = in_.ConsumeBool();
+    const int mode = in_.ConsumeIntegralInRange<int>(0, 2);
+    std::vector<std::string> batch;
+    size_t next = 0;
+    absl::Status batch_status;
+    if (mode == 2) {
+      batch_status = lines.ForEachLine(
+          c, [&](absl::string_view l) { batch.emplace_back(l); });
+    }
     for (;;) {
       absl::StatusOr<std::optional<std::string>> got = std::nullopt;
-      if (views) {
+      if (mode == 2) {
+        if (next < batch.size()) {
+          got = batch[next++];
+        } else if (!batch_status.ok()) {
+          got = batch_status;
+        }
+      } else if (mode == 1) {
         auto v = lines.NextView(c);
         if (!v.ok()) {
           got = v.status();
@@ -474,7 +488,7 @@ class Session {
                  want.c_str());
       // The view's buffer is held until the next call; drop it, so the
       // reference checks see only the chains' and held slices'.
-      if (views) lines.Reset();
+      if (mode == 1) lines.Reset();
       m.erase(0, nl + 1);
     }
   }
