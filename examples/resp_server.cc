@@ -44,6 +44,7 @@ struct Conn {
   int fd;
   BufferChain in, out;
   bufpool::LineSplitter inline_lines{{.max_line = 64 << 10}};
+  std::vector<std::string> args;  // of the command being parsed
   bufpool::HeldSend send;
   bool receiving = false, parked = false, done = false;
 };
@@ -132,17 +133,18 @@ bool MultiBulk(Conn* c) {
   const long long n = ReadNumberLine(cur, '*');
   if (n == -1) return false;
   if (n < 1) return ProtocolError(c, "invalid multibulk length"), false;
-  std::vector<std::string> args;
-  size_t big_at = 0, big_len = 0;  // a last argument kept as slices
+  std::vector<std::string>& args = c->args;  // reused: no allocation
+  size_t big_at = 0, big_len = 0;            // a last argument kept as slices
   for (long long i = 0; i < n; ++i) {
     const long long len = ReadNumberLine(cur, '$');
     if (len == -1) return false;
     if (len < 0 || static_cast<size_t>(len) > kMaxBulk)
       return ProtocolError(c, "invalid bulk length"), false;
     if (cur.remaining() < static_cast<size_t>(len) + 2) return false;
-    args.emplace_back(
-        i == n - 1 && static_cast<size_t>(len) > kLinkAbove ? 0 : len, '\0');
-    if (args.back().size() != static_cast<size_t>(len)) {
+    if (args.size() <= static_cast<size_t>(i)) args.emplace_back();
+    args[i].resize(i == n - 1 && static_cast<size_t>(len) > kLinkAbove ? 0
+                                                                       : len);
+    if (args[i].size() != static_cast<size_t>(len)) {
       big_at = cur.position(), big_len = len;
       cur.Skip(len);
     } else {
@@ -152,10 +154,10 @@ bool MultiBulk(Conn* c) {
     if (cur.ReadBE<uint16_t>() != uint16_t{'\r' << 8 | '\n'})
       return ProtocolError(c, "expected CRLF after a bulk string"), false;
   }
+  args.resize(n);  // drops what a longer command left
   BufferChain big;
   c->in.Consume(big_len != 0 ? big_at : cur.position());
   if (big_len != 0) big = c->in.Split(big_len), c->in.Consume(2);
-  c->inline_lines.Reset();  // `in` changed under it
   Execute(c, args, big);
   return true;
 }
@@ -172,13 +174,12 @@ void Process(Conn* c) {  // runs every complete command in c->in
         absl::StrSplit(**line, ' ', absl::SkipEmpty());
     if (BufferChain none; !args.empty()) Execute(c, args, none);
   }
-  // A partial command in many part-filled buffers: pack it into full ones.
   const size_t bs = pool->buffer_size();
   if (!c->done && c->in.segment_count() * bs > 2 * c->in.size() + 2 * bs) {
-    BufferChain packed(*pool);
+    BufferChain packed(*pool);  // a partial command: into full buffers
     bool ok = true;
     for (auto part : c->in.spans()) ok = ok && packed.Append(part).ok();
-    if (ok) c->in = std::move(packed), c->inline_lines.Reset();
+    if (ok) c->in = std::move(packed);  // same bytes: splitter state holds
   }
   max_partial_buffers = std::max(max_partial_buffers, c->in.segment_count());
   if (c->done) {  // stop receiving; what was answered is still sent
