@@ -61,6 +61,12 @@ WORKLOADS = [
      "gather write", "ns/frame", "libbufpool"),
     ("FramingPerFrame", "Framing, one write per frame", "ns/frame",
      "libbufpool"),
+    ("LengthFrames", "Length-prefixed frames (4-byte prefix, 1 KiB) cut "
+     "from 64 KiB reads, in memory", "ns/frame", "libbufpool"),
+    ("Lines", "80-byte lines cut from 64 KiB reads, in memory", "ns/line",
+     "libbufpool_foreach"),
+    ("ReadLE32", "uint32 loads inside one 4 KiB slice: ChainCursor vs memcpy",
+     "ns/load", "libbufpool"),
     ("UringRecvHandling", "io_uring receive, handling 32 completions only: "
      "Take + release + Refill vs raw liburing", "ns/message",
      "libbufpool_ring"),
@@ -408,6 +414,23 @@ def goals(values, counters, cold, copy, echo):
               counters.get(("Framing", "libbufpool", 1), {}).items()
               if "allocs_per_item" in c}
     g.append(goal("framing: 0 heap allocations per frame", allocs, 0, True))
+    g.append(goal("length-prefixed frames >= 2x the frames/s of std::string "
+                  "(append, parse, erase)",
+                  per_round(V("LengthFrames", "std_string"),
+                            V("LengthFrames", "libbufpool"), div), 2, False))
+    allocs = {r: c["allocs_per_item"] for r, c in
+              counters.get(("LengthFrames", "libbufpool", 1), {}).items()
+              if "allocs_per_item" in c}
+    g.append(goal("length-prefixed frames: 0 heap allocations per frame",
+                  allocs, 0, True))
+    g.append(goal("line splitting (ForEachLine) >= 0.8x the lines/s of a "
+                  "memchr loop over one buffer",
+                  per_round(V("Lines", "memchr_contiguous"),
+                            V("Lines", "libbufpool_foreach"), div), 0.8, False))
+    g.append(goal("ChainCursor::ReadLE<uint32_t> within 1.5x a memcpy load "
+                  "(time ratio)",
+                  per_round(V("ReadLE32", "libbufpool"),
+                            V("ReadLE32", "memcpy"), div), 1.5, True))
     g.append(goal("ring Take + release + Refill within 5% of raw liburing "
                   "(time ratio, handling only)",
                   per_round(V("UringRecvHandling", "libbufpool_ring"),

@@ -5,8 +5,12 @@
 // or none) and on up to 16 slices held apart from them: Append of bytes, of a
 // slice (moved or copied), of another chain, of a filled Buffer; Consume,
 // Split, Clone, Clear, CopyTo, FillIovecs, spans(), move-assignment, Slice(),
-// Compact() (same bytes, all or nothing) and tail_room().
-// After every step:
+// Compact() (same bytes, all or nothing) and tail_room(); and reads a chain
+// with a ChainCursor (integers of every width and order, Skip, Read,
+// Contiguous, Find of a byte and of a string, from a position) and cuts
+// frames off it with a LineSplitter (one per chain, whose state survives
+// appends) and a LengthPrefixSplitter, each checked against the same
+// operation on the model. After every step:
 //   * each chain's bytes (through spans()) equal its model, size() and the
 //     slice sizes agree, no slice is empty or reaches outside its buffer;
 //   * every held slice still reads the bytes it had (nothing writes shared
@@ -29,6 +33,7 @@
 
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
+#include "bufpool/cursor.h"
 #include "fuzz_check.h"
 
 namespace {
@@ -70,13 +75,20 @@ class Session {
       FUZZ_CHECK(p.ok(), "Create: %s", p.status().ToString().c_str());
       pool = std::move(*p);
     }
-    for (int i = 0; i < kChains; ++i) chains_[i] = MakeChain();
+    for (int i = 0; i < kChains; ++i) {
+      chains_[i] = MakeChain();
+      // Fixed per chain, so they take no input bytes away from the steps.
+      static constexpr size_t kMaxLine[kChains] = {0, 7, 64, 300};
+      lines_[i] = bufpool::LineSplitter(
+          {.max_line = kMaxLine[i], .strip_delimiter = i % 2 == 0});
+    }
     int steps = 0;
     while (in_.remaining_bytes() > 0 && steps++ < 256) {
       Step();
       Check();
     }
     for (auto& c : chains_) c.reset();
+    for (auto& l : lines_) l.Reset();  // views hold buffers too
     held_.clear();
     for (auto& pool : pools_) {
       FUZZ_CHECK(pool->Stats().in_use == 0,
@@ -108,7 +120,10 @@ class Session {
     const size_t i = PickChain();
     BufferChain& c = *chains_[i];
     std::string& m = models_[i];
-    switch (in_.ConsumeIntegralInRange<int>(0, 15)) {
+    const int op = in_.ConsumeIntegralInRange<int>(0, 18);
+    // The line splitters' state is valid while their chain only grows.
+    if (op >= 4 && op != 6 && op != 9 && op < 15) lines_[i].Reset();
+    switch (op) {
       case 0: {  // Append bytes: all or nothing
         const std::string b = Bytes(in_.ConsumeBool() ? 64 : 3000);
         const size_t segs = c.segment_count();
@@ -140,6 +155,7 @@ class Session {
       case 2: {  // Append another chain (itself: nothing happens)
         const size_t j = PickChain();
         c.Append(std::move(*chains_[j]));
+        lines_[j].Reset();
         if (j != i) {
           m += models_[j];
           models_[j].clear();
@@ -176,6 +192,7 @@ class Session {
                    Contents(first).c_str(), head.c_str());
         *chains_[j] = std::move(first);
         models_[j] = head;
+        lines_[j].Reset();
         break;
       }
       case 6: {  // CopyTo a span shorter or longer than the chain
@@ -194,6 +211,7 @@ class Session {
         const std::string model = m;
         *chains_[j] = std::move(copy);
         models_[j] = model;
+        lines_[j].Reset();
         break;
       }
       case 8:  // Clear
@@ -247,6 +265,7 @@ class Session {
           *chains_[i] = std::move(*chains_[j]);
           m = std::move(models_[j]);
           models_[j].clear();
+          lines_[j].Reset();
           FUZZ_CHECK(chains_[j]->empty() && chains_[j]->segment_count() == 0,
                      "moved-from chain not empty");
         }
@@ -284,6 +303,15 @@ class Session {
                    t.room(), t.use_count());
         break;
       }
+      case 16:
+        CursorStep(c, m);
+        break;
+      case 17:
+        LineStep(c, m, lines_[i]);
+        break;
+      case 18:
+        LengthPrefixStep(c, m);
+        break;
       default: {  // 13: a held slice copied, then reset
         if (held_.empty()) break;
         Held& h =
@@ -295,6 +323,253 @@ class Session {
         FUZZ_CHECK(!copy && copy.size() == 0, "Reset slice not empty");
         break;
       }
+    }
+  }
+
+  // The model's integer of `width` bytes at `at`.
+  static uint64_t ModelInt(const std::string& m, size_t at, size_t width,
+                           bool big) {
+    uint64_t v = 0;
+    for (size_t k = 0; k < width; ++k) {
+      v = (v << 8) | static_cast<uint8_t>(m[at + (big ? k : width - 1 - k)]);
+    }
+    return v;
+  }
+
+  template <class T>
+  void CheckInt(bufpool::ChainCursor& cur, const std::string& m, bool big,
+                bool peek) {
+    const size_t at = cur.position();
+    std::optional<T> got =
+        big ? (peek ? cur.template PeekBE<T>() : cur.template ReadBE<T>())
+            : (peek ? cur.template PeekLE<T>() : cur.template ReadLE<T>());
+    if (m.size() - at < sizeof(T)) {
+      FUZZ_CHECK(!got && cur.position() == at, "a %zu-byte read with %zu left",
+                 sizeof(T), m.size() - at);
+      return;
+    }
+    const T want = static_cast<T>(
+        static_cast<std::make_unsigned_t<T>>(ModelInt(m, at, sizeof(T), big)));
+    FUZZ_CHECK(got && *got == want, "%s%s of %zu bytes at %zu",
+               peek ? "Peek" : "Read", big ? "BE" : "LE", sizeof(T), at);
+    FUZZ_CHECK(cur.position() == at + (peek ? 0 : sizeof(T)),
+               "position %zu after a read at %zu", cur.position(), at);
+  }
+
+  // A cursor at a position the input picks, then a few reads and searches.
+  void CursorStep(const BufferChain& c, const std::string& m) {
+    bufpool::ChainCursor cur(c);
+    const size_t skip = in_.ConsumeIntegralInRange<size_t>(0, m.size() + 2);
+    FUZZ_CHECK(cur.Skip(skip) == (skip <= m.size()), "Skip(%zu) of %zu", skip,
+               m.size());
+    FUZZ_CHECK(cur.position() == (skip <= m.size() ? skip : 0), "position");
+    for (int n = in_.ConsumeIntegralInRange<int>(1, 3); n > 0; --n) {
+      const size_t at = cur.position();
+      FUZZ_CHECK(cur.remaining() == m.size() - at, "remaining()");
+      const bool big = in_.ConsumeBool(), peek = in_.ConsumeBool();
+      const int what = in_.ConsumeIntegralInRange<int>(0, 11);
+      switch (what) {
+        case 0:
+          CheckInt<uint8_t>(cur, m, big, peek);
+          break;
+        case 1:
+          CheckInt<int16_t>(cur, m, big, peek);
+          break;
+        case 2:
+          CheckInt<uint16_t>(cur, m, big, peek);
+          break;
+        case 3:
+          CheckInt<uint32_t>(cur, m, big, peek);
+          break;
+        case 4:
+          CheckInt<int32_t>(cur, m, big, peek);
+          break;
+        case 5:
+          CheckInt<uint64_t>(cur, m, big, peek);
+          break;
+        case 6:
+          CheckInt<int64_t>(cur, m, big, peek);
+          break;
+        case 7: {  // Read into a span
+          std::string out(in_.ConsumeIntegralInRange<size_t>(0, 300), '\0');
+          const size_t got = cur.Read(absl::MakeSpan(
+              reinterpret_cast<std::byte*>(out.data()), out.size()));
+          FUZZ_CHECK(got == std::min(out.size(), m.size() - at) &&
+                         out.compare(0, got, m, at, got) == 0 &&
+                         cur.position() == at + got,
+                     "Read of %zu at %zu", out.size(), at);
+          break;
+        }
+        case 8: {  // Contiguous, then past it
+          absl::Span<const std::byte> here = cur.Contiguous();
+          FUZZ_CHECK(here.empty() == (at == m.size()) &&
+                         m.compare(at, here.size(),
+                                   reinterpret_cast<const char*>(here.data()),
+                                   here.size()) == 0,
+                     "Contiguous() at %zu", at);
+          FUZZ_CHECK(cur.Skip(here.size()), "Skip(Contiguous().size())");
+          break;
+        }
+        case 9:
+        case 10: {  // Find a byte or a string, within a limit
+          const size_t limit = in_.ConsumeBool()
+                                   ? SIZE_MAX
+                                   : in_.ConsumeIntegralInRange<size_t>(0, 64);
+          std::string needle;
+          if (what == 9) {
+            needle.push_back(static_cast<char>(in_.ConsumeIntegral<uint8_t>()));
+          } else if (in_.ConsumeBool() && at < m.size()) {  // one that is there
+            const size_t from =
+                in_.ConsumeIntegralInRange<size_t>(at, m.size() - 1);
+            needle = m.substr(from, in_.ConsumeIntegralInRange<size_t>(0, 6));
+          } else {
+            needle = in_.ConsumeBytesAsString(
+                in_.ConsumeIntegralInRange<size_t>(0, 4));
+          }
+          const std::string window = m.substr(at, limit);
+          const size_t want = window.find(needle);
+          const std::optional<size_t> got =
+              needle.size() == 1 && in_.ConsumeBool()
+                  ? cur.Find(static_cast<std::byte>(needle[0]), limit)
+                  : cur.Find(absl::string_view(needle), limit);
+          FUZZ_CHECK(want == std::string::npos ? !got : got && *got == want,
+                     "Find of %zu bytes at %zu within %zu: got %zd, want %zd",
+                     needle.size(), at, limit, got ? ssize_t(*got) : -1,
+                     want == std::string::npos ? -1 : ssize_t(want));
+          FUZZ_CHECK(cur.position() == at, "Find moved the cursor");
+          break;
+        }
+        default: {  // Skip some
+          const size_t k = in_.ConsumeIntegralInRange<size_t>(0, 80);
+          FUZZ_CHECK(cur.Skip(k) == (k <= m.size() - at) &&
+                         cur.position() == (k <= m.size() - at ? at + k : at),
+                     "Skip(%zu) at %zu", k, at);
+          break;
+        }
+      }
+    }
+  }
+
+  // A frame's slices add up to its size (checked before its bytes).
+  static void CheckFrame(const BufferChain& f) {
+    size_t sum = 0;
+    for (size_t k = 0; k < f.segment_count(); ++k) sum += f.segment(k).size();
+    FUZZ_CHECK(sum == f.size(), "frame: slices hold %zu, size() %zu", sum,
+               f.size());
+  }
+
+  // LineSplitter::Next until nullopt or an error, against the model's lines.
+  // Next() (a chain per line), NextView() (a view per line) or ForEachLine()
+  // (every line at once, replayed here against the model one by one).
+  void LineStep(BufferChain& c, std::string& m, bufpool::LineSplitter& lines) {
+    const size_t max_line = lines.options().max_line;
+    const bool strip = lines.options().strip_delimiter;
+    const size_t window = max_line + 2;
+    const int mode = in_.ConsumeIntegralInRange<int>(0, 2);
+    std::vector<std::string> batch;
+    size_t next = 0;
+    absl::Status batch_status;
+    if (mode == 2) {
+      batch_status = lines.ForEachLine(
+          c, [&](absl::string_view l) { batch.emplace_back(l); });
+    }
+    for (;;) {
+      absl::StatusOr<std::optional<std::string>> got = std::nullopt;
+      if (mode == 2) {
+        if (next < batch.size()) {
+          got = batch[next++];
+        } else if (!batch_status.ok()) {
+          got = batch_status;
+        }
+      } else if (mode == 1) {
+        auto v = lines.NextView(c);
+        if (!v.ok()) {
+          got = v.status();
+        } else if (v->has_value()) {
+          got = std::string(**v);
+        }
+      } else {
+        auto line = lines.Next(c);
+        if (!line.ok()) {
+          got = line.status();
+        } else if (line->has_value()) {
+          CheckFrame(**line);
+          got = Contents(**line);
+        }
+      }
+      const size_t nl = m.find('\n');
+      if (nl == std::string::npos || nl >= window) {
+        const bool too_long = std::min(nl, m.size()) >= window;
+        FUZZ_CHECK(got.ok() != too_long && (!got.ok() || !got->has_value()),
+                   "Next() with no newline in %zu of %zu bytes (max_line %zu)",
+                   std::min(window, m.size()), m.size(), max_line);
+        if (!got.ok()) {
+          FUZZ_CHECK(absl::IsOutOfRange(got.status()), "line error code");
+        }
+        return;
+      }
+      const size_t length = nl - (nl > 0 && m[nl - 1] == '\r');
+      if (length > max_line) {
+        FUZZ_CHECK(!got.ok() && absl::IsOutOfRange(got.status()),
+                   "a line of %zu bytes (max_line %zu) was taken", length,
+                   max_line);
+        return;
+      }
+      FUZZ_CHECK(got.ok() && got->has_value(), "a complete line not taken");
+      const std::string want = m.substr(0, strip ? length : nl + 1);
+      FUZZ_CHECK(**got == want, "line '%s', want '%s'", (*got)->c_str(),
+                 want.c_str());
+      // The view's buffer is held until the next call; drop it, so the
+      // reference checks see only the chains' and held slices'.
+      if (mode == 1) lines.Reset();
+      m.erase(0, nl + 1);
+    }
+  }
+
+  // LengthPrefixSplitter::Next with options the input picks.
+  void LengthPrefixStep(BufferChain& c, std::string& m) {
+    static constexpr size_t kWidths[] = {1, 2, 3, 4, 8};
+    bufpool::LengthPrefixSplitter s;
+    s.length_offset = in_.ConsumeIntegralInRange<size_t>(0, 5);
+    s.length_bytes = kWidths[in_.ConsumeIntegralInRange<int>(0, 4)];
+    s.big_endian = in_.ConsumeBool();
+    s.length_adjustment = in_.ConsumeIntegralInRange<int64_t>(-20, 20);
+    s.strip_bytes = in_.ConsumeIntegralInRange<size_t>(0, 12);
+    s.max_frame = in_.ConsumeIntegralInRange<size_t>(0, 4000);
+    for (int n = 0; n < 64; ++n) {
+      auto got = s.Next(c);
+      const size_t header = s.length_offset + s.length_bytes;
+      if (m.size() < header) {
+        FUZZ_CHECK(got.ok() && !got->has_value(),
+                   "a frame from a short header");
+        return;
+      }
+      const uint64_t field =
+          ModelInt(m, s.length_offset, s.length_bytes, s.big_endian);
+      const __int128 frame =
+          static_cast<__int128>(header) + field + s.length_adjustment;
+      if (frame < static_cast<__int128>(header) ||
+          frame < static_cast<__int128>(s.strip_bytes)) {
+        FUZZ_CHECK(!got.ok() && absl::IsInvalidArgument(got.status()),
+                   "a frame shorter than its header or strip");
+        return;
+      }
+      if (frame > static_cast<__int128>(s.max_frame)) {
+        FUZZ_CHECK(!got.ok() && absl::IsOutOfRange(got.status()),
+                   "a frame over max_frame");
+        return;
+      }
+      if (m.size() < static_cast<size_t>(frame)) {
+        FUZZ_CHECK(got.ok() && !got->has_value(), "an incomplete frame taken");
+        return;
+      }
+      const std::string want =
+          m.substr(s.strip_bytes, static_cast<size_t>(frame) - s.strip_bytes);
+      FUZZ_CHECK(got.ok() && got->has_value(), "a complete frame not taken");
+      CheckFrame(**got);
+      FUZZ_CHECK(Contents(**got) == want, "frame of %zu bytes differs",
+                 want.size());
+      m.erase(0, static_cast<size_t>(frame));
     }
   }
 
@@ -374,6 +649,7 @@ class Session {
   // Destroyed before the pools (declared after them).
   std::optional<BufferChain> chains_[kChains];
   std::string models_[kChains];
+  bufpool::LineSplitter lines_[kChains];
   std::vector<Held> held_;
 };
 

@@ -1,0 +1,300 @@
+// A Redis-protocol (RESP2) server for PING, ECHO, SET, GET and DEL on
+// libbufpool's public headers and liburing, for redis-cli and redis-benchmark
+// (inline and multi-bulk requests, pipelined). Receives land in pool buffers
+// lent to a ProvidedBufferRing and join each connection's input (Take(cqe,
+// in)); ChainCursor parses multi-bulk requests across slices, LineSplitter
+// inline ones; HeldSend sends replies. A large value (SET of 1 MiB) stays in
+// the buffers it arrived in and is linked into replies, never copied; a
+// partial command in many part-filled buffers is packed into full ones.
+//
+//   resp_server [PORT [SECONDS]]  # PORT: 6379, 0 picks one; SECONDS 0: forever
+#include <arpa/inet.h>
+#include <liburing.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bufpool/buffer_pool.h"
+#include "bufpool/chain.h"
+#include "bufpool/cursor.h"
+#include "bufpool/uring.h"
+
+namespace {
+
+using bufpool::BufferChain;
+using bufpool::ChainCursor;
+enum Op : uint64_t { kAccept = 1, kRecv = 2, kSend = 3 };
+constexpr size_t kMaxBulk = 64 << 20, kLinkAbove = 16 << 10;  // see store
+struct Conn {
+  Conn(int f, bufpool::BufferPool& pool) : fd(f), in(pool), out(pool) {}
+  int fd;
+  BufferChain in, out;
+  bufpool::LineSplitter inline_lines{{.max_line = 64 << 10}};
+  std::vector<std::string> args;  // of the command being parsed
+  bufpool::HeldSend send;
+  bool receiving = false, parked = false, done = false;
+};
+io_uring ring;
+bufpool::BufferPool* pool;
+std::unique_ptr<bufpool::ProvidedBufferRing> bufs;
+std::unordered_set<Conn*> live;
+// Values: copied, or over kLinkAbove kept as slices (`second`, if not empty).
+std::unordered_map<std::string, std::pair<std::string, BufferChain>> store;
+size_t max_partial_buffers = 0;  // reported at exit
+volatile sig_atomic_t time_is_up = 0;
+io_uring_sqe* Sqe(Conn* c, uint64_t op) {  // its completion: (c, op)
+  io_uring_sqe* sqe;
+  while ((sqe = io_uring_get_sqe(&ring)) == nullptr) io_uring_submit(&ring);
+  io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(c) | op);
+  return sqe;
+}
+void Receive(Conn* c) {
+  bufs->PrepareRecv(Sqe(c, kRecv), c->fd);
+  c->receiving = true;
+}
+void Send(Conn* c) {
+  if (!c->send.busy() && !c->out.empty())
+    c->send.Prepare(Sqe(c, kSend), c->fd, std::move(c->out));
+}
+void MaybeClose(Conn* c) {
+  if (!c->done || c->receiving || c->send.busy() || c->parked) return;
+  close(c->fd);
+  live.erase(c);
+  delete c;
+}
+void Reply(Conn* c, absl::string_view s) {  // the pool ran dry: give up
+  if (!c->out.Append(s).ok()) c->done = true;
+}
+void Bulk(Conn* c, absl::string_view s) {
+  Reply(c, absl::StrCat("$", s.size(), "\r\n", s, "\r\n"));
+}
+void BulkChain(Conn* c, BufferChain&& chain) {
+  Reply(c, absl::StrCat("$", chain.size(), "\r\n"));
+  c->out.Append(std::move(chain));  // links the slices, no copy
+  Reply(c, "\r\n");
+}
+void ProtocolError(Conn* c, const std::string& what) {
+  Reply(c, "-ERR Protocol error: " + what + "\r\n");
+  c->done = true;  // as Redis does: answer, then close
+}
+// Runs args[0]; `big`: the last argument as slices, when too large to copy.
+void Execute(Conn* c, std::vector<std::string>& args, BufferChain& big) {
+  const std::string cmd = absl::AsciiStrToUpper(args[0]);
+  const size_t n = args.size();
+  if (cmd == "PING" && n <= 2) {
+    n == 1 ? Reply(c, "+PONG\r\n") : Bulk(c, args[1]);
+  } else if (cmd == "ECHO" && n == 2) {
+    big.empty() ? Bulk(c, args[1]) : BulkChain(c, std::move(big));
+  } else if (cmd == "SET" && n == 3) {
+    store[args[1]] = {std::move(args[2]), std::move(big)};
+    Reply(c, "+OK\r\n");
+  } else if (cmd == "GET" && n == 2) {
+    auto it = store.find(args[1]);
+    if (it == store.end()) return Reply(c, "$-1\r\n");
+    if (it->second.second.empty()) return Bulk(c, it->second.first);
+    BulkChain(c, it->second.second.Clone());
+  } else if (cmd == "DEL" && n >= 2) {
+    size_t gone = 0;
+    for (size_t i = 1; i < n; ++i) gone += store.erase(args[i]);
+    Reply(c, absl::StrCat(":", gone, "\r\n"));
+  } else {
+    Reply(c, "-ERR unknown command or wrong number of arguments for '" +
+                 args[0] + "'\r\n");
+  }
+}
+// Reads a "<prefix><digits>\r\n" line: its number; -1 incomplete; -2 bad.
+long long ReadNumberLine(ChainCursor& cur, char prefix) {
+  std::optional<size_t> end = cur.Find("\r\n", 24);
+  if (!end) return cur.remaining() >= 24 ? -2 : -1;
+  char line[24];
+  cur.Read(absl::MakeSpan(reinterpret_cast<std::byte*>(line), *end + 2));
+  long long v;
+  if (line[0] != prefix || !absl::SimpleAtoi({line + 1, *end - 1}, &v))
+    return -2;
+  return v < 0 ? -2 : v;
+}
+// Runs a whole "*N\r\n" + N x "$len\r\n<bytes>\r\n" command, if it is here.
+bool MultiBulk(Conn* c) {
+  ChainCursor cur(c->in);
+  const long long n = ReadNumberLine(cur, '*');
+  if (n == -1) return false;
+  if (n < 1) return ProtocolError(c, "invalid multibulk length"), false;
+  std::vector<std::string>& args = c->args;  // reused: no allocation
+  size_t big_at = 0, big_len = 0;            // a last argument kept as slices
+  for (long long i = 0; i < n; ++i) {
+    const long long len = ReadNumberLine(cur, '$');
+    if (len == -1) return false;
+    if (len < 0 || static_cast<size_t>(len) > kMaxBulk)
+      return ProtocolError(c, "invalid bulk length"), false;
+    if (cur.remaining() < static_cast<size_t>(len) + 2) return false;
+    if (args.size() <= static_cast<size_t>(i)) args.emplace_back();
+    args[i].resize(i == n - 1 && static_cast<size_t>(len) > kLinkAbove ? 0
+                                                                       : len);
+    if (args[i].size() != static_cast<size_t>(len)) {
+      big_at = cur.position(), big_len = len;
+      cur.Skip(len);
+    } else {
+      cur.Read(
+          absl::MakeSpan(reinterpret_cast<std::byte*>(args[i].data()), len));
+    }
+    if (cur.ReadBE<uint16_t>() != uint16_t{'\r' << 8 | '\n'})
+      return ProtocolError(c, "expected CRLF after a bulk string"), false;
+  }
+  args.resize(n);  // drops what a longer command left
+  BufferChain big;
+  c->in.Consume(big_len != 0 ? big_at : cur.position());
+  if (big_len != 0) big = c->in.Split(big_len), c->in.Consume(2);
+  Execute(c, args, big);
+  return true;
+}
+void Process(Conn* c) {  // runs every complete command in c->in
+  while (!c->in.empty() && !c->done) {
+    if (*ChainCursor(c->in).PeekLE<uint8_t>() == '*') {
+      if (!MultiBulk(c)) break;
+      continue;
+    }
+    auto line = c->inline_lines.NextView(c->in);
+    if (!line.ok()) ProtocolError(c, "too big inline request");
+    if (!line.ok() || !line->has_value()) break;
+    std::vector<std::string> args =
+        absl::StrSplit(**line, ' ', absl::SkipEmpty());
+    if (BufferChain none; !args.empty()) Execute(c, args, none);
+  }
+  const size_t bs = pool->buffer_size();
+  if (!c->done && c->in.segment_count() * bs > 2 * c->in.size() + 2 * bs) {
+    BufferChain packed(*pool);  // a partial command: into full buffers
+    bool ok = true;
+    for (auto part : c->in.spans()) ok = ok && packed.Append(part).ok();
+    if (ok) c->in = std::move(packed);  // same bytes: splitter state holds
+  }
+  max_partial_buffers = std::max(max_partial_buffers, c->in.segment_count());
+  if (c->done) {  // stop receiving; what was answered is still sent
+    c->in.Clear();
+    io_uring_prep_cancel64(Sqe(nullptr, 0),
+                           reinterpret_cast<uint64_t>(c) | kRecv, 0);
+  }
+  Send(c);
+}
+int Fail(const absl::Status& s) {
+  return std::fprintf(stderr, "resp_server: %s\n", s.ToString().c_str()), 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int port = argc > 1 ? std::atoi(argv[1]) : 6379;
+  const int seconds = argc > 2 ? std::atoi(argv[2]) : 0;
+  auto created_pool = bufpool::BufferPool::Create({.buffer_count = 16384});
+  if (!created_pool.ok()) return Fail(created_pool.status());
+  pool = created_pool->get();
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in sa{.sin_family = AF_INET,
+                 .sin_port = htons(static_cast<uint16_t>(port)),
+                 .sin_addr = {htonl(INADDR_LOOPBACK)},
+                 .sin_zero = {}};
+  socklen_t len = sizeof(sa);
+  if (bind(lfd, reinterpret_cast<sockaddr*>(&sa), len) != 0 ||
+      listen(lfd, 512) != 0 ||
+      getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+    return std::perror("listen"), 1;
+  std::printf("listening on 127.0.0.1:%d\n", ntohs(sa.sin_port));
+  std::fflush(stdout);
+  if (int rc = io_uring_queue_init(512, &ring, 0); rc < 0)
+    return Fail(absl::InternalError("io_uring_queue_init failed"));
+  auto created = bufpool::ProvidedBufferRing::Create(
+      &ring, *pool, {.group_id = 1, .max_buffers = 2048});
+  if (!created.ok()) return Fail(created.status());
+  bufs = *std::move(created);
+  auto accept = [&] {
+    io_uring_prep_multishot_accept(Sqe(nullptr, kAccept), lfd, 0, 0, 0);
+  };
+  accept();
+  bool stopping = false;
+  signal(SIGALRM, [](int) { time_is_up = 1; });
+  alarm(seconds);             // 0: never
+  std::vector<Conn*> parked;  // out of buffers: re-armed when the ring refills
+  while (!stopping || !live.empty()) {
+    if (!stopping && time_is_up) {
+      stopping = true;
+      close(lfd);
+      for (Conn* c : live) shutdown(c->fd, SHUT_RDWR);
+    }
+    bufs->Refill();
+    if (!parked.empty() && bufs->ShouldRearm()) {
+      for (Conn* c : parked) {
+        c->parked = false;
+        stopping ? (c->done = true, MaybeClose(c)) : Receive(c);
+      }
+      parked.clear();
+    }
+    __kernel_timespec tick{0, 100 * 1000 * 1000};
+    io_uring_cqe* cqe;
+    io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &tick, nullptr);
+    unsigned head, n = 0;
+    io_uring_for_each_cqe(&ring, head, cqe) {
+      ++n;
+      auto* c = reinterpret_cast<Conn*>(cqe->user_data & ~uint64_t{7});
+      const bool more = cqe->flags & IORING_CQE_F_MORE;
+      switch (cqe->user_data & 7) {
+        case 0:  // a cancel's own completion
+          continue;
+        case kAccept:
+          if (cqe->res >= 0) {
+            setsockopt(cqe->res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            Receive(*live.insert(new Conn(cqe->res, *pool)).first);
+            if (stopping) shutdown(cqe->res, SHUT_RDWR);
+          }
+          if (!more && !stopping) accept();
+          continue;
+        case kRecv: {
+          if (!more) c->receiving = false;
+          absl::Status s = bufs->Take(*cqe, c->in);  // gives back its buffers
+          if (c->done) {
+            c->in.Clear();  // closing: what still arrives is dropped
+          } else if (s.ok() && cqe->res > 0) {
+            Process(c);
+          } else if (absl::IsResourceExhausted(s)) {
+            if (!more) c->parked = true, parked.push_back(c);
+          } else {
+            c->done = true;  // end of stream or an error
+          }
+          if (!more && !c->done && !c->parked) Receive(c);
+          break;
+        }
+        case kSend: {
+          if (!c->send.OnCompletion(*cqe)) continue;
+          BufferChain rest = c->send.TakeUnsent();  // resumed, then the rest
+          rest.Append(std::move(c->out));
+          c->out = std::move(rest);
+          if (c->send.result() < 0) c->done = true, c->out.Clear();
+          Send(c);
+          break;
+        }
+      }
+      MaybeClose(c);
+    }
+    io_uring_cq_advance(&ring, n);
+  }
+  store.clear(), bufs.reset();  // every buffer back, before the ring goes
+  io_uring_queue_exit(&ring);
+  std::printf("done: %zu buffers in use; a partial command held at most %zu\n",
+              pool->Stats().in_use, max_partial_buffers);
+  created_pool->reset();
+  return 0;
+}

@@ -1,0 +1,196 @@
+// Runs examples/resp_server on loopback and drives it with redis-cli
+// (Debian's redis-tools) and with raw sockets: the commands' replies, a
+// 1 MiB value, inline and multi-bulk requests pipelined together, malformed
+// input, and a client that sends half a command in small pieces and stalls
+// (it must hold about its bytes, not a buffer per piece). Each test ends the
+// server and checks that every buffer went back to its pool.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace {
+
+class RespServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int out[2];
+    ASSERT_EQ(pipe(out), 0);
+    pid_ = fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      dup2(out[1], 1);
+      execl(BUFPOOL_EXAMPLE_RESP_SERVER, "resp_server", "0", "60", nullptr);
+      _exit(127);
+    }
+    close(out[1]);
+    out_ = fdopen(out[0], "r");
+    char line[256] = {};
+    ASSERT_NE(fgets(line, sizeof(line), out_), nullptr);
+    ASSERT_EQ(sscanf(line, "listening on 127.0.0.1:%d", &port_), 1) << line;
+  }
+  void TearDown() override {
+    if (pid_ > 0) Stop();
+  }
+  // Ends the server (SIGALRM is its "time is up"); returns its last line.
+  std::string Stop() {
+    kill(pid_, SIGALRM);
+    char line[256] = {};
+    std::string last;
+    while (fgets(line, sizeof(line), out_) != nullptr) last = line;
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    fclose(out_);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_EQ(last.rfind("done: 0 buffers in use", 0), 0u) << last;
+    return last;
+  }
+
+  // redis-cli's output for `args` (its stdin from `input`, if given).
+  std::string Cli(const std::string& args, const std::string& input = "") {
+    std::string cmd = "redis-cli -p " + std::to_string(port_) + " " + args;
+    if (!input.empty()) cmd += " < " + input;
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string got;
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) got.append(buf, n);
+    pclose(p);
+    return got;
+  }
+
+  int Connect() {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port_));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+  }
+  // Reads until `want` bytes came or the peer closed.
+  static std::string ReadN(int fd, size_t want) {
+    std::string got;
+    char buf[65536];
+    while (got.size() < want) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
+  }
+
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+  int port_ = 0;
+};
+
+bool HaveRedisCli() { return std::system("redis-cli -v >/dev/null 2>&1") == 0; }
+
+TEST_F(RespServerTest, AnswersRedisCli) {
+  if (!HaveRedisCli()) GTEST_SKIP() << "redis-cli (redis-tools) not installed";
+  EXPECT_EQ(Cli("PING"), "PONG\n");
+  EXPECT_EQ(Cli("ping hello"), "hello\n");
+  EXPECT_EQ(Cli("ECHO 'hello world'"), "hello world\n");
+  EXPECT_EQ(Cli("SET k v"), "OK\n");
+  EXPECT_EQ(Cli("GET k"), "v\n");
+  EXPECT_EQ(Cli("GET missing"), "\n");
+  EXPECT_EQ(Cli("DEL k missing"), "1\n");
+  EXPECT_EQ(Cli("GET k"), "\n");
+  EXPECT_EQ(Cli("FLY away"),
+            "ERR unknown command or wrong number of arguments for 'FLY'\n\n");
+  EXPECT_EQ(Cli("GET"),
+            "ERR unknown command or wrong number of arguments for 'GET'\n\n");
+}
+
+TEST_F(RespServerTest, StoresAndReturnsAOneMebibyteValue) {
+  if (!HaveRedisCli()) GTEST_SKIP() << "redis-cli (redis-tools) not installed";
+  std::string value(1 << 20, '\0');
+  std::mt19937 rng(23);
+  for (char& c : value) c = static_cast<char>('a' + rng() % 26);
+  const std::string path = ::testing::TempDir() + "/resp_value";
+  std::ofstream(path) << value;
+  EXPECT_EQ(Cli("-x SET big", path), "OK\n");
+  EXPECT_EQ(Cli("--raw GET big"), value + "\n");
+  EXPECT_EQ(Cli("--raw -x ECHO", path), value + "\n");
+  EXPECT_EQ(Cli("STRLEN big").rfind("ERR unknown command", 0), 0u);
+}
+
+TEST_F(RespServerTest, PipelinedInlineAndMultiBulkRequests) {
+  const int fd = Connect();
+  const std::string reqs =
+      "PING\r\n*3\r\n$3\r\nSET\r\n$1\r\na\r\n$5\r\nx\r\ny\n\r\n"
+      "get a\n*2\r\n$3\r\nDEL\r\n$1\r\na\r\n  ECHO   spaced  \r\nGET a\r\n";
+  const std::string want =
+      "+PONG\r\n+OK\r\n$5\r\nx\r\ny\n\r\n:1\r\n$6\r\nspaced\r\n$-1\r\n";
+  // All at once, then split at every byte (each piece its own receive).
+  ASSERT_EQ(send(fd, reqs.data(), reqs.size(), 0),
+            static_cast<ssize_t>(reqs.size()));
+  EXPECT_EQ(ReadN(fd, want.size()), want);
+  for (size_t cut = 1; cut < reqs.size(); cut += 7) {
+    send(fd, reqs.data(), cut, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    send(fd, reqs.data() + cut, reqs.size() - cut, 0);
+    ASSERT_EQ(ReadN(fd, want.size()), want) << "cut at " << cut;
+  }
+  close(fd);
+}
+
+TEST_F(RespServerTest, MalformedInputIsAnsweredAndTheConnectionClosed) {
+  for (const auto& [req, want] :
+       {std::pair<std::string, std::string>{
+            "*2\r\nXYZ\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
+        {"*x\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
+        {"*1\r\n$4\r\nPINGxx",
+         "-ERR Protocol error: expected CRLF after a "
+         "bulk string\r\n"},
+        // Exactly the window of bytes, so the server reads all it was sent.
+        {"PING\r\n" + std::string(65538, 'a'),
+         "+PONG\r\n-ERR Protocol error: too big inline request\r\n"}}) {
+    const int fd = Connect();
+    send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    EXPECT_EQ(ReadN(fd, SIZE_MAX), want) << req.substr(0, 20);
+    close(fd);
+  }
+}
+
+TEST_F(RespServerTest, AStalledHalfCommandHoldsAboutItsBytes) {
+  const int fd = Connect();
+  const std::string head = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$20000\r\n";
+  send(fd, head.data(), head.size(), 0);
+  // 6000 bytes of the value in 300 receives of 20 bytes, then a stall.
+  const std::string piece(20, 'v');
+  for (int i = 0; i < 300; ++i) {
+    send(fd, piece.data(), piece.size(), 0);
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string last = Stop();
+  // 6042 bytes: two 4 KiB buffers, and the last receive's own.
+  size_t held = 0;
+  ASSERT_EQ(sscanf(last.c_str(),
+                   "done: 0 buffers in use; a partial command held at most %zu",
+                   &held),
+            1)
+      << last;
+  EXPECT_LE(held, 4u) << last;
+  close(fd);
+}
+
+}  // namespace
