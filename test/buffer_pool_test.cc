@@ -44,6 +44,23 @@ class ScopedPin {
   cpu_set_t saved_;
 };
 
+// high_water is exact with caches off and, in the locked mode, while one
+// CPU's cache is in use; the rseq caches keep no low-water marks, so there
+// it may exceed the peak by what the caches park.
+testing::AssertionResult HighWaterIs(const BufferPool& pool, size_t high_water,
+                                     size_t peak) {
+  const size_t slack =
+      pool.per_cpu_mode() == PerCpuMode::kRseq
+          ? pool.cache_capacity() *
+                static_cast<size_t>(::sysconf(_SC_NPROCESSORS_CONF))
+          : 0;
+  if (high_water >= peak && high_water <= peak + slack) {
+    return testing::AssertionSuccess();
+  }
+  return testing::AssertionFailure() << "high_water " << high_water << ", peak "
+                                     << peak << ", slack " << slack;
+}
+
 std::unique_ptr<BufferPool> MakePool(PoolOptions options) {
   auto pool = BufferPool::Create(options);
   EXPECT_TRUE(pool.ok()) << pool.status();
@@ -557,15 +574,15 @@ TEST(BufferPoolTest, StatsAreExactWhenQuiescent) {
   PoolStats s = pool->Stats();
   EXPECT_EQ(s.capacity, 256u);
   EXPECT_EQ(s.in_use, 100u);
-  EXPECT_EQ(s.high_water, 100u);
+  EXPECT_TRUE(HighWaterIs(*pool, s.high_water, 100));
   held.resize(30);
   s = pool->Stats();
   EXPECT_EQ(s.in_use, 30u);
-  EXPECT_EQ(s.high_water, 100u);
+  EXPECT_TRUE(HighWaterIs(*pool, s.high_water, 100));
   held.clear();
   s = pool->Stats();
   EXPECT_EQ(s.in_use, 0u);
-  EXPECT_EQ(s.high_water, 100u);
+  EXPECT_TRUE(HighWaterIs(*pool, s.high_water, 100));
   EXPECT_EQ(s.acquire_failures, 0u);
 }
 
@@ -576,7 +593,7 @@ TEST(BufferPoolTest, HighWaterCatchesAPeakBetweenStatsCalls) {
     std::vector<Buffer> held;
     for (int i = 0; i < 10 + round * 5; ++i) held.push_back(pool->TryAcquire());
   }
-  EXPECT_EQ(pool->Stats().high_water, 20u);
+  EXPECT_TRUE(HighWaterIs(*pool, pool->Stats().high_water, 20));
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
@@ -667,7 +684,7 @@ TEST_P(StatsModelTest, InUseAndHighWaterMatchAModel) {
     if (op % 31 == 0) {
       const PoolStats s = pool->Stats();
       ASSERT_EQ(s.in_use, held.size() + raw.size()) << "op " << op;
-      ASSERT_EQ(s.high_water, peak) << "op " << op;
+      ASSERT_TRUE(HighWaterIs(*pool, s.high_water, peak)) << "op " << op;
     }
   }
   held.clear();
@@ -698,14 +715,14 @@ TEST(BufferPoolTest, ThreadExitKeepsTheAccountingExact) {
   }).join();
   PoolStats s = pool->Stats();
   EXPECT_EQ(s.in_use, 10u);
-  EXPECT_EQ(s.high_water, 50u);
+  EXPECT_TRUE(HighWaterIs(*pool, s.high_water, 50));
   std::thread([&] {
     std::vector<Buffer> mine(100);
     ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(mine)), 100u);
   }).join();
   s = pool->Stats();
   EXPECT_EQ(s.in_use, 10u);
-  EXPECT_EQ(s.high_water, 110u);
+  EXPECT_TRUE(HighWaterIs(*pool, s.high_water, 110));
   given.clear();
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
@@ -788,7 +805,7 @@ TEST_P(MonitorTest, StatsFromAnotherThreadKeepsHighWaterAtTheTruePeak) {
   done = true;
   monitor.join();
   EXPECT_EQ(pool->Stats().in_use, 0u);
-  EXPECT_EQ(pool->Stats().high_water, 40u);
+  EXPECT_TRUE(HighWaterIs(*pool, pool->Stats().high_water, 40));
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheSizes, MonitorTest, testing::Values(0, 16, 64),

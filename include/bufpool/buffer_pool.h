@@ -47,7 +47,11 @@
 //     at the fork is free in the child.
 //   * FlushCaches() moves every CPU's cached buffers to the shared store.
 //   cache_capacity() is min(cache_size, capacity() / 8); set cache_size = 0
-//   to turn the caches off. per_cpu_mode() says how the caches are guarded.
+//   to turn the caches off. per_cpu_mode() says how the caches are guarded:
+//   restartable sequences on glibc's rseq area (x86-64; no lock on the
+//   hit), or one lock per CPU where rseq is unavailable
+//   (GLIBC_TUNABLES=glibc.pthread.rseq=0, sanitizer builds). Both keep the
+//   promises above.
 //
 // Safety. A Buffer handle cannot be released twice: it is move-only, and a
 // moved-from or Reset() handle is empty. Raw pointers have no such guard, so
@@ -301,7 +305,7 @@ class BUFPOOL_EXPORT BufferPool {
   // Hot paths (internal/buffer_pool_inl.h).
   uint32_t TryAcquireSlot();
   void ReleaseSlot(uint32_t slot);
-  // Out of line (src/pool/pool_calls.cc): the cache, the shared store and
+  // Out of line (src/pool/pool_calls.cc): the caches, the shared store and
   // draining. noexcept, so that a caller that is noexcept itself, such as
   // the C API, can still call them as tail calls; they allocate nothing,
   // and their only other failure, a std::mutex that cannot lock,

@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 namespace bufpool::os {
@@ -13,7 +17,14 @@ int CurrentThreadId() { return static_cast<int>(::gettid()); }
 
 namespace {
 
-long Membarrier(int cmd) { return ::syscall(SYS_membarrier, cmd, 0, 0); }
+long Membarrier(int cmd, unsigned flags = 0, int cpu = 0) {
+  return ::syscall(SYS_membarrier, cmd, flags, cpu);
+}
+
+// Older <linux/membarrier.h> lack these (Linux 5.10).
+constexpr int kExpeditedRseq = 1 << 7;          // ..._PRIVATE_EXPEDITED_RSEQ
+constexpr int kRegisterExpeditedRseq = 1 << 8;  // ..._REGISTER_..._RSEQ
+constexpr unsigned kFlagCpu = 1 << 0;           // MEMBARRIER_CMD_FLAG_CPU
 
 bool RegisterExpedited() {
   const long supported = Membarrier(MEMBARRIER_CMD_QUERY);
@@ -29,6 +40,30 @@ void HeavyFence() {
   static const bool expedited = RegisterExpedited();
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (expedited) Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+}
+
+bool RegisterRseqFence() {
+  const long supported = Membarrier(MEMBARRIER_CMD_QUERY);
+  if (supported < 0 || (supported & kExpeditedRseq) == 0) return false;
+  return Membarrier(kRegisterExpeditedRseq) == 0;
+}
+
+void RseqFence(int cpu) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const long r = cpu < 0 ? Membarrier(kExpeditedRseq)
+                           : Membarrier(kExpeditedRseq, kFlagCpu, cpu);
+    if (r == 0) return;
+    if (errno == EINVAL && cpu >= 0) {  // offline: fence everything instead
+      cpu = -1;
+      continue;
+    }
+    if (errno != EPERM || Membarrier(kRegisterExpeditedRseq) != 0) break;
+  }
+  std::fprintf(stderr,
+               "bufpool: membarrier(PRIVATE_EXPEDITED_RSEQ) failed: "
+               "%s\n",
+               std::strerror(errno));
+  std::abort();
 }
 
 }  // namespace bufpool::os

@@ -1,4 +1,5 @@
-// Threads: who a thread is, and the heavy side of an asymmetric fence.
+// Threads: who a thread is, and the heavy sides of asymmetric fences (the
+// rseq one for the pool's per-CPU caches).
 //
 // Thread safety: every function may be called from any thread.
 #ifndef BUFPOOL_SRC_OS_THREAD_H_
@@ -16,6 +17,20 @@ int CurrentThreadId();
 // kernel lacks it, a sequentially consistent fence, which gives the same
 // guarantee on x86.
 void HeavyFence();
+
+// Registers this process for RseqFence()
+// (MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ); false where the kernel
+// lacks it (before Linux 5.10) or refuses.
+bool RegisterRseqFence();
+
+// membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ): on return, every rseq
+// critical section of this process that was running on `cpu` (every CPU
+// when cpu < 0) has committed or been restarted, and each such CPU ran a
+// full memory barrier. Registers again once if the kernel asks (a child
+// after fork()); an offline `cpu` runs no section and is a full fence of
+// every CPU instead. Aborts when the kernel refuses: the pool's drains rely
+// on it.
+void RseqFence(int cpu);
 
 }  // namespace bufpool::os
 

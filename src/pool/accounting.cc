@@ -28,7 +28,10 @@
 // in use, so it may exceed the peak by them (at most cache_capacity() x
 // CPUs); with caches off, or one cache in use, it is exact. Stats() adds its
 // own estimate from every cache's low_water, so a peak made by cache hits
-// after the last event is seen too.
+// after the last event is seen too. The rseq caches keep no low_water (a
+// window restart would be a store outside their sequences): there low is 0
+// throughout, the estimate capacity - D, never below the peak and above it
+// by at most the cached slots.
 //
 // Memory ordering: every counter here is relaxed. They are statistics: each
 // read-modify-write returns the exact value before it, and a reader that
@@ -64,15 +67,14 @@ void PoolAccess::DieCorrupt(const BufferPool& p, const char* what,
 }
 
 void PoolAccess::Popped(BufferPool& p, uint32_t n, uint32_t left, uint32_t low,
-                        bool to_user) {
+                        uint32_t handed) {
   BufferPool::Shared& s = S(p);
   const int64_t before =
       p.cache_capacity_ != 0
           ? s.depot_free.fetch_sub(n, std::memory_order_relaxed)
           : int64_t{left} + n;
   UpdateMax(s.high_water,
-            static_cast<int64_t>(p.capacity_) - before - low +
-                (to_user ? int64_t{n} : 0),
+            static_cast<int64_t>(p.capacity_) - before - low + handed,
             p.capacity_);
 }
 
@@ -93,9 +95,7 @@ int64_t PoolAccess::DepotSize(const BufferPool& p) {
 int64_t PoolAccess::Cached(const BufferPool& p) {
   const BufferPool::Shared& s = S(p);
   int64_t total = 0;
-  for (uint32_t i = 0; i < s.ncaches; ++i) {
-    total += s.caches[i].count.load(std::memory_order_relaxed);
-  }
+  for (uint32_t i = 0; i < s.ncaches; ++i) total += CachedCount(s, i);
   return total;
 }
 
@@ -106,13 +106,13 @@ uint32_t PoolAccess::TakeFromDepot(BufferPool& p, uint32_t* reshelved) {
     uint32_t left;
     slot = s.depot.PopOne(reshelved, &left);
     if (slot == BufferPool::kNoSlot) return BufferPool::kNoSlot;
-    Popped(p, 1, left, 0, /*to_user=*/true);
+    Popped(p, 1, left, 0, /*handed=*/1);
     return slot;
   }
   if (s.depot.Pop(&slot, 1, nullptr, reshelved) == 0) {
     return BufferPool::kNoSlot;
   }
-  Popped(p, 1, 0, 0, /*to_user=*/true);
+  Popped(p, 1, 0, 0, /*handed=*/1);
   return slot;
 }
 
@@ -122,7 +122,7 @@ PoolStats BufferPool::Stats() const {
   int64_t cached = 0;
   int64_t lows = 0;
   for (uint32_t i = 0; i < s.ncaches; ++i) {
-    const int64_t count = s.caches[i].count.load(std::memory_order_relaxed);
+    const int64_t count = PoolAccess::CachedCount(s, i);
     cached += count;
     lows += std::min<int64_t>(
         count, s.caches[i].low_water.load(std::memory_order_relaxed));

@@ -37,9 +37,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "pool/pool_internal.h"
+#include "pool/rseq.h"
 
 namespace bufpool {
 
@@ -57,10 +60,22 @@ BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
       depot(capacity, batch),
       ncaches(cache_capacity == 0 ? 0 : n) {
   if (ncaches == 0) return;
+  caches.reset(new CpuCache[ncaches]);
+  rseq = PoolAccess::RseqAvailable();
+  if (rseq) {
+    // The header's line, then the slots, per CPU (rseq.h); zeroed: empty.
+    rseq_stride =
+        (rseq::kSlotsOffset + size_t{cache_capacity} * 4 + 63) / 64 * 64;
+    const size_t bytes = rseq_stride * ncaches;
+    rseq_area.reset(static_cast<char*>(std::aligned_alloc(64, bytes)));
+    if (rseq_area == nullptr) throw std::bad_alloc();
+    std::memset(rseq_area.get(), 0, bytes);
+    rseq_base = rseq_area.get();
+    return;
+  }
   // One entry more than the capacity, for the slot being released when a
   // waiter makes the whole cache go (PushLocked); rounded to a cache line.
   const size_t stride = (size_t{cache_capacity} + 1 + 15) / 16 * 16;
-  caches.reset(new CpuCache[ncaches]);
   cache_slots.reset(new uint32_t[stride * ncaches]);
   for (uint32_t i = 0; i < ncaches; ++i) {
     caches[i].slots = &cache_slots[stride * i];
@@ -80,7 +95,7 @@ uint32_t PoolAccess::Refill(BufferPool& p, CpuCache& c, uint32_t max,
   const uint32_t low = c.low_water.load(std::memory_order_relaxed);
   const uint32_t n = S(p).depot.Pop(c.slots, max, &c.spare, reshelved);
   if (n == 0) return 0;
-  Popped(p, n, 0, low, /*to_user=*/false);
+  Popped(p, n, 0, low, /*handed=*/0);
   // Pop wrote the shared top first; the cache's top is its last entry.
   std::reverse(c.slots, c.slots + n);
   c.count.store(n, std::memory_order_relaxed);

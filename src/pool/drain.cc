@@ -58,6 +58,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "os/thread.h"
 #include "pool/pool_internal.h"
 
 namespace bufpool {
@@ -93,6 +94,7 @@ static uint32_t TakeHere(BufferPool& p, uint32_t* reshelved) {
   if (PoolAccess::S(p).ncaches == 0) {
     return PoolAccess::TakeFromDepot(p, reshelved);
   }
+  if (PoolAccess::S(p).rseq) return PoolAccess::RseqTake(p, reshelved);
   CpuCache& mine = PoolAccess::ThisCpu(p);
   const std::lock_guard<std::mutex> lock(mine.mu);
   return PoolAccess::PopLocked(p, mine, reshelved);
@@ -103,10 +105,19 @@ uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
   uint32_t slot = TakeHere(p, reshelved);
   if (slot != BufferPool::kNoSlot) return slot;
   BufferPool::Shared& s = S(p);
+  // rseq: one fence of every CPU stands for locking every cache: a section
+  // that began before it has committed (its slot shows in a count read
+  // after it) or restarts and sees waiters_ (rseq.h, "Waiters").
+  if (s.rseq && lock_all && s.ncaches != 0) os::RseqFence(-1);
   for (uint32_t i = 0; i < s.ncaches; ++i) {
     CpuCache& c = s.caches[i];
-    if (!lock_all && c.count.load(std::memory_order_relaxed) == 0) continue;
+    if ((!lock_all || s.rseq) && CachedCount(s, i) == 0) continue;
     const std::lock_guard<std::mutex> lock(c.mu);
+    if (s.rseq) {
+      slot = RseqDrain(p, i, /*take_one=*/true, reshelved);
+      if (slot != BufferPool::kNoSlot) return slot;
+      continue;
+    }
     if (c.count.load(std::memory_order_relaxed) == 0) continue;
     // One for us; the rest to the depot, where every CPU finds them.
     slot = PopLocked(p, c, reshelved);
@@ -122,8 +133,13 @@ uint32_t PoolAccess::DrainAll(BufferPool& p) {
   uint32_t moved = 0;
   for (uint32_t i = 0; i < s.ncaches; ++i) {
     CpuCache& c = s.caches[i];
+    if (s.rseq && CachedCount(s, i) == 0) continue;
     const std::lock_guard<std::mutex> lock(c.mu);
-    moved += Evict(p, c);
+    if (s.rseq) {
+      RseqDrain(p, i, /*take_one=*/false, &moved);
+    } else {
+      moved += Evict(p, c);
+    }
   }
   return moved;
 }
@@ -262,7 +278,12 @@ absl::Status BufferPool::NotifyWhenFree(int event_fd) {
   }
   // Steps 2 and 3 without taking anything: is a buffer free now?
   bool free_now = !s.depot.SeenEmpty();
+  if (!free_now && s.rseq && s.ncaches != 0) os::RseqFence(-1);
   for (uint32_t i = 0; !free_now && i < s.ncaches; ++i) {
+    if (s.rseq) {
+      free_now = PoolAccess::CachedCount(s, i) != 0;
+      continue;
+    }
     const std::lock_guard<std::mutex> lock(s.caches[i].mu);
     free_now = s.caches[i].count.load(std::memory_order_relaxed) != 0;
   }

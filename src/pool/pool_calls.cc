@@ -184,6 +184,10 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
     PoolAccess::WakeWaiters(*this, 1);
     return;
   }
+  if (shared_->rseq) {
+    PoolAccess::WakeWaiters(*this, PoolAccess::RseqGive(*this, slot));
+    return;
+  }
   CpuCache& c = PoolAccess::ThisCpu(*this);
   uint32_t pushed;
   {
@@ -194,7 +198,8 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
 }
 
 PerCpuMode BufferPool::per_cpu_mode() const {
-  return shared_->ncaches == 0 ? PerCpuMode::kOff : PerCpuMode::kLocked;
+  if (shared_->ncaches == 0) return PerCpuMode::kOff;
+  return shared_->rseq ? PerCpuMode::kRseq : PerCpuMode::kLocked;
 }
 
 // The bulk paths, shared by the handle and raw-pointer APIs. `emit(i, slot)`
@@ -207,7 +212,14 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
     emit(got++, slot);
   };
-  if (shared_->ncaches != 0) {
+  if (shared_->rseq) {
+    while (got < want) {  // every slot through the sequences or the drain
+      const uint32_t slot =
+          PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
+      if (slot == kNoSlot) break;
+      hand_out(slot);
+    }
+  } else if (shared_->ncaches != 0) {
     CpuCache& c = PoolAccess::ThisCpu(*this);
     {
       const std::lock_guard<std::mutex> lock(c.mu);
@@ -250,7 +262,7 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
           direct, static_cast<uint32_t>(std::min<size_t>(64, want - got)),
           nullptr, &reshelved, &left);
       if (n == 0) break;
-      PoolAccess::Popped(*this, n, left, 0, /*to_user=*/true);
+      PoolAccess::Popped(*this, n, left, 0, /*handed=*/n);
       for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
     }
   }
@@ -283,6 +295,11 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
     uint32_t pushed = k;
     if (shared_->ncaches == 0) {
       shared_->depot.Push(slots, k, nullptr);
+    } else if (shared_->rseq) {
+      pushed = 0;
+      for (uint32_t i = 0; i < k; ++i) {
+        pushed += PoolAccess::RseqGive(*this, slots[i]);
+      }
     } else {
       CpuCache& c = PoolAccess::ThisCpu(*this);
       const std::lock_guard<std::mutex> lock(c.mu);

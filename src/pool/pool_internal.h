@@ -19,6 +19,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -50,6 +51,13 @@ struct BufferPool::Shared {
   const uint32_t ncaches;                   // one per CPU the system may run
   std::unique_ptr<CpuCache[]> caches;       // [ncaches]; empty with caches off
   std::unique_ptr<uint32_t[]> cache_slots;  // their slots arrays
+  // rseq mode (rseq.h): the caches' counts and slots live here instead,
+  // CPU i's at rseq_base + i * rseq_stride; CpuCache::mu still serializes
+  // the slow paths and drains of CPU i, and CpuCache::spare is its spare.
+  bool rseq = false;
+  std::unique_ptr<char, void (*)(void*)> rseq_area{nullptr, std::free};
+  char* rseq_base = nullptr;
+  uint64_t rseq_stride = 0;
   // The depot's size with caches on (see accounting.cc); relaxed: a
   // statistic, and each read-modify-write returns the exact value before it.
   alignas(64) std::atomic<int64_t> depot_free{0};
@@ -89,6 +97,20 @@ struct PoolAccess {
   // migration only costs locality, the lock makes any cache safe).
   static CpuCache& ThisCpu(BufferPool& p);
   static uint32_t CpuCount();
+  // Whether this process runs the rseq caches (rseq.h); fixed at first use.
+  static bool RseqAvailable();
+  // The free slots CPU i's cache holds (relaxed; either mode).
+  static uint32_t CachedCount(const SharedState& s, uint32_t i);
+  // rseq mode: this CPU's slot, or a refill from the depot (one handed out,
+  // the rest pushed into whichever cache the thread runs on).
+  static uint32_t RseqTake(BufferPool& p, uint32_t* reshelved);
+  // rseq mode: releases `slot`; the slots it pushed to the depot.
+  static uint32_t RseqGive(BufferPool& p, uint32_t slot);
+  // rseq mode, with caches[i].mu held: stops CPU i's cache, takes one slot
+  // if `take_one` (returned; kNoSlot otherwise or when empty), moves the
+  // rest to the depot (added to *moved) and restarts it empty.
+  static uint32_t RseqDrain(BufferPool& p, uint32_t i, bool take_one,
+                            uint32_t* moved);
   // With c.mu held: pops one free slot, refilling from the depot when c is
   // empty; kNoSlot when both are empty. *reshelved: see Depot::Pop.
   static uint32_t PopLocked(BufferPool& p, CpuCache& c, uint32_t* reshelved);
@@ -131,9 +153,10 @@ struct PoolAccess {
 
   // After popping n > 0 slots from the depot (which held `left` after the
   // pop when it keeps no magazines). `low` is the popping cache's
-  // low_water (0 without a cache); `to_user` when the slots go to users.
+  // low_water (0 without one, and in rseq mode); `handed` of the n go
+  // straight to users.
   static void Popped(BufferPool& p, uint32_t n, uint32_t left, uint32_t low,
-                     bool to_user);
+                     uint32_t handed);
   // After pushing n slots that have already left a cache's count.
   static void Pushed(BufferPool& p, uint32_t n, uint32_t low);
   // The depot's free slots.
