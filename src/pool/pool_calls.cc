@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "bufpool/internal/shared_access.h"
 #include "pool/pool_internal.h"
+#include "pool/rseq.h"
 
 namespace bufpool {
 
@@ -96,6 +97,11 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   pool->shared_->depot_free.store(static_cast<int64_t>(count),
                                   std::memory_order_relaxed);
   BUFPOOL_INTERNAL_POISON(pool->base_, size * count);
+  if (pool->shared_->rseq) {
+    pool->rseq_base_ = pool->shared_->rseq_base;
+    pool->rseq_stride_ = pool->shared_->rseq_stride;
+    pool->rseq_cpus_ = pool->shared_->ncaches;
+  }
   PoolAccess::Register(*pool);
   return pool;
 }
@@ -164,6 +170,13 @@ uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
 // ---- Single buffers ---------------------------------------------------------
 
 uint32_t BufferPool::AcquireSlow() noexcept {
+  if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
+    const uint32_t slot = rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+    if (slot != rseq::kNone) [[likely]] {
+      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+      return slot;
+    }
+  }
   uint32_t reshelved = 0;
   const uint32_t slot =
       PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
@@ -184,7 +197,12 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
     PoolAccess::WakeWaiters(*this, 1);
     return;
   }
-  if (shared_->rseq) {
+  if (rseq_base_ != nullptr) {
+    if (rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_,
+                   static_cast<uint32_t>(cache_capacity_), &waiters_, slot))
+        [[likely]] {
+      return;  // the hit: one sequence
+    }
     PoolAccess::WakeWaiters(*this, PoolAccess::RseqGive(*this, slot));
     return;
   }
