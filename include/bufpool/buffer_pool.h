@@ -83,6 +83,7 @@
 #include "absl/types/span.h"
 #include "bufpool/export.h"
 #include "bufpool/internal/cpu_cache.h"
+#include "bufpool/internal/rseq.h"
 
 namespace bufpool {
 
@@ -338,7 +339,7 @@ class BUFPOOL_EXPORT BufferPool {
   size_t capacity_ = 0;
   size_t region_bytes_ = 0;  // capacity_ * buffer_size_
   size_t cache_capacity_ = 0;
-  // The rseq caches (src/pool/rseq.h), or nullptr where they are off.
+  // The rseq caches (internal/rseq.h), or nullptr where they are off.
   char* rseq_base_ = nullptr;
   uint64_t rseq_stride_ = 0;
   uint32_t rseq_cpus_ = 0;

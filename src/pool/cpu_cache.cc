@@ -41,8 +41,8 @@
 #include <cstring>
 #include <new>
 
+#include "bufpool/internal/rseq.h"
 #include "pool/pool_internal.h"
-#include "pool/rseq.h"
 
 namespace bufpool {
 
@@ -65,7 +65,8 @@ BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
   if (rseq) {
     // The header's line, then the slots, per CPU (rseq.h); zeroed: empty.
     rseq_stride =
-        (rseq::kSlotsOffset + size_t{cache_capacity} * 4 + 63) / 64 * 64;
+        (internal::rseq::kSlotsOffset + size_t{cache_capacity} * 4 + 63) / 64 *
+        64;
     const size_t bytes = rseq_stride * ncaches;
     rseq_area.reset(static_cast<char*>(std::aligned_alloc(64, bytes)));
     if (rseq_area == nullptr) throw std::bad_alloc();

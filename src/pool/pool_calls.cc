@@ -16,9 +16,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "bufpool/internal/rseq.h"
 #include "bufpool/internal/shared_access.h"
 #include "pool/pool_internal.h"
-#include "pool/rseq.h"
 
 namespace bufpool {
 
@@ -171,8 +171,9 @@ uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
 
 uint32_t BufferPool::AcquireSlow() noexcept {
   if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
-    const uint32_t slot = rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
-    if (slot != rseq::kNone) [[likely]] {
+    const uint32_t slot =
+        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+    if (slot != internal::rseq::kNone) [[likely]] {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
       return slot;
     }
@@ -198,9 +199,9 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
     return;
   }
   if (rseq_base_ != nullptr) {
-    if (rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_,
-                   static_cast<uint32_t>(cache_capacity_), &waiters_, slot))
-        [[likely]] {
+    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_,
+                             static_cast<uint32_t>(cache_capacity_), &waiters_,
+                             slot)) [[likely]] {
       return;  // the hit: one sequence
     }
     PoolAccess::WakeWaiters(*this, PoolAccess::RseqGive(*this, slot));

@@ -2,7 +2,7 @@
 // through the sequences, stopping and draining another CPU's, and the
 // process-wide switch. The sequences and their correctness argument are in
 // rseq.h; the locked caches, used where this is off, in cpu_cache.cc.
-#include "pool/rseq.h"
+#include "bufpool/internal/rseq.h"
 
 #include <algorithm>
 #include <atomic>
@@ -20,11 +20,11 @@ uint32_t* Header(const PoolAccess::SharedState& s, uint32_t i) {
 }
 
 uint32_t* Slots(const PoolAccess::SharedState& s, uint32_t i) {
-  return Header(s, i) + rseq::kSlotsOffset / sizeof(uint32_t);
+  return Header(s, i) + internal::rseq::kSlotsOffset / sizeof(uint32_t);
 }
 
 uint32_t PopHere(const PoolAccess::SharedState& s) {
-  return rseq::Pop(s.rseq_base, s.rseq_stride, s.ncaches);
+  return internal::rseq::Pop(s.rseq_base, s.rseq_stride, s.ncaches);
 }
 
 }  // namespace
@@ -50,17 +50,17 @@ uint32_t PoolAccess::CachedCount(const SharedState& s, uint32_t i) {
   if (!s.rseq) return s.caches[i].count.load(std::memory_order_relaxed);
   return std::atomic_ref<uint32_t>(*Header(s, i))
              .load(std::memory_order_relaxed) &
-         ~rseq::kStopped;
+         ~internal::rseq::kStopped;
 }
 
 uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
   SharedState& s = S(p);
   uint32_t slot = PopHere(s);
-  if (slot != rseq::kNone) return slot;
+  if (slot != internal::rseq::kNone) return slot;
   CpuCache& c = ThisCpu(p);
   const std::lock_guard<std::mutex> lock(c.mu);
   slot = PopHere(s);  // refilled while we waited for the lock?
-  if (slot != rseq::kNone) return slot;
+  if (slot != internal::rseq::kNone) return slot;
   uint32_t got[internal::kMaxCacheSlots];
   const uint32_t want = Waiting(p) ? 1 : RefillBatch(p);
   const uint32_t n = s.depot.Pop(got, want, &c.spare, reshelved);
@@ -72,9 +72,9 @@ uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
   uint32_t rest[internal::kMaxCacheSlots];
   uint32_t back = 0;
   for (uint32_t k = n; k > 1; --k) {
-    if (!rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches,
-                    static_cast<uint32_t>(p.cache_capacity_), &p.waiters_,
-                    got[k - 1])) {
+    if (!internal::rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches,
+                              static_cast<uint32_t>(p.cache_capacity_),
+                              &p.waiters_, got[k - 1])) {
       rest[back++] = got[k - 1];
     }
   }
@@ -90,8 +90,8 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   SharedState& s = S(p);
   const auto cap = static_cast<uint32_t>(p.cache_capacity_);
   auto push = [&](uint32_t x) {
-    return rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches, cap, &p.waiters_,
-                      x);
+    return internal::rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches, cap,
+                                &p.waiters_, x);
   };
   if (push(slot)) return 0;
   CpuCache& c = ThisCpu(p);
@@ -104,12 +104,12 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
     const uint32_t batch = RefillBatch(p);
     while (k < batch) {
       const uint32_t x = PopHere(s);
-      if (x == rseq::kNone) break;
+      if (x == internal::rseq::kNone) break;
       out[k++] = x;
     }
-    if (push(slot)) slot = rseq::kNone;
+    if (push(slot)) slot = internal::rseq::kNone;
   }
-  if (slot != rseq::kNone) out[k++] = slot;
+  if (slot != internal::rseq::kNone) out[k++] = slot;
   if (k != 0) {
     s.depot.Push(out, k, &c.spare);
     Pushed(p, k, 0);
@@ -126,12 +126,12 @@ uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,
   // every store of a section that committed before the fence.
   uint32_t n;
   for (;;) {
-    count.fetch_or(rseq::kStopped, std::memory_order_seq_cst);
+    count.fetch_or(internal::rseq::kStopped, std::memory_order_seq_cst);
     os::RseqFence(static_cast<int>(i));
     n = count.load(std::memory_order_acquire);
-    if ((n & rseq::kStopped) != 0) break;
+    if ((n & internal::rseq::kStopped) != 0) break;
   }
-  n &= ~rseq::kStopped;
+  n &= ~internal::rseq::kStopped;
   uint32_t taken[internal::kMaxCacheSlots];
   std::copy(Slots(s, i), Slots(s, i) + n, taken);
   // Restart empty (release: the copy above is done before any section may

@@ -8,19 +8,54 @@
 
 namespace bufpool {
 
-// The single-buffer paths. The per-CPU caches are guarded by a lock or a
-// restartable sequence (src/pool/cpu_cache.h), both out of line: each call
-// is one call in tail position, which the C API's entry points inherit.
+// The single-buffer paths. The cache hit is one restartable sequence
+// (bufpool/internal/rseq.h) where the pool runs them (rseq_base_ set: x86-64,
+// glibc's rseq area, not a sanitizer build); every miss, and the locked
+// caches of other setups, are one out-of-line call in tail position.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
+#if BUFPOOL_HAVE_RSEQ
+  if (rseq_base_ != nullptr) [[likely]] {
+    const uint32_t slot =
+        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+    if (slot != internal::rseq::kNone) [[likely]] {
+      std::byte* const data = SlotData(slot);
+      BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
+      // relaxed: see ReleaseRaw.
+      State(slot).store(kSlotRaw, std::memory_order_relaxed);
+      return data;
+    }
+  }
+#endif
   return TryAcquireRawSlow();
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
+#if BUFPOOL_HAVE_RSEQ
+  if (rseq_base_ != nullptr) [[likely]] {
+    const uint32_t slot =
+        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+    if (slot != internal::rseq::kNone) [[likely]] {
+      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+      return slot;
+    }
+  }
+#endif
   return AcquireSlow();
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
     uint32_t slot) {
+#if BUFPOOL_HAVE_RSEQ
+  // A scrubbing pool zeroes the buffer out of line before it is published.
+  if (rseq_base_ != nullptr && !scrub_) [[likely]] {
+    BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_,
+                             static_cast<uint32_t>(cache_capacity_), &waiters_,
+                             slot)) [[likely]] {
+      return;
+    }
+  }
+#endif
   ReleaseSlow(slot);
 }
 

@@ -1,5 +1,6 @@
-// The restartable sequences of the per-CPU caches (x86-64), and the switch
-// that says whether this process runs them.
+// Internal (installed because the inline fast paths of bufpool/
+// buffer_pool.h use it; not API): the restartable sequences of the per-CPU
+// caches on x86-64. The slow paths and drains are in src/pool/rseq.cc.
 //
 // A cache in rseq mode is a header word and a stack of slots, per CPU, at
 // base + cpu * stride:
@@ -47,10 +48,12 @@
 //
 // The fallback (the locked caches of cpu_cache.cc) keeps the same
 // invariants with a mutex per CPU instead of the sequence and the fence.
-#ifndef BUFPOOL_SRC_POOL_RSEQ_H_
-#define BUFPOOL_SRC_POOL_RSEQ_H_
+#ifndef BUFPOOL_INTERNAL_RSEQ_H_
+#define BUFPOOL_INTERNAL_RSEQ_H_
 
 #include <cstdint>
+
+#include "absl/base/attributes.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
@@ -63,14 +66,18 @@
 
 // Sanitizer builds run the locked caches: the sanitizers cannot see stores
 // made by inline assembly, nor the fence.
-#if defined(__x86_64__) && !defined(BUFPOOL_NO_RSEQ_SANITIZER)
+#if defined(__x86_64__) && !defined(BUFPOOL_NO_RSEQ_SANITIZER) && \
+    defined(__has_include)
+#if __has_include(<sys/rseq.h>)
 #define BUFPOOL_HAVE_RSEQ 1
 #include <sys/rseq.h>
-#else
+#endif
+#endif
+#ifndef BUFPOOL_HAVE_RSEQ
 #define BUFPOOL_HAVE_RSEQ 0
 #endif
 
-namespace bufpool::rseq {
+namespace bufpool::internal::rseq {
 
 inline constexpr uint32_t kStopped = 0x80000000u;
 inline constexpr uint32_t kNone = 0xffffffffu;
@@ -78,12 +85,19 @@ inline constexpr unsigned kSlotsOffset = 64;  // bytes, in the asm below
 
 #if BUFPOOL_HAVE_RSEQ
 
+// The descriptor (__rseq_cs) and the abort handler (__rseq_failure) go in
+// sections of their own; the "?" flag puts them in the section group of the
+// code around them, so that when the sequence is inlined into a function the
+// linker keeps one copy of (a COMDAT group), it keeps or drops them along
+// with that copy.
+//
 // Pops this CPU's top slot; kNone when the cache is empty or stopped, or the
 // thread has no CPU id (rseq not registered for it).
-inline uint32_t Pop(char* base, uint64_t stride, uint32_t ncpu) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
+                                                 uint32_t ncpu) {
   uint32_t slot;
   asm volatile(
-      ".pushsection __rseq_cs, \"aw\"\n\t"
+      ".pushsection __rseq_cs, \"aw?\"\n\t"
       ".balign 32\n\t"
       "3:\n\t"
       ".long 0x0, 0x0\n\t"
@@ -105,7 +119,7 @@ inline uint32_t Pop(char* base, uint64_t stride, uint32_t ncpu) {
       "movl 64(%%rax,%%rcx,4), %[slot]\n\t"
       "movl %%ecx, (%%rax)\n\t"  // commit
       "2:\n\t"
-      ".pushsection __rseq_failure, \"ax\"\n\t"
+      ".pushsection __rseq_failure, \"ax?\"\n\t"
       ".byte 0x0f, 0xb9, 0x3d\n\t"
       ".long 0x53053053\n\t"  // RSEQ_SIG, before the abort label
       "4:\n\t"
@@ -123,11 +137,13 @@ inline uint32_t Pop(char* base, uint64_t stride, uint32_t ncpu) {
 
 // Pushes `slot` onto this CPU's cache; false when it is full or stopped,
 // someone waits (*waiters != 0), or the thread has no CPU id.
-inline bool Push(char* base, uint64_t stride, uint32_t ncpu, uint32_t cap,
-                 const void* waiters, uint32_t slot) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
+                                              uint32_t ncpu, uint32_t cap,
+                                              const void* waiters,
+                                              uint32_t slot) {
   uint32_t ok;
   asm volatile(
-      ".pushsection __rseq_cs, \"aw\"\n\t"
+      ".pushsection __rseq_cs, \"aw?\"\n\t"
       ".balign 32\n\t"
       "3:\n\t"
       ".long 0x0, 0x0\n\t"
@@ -153,7 +169,7 @@ inline bool Push(char* base, uint64_t stride, uint32_t ncpu, uint32_t cap,
       "2:\n\t"
       "movl $1, %[ok]\n\t"
       "7:\n\t"
-      ".pushsection __rseq_failure, \"ax\"\n\t"
+      ".pushsection __rseq_failure, \"ax?\"\n\t"
       ".byte 0x0f, 0xb9, 0x3d\n\t"
       ".long 0x53053053\n\t"  // RSEQ_SIG, before the abort label
       "4:\n\t"
@@ -179,6 +195,6 @@ inline bool Push(char*, uint64_t, uint32_t, uint32_t, const void*, uint32_t) {
 
 #endif
 
-}  // namespace bufpool::rseq
+}  // namespace bufpool::internal::rseq
 
-#endif  // BUFPOOL_SRC_POOL_RSEQ_H_
+#endif  // BUFPOOL_INTERNAL_RSEQ_H_
