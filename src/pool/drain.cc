@@ -225,7 +225,10 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   uint32_t slot = PoolAccess::TakeAnywhere(*this, false, &reshelved);
   if (slot != kNoSlot || timeout <= absl::ZeroDuration()) {
     PoolAccess::WakeWaiters(*this, reshelved);
-    if (slot != kNoSlot) return Buffer(this, slot);
+    if (slot != kNoSlot) {
+      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+      return Buffer(this, slot);
+    }
     shared_->failures.fetch_add(1, std::memory_order_relaxed);
     return DeadlineError(*this, timeout);
   }
@@ -253,7 +256,10 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   waiters_.fetch_sub(1, std::memory_order_relaxed);  // a late wake is harmless
   // Slots put back may be what another sleeper needs.
   PoolAccess::WakeWaiters(*this, reshelved);
-  if (slot != kNoSlot) return Buffer(this, slot);
+  if (slot != kNoSlot) {
+    BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+    return Buffer(this, slot);
+  }
   shared_->timeouts.fetch_add(1, std::memory_order_relaxed);
   return DeadlineError(*this, timeout);
 }
