@@ -188,7 +188,7 @@ bufpool::BufferPool& SharedPool() {
   static bufpool::BufferPool* pool = [] {
     auto p = bufpool::BufferPool::Create({.buffer_size = kBufferSize,
                                           .buffer_count = 8192,
-                                          .thread_cache_size = kCache});
+                                          .cache_size = kCache});
     if (!p.ok()) Die("BufferPool::Create");
     return p->release();
   }();
@@ -259,7 +259,7 @@ struct PoolC {
       bufpool_options o = BUFPOOL_OPTIONS_INIT;
       o.buffer_size = kBufferSize;
       o.buffer_count = 8192;
-      o.thread_cache_size = kPoolCache;
+      o.cache_size = kPoolCache;
       char* err = nullptr;
       bufpool_pool* p = bufpool_create(&o, &err);
       if (p == nullptr) Die(err);

@@ -43,7 +43,7 @@ std::unique_ptr<BufferPool> MakePool(size_t buffer_size, size_t count,
                                   .buffer_count = count,
                                   .huge_pages = HugePages::kNever,
                                   .populate = false,
-                                  .thread_cache_size = thread_cache});
+                                  .cache_size = thread_cache});
   EXPECT_TRUE(pool.ok()) << pool.status();
   return *std::move(pool);
 }

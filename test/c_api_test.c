@@ -50,10 +50,10 @@ static int contains(const char* s, const char* part) {
 }
 
 /* A pool with `count` buffers of 4096 bytes, else the test stops. */
-static bufpool_pool* make_pool(size_t count, size_t thread_cache_size) {
+static bufpool_pool* make_pool(size_t count, size_t cache_size) {
   bufpool_options o = BUFPOOL_OPTIONS_INIT;
   o.buffer_count = count;
-  o.thread_cache_size = thread_cache_size;
+  o.cache_size = cache_size;
   char* err = NULL;
   bufpool_pool* pool = bufpool_create(&o, &err);
   if (pool == NULL) fprintf(stderr, "bufpool_create: %s\n", err);
@@ -85,12 +85,12 @@ static void test_options_defaults(void) {
   CHECK(macro.populate == 1);
   CHECK(macro.lock_memory == 0);
   CHECK(macro.scrub_on_release == 0);
-  CHECK(macro.thread_cache_size == 64);
+  CHECK(macro.cache_size == 64);
 
   /* A caller with an older, shorter struct: only its bytes are written. */
   unsigned char raw[sizeof(bufpool_options) + 8];
   memset(raw, 0xab, sizeof(raw));
-  const size_t shorter = offsetof(bufpool_options, thread_cache_size);
+  const size_t shorter = offsetof(bufpool_options, cache_size);
   bufpool_options_init((bufpool_options*)(void*)raw, shorter);
   bufpool_options head;
   memcpy(&head, raw, shorter);
@@ -240,7 +240,7 @@ static void test_options_reach_the_pool(void) {
   bufpool_options o = BUFPOOL_OPTIONS_INIT;
   o.buffer_count = 1;
   o.scrub_on_release = 1;
-  o.thread_cache_size = 0;
+  o.cache_size = 0;
   bufpool_pool* pool = bufpool_create(&o, NULL);
   REQUIRE(pool != NULL);
   unsigned char* b = bufpool_try_acquire(pool);

@@ -22,7 +22,7 @@ std::unique_ptr<BufferPool> MakePool(size_t buffer_size, size_t count,
                                   .buffer_count = count,
                                   .huge_pages = HugePages::kNever,
                                   .populate = false,
-                                  .thread_cache_size = cache});
+                                  .cache_size = cache});
   if (!pool.ok()) std::abort();
   return *std::move(pool);
 }

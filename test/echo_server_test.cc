@@ -225,7 +225,7 @@ TEST_P(EchoServerTest, ALimitBelowOneBufferStillMovesABufferPerRead) {
 TEST_P(EchoServerTest, PoolFarSmallerThanTheLoad) {
   // 16 buffers of 4 KiB (64 KiB) against 64 clients with up to 1 MiB in
   // flight each: the server must stall reads, never drop or reorder bytes.
-  Running s(GetParam(), {.buffer_count = 16, .thread_cache_size = 0});
+  Running s(GetParam(), {.buffer_count = 16, .cache_size = 0});
   ExpectEchoed(s.Load(64, Scale(4), 1, kMiB, 606));
   s.ExpectIdle();
   const EchoServerStats st = s.server().Stats();

@@ -329,7 +329,7 @@ struct FragmentedPool {
 FragmentedPool MakeFragmentedPool() {
   PoolOptions po;
   po.buffer_count = 96;
-  po.thread_cache_size = 0;
+  po.cache_size = 0;
   auto created = BufferPool::Create(po);
   if (!created.ok()) {
     ADD_FAILURE() << created.status();

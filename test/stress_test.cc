@@ -61,7 +61,7 @@ TEST_P(StressTest, ThreadsHandBuffersToEachOtherWithoutCorruption) {
   const StressParams params = GetParam();
   auto created = BufferPool::Create({.buffer_size = params.buffer_size,
                                      .buffer_count = 512,
-                                     .thread_cache_size = params.cache});
+                                     .cache_size = params.cache});
   ASSERT_TRUE(created.ok()) << created.status();
   BufferPool& pool = **created;
 
@@ -194,7 +194,7 @@ INSTANTIATE_TEST_SUITE_P(Pools, StressTest,
 // than a timeout: no Acquire() may time out, and nothing may be lost.
 TEST(StressTest, NappingThreadsAndShortTimeoutWaitersLoseNothing) {
   auto created = BufferPool::Create(
-      {.buffer_size = 256, .buffer_count = 256, .thread_cache_size = 16});
+      {.buffer_size = 256, .buffer_count = 256, .cache_size = 16});
   ASSERT_TRUE(created.ok()) << created.status();
   BufferPool& pool = **created;
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)

@@ -329,7 +329,7 @@ TEST(ProvidedBufferRingTest, EveryConnectionSurvivesAPoolSmallerThanTheLoad) {
   LoadOptions o;
   o.connections = 64;
   o.bytes_per_connection = 64 * 1024;
-  o.pool = {.buffer_count = 48, .thread_cache_size = 0};
+  o.pool = {.buffer_count = 48, .cache_size = 0};
   o.ring = {.max_buffers = 32, .initial_buffers = 8};
   o.hold_turns = 2;
   LoadResult r;

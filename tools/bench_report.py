@@ -51,8 +51,8 @@ WORKLOADS = [
      "libbufpool_1pool"),
     ("SharedObject", "Hot pair called from the executable and from a -fPIC "
      "shared object (64 pairs per call)", "ns/buffer", "libbufpool_exe"),
-    ("Reclaim", "Acquire() of a buffer idle in a blocked thread's cache "
-     "(p99 of 2,000 per round)", "us p99", "libbufpool"),
+    ("Reclaim", "Acquire() of a buffer parked in another CPU's cache (a "
+     "drain; p99 of 2,000 per round)", "us p99", "libbufpool"),
     ("Share", "SharedBuffer copy + destroy vs std::shared_ptr", "ns/op",
      "libbufpool"),
     ("Slice", "SharedBuffer::Slice vs std::shared_ptr aliasing", "ns/op",

@@ -2,7 +2,7 @@
 //
 // A BufferPool maps one page-aligned region (the arena) once, slices it into
 // `buffer_count` buffers of `buffer_size` bytes, and hands them out from a
-// lock-free shared store fronted by small per-thread caches. Buffer `i` lives
+// lock-free shared store fronted by small per-CPU caches. Buffer `i` lives
 // at
 //
 //   region().data() + i * buffer_size
@@ -26,33 +26,32 @@
 // threads at once. A buffer may be released on a different thread than the
 // one that acquired it. A single Buffer handle is not shared between threads
 // (like std::unique_ptr): hand it over with std::move through your own
-// synchronisation. A thread may use any number of pools, in any order.
+// synchronisation. A thread may use any number of pools, in any order. Do
+// not call into a pool from a signal handler that may interrupt a call into
+// the same pool (the calls are not async-signal-safe); a handler that
+// interrupts a pool call and then sleeps or blocks is fine.
 //
-// Per-thread caches. Each thread that uses a pool keeps up to
-// `cache_capacity()` free buffers of that pool in a private cache, so the
-// common acquire/release is a thread-local operation with no atomic
-// read-modify-write and no lock. What a caller can observe:
-//   * One thread alone can always acquire exactly capacity() buffers.
-//   * TryAcquire() looks in this thread's cache and the shared store only:
-//     it returns an empty handle when both are empty, even if other threads'
-//     caches hold free buffers.
-//   * Acquire() (with any timeout, zero included) also reclaims buffers
-//     sitting idle in the caches of threads that are blocked (in a system
-//     call: waiting on a lock, a condition variable, I/O, a sleep). It never
-//     times out while such a buffer exists. A thread that is running keeps
-//     its cached buffers until its next release, which, while a thread waits
-//     in Acquire(), hands them all over; call FlushThreadCache() in a thread
-//     that is about to compute for long without using the pool.
-//   * A cache is emptied into the shared store when its thread exits, and by
-//     FlushThreadCache(). In a child after fork(), the caches of the
-//     parent's other threads are reclaimed like those of blocked threads.
-//   * Reclaiming relies on a thread blocked in a system call being outside
-//     every pool call. A signal handler that interrupts a pool call and then
-//     blocks (sigsuspend, a blocking read) breaks that: do not call into a
-//     pool, or block, in a handler that may interrupt one.
-//   cache_capacity() is min(thread_cache_size, capacity() / 8), so caches
-//   never hold more than an eighth of the pool per thread; set
-//   thread_cache_size = 0 to turn them off.
+// Per-CPU caches. Each pool keeps up to `cache_capacity()` free buffers per
+// CPU in a small cache, so the common acquire/release touches memory of the
+// CPU it runs on only. What a caller can observe:
+//   * TryAcquire() returns an empty handle only when no buffer was free
+//     anywhere during the call: before it gives up it takes buffers from
+//     every CPU's cache. An exhausted pool answers without taking a lock.
+//   * Acquire(timeout) sleeps only while every buffer is in use, and a
+//     release on any thread wakes it. Nothing the threads that released
+//     buffers do afterwards (run, block, sleep, stop, exit) can keep a free
+//     buffer from it.
+//   * Free buffers parked in caches are at most cache_capacity() x CPUs in
+//     total (Stats().cached), whatever the number of threads.
+//   * fork(): the child can use every pool; each buffer that no thread held
+//     at the fork is free in the child.
+//   * FlushCaches() moves every CPU's cached buffers to the shared store.
+//   cache_capacity() is min(cache_size, capacity() / 8); set cache_size = 0
+//   to turn the caches off. per_cpu_mode() says how the caches are guarded:
+//   restartable sequences on glibc's rseq area (x86-64; no lock on the
+//   hit), or one lock per CPU where rseq is unavailable
+//   (GLIBC_TUNABLES=glibc.pthread.rseq=0, sanitizer builds). Both keep the
+//   promises above.
 //
 // Safety. A Buffer handle cannot be released twice: it is move-only, and a
 // moved-from or Reset() handle is empty. Raw pointers have no such guard, so
@@ -69,16 +68,6 @@
 //
 // Destruction. Destroy a pool only after every call into it on other threads
 // has returned, as with any object.
-//
-// Shared objects. The inline fast paths reach this thread's cache table with
-// the initial-exec TLS model (bufpool/internal/thread_cache.h), so code built
-// with -fPIC pays no __tls_get_addr. A shared object holding libbufpool
-// (libbufpool.so, or a plugin that links it statically) that is loaded with
-// dlopen() rather than at start-up takes that table (128 bytes) from glibc's
-// static TLS reserve; in a process that has used the reserve up, dlopen()
-// fails with "cannot allocate memory in static TLS block". Link the library
-// at start-up, or raise the reserve with
-// GLIBC_TUNABLES=glibc.rtld.optional_static_tls=2048.
 #ifndef BUFPOOL_BUFFER_POOL_H_
 #define BUFPOOL_BUFFER_POOL_H_
 
@@ -93,14 +82,15 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "bufpool/export.h"
-#include "bufpool/internal/thread_cache.h"
+#include "bufpool/internal/cpu_cache.h"
+#include "bufpool/internal/rseq.h"
 #include "bufpool/options.h"
 
 namespace bufpool {
 
 inline constexpr size_t kDefaultBufferSize = 4096;
-// The most free buffers one thread may cache per pool.
-inline constexpr size_t kMaxThreadCacheSize = internal::kMaxCacheSlots;
+// The most free buffers one CPU may cache per pool.
+inline constexpr size_t kMaxCacheSize = internal::kMaxCacheSlots;
 
 struct PoolOptions {
   size_t buffer_size = kDefaultBufferSize;  // power of two, >= 64
@@ -109,7 +99,18 @@ struct PoolOptions {
   bool populate = true;           // fault every page in at Create()
   bool lock_memory = false;       // mlock the region (needs RLIMIT_MEMLOCK)
   bool scrub_on_release = false;  // zero a buffer before anyone else gets it
-  size_t thread_cache_size = 64;  // per-thread cache, <= kMaxThreadCacheSize
+  size_t cache_size = 64;         // per-CPU cache, <= kMaxCacheSize
+  // The 0.2 name of cache_size, kept so that code written for 0.2 builds:
+  // when set (not kUseCacheSize) it is used instead of cache_size.
+  static constexpr size_t kUseCacheSize = ~size_t{0};
+  size_t thread_cache_size = kUseCacheSize;
+};
+
+// How the per-CPU caches are guarded (BufferPool::per_cpu_mode()).
+enum class PerCpuMode {
+  kOff,     // cache_size 0 (or a pool too small for caches): none
+  kLocked,  // one lock per CPU's cache, the CPU from sched_getcpu()
+  kRseq,    // restartable sequences on glibc's rseq area: no lock
 };
 
 struct PoolStats {
@@ -121,6 +122,9 @@ struct PoolStats {
   uint64_t acquire_failures;
   // Acquire() calls with a positive timeout that timed out.
   uint64_t acquire_timeouts;
+  // Free buffers parked in the per-CPU caches: at most cache_capacity() x
+  // CPUs; counted as free, not in in_use.
+  size_t cached;
 };
 
 class BufferPool;
@@ -175,27 +179,27 @@ class BUFPOOL_EXPORT BufferPool {
   static absl::StatusOr<std::unique_ptr<BufferPool>> Create(
       const PoolOptions& options = {});
 
-  // Aborts with "still in use" if any buffer is out. Buffers idle in thread
+  // Aborts with "still in use" if any buffer is out. Buffers idle in the
   // caches are free and do not count.
   ~BufferPool();
 
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
 
-  // An empty Buffer when neither this thread's cache nor the shared store
-  // has a free buffer (counted in acquire_failures); never waits and never
-  // reclaims from other threads' caches (see "Per-thread caches").
+  // An empty Buffer only when no buffer was free anywhere in the pool
+  // during the call (counted in acquire_failures): this CPU's cache, the
+  // shared store, then every other CPU's cache, which it empties into the
+  // shared store. Never waits.
   ABSL_ATTRIBUTE_ALWAYS_INLINE Buffer TryAcquire() {
     const uint32_t slot = TryAcquireSlot();
     return slot != kNoSlot ? Buffer(this, slot) : Buffer();
   }
-  // Returns a buffer as soon as one is free anywhere in the pool: in this
-  // thread's cache, the shared store, or the cache of a blocked thread
-  // (reclaimed). Otherwise sleeps until one is released or `timeout` passes:
+  // Returns a buffer as soon as one is free anywhere in the pool. Otherwise
+  // sleeps until one is released (on any thread) or `timeout` passes:
   // DeadlineExceeded, counted in acquire_timeouts. A timeout of zero or less
   // does not sleep (a failure is counted in acquire_failures). A timeout
-  // beyond a century waits forever. While it sleeps, every other thread's
-  // next release hands its cached buffers over.
+  // beyond a century waits forever. While it sleeps, releases skip the
+  // caches and go to the shared store, so the one it needs reaches it.
   absl::StatusOr<Buffer> Acquire(absl::Duration timeout);
   // Fills out[0, n) with buffers and returns n <= out.size(); n is smaller
   // only when the pool ran out (then counted as one failure). Any buffers
@@ -206,11 +210,20 @@ class BUFPOOL_EXPORT BufferPool {
   // the buffers it releases.
   void ReleaseBulk(absl::Span<Buffer> in);
 
-  // Moves this thread's cached free buffers of this pool to the shared
-  // store, where every thread sees them (and wakes waiters). For a thread
-  // about to go idle or to compute for long without the pool; cheap when the
-  // cache is empty. The cache refills on this thread's next acquire.
-  void FlushThreadCache();
+  // Writes 1 to the eventfd `event_fd` (eventfd(2); any fd a write(2) of
+  // eight bytes signals) once a buffer is free at or after this call: at
+  // once when one is free now, else at the next release. One-shot: call it
+  // again for the next notice. The pool does not own the fd; keep it open
+  // until the notice came (a pool destroyed first drops the request).
+  // InvalidArgument for a negative fd; the write's error, if any, is
+  // ignored (an eventfd at its maximum count is still readable). While a
+  // request is pending, releases go to the shared store as they do for a
+  // sleeping Acquire().
+  absl::Status NotifyWhenFree(int event_fd);
+
+  // Moves every CPU's cached free buffers of this pool to the shared store
+  // (and wakes waiters): O(CPUs), one lock each. The caches refill on use.
+  void FlushCaches();
 
   // Raw pointers, checked (see "Safety" above): each must come back exactly
   // once, through ReleaseRaw(), ReleaseRawBulk() or Adopt(). ReleaseRaw()
@@ -233,21 +246,22 @@ class BUFPOOL_EXPORT BufferPool {
 
   size_t buffer_size() const { return buffer_size_; }
   size_t capacity() const { return capacity_; }
-  // Free buffers one thread may keep privately (see the file comment).
+  // Free buffers one CPU's cache may hold (see the file comment).
   size_t cache_capacity() const { return cache_capacity_; }
+  // How the caches are guarded in this process; the same for every pool
+  // with caches on.
+  PerCpuMode per_cpu_mode() const;
   // True when the arena was mapped with (or advised to use) huge pages.
   bool huge_pages() const { return huge_pages_; }
 
-  // in_use and the counters are exact whenever no call into the pool is in
-  // flight. high_water is never below the largest in_use there has been; it
-  // is exact with caches off and with one thread, and otherwise may exceed
-  // the true peak by the free buffers that sat in thread caches at that
-  // moment (at most threads x cache_capacity(); FlushThreadCache() in
-  // threads that go idle keeps it tight). A Stats() call that overlaps
-  // acquires or releases on other threads reads a moving picture: its
-  // in_use and high_water may be off by the batch being moved (up to
-  // cache_capacity()) or not yet count a peak being made; a call made once
-  // they have returned is exact as above.
+  // in_use, cached and the counters are exact whenever no call into the
+  // pool is in flight. high_water is never below the largest in_use there
+  // has been; it is exact with caches off and while one CPU's cache is in
+  // use, and otherwise may exceed the true peak by the free buffers that sat
+  // in other caches at that moment (at most cache_capacity() x CPUs). A Stats()
+  // call that overlaps acquires or releases on other threads reads a moving
+  // picture: its in_use and high_water may be off by the batch being moved
+  // (up to cache_capacity()). Takes no lock: cheap while other threads wait.
   PoolStats Stats() const;
 
   // The whole arena, page-aligned (2 MiB-aligned with huge pages): for
@@ -272,7 +286,7 @@ class BUFPOOL_EXPORT BufferPool {
  private:
   friend class Buffer;
   friend struct PoolAccess;  // src/pool: slow paths, tests
-  struct Shared;             // slow-path state: depot, waiters, caches
+  struct Shared;             // slow-path state: depot, caches, waiters
   // SharedBuffer's reference counts (bufpool/internal/shared_access.h).
   friend struct internal::SharedAccess;
 
@@ -286,13 +300,12 @@ class BUFPOOL_EXPORT BufferPool {
 
   // Hot paths (internal/buffer_pool_inl.h).
   uint32_t TryAcquireSlot();
-  uint32_t PopCached(internal::ThreadCache* c);
   void ReleaseSlot(uint32_t slot);
-  // Out of line: cache miss/overflow, first use on this thread, cache off.
-  // noexcept, so that a caller that is noexcept itself, such as the C API,
-  // can still call them as tail calls: a thread whose cache cannot be
-  // allocated is served uncached (src/pool/buffer_pool.cc, Attach()), and
-  // their only other failure, a std::mutex that cannot lock, terminates.
+  // Out of line (src/pool/pool_calls.cc): the caches, the shared store and
+  // draining. noexcept, so that a caller that is noexcept itself, such as
+  // the C API, can still call them as tail calls; they allocate nothing,
+  // and their only other failure, a std::mutex that cannot lock,
+  // terminates.
   uint32_t AcquireSlow() noexcept;  // returns kNoSlot when empty
   void ReleaseSlow(uint32_t slot) noexcept;
   template <class Emit>
@@ -321,13 +334,18 @@ class BUFPOOL_EXPORT BufferPool {
   size_t capacity_ = 0;
   size_t region_bytes_ = 0;  // capacity_ * buffer_size_
   size_t cache_capacity_ = 0;
-  uint32_t cache_index_ = 0;  // into internal::tls_caches
+  // The rseq caches (internal/rseq.h), or nullptr where they are off.
+  char* rseq_base_ = nullptr;
+  uint64_t rseq_stride_ = 0;
+  uint32_t rseq_cpus_ = 0;
   unsigned shift_ = 0;
   bool scrub_ = false;
   bool huge_pages_ = false;
   std::unique_ptr<std::atomic<uint8_t>[]> state_;  // see src/pool
   uint32_t state_mask_ = 0;  // state_ has state_mask_ + 1 entries
-  // Threads blocked in Acquire(); on a line of its own (slow paths write it).
+  // Threads asleep in Acquire() plus pending NotifyWhenFree() requests;
+  // read on every release that reaches a cache (src/pool/drain.cc). On a
+  // line of its own: written only on the wait paths.
   alignas(64) std::atomic<uint32_t> waiters_{0};
   std::unique_ptr<Shared> shared_;
   // SharedBuffer reference counts, one uint32_t per slot (used through

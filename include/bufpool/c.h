@@ -38,11 +38,9 @@
  * on the same pool, as in C++, except bufpool_destroy(), which must come
  * after every other call on that pool has returned (on every thread). A
  * buffer may be released on a different thread than the one that acquired
- * it. Each thread keeps a small private cache of free buffers per pool (see
- * "Per-thread caches" in bufpool/buffer_pool.h): with several threads, free
- * buffers idle in other threads' caches are invisible to
- * bufpool_try_acquire(); set thread_cache_size = 0 to make every free buffer
- * visible to every thread.
+ * it. Each pool keeps a small cache of free buffers per CPU (see "Per-CPU
+ * caches" in bufpool/buffer_pool.h); bufpool_try_acquire() returns NULL only
+ * when no buffer was free in any of them or in the shared store.
  *
  * Safety. The release calls check each pointer in O(1), in release builds
  * too, and abort the process with a one-line message on stderr when it is
@@ -57,9 +55,9 @@
  * against this header keeps working with a later library, which fills in
  * the defaults of fields the binary does not know (options) and writes only
  * the bytes the binary's struct has (stats). No C++ exception crosses this
- * API: a call that could fail returns NULL (or 0) and a message. (A
- * thread's first call on a pool allocates its small cache; should even that
- * fail, the process terminates, as it cannot unwind into C.)
+ * API: a call that could fail returns NULL (or 0, or -1) and a message.
+ * cache_size was named thread_cache_size before 0.3; it keeps its place
+ * and size, so binaries built against 0.2 still work.
  */
 #ifndef BUFPOOL_C_H_
 #define BUFPOOL_C_H_
@@ -98,7 +96,7 @@ typedef struct bufpool_options {
   int populate;             /* fault every page in at create; default 1 */
   int lock_memory;          /* mlock the region (RLIMIT_MEMLOCK); default 0 */
   int scrub_on_release;     /* zero a buffer on release; default 0 */
-  size_t thread_cache_size; /* per-thread cache, <= 512, 0: none; default 64 */
+  size_t cache_size;        /* per-CPU cache, <= 512, 0: none; default 64 */
 } bufpool_options;
 
 /* The C++ defaults (PoolOptions{}); the library checks at compile time that
@@ -118,6 +116,8 @@ typedef struct bufpool_stats {
                                 that got fewer than asked */
   uint64_t acquire_timeouts; /* bufpool_acquire() calls that waited and
                                 timed out */
+  size_t cached;             /* free buffers parked in the per-CPU caches
+                                (since 0.3) */
 } bufpool_stats;
 
 /* Fills the first `options_size` bytes of *options with BUFPOOL_OPTIONS_INIT
@@ -147,9 +147,8 @@ BUFPOOL_EXPORT void* bufpool_try_acquire(bufpool_pool* pool) BUFPOOL_C_NOEXCEPT;
 /* Returns at once when a buffer is free; otherwise waits until one is
  * released or timeout_ns nanoseconds pass, then returns NULL and stores
  * "DEADLINE_EXCEEDED: ..." in *err (when err is not NULL). A timeout of zero
- * or less only tries once; INT64_MAX (over a century) waits forever. Which
- * free buffers it can reach (other threads' caches) is BufferPool::Acquire's
- * rule. */
+ * or less only tries once; INT64_MAX (over a century) waits forever. It
+ * waits only while every buffer is in use. */
 BUFPOOL_EXPORT void* bufpool_acquire(bufpool_pool* pool, int64_t timeout_ns,
                                      char** err) BUFPOOL_C_NOEXCEPT;
 
@@ -169,6 +168,16 @@ BUFPOOL_EXPORT size_t bufpool_try_acquire_bulk(bufpool_pool* pool, void** out,
  * other pointer that is not out. `in` is not changed. */
 BUFPOOL_EXPORT void bufpool_release_bulk(bufpool_pool* pool, void* const* in,
                                          size_t n) BUFPOOL_C_NOEXCEPT;
+
+/* Writes 1 (eight bytes) to the eventfd `event_fd` once a buffer is free at
+ * or after this call: at once when one is free now. One-shot. Returns 0, or
+ * -1 with the message in *err (a negative fd, out of memory). See
+ * BufferPool::NotifyWhenFree(). */
+BUFPOOL_EXPORT int bufpool_notify_when_free(bufpool_pool* pool, int event_fd,
+                                            char** err) BUFPOOL_C_NOEXCEPT;
+
+/* Moves every CPU's cached free buffers to the shared store. */
+BUFPOOL_EXPORT void bufpool_flush_caches(bufpool_pool* pool) BUFPOOL_C_NOEXCEPT;
 
 /* Writes the first min(stats_size, the library's sizeof(bufpool_stats))
  * bytes of *stats and sets stats->struct_size to that count. C callers use

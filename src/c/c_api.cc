@@ -38,7 +38,7 @@ static_assert(kCDefaults.huge_pages ==
 static_assert(kCDefaults.populate == kCppDefaults.populate);
 static_assert(kCDefaults.lock_memory == kCppDefaults.lock_memory);
 static_assert(kCDefaults.scrub_on_release == kCppDefaults.scrub_on_release);
-static_assert(kCDefaults.thread_cache_size == kCppDefaults.thread_cache_size);
+static_assert(kCDefaults.cache_size == kCppDefaults.cache_size);
 static_assert(BUFPOOL_HUGE_PAGES_NEVER ==
               static_cast<int>(bufpool::HugePages::kNever));
 static_assert(BUFPOOL_HUGE_PAGES_TRY ==
@@ -46,11 +46,12 @@ static_assert(BUFPOOL_HUGE_PAGES_TRY ==
 static_assert(BUFPOOL_HUGE_PAGES_REQUIRE ==
               static_cast<int>(bufpool::HugePages::kRequire));
 
-// The size of the first bufpool_options: the end of thread_cache_size, its
-// last field. Fields added later go after it, and those past what a
-// caller's struct_size covers keep their defaults.
+// The size of the first bufpool_options: the end of cache_size (named
+// thread_cache_size in 0.2, same place and size), its last field. Fields added
+// later go after it, and those past what a caller's struct_size covers keep
+// their defaults.
 constexpr size_t kOptionsV1Size =
-    offsetof(bufpool_options, thread_cache_size) + sizeof(size_t);
+    offsetof(bufpool_options, cache_size) + sizeof(size_t);
 
 BufferPool* Pool(bufpool_pool* p) { return reinterpret_cast<BufferPool*>(p); }
 const BufferPool* Pool(const bufpool_pool* p) {
@@ -113,7 +114,7 @@ absl::Status ToPoolOptions(const bufpool_options* in,
   out->populate = in->populate != 0;
   out->lock_memory = in->lock_memory != 0;
   out->scrub_on_release = in->scrub_on_release != 0;
-  out->thread_cache_size = in->thread_cache_size;
+  out->cache_size = in->cache_size;
   return absl::OkStatus();
 }
 
@@ -195,6 +196,18 @@ void bufpool_release_bulk(bufpool_pool* pool, void* const* in,
   Pool(pool)->ReleaseRawBulk({reinterpret_cast<std::byte* const*>(in), n});
 }
 
+int bufpool_notify_when_free(bufpool_pool* pool, int event_fd,
+                             char** err) noexcept {
+  const absl::Status s = Pool(pool)->NotifyWhenFree(event_fd);
+  if (s.ok()) return 0;
+  StoreError(err, s);
+  return -1;
+}
+
+void bufpool_flush_caches(bufpool_pool* pool) noexcept {
+  Pool(pool)->FlushCaches();
+}
+
 void bufpool_get_stats_sized(const bufpool_pool* pool, bufpool_stats* stats,
                              size_t stats_size) noexcept {
   const bufpool::PoolStats s = Pool(pool)->Stats();
@@ -205,6 +218,7 @@ void bufpool_get_stats_sized(const bufpool_pool* pool, bufpool_stats* stats,
   out.high_water = s.high_water;
   out.acquire_failures = s.acquire_failures;
   out.acquire_timeouts = s.acquire_timeouts;
+  out.cached = s.cached;
   const size_t n = std::min(stats_size, sizeof(out));
   out.struct_size = n;
   std::memcpy(stats, &out, n);

@@ -261,7 +261,7 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
     PoolOptions po;
     po.buffer_size = options.buffer_size;
     po.buffer_count = want;
-    po.thread_cache_size = 0;
+    po.cache_size = 0;
     absl::StatusOr<std::unique_ptr<BufferPool>> p = BufferPool::Create(po);
     if (!p.ok()) return p.status();
     private_pool = *std::move(p);

@@ -335,7 +335,7 @@ absl::StatusOr<TreeStats> CopyTree(absl::string_view src_view,
     PoolOptions po;
     po.buffer_size = options.buffer_size;
     po.buffer_count = DefaultBufferCount(options) * kFileWorkers;
-    po.thread_cache_size = 0;
+    po.cache_size = 0;
     absl::StatusOr<std::unique_ptr<BufferPool>> p = BufferPool::Create(po);
     if (!p.ok()) return p.status();
     pool = *std::move(p);

@@ -1,5 +1,5 @@
-// Threads, for the pool's reclaim path: who a thread is, whether it is
-// blocked in the kernel, and the heavy side of an asymmetric fence.
+// Threads: who a thread is, and the heavy sides of asymmetric fences (the
+// rseq one for the pool's per-CPU caches).
 //
 // Thread safety: every function may be called from any thread.
 #ifndef BUFPOOL_SRC_OS_THREAD_H_
@@ -10,25 +10,27 @@ namespace bufpool::os {
 // The calling thread's kernel id (gettid).
 int CurrentThreadId();
 
-enum class ThreadState {
-  kBlocked,  // asleep in a system call (state 'S'): it runs no user code
-             // until the call returns
-  kGone,     // no such thread in this process (it exited, or this is a
-             // child after fork() and it was one of the parent's threads)
-  kRunning,  // anything else: running, runnable, stopped, uninterruptible
-             // sleep; also when /proc cannot be read
-};
-
-// Thread `tid`'s state, from /proc/self/task/<tid>/stat.
-ThreadState GetThreadState(int tid);
-
 // Makes every store this thread did before the call visible to every other
 // thread of the process before that thread executes any further user code,
 // as if each had executed a full fence (membarrier(2),
 // MEMBARRIER_CMD_PRIVATE_EXPEDITED; registered on first use). Where the
 // kernel lacks it, a sequentially consistent fence, which gives the same
-// guarantee for the reclaim path's use on x86 (see src/pool/buffer_pool.cc).
+// guarantee on x86.
 void HeavyFence();
+
+// Registers this process for RseqFence()
+// (MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ); false where the kernel
+// lacks it (before Linux 5.10) or refuses.
+bool RegisterRseqFence();
+
+// membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ): on return, every rseq
+// critical section of this process that was running on `cpu` (every CPU
+// when cpu < 0) has committed or been restarted, and each such CPU ran a
+// full memory barrier. Registers again once if the kernel asks (a child
+// after fork()); an offline `cpu` runs no section and is a full fence of
+// every CPU instead. Aborts when the kernel refuses: the pool's drains rely
+// on it.
+void RseqFence(int cpu);
 
 }  // namespace bufpool::os
 

@@ -1,4 +1,4 @@
-// Depot: the pool's shared store of free slots, between the thread caches.
+// Depot: the pool's shared store of free slots, between the CPU caches.
 //
 // Thread caches refill and spill in batches of `batch` slots. Kept in the
 // FreeList alone, a refill would walk the batch's next links one dependent
@@ -9,11 +9,11 @@
 // numbers, out of band like the links. A spill copies a batch into an empty
 // magazine and pushes the magazine's number onto `full_`; a refill pops one
 // and copies it out. Two Treiber stacks of magazine numbers (`full_`,
-// `empty_`, each a FreeList) hold them; a thread may keep one emptied
-// magazine as its `spare` for its next spill, so a thread that refills and
-// spills alternately (the steady state of one busy thread) does one CAS per
+// `empty_`, each a FreeList) hold them; a cache may keep one emptied
+// magazine as its `spare` for its next spill, so a CPU cache that refills and
+// spills alternately (the steady state of one busy CPU) does one CAS per
 // batch each way, as the list alone did. Partial batches (one slot or a
-// ReleaseBulk chunk with caches off, a thread exit, the hand-over to a
+// ReleaseBulk chunk with caches off, a drain, the hand-over to a
 // waiter) go onto the slot list.
 //
 //   full_:  [m7] -> [m2] -> ...      each m: slots[batch], all free
@@ -22,8 +22,8 @@
 //
 // Invariants:
 //   1. A free slot is in exactly one place: one full magazine, the list, or a
-//      thread cache (the pool's caches; not here).
-//   2. A magazine number is in exactly one place: full_, empty_, one thread's
+//      CPU cache (the pool's caches; not here).
+//   2. A magazine number is in exactly one place: full_, empty_, one cache's
 //      spare, or the hands of the one Push/Pop that popped it.
 //   3. A magazine's contents are read or written only by the thread holding
 //      its number (invariant 2), so they are plain integers.
@@ -39,7 +39,7 @@
 // Pop() loads both heads seq_cst after registering.
 //
 // Thread safety: all methods may be called concurrently; `spare` belongs to
-// the calling thread.
+// the caller (a cache, under its lock).
 #ifndef BUFPOOL_SRC_POOL_DEPOT_H_
 #define BUFPOOL_SRC_POOL_DEPOT_H_
 
@@ -63,7 +63,7 @@ class Depot {
   // An empty depot for slots [0, capacity) whose caches move `batch` slots
   // at a time; batch < kMinBatch (caches off, or tiny) keeps no magazines.
   // Magazines: enough for every free slot, plus one spare for each of 64
-  // threads; past that, spills fall back to the list (slower, still correct).
+  // caches; past that, spills fall back to the list (slower, still correct).
   Depot(uint32_t capacity, uint32_t batch)
       : batch_(batch >= kMinBatch ? batch : 0),
         magazines_(batch_ == 0 ? 0 : capacity / batch_ + 64),
@@ -158,7 +158,11 @@ class Depot {
     return list_.Depth() + uint64_t{full_.Depth()} * batch_;
   }
 
-  // Returns a thread's spare magazine (at thread exit).
+  // True when the list and full_ were each seen empty, their heads loaded
+  // seq_cst (see FreeList::SeenEmpty).
+  bool SeenEmpty() const { return list_.SeenEmpty() && full_.SeenEmpty(); }
+
+  // Returns a cache's spare magazine.
   void ReturnSpare(uint32_t* spare) {
     if (*spare == kNoMagazine) return;
     empty_.PushOne(*spare);

@@ -136,6 +136,11 @@ class FreeList {
   bool empty() const {
     return IndexOf(head_.load(std::memory_order_relaxed)) == kNil;
   }
+  // empty(), with the head loaded seq_cst: for the pool's waiter handshake
+  // (a check that must not miss a push, see src/pool/drain.cc).
+  bool SeenEmpty() const {
+    return IndexOf(head_.load(std::memory_order_seq_cst)) == kNil;
+  }
 
  private:
   static uint64_t Pack(uint32_t index, uint32_t tag) {

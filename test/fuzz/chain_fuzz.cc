@@ -68,7 +68,7 @@ class Session {
       bufpool::PoolOptions o;
       o.buffer_size = size_t{64} << in_.ConsumeIntegralInRange<int>(0, 4);
       o.buffer_count = in_.ConsumeIntegralInRange<size_t>(1, 40);
-      o.thread_cache_size = in_.ConsumeBool() ? 0 : 64;
+      o.cache_size = in_.ConsumeBool() ? 0 : 64;
       o.huge_pages = bufpool::HugePages::kNever;
       o.populate = false;
       auto p = BufferPool::Create(o);

@@ -1,14 +1,14 @@
 // Fuzz target 1: BufferPool operation sequences against a plain model.
 //
-// The input picks up to three pools (buffer size, count, thread cache size,
+// The input picks up to three pools (buffer size, count, cache size,
 // scrub) and then a sequence of operations on them: TryAcquire, Acquire with
 // a zero or negative timeout, Reset, move-assignment, the bulk and raw calls,
-// Detach/Adopt, FlushThreadCache. A "switch" operation runs the next few
+// Detach/Adopt, FlushCaches. A "switch" operation runs the next few
 // operations on a second thread (strictly handed over, so a run is
 // deterministic). After every step:
 //   * Stats() agrees with the model: in_use and acquire_failures exactly,
-//     high_water at least the model's peak (exactly, with caches off or one
-//     thread), capacity;
+//     high_water at least the model's peak (exactly, with caches off),
+//     capacity;
 //   * an acquire that got nothing (or a short bulk fill) is allowed only when
 //     every free buffer may sit in another thread's cache;
 //   * every buffer out is a distinct slot start of its pool, and the stamp
@@ -147,7 +147,7 @@ class Session {
                          ? in_.ConsumeIntegralInRange<size_t>(1, 24)
                          : in_.ConsumeIntegralInRange<size_t>(25, 600);
     const uint8_t cache = in_.ConsumeIntegral<uint8_t>();
-    o.thread_cache_size = cache < 32 ? 0 : cache < 224 ? cache % 65 : 512;
+    o.cache_size = cache < 32 ? 0 : cache < 224 ? cache % 65 : 512;
     o.scrub_on_release = in_.ConsumeIntegralInRange<int>(0, 7) == 0;
     o.huge_pages = bufpool::HugePages::kNever;
     o.populate = false;
@@ -157,23 +157,17 @@ class Session {
     m.scrub = o.scrub_on_release;
     m.out.assign(o.buffer_count, 0);
     FUZZ_CHECK(m.pool->capacity() == o.buffer_count, "capacity");
-    FUZZ_CHECK(m.pool->cache_capacity() ==
-                   std::min(o.thread_cache_size, o.buffer_count / 8),
-               "cache_capacity %zu for thread_cache_size %zu, count %zu",
-               m.pool->cache_capacity(), o.thread_cache_size, o.buffer_count);
+    FUZZ_CHECK(
+        m.pool->cache_capacity() == std::min(o.cache_size, o.buffer_count / 8),
+        "cache_capacity %zu for cache_size %zu, count %zu",
+        m.pool->cache_capacity(), o.cache_size, o.buffer_count);
     pools_.push_back(std::move(m));
     return true;
   }
 
-  // Free buffers that may sit in caches of threads other than `thread`,
-  // where TryAcquire() on `thread` cannot see them.
-  size_t HiddenBound(const PoolModel& m, int thread) const {
-    size_t n = 0;
-    for (int t = 0; t < kThreads; ++t) {
-      if (t != thread && m.touched[t]) n += m.pool->cache_capacity();
-    }
-    return n;
-  }
+  // Free buffers TryAcquire() on `thread` may not see: none, since it
+  // drains every CPU's cache before it answers empty.
+  size_t HiddenBound(const PoolModel&, int) const { return 0; }
 
   // A buffer just handed out: a free slot start of this pool, zeroed when
   // the pool scrubs; stamped now.
@@ -262,12 +256,13 @@ class Session {
     FUZZ_CHECK(s.high_water >= m.peak && s.high_water <= s.capacity,
                "Stats().high_water %zu, model peak %zu, capacity %zu",
                s.high_water, m.peak, s.capacity);
-    const bool one_thread = !(m.used_by[0] && m.used_by[1]);
-    if (m.pool->cache_capacity() == 0 || one_thread) {
+    // Exact with caches off; with caches on, the free buffers of caches
+    // other than the one that last moved count as in use (a thread may
+    // migrate between CPUs), within the parking bound.
+    if (m.pool->cache_capacity() == 0) {
       FUZZ_CHECK(s.high_water == m.peak,
-                 "Stats().high_water %zu, exact peak %zu (cache %zu, one "
-                 "thread %d)",
-                 s.high_water, m.peak, m.pool->cache_capacity(), one_thread);
+                 "Stats().high_water %zu, exact peak %zu (caches off)",
+                 s.high_water, m.peak);
     }
     FUZZ_CHECK(m.in_use == m.handles.size() + m.raws.size(), "model");
     const size_t size = m.pool->buffer_size();
@@ -451,8 +446,8 @@ class Session {
         touches = false;
         break;
       }
-      case 12: {  // FlushThreadCache
-        pool.FlushThreadCache();
+      case 12: {  // FlushCaches
+        pool.FlushCaches();
         m.touched[thread] = false;
         touches = false;
         break;

@@ -74,7 +74,7 @@ void Run(FuzzedDataProvider& in) {
   bufpool::PoolOptions po;
   po.buffer_size = size_t{64} << in.ConsumeIntegralInRange<int>(0, 6);
   po.buffer_count = in.ConsumeIntegralInRange<size_t>(1, 8);
-  po.thread_cache_size = 0;
+  po.cache_size = 0;
   po.huge_pages = bufpool::HugePages::kNever;
   po.populate = false;
   auto pool_or = BufferPool::Create(po);

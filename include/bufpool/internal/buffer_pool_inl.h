@@ -1,6 +1,6 @@
 // Internal: the inline fast paths of bufpool/buffer_pool.h (included at its
-// end; do not include directly). Always inlined: GCC's heuristics otherwise
-// move ReleaseSlot() out of line in some callers.
+// end; do not include directly). Always inlined, so that a handle's
+// release is one call.
 #ifndef BUFPOOL_INTERNAL_BUFFER_POOL_INL_H_
 #define BUFPOOL_INTERNAL_BUFFER_POOL_INL_H_
 
@@ -8,108 +8,64 @@
 
 namespace bufpool {
 
-// The top of the cache's stack, or kNoSlot when it is empty; for the owner
-// inside a section with `fast` == this.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::PopCached(
-    internal::ThreadCache* c) {
-  uint32_t n = c->count.load(std::memory_order_relaxed);
-  if (n == 0) return kNoSlot;
-  --n;
-  const uint32_t slot = c->slots[n];
-  c->count.store(n, std::memory_order_relaxed);
-  // The total drops below low_water only here.
-  if (n < c->low_water.load(std::memory_order_relaxed)) [[unlikely]] {
-    c->low_water.store(n, std::memory_order_relaxed);
-  }
-  return slot;
-}
-
-// The raw pair: the cache hits of TryAcquireSlot() inline, and every miss
-// or failed check left to one out-of-line call in tail position, so that a
-// hit sets up no stack frame (which the C API's calls would otherwise pay).
+// The single-buffer paths. The cache hit is one restartable sequence
+// (bufpool/internal/rseq.h) where the pool runs them (rseq_base_ set: x86-64,
+// glibc's rseq area, not a sanitizer build); every miss, and the locked
+// caches of other setups, are one out-of-line call in tail position.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
-  internal::ThreadCache* const c = internal::tls_caches[cache_index_];
-  {  // the section ends before the slow path, which may free `c`
-    const internal::OwnerSection section(c);
-    if (c->fast.load(internal::kFastOrder) == this) [[likely]] {
-      const uint32_t slot = c->hot.load(std::memory_order_relaxed);
-      if (slot != internal::ThreadCache::kNone) [[likely]] {
-        c->hot.store(internal::ThreadCache::kNone, std::memory_order_relaxed);
-        std::byte* const data = SlotData(slot);
-        BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
-        // relaxed: a slot changes hands only through the depot's
-        // release/acquire CASes or the caller's own synchronisation, which
-        // order this store.
-        State(slot).store(kSlotRaw, std::memory_order_relaxed);
-        return data;
-      }
-      const uint32_t popped = PopCached(c);
-      if (popped != kNoSlot) {
-        std::byte* const data = SlotData(popped);
-        BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
-        State(popped).store(kSlotRaw, std::memory_order_relaxed);
-        return data;
-      }
+#if BUFPOOL_HAVE_RSEQ
+  if (rseq_base_ != nullptr) [[likely]] {
+    const uint32_t slot =
+        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+    if (slot != internal::rseq::kNone) [[likely]] {
+      std::byte* const data = SlotData(slot);
+      BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
+      // relaxed: see ReleaseRaw.
+      State(slot).store(kSlotRaw, std::memory_order_relaxed);
+      return data;
     }
   }
+#endif
   return TryAcquireRawSlow();
 }
 
-// The cache hit: `fast` equal to this pool means the owner may use the cache
-// without its lock (see internal::ThreadCache); relaxed loads and stores,
-// plain moves on x86.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
-  internal::ThreadCache* const c = internal::tls_caches[cache_index_];
-  {  // the section ends before any slow path, which may free `c`
-    const internal::OwnerSection section(c);
-    if (c->fast.load(internal::kFastOrder) == this) [[likely]] {
-      uint32_t slot = c->hot.load(std::memory_order_relaxed);
-      if (slot != internal::ThreadCache::kNone) [[likely]] {
-        // The total drops to `count`, never below low_water: nothing to
-        // track.
-        c->hot.store(internal::ThreadCache::kNone, std::memory_order_relaxed);
-        BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
-        return slot;
-      }
-      slot = PopCached(c);
-      if (slot != kNoSlot) {
-        BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
-        return slot;
-      }
+#if BUFPOOL_HAVE_RSEQ
+  if (rseq_base_ != nullptr) [[likely]] {
+    const uint32_t slot =
+        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+    if (slot != internal::rseq::kNone) [[likely]] {
+      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+      return slot;
     }
   }
+#endif
   return AcquireSlow();
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
     uint32_t slot) {
-  internal::ThreadCache* const c = internal::tls_caches[cache_index_];
-  {  // the section ends before the slow path, which may free `c`
-    const internal::OwnerSection section(c);
-    if (c->fast.load(internal::kFastOrder) == this) [[likely]] {
-      const uint32_t hot = c->hot.load(std::memory_order_relaxed);
-      if (hot == internal::ThreadCache::kNone) [[likely]] {
-        BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
-        c->hot.store(slot, std::memory_order_relaxed);
-        return;
-      }
-      const uint32_t n = c->count.load(std::memory_order_relaxed);
-      if (n < c->capacity) {  // the older hot slot moves down to the stack
-        BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
-        c->slots[n] = hot;
-        c->count.store(n + 1, std::memory_order_relaxed);
-        c->hot.store(slot, std::memory_order_relaxed);
-        return;
-      }
+#if BUFPOOL_HAVE_RSEQ
+  // A scrubbing pool zeroes the buffer out of line before it is published.
+  if (rseq_base_ != nullptr && !scrub_) [[likely]] {
+    BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_,
+                             static_cast<uint32_t>(cache_capacity_), &waiters_,
+                             slot)) [[likely]] {
+      return;
     }
   }
+#endif
   ReleaseSlow(slot);
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseRaw(std::byte* p) {
   const uint64_t index = SlotOrHuge(p);
-  // The O(1) double-release check (relaxed: see TryAcquireRaw); a pointer
-  // that fails either check goes to ReleaseRawSlow(), which aborts.
+  // The O(1) double-release check. Relaxed: a slot changes hands only
+  // through the caches' locks or sequences, the depot's CASes, or the
+  // caller's own synchronisation, each of which orders the state byte's
+  // stores with its loads. A pointer that fails either check goes to
+  // ReleaseRawSlow(), which aborts.
   if (index >= capacity_ ||
       State(static_cast<uint32_t>(index)).load(std::memory_order_relaxed) !=
           kSlotRaw) [[unlikely]] {

@@ -1,0 +1,200 @@
+// Internal (installed because the inline fast paths of bufpool/
+// buffer_pool.h use it; not API): the restartable sequences of the per-CPU
+// caches on x86-64. The slow paths and drains are in src/pool/rseq.cc.
+//
+// A cache in rseq mode is a header word and a stack of slots, per CPU, at
+// base + cpu * stride:
+//
+//   word 0: count   slots[0, count) are free; kStopped set while a drainer
+//                   owns the cache (the sequences then fail)
+//   byte 64: slots  uint32_t[cache_capacity]
+//
+// Pop and Push are each one restartable sequence on glibc's registered rseq
+// area (__rseq_offset from the thread pointer; this library never registers
+// its own): it stores its descriptor into rseq_cs, reads cpu_id, indexes
+// the cache with it, and commits with a single store of the new count, the
+// last instruction of the section. If the thread is preempted, migrated or
+// signalled between the start and that store, the kernel moves it to the
+// abort label (after the RSEQ_SIG signature), which starts over. So a
+// section that commits ran start to end on the CPU whose cache it wrote,
+// with no other section of that CPU in between: the cache needs no lock and
+// no atomic read-modify-write. A section that sleeps for any reason (a page
+// fault resolved by userfaultfd, a freezer, a signal handler that blocks)
+// is restarted before it runs on, never resumes on stale state.
+//
+// Why a drained cache is never written by a section that began before the
+// fence. A drainer (holding the CPU's CpuCache::mu, so one at a time, and
+// excluded from fork) sets kStopped with an atomic OR, then runs
+// membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
+// cpu): on return, every section that was in flight on that CPU has either
+// committed (its stores, slot and count, are visible to the drainer: the
+// call is a full barrier on both sides) or been restarted; a restarted or
+// later section reads the count with kStopped set and fails before any
+// store. One race is left: a section that read the count before the OR and
+// committed after it overwrote kStopped with its own count. The drainer
+// therefore reloads the count after the fence and repeats OR + fence until
+// kStopped survives one: then no commit came after the OR (each commit
+// clears the bit, and only the drainer sets it), and no section can commit
+// until the drainer stores a count without the bit (release) to restart it.
+// A push writes slots[count] before its commit; an aborted push's write
+// lands above the count, which nothing reads.
+//
+// Waiters. A push also fails while BufferPool::waiters_ is non-zero (read
+// inside the section), so the slow path sends the slot to the depot with a
+// wake. A waiter raises waiters_ and then fences every CPU
+// (membarrier(..._RSEQ) without FLAG_CPU): sections that began before the
+// fence have committed (their slots are in caches it then drains) or
+// restart and see the raise.
+//
+// The fallback (the locked caches of cpu_cache.cc) keeps the same
+// invariants with a mutex per CPU instead of the sequence and the fence.
+#ifndef BUFPOOL_INTERNAL_RSEQ_H_
+#define BUFPOOL_INTERNAL_RSEQ_H_
+
+#include <cstdint>
+
+#include "absl/base/attributes.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define BUFPOOL_NO_RSEQ_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define BUFPOOL_NO_RSEQ_SANITIZER 1
+#endif
+
+// Sanitizer builds run the locked caches: the sanitizers cannot see stores
+// made by inline assembly, nor the fence.
+#if defined(__x86_64__) && !defined(BUFPOOL_NO_RSEQ_SANITIZER) && \
+    defined(__has_include)
+#if __has_include(<sys/rseq.h>)
+#define BUFPOOL_HAVE_RSEQ 1
+#include <sys/rseq.h>
+#endif
+#endif
+#ifndef BUFPOOL_HAVE_RSEQ
+#define BUFPOOL_HAVE_RSEQ 0
+#endif
+
+namespace bufpool::internal::rseq {
+
+inline constexpr uint32_t kStopped = 0x80000000u;
+inline constexpr uint32_t kNone = 0xffffffffu;
+inline constexpr unsigned kSlotsOffset = 64;  // bytes, in the asm below
+
+#if BUFPOOL_HAVE_RSEQ
+
+// The descriptor (__rseq_cs) and the abort handler (__rseq_failure) go in
+// sections of their own; the "?" flag puts them in the section group of the
+// code around them, so that when the sequence is inlined into a function the
+// linker keeps one copy of (a COMDAT group), it keeps or drops them along
+// with that copy.
+//
+// Pops this CPU's top slot; kNone when the cache is empty or stopped, or the
+// thread has no CPU id (rseq not registered for it).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
+                                                 uint32_t ncpu) {
+  uint32_t slot;
+  asm volatile(
+      ".pushsection __rseq_cs, \"aw?\"\n\t"
+      ".balign 32\n\t"
+      "3:\n\t"
+      ".long 0x0, 0x0\n\t"
+      ".quad 1f, 2f - 1f, 4f\n\t"
+      ".popsection\n\t"
+      "6:\n\t"
+      "leaq 3b(%%rip), %%rax\n\t"
+      "movq %%rax, %%fs:8(%[off])\n\t"
+      "1:\n\t"
+      "movl %%fs:4(%[off]), %%eax\n\t"  // cpu_id
+      "cmpl %[ncpu], %%eax\n\t"
+      "jae 5f\n\t"
+      "imulq %[stride], %%rax\n\t"
+      "addq %[base], %%rax\n\t"
+      "movl (%%rax), %%ecx\n\t"  // count
+      "testl %%ecx, %%ecx\n\t"
+      "jle 5f\n\t"  // empty, or kStopped (negative)
+      "subl $1, %%ecx\n\t"
+      "movl 64(%%rax,%%rcx,4), %[slot]\n\t"
+      "movl %%ecx, (%%rax)\n\t"  // commit
+      "2:\n\t"
+      ".pushsection __rseq_failure, \"ax?\"\n\t"
+      ".byte 0x0f, 0xb9, 0x3d\n\t"
+      ".long 0x53053053\n\t"  // RSEQ_SIG, before the abort label
+      "4:\n\t"
+      "jmp 6b\n\t"
+      "5:\n\t"
+      "movl $0xffffffff, %[slot]\n\t"
+      "jmp 2b\n\t"
+      ".popsection\n\t"
+      : [slot] "=&r"(slot)
+      : [off] "r"(__rseq_offset), [base] "r"(base), [stride] "r"(stride),
+        [ncpu] "r"(ncpu)
+      : "rax", "rcx", "memory", "cc");
+  return slot;
+}
+
+// Pushes `slot` onto this CPU's cache; false when it is full or stopped,
+// someone waits (*waiters != 0), or the thread has no CPU id.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
+                                              uint32_t ncpu, uint32_t cap,
+                                              const void* waiters,
+                                              uint32_t slot) {
+  uint32_t ok;
+  asm volatile(
+      ".pushsection __rseq_cs, \"aw?\"\n\t"
+      ".balign 32\n\t"
+      "3:\n\t"
+      ".long 0x0, 0x0\n\t"
+      ".quad 1f, 2f - 1f, 4f\n\t"
+      ".popsection\n\t"
+      "6:\n\t"
+      "leaq 3b(%%rip), %%rax\n\t"
+      "movq %%rax, %%fs:8(%[off])\n\t"
+      "1:\n\t"
+      "movl %%fs:4(%[off]), %%eax\n\t"  // cpu_id
+      "cmpl %[ncpu], %%eax\n\t"
+      "jae 5f\n\t"
+      "cmpl $0, (%[waiters])\n\t"
+      "jne 5f\n\t"
+      "imulq %[stride], %%rax\n\t"
+      "addq %[base], %%rax\n\t"
+      "movl (%%rax), %%ecx\n\t"  // count
+      "cmpl %[cap], %%ecx\n\t"
+      "jae 5f\n\t"  // full, or kStopped (huge)
+      "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
+      "addl $1, %%ecx\n\t"
+      "movl %%ecx, (%%rax)\n\t"  // commit
+      "2:\n\t"
+      "movl $1, %[ok]\n\t"
+      "7:\n\t"
+      ".pushsection __rseq_failure, \"ax?\"\n\t"
+      ".byte 0x0f, 0xb9, 0x3d\n\t"
+      ".long 0x53053053\n\t"  // RSEQ_SIG, before the abort label
+      "4:\n\t"
+      "jmp 6b\n\t"
+      "5:\n\t"
+      "movl $0, %[ok]\n\t"
+      "jmp 7b\n\t"
+      ".popsection\n\t"
+      : [ok] "=&r"(ok)
+      : [off] "r"(__rseq_offset), [base] "r"(base), [stride] "r"(stride),
+        [ncpu] "r"(ncpu), [cap] "r"(cap), [waiters] "r"(waiters),
+        [slot] "r"(slot)
+      : "rax", "rcx", "memory", "cc");
+  return ok != 0;
+}
+
+#else
+
+inline uint32_t Pop(char*, uint64_t, uint32_t) { return kNone; }
+inline bool Push(char*, uint64_t, uint32_t, uint32_t, const void*, uint32_t) {
+  return false;
+}
+
+#endif
+
+}  // namespace bufpool::internal::rseq
+
+#endif  // BUFPOOL_INTERNAL_RSEQ_H_

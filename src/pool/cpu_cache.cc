@@ -1,0 +1,191 @@
+// The per-CPU caches: which cache a call uses, and the moves between a cache
+// and the depot. Draining other CPUs' caches is in drain.cc; the
+// accounting that every move reports to is in accounting.cc.
+//
+// Each pool keeps one CpuCache per CPU the system may run
+// (sysconf(_SC_NPROCESSORS_CONF)); a call uses the cache of the CPU that
+// sched_getcpu() names (glibc answers it from the rseq area, or the vDSO: no
+// system call). A cache holds at most cache_capacity() free slots, so what
+// all caches park is at most cache_capacity() x CPUs, whatever the number of
+// threads: a thread owns nothing, and its exit leaves nothing behind.
+//
+// Why the locks suffice. Every read or write of a cache's slots, spare and
+// counts (but the relaxed reads below) happens with its `mu` held: by the
+// thread that runs on that CPU, by one that ran there a moment ago and
+// migrated (sched_getcpu()'s answer may be stale by the time the lock is
+// taken; that costs locality only), or by a drainer on another CPU. So a
+// cache is a plain sequential stack guarded by a mutex, and:
+//   * No slot is handed out twice: a slot leaves a cache only by a pop under
+//     its lock, and leaves the depot only by a successful CAS (depot.h).
+//     Whatever the holder of a lock does while it holds it (preempted,
+//     interrupted by a signal whose handler sleeps, stopped, faulted), every
+//     other thread that wants the cache waits for the lock; none acts on a
+//     stale picture.
+//   * No free slot is stranded: a drainer takes each cache's lock in turn
+//     (O(CPUs)) and empties it; no cache belongs to a thread, so no thread's
+//     state can keep its contents out of reach. A holder that never returns
+//     (a thread stopped for good inside a call) holds one CPU's cache only
+//     for as long as it holds the lock, which a call does for a few hundred
+//     instructions.
+//   * The relaxed reads of `count` without the lock (Stats(), and the
+//     exhausted-pool check in drain.cc) are statistics or hints: a drain
+//     that matters to a sleeper locks every cache (drain.cc, "Sleeping").
+// Memory ordering: the mutex orders everything inside the sections; a slot
+// that moves to the depot is published by the depot's seq_cst CASes. The
+// counts are atomics only so that the lock-free reads are not data races.
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "bufpool/internal/rseq.h"
+#include "pool/pool_internal.h"
+
+namespace bufpool {
+
+uint32_t PoolAccess::CpuCount() {
+  static const uint32_t count = [] {
+    const long n = ::sysconf(_SC_NPROCESSORS_CONF);
+    return static_cast<uint32_t>(std::clamp<long>(n, 1, 4096));
+  }();
+  return count;
+}
+
+BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
+                           uint32_t n, uint32_t cache_capacity)
+    : arena(std::move(a)),
+      depot(capacity, batch),
+      ncaches(cache_capacity == 0 ? 0 : n) {
+  if (ncaches == 0) return;
+  caches.reset(new CpuCache[ncaches]);
+  rseq = PoolAccess::RseqAvailable();
+  if (rseq) {
+    // The header's line, then the slots, per CPU (rseq.h); zeroed: empty.
+    rseq_stride =
+        (internal::rseq::kSlotsOffset + size_t{cache_capacity} * 4 + 63) / 64 *
+        64;
+    const size_t bytes = rseq_stride * ncaches;
+    rseq_area.reset(static_cast<char*>(std::aligned_alloc(64, bytes)));
+    if (rseq_area == nullptr) throw std::bad_alloc();
+    std::memset(rseq_area.get(), 0, bytes);
+    rseq_base = rseq_area.get();
+    return;
+  }
+  // One entry more than the capacity, for the slot being released when a
+  // waiter makes the whole cache go (PushLocked); rounded to a cache line.
+  const size_t stride = (size_t{cache_capacity} + 1 + 15) / 16 * 16;
+  cache_slots.reset(new uint32_t[stride * ncaches]);
+  for (uint32_t i = 0; i < ncaches; ++i) {
+    caches[i].slots = &cache_slots[stride * i];
+  }
+}
+
+CpuCache& PoolAccess::ThisCpu(BufferPool& p) {
+  BufferPool::Shared& s = S(p);
+  const int cpu = ::sched_getcpu();
+  auto i = static_cast<uint32_t>(cpu < 0 ? 0 : cpu);
+  if (i >= s.ncaches) i %= s.ncaches;  // CPUs numbered past the count
+  return s.caches[i];
+}
+
+uint32_t PoolAccess::Refill(BufferPool& p, CpuCache& c, uint32_t max,
+                            uint32_t* reshelved) {
+  const uint32_t low = c.low_water.load(std::memory_order_relaxed);
+  const uint32_t n = S(p).depot.Pop(c.slots, max, &c.spare, reshelved);
+  if (n == 0) return 0;
+  Popped(p, n, 0, low, /*handed=*/0);
+  // Pop wrote the shared top first; the cache's top is its last entry.
+  std::reverse(c.slots, c.slots + n);
+  c.count.store(n, std::memory_order_relaxed);
+  c.low_water.store(n, std::memory_order_relaxed);
+  return n;
+}
+
+uint32_t PoolAccess::Evict(BufferPool& p, CpuCache& c) {
+  const uint32_t n = c.count.load(std::memory_order_relaxed);
+  if (n == 0) return 0;
+  const uint32_t low = c.low_water.load(std::memory_order_relaxed);
+  // The count falls before the depot's size rises (accounting.cc).
+  c.count.store(0, std::memory_order_relaxed);
+  S(p).depot.Push(c.slots, n, &c.spare);
+  Pushed(p, n, low);
+  c.low_water.store(0, std::memory_order_relaxed);
+  return n;
+}
+
+uint32_t PoolAccess::PopLocked(BufferPool& p, CpuCache& c,
+                               uint32_t* reshelved) {
+  uint32_t n = c.count.load(std::memory_order_relaxed);
+  if (n == 0) {
+    // While someone waits, take one at a time, so that a refill never parks
+    // buffers here that a waiter needs.
+    n = Refill(p, c, Waiting(p) ? 1 : RefillBatch(p), reshelved);
+    if (n == 0) return BufferPool::kNoSlot;
+  }
+  --n;
+  const uint32_t slot = c.slots[n];
+  c.count.store(n, std::memory_order_relaxed);
+  if (n < c.low_water.load(std::memory_order_relaxed)) {
+    c.low_water.store(n, std::memory_order_relaxed);
+  }
+  return slot;
+}
+
+uint32_t PoolAccess::PushLocked(BufferPool& p, CpuCache& c, uint32_t slot) {
+  const uint32_t n = c.count.load(std::memory_order_relaxed);
+  const auto cap = static_cast<uint32_t>(p.cache_capacity_);
+  if (n > cap) [[unlikely]] {
+    DieCorrupt(p, "CPU cache over capacity", n);
+  }
+  // Under c.mu, a relaxed load suffices: a waiter raises waiters_ before it
+  // takes this lock to drain (drain.cc, "Sleeping"), so a release whose
+  // section follows the drainer's sees the raise, and one that precedes it
+  // left its slot where the drainer looks.
+  if (Waiting(p)) {
+    c.slots[n] = slot;  // the spare entry (see Shared::Shared)
+    c.count.store(n + 1, std::memory_order_relaxed);
+    return Evict(p, c);
+  }
+  if (n < cap) {
+    c.slots[n] = slot;
+    c.count.store(n + 1, std::memory_order_relaxed);
+    return 0;
+  }
+  // Full: the oldest half goes to the depot as one batch (a magazine, see
+  // depot.h); the released slot stays.
+  const uint32_t batch = RefillBatch(p);
+  const uint32_t low = c.low_water.load(std::memory_order_relaxed);
+  c.count.store(n - batch, std::memory_order_relaxed);
+  S(p).depot.Push(c.slots, batch, &c.spare);
+  Pushed(p, batch, low);
+  std::memmove(c.slots, c.slots + batch, (n - batch) * sizeof(uint32_t));
+  c.low_water.store(n - batch, std::memory_order_relaxed);
+  c.slots[n - batch] = slot;
+  c.count.store(n - batch + 1, std::memory_order_relaxed);
+  return batch;
+}
+
+uint32_t PoolAccess::PushManyLocked(BufferPool& p, CpuCache& c,
+                                    const uint32_t* slots, uint32_t n) {
+  if (Waiting(p)) {                     // as in PushLocked
+    const uint32_t mine = Evict(p, c);  // restarts the window at 0
+    S(p).depot.Push(slots, n, nullptr);
+    Pushed(p, n, 0);
+    return mine + n;
+  }
+  const uint32_t have = c.count.load(std::memory_order_relaxed);
+  const auto cap = static_cast<uint32_t>(p.cache_capacity_);
+  const uint32_t keep = std::min(n, have < cap ? cap - have : 0);
+  std::memcpy(c.slots + have, slots, keep * sizeof(uint32_t));
+  c.count.store(have + keep, std::memory_order_relaxed);
+  if (keep == n) return 0;
+  S(p).depot.Push(slots + keep, n - keep, &c.spare);
+  Pushed(p, n - keep, c.low_water.load(std::memory_order_relaxed));
+  c.low_water.store(have + keep, std::memory_order_relaxed);
+  return n - keep;
+}
+
+}  // namespace bufpool

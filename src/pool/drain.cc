@@ -1,0 +1,312 @@
+// Draining and waiting: taking free slots out of other CPUs' caches, the
+// sleeping Acquire(), NotifyWhenFree(), FlushCaches(), the wake-ups, and the
+// fork() handlers that keep every pool usable in a child.
+//
+// Draining. A drainer locks one CPU's cache at a time (never two at once)
+// and moves its slots out: O(CPUs) lock acquisitions, whatever any thread
+// is doing, since no cache belongs to a thread (cpu_cache.cc). TryAcquire()
+// drains before it answers empty; it skips caches whose count reads 0
+// without the lock, so an exhausted pool costs O(CPUs) loads and no lock.
+// That skip is sound for an answer that does not sleep: a release that
+// happened before the call is seen (coherence: a store that happens-before
+// a load is what the load reads, or later), and one concurrent with it may
+// be ordered after it.
+//
+// Sleeping. A thread that is about to sleep must not miss a release that
+// comes after its last look. waiters_ counts sleepers and pending
+// NotifyWhenFree() requests; a release that reaches a cache reads it (under
+// the cache's lock) and, when it is non-zero, puts the slot and everything
+// the cache holds into the depot and wakes (cpu_cache.cc, PushLocked). The
+// sleeper:
+//   1. raises waiters_ (seq_cst);
+//   2. locks every cache in turn, even those that look empty, and takes a
+//      slot if one holds any. For each cache X, a release's section on X
+//      either precedes the sleeper's (its slot is in X, or went to the depot
+//      before the sleeper looks there) or follows it, and then the mutex
+//      orders the raise before that section's load of waiters_, which sends
+//      the slot to the depot with a wake;
+//   3. under wait_mu, looks at the depot again, then sleeps on wait_cv,
+//      which releases wait_mu atomically. A push onto the depot is a seq_cst
+//      CAS followed by a seq_cst load of waiters_ (WakeWaiters), and the
+//      sleeper's raise is seq_cst before its seq_cst loads of the depot's
+//      heads: in the single total order either the pusher sees the raise
+//      (and takes wait_mu to notify, which cannot fall between the
+//      sleeper's look and its sleep), or the sleeper's look sees the push.
+// So Acquire() sleeps only while every buffer is in use, and any release
+// wakes it. NotifyWhenFree() is the same handshake with an eventfd for the
+// condition variable.
+//
+// fork(). The prepare handler takes, for every pool, wait_mu and then every
+// cache's lock (the order every other path uses: wait_mu before a cache's
+// lock, and never two caches' locks), so no cache and no depot move made
+// under a lock is half done when the address space is copied; the child's
+// handler releases them, rebuilds the condition variable (the parent's
+// sleepers are not in the child, and glibc's condition variable would wait
+// for them) and resets waiters_ to the pending eventfd requests. The only
+// depot moves made without a lock are those of pools with caches off (one
+// slot, or a bulk call's up to 64): such a slot in flight on another thread
+// at the fork stays with that thread, which does not exist in the child.
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <new>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "os/thread.h"
+#include "pool/pool_internal.h"
+
+namespace bufpool {
+
+namespace {
+
+// Every live pool's Shared, for the fork() handlers.
+constinit std::mutex g_pools_mu;
+constinit PoolAccess::SharedState* g_pools = nullptr;
+
+absl::Status DeadlineError(const BufferPool& pool, absl::Duration timeout) {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "BufferPool::Acquire: no buffer became free within ",
+      absl::FormatDuration(timeout), " (capacity ", pool.capacity(), " x ",
+      pool.buffer_size(), " bytes, all in use)"));
+}
+
+void WriteEvent(int fd) {
+  const uint64_t one = 1;
+  ssize_t n;
+  do {
+    n = ::write(fd, &one, sizeof(one));
+  } while (n < 0 && errno == EINTR);
+  // Any other error is ignored: EAGAIN means the counter is full, which is
+  // readable already; EBADF is the caller's closed fd.
+}
+
+}  // namespace
+
+// With this CPU's cache locked: its slot or a refill from the depot. Caches
+// off: the depot alone.
+static uint32_t TakeHere(BufferPool& p, uint32_t* reshelved) {
+  if (PoolAccess::S(p).ncaches == 0) {
+    return PoolAccess::TakeFromDepot(p, reshelved);
+  }
+  if (PoolAccess::S(p).rseq) return PoolAccess::RseqTake(p, reshelved);
+  CpuCache& mine = PoolAccess::ThisCpu(p);
+  const std::lock_guard<std::mutex> lock(mine.mu);
+  return PoolAccess::PopLocked(p, mine, reshelved);
+}
+
+uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
+                                  uint32_t* reshelved) {
+  uint32_t slot = TakeHere(p, reshelved);
+  if (slot != BufferPool::kNoSlot) return slot;
+  BufferPool::Shared& s = S(p);
+  // rseq: one fence of every CPU stands for locking every cache: a section
+  // that began before it has committed (its slot shows in a count read
+  // after it) or restarts and sees waiters_ (rseq.h, "Waiters").
+  if (s.rseq && lock_all && s.ncaches != 0) os::RseqFence(-1);
+  for (uint32_t i = 0; i < s.ncaches; ++i) {
+    CpuCache& c = s.caches[i];
+    if ((!lock_all || s.rseq) && CachedCount(s, i) == 0) continue;
+    const std::lock_guard<std::mutex> lock(c.mu);
+    if (s.rseq) {
+      slot = RseqDrain(p, i, /*take_one=*/true, reshelved);
+      if (slot != BufferPool::kNoSlot) return slot;
+      continue;
+    }
+    if (c.count.load(std::memory_order_relaxed) == 0) continue;
+    // One for us; the rest to the depot, where every CPU finds them.
+    slot = PopLocked(p, c, reshelved);
+    *reshelved += Evict(p, c);
+    return slot;
+  }
+  // A release may have reached the depot while we looked at the caches.
+  return TakeHere(p, reshelved);
+}
+
+uint32_t PoolAccess::DrainAll(BufferPool& p) {
+  BufferPool::Shared& s = S(p);
+  uint32_t moved = 0;
+  for (uint32_t i = 0; i < s.ncaches; ++i) {
+    CpuCache& c = s.caches[i];
+    if (s.rseq && CachedCount(s, i) == 0) continue;
+    const std::lock_guard<std::mutex> lock(c.mu);
+    if (s.rseq) {
+      RseqDrain(p, i, /*take_one=*/false, &moved);
+    } else {
+      moved += Evict(p, c);
+    }
+  }
+  return moved;
+}
+
+void PoolAccess::WakeWaiters(BufferPool& p, uint32_t pushed) {
+  // seq_cst: the pusher's half of the handshake (see "Sleeping").
+  if (pushed == 0 || p.waiters_.load(std::memory_order_seq_cst) == 0) return;
+  BufferPool::Shared& s = S(p);
+  std::vector<int> fds;  // swapped out, so nothing allocates here
+  {
+    const std::lock_guard<std::mutex> lock(s.wait_mu);
+    fds.swap(s.notify_fds);
+    p.waiters_.fetch_sub(static_cast<uint32_t>(fds.size()),
+                         std::memory_order_relaxed);
+  }
+  if (pushed == 1) {
+    s.wait_cv.notify_one();
+  } else {
+    s.wait_cv.notify_all();
+  }
+  for (const int fd : fds) WriteEvent(fd);
+}
+
+// ---- The process-wide list and fork() ---------------------------------------
+
+void PoolAccess::Register(BufferPool& p) {
+  static const bool registered =
+      ::pthread_atfork(ForkPrepare, ForkParent, ForkChild) == 0;
+  (void)registered;  // without handlers (ENOMEM) a child may find locks held
+  BufferPool::Shared& s = S(p);
+  s.pool = &p;
+  const std::lock_guard<std::mutex> lock(g_pools_mu);
+  s.next = g_pools;
+  if (g_pools != nullptr) g_pools->prev = &s;
+  g_pools = &s;
+}
+
+void PoolAccess::Unregister(BufferPool& p) {
+  BufferPool::Shared& s = S(p);
+  const std::lock_guard<std::mutex> lock(g_pools_mu);
+  if (s.prev != nullptr) s.prev->next = s.next;
+  if (s.next != nullptr) s.next->prev = s.prev;
+  if (g_pools == &s) g_pools = s.next;
+}
+
+void PoolAccess::ForkPrepare() {
+  g_pools_mu.lock();
+  for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
+    s->wait_mu.lock();
+    for (uint32_t i = 0; i < s->ncaches; ++i) s->caches[i].mu.lock();
+  }
+}
+
+void PoolAccess::ForkParent() {
+  for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
+    for (uint32_t i = s->ncaches; i > 0; --i) s->caches[i - 1].mu.unlock();
+    s->wait_mu.unlock();
+  }
+  g_pools_mu.unlock();
+}
+
+void PoolAccess::ForkChild() {
+  for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
+    for (uint32_t i = s->ncaches; i > 0; --i) s->caches[i - 1].mu.unlock();
+    // The parent's sleepers are not here: a fresh condition variable, and
+    // waiters_ counts the pending eventfd requests only.
+    new (&s->wait_cv) std::condition_variable();
+    s->pool->waiters_.store(static_cast<uint32_t>(s->notify_fds.size()),
+                            std::memory_order_relaxed);
+    s->wait_mu.unlock();
+  }
+  g_pools_mu.unlock();
+}
+
+// ---- BufferPool's waiting calls ---------------------------------------------
+
+void BufferPool::FlushCaches() {
+  PoolAccess::WakeWaiters(*this, PoolAccess::DrainAll(*this));
+}
+
+absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
+  uint32_t reshelved = 0;
+  uint32_t slot = PoolAccess::TakeAnywhere(*this, false, &reshelved);
+  if (slot != kNoSlot || timeout <= absl::ZeroDuration()) {
+    PoolAccess::WakeWaiters(*this, reshelved);
+    if (slot != kNoSlot) {
+      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+      return Buffer(this, slot);
+    }
+    shared_->failures.fetch_add(1, std::memory_order_relaxed);
+    return DeadlineError(*this, timeout);
+  }
+  using Clock = std::chrono::steady_clock;
+  // Beyond a century is forever (and would overflow the clock's arithmetic).
+  const bool forever = timeout > absl::Hours(24 * 365 * 100);
+  const Clock::time_point deadline =
+      forever ? Clock::time_point::max()
+              : Clock::now() + absl::ToChronoNanoseconds(timeout);
+  waiters_.fetch_add(1, std::memory_order_seq_cst);  // "Sleeping", step 1
+  for (;;) {
+    slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/true, &reshelved);
+    if (slot != kNoSlot) break;
+    std::unique_lock<std::mutex> lock(shared_->wait_mu);
+    // Step 3: the depot again (the caches' releases go there now).
+    slot = TakeHere(*this, &reshelved);
+    if (slot != kNoSlot) break;
+    if (Clock::now() >= deadline) break;
+    if (forever) {
+      shared_->wait_cv.wait(lock);
+    } else {
+      shared_->wait_cv.wait_until(lock, deadline);
+    }
+  }
+  waiters_.fetch_sub(1, std::memory_order_relaxed);  // a late wake is harmless
+  // Slots put back may be what another sleeper needs.
+  PoolAccess::WakeWaiters(*this, reshelved);
+  if (slot != kNoSlot) {
+    BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+    return Buffer(this, slot);
+  }
+  shared_->timeouts.fetch_add(1, std::memory_order_relaxed);
+  return DeadlineError(*this, timeout);
+}
+
+absl::Status BufferPool::NotifyWhenFree(int event_fd) {
+  if (event_fd < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BufferPool::NotifyWhenFree: event_fd must be an open file "
+        "descriptor, got ",
+        event_fd));
+  }
+  Shared& s = *shared_;
+  {
+    const std::lock_guard<std::mutex> lock(s.wait_mu);
+    try {
+      s.notify_fds.push_back(event_fd);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          "BufferPool::NotifyWhenFree: out of memory for the request");
+    }
+    waiters_.fetch_add(1, std::memory_order_seq_cst);  // "Sleeping", step 1
+  }
+  // Steps 2 and 3 without taking anything: is a buffer free now?
+  bool free_now = !s.depot.SeenEmpty();
+  if (!free_now && s.rseq && s.ncaches != 0) os::RseqFence(-1);
+  for (uint32_t i = 0; !free_now && i < s.ncaches; ++i) {
+    if (s.rseq) {
+      free_now = PoolAccess::CachedCount(s, i) != 0;
+      continue;
+    }
+    const std::lock_guard<std::mutex> lock(s.caches[i].mu);
+    free_now = s.caches[i].count.load(std::memory_order_relaxed) != 0;
+  }
+  if (!free_now) free_now = !s.depot.SeenEmpty();
+  if (!free_now) return absl::OkStatus();  // the next release fires it
+  bool still_pending = false;
+  {
+    const std::lock_guard<std::mutex> lock(s.wait_mu);
+    auto it = std::find(s.notify_fds.begin(), s.notify_fds.end(), event_fd);
+    if (it != s.notify_fds.end()) {
+      s.notify_fds.erase(it);
+      waiters_.fetch_sub(1, std::memory_order_relaxed);
+      still_pending = true;
+    }
+  }
+  if (still_pending) WriteEvent(event_fd);  // else a release fired it
+  return absl::OkStatus();
+}
+
+}  // namespace bufpool

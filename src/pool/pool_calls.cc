@@ -1,0 +1,477 @@
+// BufferPool's own calls: creation and destruction, the single-buffer slow
+// paths that the inline calls end in, the bulk and raw-pointer calls, and
+// the checks that catch a bad raw pointer. Each reaches the caches through
+// cpu_cache.cc and, when they and the depot are empty, drains through
+// drain.cc.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "bufpool/internal/rseq.h"
+#include "bufpool/internal/shared_access.h"
+#include "pool/pool_internal.h"
+
+namespace bufpool {
+
+// ---- Creation and destruction ----------------------------------------------
+
+absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
+    const PoolOptions& options) {
+  const size_t size = options.buffer_size;
+  if (size < 64 || (size & (size - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PoolOptions.buffer_size must be a power of two >= 64, got ", size));
+  }
+  const size_t count = options.buffer_count;
+  if (count == 0) {
+    return absl::InvalidArgumentError(
+        "PoolOptions.buffer_count must be at least 1, got 0");
+  }
+  if (count >= kNoSlot) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PoolOptions.buffer_count must be below ", kNoSlot,
+                     " (slot numbers are 32-bit), got ", count));
+  }
+  if (count > std::numeric_limits<size_t>::max() / 2 / size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PoolOptions.buffer_size * buffer_count overflows: ", size,
+                     " * ", count));
+  }
+  // The 0.2 spelling, when given, names the field in the message too.
+  const bool old_name = options.thread_cache_size != PoolOptions::kUseCacheSize;
+  const size_t cache_size =
+      old_name ? options.thread_cache_size : options.cache_size;
+  if (cache_size > kMaxCacheSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PoolOptions.", old_name ? "thread_cache_size" : "cache_size",
+        " must be at most kMaxCacheSize (", kMaxCacheSize, "), got ",
+        cache_size));
+  }
+
+  absl::StatusOr<Arena> arena =
+      Arena::Map({.size = size * count,
+                  .huge_pages = options.huge_pages,
+                  .populate = options.populate,
+                  .lock_memory = options.lock_memory});
+  if (!arena.ok()) {
+    return absl::Status(arena.status().code(),
+                        absl::StrCat("BufferPool::Create(", count, " x ", size,
+                                     " bytes): ", arena.status().message()));
+  }
+
+  std::unique_ptr<BufferPool> pool(new BufferPool());
+  pool->base_ = arena->data();
+  pool->huge_pages_ = arena->huge_pages();
+  pool->buffer_size_ = size;
+  pool->capacity_ = count;
+  pool->region_bytes_ = count * size;
+  pool->cache_capacity_ = std::min(cache_size, count / 8);
+  pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
+  pool->scrub_ = options.scrub_on_release;
+  // State bytes: a power of two >= count and >= 64 entries, all "not raw".
+  // Slot i's byte is at (i * kStateMix) & state_mask_, a bijection, so
+  // slots near each other land on different cache lines and two threads
+  // cycling their own slots do not write one line from two cores.
+  size_t states = 64;
+  while (states < count) states *= 2;
+  pool->state_mask_ = static_cast<uint32_t>(states - 1);
+  pool->state_ = std::make_unique<std::atomic<uint8_t>[]>(states);
+  pool->shared_ = std::make_unique<Shared>(
+      std::move(*arena), static_cast<uint32_t>(count),
+      pool->cache_capacity_ == 0 ? 0 : PoolAccess::RefillBatch(*pool),
+      PoolAccess::CpuCount(), static_cast<uint32_t>(pool->cache_capacity_));
+
+  // Slot 0 on top, so a fresh pool hands buffers out in address order.
+  std::vector<uint32_t> all(count);
+  for (uint32_t i = 0; i < count; ++i) all[i] = i;
+  pool->shared_->depot.Push(all.data(), static_cast<uint32_t>(count), nullptr);
+  pool->shared_->depot_free.store(static_cast<int64_t>(count),
+                                  std::memory_order_relaxed);
+  BUFPOOL_INTERNAL_POISON(pool->base_, size * count);
+  if (pool->shared_->rseq) {
+    pool->rseq_base_ = pool->shared_->rseq_base;
+    pool->rseq_stride_ = pool->shared_->rseq_stride;
+    pool->rseq_cpus_ = pool->shared_->ncaches;
+  }
+  PoolAccess::Register(*pool);
+  return pool;
+}
+
+BufferPool::~BufferPool() {
+  // Raw pointers out are marked in state_ and can be named; handles are not,
+  // so the total comes from the accounting, exact here because nothing may
+  // run concurrently with destruction. The scan needs no lock.
+  size_t raw = 0;
+  std::string where;
+  for (size_t i = 0; i < capacity_; ++i) {
+    if (State(static_cast<uint32_t>(i)).load(std::memory_order_relaxed) ==
+        kSlotRaw) {
+      if (raw < 8) absl::StrAppend(&where, raw == 0 ? "slots " : ", ", i);
+      ++raw;
+    }
+  }
+  if (raw > 8) absl::StrAppend(&where, ", ...");
+  const int64_t free_now =
+      PoolAccess::DepotSize(*this) + PoolAccess::Cached(*this);
+  const size_t out =
+      std::max<size_t>(raw, static_cast<size_t>(std::clamp<int64_t>(
+                                static_cast<int64_t>(capacity_) - free_now, 0,
+                                static_cast<int64_t>(capacity_))));
+  if (out != 0) {
+    if (out > raw) {
+      absl::StrAppend(&where, raw == 0 ? "" : " as raw pointers; ", out - raw,
+                      " held by Buffer handles");
+    }
+    std::fprintf(stderr,
+                 "bufpool: BufferPool destroyed while %zu buffer(s) still in "
+                 "use (%s); not unmapping memory that is held\n",
+                 out, where.c_str());
+    std::abort();
+  }
+  PoolAccess::Unregister(*this);
+  BUFPOOL_INTERNAL_UNPOISON(base_, capacity_ * buffer_size_);
+  std::free(shared_refs_.load(std::memory_order_relaxed));
+}
+
+uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
+  // calloc: zeroed pages the program never touches cost nothing, and pools
+  // that never make a SharedBuffer never pay for the array at all.
+  auto* fresh =
+      static_cast<uint32_t*>(std::calloc(pool.capacity_, sizeof(uint32_t)));
+  if (fresh == nullptr) {
+    std::fprintf(stderr,
+                 "bufpool: out of memory for the SharedBuffer reference "
+                 "counts of a pool of %zu buffers\n",
+                 pool.capacity_);
+    std::abort();
+  }
+  // Publish once. acq_rel: the release half makes the zeroed array visible
+  // to whoever loads the pointer with acquire (SharedAccess::Refs); on
+  // failure the acquire load sees the winner's array, and ours is dropped.
+  uint32_t* expected = nullptr;
+  if (pool.shared_refs_.compare_exchange_strong(expected, fresh,
+                                                std::memory_order_acq_rel,
+                                                std::memory_order_acquire)) {
+    return fresh;
+  }
+  std::free(fresh);
+  return expected;
+}
+
+// ---- Single buffers ---------------------------------------------------------
+
+uint32_t BufferPool::AcquireSlow() noexcept {
+  if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
+    const uint32_t slot =
+        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+    if (slot != internal::rseq::kNone) [[likely]] {
+      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+      return slot;
+    }
+  }
+  uint32_t reshelved = 0;
+  const uint32_t slot =
+      PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
+  PoolAccess::WakeWaiters(*this, reshelved);
+  if (slot == kNoSlot) {
+    shared_->failures.fetch_add(1, std::memory_order_relaxed);
+    return kNoSlot;
+  }
+  BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+  return slot;
+}
+
+void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
+  if (scrub_) std::memset(SlotData(slot), 0, buffer_size_);
+  BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+  if (shared_->ncaches == 0) {
+    shared_->depot.PushOne(slot);
+    PoolAccess::WakeWaiters(*this, 1);
+    return;
+  }
+  if (rseq_base_ != nullptr) {
+    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_,
+                             static_cast<uint32_t>(cache_capacity_), &waiters_,
+                             slot)) [[likely]] {
+      return;  // the hit: one sequence
+    }
+    PoolAccess::WakeWaiters(*this, PoolAccess::RseqGive(*this, slot));
+    return;
+  }
+  CpuCache& c = PoolAccess::ThisCpu(*this);
+  uint32_t pushed;
+  {
+    const std::lock_guard<std::mutex> lock(c.mu);
+    pushed = PoolAccess::PushLocked(*this, c, slot);
+  }
+  PoolAccess::WakeWaiters(*this, pushed);
+}
+
+PerCpuMode BufferPool::per_cpu_mode() const {
+  if (shared_->ncaches == 0) return PerCpuMode::kOff;
+  return shared_->rseq ? PerCpuMode::kRseq : PerCpuMode::kLocked;
+}
+
+// The bulk paths, shared by the handle and raw-pointer APIs. `emit(i, slot)`
+// stores the i-th slot handed out (and, for raw pointers, marks it).
+template <class Emit>
+size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
+  size_t got = 0;
+  uint32_t reshelved = 0;  // as in Depot::Pop
+  auto hand_out = [&](uint32_t slot) {
+    BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+    emit(got++, slot);
+  };
+  if (shared_->rseq) {
+    while (got < want) {  // every slot through the sequences or the drain
+      const uint32_t slot =
+          PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
+      if (slot == kNoSlot) break;
+      hand_out(slot);
+    }
+  } else if (shared_->ncaches != 0) {
+    CpuCache& c = PoolAccess::ThisCpu(*this);
+    {
+      const std::lock_guard<std::mutex> lock(c.mu);
+      while (got < want) {
+        uint32_t n = c.count.load(std::memory_order_relaxed);
+        if (n == 0) {
+          // While someone waits, take no more than this call hands out, so
+          // nothing is parked here that a waiter needs.
+          const uint32_t batch =
+              PoolAccess::Waiting(*this)
+                  ? static_cast<uint32_t>(std::min<size_t>(
+                        want - got, PoolAccess::RefillBatch(*this)))
+                  : PoolAccess::RefillBatch(*this);
+          n = PoolAccess::Refill(*this, c, batch, &reshelved);
+          if (n == 0) break;
+        }
+        const auto take =
+            static_cast<uint32_t>(std::min<size_t>(n, want - got));
+        n -= take;
+        c.count.store(n, std::memory_order_relaxed);
+        if (n < c.low_water.load(std::memory_order_relaxed)) {
+          c.low_water.store(n, std::memory_order_relaxed);
+        }
+        // The cache's top (most recently freed) first.
+        for (uint32_t i = n + take; i > n; --i) hand_out(c.slots[i - 1]);
+      }
+    }
+    // This CPU's cache and the depot are empty: the other CPUs' caches.
+    while (got < want) {
+      const uint32_t slot =
+          PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
+      if (slot == kNoSlot) break;
+      hand_out(slot);
+    }
+  } else {
+    uint32_t direct[64];
+    while (got < want) {
+      uint32_t left = 0;
+      const uint32_t n = shared_->depot.Pop(
+          direct, static_cast<uint32_t>(std::min<size_t>(64, want - got)),
+          nullptr, &reshelved, &left);
+      if (n == 0) break;
+      PoolAccess::Popped(*this, n, left, 0, /*handed=*/n);
+      for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
+    }
+  }
+#ifdef BUFPOOL_FUZZ_PLANT
+  // Planted defect for test/fuzz/pool_fuzz: a fill short by one buffer is
+  // not counted as a failure.
+  if (got + 1 < want) shared_->failures.fetch_add(1, std::memory_order_relaxed);
+#else
+  if (got < want) shared_->failures.fetch_add(1, std::memory_order_relaxed);
+#endif
+  PoolAccess::WakeWaiters(*this, reshelved);
+  return got;
+}
+
+// `take_slot(i)` checks and takes the i-th entry, returning its slot, or
+// kNoSlot to skip it; `clear(first, last)` empties entries [first, last)
+// once they are read. A span that lives inside this pool's region may sit in
+// one of the buffers released, so it is read whole before any buffer goes
+// back (scrubbed, poisoned, or reused by another thread); other spans go in
+// chunks of 64, each read and cleared before its buffers go back.
+template <class TakeSlot, class Clear>
+void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
+                                 TakeSlot take_slot, Clear clear) {
+  auto give = [this](uint32_t* slots, uint32_t k) {
+    if (k == 0) return;
+    for (uint32_t i = 0; i < k; ++i) {
+      if (scrub_) std::memset(SlotData(slots[i]), 0, buffer_size_);
+      BUFPOOL_INTERNAL_POISON(SlotData(slots[i]), buffer_size_);
+    }
+    uint32_t pushed = k;
+    if (shared_->ncaches == 0) {
+      shared_->depot.Push(slots, k, nullptr);
+    } else if (shared_->rseq) {
+      pushed = 0;
+      for (uint32_t i = 0; i < k; ++i) {
+        pushed += PoolAccess::RseqGive(*this, slots[i]);
+      }
+    } else {
+      CpuCache& c = PoolAccess::ThisCpu(*this);
+      const std::lock_guard<std::mutex> lock(c.mu);
+      pushed = PoolAccess::PushManyLocked(*this, c, slots, k);
+    }
+    PoolAccess::WakeWaiters(*this, pushed);
+  };
+  if (count > 64 && Contains(span_bytes)) {
+    std::vector<uint32_t> all;
+    all.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t slot = take_slot(i);
+      if (slot != kNoSlot) all.push_back(slot);
+    }
+    clear(0, count);
+    for (size_t first = 0; first < all.size(); first += 64) {
+      give(all.data() + first,
+           static_cast<uint32_t>(std::min<size_t>(64, all.size() - first)));
+    }
+    return;
+  }
+  uint32_t freed[64];
+  for (size_t first = 0; first < count;) {
+    const size_t last = std::min<size_t>(count, first + 64);
+    uint32_t k = 0;
+    for (size_t i = first; i < last; ++i) {
+      const uint32_t slot = take_slot(i);
+      if (slot != kNoSlot) freed[k++] = slot;
+    }
+    clear(first, last);
+    first = last;
+    give(freed, k);
+  }
+}
+
+size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
+  for (Buffer& b : out) b.Reset();
+  Buffer* const dst = out.data();
+  return AcquireBulkImpl(out.size(), [this, dst](size_t i, uint32_t slot) {
+    dst[i].pool_ = this;  // empty since the Reset above
+    dst[i].index_ = slot;
+  });
+}
+
+void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
+  static_assert(std::is_standard_layout_v<Buffer> && sizeof(Buffer) == 16);
+  Buffer* const src = in.data();
+  // Another pool's handles wait until the whole span is read (their buffer
+  // may hold it), then go home one by one.
+  std::vector<Buffer> foreign;
+  ReleaseBulkImpl(
+      in.size(), src,
+      [this, src, &foreign](size_t i) {
+        Buffer& b = src[i];
+        if (b.pool_ != this) {
+          if (b.pool_ != nullptr) foreign.push_back(std::move(b));
+          return kNoSlot;
+        }
+        return b.index_;
+      },
+      [src](size_t first, size_t last) {
+        // Every handle of the chunk is empty now in effect; one pass of wide
+        // stores rather than one store each inside the loop.
+        std::memset(static_cast<void*>(src + first), 0,
+                    (last - first) * sizeof(Buffer));
+      });
+  foreign.clear();  // after every chunk was read: one may hold the span
+}
+
+size_t BufferPool::TryAcquireRawBulk(absl::Span<std::byte*> out) {
+  std::byte** const dst = out.data();
+  // Locals: the stores below (a byte, a pointer) could otherwise alias these
+  // members and force a reload per buffer.
+  std::byte* const base = base_;
+  const size_t size = buffer_size_;
+  std::atomic<uint8_t>* const states = state_.get();
+  const uint32_t state_mask = state_mask_;
+  const size_t got = AcquireBulkImpl(out.size(), [&](size_t i, uint32_t slot) {
+    states[(slot * kStateMix) & state_mask].store(kSlotRaw,
+                                                  std::memory_order_relaxed);
+    dst[i] = base + static_cast<size_t>(slot) * size;
+  });
+  std::fill(out.begin() + got, out.end(), nullptr);
+  return got;
+}
+
+void BufferPool::ReleaseRawBulk(absl::Span<std::byte* const> in) {
+  std::byte* const* const src = in.data();
+  const std::byte* const base = base_;  // locals: see TryAcquireRawBulk
+  const unsigned shift = shift_;
+  const size_t capacity = capacity_;
+  std::atomic<uint8_t>* const states = state_.get();
+  const uint32_t state_mask = state_mask_;
+  ReleaseBulkImpl(
+      in.size(), src,
+      [&](size_t i) {
+        if (src[i] == nullptr) return kNoSlot;  // the tail of a short fill
+        const uint64_t index = internal::SlotOrHuge(src[i], base, shift);
+        if (index >= capacity) [[unlikely]]
+          DieNotFromPool(src[i]);
+        const auto slot = static_cast<uint32_t>(index);
+        std::atomic<uint8_t>& state = states[(slot * kStateMix) & state_mask];
+        if (state.load(std::memory_order_relaxed) != kSlotRaw) [[unlikely]] {
+          DieNotRaw("ReleaseRawBulk", slot);
+        }
+        state.store(kSlotNotRaw, std::memory_order_relaxed);
+        return slot;
+      },
+      [](size_t, size_t) {});
+}
+
+Buffer BufferPool::Adopt(std::byte* p) {
+  const uint64_t index = SlotOrHuge(p);
+  if (index >= capacity_) DieNotFromPool(p);
+  const auto slot = static_cast<uint32_t>(index);
+  if (State(slot).load(std::memory_order_relaxed) != kSlotRaw) {
+    DieNotRaw("Adopt", slot);
+  }
+  State(slot).store(kSlotNotRaw, std::memory_order_relaxed);  // a handle's now
+  return Buffer(this, slot);
+}
+
+std::byte* BufferPool::TryAcquireRawSlow() noexcept {
+  const uint32_t slot = TryAcquireSlot();
+  if (slot == kNoSlot) return nullptr;
+  State(slot).store(kSlotRaw, std::memory_order_relaxed);
+  return SlotData(slot);
+}
+
+void BufferPool::ReleaseRawSlow(const std::byte* p) noexcept {
+  const uint64_t index = SlotOrHuge(p);
+  if (index >= capacity_) DieNotFromPool(p);
+  DieNotRaw("ReleaseRaw", static_cast<uint32_t>(index));
+}
+
+void BufferPool::DieNotFromPool(const void* p) const {
+  std::fprintf(stderr,
+               "bufpool: released pointer %p is not from this pool (not the "
+               "start of a buffer in [%p, %p), buffer_size %zu)\n",
+               p, static_cast<void*>(base_),
+               static_cast<void*>(base_ + capacity_ * buffer_size_),
+               buffer_size_);
+  std::abort();
+}
+
+void BufferPool::DieNotRaw(const char* call, uint32_t slot) const {
+  std::fprintf(stderr,
+               "bufpool: %s: double release of slot %u (%p): the buffer is "
+               "not out as a raw pointer; it is free already, or a Buffer "
+               "handle owns it (a handle returns it itself; Detach() it to "
+               "take the raw pointer)\n",
+               call, slot, static_cast<void*>(SlotData(slot)));
+  std::abort();
+}
+
+}  // namespace bufpool

@@ -1,0 +1,172 @@
+// The pool's private state and the out-of-line operations shared by the
+// files of src/pool, each of which owns one concept:
+//
+//   cpu_cache.cc   the per-CPU caches: choosing this CPU's, the moves
+//                  between a cache and the depot, with the correctness
+//                  argument for the locks that guard them
+//   drain.cc       emptying other CPUs' caches, waiting (Acquire, the
+//                  eventfd notices), waking, fork()
+//   accounting.cc  in_use, cached, high_water, the counters, Stats()
+//   pool_calls.cc  BufferPool's own calls: Create, the destructor, the
+//                  single, bulk and raw paths, the checks
+//
+// Free slots live in exactly one place: the depot (pool/depot.h), or one
+// CPU's cache (CpuCache). A slot in transit between the two is counted as in
+// use, never as free twice (see accounting.cc).
+#ifndef BUFPOOL_SRC_POOL_POOL_INTERNAL_H_
+#define BUFPOOL_SRC_POOL_POOL_INTERNAL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "arena/arena.h"
+#include "bufpool/buffer_pool.h"
+#include "pool/depot.h"
+
+namespace bufpool {
+
+// One CPU's cache of free slots for one pool. Every field but the counts'
+// relaxed reads is touched only with `mu` held (see cpu_cache.cc, "Why the
+// locks suffice"). `count` and `low_water` are atomics so that Stats() and
+// the exhausted-pool check can read them without the lock.
+struct alignas(64) CpuCache {
+  std::mutex mu;
+  std::atomic<uint32_t> count{0};       // slots[0, count) are free
+  std::atomic<uint32_t> low_water{0};   // lowest count since the last move
+  uint32_t spare = Depot::kNoMagazine;  // an empty magazine for a spill
+  uint32_t* slots = nullptr;            // cache_capacity entries
+};
+
+struct BufferPool::Shared {
+  Shared(Arena a, uint32_t capacity, uint32_t batch, uint32_t ncaches,
+         uint32_t cache_capacity);
+
+  Arena arena;
+  Depot depot;
+  const uint32_t ncaches;                   // one per CPU the system may run
+  std::unique_ptr<CpuCache[]> caches;       // [ncaches]; empty with caches off
+  std::unique_ptr<uint32_t[]> cache_slots;  // their slots arrays
+  // rseq mode (rseq.h): the caches' counts and slots live here instead,
+  // CPU i's at rseq_base + i * rseq_stride; CpuCache::mu still serializes
+  // the slow paths and drains of CPU i, and CpuCache::spare is its spare.
+  bool rseq = false;
+  std::unique_ptr<char, void (*)(void*)> rseq_area{nullptr, std::free};
+  char* rseq_base = nullptr;
+  uint64_t rseq_stride = 0;
+  // The depot's size with caches on (see accounting.cc); relaxed: a
+  // statistic, and each read-modify-write returns the exact value before it.
+  alignas(64) std::atomic<int64_t> depot_free{0};
+  std::atomic<size_t> high_water{0};
+  std::atomic<uint64_t> failures{0};
+  std::atomic<uint64_t> timeouts{0};
+  // The wait paths (drain.cc): Acquire()'s sleep and the eventfd requests.
+  std::mutex wait_mu;
+  std::condition_variable wait_cv;
+  std::vector<int> notify_fds;  // under wait_mu
+  // The process-wide list of pools, for the fork() handlers (drain.cc).
+  BufferPool* pool = nullptr;
+  Shared* prev = nullptr;
+  Shared* next = nullptr;
+};
+
+// The pool's out-of-line operations, as a friend so that they stay out of
+// the public header.
+struct PoolAccess {
+  using SharedState = BufferPool::Shared;
+
+  // An internal invariant broke: a bug in src/pool, never a user error.
+  [[noreturn]] static void DieCorrupt(const BufferPool& p, const char* what,
+                                      uint64_t value);
+
+  static BufferPool::Shared& S(const BufferPool& p) { return *p.shared_; }
+  static uint32_t RefillBatch(const BufferPool& p) {
+    return static_cast<uint32_t>(std::max<size_t>(1, p.cache_capacity_ / 2));
+  }
+  static bool Waiting(const BufferPool& p) {
+    return p.waiters_.load(std::memory_order_relaxed) != 0;
+  }
+
+  // ---- cpu_cache.cc
+
+  // The cache of the CPU this thread runs on (or ran on a moment ago: a
+  // migration only costs locality, the lock makes any cache safe).
+  static CpuCache& ThisCpu(BufferPool& p);
+  static uint32_t CpuCount();
+  // Whether this process runs the rseq caches (rseq.h); fixed at first use.
+  static bool RseqAvailable();
+  // The free slots CPU i's cache holds (relaxed; either mode).
+  static uint32_t CachedCount(const SharedState& s, uint32_t i);
+  // rseq mode: this CPU's slot, or a refill from the depot (one handed out,
+  // the rest pushed into whichever cache the thread runs on).
+  static uint32_t RseqTake(BufferPool& p, uint32_t* reshelved);
+  // rseq mode: releases `slot`; the slots it pushed to the depot.
+  static uint32_t RseqGive(BufferPool& p, uint32_t slot);
+  // rseq mode, with caches[i].mu held: stops CPU i's cache, takes one slot
+  // if `take_one` (returned; kNoSlot otherwise or when empty), moves the
+  // rest to the depot (added to *moved) and restarts it empty.
+  static uint32_t RseqDrain(BufferPool& p, uint32_t i, bool take_one,
+                            uint32_t* moved);
+  // With c.mu held: pops one free slot, refilling from the depot when c is
+  // empty; kNoSlot when both are empty. *reshelved: see Depot::Pop.
+  static uint32_t PopLocked(BufferPool& p, CpuCache& c, uint32_t* reshelved);
+  // With c.mu held: puts a released slot into c, spilling to the depot when
+  // full, or everything c holds while someone waits. The slots pushed.
+  static uint32_t PushLocked(BufferPool& p, CpuCache& c, uint32_t slot);
+  // With c.mu held: puts slots[0, n) released by a bulk call into c while
+  // it has room, the rest into the depot (all of it, and c's, while someone
+  // waits). The slots pushed.
+  static uint32_t PushManyLocked(BufferPool& p, CpuCache& c,
+                                 const uint32_t* slots, uint32_t n);
+  // With c.mu held: refills c's empty stack with up to `max` slots.
+  static uint32_t Refill(BufferPool& p, CpuCache& c, uint32_t max,
+                         uint32_t* reshelved);
+  // With c.mu held: moves every slot of c to the depot; the number moved.
+  static uint32_t Evict(BufferPool& p, CpuCache& c);
+
+  // ---- drain.cc
+
+  // Takes one free slot from anywhere: this CPU's cache, the depot, other
+  // CPUs' caches. `lock_all`: lock every cache, even those that look empty
+  // (for a caller about to sleep; see drain.cc). kNoSlot when none.
+  static uint32_t TakeAnywhere(BufferPool& p, bool lock_all,
+                               uint32_t* reshelved);
+  // Empties every CPU's cache into the depot; the slots moved. Wakes no one.
+  static uint32_t DrainAll(BufferPool& p);
+  // Called after `pushed` slots reached the depot: wakes sleepers and fires
+  // eventfd requests.
+  static void WakeWaiters(BufferPool& p, uint32_t pushed);
+  static void Register(BufferPool& p);    // into the fork() list
+  static void Unregister(BufferPool& p);  // out of it
+  // The fork() handlers, also called by tests: Prepare takes every lock of
+  // every pool; Parent releases them; Child releases them and forgets the
+  // parent's sleepers.
+  static void ForkPrepare();
+  static void ForkParent();
+  static void ForkChild();
+
+  // ---- accounting.cc
+
+  // After popping n > 0 slots from the depot (which held `left` after the
+  // pop when it keeps no magazines). `low` is the popping cache's
+  // low_water (0 without one, and in rseq mode); `handed` of the n go
+  // straight to users.
+  static void Popped(BufferPool& p, uint32_t n, uint32_t left, uint32_t low,
+                     uint32_t handed);
+  // After pushing n slots that have already left a cache's count.
+  static void Pushed(BufferPool& p, uint32_t n, uint32_t low);
+  // The depot's free slots.
+  static int64_t DepotSize(const BufferPool& p);
+  // Free slots in all caches (relaxed reads; exact when no call runs).
+  static int64_t Cached(const BufferPool& p);
+  // Takes one slot from the depot straight to a user; kNoSlot when empty.
+  static uint32_t TakeFromDepot(BufferPool& p, uint32_t* reshelved);
+};
+
+}  // namespace bufpool
+
+#endif  // BUFPOOL_SRC_POOL_POOL_INTERNAL_H_

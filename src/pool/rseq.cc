@@ -1,0 +1,150 @@
+// The rseq caches' slow paths: refilling and spilling this CPU's cache
+// through the sequences, stopping and draining another CPU's, and the
+// process-wide switch. The sequences and their correctness argument are in
+// rseq.h; the locked caches, used where this is off, in cpu_cache.cc.
+#include "bufpool/internal/rseq.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+
+#include "os/thread.h"
+#include "pool/pool_internal.h"
+
+namespace bufpool {
+
+namespace {
+
+uint32_t* Header(const PoolAccess::SharedState& s, uint32_t i) {
+  return reinterpret_cast<uint32_t*>(s.rseq_base + i * s.rseq_stride);
+}
+
+uint32_t* Slots(const PoolAccess::SharedState& s, uint32_t i) {
+  return Header(s, i) + internal::rseq::kSlotsOffset / sizeof(uint32_t);
+}
+
+uint32_t PopHere(const PoolAccess::SharedState& s) {
+  return internal::rseq::Pop(s.rseq_base, s.rseq_stride, s.ncaches);
+}
+
+}  // namespace
+
+bool PoolAccess::RseqAvailable() {
+#if BUFPOOL_HAVE_RSEQ
+  static const bool on = [] {
+    // glibc registers an area of at least 20 bytes for every thread unless
+    // told not to (GLIBC_TUNABLES=glibc.pthread.rseq=0: size 0).
+    if (__rseq_size < 20) return false;
+    const auto* area = reinterpret_cast<const struct rseq*>(
+        static_cast<char*>(__builtin_thread_pointer()) + __rseq_offset);
+    if (static_cast<int32_t>(area->cpu_id) < 0) return false;
+    return os::RegisterRseqFence();
+  }();
+  return on;
+#else
+  return false;
+#endif
+}
+
+uint32_t PoolAccess::CachedCount(const SharedState& s, uint32_t i) {
+  if (!s.rseq) return s.caches[i].count.load(std::memory_order_relaxed);
+  return std::atomic_ref<uint32_t>(*Header(s, i))
+             .load(std::memory_order_relaxed) &
+         ~internal::rseq::kStopped;
+}
+
+uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
+  SharedState& s = S(p);
+  uint32_t slot = PopHere(s);
+  if (slot != internal::rseq::kNone) return slot;
+  CpuCache& c = ThisCpu(p);
+  const std::lock_guard<std::mutex> lock(c.mu);
+  slot = PopHere(s);  // refilled while we waited for the lock?
+  if (slot != internal::rseq::kNone) return slot;
+  uint32_t got[internal::kMaxCacheSlots];
+  const uint32_t want = Waiting(p) ? 1 : RefillBatch(p);
+  const uint32_t n = s.depot.Pop(got, want, &c.spare, reshelved);
+  if (n == 0) return BufferPool::kNoSlot;
+  Popped(p, n, 0, 0, /*handed=*/1);
+  // got[0] goes to the caller; the rest into whichever cache this thread
+  // runs on now, got[1] last so that it is on top. What does not fit (a
+  // migration, a waiter, a drainer) goes back.
+  uint32_t rest[internal::kMaxCacheSlots];
+  uint32_t back = 0;
+  for (uint32_t k = n; k > 1; --k) {
+    if (!internal::rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches,
+                              static_cast<uint32_t>(p.cache_capacity_),
+                              &p.waiters_, got[k - 1])) {
+      rest[back++] = got[k - 1];
+    }
+  }
+  if (back != 0) {
+    s.depot.Push(rest, back, &c.spare);
+    Pushed(p, back, 0);
+    *reshelved += back;
+  }
+  return got[0];
+}
+
+uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
+  SharedState& s = S(p);
+  const auto cap = static_cast<uint32_t>(p.cache_capacity_);
+  auto push = [&](uint32_t x) {
+    return internal::rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches, cap,
+                                &p.waiters_, x);
+  };
+  if (push(slot)) return 0;
+  CpuCache& c = ThisCpu(p);
+  const std::lock_guard<std::mutex> lock(c.mu);
+  uint32_t out[internal::kMaxCacheSlots + 1];
+  uint32_t k = 0;
+  if (!Waiting(p)) {
+    if (push(slot)) return 0;  // a drain made room meanwhile
+    // Full: half of it goes to the depot as one batch.
+    const uint32_t batch = RefillBatch(p);
+    while (k < batch) {
+      const uint32_t x = PopHere(s);
+      if (x == internal::rseq::kNone) break;
+      out[k++] = x;
+    }
+    if (push(slot)) slot = internal::rseq::kNone;
+  }
+  if (slot != internal::rseq::kNone) out[k++] = slot;
+  if (k != 0) {
+    s.depot.Push(out, k, &c.spare);
+    Pushed(p, k, 0);
+  }
+  return k;
+}
+
+uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,
+                               uint32_t* moved) {
+  SharedState& s = S(p);
+  std::atomic_ref<uint32_t> count(*Header(s, i));
+  // Stop, fence, and repeat until the stop survives a fence (rseq.h).
+  // seq_cst OR: ordered before the fence's barrier; acquire reload: sees
+  // every store of a section that committed before the fence.
+  uint32_t n;
+  for (;;) {
+    count.fetch_or(internal::rseq::kStopped, std::memory_order_seq_cst);
+    os::RseqFence(static_cast<int>(i));
+    n = count.load(std::memory_order_acquire);
+    if ((n & internal::rseq::kStopped) != 0) break;
+  }
+  n &= ~internal::rseq::kStopped;
+  uint32_t taken[internal::kMaxCacheSlots];
+  std::copy(Slots(s, i), Slots(s, i) + n, taken);
+  // Restart empty (release: the copy above is done before any section may
+  // write the slots again); the count falls before the depot's size rises.
+  count.store(0, std::memory_order_release);
+  uint32_t slot = BufferPool::kNoSlot;
+  if (take_one && n != 0) slot = taken[--n];
+  if (n != 0) {
+    s.depot.Push(taken, n, &s.caches[i].spare);
+    Pushed(p, n, 0);
+    *moved += n;
+  }
+  return slot;
+}
+
+}  // namespace bufpool

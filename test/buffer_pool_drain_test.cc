@@ -1,0 +1,888 @@
+// The core's behaviour across threads, CPUs and processes: a free buffer is
+// always reachable whatever the threads that cached it do, what caches park
+// is bounded by CPUs, fork() children can use every pool, Stats() shares no
+// lock with a waiter, a soundness stress under signals that sleep inside
+// pool calls, NotifyWhenFree(), FlushCaches(), many pools on one thread,
+// high_water that never reads below the true peak, ReleaseBulk of a span
+// stored in the pool's buffers, and the cache-size limit.
+#include <fcntl.h>
+#include <malloc.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <new>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "bufpool/buffer_pool.h"
+#include "gtest/gtest.h"
+#include "pool/pool_internal.h"
+
+namespace bufpool {
+namespace {
+
+std::unique_ptr<BufferPool> MakePool(PoolOptions options) {
+  auto pool = BufferPool::Create(options);
+  EXPECT_TRUE(pool.ok()) << pool.status();
+  return pool.ok() ? *std::move(pool) : nullptr;
+}
+
+// The most free buffers the caches of `pool` may park.
+size_t Parked(const BufferPool& pool) {
+  return pool.cache_capacity() * PoolAccess::CpuCount();
+}
+
+// A gate threads block on (a condition variable: the thread sleeps in the
+// kernel, as an idle worker does).
+class Gate {
+ public:
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Counts arrivals; Wait() returns when `n` have arrived.
+class Latch {
+ public:
+  explicit Latch(int n) : left_(n) {}
+  void Arrive() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--left_ == 0) cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return left_ <= 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int left_;
+};
+
+// Runs f on a thread and fails (aborting the test binary, which ctest
+// reports) if it has not returned within a minute: for the calls that would
+// otherwise hang forever when buffers stay stranded.
+template <class F>
+void WithinAMinute(const char* what, F f) {
+  Gate done;
+  std::thread watchdog_target([&] {
+    f();
+    done.Open();
+  });
+  std::atomic<bool> finished{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 600 && !finished.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!finished.load()) {
+      std::fprintf(stderr, "%s did not return within a minute\n", what);
+      std::abort();
+    }
+  });
+  done.Wait();
+  finished.store(true);
+  watchdog_target.join();
+  watchdog.join();
+}
+
+// ---- No strand: whatever the thread that cached buffers does --------------
+
+// What the owner thread does once its buffers sit in its CPU's cache.
+enum class Owner { kSpins, kSleeps, kInVfork, kExited };
+
+// The owner releases `cache` buffers into its CPU's cache while main holds
+// every other buffer, then does `what` without touching the pool again. A
+// waiter must get every one of them (on the old per-thread design a running
+// or D-state owner stranded them until it exited).
+class StrandTest : public testing::TestWithParam<Owner> {};
+
+TEST_P(StrandTest, AWaiterGetsBuffersParkedByAnOwnerThatNeverReturns) {
+  constexpr size_t kCount = 64, kCache = 8;
+  auto pool = MakePool({.buffer_count = kCount, .cache_size = kCache});
+  ASSERT_EQ(pool->cache_capacity(), kCache);
+  std::vector<Buffer> held(kCount - kCache);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(held)), held.size());
+  std::atomic<bool> stop{false};
+  Gate parked;
+  std::thread owner([&] {
+    {
+      std::vector<Buffer> mine(kCache);
+      EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(mine)), kCache);
+    }  // released into this CPU's cache
+    parked.Open();
+    switch (GetParam()) {
+      case Owner::kSpins:  // running, a CPU-bound loop
+        while (!stop.load(std::memory_order_relaxed)) {
+        }
+        break;
+      case Owner::kSleeps: {  // state S
+        while (!stop.load()) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        break;
+      }
+      case Owner::kInVfork: {  // a vfork parent is in state D
+        const pid_t child = ::vfork();
+        if (child == 0) {
+          ::usleep(300'000);
+          ::_exit(0);
+        }
+        int status = 0;
+        ::waitpid(child, &status, 0);
+        break;
+      }
+      case Owner::kExited:
+        return;
+    }
+  });
+  parked.Wait();
+  if (GetParam() == Owner::kExited) owner.join();
+  EXPECT_EQ(pool->Stats().in_use, kCount - kCache);
+  WithinAMinute("Acquire", [&] {
+    for (size_t i = 0; i < kCache; ++i) {
+      auto b = pool->Acquire(absl::Seconds(30));
+      ASSERT_TRUE(b.ok()) << b.status();
+      held.push_back(*std::move(b));
+    }
+  });
+  EXPECT_EQ(pool->Stats().in_use, kCount);
+  stop.store(true);
+  if (owner.joinable()) owner.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(Owners, StrandTest,
+                         testing::Values(Owner::kSpins, Owner::kSleeps,
+                                         Owner::kInVfork, Owner::kExited),
+                         [](const testing::TestParamInfo<Owner>& info) {
+                           switch (info.param) {
+                             case Owner::kSpins:
+                               return "Spins";
+                             case Owner::kSleeps:
+                               return "Sleeps";
+                             case Owner::kInVfork:
+                               return "InVfork";
+                             case Owner::kExited:
+                               return "Exited";
+                           }
+                           return "?";
+                         });
+
+// TryAcquire() drains the other CPUs' caches before it answers empty.
+TEST(DrainTest, TryAcquireTakesFromOtherCpusCachesBeforeGivingUp) {
+  auto pool = MakePool({.buffer_count = 64, .cache_size = 8});
+  Gate parked, done;
+  std::thread owner([&] {
+    {
+      std::vector<Buffer> mine(8), more(8);
+      pool->TryAcquireBulk(absl::MakeSpan(mine));
+    }
+    parked.Open();
+    done.Wait();
+  });
+  parked.Wait();
+  std::vector<Buffer> all;
+  for (int i = 0; i < 64; ++i) {
+    Buffer b = pool->TryAcquire();
+    ASSERT_TRUE(b) << "buffer " << i;
+    all.push_back(std::move(b));
+  }
+  EXPECT_FALSE(pool->TryAcquire());
+  EXPECT_EQ(pool->Stats().acquire_failures, 1u);
+  done.Open();
+  owner.join();
+}
+
+// ---- Parking is bounded by CPUs, not threads -------------------------------
+
+class ParkingTest : public testing::TestWithParam<int> {};
+
+TEST_P(ParkingTest, ThreadsThatEachUseOneBufferParkAtMostCacheTimesCpus) {
+  const int threads = GetParam();
+  auto pool = MakePool({.buffer_count = 4096, .cache_size = 64});
+  Latch used(threads);
+  Gate done;
+  std::vector<std::thread> all;
+  for (int t = 0; t < threads; ++t) {
+    all.emplace_back([&] {
+      {
+        Buffer b = pool->TryAcquire();
+        EXPECT_TRUE(b);
+      }
+      used.Arrive();
+      done.Wait();  // alive, as a thread-pool worker is
+    });
+  }
+  used.Wait();
+  const PoolStats s = pool->Stats();
+  EXPECT_EQ(s.in_use, 0u);
+  EXPECT_LE(s.cached, Parked(*pool)) << threads << " threads";
+  done.Open();
+  for (auto& t : all) t.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, ParkingTest, testing::Values(64, 256, 1024));
+
+// 256 threads that each used the pool once, then each hold one buffer at
+// once: 256 of 4,096, all granted (the old design parked 32 per thread and
+// refused half of them with no buffer in use).
+TEST(ParkingTest, TwoHundredFiftySixThreadsOnFourThousandBuffersAllGetOne) {
+  constexpr int kThreads = 256;
+  auto pool = MakePool({.buffer_count = 4096, .cache_size = 64});
+  Latch warmed(kThreads), holding(kThreads);
+  Gate go, done;
+  std::atomic<int> refused{0};
+  std::vector<std::thread> all;
+  for (int t = 0; t < kThreads; ++t) {
+    all.emplace_back([&] {
+      { Buffer b = pool->TryAcquire(); }
+      warmed.Arrive();
+      go.Wait();
+      Buffer mine = pool->TryAcquire();
+      if (!mine) refused.fetch_add(1);
+      holding.Arrive();
+      done.Wait();
+    });
+  }
+  warmed.Wait();
+  go.Open();
+  holding.Wait();
+  EXPECT_EQ(refused.load(), 0);
+  EXPECT_EQ(pool->Stats().in_use, static_cast<size_t>(kThreads));
+  done.Open();
+  for (auto& t : all) t.join();
+}
+
+// ---- fork() -----------------------------------------------------------------
+
+// Forks while 16 threads cycle buffers through their CPUs' caches and a
+// waiter drains; every child must be able to use the pool (Stats, TryAcquire,
+// Acquire, FlushCaches, and every buffer no thread held) and exit. An alarm
+// in the child turns a hang into a failure.
+TEST(ForkTest, EveryChildCanUseThePoolWhileThreadsCacheAndAWaiterDrains) {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr int kForks = 50;
+#else
+  constexpr int kForks = 300;
+#endif
+  constexpr size_t kCount = 256;
+  auto pool = MakePool({.buffer_count = kCount, .cache_size = 16});
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 16; ++t) {
+    workers.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        Buffer b[4];
+        pool->TryAcquireBulk(b);
+      }
+    });
+  }
+  std::thread waiter([&] {  // holds most of the rest, asks for more
+    while (!stop.load(std::memory_order_relaxed)) {
+      std::vector<Buffer> held(kCount - 16 * 4 - 24);
+      pool->TryAcquireBulk(absl::MakeSpan(held));
+      auto more = pool->Acquire(absl::Milliseconds(1));
+    }
+  });
+  for (int i = 0; i < kForks; ++i) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::alarm(20);  // a hang fails instead of hanging the run
+      const PoolStats s = pool->Stats();
+      std::vector<Buffer> all(kCount);
+      const size_t got = pool->TryAcquireBulk(absl::MakeSpan(all));
+      // Every buffer no thread held at the fork is free here, and nothing
+      // runs beside this thread, so in_use is exact.
+      if (got != kCount - s.in_use || got == 0) {
+        std::fprintf(stderr, "child: got %zu with %zu in use\n", got, s.in_use);
+        ::_exit(1);
+      }
+      all.clear();
+      pool->FlushCaches();
+      auto one = pool->Acquire(absl::Seconds(5));
+      ::_exit(one.ok() && pool->Stats().in_use == s.in_use + 1 ? 0 : 2);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status))
+        << "fork " << i << ": child killed by signal " << WTERMSIG(status);
+    ASSERT_EQ(WEXITSTATUS(status), 0) << "fork " << i;
+  }
+  stop.store(true);
+  for (auto& t : workers) t.join();
+  waiter.join();
+}
+
+// ---- Stats() shares no lock with the wait path ------------------------------
+
+// With every lock of every pool held (what the fork() prepare handler
+// takes), Stats() of any pool still returns: it takes none of them, so no
+// waiter can slow it.
+TEST(StatsTest, TakesNoLockThatAWaiterOrADrainerHolds) {
+  auto unrelated = MakePool({.buffer_count = 64, .cache_size = 8});
+  auto busy = MakePool({.buffer_count = 64, .cache_size = 8});
+  std::vector<Buffer> all(64);
+  ASSERT_EQ(busy->TryAcquireBulk(absl::MakeSpan(all)), 64u);
+  std::thread waiter([&] { auto b = busy->Acquire(absl::Seconds(60)); });
+  PoolAccess::ForkPrepare();
+  WithinAMinute("Stats", [&] {
+    EXPECT_EQ(unrelated->Stats().in_use, 0u);
+    EXPECT_EQ(busy->Stats().in_use, 64u);
+  });
+  PoolAccess::ForkParent();
+  all[0].Reset();
+  waiter.join();
+}
+
+// ---- Soundness under signals that sleep inside pool calls -------------------
+
+// The owner of each held buffer, 0 when free; set and checked by the holder.
+thread_local int tl_id = 0;
+std::atomic<uint64_t> g_signals{0};
+
+void SleepyHandler(int) {
+  // 1-5 ms, inside whatever pool call the signal interrupted.
+  const int saved = errno;
+  const timespec ts{0, (1 + static_cast<long>(::clock() % 5)) * 1'000'000};
+  ::nanosleep(&ts, nullptr);
+  g_signals.fetch_add(1, std::memory_order_relaxed);
+  errno = saved;
+}
+
+int StressSeconds() {
+  const char* env = std::getenv("BUFPOOL_STRESS_SECONDS");
+  if (env != nullptr && std::atoi(env) > 0) return std::atoi(env);
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  return 4;
+#else
+  return 10;
+#endif
+}
+
+TEST(SoundnessTest, NoBufferIsEverOwnedTwiceOrLostUnderSleepingSignals) {
+  constexpr size_t kCount = 128;
+  constexpr int kOwners = 6;
+  auto pool =
+      MakePool({.buffer_size = 256, .buffer_count = kCount, .cache_size = 16});
+  std::unique_ptr<std::atomic<int>[]> owner(new std::atomic<int>[kCount]);
+  for (size_t i = 0; i < kCount; ++i) owner[i].store(0);
+  std::atomic<uint64_t> twice{0}, stamps_bad{0}, cycles{0};
+  std::atomic<bool> stop{false};
+  struct sigaction sa = {};
+  sa.sa_handler = SleepyHandler;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(::sigaction(SIGUSR1, &sa, nullptr), 0);
+  auto hold = [&](Buffer& b) {
+    const uint32_t slot = b.index();
+    const int was = owner[slot].exchange(tl_id);
+    if (was != 0) twice.fetch_add(1);
+    std::memcpy(b.data(), &tl_id, sizeof(tl_id));
+    for (int k = 0; k < 16; ++k) {
+      int seen;
+      std::memcpy(&seen, b.data(), sizeof(seen));
+      if (seen != tl_id) stamps_bad.fetch_add(1);
+    }
+    int expect = tl_id;
+    if (!owner[slot].compare_exchange_strong(expect, 0)) twice.fetch_add(1);
+  };
+  std::vector<pthread_t> owner_threads(kOwners);
+  Latch started(kOwners);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kOwners; ++t) {
+    threads.emplace_back([&, t] {
+      tl_id = t + 1;
+      owner_threads[t] = ::pthread_self();
+      started.Arrive();
+      while (!stop.load(std::memory_order_relaxed)) {
+        Buffer b = pool->TryAcquire();
+        if (b) hold(b);
+        Buffer bulk[3];
+        pool->TryAcquireBulk(bulk);
+        for (Buffer& x : bulk) {
+          if (x) hold(x);
+        }
+        cycles.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  for (int w = 0; w < 2; ++w) {  // waiters: hold much of the pool, drain
+    threads.emplace_back([&, w] {
+      tl_id = 100 + w;
+      while (!stop.load(std::memory_order_relaxed)) {
+        std::vector<Buffer> held(kCount / 2 - 8);
+        pool->TryAcquireBulk(absl::MakeSpan(held));
+        for (Buffer& x : held) {
+          if (x) hold(x);
+        }
+        auto more = pool->Acquire(absl::Milliseconds(2));
+        if (more.ok()) hold(*more);
+        if (w == 0) pool->FlushCaches();
+      }
+    });
+  }
+  started.Wait();
+  std::mt19937 rng(7);
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::seconds(StressSeconds());
+  while (std::chrono::steady_clock::now() < end) {
+    ::pthread_kill(owner_threads[rng() % kOwners], SIGUSR1);
+    std::this_thread::sleep_for(std::chrono::microseconds(200 + rng() % 800));
+  }
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  signal(SIGUSR1, SIG_DFL);
+  EXPECT_EQ(twice.load(), 0u);
+  EXPECT_EQ(stamps_bad.load(), 0u);
+  EXPECT_GT(g_signals.load(), 0u);
+  EXPECT_GT(cycles.load(), 0u);
+  const PoolStats s = pool->Stats();
+  EXPECT_EQ(s.in_use, 0u);
+  std::vector<Buffer> all(kCount);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), kCount);  // none lost
+  std::printf("%llu cycles, %llu sleeping signals, mode %s\n",
+              static_cast<unsigned long long>(cycles.load()),
+              static_cast<unsigned long long>(g_signals.load()),
+              pool->per_cpu_mode() == PerCpuMode::kRseq ? "rseq" : "locked");
+}
+
+// ---- NotifyWhenFree ---------------------------------------------------------
+
+uint64_t ReadEvent(int fd) {
+  uint64_t v = 0;
+  EXPECT_EQ(::read(fd, &v, sizeof(v)), static_cast<ssize_t>(sizeof(v)));
+  return v;
+}
+
+TEST(NotifyTest, FiresAtOnceWhenABufferIsFree) {
+  auto pool = MakePool({.buffer_count = 16, .cache_size = 2});
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(pool->NotifyWhenFree(fd).ok());
+  EXPECT_EQ(ReadEvent(fd), 1u);
+  ::close(fd);
+}
+
+TEST(NotifyTest, FiresAtOnceWhenTheOnlyFreeBufferSitsInACache) {
+  auto pool = MakePool({.buffer_count = 16, .cache_size = 2});
+  std::vector<Buffer> all(16);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 16u);
+  all[3].Reset();  // into this CPU's cache
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ASSERT_TRUE(pool->NotifyWhenFree(fd).ok());
+  EXPECT_EQ(ReadEvent(fd), 1u);
+  ::close(fd);
+}
+
+TEST(NotifyTest, AReleaseOnAnotherThreadWakesTheEventfdOnce) {
+  for (const size_t cache : {size_t{0}, size_t{2}}) {
+    auto pool = MakePool({.buffer_count = 16, .cache_size = cache});
+    std::vector<Buffer> all(16);
+    ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 16u);
+    const int fd = ::eventfd(0, EFD_CLOEXEC);  // blocking read below
+    ASSERT_TRUE(pool->NotifyWhenFree(fd).ok());
+    pollfd probe{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&probe, 1, 0), 0);  // nothing yet
+    std::thread releaser([&] { all[7].Reset(); });
+    WithinAMinute("read", [&] { EXPECT_EQ(ReadEvent(fd), 1u); });
+    releaser.join();
+    all[8].Reset();  // one-shot: no second notice
+    uint64_t v = 0;
+    ::fcntl(fd, F_SETFL, O_NONBLOCK);
+    EXPECT_EQ(::read(fd, &v, sizeof(v)), -1) << "cache " << cache;
+    // The released buffers are where TryAcquire finds them.
+    Buffer again = pool->TryAcquire();
+    EXPECT_TRUE(again);
+    ::close(fd);
+  }
+}
+
+TEST(NotifyTest, ANegativeFdIsInvalidArgument) {
+  auto pool = MakePool({.buffer_count = 16});
+  EXPECT_EQ(pool->NotifyWhenFree(-1).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// ---- FlushCaches ------------------------------------------------------------
+
+TEST(FlushCachesTest, EmptiesEveryCpusCache) {
+  auto pool = MakePool({.buffer_count = 64, .cache_size = 8});
+  std::thread([&] {
+    std::vector<Buffer> mine(8);
+    pool->TryAcquireBulk(absl::MakeSpan(mine));
+  }).join();
+  {
+    std::vector<Buffer> mine(8);
+    pool->TryAcquireBulk(absl::MakeSpan(mine));
+  }
+  EXPECT_GT(pool->Stats().cached, 0u);
+  pool->FlushCaches();
+  EXPECT_EQ(pool->Stats().cached, 0u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  auto off = MakePool({.buffer_count = 16, .cache_size = 0});
+  off->FlushCaches();  // caches off: nothing to do
+  EXPECT_EQ(off->per_cpu_mode(), PerCpuMode::kOff);
+  EXPECT_NE(pool->per_cpu_mode(), PerCpuMode::kOff);
+}
+
+// ---- Many pools per thread -------------------------------------------------
+
+TEST(ManyPoolsTest, CreatingAndDestroying10000PoolsOnOneThreadDoesNotLeak) {
+  auto use_one = [] {
+    auto pool = MakePool({.buffer_size = 64,
+                          .buffer_count = 64,
+                          .huge_pages = HugePages::kNever,
+                          .cache_size = 8});
+    Buffer b = pool->TryAcquire();
+    ASSERT_TRUE(b);
+    b.Reset();  // this thread now has a cache for the pool
+  };
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "mallinfo2 does not see ASan's allocator";
+#endif
+  for (int i = 0; i < 100; ++i) use_one();  // warm up allocator state
+  const size_t before = mallinfo2().uordblks;
+  for (int i = 0; i < 10000; ++i) use_one();
+  const size_t after = mallinfo2().uordblks;
+  // A leaked cache is over 2 KiB: 10,000 of them would be over 20 MB.
+  EXPECT_LT(after, before + (1u << 20)) << before << " -> " << after;
+}
+
+// Four threads use four pools in random order, each buffer stamped with its
+// owner and checked before release; every pool gets all its buffers back.
+TEST(ManyPoolsTest, FourThreadsInterleaveFourPools) {
+  constexpr int kPools = 4;
+  std::vector<std::unique_ptr<BufferPool>> pools;
+  for (int i = 0; i < kPools; ++i) {
+    pools.push_back(
+        MakePool({.buffer_size = 256, .buffer_count = 256, .cache_size = 16}));
+  }
+#if defined(__SANITIZE_THREAD__)
+  constexpr int kOps = 20000;
+#else
+  constexpr int kOps = 200000;
+#endif
+  std::atomic<uint64_t> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(1234 + t);
+      std::vector<Buffer> held;
+      for (int op = 0; op < kOps; ++op) {
+        const int which = static_cast<int>(rng() % kPools);
+        if (held.size() < 24 && rng() % 2 == 0) {
+          Buffer b = pools[which]->TryAcquire();
+          if (!b) continue;
+          std::memset(b.data(), t * 16 + which, b.size());
+          held.push_back(std::move(b));
+        } else if (!held.empty()) {
+          const size_t i = rng() % held.size();
+          Buffer b = std::move(held[i]);
+          held[i] = std::move(held.back());
+          held.pop_back();
+          int owner = -1;
+          for (int k = 0; k < kPools; ++k) {
+            if (b.pool() == pools[k].get()) owner = k;
+          }
+          const auto want = static_cast<std::byte>(t * 16 + owner);
+          for (size_t k = 0; k < b.size(); ++k) {
+            if (b.data()[k] != want) {
+              bad.fetch_add(1);
+              break;
+            }
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0u);
+  for (auto& pool : pools) {
+    EXPECT_EQ(pool->Stats().in_use, 0u);
+    std::vector<Buffer> all(256);
+    EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 256u);
+  }
+}
+
+TEST(ManyPoolsTest, MorePoolsThanTableEntriesAllWork) {
+  std::vector<std::unique_ptr<BufferPool>> pools;
+  for (int i = 0; i < 40; ++i) {
+    pools.push_back(MakePool({.buffer_size = 64,
+                              .buffer_count = 64,
+                              .huge_pages = HugePages::kNever,
+                              .cache_size = 8}));
+  }
+  std::vector<Buffer> held;
+  for (int round = 0; round < 3; ++round) {
+    for (auto& pool : pools) {
+      for (int i = 0; i < 64; ++i) {
+        Buffer b = pool->TryAcquire();
+        ASSERT_TRUE(b) << "round " << round;
+        held.push_back(std::move(b));
+      }
+    }
+    for (auto& pool : pools) EXPECT_EQ(pool->Stats().in_use, 64u);
+    held.clear();
+    for (auto& pool : pools) EXPECT_EQ(pool->Stats().in_use, 0u);
+  }
+}
+
+// ---- high_water ------------------------------------------------------------
+
+// Thread B holds buffers taken from its own cache while main takes 40: the
+// true peak is 40 + B's.
+TEST(HighWaterTest, NeverBelowThePeakOfTwoThreadsHoldingAtOnce) {
+  struct Case {
+    size_t count, cache, b_holds;
+  };
+  for (const Case c : {Case{64, 8, 8}, Case{1024, 64, 33}}) {
+    auto pool = MakePool({.buffer_count = c.count, .cache_size = c.cache});
+    Gate b_holding, main_done;
+    std::thread b([&] {
+      {  // fill B's cache, then hold buffers from it
+        std::vector<Buffer> warm;
+        for (size_t i = 0; i < c.cache; ++i) warm.push_back(pool->TryAcquire());
+      }
+      std::vector<Buffer> hold;
+      for (size_t i = 0; i < c.b_holds; ++i) hold.push_back(pool->TryAcquire());
+      b_holding.Open();
+      main_done.Wait();
+    });
+    b_holding.Wait();
+    {
+      std::vector<Buffer> mine;
+      for (int i = 0; i < 40; ++i) mine.push_back(pool->TryAcquire());
+      const PoolStats s = pool->Stats();
+      const size_t peak = 40 + c.b_holds;
+      EXPECT_EQ(s.in_use, peak);
+      EXPECT_GE(s.high_water, peak) << "count " << c.count;
+      EXPECT_LE(s.high_water, peak + Parked(*pool));
+    }
+    main_done.Open();
+    b.join();
+    EXPECT_GE(pool->Stats().high_water, 40 + c.b_holds);
+  }
+}
+
+// Threads take turns: each peaks at its own count and goes idle. The true
+// peak is the largest single turn.
+TEST(HighWaterTest, ThreadsTakingTurnsStayWithinTheBound) {
+  for (const int threads : {2, 4}) {
+    for (const bool flush : {false, true}) {
+      auto pool = MakePool({.buffer_count = 1024, .cache_size = 64});
+      for (int t = 0; t < threads; ++t) {
+        std::thread([&, t] {
+          std::vector<Buffer> mine;
+          for (int i = 0; i < 33 + t * 7 / threads; ++i) {
+            mine.push_back(pool->TryAcquire());
+          }
+          mine.clear();
+          if (flush) pool->FlushCaches();
+        }).join();
+      }
+      std::vector<Buffer> mine;
+      for (int i = 0; i < 40; ++i) mine.push_back(pool->TryAcquire());
+      mine.clear();
+      const PoolStats s = pool->Stats();
+      EXPECT_EQ(s.in_use, 0u);
+      EXPECT_GE(s.high_water, 40u);
+      // The turns' buffers may still sit in CPU caches (the threads owned
+      // none of them): within the parking bound.
+      EXPECT_LE(s.high_water, 40u + Parked(*pool))
+          << threads << " threads, flush " << flush;
+    }
+  }
+}
+
+// The same with the earlier threads alive and idle: their cached buffers may
+// count as in use (the documented bound), never less than the peak; after
+// FlushCaches() in each, exact.
+TEST(HighWaterTest, IdleThreadsCachesAreTheOnlyOvershoot) {
+  for (const bool flush : {false, true}) {
+    auto pool = MakePool({.buffer_count = 1024, .cache_size = 64});
+    Gate stay, took;
+    std::thread x([&] {
+      {
+        std::vector<Buffer> mine;
+        for (int i = 0; i < 33; ++i) mine.push_back(pool->TryAcquire());
+      }
+      if (flush) pool->FlushCaches();
+      took.Open();
+      stay.Wait();
+    });
+    took.Wait();
+    std::vector<Buffer> mine;
+    for (int i = 0; i < 40; ++i) mine.push_back(pool->TryAcquire());
+    const PoolStats s = pool->Stats();
+    EXPECT_GE(s.high_water, 40u);
+    if (flush && pool->per_cpu_mode() != PerCpuMode::kRseq) {
+      EXPECT_EQ(s.high_water, 40u);  // rseq: no low-water marks (see Stats)
+    } else {
+      EXPECT_LE(s.high_water, 40u + Parked(*pool));
+    }
+    mine.clear();
+    stay.Open();
+    x.join();
+  }
+}
+
+// Random operations on random threads (taking turns under a lock, so the
+// true in_use is known at every step): high_water never reads below the
+// largest in_use so far, and in_use is exact.
+TEST(HighWaterTest, RandomTurnsNeverReadBelowThePeak) {
+  auto pool = MakePool({.buffer_count = 512, .cache_size = 32});
+  std::mutex mu;
+  size_t in_use = 0, peak = 0;
+  std::atomic<uint64_t> low_reads{0}, wrong_in_use{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(77 + t);
+      std::vector<Buffer> held;
+      for (int op = 0; op < 3000; ++op) {
+        std::lock_guard<std::mutex> lock(mu);
+        const int action = static_cast<int>(rng() % 10);
+        if (action < 5 && held.size() < 100) {
+          const size_t n = 1 + rng() % 40;
+          for (size_t i = 0; i < n; ++i) {
+            Buffer b = pool->TryAcquire();
+            if (!b) break;
+            held.push_back(std::move(b));
+            peak = std::max(peak, ++in_use);
+          }
+        } else if (action < 9) {
+          const size_t n = std::min<size_t>(held.size(), 1 + rng() % 40);
+          for (size_t i = 0; i < n; ++i) {
+            held.pop_back();
+            --in_use;
+          }
+        } else if (action == 9) {
+          pool->FlushCaches();
+        }
+        const PoolStats s = pool->Stats();
+        if (s.high_water < peak) low_reads.fetch_add(1);
+        if (s.in_use != in_use) wrong_in_use.fetch_add(1);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      in_use -= held.size();
+      held.clear();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(low_reads.load(), 0u);
+  EXPECT_EQ(wrong_in_use.load(), 0u);
+  const PoolStats s = pool->Stats();
+  EXPECT_EQ(s.in_use, 0u);
+  EXPECT_GE(s.high_water, peak);
+  EXPECT_LE(s.high_water, peak + Parked(*pool));
+}
+
+// ---- ReleaseBulk of a span stored in the pool's buffers ---------------------
+
+class SpanInsideTest : public testing::TestWithParam<bool> {};
+
+TEST_P(SpanInsideTest, ReleaseBulkReadsEveryHandleBeforeAnyBufferGoesBack) {
+  const bool scrub = GetParam();
+  for (const size_t n : {size_t{8}, size_t{100}}) {
+    auto pool = MakePool(
+        {.buffer_count = 256, .scrub_on_release = scrub, .cache_size = 16});
+    Buffer home = pool->TryAcquire();
+    auto* span = new (home.data()) Buffer[n];
+    span[0] = std::move(home);  // the span's own buffer is released too
+    for (size_t i = 1; i < n; ++i) span[i] = pool->TryAcquire();
+    ASSERT_EQ(pool->Stats().in_use, n);
+    pool->ReleaseBulk(absl::MakeSpan(span, n));
+    EXPECT_EQ(pool->Stats().in_use, 0u) << "n " << n << " scrub " << scrub;
+  }
+}
+
+TEST_P(SpanInsideTest, ReleaseRawBulkReadsEveryPointerBeforeAnyBufferGoesBack) {
+  const bool scrub = GetParam();
+  for (const size_t n : {size_t{8}, size_t{100}}) {
+    auto pool = MakePool(
+        {.buffer_count = 256, .scrub_on_release = scrub, .cache_size = 16});
+    std::byte* home = pool->TryAcquireRaw();
+    auto** ptrs = reinterpret_cast<std::byte**>(home);
+    ptrs[0] = home;
+    for (size_t i = 1; i < n; ++i) ptrs[i] = pool->TryAcquireRaw();
+    pool->ReleaseRawBulk(absl::MakeConstSpan(ptrs, n));
+    EXPECT_EQ(pool->Stats().in_use, 0u) << "n " << n << " scrub " << scrub;
+  }
+}
+
+// A span of 100 handles of pool B stored in a buffer of pool A, which the
+// span also holds: B's handles are all read before A's buffer goes back.
+TEST_P(SpanInsideTest, ReleaseBulkOfASpanInAnotherPoolsBuffer) {
+  const bool scrub = GetParam();
+  auto a = MakePool(
+      {.buffer_count = 64, .scrub_on_release = scrub, .cache_size = 8});
+  auto b = MakePool(
+      {.buffer_count = 256, .scrub_on_release = scrub, .cache_size = 16});
+  Buffer home = a->TryAcquire();
+  auto* span = new (home.data()) Buffer[100];
+  span[0] = std::move(home);
+  for (size_t i = 1; i < 100; ++i) span[i] = b->TryAcquire();
+  b->ReleaseBulk(absl::MakeSpan(span, 100));
+  EXPECT_EQ(b->Stats().in_use, 0u);
+  EXPECT_EQ(a->Stats().in_use, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(ScrubOnAndOff, SpanInsideTest, testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "Scrub" : "NoScrub";
+                         });
+
+// ---- Options ---------------------------------------------------------------
+
+TEST(OptionsTest, CacheSizeAboveTheLimitIsInvalidArgument) {
+  auto pool = BufferPool::Create({.cache_size = 1000});
+  ASSERT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(pool.status().message());
+  EXPECT_NE(message.find("cache_size"), std::string::npos) << message;
+  EXPECT_NE(message.find("512"), std::string::npos) << message;
+  EXPECT_NE(message.find("1000"), std::string::npos) << message;
+  EXPECT_TRUE(
+      BufferPool::Create({.buffer_count = 8192, .cache_size = kMaxCacheSize})
+          .ok());
+}
+
+TEST(OptionsTest, TheOldNameStillWorksAndNamesItself) {
+  auto old = BufferPool::Create({.buffer_count = 1024, .thread_cache_size = 0});
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ((*old)->cache_capacity(), 0u);
+  auto bad = BufferPool::Create({.thread_cache_size = 1000});
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("thread_cache_size"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace bufpool
