@@ -151,7 +151,9 @@ TEST(ProvidedBufferRingTest, TakeIntoIsAllOrNothingWhenTheChainCannotGrow) {
       &ring, *pool,
       {.max_buffers = 16,
        .initial_buffers = 16,
-       .bundles = ProvidedBufferRingOptions::Bundles::kOff});
+       .bundles = ProvidedBufferRingOptions::Bundles::kOff,
+       .copy_below = 0,  // link the ring's buffer: the path that allocates
+       .incremental = ProvidedBufferRingOptions::Incremental::kOff});
   ASSERT_TRUE(br.ok()) << br.status();
   // A queue whose inline slice room is full: the next slice needs a heap
   // ring.
