@@ -175,6 +175,21 @@ TEST_F(CopyCliTest, JsonSaysHowTheDestinationWasWrittenAndIfItWasVerified) {
       << r.out;
 }
 
+TEST_F(CopyCliTest, VerifyOfAFifoDestinationDoesNotReadItBack) {
+  Write("a", "data");
+  ASSERT_EQ(mkfifo(Path("fifo").c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream f(Path("fifo"));
+    std::getline(f, got);
+  });
+  Result r = Run({"--json", "--verify", Path("a"), Path("fifo")});
+  reader.join();
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(got, "data");
+  EXPECT_NE(r.out.find("\"verified\": false"), std::string::npos) << r.out;
+}
+
 TEST_F(CopyCliTest, AVerifyMismatchIsExitOne) {
   Result r = Run({"--verify", "/proc/self/status", Path("status")});
   EXPECT_EQ(r.status, 1) << r.err;

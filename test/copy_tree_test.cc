@@ -158,6 +158,40 @@ TEST_F(TreeTest, IntoAnExistingDirectoryAndMergingAgain) {
   EXPECT_EQ(ReadFileOrDie(Path("into/src/g")), "new");
 }
 
+TEST_F(TreeTest, NoClobberSkipsExistingEntriesSilently) {
+  WriteFileOrDie(S("f"), "new");
+  ASSERT_EQ(symlink("f", S("l").c_str()), 0);
+  ASSERT_EQ(mkfifo(S("p").c_str(), 0644), 0);
+  ASSERT_EQ(mkdir(Path("into").c_str(), 0755), 0);
+  CopyOptions o;
+  o.no_clobber = true;
+  absl::StatusOr<TreeStats> r = CopyTree(src_, Path("into"), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->errors.empty()) << r->errors[0];
+  // Merging again: every entry exists now, and none is an error or changed.
+  WriteFileOrDie(S("f"), "newer");
+  r = CopyTree(src_, Path("into"), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->errors.empty()) << r->errors[0];
+  EXPECT_EQ(ReadFileOrDie(Path("into/src/f")), "new");
+  EXPECT_EQ(Link(Path("into/src/l")), "f");
+  EXPECT_TRUE(S_ISFIFO(Lstat(Path("into/src/p")).st_mode));
+}
+
+TEST_F(TreeTest, ASymlinkToADirectoryAtAFilesPlaceIsRefused) {
+  WriteFileOrDie(S("x"), "data");
+  ASSERT_EQ(mkdir(Path("elsewhere").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(Path("dst").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(Path("dst/src").c_str(), 0755), 0);
+  ASSERT_EQ(symlink(Path("elsewhere").c_str(), Path("dst/src/x").c_str()), 0);
+  absl::StatusOr<TreeStats> r = CopyTree(src_, Path("dst"));
+  ASSERT_TRUE(r.ok()) << r.status();  // the entry failed, not the tree
+  ASSERT_EQ(r->errors.size(), 1u);
+  EXPECT_NE(r->errors[0].find("cannot overwrite directory"), std::string::npos)
+      << r->errors[0];
+  EXPECT_NE(access(Path("elsewhere/x").c_str(), F_OK), 0);  // nothing inside
+}
+
 TEST_F(TreeTest, SocketsAreReportedAndSkipped) {
   WriteFileOrDie(S("f"), "kept");
   const int fd = socket(AF_UNIX, SOCK_STREAM, 0);

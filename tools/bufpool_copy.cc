@@ -294,7 +294,11 @@ int main(int argc, char** argv) {
     }
     bufpool::CopyStats stats = *std::move(s);
     created.insert(dst);
-    if (cmd.verify) {
+    // A device or FIFO cannot be read back as what was written to it.
+    struct stat written;
+    const bool regular = stat(stats.destination.c_str(), &written) == 0 &&
+                         S_ISREG(written.st_mode);
+    if (cmd.verify && regular) {
       if (std::string err = Verify(src, stats.destination); !err.empty()) {
         Fail(err);
         status = kExitFailure;

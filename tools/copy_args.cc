@@ -142,6 +142,7 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
                    "given wins (default: shown when stderr is a\nterminal)");
   app.add_flag("--verify", c.verify,
                "after copying, re-read both files and compare them\n"
+               "(regular destinations; a device or FIFO is not read back)\n"
                "(default: off)");
   app.add_flag("--json", c.json,
                "print each copy's statistics on stdout, one JSON\n"

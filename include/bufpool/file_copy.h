@@ -168,8 +168,9 @@ struct CopyStats {
   bool fixed_buffers = false;  // io_uring used registered (fixed) buffers
   std::vector<std::string> fallbacks;  // one line per fallback taken, why
   std::string destination;             // the path written (dst or dst/name)
-  // How the destination was written: kInPlace for a new file, for
-  // Replace::kInPlace, and for a non-regular destination whatever was asked.
+  // How the destination was written: kAtomic when a temporary file was
+  // renamed into place (Replace::kAtomic, also for a new file); kInPlace for
+  // Replace::kInPlace and for a non-regular destination whatever was asked.
   CopyOptions::Replace replace = CopyOptions::Replace::kInPlace;
   bool created = false;  // the destination did not exist before
   // Whether the copy was read back and compared with the source. CopyFile

@@ -80,6 +80,11 @@ class TreeCopier {
   void Report(absl::string_view what, const std::string& path, int err) {
     Report(IoError(what, path, err));
   }
+  // An existing destination under no_clobber: skipped silently, as cp -n
+  // skips it.
+  bool Clobbered(const absl::Status& s) const {
+    return options_.no_clobber && absl::IsAlreadyExists(s);
+  }
   void Report(const absl::Status& s) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.errors.push_back(std::string(s.message()));
@@ -134,7 +139,7 @@ void TreeCopier::Worker() {
     absl::StatusOr<CopyStats> r = CopyFile(job.first, job.second, options_);
     if (r.ok()) {
       Count(&TreeStats::files, r->bytes_copied);
-    } else {
+    } else if (!Clobbered(r.status())) {
       Report(r.status());
     }
     lock.lock();
@@ -144,7 +149,7 @@ void TreeCopier::Worker() {
 void TreeCopier::File(const std::string& src, const std::string& dst) {
   if (workers_.empty()) {
     absl::StatusOr<CopyStats> r = CopyFile(src, dst, options_);
-    if (!r.ok()) return Report(r.status());
+    if (!r.ok()) return Clobbered(r.status()) ? void() : Report(r.status());
     return Count(&TreeStats::files, r->bytes_copied);
   }
   std::unique_lock<std::mutex> lock(queue_mu_);
@@ -244,8 +249,10 @@ void TreeCopier::Entry(const std::string& src, const std::string& dst) {
     return Report(absl::FailedPreconditionError(absl::StrCat(
         "skipped: ", src, ": a socket or other special file is not copied")));
   }
+  // stat, not lstat: a symbolic link to a directory is refused too, as cp
+  // refuses it, rather than followed to write the file inside its target.
   struct stat at;
-  if (os::Sys().lstat(dst.c_str(), &at) == 0 && S_ISDIR(at.st_mode)) {
+  if (os::Sys().stat(dst.c_str(), &at) == 0 && S_ISDIR(at.st_mode)) {
     Report("cannot overwrite directory with non-directory", dst, EISDIR);
     return;
   }
@@ -260,6 +267,7 @@ void TreeCopier::Symlink(const std::string& src, const struct stat& st,
   if (n < 0) return Report("read symbolic link", src, errno);
   target.resize(static_cast<size_t>(n));
   if (os::Sys().symlink(target.c_str(), dst.c_str()) != 0) {
+    if (errno == EEXIST && options_.no_clobber) return;  // cp -n: skipped
     return Report("create symbolic link", dst, errno);
   }
   Count(&TreeStats::symlinks);
@@ -273,6 +281,7 @@ void TreeCopier::Node(const struct stat& st, const std::string& dst) {
   const mode_t type = st.st_mode & S_IFMT;
   if (os::Sys().mknod(dst.c_str(), type | (st.st_mode & 0777), st.st_rdev) !=
       0) {
+    if (errno == EEXIST && options_.no_clobber) return;  // cp -n: skipped
     return Report(S_ISFIFO(st.st_mode) ? "create FIFO" : "create device node",
                   dst, errno);
   }
