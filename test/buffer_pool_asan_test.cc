@@ -19,8 +19,7 @@ class PoisonDeathTest : public testing::TestWithParam<size_t> {
  protected:
   void SetUp() override {
     if (!kAsan) GTEST_SKIP() << "needs the asan build (cmake --preset asan)";
-    pool_ = *BufferPool::Create(
-        {.buffer_count = 64, .cache_size = GetParam()});
+    pool_ = *BufferPool::Create({.buffer_count = 64, .cache_size = GetParam()});
   }
   std::unique_ptr<BufferPool> pool_;
 };

@@ -11,8 +11,7 @@ namespace bufpool {
 namespace {
 
 std::unique_ptr<BufferPool> MakePool(size_t cache = 64) {
-  auto pool =
-      BufferPool::Create({.buffer_count = 64, .cache_size = cache});
+  auto pool = BufferPool::Create({.buffer_count = 64, .cache_size = cache});
   if (!pool.ok()) std::abort();
   return *std::move(pool);
 }

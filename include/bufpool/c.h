@@ -89,14 +89,14 @@ enum {
  * change the fields you need. Boolean fields: 0 is false, anything else
  * true. */
 typedef struct bufpool_options {
-  size_t struct_size;       /* sizeof(bufpool_options) of the caller */
-  size_t buffer_size;       /* power of two, >= 64; default 4096 */
-  size_t buffer_count;      /* >= 1, < 2^32 - 1; default 1024 */
-  int huge_pages;           /* BUFPOOL_HUGE_PAGES_*; default _TRY */
-  int populate;             /* fault every page in at create; default 1 */
-  int lock_memory;          /* mlock the region (RLIMIT_MEMLOCK); default 0 */
-  int scrub_on_release;     /* zero a buffer on release; default 0 */
-  size_t cache_size;        /* per-CPU cache, <= 512, 0: none; default 64 */
+  size_t struct_size;   /* sizeof(bufpool_options) of the caller */
+  size_t buffer_size;   /* power of two, >= 64; default 4096 */
+  size_t buffer_count;  /* >= 1, < 2^32 - 1; default 1024 */
+  int huge_pages;       /* BUFPOOL_HUGE_PAGES_*; default _TRY */
+  int populate;         /* fault every page in at create; default 1 */
+  int lock_memory;      /* mlock the region (RLIMIT_MEMLOCK); default 0 */
+  int scrub_on_release; /* zero a buffer on release; default 0 */
+  size_t cache_size;    /* per-CPU cache, <= 512, 0: none; default 64 */
 } bufpool_options;
 
 /* The C++ defaults (PoolOptions{}); the library checks at compile time that
