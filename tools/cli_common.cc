@@ -6,6 +6,7 @@
 #include <memory>
 #include <utility>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 

@@ -18,7 +18,12 @@
 #include <cstdio>
 #include <string>
 
-#include "CLI/CLI.hpp"
+// CLI11 is a large header-only library: only the files that build a parser
+// include it (CLI/CLI.hpp); the tools and tests that call ParseXArgs() do not.
+namespace CLI {
+class App;
+class Validator;
+}  // namespace CLI
 
 namespace bufpool::tools {
 

@@ -1,5 +1,6 @@
 #include "copy_args.h"
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 

@@ -3,6 +3,7 @@
 #include <limits>
 #include <string>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 
 namespace bufpool::tools {

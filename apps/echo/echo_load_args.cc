@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 
 namespace bufpool::tools {
