@@ -16,6 +16,7 @@
 #include "copy/copy_internal.h"
 #include "os/error.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 

@@ -32,6 +32,7 @@
 #include "bufpool/uring.h"
 #include "copy/copy_internal.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 #include "os/uring.h"
 
 namespace bufpool::copy_internal {

@@ -26,6 +26,7 @@
 #include "os/error.h"
 #include "os/file.h"
 #include "os/socket.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 namespace {
