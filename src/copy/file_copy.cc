@@ -46,46 +46,6 @@ std::optional<CopyMethod> ParseCopyMethod(absl::string_view name) {
 }
 
 namespace copy_internal {
-
-absl::Status IoError(absl::string_view what, absl::string_view path, int err) {
-  return os::PosixError(absl::StrCat(what, ": ", path), err);
-}
-
-absl::Status Preallocate(Context& ctx, int fd, uint64_t offset, uint64_t len) {
-  if (len == 0 || len == kToEof) return absl::OkStatus();
-  const uint64_t first = offset & ~(kDirectAlign - 1);
-  const uint64_t end = (offset + len + kDirectAlign - 1) & ~(kDirectAlign - 1);
-  if (os::Sys().fallocate(fd, 0, static_cast<off_t>(first),
-                          static_cast<off_t>(end - first)) == 0) {
-    return absl::OkStatus();
-  }
-  if (errno == ENOSPC || errno == EDQUOT) {
-    return IoError("allocate space for", ctx.dst_path, errno);
-  }
-  return absl::OkStatus();  // an optimisation only: the writes still work
-}
-
-size_t BatchBuffers(const CopyOptions& options, bool direct) {
-  if (options.batch_buffers != 0) return options.batch_buffers;
-  return direct ? 256 : 32;
-}
-
-size_t DefaultBufferCount(const CopyOptions& options) {
-  const CopyMethod m = options.method;
-  const bool direct = m == CopyMethod::kDirect ||
-                      (m == CopyMethod::kUring && options.direct_io);
-  const bool queued = m == CopyMethod::kUring || m == CopyMethod::kDirect;
-  const size_t depth = options.queue_depth != 0 ? options.queue_depth : 4;
-  return BatchBuffers(options, direct) * (queued ? depth : 1);
-}
-
-void Context::Advance(uint64_t n) {
-  stats->bytes_copied += n;
-  if (options->progress) {
-    options->progress({stats->bytes_copied, total, absl::Now() - start});
-  }
-}
-
 namespace {
 
 // The source's descriptors; the destination's live in Target.
