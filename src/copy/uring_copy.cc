@@ -18,9 +18,8 @@
 // past the call could neither tell when the caller destroys that pool (it
 // would keep the dead pool's pages pinned, and a new pool mapped at the same
 // address would read into the old pages) nor be shared with another pool on
-// the same thread. The measured costs are in the commit that made this.
-// Whole-region registration for rings whose lifetime the caller controls is
-// bufpool::FixedBuffers (bufpool/uring.h).
+// the same thread. Whole-region registration for rings whose lifetime the
+// caller controls is bufpool::FixedBuffers (bufpool/uring.h).
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
