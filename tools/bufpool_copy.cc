@@ -34,7 +34,9 @@ std::string HumanBytes(double b) {
     b /= 1024;
     ++u;
   }
-  return absl::StrFormat(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  // Two calls: StrFormat checks a constant format string at compile time.
+  return u == 0 ? absl::StrFormat("%.0f %s", b, units[u])
+                : absl::StrFormat("%.1f %s", b, units[u]);
 }
 
 std::string JsonString(absl::string_view s) {
