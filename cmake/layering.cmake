@@ -24,7 +24,7 @@ set(BUFPOOL_ROOMS
   "c        src/c include/bufpool/c.h                       | pool"
   "chain    src/chain include/bufpool/chain.h include/bufpool/cursor.h include/bufpool/asio.h | pool"
   "uring    src/uring include/bufpool/uring.h               | chain"
-  "io       src/io include/bufpool/buffered_stream.h        | pool"
+  "io       src/io include/bufpool/buffered_stream.h include/bufpool/internal/stream_base.h | pool"
   "copy     src/copy include/bufpool/file_copy.h            | io uring"
   "echo     apps/echo                                       | public os tools"
   "tools    tools                                           | public"

@@ -121,8 +121,8 @@ enum class Owner { kSpins, kSleeps, kInVfork, kExited };
 
 // The owner releases `cache` buffers into its CPU's cache while main holds
 // every other buffer, then does `what` without touching the pool again. A
-// waiter must get every one of them (on the old per-thread design a running
-// or D-state owner stranded them until it exited).
+// waiter must get every one of them (a cache per thread would strand them
+// while its owner runs or sleeps, until it exits).
 class StrandTest : public testing::TestWithParam<Owner> {};
 
 TEST_P(StrandTest, AWaiterGetsBuffersParkedByAnOwnerThatNeverReturns) {
@@ -252,8 +252,8 @@ TEST_P(ParkingTest, ThreadsThatEachUseOneBufferParkAtMostCacheTimesCpus) {
 INSTANTIATE_TEST_SUITE_P(Threads, ParkingTest, testing::Values(64, 256, 1024));
 
 // 256 threads that each used the pool once, then each hold one buffer at
-// once: 256 of 4,096, all granted (the old design parked 32 per thread and
-// refused half of them with no buffer in use).
+// once: 256 of 4,096, all granted (caches per thread, 32 parked in each,
+// would refuse half of them with no buffer in use).
 TEST(ParkingTest, TwoHundredFiftySixThreadsOnFourThousandBuffersAllGetOne) {
   constexpr int kThreads = 256;
   auto pool = MakePool({.buffer_count = 4096, .cache_size = 64});

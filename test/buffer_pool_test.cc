@@ -775,11 +775,10 @@ TEST(BufferPoolTest, CachesOffBulkAcquireSeesTheTruePeakUnderRaces) {
 }
 
 // A metrics thread calling Stats() while one thread works must not raise the
-// high-water mark above the worker's true peak. Two ways it did with caches
-// on: reading each cache's total twice, with a ReleaseBulk landing in
-// between (80 for a true 40); and a picture taken inside a refill, spill or
-// fold (41 with 16-slot caches, before Stats() waited for moves to finish;
-// see PoolAccess::MoveGuard).
+// high-water mark above the worker's true peak. The interleavings this
+// catches with caches on: a cache's total read twice with a ReleaseBulk
+// landing in between (80 for a true 40), and a picture taken inside a
+// refill, spill or fold.
 class MonitorTest : public testing::TestWithParam<size_t> {};
 
 TEST_P(MonitorTest, StatsFromAnotherThreadKeepsHighWaterAtTheTruePeak) {

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 namespace {

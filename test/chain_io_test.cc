@@ -1,8 +1,8 @@
 // ReadFrom()/WriteTo() (bufpool/chain.h) on real socketpairs, TCP loopback
 // and pipes, blocking and not, with slow, closing and resetting peers; and
-// faults injected through the OS layer (src/os/socket.h). SIGPIPE keeps its
-// default action in this binary, so a write that raised it would kill the
-// test. Every test ends with the pool's in_use back at 0.
+// faults injected through the system-call seam (src/os/syscalls.h). SIGPIPE
+// keeps its default action in this binary, so a write that raised it would kill
+// the test. Every test ends with the pool's in_use back at 0.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -20,6 +20,7 @@
 #include "bufpool/chain.h"
 #include "gtest/gtest.h"
 #include "os/socket.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 namespace {
@@ -381,8 +382,7 @@ ssize_t ScriptedReadv(int fd, const iovec* iov, int cnt) {
     cut.push_back({iov[i].iov_base, std::min(left, iov[i].iov_len)});
     left -= cut.back().iov_len;
   }
-  return os::RealSocketSyscalls().readv(fd, cut.data(),
-                                        static_cast<int>(cut.size()));
+  return os::RealSyscalls().readv(fd, cut.data(), static_cast<int>(cut.size()));
 }
 
 ssize_t ScriptedSendmsg(int fd, const msghdr* msg, int flags) {
@@ -401,7 +401,7 @@ ssize_t ScriptedSendmsg(int fd, const msghdr* msg, int flags) {
   msghdr m = *msg;
   m.msg_iov = cut.data();
   m.msg_iovlen = cut.size();
-  return os::RealSocketSyscalls().sendmsg(fd, &m, flags);
+  return os::RealSyscalls().sendmsg(fd, &m, flags);
 }
 
 class ChainFaultTest : public ChainIoTest {
@@ -409,11 +409,11 @@ class ChainFaultTest : public ChainIoTest {
   void SetUp() override {
     ChainIoTest::SetUp();
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p_.a), 0);
-    table_ = os::RealSocketSyscalls();
+    table_ = os::RealSyscalls();
     table_.readv = ScriptedReadv;
     table_.sendmsg = ScriptedSendmsg;
     g_script = &script_;
-    seam_ = std::make_unique<os::ScopedSocketSyscalls>(&table_);
+    seam_ = std::make_unique<os::ScopedSyscalls>(&table_);
   }
   void TearDown() override {
     seam_.reset();
@@ -423,8 +423,8 @@ class ChainFaultTest : public ChainIoTest {
 
   Pair p_;
   Script script_;
-  os::SocketSyscalls table_;
-  std::unique_ptr<os::ScopedSocketSyscalls> seam_;
+  os::SyscallTable table_;
+  std::unique_ptr<os::ScopedSyscalls> seam_;
 };
 
 TEST_F(ChainFaultTest, ShortReadsAndEintrAreAbsorbed) {

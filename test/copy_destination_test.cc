@@ -23,6 +23,7 @@
 #include "bufpool/file_copy.h"
 #include "gtest/gtest.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 namespace {
@@ -320,6 +321,7 @@ struct SeamFaults {
   int realpath_errno = 0;
   int temp_open_errno = 0;  // open of a ".bufpool-copy." temporary file
   int links = 0;
+  int readv_errno = 0;
 } f;
 
 class SeamTest : public DestinationTest {
@@ -446,6 +448,69 @@ TEST_F(SeamTest, RefusedTemporaryNameSuggestsInPlace) {
       << r.status();
   EXPECT_TRUE(Contains(r.status(), "in-place copy")) << r.status();
   EXPECT_EQ(ReadFileOrDie(Path("dst")), "old");
+}
+
+TEST_F(SeamTest, InspectPathFollowsLinksAndKeepsStatsErrno) {
+  ASSERT_EQ(mkdir(Path("d").c_str(), 0755), 0);
+  ASSERT_EQ(symlink("d", Path("to_d").c_str()), 0);
+  ASSERT_EQ(mkfifo(Path("fifo").c_str(), 0600), 0);
+  PathInfo i = InspectPath(Path("to_d"));
+  EXPECT_TRUE(i.directory);
+  EXPECT_FALSE(i.regular);
+  EXPECT_EQ(i.error, 0);
+  i = InspectPath(src_);
+  EXPECT_TRUE(i.regular);
+  EXPECT_FALSE(i.directory);
+  i = InspectPath(Path("fifo"));
+  EXPECT_FALSE(i.regular || i.directory);
+  EXPECT_EQ(i.error, 0);
+  EXPECT_EQ(InspectPath(Path("none")).error, ENOENT);
+}
+
+TEST_F(SeamTest, CopyDestinationNamesWhatCopyFileWrites) {
+  ASSERT_EQ(mkdir(Path("d").c_str(), 0755), 0);
+  EXPECT_EQ(CopyDestination(src_, Path("d")), Path("d/src"));
+  EXPECT_EQ(CopyDestination(src_ + "/", Path("d") + "/"), Path("d/src"));
+  EXPECT_EQ(CopyDestination(src_, Path("new")), Path("new"));
+  absl::StatusOr<CopyStats> r = CopyFile(src_, Path("d"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->destination, CopyDestination(src_, Path("d")));
+}
+
+TEST_F(SeamTest, VerifyCopyComparesRegularFilesOnly) {
+  WriteFileOrDie(Path("same"), "twelve bytes");
+  WriteFileOrDie(Path("other"), "twelve bytez");
+  WriteFileOrDie(Path("short"), "twelve");
+  absl::StatusOr<bool> v = VerifyCopy(src_, Path("same"));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(*v);
+  v = VerifyCopy(src_, Path("other"));
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(v.status().message(), "verify: " + Path("other") +
+                                      ": differs from " + src_ + " at byte 11");
+  v = VerifyCopy(src_, Path("short"));
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(v.status(), "at byte 6")) << v.status();
+  v = VerifyCopy(src_, "/dev/null");  // not read back: not a regular file
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FALSE(*v);
+  v = VerifyCopy(Path("none"), Path("same"));
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(v.status(), "verify: " + Path("none"))) << v.status();
+}
+
+TEST_F(SeamTest, VerifyCopyReportsAReadErrorThroughTheSeam) {
+  WriteFileOrDie(Path("same"), "twelve bytes");
+  table_.readv = [](int fd, const iovec* iov, int n) -> ssize_t {
+    if (f.readv_errno != 0) return errno = f.readv_errno, -1;
+    return os::RealSyscalls().readv(fd, iov, n);
+  };
+  f.readv_errno = EIO;
+  os::ScopedSyscalls seam(&table_);
+  absl::StatusOr<bool> v = VerifyCopy(src_, Path("same"));
+  ASSERT_FALSE(v.ok());
+  EXPECT_TRUE(Contains(v.status(), "verify: read: " + src_)) << v.status();
+  EXPECT_TRUE(Contains(v.status(), "Input/output error")) << v.status();
 }
 
 }  // namespace

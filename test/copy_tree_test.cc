@@ -21,6 +21,7 @@
 #include "bufpool/file_copy.h"
 #include "gtest/gtest.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 namespace {

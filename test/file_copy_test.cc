@@ -23,6 +23,7 @@
 
 #include "gtest/gtest.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 #include "os/uring.h"
 
 namespace bufpool {

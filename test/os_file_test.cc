@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 
 namespace bufpool::os {
 namespace {

@@ -1,8 +1,6 @@
 // bufpool-copy: copies files with libbufpool's copy engine, following cp's
 // conventions (see --help, tools/copy_args.cc).
-#include <fcntl.h>
 #include <stdio.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +10,6 @@
 #include <cstring>
 #include <set>
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,7 +34,9 @@ std::string HumanBytes(double b) {
     b /= 1024;
     ++u;
   }
-  return absl::StrFormat(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  // Two calls: StrFormat checks a constant format string at compile time.
+  return u == 0 ? absl::StrFormat("%.0f %s", b, units[u])
+                : absl::StrFormat("%.1f %s", b, units[u]);
 }
 
 std::string JsonString(absl::string_view s) {
@@ -99,71 +98,6 @@ std::string StatsJson(const bufpool::CopyStats& s) {
       ", \"peak_rss_bytes\": ", PeakRssBytes(), "}");
 }
 
-// Re-reads both files and compares them; "" when equal, else the error.
-std::string Verify(const std::string& a, const std::string& b) {
-  const int fa = open(a.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fa < 0) return absl::StrCat("verify: ", a, ": ", std::strerror(errno));
-  const int fb = open(b.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fb < 0) {
-    const int err = errno;
-    close(fa);
-    return absl::StrCat("verify: ", b, ": ", std::strerror(err));
-  }
-  std::vector<char> x(1 << 20), y(1 << 20);
-  std::string result;
-  uint64_t pos = 0;
-  // Reads up to n bytes (fewer only at end of file); -1 on error.
-  auto read_full = [](int fd, char* p, size_t n) -> ssize_t {
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t r = read(fd, p + done, n - done);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return -1;
-      if (r == 0) break;
-      done += static_cast<size_t>(r);
-    }
-    return static_cast<ssize_t>(done);
-  };
-  while (result.empty()) {
-    const ssize_t na = read_full(fa, x.data(), x.size());
-    if (na < 0) {
-      result = absl::StrCat("verify: ", a, ": ", std::strerror(errno));
-      break;
-    }
-    const ssize_t nb = read_full(fb, y.data(), y.size());
-    if (nb < 0) {
-      result = absl::StrCat("verify: ", b, ": ", std::strerror(errno));
-      break;
-    }
-    const size_t n = static_cast<size_t>(std::min(na, nb));
-    if (std::memcmp(x.data(), y.data(), n) != 0 || na != nb) {
-      size_t i = 0;
-      while (i < n && x[i] == y[i]) ++i;
-      result = absl::StrCat("verify: ", b, ": differs from ", a, " at byte ",
-                            pos + i);
-      break;
-    }
-    if (na == 0) break;
-    pos += static_cast<uint64_t>(na);
-  }
-  close(fa);
-  close(fb);
-  return result;
-}
-
-// The last path component of `path`, trailing slashes ignored (as
-// CopyFile names a copy into a directory).
-std::string BaseName(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-bool IsDirectory(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 // -r: one directory SRC; every entry's error on its own line.
 int CopyDirectory(const std::string& src, const std::string& target,
                   const bufpool::CopyOptions& options, bool json) {
@@ -194,6 +128,132 @@ int CopyDirectory(const std::string& src, const std::string& target,
   return t->errors.empty() ? kExitSuccess : kExitFailure;
 }
 
+// The progress line on stderr, redrawn at most every 200 ms and at the end;
+// `drew` says whether a line needs ending.
+struct Progress {
+  absl::Time last = absl::InfinitePast();
+  bool drew = false;
+
+  void Draw(const bufpool::CopyProgress& p) {
+    const absl::Time now = absl::Now();
+    if (now - last < absl::Milliseconds(200) &&
+        (p.bytes_total == 0 || p.bytes_done < p.bytes_total)) {
+      return;
+    }
+    last = now;
+    const double secs = std::max(1e-9, absl::ToDoubleSeconds(p.elapsed));
+    const double rate = p.bytes_done / secs;
+    std::string line;
+    if (p.bytes_total > 0) {
+      const double left = rate > 0 ? (p.bytes_total - p.bytes_done) / rate : 0;
+      line = absl::StrFormat("%3.0f%%  %s / %s  %s/s  %.0fs left",
+                             100.0 * p.bytes_done / p.bytes_total,
+                             HumanBytes(p.bytes_done),
+                             HumanBytes(p.bytes_total), HumanBytes(rate), left);
+    } else {
+      line = absl::StrFormat("%s  %s/s", HumanBytes(p.bytes_done),
+                             HumanBytes(rate));
+    }
+    std::fprintf(stderr, "\r%-60s", line.c_str());
+    drew = true;
+  }
+};
+
+// One run of the tool over its sources.
+class CopyRun {
+ public:
+  explicit CopyRun(const bufpool::tools::CopyCommand& cmd)
+      : cmd_(cmd), options_(cmd.copy) {
+    if (cmd.progress.value_or(isatty(STDERR_FILENO) != 0)) {
+      options_.progress = [this](const bufpool::CopyProgress& p) {
+        progress_.Draw(p);
+      };
+    }
+  }
+
+  int Main() {
+    // cp: with several sources the target must be a directory, and nothing
+    // is copied when it is not.
+    const bufpool::PathInfo target = bufpool::InspectPath(cmd_.target);
+    if (cmd_.sources.size() > 1 && !target.directory) {
+      Fail(absl::StrCat(
+          "target '", cmd_.target,
+          "': ", std::strerror(target.error != 0 ? target.error : ENOTDIR)));
+      return kExitFailure;
+    }
+    std::set<std::string> sources_seen;
+    for (const std::string& src : cmd_.sources) {
+      // cp's words for each of these; the other sources go on.
+      if (!sources_seen.insert(src).second) {
+        Fail(absl::StrCat("warning: source file '", src,
+                          "' specified more than once"));
+      } else if (bufpool::InspectPath(src).directory) {
+        Directory(src);
+      } else {
+        File(src);
+      }
+    }
+    return status_;
+  }
+
+ private:
+  void Directory(const std::string& src) {
+    if (!cmd_.recursive) {
+      Fail(absl::StrCat("-r not specified; omitting directory '", src, "'"));
+      status_ = kExitFailure;
+    } else if (CopyDirectory(src, cmd_.target, options_, cmd_.json) !=
+               kExitSuccess) {
+      status_ = kExitFailure;
+    }
+  }
+
+  void File(const std::string& src) {
+    const std::string dst = bufpool::CopyDestination(src, cmd_.target);
+    if (created_.contains(dst)) {
+      Fail(absl::StrCat("will not overwrite just-created '", dst, "' with '",
+                        src, "'"));
+      status_ = kExitFailure;
+      return;
+    }
+    progress_ = Progress();
+    absl::StatusOr<bufpool::CopyStats> s =
+        bufpool::CopyFile(src, cmd_.target, options_);
+    if (progress_.drew) std::fputc('\n', stderr);
+    if (!s.ok()) {
+      // -n: an existing destination is skipped silently, as cp -n does.
+      if (options_.no_clobber &&
+          s.status().code() == absl::StatusCode::kAlreadyExists) {
+        return;
+      }
+      Fail(std::string(s.status().message()));
+      status_ = kExitFailure;
+      return;
+    }
+    bufpool::CopyStats stats = *std::move(s);
+    created_.insert(dst);
+    if (cmd_.verify) {
+      absl::StatusOr<bool> verified =
+          bufpool::VerifyCopy(src, stats.destination);
+      if (!verified.ok()) {
+        Fail(std::string(verified.status().message()));
+        status_ = kExitFailure;
+        return;
+      }
+      stats.verified = *verified;
+    }
+    if (cmd_.json) {
+      std::printf("%s\n", StatsJson(stats).c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  const bufpool::tools::CopyCommand& cmd_;
+  bufpool::CopyOptions options_;
+  Progress progress_;
+  std::set<std::string> created_;
+  int status_ = kExitSuccess;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,114 +262,5 @@ int main(int argc, char** argv) {
   if (const int code = bufpool::tools::PrintUnlessRun(parsed); code >= 0) {
     return code;
   }
-  const bufpool::tools::CopyCommand& cmd = parsed.command;
-  bufpool::CopyOptions options = cmd.copy;
-
-  // cp: with several sources the target must be a directory, and nothing is
-  // copied when it is not.
-  const bool into_directory = IsDirectory(cmd.target);
-  if (cmd.sources.size() > 1 && !into_directory) {
-    struct stat st;
-    Fail(absl::StrCat("target '", cmd.target, "': ",
-                      stat(cmd.target.c_str(), &st) == 0
-                          ? std::strerror(ENOTDIR)
-                          : std::strerror(errno)));
-    return kExitFailure;
-  }
-
-  const bool progress = cmd.progress.value_or(isatty(STDERR_FILENO) != 0);
-  absl::Time last = absl::InfinitePast();
-  bool drew = false;
-  if (progress) {
-    options.progress = [&](const bufpool::CopyProgress& p) {
-      const absl::Time now = absl::Now();
-      if (now - last < absl::Milliseconds(200) &&
-          (p.bytes_total == 0 || p.bytes_done < p.bytes_total)) {
-        return;
-      }
-      last = now;
-      const double secs = std::max(1e-9, absl::ToDoubleSeconds(p.elapsed));
-      const double rate = p.bytes_done / secs;
-      std::string line;
-      if (p.bytes_total > 0) {
-        const double left =
-            rate > 0 ? (p.bytes_total - p.bytes_done) / rate : 0;
-        line = absl::StrFormat(
-            "%3.0f%%  %s / %s  %s/s  %.0fs left",
-            100.0 * p.bytes_done / p.bytes_total, HumanBytes(p.bytes_done),
-            HumanBytes(p.bytes_total), HumanBytes(rate), left);
-      } else {
-        line = absl::StrFormat("%s  %s/s", HumanBytes(p.bytes_done),
-                               HumanBytes(rate));
-      }
-      std::fprintf(stderr, "\r%-60s", line.c_str());
-      drew = true;
-    };
-  }
-
-  int status = kExitSuccess;
-  std::set<std::string> sources_seen, created;
-  for (const std::string& src : cmd.sources) {
-    // cp's words for each of these; the other sources go on.
-    if (!sources_seen.insert(src).second) {
-      Fail(absl::StrCat("warning: source file '", src,
-                        "' specified more than once"));
-      continue;
-    }
-    if (IsDirectory(src)) {
-      if (!cmd.recursive) {
-        Fail(absl::StrCat("-r not specified; omitting directory '", src, "'"));
-        status = kExitFailure;
-      } else if (CopyDirectory(src, cmd.target, options, cmd.json) !=
-                 kExitSuccess) {
-        status = kExitFailure;
-      }
-      continue;
-    }
-    const std::string dst =
-        into_directory
-            ? absl::StrCat(cmd.target, cmd.target.ends_with('/') ? "" : "/",
-                           BaseName(src))
-            : cmd.target;
-    if (created.contains(dst)) {
-      Fail(absl::StrCat("will not overwrite just-created '", dst, "' with '",
-                        src, "'"));
-      status = kExitFailure;
-      continue;
-    }
-    drew = false;
-    last = absl::InfinitePast();
-    absl::StatusOr<bufpool::CopyStats> s =
-        bufpool::CopyFile(src, cmd.target, options);
-    if (drew) std::fputc('\n', stderr);
-    if (!s.ok()) {
-      // -n: an existing destination is skipped silently, as cp -n does.
-      if (options.no_clobber &&
-          s.status().code() == absl::StatusCode::kAlreadyExists) {
-        continue;
-      }
-      Fail(std::string(s.status().message()));
-      status = kExitFailure;
-      continue;
-    }
-    bufpool::CopyStats stats = *std::move(s);
-    created.insert(dst);
-    // A device or FIFO cannot be read back as what was written to it.
-    struct stat written;
-    const bool regular = stat(stats.destination.c_str(), &written) == 0 &&
-                         S_ISREG(written.st_mode);
-    if (cmd.verify && regular) {
-      if (std::string err = Verify(src, stats.destination); !err.empty()) {
-        Fail(err);
-        status = kExitFailure;
-        continue;
-      }
-      stats.verified = true;
-    }
-    if (cmd.json) {
-      std::printf("%s\n", StatsJson(stats).c_str());
-      std::fflush(stdout);
-    }
-  }
-  return status;
+  return CopyRun(parsed.command).Main();
 }

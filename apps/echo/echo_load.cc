@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "os/error.h"
 #include "os/socket.h"
+#include "os/syscalls.h"
 
 namespace bufpool::net {
 namespace {
@@ -52,9 +53,9 @@ class Load {
   explicit Load(const EchoLoadOptions& o) : o_(o) {}
   ~Load() {
     for (Client& c : clients_) {
-      if (c.fd >= 0) os::SocketSys().close(c.fd);
+      if (c.fd >= 0) os::Sys().close(c.fd);
     }
-    if (epoll_fd_ >= 0) os::SocketSys().close(epoll_fd_);
+    if (epoll_fd_ >= 0) os::Sys().close(epoll_fd_);
   }
   absl::StatusOr<EchoLoadResult> Run();
 
@@ -92,8 +93,8 @@ void Load::StartMessage(Client& c) {
 
 void Load::Finish(Client& c) {
   c.done = true;
-  os::SocketSys().epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
-  os::SocketSys().close(c.fd);
+  os::Sys().epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+  os::Sys().close(c.fd);
   c.fd = -1;
   --remaining_;
 }
@@ -106,7 +107,7 @@ absl::Status Load::Pump(Client& c, uint32_t events) {
     // Write what is left of the message (half of it for an aborting client).
     const size_t limit = (c.aborts && c.message == 1) ? c.len / 2 : c.len;
     while (c.sent < limit) {
-      const ssize_t n = os::SocketSys().send(
+      const ssize_t n = os::Sys().send(
           c.fd, pattern_.data() + c.shift + c.sent,
           std::min<size_t>(limit - c.sent, 1 << 20), MSG_NOSIGNAL);
       if (n < 0) {
@@ -120,19 +121,19 @@ absl::Status Load::Pump(Client& c, uint32_t events) {
     if (c.aborts && c.message == 1 && c.sent == limit) {
       // Abrupt disconnect mid-message: RST instead of FIN.
       linger l{1, 0};
-      os::SocketSys().setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+      os::Sys().setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
       Finish(c);
       return absl::OkStatus();
     }
     if (o_.half_close && !c.write_shut && c.message + 1 == o_.messages &&
         c.sent == c.len) {
-      os::SocketSys().shutdown(c.fd, SHUT_WR);
+      os::Sys().shutdown(c.fd, SHUT_WR);
       c.write_shut = true;
     }
     // Read and check what came back.
     while (readable) {
       const ssize_t n =
-          os::SocketSys().recv(c.fd, scratch_.data(), scratch_.size(), 0);
+          os::Sys().recv(c.fd, scratch_.data(), scratch_.size(), 0);
       if (n < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN) break;
@@ -228,7 +229,7 @@ absl::StatusOr<EchoLoadResult> Load::Run() {
   scratch_.resize(256 * 1024);
   latencies_ns_.reserve(o_.connections * o_.messages);
 
-  epoll_fd_ = os::SocketSys().epoll_create1(EPOLL_CLOEXEC);
+  epoll_fd_ = os::Sys().epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return os::PosixError("epoll_create1", errno);
   const auto start = Clock::now();
   clients_.resize(o_.connections);
@@ -236,20 +237,19 @@ absl::StatusOr<EchoLoadResult> Load::Run() {
     Client& c = clients_[i];
     c.index = i;
     c.aborts = i < o_.abort_connections && o_.messages >= 2;
-    c.fd = os::SocketSys().socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    c.fd = os::Sys().socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c.fd < 0) return os::PosixError("socket", errno);
-    if (os::SocketSys().connect(c.fd, reinterpret_cast<sockaddr*>(&sa),
-                                sizeof(sa)) != 0) {
+    if (os::Sys().connect(c.fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) !=
+        0) {
       return os::PosixError(absl::StrCat("connect to ", o_.target), errno);
     }
     const int one = 1;
-    os::SocketSys().setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one,
-                               sizeof(one));
+    os::Sys().setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (absl::Status st = os::SetNonBlocking(c.fd, true); !st.ok()) return st;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     ev.data.ptr = &c;
-    if (os::SocketSys().epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &ev) != 0) {
+    if (os::Sys().epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &ev) != 0) {
       return os::PosixError("epoll_ctl", errno);
     }
     StartMessage(c);
@@ -263,8 +263,8 @@ absl::StatusOr<EchoLoadResult> Load::Run() {
   auto last_progress = Clock::now();
   uint64_t last_bytes = bytes_;
   while (remaining_ > 0) {
-    const int n = os::SocketSys().epoll_wait(
-        epoll_fd_, events.data(), static_cast<int>(events.size()), 200);
+    const int n = os::Sys().epoll_wait(epoll_fd_, events.data(),
+                                       static_cast<int>(events.size()), 200);
     if (n < 0) {
       if (errno == EINTR) continue;
       return os::PosixError("epoll_wait", errno);

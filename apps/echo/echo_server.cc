@@ -18,6 +18,7 @@
 #include "echo/echo_engines.h"
 #include "os/error.h"
 #include "os/socket.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 namespace {
@@ -146,7 +147,7 @@ void EchoServer::Stop() {
   const uint64_t one = 1;
   // Async-signal-safe; a full counter (impossible in practice) still wakes.
   const iovec iov = {const_cast<uint64_t*>(&one), sizeof(one)};
-  [[maybe_unused]] ssize_t n = os::SocketSys().writev(stop_fd_, &iov, 1);
+  [[maybe_unused]] ssize_t n = os::Sys().writev(stop_fd_, &iov, 1);
 }
 
 EchoServerStats EchoServer::Stats() const {

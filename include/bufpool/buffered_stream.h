@@ -17,7 +17,7 @@
 // to its next buffer; when all are full it writes them with one writev. An
 // append larger than one buffer is never copied: it goes to the kernel in the
 // same writev as the buffered bytes before it. Short writes and EINTR are
-// retried (src/os/file.h).
+// retried.
 //
 // Reading. A refill is one readv into all of the reader's buffers. Reads that
 // the buffered bytes satisfy are a bounds check and a memcpy; a Read of at
@@ -95,6 +95,7 @@
 #include "absl/types/span.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/export.h"
+#include "bufpool/internal/stream_base.h"
 
 namespace bufpool {
 
@@ -113,22 +114,13 @@ struct StreamOptions {
   absl::Duration io_timeout = absl::InfiniteDuration();
 };
 
-namespace internal {
-// What a stream's descriptor is, from fstat(2) at open: how it writes.
-enum class FdKind : uint8_t {
-  kFile,    // regular file or block device: writev, never "would block"
-  kSocket,  // sendmsg(MSG_NOSIGNAL)
-  kOther,   // pipe, FIFO, terminal...: writev with SIGPIPE blocked
-};
-}  // namespace internal
-
 // Who closes a descriptor handed to FromFd().
 enum class FdOwnership {
   kBorrow,  // the caller: keep it open until the stream is closed/destroyed
   kTake,    // the stream: closed by Close()/destructor, or if FromFd() fails
 };
 
-class BUFPOOL_EXPORT BufferedWriter {
+class BUFPOOL_EXPORT BufferedWriter : private internal::StreamBase {
  public:
   // Creates or truncates `path` (mode 0644 before umask). Errors:
   // InvalidArgument for bad options, ResourceExhausted when the pool stays
@@ -172,13 +164,13 @@ class BUFPOOL_EXPORT BufferedWriter {
 
   // Bytes appended so far (written or still buffered).
   uint64_t position() const;
-  // Pooled buffers held now (0 once closed or failed).
-  size_t buffer_count() const { return bufs_.size(); }
-  const std::string& name() const { return name_; }
+  // Pooled buffers held now (0 once closed or failed), and the name used in
+  // messages.
+  using StreamBase::buffer_count;
+  using StreamBase::name;
 
  private:
-  BufferedWriter(BufferPool* pool, int fd, bool owns_fd, std::string name,
-                 std::vector<Buffer> bufs, const StreamOptions& options);
+  BufferedWriter(Parts parts, const StreamOptions& options);
   // Writes all of iov[0, cnt) to a socket or pipe, waiting out "would block"
   // (see the file comment). The iovecs are modified.
   absl::Status WriteAllWaiting(iovec* iov, int cnt);
@@ -197,19 +189,10 @@ class BUFPOOL_EXPORT BufferedWriter {
   std::byte* cursor_ = nullptr;
   std::byte* end_ = nullptr;
   size_t cur_ = 0;
-  std::vector<Buffer> bufs_;
-  BufferPool* pool_ = nullptr;  // nullptr once moved from
-  int fd_ = -1;
-  bool owns_fd_ = false;
-  bool closed_ = false;
-  internal::FdKind kind_ = internal::FdKind::kFile;
-  int64_t io_timeout_ms_ = -1;  // -1: forever
-  uint64_t flushed_ = 0;        // bytes handed to the kernel
-  std::string name_;
-  absl::Status status_;  // the first failure, sticky
+  uint64_t flushed_ = 0;  // bytes handed to the kernel
 };
 
-class BUFPOOL_EXPORT BufferedReader {
+class BUFPOOL_EXPORT BufferedReader : private internal::StreamBase {
  public:
   // Opens `path` for reading. Errors as BufferedWriter::Open.
   static absl::StatusOr<BufferedReader> Open(const std::string& path,
@@ -246,12 +229,11 @@ class BUFPOOL_EXPORT BufferedReader {
 
   // Bytes consumed so far (returned to the caller).
   uint64_t position() const;
-  size_t buffer_count() const { return bufs_.size(); }
-  const std::string& name() const { return name_; }
+  using StreamBase::buffer_count;
+  using StreamBase::name;
 
  private:
-  BufferedReader(BufferPool* pool, int fd, bool owns_fd, std::string name,
-                 std::vector<Buffer> bufs, const StreamOptions& options);
+  BufferedReader(Parts parts, const StreamOptions& options);
   // One read(2)/readv(2) (EINTR retried) that waits out "would block" on a
   // socket or pipe. Returns the bytes read (0 at end of file); on a timeout,
   // DeadlineExceeded without failing the reader; on an error, the error,
@@ -277,18 +259,9 @@ class BUFPOOL_EXPORT BufferedReader {
   const std::byte* cursor_ = nullptr;
   const std::byte* limit_ = nullptr;
   size_t cur_ = 0;
-  size_t filled_ = 0;    // bufs_[0, filled_) hold data from the last refill
-  size_t last_len_ = 0;  // bytes in bufs_[filled_ - 1]; the others are full
-  std::vector<Buffer> bufs_;
-  BufferPool* pool_ = nullptr;
-  int fd_ = -1;
-  bool owns_fd_ = false;
-  bool closed_ = false;
-  internal::FdKind kind_ = internal::FdKind::kFile;
-  int64_t io_timeout_ms_ = -1;  // -1: forever
-  uint64_t fetched_ = 0;        // bytes read from the kernel
-  std::string name_;
-  absl::Status status_;  // the first read error, sticky
+  size_t filled_ = 0;     // bufs_[0, filled_) hold data from the last refill
+  size_t last_len_ = 0;   // bytes in bufs_[filled_ - 1]; the others are full
+  uint64_t fetched_ = 0;  // bytes read from the kernel
 };
 
 // ---- Inline fast paths ------------------------------------------------------

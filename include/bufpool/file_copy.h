@@ -175,7 +175,7 @@ struct CopyStats {
   bool created = false;  // the destination did not exist before
   // Whether the copy was read back and compared with the source. CopyFile
   // never verifies (it is always false there); callers that compare the
-  // files afterwards (bufpool-copy --verify) set it.
+  // files afterwards with VerifyCopy (bufpool-copy --verify) set it.
   bool verified = false;
   uint64_t buffer_bytes = 0;  // bytes of pool buffers the copy held
   absl::Duration elapsed;
@@ -188,6 +188,28 @@ struct CopyStats {
 BUFPOOL_EXPORT absl::StatusOr<CopyStats> CopyFile(
     absl::string_view src, absl::string_view dst,
     const CopyOptions& options = {});
+
+// What a path names, symbolic links followed (as cp treats its operands).
+struct PathInfo {
+  int error = 0;  // stat's errno when nothing could be stat'ed, else 0
+  bool directory = false;
+  bool regular = false;
+};
+BUFPOOL_EXPORT PathInfo InspectPath(absl::string_view path);
+
+// The path CopyFile(src, dst) writes: dst/basename(src) when `dst` is an
+// existing directory (symbolic links followed), else `dst`.
+BUFPOOL_EXPORT std::string CopyDestination(absl::string_view src,
+                                           absl::string_view dst);
+
+// Reads `src` and its copy `dst` back and compares them. A `dst` that is
+// not a regular file (a device, a FIFO) cannot be read back as what was
+// written to it and is not read: false. True when the bytes are equal;
+// DataLoss "verify: <dst>: differs from <src> at byte N" when not (also
+// when one is longer); an I/O error reads "verify: <what>: <path>: <the
+// system's words>". Thread safety as CopyFile.
+BUFPOOL_EXPORT absl::StatusOr<bool> VerifyCopy(absl::string_view src,
+                                               absl::string_view dst);
 
 struct TreeStats {
   uint64_t files = 0;        // regular files copied

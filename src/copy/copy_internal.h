@@ -1,6 +1,15 @@
 // Private pieces of the copy engine (src/copy): the per-copy context and the
 // movers, one per method, that copy a byte range of the source to the same
 // range of the destination's temporary file.
+//
+// Who uses whom, one way only (each file calls only those below it):
+//   tree.cc          CopyTree: walks the tree, calls CopyFile per file
+//   file_copy.cc     CopyFile: opens, picks a mover, copies, finishes
+//   destination.cc   Target: the destination rules
+//   kernel_copy.cc   the kernel mover, falling back to the readwrite one
+//   uring_copy.cc    the io_uring mover
+//   readwrite.cc     the readwrite and sync O_DIRECT movers
+//   copy_internal.cc IoError, Preallocate, buffer counts, Context::Advance
 #ifndef BUFPOOL_SRC_COPY_COPY_INTERNAL_H_
 #define BUFPOOL_SRC_COPY_COPY_INTERNAL_H_
 
@@ -132,9 +141,13 @@ std::unique_ptr<Mover> MakeReadWriteMover(Context& ctx);
 // preadv/pwritev on the O_DIRECT descriptors; switches to the buffered ones
 // (recorded as a fallback) when the kernel answers EINVAL.
 std::unique_ptr<Mover> MakeSyncDirectMover(Context& ctx);
-// io_uring with the pool's region registered when possible. Fails with the
-// kernel's -errno in the Status message when no ring can be created; the
-// caller then falls back.
+// io_uring on a ring this thread keeps between copies. Only the buffers this
+// copy moves data through (up to queue_depth runs of `batch` contiguous
+// slots) are registered as fixed buffers, for the length of the copy; the
+// pool's region as a whole never is. When registration fails (e.g.
+// RLIMIT_MEMLOCK) the copy runs on unregistered buffers, noted in
+// stats->fallbacks. Fails with the kernel's -errno in the Status message when
+// no ring can be created; the caller then falls back.
 absl::StatusOr<std::unique_ptr<Mover>> MakeUringMover(Context& ctx,
                                                       bool direct);
 // copy_file_range, then sendfile, then readwrite.

@@ -17,6 +17,7 @@
 #include "copy/copy_internal.h"
 #include "os/error.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 
 namespace bufpool::copy_internal {
 namespace {
@@ -71,11 +72,8 @@ absl::Status CheckExisting(const struct stat& src_st,
 absl::Status Resolve(const std::string& src, const struct stat& src_st,
                      absl::string_view dst_view, const CopyOptions& options,
                      Target& t) {
-  std::string dst(dst_view);
+  const std::string dst = CopyDestination(src, dst_view);
   struct stat st;
-  if (os::Sys().stat(dst.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    dst = absl::StrCat(dst, dst.ends_with('/') ? "" : "/", BaseName(src));
-  }
   t.path = dst;
   t.write_path = dst;
   struct stat lst;

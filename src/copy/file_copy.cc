@@ -16,6 +16,7 @@
 #include "copy/copy_internal.h"
 #include "os/error.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 
@@ -45,46 +46,6 @@ std::optional<CopyMethod> ParseCopyMethod(absl::string_view name) {
 }
 
 namespace copy_internal {
-
-absl::Status IoError(absl::string_view what, absl::string_view path, int err) {
-  return os::PosixError(absl::StrCat(what, ": ", path), err);
-}
-
-absl::Status Preallocate(Context& ctx, int fd, uint64_t offset, uint64_t len) {
-  if (len == 0 || len == kToEof) return absl::OkStatus();
-  const uint64_t first = offset & ~(kDirectAlign - 1);
-  const uint64_t end = (offset + len + kDirectAlign - 1) & ~(kDirectAlign - 1);
-  if (os::Sys().fallocate(fd, 0, static_cast<off_t>(first),
-                          static_cast<off_t>(end - first)) == 0) {
-    return absl::OkStatus();
-  }
-  if (errno == ENOSPC || errno == EDQUOT) {
-    return IoError("allocate space for", ctx.dst_path, errno);
-  }
-  return absl::OkStatus();  // an optimisation only: the writes still work
-}
-
-size_t BatchBuffers(const CopyOptions& options, bool direct) {
-  if (options.batch_buffers != 0) return options.batch_buffers;
-  return direct ? 256 : 32;
-}
-
-size_t DefaultBufferCount(const CopyOptions& options) {
-  const CopyMethod m = options.method;
-  const bool direct = m == CopyMethod::kDirect ||
-                      (m == CopyMethod::kUring && options.direct_io);
-  const bool queued = m == CopyMethod::kUring || m == CopyMethod::kDirect;
-  const size_t depth = options.queue_depth != 0 ? options.queue_depth : 4;
-  return BatchBuffers(options, direct) * (queued ? depth : 1);
-}
-
-void Context::Advance(uint64_t n) {
-  stats->bytes_copied += n;
-  if (options->progress) {
-    options->progress({stats->bytes_copied, total, absl::Now() - start});
-  }
-}
-
 namespace {
 
 // The source's descriptors; the destination's live in Target.
@@ -189,6 +150,174 @@ absl::StatusOr<uint64_t> CopyRanges(Context& ctx, Mover& mover, uint64_t size,
   return size;
 }
 
+// The limits CopyOptions documents, checked before anything is opened.
+absl::Status CheckOptions(const CopyOptions& options) {
+  if (options.batch_buffers > 4096 || options.queue_depth > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "copy options: batch_buffers (", options.batch_buffers,
+        ") and queue_depth (", options.queue_depth, ") must be <= 4096"));
+  }
+  return absl::OkStatus();
+}
+
+// Opens the source and stats it; a directory is refused.
+absl::Status OpenSource(const std::string& src, Job& job, struct stat& st) {
+  job.in = os::Sys().open(src.c_str(), O_RDONLY, 0);
+  if (job.in < 0) return IoError("open source", src, errno);
+  if (os::Sys().fstat(job.in, &st) != 0) {
+    return IoError("stat source", src, errno);
+  }
+  if (S_ISDIR(st.st_mode)) return IoError("source is a directory", src, EISDIR);
+  return absl::OkStatus();
+}
+
+// What one copy runs: the method, whether it copies a known size, and the
+// buffers it moves data through.
+struct Plan {
+  CopyMethod method = CopyMethod::kReadWrite;
+  bool sized = false;         // a regular source with a size, to a regular file
+  bool wants_direct = false;  // O_DIRECT asked for (opened later, may fail)
+  size_t batch = 1;           // buffers per call or operation
+  size_t depth = 1;           // operations in flight
+  size_t want = 1;            // buffers in all
+};
+
+// Chooses the method and the buffer counts. A device or FIFO is written at
+// its file position from one sequential read of the source, with readwrite.
+Plan ChoosePlan(const CopyOptions& options, const struct stat& st,
+                const Target& target, CopyStats& stats) {
+  Plan plan;
+  plan.sized = S_ISREG(st.st_mode) && st.st_size > 0 && target.regular;
+  plan.method =
+      options.method == CopyMethod::kAuto ? ChooseAuto(st) : options.method;
+  if (!plan.sized && plan.method != CopyMethod::kReadWrite) {
+    stats.fallbacks.push_back(absl::StrCat(
+        CopyMethodName(plan.method),
+        target.regular ? ": source reports size 0 or is not a regular file"
+                       : ": destination is not a regular file",
+        ": reading to end of file with readwrite"));
+    plan.method = CopyMethod::kReadWrite;
+  }
+  stats.method = plan.method;
+  const bool queued =
+      plan.method == CopyMethod::kUring || plan.method == CopyMethod::kDirect;
+  plan.wants_direct = plan.method == CopyMethod::kDirect ||
+                      (plan.method == CopyMethod::kUring && options.direct_io);
+  // Defaults chosen with bench/run_copy_bench. Buffered preadv/pwritev:
+  // 128 KiB per call, the size dd uses; larger calls were faster on a quiet
+  // machine but fell into a slow mode of page-cache writes under load, where
+  // dd bs=128k did not. io_uring: 128 KiB operations, several in flight;
+  // O_DIRECT: large (1 MiB) requests.
+  plan.batch = BatchBuffers(options, plan.wants_direct);
+  plan.depth = options.queue_depth != 0 ? options.queue_depth : 4;
+  plan.want = plan.batch * (queued ? plan.depth : 1);
+  return plan;
+}
+
+// The buffers one copy holds, from the caller's pool or a private one.
+// `buffers` is declared after `private_pool`, so it is destroyed first:
+// every buffer goes back before a private pool is destroyed.
+struct Buffers {
+  std::unique_ptr<BufferPool> private_pool;
+  BufferPool* pool = nullptr;
+  std::vector<Buffer> buffers;
+};
+
+// Takes up to `want` buffers without waiting; when the pool has none free,
+// waits up to 30 s for one.
+absl::Status TakeBuffers(const CopyOptions& options, size_t want,
+                         const std::string& dst, Buffers& out) {
+  out.pool = options.pool;
+  if (out.pool == nullptr) {
+    PoolOptions po;
+    po.buffer_size = options.buffer_size;
+    po.buffer_count = want;
+    po.cache_size = 0;
+    absl::StatusOr<std::unique_ptr<BufferPool>> p = BufferPool::Create(po);
+    if (!p.ok()) return p.status();
+    out.private_pool = *std::move(p);
+    out.pool = out.private_pool.get();
+  }
+  out.buffers.resize(std::min(want, out.pool->capacity()));
+  out.buffers.resize(out.pool->TryAcquireBulk(absl::MakeSpan(out.buffers)));
+  if (out.buffers.empty()) {
+    absl::StatusOr<Buffer> one = out.pool->Acquire(absl::Seconds(30));
+    if (!one.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no free buffer in the pool: ", dst, ": ", one.status().message()));
+    }
+    out.buffers.push_back(*std::move(one));
+  }
+  return absl::OkStatus();
+}
+
+// Opens the O_DIRECT descriptors when the plan wants them (a refusal falls
+// back to buffered I/O, and kDirect to readwrite), then makes the mover for
+// the method; io_uring falls back to a synchronous mover when no ring can be
+// made.
+absl::StatusOr<std::unique_ptr<Mover>> MakeMover(Context& ctx, Plan& plan,
+                                                 const Target& target,
+                                                 Job& job) {
+  CopyStats& stats = *ctx.stats;
+  bool direct = plan.wants_direct;
+  if (direct) {
+    absl::StatusOr<bool> d =
+        OpenDirect(ctx.src_path, target, job, stats, ctx.pool->buffer_size());
+    if (!d.ok()) return d.status();
+    direct = *d;
+    ctx.in_direct_fd = job.in_direct;
+    ctx.out_direct_fd = job.out_direct;
+    if (!direct && plan.method == CopyMethod::kDirect) {
+      stats.method = plan.method = CopyMethod::kReadWrite;
+    }
+  }
+  stats.direct_io = direct;
+  switch (plan.method) {
+    case CopyMethod::kUring:
+    case CopyMethod::kDirect: {
+      absl::StatusOr<std::unique_ptr<Mover>> m = MakeUringMover(ctx, direct);
+      if (m.ok()) return m;
+      stats.fallbacks.push_back(absl::StrCat(
+          "io_uring unavailable (", m.status().message(), "): using ",
+          direct ? "synchronous O_DIRECT" : "readwrite"));
+      if (!direct) stats.method = CopyMethod::kReadWrite;
+      return direct ? MakeSyncDirectMover(ctx) : MakeReadWriteMover(ctx);
+    }
+    case CopyMethod::kKernel:
+      return MakeKernelMover(ctx);
+    default:
+      return MakeReadWriteMover(ctx);
+  }
+}
+
+// Moves the data: every data range of a sized source (holes stay holes), or
+// everything to end of file. Returns the size the destination must have.
+absl::StatusOr<uint64_t> MoveData(Context& ctx, const Plan& plan,
+                                  const Target& target, Job& job,
+                                  const struct stat& st) {
+  Plan chosen = plan;
+  absl::StatusOr<std::unique_ptr<Mover>> mover =
+      MakeMover(ctx, chosen, target, job);
+  if (!mover.ok()) return mover.status();
+  if (!chosen.sized) return (*mover)->Copy(0, kToEof);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  return CopyRanges(ctx, **mover, size,
+                    static_cast<uint64_t>(st.st_blocks) * 512 < size);
+}
+
+// Closes the O_DIRECT descriptors, reporting a delayed write error.
+absl::Status CloseDirect(Job& job, const std::string& dst) {
+  for (int* fd : {&job.in_direct, &job.out_direct}) {
+    if (*fd >= 0) {
+      const int f = std::exchange(*fd, -1);
+      if (os::Sys().close(f) != 0 && errno != EINTR) {
+        return IoError("close", dst, errno);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace copy_internal
 
@@ -198,161 +327,55 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   using namespace copy_internal;  // NOLINT: this file's own internals
   const absl::Time start = absl::Now();
   const std::string src(src_view);
-  std::string dst(dst_view);
   CopyStats stats;
   stats.method_requested = options.method;
-
-  if (options.batch_buffers > 4096 || options.queue_depth > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "copy options: batch_buffers (", options.batch_buffers,
-        ") and queue_depth (", options.queue_depth, ") must be <= 4096"));
-  }
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
 
   Job job;
-  job.in = os::Sys().open(src.c_str(), O_RDONLY, 0);
-  if (job.in < 0) return IoError("open source", src, errno);
   struct stat st;
-  if (os::Sys().fstat(job.in, &st) != 0) {
-    return IoError("stat source", src, errno);
-  }
-  if (S_ISDIR(st.st_mode)) return IoError("source is a directory", src, EISDIR);
-
+  if (absl::Status s = OpenSource(src, job, st); !s.ok()) return s;
   Target target;
-  if (absl::Status s = OpenTarget(src, st, dst, options, target); !s.ok()) {
+  if (absl::Status s = OpenTarget(src, st, dst_view, options, target);
+      !s.ok()) {
     return s;
   }
-  dst = target.path;
+  const std::string& dst = target.path;
   stats.destination = dst;
   stats.replace = target.replace;
   stats.created = !target.exists;
 
-  // Which method runs. A device or FIFO is written at its file position
-  // from one sequential read of the source.
-  const bool sized = S_ISREG(st.st_mode) && st.st_size > 0 && target.regular;
-  CopyMethod method =
-      options.method == CopyMethod::kAuto ? ChooseAuto(st) : options.method;
-  if (!sized && method != CopyMethod::kReadWrite) {
-    stats.fallbacks.push_back(absl::StrCat(
-        CopyMethodName(method),
-        target.regular ? ": source reports size 0 or is not a regular file"
-                       : ": destination is not a regular file",
-        ": reading to end of file with readwrite"));
-    method = CopyMethod::kReadWrite;
-  }
-  stats.method = method;
-
-  // Buffers: from the caller's pool or a private one, enough for the method.
-  const bool queued =
-      method == CopyMethod::kUring || method == CopyMethod::kDirect;
-  const bool wants_direct = method == CopyMethod::kDirect ||
-                            (method == CopyMethod::kUring && options.direct_io);
-  // Defaults chosen with bench/run_copy_bench (the timings are in the
-  // commits that set them). Buffered preadv/pwritev: 128 KiB per call, the
-  // size dd uses; larger calls were faster on a quiet machine but fell into
-  // a slow mode of page-cache writes under load, where dd bs=128k did not.
-  // io_uring: 128 KiB operations, several in flight; O_DIRECT: large
-  // (1 MiB) requests.
-  const size_t batch = BatchBuffers(options, wants_direct);
-  const size_t depth = options.queue_depth != 0 ? options.queue_depth : 4;
-  const size_t want = batch * (queued ? depth : 1);
-  std::unique_ptr<BufferPool> private_pool;
-  BufferPool* pool = options.pool;
-  if (pool == nullptr) {
-    PoolOptions po;
-    po.buffer_size = options.buffer_size;
-    po.buffer_count = want;
-    po.cache_size = 0;
-    absl::StatusOr<std::unique_ptr<BufferPool>> p = BufferPool::Create(po);
-    if (!p.ok()) return p.status();
-    private_pool = *std::move(p);
-    pool = private_pool.get();
-  }
-  std::vector<Buffer> buffers(std::min(want, pool->capacity()));
-  buffers.resize(pool->TryAcquireBulk(absl::MakeSpan(buffers)));
-  if (buffers.empty()) {
-    absl::StatusOr<Buffer> one = pool->Acquire(absl::Seconds(30));
-    if (!one.ok()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "no free buffer in the pool: ", dst, ": ", one.status().message()));
-    }
-    buffers.push_back(*std::move(one));
-  }
-
-  stats.buffer_bytes = buffers.size() * pool->buffer_size();
-
-  Context ctx;
-  ctx.in_fd = job.in;
-  ctx.out_fd = target.fd;
-  ctx.seekable = S_ISREG(st.st_mode);
-  ctx.out_seekable = target.regular;
-  ctx.src_path = src;
-  ctx.dst_path = dst;
-  ctx.pool = pool;
-  ctx.buffers = &buffers;
-  ctx.batch = batch;
-  ctx.queue_depth = depth;
-  ctx.stats = &stats;
-  ctx.options = &options;
-  ctx.total = sized ? static_cast<uint64_t>(st.st_size) : 0;
-  ctx.start = start;
-
-  if (absl::Status s = TruncateForWriting(target); !s.ok()) return s;
+  const Plan plan = ChoosePlan(options, st, target, stats);
   absl::StatusOr<uint64_t> final_size;
   {
-    std::unique_ptr<Mover> mover;
-    bool direct = wants_direct;
-    if (direct) {
-      absl::StatusOr<bool> d =
-          OpenDirect(src, target, job, stats, pool->buffer_size());
-      if (!d.ok()) return d.status();
-      direct = *d;
-      ctx.in_direct_fd = job.in_direct;
-      ctx.out_direct_fd = job.out_direct;
-      if (!direct && method == CopyMethod::kDirect) {
-        stats.method = method = CopyMethod::kReadWrite;
-      }
+    Buffers held;
+    if (absl::Status s = TakeBuffers(options, plan.want, dst, held); !s.ok()) {
+      return s;
     }
-    stats.direct_io = direct;
-    switch (method) {
-      case CopyMethod::kUring:
-      case CopyMethod::kDirect: {
-        absl::StatusOr<std::unique_ptr<Mover>> m = MakeUringMover(ctx, direct);
-        if (m.ok()) {
-          mover = *std::move(m);
-        } else {
-          stats.fallbacks.push_back(absl::StrCat(
-              "io_uring unavailable (", m.status().message(), "): using ",
-              direct ? "synchronous O_DIRECT" : "readwrite"));
-          if (!direct) stats.method = CopyMethod::kReadWrite;
-          mover = direct ? MakeSyncDirectMover(ctx) : MakeReadWriteMover(ctx);
-        }
-        break;
-      }
-      case CopyMethod::kKernel:
-        mover = MakeKernelMover(ctx);
-        break;
-      default:
-        mover = MakeReadWriteMover(ctx);
-        break;
-    }
-    final_size =
-        sized ? CopyRanges(ctx, *mover, static_cast<uint64_t>(st.st_size),
-                           static_cast<uint64_t>(st.st_blocks) * 512 <
-                               static_cast<uint64_t>(st.st_size))
-              : mover->Copy(0, kToEof);
-  }
-  // Every buffer goes back before a private pool is destroyed.
-  buffers.clear();
-  if (!final_size.ok()) return final_size.status();
+    stats.buffer_bytes = held.buffers.size() * held.pool->buffer_size();
 
-  for (int* fd : {&job.in_direct, &job.out_direct}) {
-    if (*fd >= 0) {
-      const int f = std::exchange(*fd, -1);
-      if (os::Sys().close(f) != 0 && errno != EINTR) {
-        return IoError("close", dst, errno);
-      }
-    }
+    Context ctx;
+    ctx.in_fd = job.in;
+    ctx.out_fd = target.fd;
+    ctx.seekable = S_ISREG(st.st_mode);
+    ctx.out_seekable = target.regular;
+    ctx.src_path = src;
+    ctx.dst_path = dst;
+    ctx.pool = held.pool;
+    ctx.buffers = &held.buffers;
+    ctx.batch = plan.batch;
+    ctx.queue_depth = plan.depth;
+    ctx.stats = &stats;
+    ctx.options = &options;
+    ctx.total = plan.sized ? static_cast<uint64_t>(st.st_size) : 0;
+    ctx.start = start;
+
+    if (absl::Status s = TruncateForWriting(target); !s.ok()) return s;
+    // The mover lives inside MoveData, so it is gone (its registrations
+    // dropped) before `held` gives the buffers back.
+    final_size = MoveData(ctx, plan, target, job, st);
   }
+  if (!final_size.ok()) return final_size.status();
+  if (absl::Status s = CloseDirect(job, dst); !s.ok()) return s;
   // The file written started empty (new, temporary or truncated); written
   // without holes and without O_DIRECT's rounded-up reservations, it has
   // its size already and needs no truncate.

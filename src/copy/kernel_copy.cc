@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "copy/copy_internal.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 
 namespace bufpool::copy_internal {
 namespace {

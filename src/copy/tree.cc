@@ -30,6 +30,7 @@
 #include "copy/copy_internal.h"
 #include "os/error.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 namespace copy_internal {
@@ -328,10 +329,7 @@ absl::StatusOr<TreeStats> CopyTree(absl::string_view src_view,
   if (!S_ISDIR(st.st_mode)) {
     return IoError("source is not a directory", src, ENOTDIR);
   }
-  struct stat dst_st;
-  if (os::Sys().stat(dst.c_str(), &dst_st) == 0 && S_ISDIR(dst_st.st_mode)) {
-    dst = absl::StrCat(dst, dst.ends_with('/') ? "" : "/", BaseName(src));
-  }
+  dst = CopyDestination(src, dst);
   while (dst.size() > 1 && dst.back() == '/') dst.pop_back();
   if (absl::Status s = CheckNotInside(src, dst); !s.ok()) return s;
   // One pool for every file, rather than one created and destroyed per

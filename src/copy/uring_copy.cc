@@ -18,9 +18,8 @@
 // past the call could neither tell when the caller destroys that pool (it
 // would keep the dead pool's pages pinned, and a new pool mapped at the same
 // address would read into the old pages) nor be shared with another pool on
-// the same thread. The measured costs are in the commit that made this.
-// Whole-region registration for rings whose lifetime the caller controls is
-// bufpool::FixedBuffers (bufpool/uring.h).
+// the same thread. Whole-region registration for rings whose lifetime the
+// caller controls is bufpool::FixedBuffers (bufpool/uring.h).
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -32,6 +31,7 @@
 #include "bufpool/uring.h"
 #include "copy/copy_internal.h"
 #include "os/file.h"
+#include "os/syscalls.h"
 #include "os/uring.h"
 
 namespace bufpool::copy_internal {
@@ -108,121 +108,29 @@ class UringMover final : public Mover {
   }
 
   absl::StatusOr<uint64_t> Copy(uint64_t offset, uint64_t len) override {
-    const uint64_t first = direct_ ? offset & ~(kDirectAlign - 1) : offset;
     end_ = len == kToEof ? kToEof : offset + len;
     user_begin_ = offset;
     eof_ = kToEof;
+    next_ = direct_ ? offset & ~(kDirectAlign - 1) : offset;
+    inflight_ = 0;
+    failed_submits_ = 0;
+    error_ = absl::OkStatus();
     if (direct_) {
       if (absl::Status s = Preallocate(ctx_, ctx_.out_direct_fd, offset, len);
           !s.ok()) {
         return s;
       }
     }
-    uint64_t next = first;
-    size_t inflight = 0;
-    int failed_submits = 0;
-    absl::Status error;
-
     while (true) {
-      for (Chunk& c : chunks_) {
-        if (!error.ok() || next >= end_ || next >= eof_) break;
-        if (c.state != kIdle) continue;
-        c.offset = next;
-        c.len = std::min<uint64_t>(c.cap, end_ - next);
-        if (direct_) {
-          c.len = std::min<uint64_t>(
-              c.cap, (c.len + kDirectAlign - 1) & ~(kDirectAlign - 1));
-        }
-        next += c.len;
-        c.done = 0;
-        c.state = kReading;
-        Queue(c);
-        ++inflight;
-      }
-      if (inflight == 0) break;
-      const int rc = ring_->SubmitAndWait(1);
-      ++ctx_.stats->submissions;
-      if (rc < 0) {
-        if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) continue;
-        if (error.ok()) error = IoError("io_uring submit", ctx_.src_path, -rc);
-        // Keep reaping what is in flight (no new operations start after an
-        // error). If the ring stays broken, give up: destroying it cancels
-        // the rest, and the buffers stay pinned by the kernel until then.
-        if (++failed_submits > 3) {
-          broken_ = true;  // operations may be in flight: never reuse it
-          return error;
-        }
-      }
+      StartIdleChunks();
+      if (inflight_ == 0) break;
+      const Submitted submitted = Submit();
+      if (submitted == Submitted::kBroken) return error_;
+      if (submitted == Submitted::kRetry) continue;
       os::Uring::Completion cqe;
-      while (ring_->PopCompletion(&cqe)) {
-        --inflight;
-        ++ctx_.stats->operations;
-        Chunk& c = chunks_[cqe.user_data];
-        if (cqe.res == -EAGAIN || cqe.res == -EINTR) {
-          Queue(c);  // retried as it was
-          ++inflight;
-          continue;
-        }
-        if (cqe.res < 0) {
-          if (error.ok()) {
-            error = c.state == kReading
-                        ? IoError("read", ctx_.src_path, -cqe.res)
-                        : IoError("write", ctx_.dst_path, -cqe.res);
-          }
-          c.state = kIdle;
-          continue;
-        }
-        if (!error.ok()) {  // draining after an error
-          c.state = kIdle;
-          continue;
-        }
-        const size_t res = static_cast<size_t>(cqe.res);
-        if (c.state == kReading) {
-          c.done += res;
-          const bool at_eof =
-              res == 0 || (direct_ && c.done % kDirectAlign != 0);
-          if (!at_eof && c.done < c.len) {
-            Queue(c);  // short read: the rest
-            ++inflight;
-            continue;
-          }
-          if (at_eof) eof_ = std::min(eof_, c.offset + c.done);
-          if (c.done == 0) {
-            c.state = kIdle;
-            continue;
-          }
-          c.valid = c.done;
-          c.len = c.done;
-          if (direct_ && c.len % kDirectAlign != 0) {
-            const size_t padded =
-                (c.len + kDirectAlign - 1) & ~(kDirectAlign - 1);
-            std::memset(c.data + c.len, 0, padded - c.len);
-            c.len = padded;
-          }
-          c.done = 0;
-          c.state = kWriting;
-          Queue(c);
-          ++inflight;
-        } else {
-          c.done += res;
-          if (res == 0) {
-            error = IoError("write", ctx_.dst_path, EIO);
-            c.state = kIdle;
-            continue;
-          }
-          if (c.done < c.len) {
-            Queue(c);  // short write: the rest
-            ++inflight;
-            continue;
-          }
-          c.state = kIdle;
-          const uint64_t lo = std::max(c.offset, user_begin_);
-          const uint64_t hi = std::min(c.offset + c.valid, end_);
-          if (hi > lo) ctx_.Advance(hi - lo);
-        }
-      }
+      while (ring_->PopCompletion(&cqe)) Complete(cqe);
     }
-    if (!error.ok()) return error;
+    if (!error_.ok()) return error_;
     const uint64_t stop = std::min(end_, eof_);
     return stop > offset ? stop - offset : 0;
   }
@@ -238,7 +146,125 @@ class UringMover final : public Mover {
     size_t valid = 0;  // source bytes in the buffer (before padding)
     State state = kIdle;
   };
+  enum class Submitted { kReap, kRetry, kBroken };
 
+  static uint64_t RoundUp(uint64_t n) {
+    return (n + kDirectAlign - 1) & ~(kDirectAlign - 1);
+  }
+
+  // Starts a read in every idle chunk while the range has bytes left and no
+  // operation has failed (no new operations start after an error).
+  void StartIdleChunks() {
+    for (Chunk& c : chunks_) {
+      if (!error_.ok() || next_ >= end_ || next_ >= eof_) break;
+      if (c.state != kIdle) continue;
+      c.offset = next_;
+      c.len = std::min<uint64_t>(c.cap, end_ - next_);
+      if (direct_) c.len = std::min<uint64_t>(c.cap, RoundUp(c.len));
+      next_ += c.len;
+      c.done = 0;
+      c.state = kReading;
+      Queue(c);
+    }
+  }
+
+  // Submits what is queued and waits for one completion. An interrupted or
+  // busy submit is retried. After an error the caller keeps reaping what is
+  // in flight; if the ring stays broken it gives up: destroying the ring
+  // cancels the rest, and the buffers stay pinned by the kernel until then.
+  Submitted Submit() {
+    const int rc = ring_->SubmitAndWait(1);
+    ++ctx_.stats->submissions;
+    if (rc >= 0) return Submitted::kReap;
+    if (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) return Submitted::kRetry;
+    if (error_.ok()) error_ = IoError("io_uring submit", ctx_.src_path, -rc);
+    if (++failed_submits_ > 3) {
+      broken_ = true;  // operations may be in flight: never reuse it
+      return Submitted::kBroken;
+    }
+    return Submitted::kReap;
+  }
+
+  // One completion: -EAGAIN/-EINTR are queued again as they were; the first
+  // error is kept and the chunk goes idle; after an error completions are
+  // only drained.
+  void Complete(const os::Uring::Completion& cqe) {
+    --inflight_;
+    ++ctx_.stats->operations;
+    Chunk& c = chunks_[cqe.user_data];
+    if (cqe.res == -EAGAIN || cqe.res == -EINTR) {
+      Queue(c);
+      return;
+    }
+    if (cqe.res < 0) {
+      if (error_.ok()) {
+        error_ = c.state == kReading
+                     ? IoError("read", ctx_.src_path, -cqe.res)
+                     : IoError("write", ctx_.dst_path, -cqe.res);
+      }
+      c.state = kIdle;
+      return;
+    }
+    if (!error_.ok()) {
+      c.state = kIdle;
+      return;
+    }
+    const size_t res = static_cast<size_t>(cqe.res);
+    if (c.state == kReading) {
+      ReadDone(c, res);
+    } else {
+      WriteDone(c, res);
+    }
+  }
+
+  // A read moved `res` bytes: read the rest after a short read, else write
+  // what was read (zero-padded to the block with O_DIRECT). A read that
+  // returns 0, or ends inside a block with O_DIRECT, is the end of file.
+  void ReadDone(Chunk& c, size_t res) {
+    c.done += res;
+    const bool at_eof = res == 0 || (direct_ && c.done % kDirectAlign != 0);
+    if (!at_eof && c.done < c.len) {
+      Queue(c);
+      return;
+    }
+    if (at_eof) eof_ = std::min(eof_, c.offset + c.done);
+    if (c.done == 0) {
+      c.state = kIdle;
+      return;
+    }
+    c.valid = c.done;
+    c.len = c.done;
+    if (direct_ && c.len % kDirectAlign != 0) {
+      const size_t padded = RoundUp(c.len);
+      std::memset(c.data + c.len, 0, padded - c.len);
+      c.len = padded;
+    }
+    c.done = 0;
+    c.state = kWriting;
+    Queue(c);
+  }
+
+  // A write moved `res` bytes: write the rest after a short write (one that
+  // moves nothing is EIO), else count the caller's bytes in the chunk.
+  void WriteDone(Chunk& c, size_t res) {
+    c.done += res;
+    if (res == 0) {
+      error_ = IoError("write", ctx_.dst_path, EIO);
+      c.state = kIdle;
+      return;
+    }
+    if (c.done < c.len) {
+      Queue(c);
+      return;
+    }
+    c.state = kIdle;
+    const uint64_t lo = std::max(c.offset, user_begin_);
+    const uint64_t hi = std::min(c.offset + c.valid, end_);
+    if (hi > lo) ctx_.Advance(hi - lo);
+  }
+
+  // Queues the chunk's current phase for the bytes not yet moved; counts it
+  // in flight.
   void Queue(Chunk& c) {
     const uint64_t id = static_cast<uint64_t>(&c - chunks_.data());
     const int fd = c.state == kReading
@@ -253,6 +279,7 @@ class UringMover final : public Mover {
     } else {
       ring_->PrepareWrite(fd, p, n, c.offset + c.done, index, id);
     }
+    ++inflight_;
   }
 
   Context& ctx_;
@@ -262,9 +289,14 @@ class UringMover final : public Mover {
   bool fixed_ = false;
   bool broken_ = false;  // the ring may have operations in flight
   std::vector<Chunk> chunks_;
+  // The range of the current Copy() call.
   uint64_t end_ = 0;
   uint64_t user_begin_ = 0;
   uint64_t eof_ = kToEof;
+  uint64_t next_ = 0;  // the next offset to read
+  size_t inflight_ = 0;
+  int failed_submits_ = 0;
+  absl::Status error_;  // the first error; none start after it
 };
 
 }  // namespace

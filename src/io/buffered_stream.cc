@@ -14,7 +14,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -26,72 +25,10 @@
 #include "os/error.h"
 #include "os/file.h"
 #include "os/socket.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 namespace {
-
-absl::Status CheckOptions(const StreamOptions& options) {
-  if (options.buffers < 1 || options.buffers > kMaxStreamBuffers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("StreamOptions.buffers must be in [1, ", kMaxStreamBuffers,
-                     "], got ", options.buffers));
-  }
-  if (options.open_timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("StreamOptions.open_timeout must not be negative, got ",
-                     absl::FormatDuration(options.open_timeout)));
-  }
-  if (options.io_timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("StreamOptions.io_timeout must not be negative, got ",
-                     absl::FormatDuration(options.io_timeout)));
-  }
-  return absl::OkStatus();
-}
-
-// Sockets and everything else that is not a file can block and raise
-// SIGPIPE; see "Sockets, pipes and non-blocking descriptors" in the header.
-internal::FdKind KindOf(int fd) {
-  struct stat st;
-  if (os::Sys().fstat(fd, &st) != 0) return internal::FdKind::kFile;
-  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
-    return internal::FdKind::kFile;
-  if (S_ISSOCK(st.st_mode)) return internal::FdKind::kSocket;
-  return internal::FdKind::kOther;
-}
-
-int64_t TimeoutMs(absl::Duration d) {
-  if (d == absl::InfiniteDuration()) return -1;
-  return absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1)));
-}
-
-// The empty-pool policy: wait up to open_timeout for the first buffer, take
-// the others only if they are free now.
-absl::StatusOr<std::vector<Buffer>> TakeBuffers(BufferPool& pool,
-                                                const StreamOptions& options,
-                                                absl::string_view what,
-                                                absl::string_view name) {
-  if (absl::Status s = CheckOptions(options); !s.ok()) {
-    return absl::Status(s.code(),
-                        absl::StrCat(what, "(", name, "): ", s.message()));
-  }
-  absl::StatusOr<Buffer> first = pool.Acquire(options.open_timeout);
-  if (!first.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, "(", name, "): no free buffer in the pool (", pool.capacity(),
-        " buffers of ", pool.buffer_size(), " bytes, all in use) after ",
-        absl::FormatDuration(options.open_timeout)));
-  }
-  std::vector<Buffer> bufs(options.buffers);
-  bufs[0] = *std::move(first);
-  const size_t more = pool.TryAcquireBulk(absl::MakeSpan(bufs).subspan(1));
-  bufs.resize(1 + more);
-  return bufs;
-}
-
-std::string FdName(int fd, std::string name) {
-  return name.empty() ? absl::StrCat("fd ", fd) : std::move(name);
-}
 
 void ReportToStderr(absl::string_view what, absl::string_view name,
                     const absl::Status& s) {
@@ -105,69 +42,36 @@ void ReportToStderr(absl::string_view what, absl::string_view name,
 
 // ---- BufferedWriter ---------------------------------------------------------
 
-BufferedWriter::BufferedWriter(BufferPool* pool, int fd, bool owns_fd,
-                               std::string name, std::vector<Buffer> bufs,
-                               const StreamOptions& options)
-    : bufs_(std::move(bufs)),
-      pool_(pool),
-      fd_(fd),
-      owns_fd_(owns_fd),
-      kind_(KindOf(fd)),
-      io_timeout_ms_(TimeoutMs(options.io_timeout)),
-      name_(std::move(name)) {
+BufferedWriter::BufferedWriter(Parts parts, const StreamOptions& options)
+    : StreamBase(std::move(parts), options) {
   cursor_ = bufs_[0].data();
   end_ = cursor_ + bufs_[0].size();
 }
 
 absl::StatusOr<BufferedWriter> BufferedWriter::Open(
     const std::string& path, BufferPool& pool, const StreamOptions& options) {
-  // Buffers first: a writer that cannot get one must not truncate the file.
-  absl::StatusOr<std::vector<Buffer>> bufs =
-      TakeBuffers(pool, options, "BufferedWriter::Open", path);
-  if (!bufs.ok()) return bufs.status();
-  const int fd =
-      os::Sys().open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    return os::PosixError(absl::StrCat("open ", path, " for writing"), errno);
-  }
-  return BufferedWriter(&pool, fd, /*owns_fd=*/true, path, *std::move(bufs),
-                        options);
+  absl::StatusOr<Parts> parts =
+      OpenPath(path, O_WRONLY | O_CREAT | O_TRUNC, pool, options,
+               "BufferedWriter::Open", "writing");
+  if (!parts.ok()) return parts.status();
+  return BufferedWriter(*std::move(parts), options);
 }
 
 absl::StatusOr<BufferedWriter> BufferedWriter::FromFd(
     int fd, FdOwnership ownership, BufferPool& pool, std::string name,
     const StreamOptions& options) {
-  name = FdName(fd, std::move(name));
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("BufferedWriter::FromFd(", name, "): bad descriptor"));
-  }
-  const bool owns = ownership == FdOwnership::kTake;
-  absl::StatusOr<std::vector<Buffer>> bufs =
-      TakeBuffers(pool, options, "BufferedWriter::FromFd", name);
-  if (!bufs.ok()) {
-    if (owns) (void)os::Close(fd, name);  // documented: kTake closes on failure
-    return bufs.status();
-  }
-  return BufferedWriter(&pool, fd, owns, std::move(name), *std::move(bufs),
-                        options);
+  absl::StatusOr<Parts> parts = AdoptFd(fd, ownership, pool, std::move(name),
+                                        options, "BufferedWriter::FromFd");
+  if (!parts.ok()) return parts.status();
+  return BufferedWriter(*std::move(parts), options);
 }
 
 void BufferedWriter::MoveFrom(BufferedWriter& other) noexcept {
   cursor_ = std::exchange(other.cursor_, nullptr);
   end_ = std::exchange(other.end_, nullptr);
   cur_ = std::exchange(other.cur_, 0);
-  bufs_ = std::move(other.bufs_);
-  other.bufs_.clear();
-  pool_ = std::exchange(other.pool_, nullptr);
-  fd_ = std::exchange(other.fd_, -1);
-  owns_fd_ = std::exchange(other.owns_fd_, false);
-  closed_ = std::exchange(other.closed_, true);
-  kind_ = other.kind_;
-  io_timeout_ms_ = other.io_timeout_ms_;
   flushed_ = other.flushed_;
-  name_ = std::move(other.name_);
-  status_ = std::move(other.status_);
+  MoveBaseFrom(other);
 }
 
 BufferedWriter::BufferedWriter(BufferedWriter&& other) noexcept {
@@ -185,7 +89,7 @@ BufferedWriter& BufferedWriter::operator=(BufferedWriter&& other) noexcept {
 BufferedWriter::~BufferedWriter() { CloseForDestructor(); }
 
 void BufferedWriter::CloseForDestructor() noexcept {
-  if (pool_ == nullptr || closed_) return;  // moved from, or closed already
+  if (!open()) return;  // moved from, or closed already
   if (absl::Status s = Close(); !s.ok()) {
     ReportToStderr("BufferedWriter", name_, s);
   }
@@ -202,8 +106,7 @@ uint64_t BufferedWriter::position() const { return flushed_ + BufferedBytes(); }
 void BufferedWriter::ReleaseBuffers() {
   cursor_ = end_ = nullptr;
   cur_ = 0;
-  if (pool_ != nullptr) pool_->ReleaseBulk(absl::MakeSpan(bufs_));
-  bufs_.clear();
+  ReleasePooled();
 }
 
 absl::Status BufferedWriter::Fail(absl::Status s) {
@@ -281,7 +184,7 @@ absl::Status BufferedWriter::WriteAllWaiting(iovec* iov, int cnt) {
 
 absl::Status BufferedWriter::AppendSlow(const std::byte* p, size_t n) {
   if (!status_.ok()) return status_;
-  if (closed_ || pool_ == nullptr) {
+  if (!open()) {
     return absl::FailedPreconditionError(
         absl::StrCat("append to closed BufferedWriter ", name_));
   }
@@ -310,7 +213,7 @@ absl::Status BufferedWriter::AppendSlow(const std::byte* p, size_t n) {
 
 absl::Status BufferedWriter::Flush() {
   if (!status_.ok()) return status_;
-  if (closed_ || pool_ == nullptr) {
+  if (!open()) {
     return absl::FailedPreconditionError(
         absl::StrCat("flush of closed BufferedWriter ", name_));
   }
@@ -326,65 +229,38 @@ absl::Status BufferedWriter::Sync() {
 }
 
 absl::Status BufferedWriter::Close() {
-  if (closed_ || pool_ == nullptr) return status_;
-  if (status_.ok())
+  if (!open()) return status_;
+  if (status_.ok()) {
     (void)WriteBuffered(nullptr, 0);  // a failure lands in status_
-  closed_ = true;
-  ReleaseBuffers();
-  if (owns_fd_ && fd_ >= 0) {
-    absl::Status s = os::Close(fd_, name_);
-    if (status_.ok() && !s.ok()) status_ = std::move(s);
   }
-  fd_ = -1;
-  return status_;
+  cursor_ = end_ = nullptr;
+  cur_ = 0;
+  return CloseBase();
 }
 
 // ---- BufferedReader ---------------------------------------------------------
 
-BufferedReader::BufferedReader(BufferPool* pool, int fd, bool owns_fd,
-                               std::string name, std::vector<Buffer> bufs,
-                               const StreamOptions& options)
-    : bufs_(std::move(bufs)),
-      pool_(pool),
-      fd_(fd),
-      owns_fd_(owns_fd),
-      kind_(KindOf(fd)),
-      io_timeout_ms_(TimeoutMs(options.io_timeout)),
-      name_(std::move(name)) {
+BufferedReader::BufferedReader(Parts parts, const StreamOptions& options)
+    : StreamBase(std::move(parts), options) {
   // Nothing buffered yet: cursor_ == limit_ (non-null), so reads refill.
   cursor_ = limit_ = bufs_[0].data();
 }
 
 absl::StatusOr<BufferedReader> BufferedReader::Open(
     const std::string& path, BufferPool& pool, const StreamOptions& options) {
-  absl::StatusOr<std::vector<Buffer>> bufs =
-      TakeBuffers(pool, options, "BufferedReader::Open", path);
-  if (!bufs.ok()) return bufs.status();
-  const int fd = os::Sys().open(path.c_str(), O_RDONLY, 0);
-  if (fd < 0) {
-    return os::PosixError(absl::StrCat("open ", path, " for reading"), errno);
-  }
-  return BufferedReader(&pool, fd, /*owns_fd=*/true, path, *std::move(bufs),
-                        options);
+  absl::StatusOr<Parts> parts = OpenPath(path, O_RDONLY, pool, options,
+                                         "BufferedReader::Open", "reading");
+  if (!parts.ok()) return parts.status();
+  return BufferedReader(*std::move(parts), options);
 }
 
 absl::StatusOr<BufferedReader> BufferedReader::FromFd(
     int fd, FdOwnership ownership, BufferPool& pool, std::string name,
     const StreamOptions& options) {
-  name = FdName(fd, std::move(name));
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("BufferedReader::FromFd(", name, "): bad descriptor"));
-  }
-  const bool owns = ownership == FdOwnership::kTake;
-  absl::StatusOr<std::vector<Buffer>> bufs =
-      TakeBuffers(pool, options, "BufferedReader::FromFd", name);
-  if (!bufs.ok()) {
-    if (owns) (void)os::Close(fd, name);
-    return bufs.status();
-  }
-  return BufferedReader(&pool, fd, owns, std::move(name), *std::move(bufs),
-                        options);
+  absl::StatusOr<Parts> parts = AdoptFd(fd, ownership, pool, std::move(name),
+                                        options, "BufferedReader::FromFd");
+  if (!parts.ok()) return parts.status();
+  return BufferedReader(*std::move(parts), options);
 }
 
 void BufferedReader::MoveFrom(BufferedReader& other) noexcept {
@@ -393,17 +269,8 @@ void BufferedReader::MoveFrom(BufferedReader& other) noexcept {
   cur_ = std::exchange(other.cur_, 0);
   filled_ = std::exchange(other.filled_, 0);
   last_len_ = std::exchange(other.last_len_, 0);
-  bufs_ = std::move(other.bufs_);
-  other.bufs_.clear();
-  pool_ = std::exchange(other.pool_, nullptr);
-  fd_ = std::exchange(other.fd_, -1);
-  owns_fd_ = std::exchange(other.owns_fd_, false);
-  closed_ = std::exchange(other.closed_, true);
-  kind_ = other.kind_;
-  io_timeout_ms_ = other.io_timeout_ms_;
   fetched_ = other.fetched_;
-  name_ = std::move(other.name_);
-  status_ = std::move(other.status_);
+  MoveBaseFrom(other);
 }
 
 BufferedReader::BufferedReader(BufferedReader&& other) noexcept {
@@ -421,7 +288,7 @@ BufferedReader& BufferedReader::operator=(BufferedReader&& other) noexcept {
 BufferedReader::~BufferedReader() { CloseForDestructor(); }
 
 void BufferedReader::CloseForDestructor() noexcept {
-  if (pool_ == nullptr || closed_) return;
+  if (!open()) return;
   // A read error was already returned by the read that hit it; only a
   // failure of close(2) itself would otherwise go unseen.
   const bool had_error = !status_.ok();
@@ -442,8 +309,7 @@ uint64_t BufferedReader::position() const { return fetched_ - Buffered(); }
 void BufferedReader::ReleaseBuffers() {
   cursor_ = limit_ = nullptr;
   cur_ = filled_ = last_len_ = 0;
-  if (pool_ != nullptr) pool_->ReleaseBulk(absl::MakeSpan(bufs_));
-  bufs_.clear();
+  ReleasePooled();
 }
 
 size_t BufferedReader::CopyBuffered(std::byte* out, size_t n) {
@@ -520,7 +386,7 @@ absl::StatusOr<size_t> BufferedReader::ReadOnce(const iovec* iov, int cnt) {
 
 absl::Status BufferedReader::Readable() const {
   if (!status_.ok()) return status_;
-  if (closed_ || pool_ == nullptr) {
+  if (!open()) {
     return absl::FailedPreconditionError(
         absl::StrCat("read from closed BufferedReader ", name_));
   }
@@ -586,15 +452,10 @@ absl::Status BufferedReader::ReadExactSlow(absl::Span<std::byte> out) {
 }
 
 absl::Status BufferedReader::Close() {
-  if (closed_ || pool_ == nullptr) return status_;
-  closed_ = true;
-  ReleaseBuffers();
-  if (owns_fd_ && fd_ >= 0) {
-    absl::Status s = os::Close(fd_, name_);
-    if (status_.ok() && !s.ok()) status_ = std::move(s);
-  }
-  fd_ = -1;
-  return status_;
+  if (!open()) return status_;
+  cursor_ = limit_ = nullptr;
+  cur_ = filled_ = last_len_ = 0;
+  return CloseBase();
 }
 
 }  // namespace bufpool

@@ -1,84 +1,17 @@
 #include "os/file.h"
 
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/sendfile.h>
-#include <unistd.h>
+#include <limits.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "os/error.h"
-#include "os/uring.h"
+#include "os/syscalls.h"
 
 namespace bufpool::os {
 namespace {
-
-int RealOpen(const char* path, int flags, mode_t mode) {
-  return ::open(path, flags | O_CLOEXEC, mode);
-}
-int RealFstat(int fd, struct stat* st) { return ::fstat(fd, st); }
-ssize_t RealCopyFileRange(int fd_in, off_t* off_in, int fd_out, off_t* off_out,
-                          size_t len, unsigned flags) {
-  return ::copy_file_range(fd_in, off_in, fd_out, off_out, len, flags);
-}
-
-int RealLstat(const char* path, struct stat* st) { return ::lstat(path, st); }
-int RealRenameat2(int olddirfd, const char* from, int newdirfd, const char* to,
-                  unsigned flags) {
-  return ::renameat2(olddirfd, from, newdirfd, to, flags);
-}
-int RealMkdir(const char* path, mode_t mode) { return ::mkdir(path, mode); }
-int RealMknod(const char* path, mode_t mode, dev_t dev) {
-  return ::mknod(path, mode, dev);
-}
-
-constexpr SyscallTable kReal = {
-    .open = RealOpen,
-    .close = ::close,
-    .read = ::read,
-    .write = ::write,
-    .readv = ::readv,
-    .writev = ::writev,
-    .preadv = ::preadv,
-    .pwritev = ::pwritev,
-    .fsync = ::fsync,
-    .fstat = RealFstat,
-    .ftruncate = ::ftruncate,
-    .lseek = ::lseek,
-    .rename = ::rename,
-    .unlink = ::unlink,
-    .copy_file_range = RealCopyFileRange,
-    .sendfile = ::sendfile,
-    .stat = ::stat,
-    .fchmod = ::fchmod,
-    .fallocate = ::fallocate,
-    .uring_create = CreateUring,
-    .lstat = RealLstat,
-    .fchown = ::fchown,
-    .futimens = ::futimens,
-    .renameat2 = RealRenameat2,
-    .link = ::link,
-    .realpath = ::realpath,
-    .mkdir = RealMkdir,
-    .symlink = ::symlink,
-    .readlink = ::readlink,
-    .mknod = RealMknod,
-    .chmod = ::chmod,
-    .lchown = ::lchown,
-    .utimensat = ::utimensat,
-    .opendir = ::opendir,
-    .readdir = ::readdir,
-    .closedir = ::closedir,
-};
-
-// Relaxed: tables are installed before the threads that use them start
-// (see the header), so thread creation already orders the store.
-std::atomic<const SyscallTable*> g_table{&kReal};
 
 // Skips `done` bytes of `iov`, writing the remainder's iovecs into `out`.
 void Advance(const iovec* iov, int iovcnt, size_t done,
@@ -100,21 +33,6 @@ size_t Total(const iovec* iov, int iovcnt) {
   for (int i = 0; i < iovcnt; ++i) n += iov[i].iov_len;
   return n;
 }
-
-}  // namespace
-
-const SyscallTable& RealSyscalls() { return kReal; }
-
-const SyscallTable& Sys() { return *g_table.load(std::memory_order_relaxed); }
-
-ScopedSyscalls::ScopedSyscalls(const SyscallTable* table)
-    : previous_(g_table.exchange(table, std::memory_order_relaxed)) {}
-
-ScopedSyscalls::~ScopedSyscalls() {
-  g_table.store(previous_, std::memory_order_relaxed);
-}
-
-namespace {
 
 enum class Direction { kRead, kWrite };
 

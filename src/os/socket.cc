@@ -4,63 +4,20 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "os/error.h"
+#include "os/syscalls.h"
 
 namespace bufpool::os {
 namespace {
-
-int RealSocket(int domain, int type, int protocol) {
-  return ::socket(domain, type | SOCK_CLOEXEC, protocol);
-}
-int RealSocketPair(int domain, int type, int protocol, int fds[2]) {
-  return ::socketpair(domain, type | SOCK_CLOEXEC, protocol, fds);
-}
-int RealFcntl(int fd, int cmd, int arg) { return ::fcntl(fd, cmd, arg); }
-int RealPollOne(int fd, short events, int timeout_ms) {
-  pollfd p{.fd = fd, .events = events, .revents = 0};
-  const int n = ::poll(&p, 1, timeout_ms);
-  return n <= 0 ? n : p.revents;
-}
-
-constexpr SocketSyscalls kReal = {
-    .socket = RealSocket,
-    .socketpair = RealSocketPair,
-    .bind = ::bind,
-    .listen = ::listen,
-    .accept4 = ::accept4,
-    .connect = ::connect,
-    .setsockopt = ::setsockopt,
-    .getsockname = ::getsockname,
-    .getsockopt = ::getsockopt,
-    .shutdown = ::shutdown,
-    .recv = ::recv,
-    .send = ::send,
-    .readv = ::readv,
-    .writev = ::writev,
-    .sendmsg = ::sendmsg,
-    .fcntl = RealFcntl,
-    .close = ::close,
-    .epoll_create1 = ::epoll_create1,
-    .epoll_ctl = ::epoll_ctl,
-    .epoll_wait = ::epoll_wait,
-    .eventfd = ::eventfd,
-    .poll_one = RealPollOne,
-};
-
-// Relaxed: tables are installed before the threads that use them start
-// (see the header), so thread creation already orders the store.
-std::atomic<const SocketSyscalls*> g_table{&kReal};
 
 // writev on a descriptor that is not a socket, with SIGPIPE blocked on this
 // thread: a pipe whose reader has gone then fails with EPIPE instead of
@@ -77,7 +34,7 @@ ssize_t RawWriteVNoSigpipe(int fd, const iovec* iov, int iovcnt) {
   sigset_t pending;
   sigpending(&pending);
   const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
-  const ssize_t n = SocketSys().writev(fd, iov, iovcnt);
+  const ssize_t n = Sys().writev(fd, iov, iovcnt);
   const int err = errno;
   if (n < 0 && err == EPIPE && !was_pending) {
     const timespec zero{0, 0};
@@ -99,19 +56,6 @@ std::string Context(absl::string_view verb, absl::string_view what, int fd) {
 }
 
 }  // namespace
-
-const SocketSyscalls& RealSocketSyscalls() { return kReal; }
-
-const SocketSyscalls& SocketSys() {
-  return *g_table.load(std::memory_order_relaxed);
-}
-
-ScopedSocketSyscalls::ScopedSocketSyscalls(const SocketSyscalls* table)
-    : previous_(g_table.exchange(table, std::memory_order_relaxed)) {}
-
-ScopedSocketSyscalls::~ScopedSocketSyscalls() {
-  g_table.store(previous_, std::memory_order_relaxed);
-}
 
 absl::Status SocketError(absl::string_view context, int err) {
   absl::Status s = PosixError(context, err);
@@ -137,7 +81,7 @@ absl::StatusOr<size_t> ReadV(int fd, const iovec* iov, int iovcnt,
                              absl::string_view what) {
   iovcnt = std::min(iovcnt, IOV_MAX);
   for (;;) {
-    const ssize_t n = SocketSys().readv(fd, iov, iovcnt);
+    const ssize_t n = Sys().readv(fd, iov, iovcnt);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     return SocketError(Context("read", what, fd), errno);
@@ -152,7 +96,7 @@ absl::StatusOr<size_t> WriteV(int fd, const iovec* iov, int iovcnt,
   msg.msg_iovlen = static_cast<size_t>(iovcnt);
   bool socket = true;
   for (;;) {
-    const ssize_t n = socket ? SocketSys().sendmsg(fd, &msg, MSG_NOSIGNAL)
+    const ssize_t n = socket ? Sys().sendmsg(fd, &msg, MSG_NOSIGNAL)
                              : RawWriteVNoSigpipe(fd, iov, iovcnt);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
@@ -170,7 +114,7 @@ absl::StatusOr<size_t> SendV(int fd, const iovec* iov, int iovcnt,
   msg.msg_iov = const_cast<iovec*>(iov);
   msg.msg_iovlen = static_cast<size_t>(std::min(iovcnt, IOV_MAX));
   for (;;) {
-    const ssize_t n = SocketSys().sendmsg(fd, &msg, MSG_NOSIGNAL);
+    const ssize_t n = Sys().sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     return SocketError(Context("write", what, fd), errno);
@@ -191,7 +135,7 @@ absl::StatusOr<size_t> WriteVNoSigpipe(int fd, const iovec* iov, int iovcnt,
 absl::StatusOr<size_t> Recv(int fd, void* buf, size_t n,
                             absl::string_view what) {
   for (;;) {
-    const ssize_t got = SocketSys().recv(fd, buf, n, 0);
+    const ssize_t got = Sys().recv(fd, buf, n, 0);
     if (got >= 0) return static_cast<size_t>(got);
     if (errno == EINTR) continue;
     return SocketError(Context("recv", what, fd), errno);
@@ -201,7 +145,7 @@ absl::StatusOr<size_t> Recv(int fd, void* buf, size_t n,
 absl::StatusOr<size_t> Send(int fd, const void* buf, size_t n,
                             absl::string_view what) {
   for (;;) {
-    const ssize_t put = SocketSys().send(fd, buf, n, MSG_NOSIGNAL);
+    const ssize_t put = Sys().send(fd, buf, n, MSG_NOSIGNAL);
     if (put >= 0) return static_cast<size_t>(put);
     if (errno == EINTR) continue;
     return SocketError(Context("send", what, fd), errno);
@@ -221,7 +165,7 @@ absl::StatusOr<bool> WaitReady(int fd, short events, int64_t timeout_ms,
           std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
       wait_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX));
     }
-    const int r = SocketSys().poll_one(fd, events, wait_ms);
+    const int r = Sys().poll_one(fd, events, wait_ms);
     if (r > 0) return true;
     if (r == 0) {
       if (timeout_ms >= 0) return false;
@@ -233,39 +177,39 @@ absl::StatusOr<bool> WaitReady(int fd, short events, int64_t timeout_ms,
 }
 
 absl::StatusOr<int> Socket(int domain, int type, int protocol) {
-  const int fd = SocketSys().socket(domain, type, protocol);
+  const int fd = Sys().socket(domain, type, protocol);
   if (fd < 0) return SocketError("socket", errno);
   return fd;
 }
 
 absl::Status SocketPair(int domain, int type, int fds[2]) {
-  if (SocketSys().socketpair(domain, type, 0, fds) != 0) {
+  if (Sys().socketpair(domain, type, 0, fds) != 0) {
     return SocketError("socketpair", errno);
   }
   return absl::OkStatus();
 }
 
 absl::Status Bind(int fd, const sockaddr* addr, socklen_t len) {
-  if (SocketSys().bind(fd, addr, len) != 0) return SocketError("bind", errno);
+  if (Sys().bind(fd, addr, len) != 0) return SocketError("bind", errno);
   return absl::OkStatus();
 }
 
 absl::Status Listen(int fd, int backlog) {
-  if (SocketSys().listen(fd, backlog) != 0) {
+  if (Sys().listen(fd, backlog) != 0) {
     return SocketError("listen", errno);
   }
   return absl::OkStatus();
 }
 
 absl::Status Connect(int fd, const sockaddr* addr, socklen_t len) {
-  if (SocketSys().connect(fd, addr, len) == 0) return absl::OkStatus();
+  if (Sys().connect(fd, addr, len) == 0) return absl::OkStatus();
   if (errno != EINTR) return SocketError("connect", errno);
   // Interrupted: the connection proceeds asynchronously; wait for it.
   absl::StatusOr<bool> ready = WaitReady(fd, POLLOUT, -1, "connect");
   if (!ready.ok()) return ready.status();
   int err = 0;
   socklen_t err_len = sizeof(err);
-  if (SocketSys().getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) != 0) {
+  if (Sys().getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) != 0) {
     return SocketError("getsockopt(SO_ERROR)", errno);
   }
   return err == 0 ? absl::OkStatus() : SocketError("connect", err);
@@ -273,7 +217,7 @@ absl::Status Connect(int fd, const sockaddr* addr, socklen_t len) {
 
 absl::StatusOr<int> Accept(int listen_fd, int flags) {
   for (;;) {
-    const int fd = SocketSys().accept4(listen_fd, nullptr, nullptr, flags);
+    const int fd = Sys().accept4(listen_fd, nullptr, nullptr, flags);
     if (fd >= 0) return fd;
     if (errno == EINTR) continue;
     return SocketError("accept4", errno);
@@ -282,7 +226,7 @@ absl::StatusOr<int> Accept(int listen_fd, int flags) {
 
 absl::Status SetSockOptInt(int fd, int level, int name, int value,
                            absl::string_view what) {
-  if (SocketSys().setsockopt(fd, level, name, &value, sizeof(value)) != 0) {
+  if (Sys().setsockopt(fd, level, name, &value, sizeof(value)) != 0) {
     return SocketError(absl::StrCat("setsockopt(", what, ")"), errno);
   }
   return absl::OkStatus();
@@ -290,51 +234,51 @@ absl::Status SetSockOptInt(int fd, int level, int name, int value,
 
 absl::Status SetLinger(int fd, bool on, int seconds) {
   const linger l{.l_onoff = on ? 1 : 0, .l_linger = seconds};
-  if (SocketSys().setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)) != 0) {
+  if (Sys().setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)) != 0) {
     return SocketError("setsockopt(SO_LINGER)", errno);
   }
   return absl::OkStatus();
 }
 
 absl::Status GetSockName(int fd, sockaddr* addr, socklen_t* len) {
-  if (SocketSys().getsockname(fd, addr, len) != 0) {
+  if (Sys().getsockname(fd, addr, len) != 0) {
     return SocketError("getsockname", errno);
   }
   return absl::OkStatus();
 }
 
 absl::Status Shutdown(int fd, int how) {
-  if (SocketSys().shutdown(fd, how) != 0) {
+  if (Sys().shutdown(fd, how) != 0) {
     return SocketError("shutdown", errno);
   }
   return absl::OkStatus();
 }
 
 absl::Status SetNonBlocking(int fd, bool on) {
-  const int flags = SocketSys().fcntl(fd, F_GETFL, 0);
+  const int flags = Sys().fcntl(fd, F_GETFL, 0);
   if (flags < 0) return SocketError("fcntl(F_GETFL)", errno);
   const int want = on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK;
-  if (want != flags && SocketSys().fcntl(fd, F_SETFL, want) != 0) {
+  if (want != flags && Sys().fcntl(fd, F_SETFL, want) != 0) {
     return SocketError("fcntl(F_SETFL)", errno);
   }
   return absl::OkStatus();
 }
 
 absl::Status CloseSocket(int fd) {
-  if (SocketSys().close(fd) != 0 && errno != EINTR) {
+  if (Sys().close(fd) != 0 && errno != EINTR) {
     return SocketError("close", errno);
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<int> EventFd(unsigned initval, int flags) {
-  const int fd = SocketSys().eventfd(initval, flags);
+  const int fd = Sys().eventfd(initval, flags);
   if (fd < 0) return SocketError("eventfd", errno);
   return fd;
 }
 
 absl::StatusOr<int> EpollCreate() {
-  const int fd = SocketSys().epoll_create1(EPOLL_CLOEXEC);
+  const int fd = Sys().epoll_create1(EPOLL_CLOEXEC);
   if (fd < 0) return SocketError("epoll_create1", errno);
   return fd;
 }
@@ -343,7 +287,7 @@ absl::Status EpollCtl(int epfd, int op, int fd, uint32_t events, void* ptr) {
   epoll_event ev{};
   ev.events = events;
   ev.data.ptr = ptr;
-  if (SocketSys().epoll_ctl(epfd, op, fd, &ev) != 0) {
+  if (Sys().epoll_ctl(epfd, op, fd, &ev) != 0) {
     return SocketError("epoll_ctl", errno);
   }
   return absl::OkStatus();
@@ -351,7 +295,7 @@ absl::Status EpollCtl(int epfd, int op, int fd, uint32_t events, void* ptr) {
 
 absl::StatusOr<int> EpollWait(int epfd, epoll_event* events, int max,
                               int timeout_ms) {
-  const int n = SocketSys().epoll_wait(epfd, events, max, timeout_ms);
+  const int n = Sys().epoll_wait(epfd, events, max, timeout_ms);
   if (n >= 0) return n;
   if (errno == EINTR) return 0;
   return SocketError("epoll_wait", errno);

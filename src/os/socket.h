@@ -1,8 +1,6 @@
-// Thin OS layer for sockets, pipes-as-streams and epoll: every system call
-// the network code makes (apps/echo, src/chain, the streams' socket paths)
-// goes through one table, so tests can inject faults (short transfers,
-// EINTR, EAGAIN, ECONNRESET, EPIPE) without touching the real system; plus
-// the loops and errno mapping that turn those calls into clear statuses.
+// Sockets, pipes-as-streams and epoll: the loops and errno mapping that turn
+// the seam's calls (os/syscalls.h) into clear statuses, for the network code
+// (apps/echo, src/chain, the streams' socket paths).
 //
 // Status codes of the I/O helpers, which callers branch on:
 //   kUnavailable         the descriptor is non-blocking and would block
@@ -18,9 +16,8 @@
 // descriptors (pipes) with SIGPIPE blocked on the calling thread for the
 // call, any SIGPIPE the write raised consumed before it is unblocked.
 //
-// Thread safety: as os/file.h. SocketSys() may be called from any thread;
-// install a table with ScopedSocketSyscalls before starting the threads that
-// use it, and remove it after they stop.
+// Thread safety: every function may be called from any thread, on
+// descriptors the caller does not use concurrently elsewhere.
 #ifndef BUFPOOL_SRC_OS_SOCKET_H_
 #define BUFPOOL_SRC_OS_SOCKET_H_
 
@@ -37,56 +34,6 @@
 #include "absl/strings/string_view.h"
 
 namespace bufpool::os {
-
-// Every entry behaves like the libc call of the same name (returns -1 and
-// sets errno on failure). Add entries here rather than calling libc directly.
-struct SocketSyscalls {
-  int (*socket)(int domain, int type, int protocol);
-  int (*socketpair)(int domain, int type, int protocol, int fds[2]);
-  int (*bind)(int fd, const sockaddr* addr, socklen_t len);
-  int (*listen)(int fd, int backlog);
-  int (*accept4)(int fd, sockaddr* addr, socklen_t* len, int flags);
-  int (*connect)(int fd, const sockaddr* addr, socklen_t len);
-  int (*setsockopt)(int fd, int level, int name, const void* value,
-                    socklen_t len);
-  int (*getsockname)(int fd, sockaddr* addr, socklen_t* len);
-  int (*getsockopt)(int fd, int level, int name, void* value, socklen_t* len);
-  int (*shutdown)(int fd, int how);
-  ssize_t (*recv)(int fd, void* buf, size_t n, int flags);
-  ssize_t (*send)(int fd, const void* buf, size_t n, int flags);
-  ssize_t (*readv)(int fd, const iovec* iov, int iovcnt);
-  ssize_t (*writev)(int fd, const iovec* iov, int iovcnt);
-  ssize_t (*sendmsg)(int fd, const msghdr* msg, int flags);
-  // fcntl with an int argument (F_GETFL, F_SETFL, ...).
-  int (*fcntl)(int fd, int cmd, int arg);
-  int (*close)(int fd);
-  int (*epoll_create1)(int flags);
-  int (*epoll_ctl)(int epfd, int op, int fd, epoll_event* event);
-  int (*epoll_wait)(int epfd, epoll_event* events, int max, int timeout_ms);
-  int (*eventfd)(unsigned initval, int flags);
-  // poll(2) on one descriptor: `events` is POLLIN/POLLOUT; returns the
-  // revents, 0 on timeout, -1 with errno on failure.
-  int (*poll_one)(int fd, short events, int timeout_ms);
-};
-
-// The real system calls.
-const SocketSyscalls& RealSocketSyscalls();
-
-// The table in use: RealSocketSyscalls() unless a test installed another.
-const SocketSyscalls& SocketSys();
-
-// Test seam: makes `table` the one SocketSys() returns until destroyed.
-// Nestable.
-class ScopedSocketSyscalls {
- public:
-  explicit ScopedSocketSyscalls(const SocketSyscalls* table);
-  ~ScopedSocketSyscalls();
-  ScopedSocketSyscalls(const ScopedSocketSyscalls&) = delete;
-  ScopedSocketSyscalls& operator=(const ScopedSocketSyscalls&) = delete;
-
- private:
-  const SocketSyscalls* previous_;
-};
 
 // PosixError() with the codes in the file comment: "<context>: <words>".
 absl::Status SocketError(absl::string_view context, int err);

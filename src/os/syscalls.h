@@ -1,0 +1,139 @@
+// The system-call seam: every system call the library's I/O makes (files,
+// directories, sockets, epoll, eventfd, poll, io_uring ring creation) goes
+// through one table, so tests can inject faults (short transfers, EINTR,
+// EAGAIN, ENOSPC, EIO, ECONNRESET, a refused ring) without touching the real
+// system. os/file.h and os/socket.h build their loops and error mapping on it;
+// code outside src/os that needs a raw call takes it from Sys() too.
+//
+// The io_uring ring itself is an interface (os/uring.h) created by
+// Sys().uring_create, so a test reaches its registrations and completions by
+// wrapping the ring it returns.
+//
+// Memory mapping (os/memory.h) and the membarrier fences (os/thread.h) are
+// not in the table: only the core (arena, pool) makes them, directly, and no
+// test replaces them.
+//
+// Thread safety: Sys() may be called from any thread. Installing a table with
+// ScopedSyscalls is not synchronised: do it before starting the threads that
+// use it, and remove it after they stop.
+#ifndef BUFPOOL_SRC_OS_SYSCALLS_H_
+#define BUFPOOL_SRC_OS_SYSCALLS_H_
+
+#include <dirent.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace bufpool::os {
+
+class Uring;  // os/uring.h
+
+// Every entry behaves like the libc call of the same name (returns -1 and
+// sets errno on failure) unless its comment says otherwise. Add entries here
+// rather than calling libc directly. Descriptors are opened close-on-exec.
+struct SyscallTable {
+  // ---- Descriptors (files, pipes and sockets alike) ----
+  int (*open)(const char* path, int flags, mode_t mode);
+  int (*close)(int fd);
+  ssize_t (*read)(int fd, void* buf, size_t n);
+  ssize_t (*write)(int fd, const void* buf, size_t n);
+  ssize_t (*readv)(int fd, const iovec* iov, int iovcnt);
+  ssize_t (*writev)(int fd, const iovec* iov, int iovcnt);
+  ssize_t (*preadv)(int fd, const iovec* iov, int iovcnt, off_t offset);
+  ssize_t (*pwritev)(int fd, const iovec* iov, int iovcnt, off_t offset);
+  // fcntl with an int argument (F_GETFL, F_SETFL, ...).
+  int (*fcntl)(int fd, int cmd, int arg);
+  // poll(2) on one descriptor: `events` is POLLIN/POLLOUT; returns the
+  // revents, 0 on timeout, -1 with errno on failure.
+  int (*poll_one)(int fd, short events, int timeout_ms);
+
+  // ---- Files ----
+  int (*fsync)(int fd);
+  int (*fstat)(int fd, struct stat* st);
+  int (*ftruncate)(int fd, off_t length);
+  off_t (*lseek)(int fd, off_t offset, int whence);
+  // Reserves blocks before an O_DIRECT copy writes them.
+  int (*fallocate)(int fd, int mode, off_t offset, off_t len);
+  ssize_t (*copy_file_range)(int fd_in, off_t* off_in, int fd_out,
+                             off_t* off_out, size_t len, unsigned flags);
+  ssize_t (*sendfile)(int out_fd, int in_fd, off_t* offset, size_t count);
+  int (*fchmod)(int fd, mode_t mode);
+  int (*fchown)(int fd, uid_t owner, gid_t group);
+  int (*futimens)(int fd, const struct timespec times[2]);
+
+  // ---- Paths and directories ----
+  int (*stat)(const char* path, struct stat* st);
+  int (*lstat)(const char* path, struct stat* st);
+  int (*rename)(const char* from, const char* to);
+  int (*renameat2)(int olddirfd, const char* from, int newdirfd, const char* to,
+                   unsigned flags);
+  int (*link)(const char* from, const char* to);
+  int (*unlink)(const char* path);
+  // realpath(path, nullptr): the result is malloc'ed; the caller frees it.
+  char* (*realpath)(const char* path, char* resolved);
+  int (*mkdir)(const char* path, mode_t mode);
+  int (*symlink)(const char* target, const char* path);
+  ssize_t (*readlink)(const char* path, char* buf, size_t size);
+  int (*mknod)(const char* path, mode_t mode, dev_t dev);
+  int (*chmod)(const char* path, mode_t mode);
+  int (*lchown)(const char* path, uid_t owner, gid_t group);
+  int (*utimensat)(int dirfd, const char* path, const struct timespec times[2],
+                   int flags);
+  DIR* (*opendir)(const char* path);
+  dirent* (*readdir)(DIR* dir);
+  int (*closedir)(DIR* dir);
+
+  // ---- Sockets ----
+  int (*socket)(int domain, int type, int protocol);
+  int (*socketpair)(int domain, int type, int protocol, int fds[2]);
+  int (*bind)(int fd, const sockaddr* addr, socklen_t len);
+  int (*listen)(int fd, int backlog);
+  int (*accept4)(int fd, sockaddr* addr, socklen_t* len, int flags);
+  int (*connect)(int fd, const sockaddr* addr, socklen_t len);
+  int (*setsockopt)(int fd, int level, int name, const void* value,
+                    socklen_t len);
+  int (*getsockname)(int fd, sockaddr* addr, socklen_t* len);
+  int (*getsockopt)(int fd, int level, int name, void* value, socklen_t* len);
+  int (*shutdown)(int fd, int how);
+  ssize_t (*recv)(int fd, void* buf, size_t n, int flags);
+  ssize_t (*send)(int fd, const void* buf, size_t n, int flags);
+  ssize_t (*sendmsg)(int fd, const msghdr* msg, int flags);
+
+  // ---- Event descriptors ----
+  int (*epoll_create1)(int flags);
+  int (*epoll_ctl)(int epfd, int op, int fd, epoll_event* event);
+  int (*epoll_wait)(int epfd, epoll_event* events, int max, int timeout_ms);
+  int (*eventfd)(unsigned initval, int flags);
+
+  // ---- io_uring ----
+  // Creates a ring (see os/uring.h); returns 0 or -errno, not -1.
+  int (*uring_create)(unsigned entries, std::unique_ptr<Uring>* out);
+};
+
+// The real system calls.
+const SyscallTable& RealSyscalls();
+
+// The table in use: RealSyscalls() unless a test installed another.
+const SyscallTable& Sys();
+
+// Test seam: makes `table` the one Sys() returns until destroyed. Nestable.
+class ScopedSyscalls {
+ public:
+  explicit ScopedSyscalls(const SyscallTable* table);
+  ~ScopedSyscalls();
+  ScopedSyscalls(const ScopedSyscalls&) = delete;
+  ScopedSyscalls& operator=(const ScopedSyscalls&) = delete;
+
+ private:
+  const SyscallTable* previous_;
+};
+
+}  // namespace bufpool::os
+
+#endif  // BUFPOOL_SRC_OS_SYSCALLS_H_
