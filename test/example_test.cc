@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -137,6 +138,86 @@ TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   fclose(f);
+}
+
+// The byte at `i` of the flood below.
+char FloodByte(uint64_t i) {
+  return static_cast<char>((i * 7 + i / 4099) % 251);
+}
+
+// examples/asio_echo on a 16-buffer pool: a client that sends without
+// reading runs the pool dry (the server says so), so its session, and then
+// a second client's, wait for a free buffer. The server has no timer: when
+// the first client reads, the writes free buffers, the pool's notice wakes
+// the waiting sessions, and both get every byte back.
+TEST(AsioEchoExampleTest, ADryPoolWakesWaitingSessionsWhenFreed) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    execl(BUFPOOL_EXAMPLE_ASIO_ECHO, "asio_echo", "0", "16", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* f = fdopen(out[0], "r");
+  char line[256] = {};
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  int port = 0;
+  ASSERT_EQ(sscanf(line, "asio_echo: listening on 127.0.0.1:%d", &port), 1)
+      << line;
+
+  const int flood = Connect(port);
+  ASSERT_GE(flood, 0);
+  std::atomic<bool> stop{false};
+  uint64_t sent = 0;
+  std::thread sender([&] {
+    std::vector<char> chunk(65536);
+    while (!stop.load()) {
+      for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = FloodByte(sent + i);
+      const ssize_t n = send(flood, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<uint64_t>(n);
+    }
+    shutdown(flood, SHUT_WR);
+  });
+  // Blocks until the server has found its pool dry.
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  EXPECT_STREQ(line,
+               "asio_echo: the pool ran dry; sessions wait for buffers\n");
+
+  std::string probe_got;
+  std::thread probe([&] { probe_got = Echo(port, "hello, dry pool"); });
+  stop.store(true);
+  uint64_t got = 0;
+  bool same = true;
+  char buf[65536];
+  ssize_t n;
+  while ((n = recv(flood, buf, sizeof(buf), 0)) > 0) {
+    for (ssize_t i = 0; i < n; ++i) same &= buf[i] == FloodByte(got + i);
+    got += static_cast<uint64_t>(n);
+  }
+  sender.join();
+  probe.join();
+  close(flood);
+  EXPECT_EQ(got, sent);
+  EXPECT_TRUE(same);
+  EXPECT_EQ(probe_got, "hello, dry pool");
+
+  kill(pid, SIGTERM);
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  size_t waits = 0, in_use = 1;
+  ASSERT_EQ(sscanf(line, "asio_echo: done: %zu waits for a buffer, %zu buffers",
+                   &waits, &in_use),
+            2)
+      << line;
+  EXPECT_GE(waits, 1u);
+  EXPECT_EQ(in_use, 0u);
+  fclose(f);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 #endif
 
