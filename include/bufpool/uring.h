@@ -340,6 +340,11 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
  private:
   ProvidedBufferRing() = default;
   absl::Status Init(io_uring* ring, BufferPool& pool, const Options& options);
+  // Init()'s steps: check and keep the options; map the ring's entries and
+  // register them with the kernel (incremental where asked and allowed).
+  absl::Status TakeOptions(io_uring* ring, BufferPool& pool,
+                           const Options& options);
+  absl::Status MapAndRegister(Options::Incremental incremental);
   absl::Status Register(uint16_t flags);
   // Adds buffer `id` (whose bytes start at `data`) at ring position
   // tail_ + offset.

@@ -101,6 +101,30 @@ absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> ProvidedBufferRing::Create(
 
 absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
                                       const Options& options) {
+  if (absl::Status s = TakeOptions(ring, pool, options); !s.ok()) return s;
+  if (absl::Status s = MapAndRegister(options.incremental); !s.ok()) return s;
+  if (incremental_) {
+    shared_.resize(entries_);
+    filled_.assign(entries_, 0);
+  }
+  lent_.resize(entries_);
+  pos_of_id_.assign(entries_, 0);
+  id_at_pos_.assign(entries_, 0);
+  free_ids_.reserve(entries_);
+  for (uint32_t id = entries_; id-- > 0;) {
+    free_ids_.push_back(static_cast<uint16_t>(id));
+  }
+  scratch_.resize(entries_);
+  target_ = std::clamp<size_t>(options.initial_buffers, 1, max_buffers_);
+  if (Refill() == 0) {
+    return absl::ResourceExhaustedError(
+        "ProvidedBufferRing: the pool has no free buffer to lend");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProvidedBufferRing::TakeOptions(io_uring* ring, BufferPool& pool,
+                                             const Options& options) {
   if (options.max_buffers == 0 || options.max_buffers > kMaxBuffers) {
     return absl::InvalidArgumentError(
         absl::StrCat("ProvidedBufferRing: max_buffers ", options.max_buffers,
@@ -139,7 +163,11 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   entries_ = 1;
   while (entries_ < max_buffers_) entries_ <<= 1;
   mask_ = entries_ - 1;
+  return absl::OkStatus();
+}
 
+absl::Status ProvidedBufferRing::MapAndRegister(
+    Options::Incremental incremental) {
   br_bytes_ = std::max<size_t>(entries_ * sizeof(io_uring_buf), os::kPageSize);
   br_bytes_ = (br_bytes_ + os::kPageSize - 1) & ~(os::kPageSize - 1);
   absl::StatusOr<void*> mem = os::MapAnonymous(br_bytes_, false);
@@ -147,11 +175,11 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   br_ = static_cast<io_uring_buf_ring*>(*mem);
   io_uring_buf_ring_init(br_);
   absl::Status reg = absl::OkStatus();
-  if (options.incremental != Options::Incremental::kOff) {
+  if (incremental != Options::Incremental::kOff) {
     reg = Register(kPbufRingInc);
     incremental_ = reg.ok();
     // A kernel before 6.12 refuses the flag (EINVAL): without it, if asked.
-    if (!reg.ok() && options.incremental == Options::Incremental::kProbe &&
+    if (!reg.ok() && incremental == Options::Incremental::kProbe &&
         reg.code() == absl::StatusCode::kInvalidArgument) {
       reg = Register(0);
     }
@@ -160,24 +188,6 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   }
   if (!reg.ok()) return reg;
   registered_ = true;
-  if (incremental_) {
-    shared_.resize(entries_);
-    filled_.assign(entries_, 0);
-  }
-
-  lent_.resize(entries_);
-  pos_of_id_.assign(entries_, 0);
-  id_at_pos_.assign(entries_, 0);
-  free_ids_.reserve(entries_);
-  for (uint32_t id = entries_; id-- > 0;) {
-    free_ids_.push_back(static_cast<uint16_t>(id));
-  }
-  scratch_.resize(entries_);
-  target_ = std::clamp<size_t>(options.initial_buffers, 1, max_buffers_);
-  if (Refill() == 0) {
-    return absl::ResourceExhaustedError(
-        "ProvidedBufferRing: the pool has no free buffer to lend");
-  }
   return absl::OkStatus();
 }
 
