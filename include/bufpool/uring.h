@@ -181,7 +181,8 @@ struct ProvidedBufferRingOptions {
   // while the chain it is taken into has tail_room(), is copied into that
   // chain (the tail's room where the tail is the only reference to its
   // buffer, else one fresh buffer of the chain's pool), and its ring buffer
-  // is lent again at once, with no pool round trip. So memory follows bytes
+  // is lent again, with no pool round trip (written to the ring at once,
+  // published by the next Refill()). So memory follows bytes
   // (see "Memory" in the class comment). 0 turns copying off (every
   // completion links its buffers); at most the pool's buffer_size. The
   // default, kDefaultCopyBelow: buffer_size / 8.
@@ -332,7 +333,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool incremental() const { return incremental_; }
   // Options::copy_below as resolved at Create() (0: copying off).
   size_t copy_below() const { return copy_below_; }
-  // Completions Take() copied and lent again at once.
+  // Completions Take() copied (their buffers lent again at Refill()).
   uint64_t copied() const { return copied_; }
   uint16_t group_id() const { return group_id_; }
   BufferPool& pool() const { return *pool_; }
@@ -349,7 +350,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // Adds buffer `id` (whose bytes start at `data`) at ring position
   // tail_ + offset.
   void AddAt(uint16_t id, std::byte* data, uint32_t offset);
-  // Lends buffer `id` again at once, at the tail (one entry, published).
+  // Lends buffer `id` again: writes its entry after the tail; the next
+  // Refill() publishes it with the rest of the turn's entries.
   void Relend(uint16_t id, std::byte* data);
   // Copies a one-buffer completion of `len` bytes into `out` and lends its
   // buffer again; false (nothing changed) when `out` cannot take the copy.
@@ -379,7 +381,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   size_t in_ring_ = 0;
   size_t peak_ = 0;       // most buffers in the ring at once
   bool ran_low_ = false;  // below target_ / 4, or -ENOBUFS, since Refill()
-  uint32_t tail_ = 0;     // entries added since the ring was created
+  uint32_t tail_ = 0;     // entries published since the ring was created
+  uint32_t relent_ = 0;   // entries re-lent after tail_, not yet published
   uint64_t enobufs_ = 0;
   size_t copy_below_ = 0;
   uint64_t copied_ = 0;

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -247,20 +248,27 @@ size_t ProvidedBufferRing::Refill() {
     ran_low_ = false;
     target_ = std::min(max_buffers_, target_ * 2);
   }
-  if (in_ring_ >= target_) return in_ring_;
-  const size_t got = pool_->TryAcquireBulk(
-      absl::MakeSpan(scratch_.data(), target_ - in_ring_));
+  size_t got = 0;
+  if (in_ring_ < target_) {
+    got = pool_->TryAcquireBulk(
+        absl::MakeSpan(scratch_.data(), target_ - in_ring_));
+  }
+  // New entries go after the re-lent ones that wait to be published.
   for (size_t i = 0; i < got; ++i) {
     const uint16_t id = free_ids_.back();
     free_ids_.pop_back();
     lent_[id] = std::move(scratch_[i]);
     if (incremental_) filled_[id] = 0;
-    AddAt(id, lent_[id].data(), static_cast<uint32_t>(i));
+    AddAt(id, lent_[id].data(), relent_ + static_cast<uint32_t>(i));
   }
-  if (got > 0) {
-    // One tail update (a release store) publishes the whole batch.
-    io_uring_buf_ring_advance(br_, static_cast<int>(got));
-    tail_ += static_cast<uint32_t>(got);
+  const uint32_t added = relent_ + static_cast<uint32_t>(got);
+  if (added > 0) {
+    // One tail update (a release store) publishes the whole batch: the
+    // entries are written before the kernel can see the tail that covers
+    // them.
+    io_uring_buf_ring_advance(br_, static_cast<int>(added));
+    tail_ += added;
+    relent_ = 0;
     in_ring_ += got;
     peak_ = std::max(peak_, in_ring_);
   }
@@ -276,12 +284,13 @@ void ProvidedBufferRing::AddAt(uint16_t id, std::byte* data, uint32_t offset) {
 }
 
 void ProvidedBufferRing::Relend(uint16_t id, std::byte* data) {
-  // The same buffer, same id, at the tail: the entry it was consumed from
-  // counts in in_ring_ until taken, so in_ring_ (unchanged) stays <=
-  // target_ <= entries_ and no entry not yet taken is overwritten.
-  AddAt(id, data, 0);
-  io_uring_buf_ring_advance(br_, 1);  // a release store publishes it
-  ++tail_;
+  // The same buffer, same id, after the tail and the entries re-lent before
+  // it in this turn; Refill() publishes them all with one tail update. The
+  // entry it was consumed from counts in in_ring_ until taken, so in_ring_
+  // (unchanged) stays <= target_ <= entries_ and no entry that is published
+  // and not yet taken, nor one waiting here, is overwritten.
+  AddAt(id, data, relent_);
+  ++relent_;
 }
 
 SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
@@ -290,6 +299,28 @@ SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
 }
 
 bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
+  std::byte* src = lent_[id].data();
+  // The common cases first, without Append()'s general path: the bytes fit
+  // the tail's room, or the chain is empty and gets one fresh buffer.
+  if (out.count_ != 0) {
+    SharedBuffer& t = out.At(out.count_ - 1);
+    if (t && t.room() >= len && t.use_count() == 1) {
+      std::memcpy(t.mutable_data() + t.size(), src, len);
+      out.ExtendTail(len);
+      Relend(id, src);
+      ++copied_;
+      return true;
+    }
+  } else if (out.pool_ != nullptr && len <= out.pool_->buffer_size()) {
+    if (Buffer b = out.pool_->TryAcquire()) {
+      std::memcpy(b.data(), src, len);
+      out.AppendFilled(std::move(b), len);  // inline room: cannot throw
+      Relend(id, src);
+      ++copied_;
+      return true;
+    }
+    return false;  // a dry pool: link instead
+  }
   // Room for one more slice first, so a throw leaves everything as it was;
   // Append() itself is all or nothing (a dry pool, no pool: link instead).
   out.Reserve(out.segment_count() + 1);
