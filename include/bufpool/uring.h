@@ -64,8 +64,10 @@
 // they may be moved to and dropped on any thread; their buffers go back to
 // the pool, and the ring's thread lends them again on a later Refill().
 // Dropping a chain posts no completion: a loop that parks receives after
-// -ENOBUFS while other threads hold its chains must wake itself to re-check
-// (a wait with a timeout, or an eventfd those threads write).
+// -ENOBUFS while the pool is dry (other threads hold its chains) asks the
+// pool for a notice, BufferPool::NotifyWhenFree(efd), and keeps a read of
+// that eventfd in its ring; the read completes when a buffer is free, and
+// the next Refill() lends it (examples/uring_echo.cc does this).
 //
 // Ownership and lifetimes. The caller owns the io_uring and the pool; both
 // must outlive every object here, and these objects must be destroyed before
