@@ -150,7 +150,17 @@ void Serve(bufpool::BufferPool& pool, int port) {
 
 int main(int argc, char** argv) {
   const int port = argc > 1 ? std::atoi(argv[1]) : 7007;
-  const size_t buffers = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 4096;
+  size_t buffers = 4096;
+  if (argc > 2) {
+    char* end = nullptr;
+    buffers = std::strtoul(argv[2], &end, 10);
+    if (end == argv[2] || *end != '\0' || buffers == 0) {
+      std::fprintf(stderr,
+                   "asio_echo: BUFFERS must be a positive number, got '%s'\n",
+                   argv[2]);
+      return 2;
+    }
+  }
   auto pool = bufpool::BufferPool::Create({.buffer_count = buffers});
   if (!pool.ok()) {
     std::fprintf(stderr, "asio_echo: %s\n",

@@ -280,7 +280,17 @@ int Listen(int port, int* bound) {
 int main(int argc, char** argv) {
   const int port = argc > 1 ? std::atoi(argv[1]) : 0;
   const int seconds = argc > 2 ? std::atoi(argv[2]) : 0;
-  const size_t buffers = argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 4096;
+  size_t buffers = 4096;
+  if (argc > 3) {
+    char* end = nullptr;
+    buffers = std::strtoul(argv[3], &end, 10);
+    if (end == argv[3] || *end != '\0' || buffers == 0) {
+      std::fprintf(stderr,
+                   "uring_echo: BUFFERS must be a positive number, got '%s'\n",
+                   argv[3]);
+      return 2;
+    }
+  }
   auto pool = bufpool::BufferPool::Create({.buffer_count = buffers});
   if (!pool.ok()) {
     std::fprintf(stderr, "uring_echo: %s\n", pool.status().ToString().c_str());
