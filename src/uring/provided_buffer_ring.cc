@@ -361,8 +361,10 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   }
   const uint32_t id = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
   const size_t total = res > 0 ? static_cast<size_t>(res) : 0;
-  // A bundle fills whole buffers in ring order, the last one partly.
-  const size_t n = total > 0 ? (total + buffer_size_ - 1) / buffer_size_ : 1;
+  // A bundle fills whole buffers in ring order, the last one partly. (No
+  // division for the usual one-buffer completion.)
+  const size_t n =
+      total <= buffer_size_ ? 1 : (total + buffer_size_ - 1) / buffer_size_;
   const bool known =
       id < entries_ && (lent_[id] || (incremental_ && shared_[id]));
   if (!known || n > in_ring_) [[unlikely]] {
