@@ -3,16 +3,22 @@
 // buffers (bufpool::AsioReadSome: large reads linked, small ones copied
 // into the chain's tail, so memory follows bytes), and writes the chain
 // back with asio::async_write (bufpool::AsioBuffers). One read in flight
-// per session. When the pool is dry a session waits a moment and retries
-// instead of failing; a session holding more than kMaxUnsent bytes stops
-// reading until its writes drain.
+// per session. When the pool is dry a session waits for the next free
+// buffer (bufpool::AsioFreeBufferWaiter: BufferPool::NotifyWhenFree() on
+// an eventfd, no timer) instead of failing; a session holding more than
+// kMaxUnsent bytes stops reading until its writes drain.
 //
-//   asio_echo [PORT]        # default 7007, 127.0.0.1; Ctrl-C to stop
+//   asio_echo [PORT [BUFFERS]]  # default 7007 and 4096 buffers of 4 KiB,
+//                               # on 127.0.0.1; Ctrl-C to stop
 //   printf 'hello' | nc -q1 127.0.0.1 7007
+//
+// It says once when the pool first runs dry, and on SIGINT/SIGTERM how
+// often sessions waited for a buffer and how many buffers are still out.
 #include <asio.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "bufpool/asio.h"
 #include "bufpool/buffer_pool.h"
@@ -23,14 +29,15 @@ namespace {
 constexpr size_t kReadBytes = 64 * 1024;
 constexpr size_t kMaxUnsent = 256 * 1024;
 
+size_t buffer_waits = 0;  // sessions that found the pool dry (one thread)
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(asio::ip::tcp::socket socket, bufpool::BufferPool& pool)
       : socket_(std::move(socket)),
         pool_(pool),
         sending_(pool),
-        received_(pool),
-        retry_(socket_.get_executor()) {}
+        received_(pool) {}
 
   void Start() {
     socket_.non_blocking(true, ignored_);  // AsioReadSome must not block
@@ -39,8 +46,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   // At most one read in flight per session (reading_): a wait for
-  // readability, then one AsioReadSome() of what the socket holds, so an
-  // idle session pins no buffer and a slow one never piles up reads.
+  // readability (or for a free buffer), then one AsioReadSome() of what the
+  // socket holds, so an idle session pins no buffer and a slow one never
+  // piles up reads.
   void Read() {
     if (reading_ || eof_ || sending_.size() + received_.size() >= kMaxUnsent) {
       return;
@@ -58,19 +66,25 @@ class Session : public std::enable_shared_from_this<Session> {
     asio::error_code ec;
     bufpool::AsioReadSome(socket_, received_, kReadBytes, ec);
     if (ec == asio::error::would_block) return Read();
-    if (ec == asio::error::no_buffer_space) {  // pool dry: try again shortly
-      // (A loop with BufferPool::NotifyWhenFree can wait on an eventfd.)
-      reading_ = true;
-      retry_.expires_after(std::chrono::milliseconds(5));
-      retry_.async_wait([self = shared_from_this()](asio::error_code ec) {
-        self->reading_ = false;
-        if (!ec) self->Read();
-      });
-      return;
-    }
+    if (ec == asio::error::no_buffer_space) return WaitForBuffer();
     if (ec) return Finish();  // end of stream or an error
     Write();
     Read();
+  }
+
+  // The pool is dry: read again once a buffer is free. Its eventfd is made
+  // on the first need, so sessions that never wait hold none.
+  void WaitForBuffer() {
+    if (buffer_waits++ == 0) {
+      std::printf("asio_echo: the pool ran dry; sessions wait for buffers\n");
+      std::fflush(stdout);
+    }
+    if (!waiter_) waiter_.emplace(socket_.get_executor(), pool_);
+    reading_ = true;
+    waiter_->AsyncWait([self = shared_from_this()](asio::error_code ec) {
+      self->reading_ = false;
+      if (!ec) self->Read();
+    });
   }
 
   // End of stream or an error: echo what is queued, then shut down.
@@ -102,9 +116,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bufpool::BufferPool& pool_;
   bufpool::BufferChain sending_;   // being written by async_write
   bufpool::BufferChain received_;  // read since, waiting its turn
-  asio::steady_timer retry_;
+  std::optional<bufpool::AsioFreeBufferWaiter> waiter_;
   bool writing_ = false;
-  bool reading_ = false;  // a wait, read or retry is in flight
+  bool reading_ = false;  // a wait for data or for a buffer is in flight
   bool eof_ = false;
   asio::error_code ignored_;
 };
@@ -116,26 +130,45 @@ void Accept(asio::ip::tcp::acceptor& acceptor, bufpool::BufferPool& pool) {
   });
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int port = argc > 1 ? std::atoi(argv[1]) : 7007;
-  auto pool = bufpool::BufferPool::Create({.buffer_count = 4096});
-  if (!pool.ok()) {
-    std::fprintf(stderr, "asio_echo: %s\n",
-                 std::string(pool.status().message()).c_str());
-    return 1;
-  }
+// Serves until SIGINT or SIGTERM. The sessions, and the buffers they hold,
+// are gone when it returns.
+void Serve(bufpool::BufferPool& pool, int port) {
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor(
       io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(),
                                   static_cast<unsigned short>(port)));
   asio::signal_set stop(io, SIGINT, SIGTERM);
   stop.async_wait([&](asio::error_code, int) { io.stop(); });
-  Accept(acceptor, **pool);
+  Accept(acceptor, pool);
   std::printf("asio_echo: listening on 127.0.0.1:%d\n",
               acceptor.local_endpoint().port());
   std::fflush(stdout);
   io.run();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int port = argc > 1 ? std::atoi(argv[1]) : 7007;
+  size_t buffers = 4096;
+  if (argc > 2) {
+    char* end = nullptr;
+    buffers = std::strtoul(argv[2], &end, 10);
+    if (end == argv[2] || *end != '\0' || buffers == 0) {
+      std::fprintf(stderr,
+                   "asio_echo: BUFFERS must be a positive number, got '%s'\n",
+                   argv[2]);
+      return 2;
+    }
+  }
+  auto pool = bufpool::BufferPool::Create({.buffer_count = buffers});
+  if (!pool.ok()) {
+    std::fprintf(stderr, "asio_echo: %s\n",
+                 std::string(pool.status().message()).c_str());
+    return 1;
+  }
+  Serve(**pool, port);
+  std::printf("asio_echo: done: %zu waits for a buffer, %zu buffers in use\n",
+              buffer_waits, (*pool)->Stats().in_use);
   return 0;
 }

@@ -192,6 +192,71 @@ void Process(Conn* c) {  // runs every complete command in c->in
 int Fail(const absl::Status& s) {
   return std::fprintf(stderr, "resp_server: %s\n", s.ToString().c_str()), 1;
 }
+// A listening socket on 127.0.0.1:port (0 picks one), or -1.
+int Listen(int port) {
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in sa{.sin_family = AF_INET,
+                 .sin_port = htons(static_cast<uint16_t>(port)),
+                 .sin_addr = {htonl(INADDR_LOOPBACK)},
+                 .sin_zero = {}};
+  socklen_t len = sizeof(sa);
+  if (lfd < 0 || bind(lfd, reinterpret_cast<sockaddr*>(&sa), len) != 0 ||
+      listen(lfd, 512) != 0 ||
+      getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
+    return std::perror("resp_server: listen"), -1;
+  std::printf("listening on 127.0.0.1:%d\n", ntohs(sa.sin_port));
+  std::fflush(stdout);
+  return lfd;
+}
+void Accept(int lfd) {
+  io_uring_prep_multishot_accept(Sqe(nullptr, kAccept), lfd, 0, 0, 0);
+}
+// One completion; `parked` collects receives that ran out of buffers.
+void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping,
+                  std::vector<Conn*>& parked) {
+  auto* c = reinterpret_cast<Conn*>(cqe.user_data & ~uint64_t{7});
+  const bool more = cqe.flags & IORING_CQE_F_MORE;
+  switch (cqe.user_data & 7) {
+    case 0:  // a cancel's own completion
+      return;
+    case kAccept:
+      if (cqe.res >= 0) {
+        const int one = 1;
+        setsockopt(cqe.res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        Receive(*live.insert(new Conn(cqe.res, *pool)).first);
+        if (stopping) shutdown(cqe.res, SHUT_RDWR);
+      }
+      if (!more && !stopping) Accept(lfd);
+      return;
+    case kRecv: {
+      if (!more) c->receiving = false;
+      absl::Status s = bufs->Take(cqe, c->in);  // gives back its buffers
+      if (c->done) {
+        c->in.Clear();  // closing: what still arrives is dropped
+      } else if (s.ok() && cqe.res > 0) {
+        Process(c);
+      } else if (absl::IsResourceExhausted(s)) {
+        if (!more) c->parked = true, parked.push_back(c);
+      } else {
+        c->done = true;  // end of stream or an error
+      }
+      if (!more && !c->done && !c->parked) Receive(c);
+      break;
+    }
+    case kSend: {
+      if (!c->send.OnCompletion(cqe)) return;
+      BufferChain rest = c->send.TakeUnsent();  // resumed, then the rest
+      rest.Append(std::move(c->out));
+      c->out = std::move(rest);
+      if (c->send.result() < 0) c->done = true, c->out.Clear();
+      Send(c);
+      break;
+    }
+  }
+  MaybeClose(c);
+}
 
 }  // namespace
 
@@ -201,30 +266,15 @@ int main(int argc, char** argv) {
   auto created_pool = bufpool::BufferPool::Create({.buffer_count = 16384});
   if (!created_pool.ok()) return Fail(created_pool.status());
   pool = created_pool->get();
-  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in sa{.sin_family = AF_INET,
-                 .sin_port = htons(static_cast<uint16_t>(port)),
-                 .sin_addr = {htonl(INADDR_LOOPBACK)},
-                 .sin_zero = {}};
-  socklen_t len = sizeof(sa);
-  if (bind(lfd, reinterpret_cast<sockaddr*>(&sa), len) != 0 ||
-      listen(lfd, 512) != 0 ||
-      getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0)
-    return std::perror("listen"), 1;
-  std::printf("listening on 127.0.0.1:%d\n", ntohs(sa.sin_port));
-  std::fflush(stdout);
+  const int lfd = Listen(port);
+  if (lfd < 0) return 1;
   if (int rc = io_uring_queue_init(512, &ring, 0); rc < 0)
     return Fail(absl::InternalError("io_uring_queue_init failed"));
   auto created = bufpool::ProvidedBufferRing::Create(
       &ring, *pool, {.group_id = 1, .max_buffers = 2048});
   if (!created.ok()) return Fail(created.status());
   bufs = *std::move(created);
-  auto accept = [&] {
-    io_uring_prep_multishot_accept(Sqe(nullptr, kAccept), lfd, 0, 0, 0);
-  };
-  accept();
+  Accept(lfd);
   bool stopping = false;
   signal(SIGALRM, [](int) { time_is_up = 1; });
   alarm(seconds);             // 0: never
@@ -249,45 +299,7 @@ int main(int argc, char** argv) {
     unsigned head, n = 0;
     io_uring_for_each_cqe(&ring, head, cqe) {
       ++n;
-      auto* c = reinterpret_cast<Conn*>(cqe->user_data & ~uint64_t{7});
-      const bool more = cqe->flags & IORING_CQE_F_MORE;
-      switch (cqe->user_data & 7) {
-        case 0:  // a cancel's own completion
-          continue;
-        case kAccept:
-          if (cqe->res >= 0) {
-            setsockopt(cqe->res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-            Receive(*live.insert(new Conn(cqe->res, *pool)).first);
-            if (stopping) shutdown(cqe->res, SHUT_RDWR);
-          }
-          if (!more && !stopping) accept();
-          continue;
-        case kRecv: {
-          if (!more) c->receiving = false;
-          absl::Status s = bufs->Take(*cqe, c->in);  // gives back its buffers
-          if (c->done) {
-            c->in.Clear();  // closing: what still arrives is dropped
-          } else if (s.ok() && cqe->res > 0) {
-            Process(c);
-          } else if (absl::IsResourceExhausted(s)) {
-            if (!more) c->parked = true, parked.push_back(c);
-          } else {
-            c->done = true;  // end of stream or an error
-          }
-          if (!more && !c->done && !c->parked) Receive(c);
-          break;
-        }
-        case kSend: {
-          if (!c->send.OnCompletion(*cqe)) continue;
-          BufferChain rest = c->send.TakeUnsent();  // resumed, then the rest
-          rest.Append(std::move(c->out));
-          c->out = std::move(rest);
-          if (c->send.result() < 0) c->done = true, c->out.Clear();
-          Send(c);
-          break;
-        }
-      }
-      MaybeClose(c);
+      OnCompletion(*cqe, lfd, stopping, parked);
     }
     io_uring_cq_advance(&ring, n);
   }

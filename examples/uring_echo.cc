@@ -1,16 +1,28 @@
 // An io_uring echo server written with nothing but libbufpool's public
 // headers and liburing: receives land in pool buffers lent to a provided-
 // buffer ring, come back as BufferChains, and are echoed with HeldSend.
-// Running out of buffers (-ENOBUFS) parks a connection until the ring says
-// re-arming makes sense; short sends are resumed from TakeUnsent().
+// Running out of buffers (-ENOBUFS) parks a connection until the ring can
+// lend enough again; while the pool itself is dry the loop sleeps on the
+// pool's notice (BufferPool::NotifyWhenFree on an eventfd read in the same
+// ring), which comes whichever thread frees a buffer. Short sends are
+// resumed from TakeUnsent().
 //
-//   uring_echo [PORT [SECONDS]]    # PORT 0 picks one; SECONDS 0: forever
+//   uring_echo [PORT [SECONDS [BUFFERS]]]
+//     PORT 0 picks one; SECONDS 0: forever; BUFFERS: the pool (4096 of 4 KiB)
+//
+// SIGINT or SIGTERM stops it as the deadline does. At the end it prints how
+// many buffers are still out (0), and how often a connection was parked and
+// the pool's notice woke the loop. It says on stderr, once, when the loop
+// has waited a whole tick for nothing but a free buffer.
 #include <arpa/inet.h>
 #include <liburing.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +35,18 @@
 
 namespace {
 
-enum Op : uint64_t { kAccept = 1, kRecv = 2, kSend = 3 };
+volatile sig_atomic_t stop_requested = 0;
+void RequestStop(int) { stop_requested = 1; }
+
+// The low three bits of user_data; the rest is the Conn (8-byte aligned),
+// or 0 for the server's own operations.
+enum Op : uint64_t {
+  kAccept = 1,
+  kRecv = 2,
+  kSend = 3,
+  kCancel = 4,  // the accept's cancel
+  kNotify = 5,  // the read of the pool's eventfd
+};
 
 struct Conn {
   explicit Conn(int f) : fd(f) {}
@@ -33,47 +56,206 @@ struct Conn {
   bool receiving = false, parked = false, done = false;
 };
 
-io_uring ring;
-std::unique_ptr<bufpool::ProvidedBufferRing> bufs;
-std::unordered_set<Conn*> live;
+class Server {
+ public:
+  Server(bufpool::BufferPool& pool, int listen_fd, int event_fd)
+      : pool_(pool), lfd_(listen_fd), efd_(event_fd) {}
+  bool Start();
+  // Runs until `seconds` have passed (0: forever) and every connection is
+  // shut down and closed.
+  void Run(int seconds);
+  void Stop() {  // destroys the ring's objects, then the ring
+    bufs_.reset();
+    io_uring_queue_exit(&ring_);
+  }
+  uint64_t parks() const { return parks_; }
+  uint64_t wakes() const { return wakes_; }
 
-io_uring_sqe* Sqe() {
-  io_uring_sqe* sqe;
-  while ((sqe = io_uring_get_sqe(&ring)) == nullptr) io_uring_submit(&ring);
-  return sqe;
-}
-void Tag(io_uring_sqe* sqe, Conn* c, Op op) {
-  io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(c) | op);
-}
-void Receive(Conn* c) {
-  io_uring_sqe* sqe = Sqe();
-  bufs->PrepareRecv(sqe, c->fd);  // multishot, buffers from the ring
-  Tag(sqe, c, kRecv);
-  c->receiving = true;
-}
-void Send(Conn* c) {
-  if (c->send.busy() || c->out.empty()) return;
-  io_uring_sqe* sqe = Sqe();
-  c->send.Prepare(sqe, c->fd, std::move(c->out));
-  Tag(sqe, c, kSend);
-}
-// True when the connection is finished and freed.
-bool MaybeClose(Conn* c) {
-  if (!c->done || c->receiving || c->send.busy()) return false;
-  close(c->fd);
-  live.erase(c);
-  delete c;
+ private:
+  io_uring_sqe* Sqe() {
+    io_uring_sqe* sqe;
+    while ((sqe = io_uring_get_sqe(&ring_)) == nullptr) io_uring_submit(&ring_);
+    return sqe;
+  }
+  static void Tag(io_uring_sqe* sqe, Conn* c, Op op) {
+    io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(c) | op);
+  }
+  void Accept() {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_multishot_accept(sqe, lfd_, nullptr, nullptr, SOCK_CLOEXEC);
+    Tag(sqe, nullptr, kAccept);
+  }
+  void Receive(Conn* c) {
+    io_uring_sqe* sqe = Sqe();
+    bufs_->PrepareRecv(sqe, c->fd);  // multishot, buffers from the ring
+    Tag(sqe, c, kRecv);
+    c->receiving = true;
+  }
+  void Send(Conn* c) {
+    if (c->send.busy() || c->out.empty()) return;
+    io_uring_sqe* sqe = Sqe();
+    c->send.Prepare(sqe, c->fd, std::move(c->out));
+    Tag(sqe, c, kSend);
+  }
+  // True when the connection is finished and freed.
+  bool MaybeClose(Conn* c) {
+    if (!c->done || c->receiving || c->send.busy()) return false;
+    close(c->fd);
+    live_.erase(c);
+    delete c;
+    return true;
+  }
+  void BeginStopping();
+  void RearmParked();
+  void OnCompletion(const io_uring_cqe& cqe);
+  void OnRecv(Conn* c, const io_uring_cqe& cqe, bool more);
+  void OnSend(Conn* c, const io_uring_cqe& cqe);
+
+  bufpool::BufferPool& pool_;
+  const int lfd_;
+  const int efd_;  // an eventfd the pool writes to when asked
+  io_uring ring_;
+  std::unique_ptr<bufpool::ProvidedBufferRing> bufs_;
+  std::unordered_set<Conn*> live_;
+  std::vector<Conn*> parked_;  // out of buffers: re-armed when the ring can
+  uint64_t notice_ = 0;        // the eventfd read's target
+  bool notify_armed_ = false;  // a NotifyWhenFree request and its read
+  bool stopping_ = false, accepting_ = true, said_waiting_ = false;
+  uint64_t parks_ = 0, wakes_ = 0;
+};
+
+bool Server::Start() {
+  if (int rc = io_uring_queue_init(256, &ring_, 0); rc < 0) {
+    std::fprintf(stderr, "io_uring: %d\n", rc);
+    return false;
+  }
+  auto created = bufpool::ProvidedBufferRing::Create(
+      &ring_, pool_, {.group_id = 1, .max_buffers = 512});
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
+    io_uring_queue_exit(&ring_);
+    return false;
+  }
+  bufs_ = *std::move(created);
+  Accept();
   return true;
 }
 
-}  // namespace
+// Stops accepting and shuts every connection down.
+void Server::BeginStopping() {
+  stopping_ = true;
+  io_uring_sqe* sqe = Sqe();
+  io_uring_prep_cancel64(sqe, kAccept, 0);
+  Tag(sqe, nullptr, kCancel);  // prep leaves user_data as it found it
+  for (Conn* c : live_) shutdown(c->fd, SHUT_RDWR);
+}
 
-int main(int argc, char** argv) {
-  const int port = argc > 1 ? std::atoi(argv[1]) : 0;
-  const int seconds = argc > 2 ? std::atoi(argv[2]) : 0;
-  auto pool = bufpool::BufferPool::Create({.buffer_count = 4096});
-  if (!pool.ok())
-    return std::fprintf(stderr, "%s\n", pool.status().ToString().c_str()), 1;
+// Re-arms parked receives once the ring holds enough buffers again. If the
+// pool is too dry for that, asks it for a notice: the eventfd read then
+// completes when a buffer is free, and the next turn's Refill() lends it.
+void Server::RearmParked() {
+  while (!parked_.empty() && (stopping_ || bufs_->ShouldRearm())) {
+    Conn* c = parked_.back();
+    parked_.pop_back();
+    c->parked = false;
+    if (!c->done && !stopping_) {
+      Receive(c);
+    } else {
+      c->done = true;
+      MaybeClose(c);
+    }
+  }
+  if (parked_.empty() || notify_armed_) return;
+  if (!pool_.NotifyWhenFree(efd_).ok()) return;  // the tick re-checks
+  io_uring_sqe* sqe = Sqe();
+  io_uring_prep_read(sqe, efd_, &notice_, sizeof(notice_), 0);
+  Tag(sqe, nullptr, kNotify);
+  notify_armed_ = true;
+}
+
+void Server::Run(int seconds) {
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!stopping_ || accepting_ || !live_.empty()) {
+    if (!stopping_ &&
+        (stop_requested != 0 ||
+         (seconds != 0 && std::chrono::steady_clock::now() >= end)))
+      BeginStopping();
+    bufs_->Refill();  // cheap when nothing is needed
+    RearmParked();
+    // The tick is for the deadline and signals only; buffers come by notice.
+    __kernel_timespec tick{0, 100 * 1000 * 1000};
+    io_uring_cqe* cqe;
+    const int rc =
+        io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &tick, nullptr);
+    if (rc == -ETIME && notify_armed_ && !said_waiting_) {
+      said_waiting_ = true;
+      std::fprintf(stderr, "uring_echo: waiting for a free buffer\n");
+    }
+    unsigned head, n = 0;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      ++n;
+      OnCompletion(*cqe);
+    }
+    io_uring_cq_advance(&ring_, n);
+  }
+}
+
+void Server::OnCompletion(const io_uring_cqe& cqe) {
+  auto* c = reinterpret_cast<Conn*>(cqe.user_data & ~uint64_t{7});
+  const bool more = cqe.flags & IORING_CQE_F_MORE;
+  switch (cqe.user_data & 7) {
+    case kAccept:
+      if (cqe.res >= 0) Receive(*live_.insert(new Conn(cqe.res)).first);
+      if (!more && !stopping_) Accept();
+      accepting_ = more || !stopping_;
+      return;
+    case kNotify:  // a buffer is free: Refill() lends it next turn
+      notify_armed_ = false;
+      ++wakes_;
+      return;
+    case kRecv:
+      OnRecv(c, cqe, more);
+      break;
+    case kSend:
+      if (!c->send.OnCompletion(cqe)) return;  // more to come
+      OnSend(c, cqe);
+      break;
+    default:
+      return;  // kCancel
+  }
+  if (!c->parked) MaybeClose(c);
+}
+
+void Server::OnRecv(Conn* c, const io_uring_cqe& cqe, bool more) {
+  if (!more) c->receiving = false;
+  absl::StatusOr<bufpool::BufferChain> got = bufs_->Take(cqe);
+  if (got.ok() && !got->empty()) {
+    c->out.Append(*std::move(got));  // links the buffers, no copy
+    Send(c);
+  } else if (!got.ok() && absl::IsResourceExhausted(got.status())) {
+    if (!more) c->parked = true, parked_.push_back(c), ++parks_;
+  } else {
+    c->done = true;  // end of stream or an error
+  }
+  if (!more && !c->done && !c->parked) Receive(c);
+}
+
+void Server::OnSend(Conn* c, const io_uring_cqe&) {
+  if (c->send.result() < 0) {
+    c->done = true;
+    c->out.Clear();
+    return;
+  }
+  // Resume a short send, then what arrived meanwhile.
+  bufpool::BufferChain rest = c->send.TakeUnsent();
+  rest.Append(std::move(c->out));
+  c->out = std::move(rest);
+  Send(c);
+}
+
+// A listening socket on 127.0.0.1:port (0 picks one), or -1.
+int Listen(int port, int* bound) {
   const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
   setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -82,95 +264,57 @@ int main(int argc, char** argv) {
   sa.sin_port = htons(static_cast<uint16_t>(port));
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(sa);
-  if (bind(lfd, reinterpret_cast<sockaddr*>(&sa), len) != 0 ||
+  if (lfd < 0 || bind(lfd, reinterpret_cast<sockaddr*>(&sa), len) != 0 ||
       listen(lfd, 128) != 0 ||
       getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    return std::perror("listen"), 1;
+    std::perror("uring_echo: listen");
+    if (lfd >= 0) close(lfd);
+    return -1;
   }
-  std::printf("listening on 127.0.0.1:%d\n", ntohs(sa.sin_port));
+  *bound = ntohs(sa.sin_port);
+  return lfd;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int port = argc > 1 ? std::atoi(argv[1]) : 0;
+  const int seconds = argc > 2 ? std::atoi(argv[2]) : 0;
+  size_t buffers = 4096;
+  if (argc > 3) {
+    char* end = nullptr;
+    buffers = std::strtoul(argv[3], &end, 10);
+    if (end == argv[3] || *end != '\0' || buffers == 0) {
+      std::fprintf(stderr,
+                   "uring_echo: BUFFERS must be a positive number, got '%s'\n",
+                   argv[3]);
+      return 2;
+    }
+  }
+  auto pool = bufpool::BufferPool::Create({.buffer_count = buffers});
+  if (!pool.ok()) {
+    std::fprintf(stderr, "uring_echo: %s\n", pool.status().ToString().c_str());
+    return 1;
+  }
+  // Blocking: the ring's read of it waits inside the kernel.
+  const int efd = eventfd(0, EFD_CLOEXEC);
+  int bound = 0;
+  const int lfd = Listen(port, &bound);
+  if (efd < 0 || lfd < 0) return 1;
+  std::printf("listening on 127.0.0.1:%d\n", bound);
   std::fflush(stdout);
-  if (int rc = io_uring_queue_init(256, &ring, 0); rc < 0)
-    return std::fprintf(stderr, "io_uring: %d\n", rc), 1;
-  auto created = bufpool::ProvidedBufferRing::Create(
-      &ring, **pool, {.group_id = 1, .max_buffers = 512});
-  if (!created.ok())
-    return std::fprintf(stderr, "%s\n", created.status().ToString().c_str()), 1;
-  bufs = *std::move(created);
-  auto accept = [&] {
-    io_uring_sqe* sqe = Sqe();
-    io_uring_prep_multishot_accept(sqe, lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    Tag(sqe, nullptr, kAccept);
-  };
-  accept();
-  bool stopping = false, accepting = true;
-  const auto end =
-      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  std::vector<Conn*> parked;  // out of buffers: re-armed when the ring refills
-  while (!stopping || accepting || !live.empty()) {
-    if (!stopping && seconds != 0 && std::chrono::steady_clock::now() >= end) {
-      stopping = true;  // stop accepting; shut every connection down
-      io_uring_prep_cancel64(Sqe(), kAccept, 0);
-      for (Conn* c : live) shutdown(c->fd, SHUT_RDWR);
-    }
-    bufs->Refill();  // cheap when nothing is needed
-    while (!parked.empty() && bufs->ShouldRearm()) {
-      Conn* c = parked.back();
-      parked.pop_back();
-      c->parked = false;
-      if (!c->done && !stopping)
-        Receive(c);
-      else
-        c->done = true, MaybeClose(c);
-    }
-    __kernel_timespec tick{0, 100 * 1000 * 1000};
-    io_uring_cqe* cqe;
-    io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &tick, nullptr);
-    unsigned head, n = 0;
-    io_uring_for_each_cqe(&ring, head, cqe) {
-      ++n;
-      auto* c = reinterpret_cast<Conn*>(cqe->user_data & ~uint64_t{7});
-      const bool more = cqe->flags & IORING_CQE_F_MORE;
-      switch (cqe->user_data & 7) {
-        case 0:
-          continue;  // the accept's cancel
-        case kAccept:
-          if (cqe->res >= 0) Receive(*live.insert(new Conn(cqe->res)).first);
-          if (!more && !stopping) accept();
-          accepting = more || !stopping;
-          continue;
-        case kRecv: {
-          if (!more) c->receiving = false;
-          absl::StatusOr<bufpool::BufferChain> got = bufs->Take(*cqe);
-          if (got.ok() && !got->empty()) {
-            c->out.Append(*std::move(got));  // links the buffers, no copy
-            Send(c);
-          } else if (!got.ok() && absl::IsResourceExhausted(got.status())) {
-            if (!more) c->parked = true, parked.push_back(c);
-          } else {
-            c->done = true;  // end of stream or an error
-          }
-          if (!more && !c->done && !c->parked) Receive(c);
-          break;
-        }
-        case kSend:
-          if (!c->send.OnCompletion(*cqe)) continue;  // more to come
-          if (c->send.result() < 0) {
-            c->done = true;
-            c->out.Clear();
-          } else {  // resume a short send, then what arrived meanwhile
-            bufpool::BufferChain rest = c->send.TakeUnsent();
-            rest.Append(std::move(c->out));
-            c->out = std::move(rest);
-            Send(c);
-          }
-          break;
-      }
-      if (!c->parked) MaybeClose(c);
-    }
-    io_uring_cq_advance(&ring, n);
-  }
-  bufs.reset();  // gives every lent buffer back, before the ring goes
-  io_uring_queue_exit(&ring);
+  signal(SIGINT, RequestStop);
+  signal(SIGTERM, RequestStop);
+  Server server(**pool, lfd, efd);
+  if (!server.Start()) return 1;
+  server.Run(seconds);
+  server.Stop();
   std::printf("done: %zu buffers in use\n", (*pool)->Stats().in_use);
+  std::printf("parked %llu times, woken by the pool %llu times\n",
+              static_cast<unsigned long long>(server.parks()),
+              static_cast<unsigned long long>(server.wakes()));
+  pool->reset();  // drops a request still pending, before the eventfd goes
+  close(efd);
+  close(lfd);
   return 0;
 }

@@ -4,6 +4,7 @@
 #include "bufpool/asio.h"
 
 #include <asio.hpp>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -182,6 +183,145 @@ TEST_F(AsioTest, AsyncEchoOverTcp) {
   EXPECT_EQ(echoed, data);
   EXPECT_TRUE(pending.empty());
   EXPECT_TRUE(incoming.empty());
+}
+
+// ---- AsioFreeBufferWaiter ---------------------------------------------------
+
+// Open file descriptors of this process.
+size_t OpenFds() {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+TEST_F(AsioTest, FreeBufferWaitCompletesAtOnceWhenOneIsFree) {
+  asio::io_context io;
+  AsioFreeBufferWaiter waiter(io, *pool_);
+  int calls = 0;
+  asio::error_code got = asio::error::fault;
+  waiter.AsyncWait([&](asio::error_code ec) {
+    ++calls;
+    got = ec;
+  });
+  EXPECT_EQ(calls, 0);  // never inside AsyncWait()
+  io.run();
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(got) << got.message();
+  // Again: the notice is one-shot, the next wait asks for a new one.
+  io.restart();
+  waiter.AsyncWait([&](asio::error_code ec) {
+    ++calls;
+    got = ec;
+  });
+  io.run();
+  EXPECT_EQ(calls, 2);
+  EXPECT_FALSE(got) << got.message();
+}
+
+TEST_F(AsioTest, FreeBufferWaitIsWokenByAReleaseOnAnotherThread) {
+  std::vector<Buffer> held(pool_->capacity());
+  ASSERT_EQ(pool_->TryAcquireBulk(absl::MakeSpan(held)), held.size());
+  asio::io_context io;
+  AsioFreeBufferWaiter waiter(io, *pool_);
+  bool done = false;
+  asio::error_code got = asio::error::fault;
+  waiter.AsyncWait([&](asio::error_code ec) {
+    done = true;
+    got = ec;
+    EXPECT_TRUE(pool_->TryAcquire());  // the released buffer is there
+  });
+  for (int i = 0; i < 10; ++i) io.poll();  // nothing free: nothing fires
+  EXPECT_FALSE(done);
+  std::thread releaser([&] { held.back().Reset(); });
+  io.run();  // returns once the wait completed
+  releaser.join();
+  EXPECT_TRUE(done);
+  EXPECT_FALSE(got) << got.message();
+}
+
+TEST_F(AsioTest, FreeBufferWaitWorksWithUseAwaitable) {
+  std::vector<Buffer> held(pool_->capacity());
+  ASSERT_EQ(pool_->TryAcquireBulk(absl::MakeSpan(held)), held.size());
+  asio::io_context io;
+  AsioFreeBufferWaiter waiter(io, *pool_);
+  bool got_buffer = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (;;) {  // the pattern: try, and wait when the pool is dry
+          if (Buffer b = pool_->TryAcquire()) {
+            got_buffer = true;
+            co_return;
+          }
+          co_await waiter.AsyncWait(asio::use_awaitable);
+        }
+      },
+      asio::detached);
+  for (int i = 0; i < 10; ++i) io.poll();
+  EXPECT_FALSE(got_buffer);
+  std::thread releaser([&] { held.front().Reset(); });
+  io.run();
+  releaser.join();
+  EXPECT_TRUE(got_buffer);
+}
+
+TEST_F(AsioTest, FreeBufferWaitCancelledThenReusesItsRequest) {
+  std::vector<Buffer> held(pool_->capacity());
+  ASSERT_EQ(pool_->TryAcquireBulk(absl::MakeSpan(held)), held.size());
+  asio::io_context io;
+  AsioFreeBufferWaiter waiter(io, *pool_);
+  std::vector<asio::error_code> got;
+  auto record = [&](asio::error_code ec) { got.push_back(ec); };
+
+  waiter.AsyncWait(record);  // Cancel()
+  io.poll();
+  waiter.Cancel();
+  io.run();
+  io.restart();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], asio::error::operation_aborted);
+
+  asio::cancellation_signal signal;  // a per-operation signal
+  waiter.AsyncWait(asio::bind_cancellation_slot(signal.slot(), record));
+  io.poll();
+  signal.emit(asio::cancellation_type::terminal);
+  io.run();
+  io.restart();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1], asio::error::operation_aborted);
+
+  waiter.AsyncWait(record);  // still woken by the next release
+  for (int i = 0; i < 10; ++i) io.poll();
+  EXPECT_EQ(got.size(), 2u);
+  held.clear();
+  io.run();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_FALSE(got[2]) << got[2].message();
+}
+
+// A waiter destroyed while its request is pending keeps its eventfd open
+// until the pool has written to it, then the next waiter closes it.
+TEST_F(AsioTest, FreeBufferWaiterDestroyedWhileWaitingLeaksNoDescriptor) {
+  std::vector<Buffer> held(pool_->capacity());
+  ASSERT_EQ(pool_->TryAcquireBulk(absl::MakeSpan(held)), held.size());
+  asio::io_context io;
+  { AsioFreeBufferWaiter warm(io, *pool_); }  // Asio's own descriptors
+  const size_t fds_before = OpenFds();
+  asio::error_code got;
+  {
+    AsioFreeBufferWaiter waiter(io, *pool_);
+    waiter.AsyncWait([&](asio::error_code ec) { got = ec; });
+    io.poll();
+  }
+  io.run();
+  EXPECT_EQ(got, asio::error::operation_aborted);
+  EXPECT_EQ(OpenFds(), fds_before + 1);       // not closed: the pool may write
+  held.clear();                               // ... which it does now
+  { AsioFreeBufferWaiter next(io, *pool_); }  // reaps it
+  EXPECT_EQ(OpenFds(), fds_before);
 }
 
 }  // namespace

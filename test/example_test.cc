@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -100,6 +101,111 @@ TEST(UringEchoExampleTest, EchoesOnLoopbackAndEndsWithEveryBufferBack) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// The byte at `i` of the floods below.
+char FloodByte(uint64_t i) {
+  return static_cast<char>((i * 7 + i / 4099) % 251);
+}
+
+// A client that sends FloodByte()s until told to stop (from a thread of
+// its own), and reads them back on the caller's thread.
+class Flood {
+ public:
+  explicit Flood(int port) : fd_(Connect(port)) {
+    if (fd_ < 0) return;
+    sender_ = std::thread([this] {
+      std::vector<char> chunk(65536);
+      while (!stop_.load()) {
+        for (size_t i = 0; i < chunk.size(); ++i) {
+          chunk[i] = FloodByte(sent_ + i);
+        }
+        const ssize_t n = send(fd_, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+        if (n <= 0) break;
+        sent_ += static_cast<uint64_t>(n);
+      }
+      shutdown(fd_, SHUT_WR);
+    });
+  }
+  ~Flood() {
+    if (sender_.joinable()) sender_.join();
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+  // Stops sending and reads until end of stream: true when every byte
+  // sent came back in order.
+  bool StopAndReadBack() {
+    stop_.store(true);
+    uint64_t got = 0;
+    bool same = true;
+    char buf[65536];
+    ssize_t n;
+    while ((n = recv(fd_, buf, sizeof(buf), 0)) > 0) {
+      for (ssize_t i = 0; i < n; ++i) same &= buf[i] == FloodByte(got + i);
+      got += static_cast<uint64_t>(n);
+    }
+    sender_.join();
+    EXPECT_EQ(got, sent_);
+    return same && got == sent_;
+  }
+
+ private:
+  const int fd_;
+  std::atomic<bool> stop_{false};
+  uint64_t sent_ = 0;  // written by the sender, read after joining it
+  std::thread sender_;
+};
+
+// examples/uring_echo on a 16-buffer pool: a client that sends without
+// reading jams every buffer, so the server's receive gets -ENOBUFS, is
+// parked, and the loop waits on the pool's notice (it says so on stderr
+// once it has waited a whole tick). When the client reads, the freed
+// buffers fire the notice, the ring is refilled, the receive re-armed, and
+// every byte comes back; the counts at the end show the park and the wake.
+TEST(UringEchoExampleTest, ParksOnADryPoolAndIsWokenByItsNotice) {
+  int out[2], err[2];
+  ASSERT_EQ(pipe(out), 0);
+  ASSERT_EQ(pipe(err), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    execl(BUFPOOL_EXAMPLE_URING_ECHO, "uring_echo", "0", "0", "16", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  FILE* f = fdopen(out[0], "r");
+  FILE* e = fdopen(err[0], "r");
+  char line[256] = {};
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  int port = 0;
+  ASSERT_EQ(sscanf(line, "listening on 127.0.0.1:%d", &port), 1) << line;
+  {
+    Flood flood(port);
+    ASSERT_TRUE(flood.ok());
+    ASSERT_NE(fgets(line, sizeof(line), e), nullptr);  // blocks until jammed
+    EXPECT_STREQ(line, "uring_echo: waiting for a free buffer\n");
+    EXPECT_TRUE(flood.StopAndReadBack());
+  }
+  EXPECT_EQ(Echo(port, "after the jam"), "after the jam");
+  kill(pid, SIGTERM);
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  EXPECT_STREQ(line, "done: 0 buffers in use\n");
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  unsigned long long parks = 0, wakes = 0;
+  ASSERT_EQ(sscanf(line, "parked %llu times, woken by the pool %llu times",
+                   &parks, &wakes),
+            2)
+      << line;
+  EXPECT_GE(parks, 1u);
+  EXPECT_GE(wakes, 1u);
+  fclose(f);
+  fclose(e);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 #if defined(BUFPOOL_EXAMPLE_ASIO_ECHO) && defined(BUFPOOL_ECHO_LOAD)
 // examples/asio_echo under bufpool-echo-load with messages of 1 to 65,536
 // bytes on 8 connections: every byte comes back (the load checks them) and
@@ -137,6 +243,56 @@ TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   fclose(f);
+}
+
+// examples/asio_echo on a 16-buffer pool: a client that sends without
+// reading runs the pool dry (the server says so), so its session, and then
+// a second client's, wait for a free buffer. The server has no timer: when
+// the first client reads, the writes free buffers, the pool's notice wakes
+// the waiting sessions, and both get every byte back.
+TEST(AsioEchoExampleTest, ADryPoolWakesWaitingSessionsWhenFreed) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    execl(BUFPOOL_EXAMPLE_ASIO_ECHO, "asio_echo", "0", "16", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* f = fdopen(out[0], "r");
+  char line[256] = {};
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  int port = 0;
+  ASSERT_EQ(sscanf(line, "asio_echo: listening on 127.0.0.1:%d", &port), 1)
+      << line;
+
+  Flood flood(port);
+  ASSERT_TRUE(flood.ok());
+  // Blocks until the server has found its pool dry.
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  EXPECT_STREQ(line,
+               "asio_echo: the pool ran dry; sessions wait for buffers\n");
+  std::string probe_got;
+  std::thread probe([&] { probe_got = Echo(port, "hello, dry pool"); });
+  EXPECT_TRUE(flood.StopAndReadBack());
+  probe.join();
+  EXPECT_EQ(probe_got, "hello, dry pool");
+
+  kill(pid, SIGTERM);
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  size_t waits = 0, in_use = 1;
+  ASSERT_EQ(sscanf(line, "asio_echo: done: %zu waits for a buffer, %zu buffers",
+                   &waits, &in_use),
+            2)
+      << line;
+  EXPECT_GE(waits, 1u);
+  EXPECT_EQ(in_use, 0u);
+  fclose(f);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 #endif
 

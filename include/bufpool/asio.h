@@ -32,6 +32,15 @@
 // wait for readability (socket.async_wait(wait_read)) and then read with
 // AsioReadSome(), which pins nothing while waiting.
 //
+// Waiting for a free buffer. When the pool is dry (AsioReadSome() sets
+// asio::error::no_buffer_space), AsioFreeBufferWaiter waits for the next
+// free buffer without a timer and without blocking a thread; it is
+// BufferPool::NotifyWhenFree() on an eventfd that Asio watches:
+//
+//   bufpool::AsioFreeBufferWaiter waiter(socket.get_executor(), pool);
+//   waiter.AsyncWait([&](asio::error_code ec) { if (!ec) TryReadAgain(); });
+//   co_await waiter.AsyncWait(asio::use_awaitable);   // in a coroutine
+//
 // Ownership and lifetime. AsioBuffers() views the chain: keep the chain
 // alive and unchanged until the operation completes. buffers() views the
 // AsioReadBuffers: keep it alive (e.g. in a shared_ptr held by the handler)
@@ -43,11 +52,24 @@
 #ifndef BUFPOOL_ASIO_H_
 #define BUFPOOL_ASIO_H_
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <asio/async_result.hpp>
 #include <asio/buffer.hpp>
+#include <asio/compose.hpp>
 #include <asio/error.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/post.hpp>
 #include <asio/write.hpp>
+#include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <iterator>
+#include <mutex>
+#include <system_error>
+#include <utility>
+#include <vector>
 
 // The Asio namespace and error type this header is written against, in one
 // place (Boost.Asio spells them boost::asio and boost::system::error_code).
@@ -198,6 +220,168 @@ size_t AsioReadSome(SyncReadStream& stream, BufferChain& chain,
   rb.CommitTo(chain, n);
   return n;
 }
+
+// Waits, without blocking a thread, until a buffer of one pool is free: the
+// asynchronous form of BufferPool::NotifyWhenFree(), on an eventfd of its
+// own that an asio::posix::stream_descriptor watches.
+//
+// A completion with no error means a buffer was free at some moment at or
+// after AsyncWait() was called (at once when one is free then); another
+// thread may have taken it since, so try TryAcquire() or the read again, and
+// wait again if the pool is dry. One wait at a time per waiter.
+//
+// Cancellation. Cancel(), or a per-operation cancellation signal
+// (asio::bind_cancellation_slot), completes the wait in flight with
+// asio::error::operation_aborted. The pool's request stays registered
+// until the pool's next free buffer fires it; the next AsyncWait() reuses
+// it rather than adding another.
+//
+// Ownership and lifetime. The waiter owns its eventfd. The pool must
+// outlive the waiter. A waiter destroyed while the pool may still write to
+// its eventfd (a request not yet fired) does not close the descriptor then:
+// it is kept open until the notice has come (checked when the next waiter
+// is made), so the pool never writes to a closed or reused descriptor; if
+// the pool is destroyed before its next free buffer, that descriptor stays
+// open until the process ends.
+//
+// Thread safety: one thread at a time per waiter (as any Asio I/O object:
+// an io_context thread or a strand); the pool it waits on may be used and
+// released into from any thread.
+class AsioFreeBufferWaiter {
+ public:
+  // Makes the eventfd and watches it on `executor_or_context`. Throws
+  // std::system_error (as Asio's constructors do) when no eventfd can be
+  // made.
+  template <typename ExecutorOrContext>
+  AsioFreeBufferWaiter(ExecutorOrContext&& executor_or_context,
+                       BufferPool& pool)
+      : pool_(&pool),
+        descriptor_(std::forward<ExecutorOrContext>(executor_or_context),
+                    MakeEventFd()) {}
+  AsioFreeBufferWaiter(const AsioFreeBufferWaiter&) = delete;
+  AsioFreeBufferWaiter& operator=(const AsioFreeBufferWaiter&) = delete;
+
+  ~AsioFreeBufferWaiter() {
+    if (!descriptor_.is_open()) return;
+    const int fd = descriptor_.release();  // aborts the wait in flight
+    if (pending_ && !Drain(fd)) {
+      Parked().Park(fd);  // the pool may still write to it
+    } else {
+      ::close(fd);
+    }
+  }
+
+  // Starts the wait (see the class comment). The token's signature is
+  // void(asio::error_code): callbacks, asio::use_awaitable, use_future.
+  // Errors: operation_aborted on cancellation, no_memory when the pool
+  // could not record the request.
+  template <typename CompletionToken>
+  auto AsyncWait(CompletionToken&& token) {
+    return asio_ns::asio::async_compose<CompletionToken,
+                                        void(asio_ns::error_code)>(
+        WaitOp{this}, token, descriptor_);
+  }
+
+  // Completes the wait in flight, if any, with operation_aborted.
+  void Cancel() { descriptor_.cancel(); }
+
+  // The executor the eventfd is watched on.
+  auto get_executor() { return descriptor_.get_executor(); }
+
+ private:
+  // The composed operation: register with the pool (unless a request of
+  // ours is still pending), then wait for the eventfd to be readable.
+  // Only the first step touches the waiter, and it runs inside
+  // AsyncWait(); the completion may run after the waiter is gone.
+  struct WaitOp {
+    AsioFreeBufferWaiter* waiter;
+    bool started = false;
+
+    template <typename Self>
+    void operator()(Self& self, asio_ns::error_code ec = {}) {
+      if (started) return self.complete(ec);
+      started = true;
+      ec = waiter->Arm();
+      if (ec) {
+        auto ex = waiter->descriptor_.get_executor();
+        asio_ns::asio::post(
+            ex, [self = std::move(self), ec]() mutable { self(ec); });
+        return;
+      }
+      waiter->descriptor_.async_wait(
+          asio_ns::asio::posix::stream_descriptor::wait_read, std::move(self));
+    }
+  };
+
+  // Drops a notice already read or left over, and asks the pool for the
+  // next one unless the last request has not fired yet (at most one
+  // request of this eventfd is ever registered, so at most one write to it
+  // is ever outstanding).
+  asio_ns::error_code Arm() {
+    const int fd = descriptor_.native_handle();
+    if (Drain(fd)) pending_ = false;
+    if (pending_) return {};
+    if (!pool_->NotifyWhenFree(fd).ok()) {
+      return asio_ns::asio::error::no_memory;
+    }
+    pending_ = true;
+    return {};
+  }
+
+  static int MakeEventFd() {
+    const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) {
+      throw std::system_error(errno, std::generic_category(),
+                              "AsioFreeBufferWaiter: eventfd");
+    }
+    Parked().Reap();
+    return fd;
+  }
+
+  // Reads the eventfd's count; true when a notice had come.
+  static bool Drain(int fd) {
+    uint64_t count = 0;
+    ssize_t n;
+    do {
+      n = ::read(fd, &count, sizeof(count));
+    } while (n < 0 && errno == EINTR);
+    return n == static_cast<ssize_t>(sizeof(count));
+  }
+
+  // Eventfds of destroyed waiters that a pool may still write to, closed
+  // once their notice has come.
+  class ParkedFds {
+   public:
+    void Park(int fd) {
+      const std::lock_guard<std::mutex> lock(mu_);
+      fds_.push_back(fd);
+    }
+    void Reap() {
+      const std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < fds_.size();) {
+        if (Drain(fds_[i])) {
+          ::close(fds_[i]);
+          fds_[i] = fds_.back();
+          fds_.pop_back();
+        } else {
+          ++i;
+        }
+      }
+    }
+
+   private:
+    std::mutex mu_;
+    std::vector<int> fds_;
+  };
+  static ParkedFds& Parked() {
+    static ParkedFds* parked = new ParkedFds;  // never destroyed: no
+    return *parked;                            // exit-order hazard
+  }
+
+  BufferPool* pool_;
+  asio_ns::asio::posix::stream_descriptor descriptor_;
+  bool pending_ = false;  // a request of ours may be in the pool's list
+};
 
 }  // namespace bufpool
 

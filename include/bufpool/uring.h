@@ -64,8 +64,10 @@
 // they may be moved to and dropped on any thread; their buffers go back to
 // the pool, and the ring's thread lends them again on a later Refill().
 // Dropping a chain posts no completion: a loop that parks receives after
-// -ENOBUFS while other threads hold its chains must wake itself to re-check
-// (a wait with a timeout, or an eventfd those threads write).
+// -ENOBUFS while the pool is dry (other threads hold its chains) asks the
+// pool for a notice, BufferPool::NotifyWhenFree(efd), and keeps a read of
+// that eventfd in its ring; the read completes when a buffer is free, and
+// the next Refill() lends it (examples/uring_echo.cc does this).
 //
 // Ownership and lifetimes. The caller owns the io_uring and the pool; both
 // must outlive every object here, and these objects must be destroyed before
@@ -181,7 +183,8 @@ struct ProvidedBufferRingOptions {
   // while the chain it is taken into has tail_room(), is copied into that
   // chain (the tail's room where the tail is the only reference to its
   // buffer, else one fresh buffer of the chain's pool), and its ring buffer
-  // is lent again at once, with no pool round trip. So memory follows bytes
+  // is lent again, with no pool round trip (written to the ring at once,
+  // published by the next Refill()). So memory follows bytes
   // (see "Memory" in the class comment). 0 turns copying off (every
   // completion links its buffers); at most the pool's buffer_size. The
   // default, kDefaultCopyBelow: buffer_size / 8.
@@ -332,7 +335,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool incremental() const { return incremental_; }
   // Options::copy_below as resolved at Create() (0: copying off).
   size_t copy_below() const { return copy_below_; }
-  // Completions Take() copied and lent again at once.
+  // Completions Take() copied (their buffers lent again at Refill()).
   uint64_t copied() const { return copied_; }
   uint16_t group_id() const { return group_id_; }
   BufferPool& pool() const { return *pool_; }
@@ -340,11 +343,17 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
  private:
   ProvidedBufferRing() = default;
   absl::Status Init(io_uring* ring, BufferPool& pool, const Options& options);
+  // Init()'s steps: check and keep the options; map the ring's entries and
+  // register them with the kernel (incremental where asked and allowed).
+  absl::Status TakeOptions(io_uring* ring, BufferPool& pool,
+                           const Options& options);
+  absl::Status MapAndRegister(Options::Incremental incremental);
   absl::Status Register(uint16_t flags);
   // Adds buffer `id` (whose bytes start at `data`) at ring position
   // tail_ + offset.
   void AddAt(uint16_t id, std::byte* data, uint32_t offset);
-  // Lends buffer `id` again at once, at the tail (one entry, published).
+  // Lends buffer `id` again: writes its entry after the tail; the next
+  // Refill() publishes it with the rest of the turn's entries.
   void Relend(uint16_t id, std::byte* data);
   // Copies a one-buffer completion of `len` bytes into `out` and lends its
   // buffer again; false (nothing changed) when `out` cannot take the copy.
@@ -374,7 +383,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   size_t in_ring_ = 0;
   size_t peak_ = 0;       // most buffers in the ring at once
   bool ran_low_ = false;  // below target_ / 4, or -ENOBUFS, since Refill()
-  uint32_t tail_ = 0;     // entries added since the ring was created
+  uint32_t tail_ = 0;     // entries published since the ring was created
+  uint32_t relent_ = 0;   // entries re-lent after tail_, not yet published
   uint64_t enobufs_ = 0;
   size_t copy_below_ = 0;
   uint64_t copied_ = 0;

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -101,6 +102,30 @@ absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> ProvidedBufferRing::Create(
 
 absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
                                       const Options& options) {
+  if (absl::Status s = TakeOptions(ring, pool, options); !s.ok()) return s;
+  if (absl::Status s = MapAndRegister(options.incremental); !s.ok()) return s;
+  if (incremental_) {
+    shared_.resize(entries_);
+    filled_.assign(entries_, 0);
+  }
+  lent_.resize(entries_);
+  pos_of_id_.assign(entries_, 0);
+  id_at_pos_.assign(entries_, 0);
+  free_ids_.reserve(entries_);
+  for (uint32_t id = entries_; id-- > 0;) {
+    free_ids_.push_back(static_cast<uint16_t>(id));
+  }
+  scratch_.resize(entries_);
+  target_ = std::clamp<size_t>(options.initial_buffers, 1, max_buffers_);
+  if (Refill() == 0) {
+    return absl::ResourceExhaustedError(
+        "ProvidedBufferRing: the pool has no free buffer to lend");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProvidedBufferRing::TakeOptions(io_uring* ring, BufferPool& pool,
+                                             const Options& options) {
   if (options.max_buffers == 0 || options.max_buffers > kMaxBuffers) {
     return absl::InvalidArgumentError(
         absl::StrCat("ProvidedBufferRing: max_buffers ", options.max_buffers,
@@ -139,7 +164,11 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   entries_ = 1;
   while (entries_ < max_buffers_) entries_ <<= 1;
   mask_ = entries_ - 1;
+  return absl::OkStatus();
+}
 
+absl::Status ProvidedBufferRing::MapAndRegister(
+    Options::Incremental incremental) {
   br_bytes_ = std::max<size_t>(entries_ * sizeof(io_uring_buf), os::kPageSize);
   br_bytes_ = (br_bytes_ + os::kPageSize - 1) & ~(os::kPageSize - 1);
   absl::StatusOr<void*> mem = os::MapAnonymous(br_bytes_, false);
@@ -147,11 +176,11 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   br_ = static_cast<io_uring_buf_ring*>(*mem);
   io_uring_buf_ring_init(br_);
   absl::Status reg = absl::OkStatus();
-  if (options.incremental != Options::Incremental::kOff) {
+  if (incremental != Options::Incremental::kOff) {
     reg = Register(kPbufRingInc);
     incremental_ = reg.ok();
     // A kernel before 6.12 refuses the flag (EINVAL): without it, if asked.
-    if (!reg.ok() && options.incremental == Options::Incremental::kProbe &&
+    if (!reg.ok() && incremental == Options::Incremental::kProbe &&
         reg.code() == absl::StatusCode::kInvalidArgument) {
       reg = Register(0);
     }
@@ -160,24 +189,6 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   }
   if (!reg.ok()) return reg;
   registered_ = true;
-  if (incremental_) {
-    shared_.resize(entries_);
-    filled_.assign(entries_, 0);
-  }
-
-  lent_.resize(entries_);
-  pos_of_id_.assign(entries_, 0);
-  id_at_pos_.assign(entries_, 0);
-  free_ids_.reserve(entries_);
-  for (uint32_t id = entries_; id-- > 0;) {
-    free_ids_.push_back(static_cast<uint16_t>(id));
-  }
-  scratch_.resize(entries_);
-  target_ = std::clamp<size_t>(options.initial_buffers, 1, max_buffers_);
-  if (Refill() == 0) {
-    return absl::ResourceExhaustedError(
-        "ProvidedBufferRing: the pool has no free buffer to lend");
-  }
   return absl::OkStatus();
 }
 
@@ -237,20 +248,27 @@ size_t ProvidedBufferRing::Refill() {
     ran_low_ = false;
     target_ = std::min(max_buffers_, target_ * 2);
   }
-  if (in_ring_ >= target_) return in_ring_;
-  const size_t got = pool_->TryAcquireBulk(
-      absl::MakeSpan(scratch_.data(), target_ - in_ring_));
+  size_t got = 0;
+  if (in_ring_ < target_) {
+    got = pool_->TryAcquireBulk(
+        absl::MakeSpan(scratch_.data(), target_ - in_ring_));
+  }
+  // New entries go after the re-lent ones that wait to be published.
   for (size_t i = 0; i < got; ++i) {
     const uint16_t id = free_ids_.back();
     free_ids_.pop_back();
     lent_[id] = std::move(scratch_[i]);
     if (incremental_) filled_[id] = 0;
-    AddAt(id, lent_[id].data(), static_cast<uint32_t>(i));
+    AddAt(id, lent_[id].data(), relent_ + static_cast<uint32_t>(i));
   }
-  if (got > 0) {
-    // One tail update (a release store) publishes the whole batch.
-    io_uring_buf_ring_advance(br_, static_cast<int>(got));
-    tail_ += static_cast<uint32_t>(got);
+  const uint32_t added = relent_ + static_cast<uint32_t>(got);
+  if (added > 0) {
+    // One tail update (a release store) publishes the whole batch: the
+    // entries are written before the kernel can see the tail that covers
+    // them.
+    io_uring_buf_ring_advance(br_, static_cast<int>(added));
+    tail_ += added;
+    relent_ = 0;
     in_ring_ += got;
     peak_ = std::max(peak_, in_ring_);
   }
@@ -266,12 +284,13 @@ void ProvidedBufferRing::AddAt(uint16_t id, std::byte* data, uint32_t offset) {
 }
 
 void ProvidedBufferRing::Relend(uint16_t id, std::byte* data) {
-  // The same buffer, same id, at the tail: the entry it was consumed from
-  // counts in in_ring_ until taken, so in_ring_ (unchanged) stays <=
-  // target_ <= entries_ and no entry not yet taken is overwritten.
-  AddAt(id, data, 0);
-  io_uring_buf_ring_advance(br_, 1);  // a release store publishes it
-  ++tail_;
+  // The same buffer, same id, after the tail and the entries re-lent before
+  // it in this turn; Refill() publishes them all with one tail update. The
+  // entry it was consumed from counts in in_ring_ until taken, so in_ring_
+  // (unchanged) stays <= target_ <= entries_ and no entry that is published
+  // and not yet taken, nor one waiting here, is overwritten.
+  AddAt(id, data, relent_);
+  ++relent_;
 }
 
 SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
@@ -280,6 +299,28 @@ SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
 }
 
 bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
+  std::byte* src = lent_[id].data();
+  // The common cases first, without Append()'s general path: the bytes fit
+  // the tail's room, or the chain is empty and gets one fresh buffer.
+  if (out.count_ != 0) {
+    SharedBuffer& t = out.At(out.count_ - 1);
+    if (t && t.room() >= len && t.use_count() == 1) {
+      std::memcpy(t.mutable_data() + t.size(), src, len);
+      out.ExtendTail(len);
+      Relend(id, src);
+      ++copied_;
+      return true;
+    }
+  } else if (out.pool_ != nullptr && len <= out.pool_->buffer_size()) {
+    if (Buffer b = out.pool_->TryAcquire()) {
+      std::memcpy(b.data(), src, len);
+      out.AppendFilled(std::move(b), len);  // inline room: cannot throw
+      Relend(id, src);
+      ++copied_;
+      return true;
+    }
+    return false;  // a dry pool: link instead
+  }
   // Room for one more slice first, so a throw leaves everything as it was;
   // Append() itself is all or nothing (a dry pool, no pool: link instead).
   out.Reserve(out.segment_count() + 1);
@@ -320,8 +361,10 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   }
   const uint32_t id = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
   const size_t total = res > 0 ? static_cast<size_t>(res) : 0;
-  // A bundle fills whole buffers in ring order, the last one partly.
-  const size_t n = total > 0 ? (total + buffer_size_ - 1) / buffer_size_ : 1;
+  // A bundle fills whole buffers in ring order, the last one partly. (No
+  // division for the usual one-buffer completion.)
+  const size_t n =
+      total <= buffer_size_ ? 1 : (total + buffer_size_ - 1) / buffer_size_;
   const bool known =
       id < entries_ && (lent_[id] || (incremental_ && shared_[id]));
   if (!known || n > in_ring_) [[unlikely]] {
