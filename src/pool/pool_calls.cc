@@ -101,6 +101,7 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     pool->rseq_base_ = pool->shared_->rseq_base;
     pool->rseq_stride_ = pool->shared_->rseq_stride;
     pool->rseq_cpus_ = pool->shared_->ncaches;
+    pool->rseq_index_ = static_cast<uint32_t>(pool->shared_->rseq_index);
   }
   PoolAccess::Register(*pool);
   return pool;
@@ -172,7 +173,7 @@ uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
 uint32_t BufferPool::AcquireSlow() noexcept {
   if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
     const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_);
     if (slot != internal::rseq::kNone) [[likely]] {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
       return slot;
@@ -199,7 +200,7 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
     return;
   }
   if (rseq_base_ != nullptr) {
-    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_,
+    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
                              static_cast<uint32_t>(cache_capacity_), &waiters_,
                              slot)) [[likely]] {
       return;  // the hit: one sequence
@@ -218,7 +219,10 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
 
 PerCpuMode BufferPool::per_cpu_mode() const {
   if (shared_->ncaches == 0) return PerCpuMode::kOff;
-  return shared_->rseq ? PerCpuMode::kRseq : PerCpuMode::kLocked;
+  if (!shared_->rseq) return PerCpuMode::kLocked;
+  return shared_->rseq_index == internal::rseq::kMmCidField
+             ? PerCpuMode::kRseqMmCid
+             : PerCpuMode::kRseq;
 }
 
 // The bulk paths, shared by the handle and raw-pointer APIs. `emit(i, slot)`

@@ -55,6 +55,7 @@ struct BufferPool::Shared {
   // CPU i's at rseq_base + i * rseq_stride; CpuCache::mu still serializes
   // the slow paths and drains of CPU i, and CpuCache::spare is its spare.
   bool rseq = false;
+  uint64_t rseq_index = 0;  // the rseq area field (kCpuIdField, kMmCidField)
   std::unique_ptr<char, void (*)(void*)> rseq_area{nullptr, std::free};
   char* rseq_base = nullptr;
   uint64_t rseq_stride = 0;
@@ -93,12 +94,15 @@ struct PoolAccess {
 
   // ---- cpu_cache.cc
 
-  // The cache of the CPU this thread runs on (or ran on a moment ago: a
-  // migration only costs locality, the lock makes any cache safe).
+  // The cache of the CPU (rseq mode: the index) this thread runs on, or ran
+  // on a moment ago: a migration only costs locality, the lock makes any
+  // cache safe.
   static CpuCache& ThisCpu(BufferPool& p);
   static uint32_t CpuCount();
-  // Whether this process runs the rseq caches (rseq.h); fixed at first use.
-  static bool RseqAvailable();
+  // The rseq area field that indexes the rseq caches in this process
+  // (internal::rseq::kMmCidField or kCpuIdField), or 0 where they are off;
+  // fixed at first use.
+  static uint64_t RseqIndexField();
   // The free slots CPU i's cache holds (relaxed; either mode).
   static uint32_t CachedCount(const SharedState& s, uint32_t i);
   // rseq mode: this CPU's slot, or a refill from the depot (one handed out,
