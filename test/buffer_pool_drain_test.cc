@@ -473,6 +473,77 @@ TEST(ForkTest, EveryChildCanUseThePoolWhileThreadsCacheAndAWaiterDrains) {
   waiter.join();
 }
 
+// A bulk call on another thread is all before or all after a fork: the
+// child finds exactly the buffers that no other thread's handle held, with
+// caches off (one depot move per chunk of a call, outside every lock) and
+// on. Threads acquire and release spans of random length through the bulk
+// calls only, so that every buffer is in the pool or in one of the handles
+// the child can count.
+class ForkBulkTest : public testing::TestWithParam<size_t> {};
+
+TEST_P(ForkBulkTest, TheChildFindsEveryBufferNoOtherThreadsHandleHeld) {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr int kForks = 50;
+#else
+  constexpr int kForks = 200;
+#endif
+  constexpr size_t kCount = 512;
+  constexpr int kThreads = 8;
+  constexpr size_t kMost = 48;  // per thread: 8 x 48 < 512, never empty
+  auto pool = MakePool({.buffer_count = kCount, .cache_size = GetParam()});
+  // After the pool: destroyed (empty) before it.
+  std::vector<std::vector<Buffer>> held(kThreads);
+  for (auto& mine : held) mine.resize(kMost);
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) + 1);
+      started.fetch_add(1);
+      while (!stop.load(std::memory_order_relaxed)) {
+        const auto span = absl::MakeSpan(held[static_cast<size_t>(t)])
+                              .first(1 + rng() % kMost);
+        pool->TryAcquireBulk(span);
+        pool->ReleaseBulk(span);
+      }
+    });
+  }
+  while (started.load() < kThreads) std::this_thread::yield();
+  for (int i = 0; i < kForks; ++i) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::alarm(20);     // a hang fails instead of hanging the run
+      size_t out = 0;  // what the other threads' handles held at the fork
+      for (const auto& mine : held) {
+        for (const Buffer& b : mine) out += b ? 1 : 0;
+      }
+      const size_t in_use = pool->Stats().in_use;
+      std::vector<Buffer> all(kCount);
+      const size_t got = pool->TryAcquireBulk(absl::MakeSpan(all));
+      if (got != kCount - out || in_use != out) {
+        std::fprintf(stderr, "child: got %zu, in_use %zu, handles held %zu\n",
+                     got, in_use, out);
+        ::_exit(1);
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status))
+        << "fork " << i << ": child killed by signal " << WTERMSIG(status);
+    ASSERT_EQ(WEXITSTATUS(status), 0) << "fork " << i;
+  }
+  stop.store(true);
+  for (auto& t : workers) t.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(CachesOffAndOn, ForkBulkTest, testing::Values(0, 16),
+                         [](const testing::TestParamInfo<size_t>& info) {
+                           return info.param == 0 ? "CachesOff" : "Cache16";
+                         });
+
 // ---- Stats() shares no lock with the wait path ------------------------------
 
 // With every lock of every pool held (what the fork() prepare handler

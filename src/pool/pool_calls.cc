@@ -229,6 +229,7 @@ PerCpuMode BufferPool::per_cpu_mode() const {
 // stores the i-th slot handed out (and, for raw pointers, marks it).
 template <class Emit>
 size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
+  const SharedForkGate gate(shared_->bulk_gate);  // all before or after a fork
   size_t got = 0;
   uint32_t reshelved = 0;  // as in Depot::Pop
   auto hand_out = [&](uint32_t slot) {
@@ -309,6 +310,9 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
 template <class TakeSlot, class Clear>
 void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
                                  TakeSlot take_slot, Clear clear) {
+  // From the first slot taken out of the span to the last one given back,
+  // all before or all after a fork (ForkGate).
+  const SharedForkGate gate(shared_->bulk_gate);
   auto give = [this](uint32_t* slots, uint32_t k) {
     if (k == 0) return;
     for (uint32_t i = 0; i < k; ++i) {

@@ -16,10 +16,14 @@
 #ifndef BUFPOOL_SRC_POOL_POOL_INTERNAL_H_
 #define BUFPOOL_SRC_POOL_POOL_INTERNAL_H_
 
+#include <pthread.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -40,6 +44,60 @@ struct alignas(64) CpuCache {
   std::atomic<uint32_t> low_water{0};   // lowest count since the last move
   uint32_t spare = Depot::kNoMagazine;  // an empty magazine for a spill
   uint32_t* slots = nullptr;            // cache_capacity entries
+};
+
+// What makes a bulk call all-before or all-after a fork(): bulk calls hold
+// it shared for their whole move (slots out of the depot or a cache and
+// into the caller's span, or out of the span and back), fork()'s prepare
+// handler holds it exclusive. Between those steps a bulk call's slots are
+// on its stack only, and a thread that is not in the child would take up to
+// a whole call's slots with it. Writer preference, so that a stream of bulk
+// calls on other threads cannot starve a fork; no bulk call nests another
+// on the same pool, so the reader side never recurses.
+class ForkGate {
+ public:
+  ForkGate() { Init(); }
+  ~ForkGate() { ::pthread_rwlock_destroy(&rw_); }
+  ForkGate(const ForkGate&) = delete;
+  ForkGate& operator=(const ForkGate&) = delete;
+
+  void LockShared() { Check(::pthread_rwlock_rdlock(&rw_)); }
+  void UnlockShared() { Check(::pthread_rwlock_unlock(&rw_)); }
+  void Lock() { Check(::pthread_rwlock_wrlock(&rw_)); }
+  void Unlock() { Check(::pthread_rwlock_unlock(&rw_)); }
+  // In a fork() child, instead of Unlock(): the parent's hold belongs to a
+  // thread id the child's thread no longer has, so a fresh lock.
+  void Reset() { Init(); }
+
+ private:
+  void Init() {
+    pthread_rwlockattr_t attr;
+    ::pthread_rwlockattr_init(&attr);
+    ::pthread_rwlockattr_setkind_np(
+        &attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    Check(::pthread_rwlock_init(&rw_, &attr));
+    ::pthread_rwlockattr_destroy(&attr);
+  }
+  static void Check(int err) {
+    if (err != 0) [[unlikely]] {
+      std::fprintf(stderr, "bufpool: pthread_rwlock: %s\n", std::strerror(err));
+      std::abort();
+    }
+  }
+
+  pthread_rwlock_t rw_;
+};
+
+// Holds a ForkGate shared for a scope.
+class SharedForkGate {
+ public:
+  explicit SharedForkGate(ForkGate& g) : g_(g) { g_.LockShared(); }
+  ~SharedForkGate() { g_.UnlockShared(); }
+  SharedForkGate(const SharedForkGate&) = delete;
+  SharedForkGate& operator=(const SharedForkGate&) = delete;
+
+ private:
+  ForkGate& g_;
 };
 
 struct BufferPool::Shared {
@@ -65,6 +123,7 @@ struct BufferPool::Shared {
   std::atomic<size_t> high_water{0};
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> timeouts{0};
+  ForkGate bulk_gate;  // held shared by the bulk calls (see ForkGate)
   // The wait paths (drain.cc): Acquire()'s sleep and the eventfd requests.
   std::mutex wait_mu;
   std::condition_variable wait_cv;
