@@ -1,6 +1,7 @@
 // Internal (installed because the inline fast paths of bufpool/
 // buffer_pool.h use it; not API): the restartable sequences of the per-CPU
-// caches on x86-64. The slow paths and drains are in src/pool/rseq.cc.
+// caches on x86-64 and (behind BUFPOOL_AARCH64_RSEQ, see below) AArch64.
+// The slow paths and drains are in src/pool/rseq.cc.
 //
 // A cache in rseq mode is a header word and a stack of slots, per index, at
 // base + index * stride:
@@ -87,8 +88,20 @@
 #endif
 
 // Sanitizer builds run the locked caches: the sanitizers cannot see stores
-// made by inline assembly, nor the fence.
-#if defined(__x86_64__) && !defined(BUFPOOL_NO_RSEQ_SANITIZER) && \
+// made by inline assembly, nor the fence. The AArch64 sequences (little
+// endian) are built only when BUFPOOL_AARCH64_RSEQ is defined (CMake option
+// BUFPOOL_AARCH64_RSEQ): they compile with the Debian cross compiler and
+// their bodies ran under qemu-user, but qemu does not implement rseq, so
+// their restarts have not run on hardware yet; without the option AArch64
+// runs the locked caches. A program built with a different choice than the
+// library still works: the inline paths then take the out-of-line calls,
+// which follow the library's.
+#if defined(__x86_64__) ||                                    \
+    (defined(__aarch64__) && defined(BUFPOOL_AARCH64_RSEQ) && \
+     !defined(__AARCH64EB__))
+#define BUFPOOL_RSEQ_ARCH 1
+#endif
+#if defined(BUFPOOL_RSEQ_ARCH) && !defined(BUFPOOL_NO_RSEQ_SANITIZER) && \
     defined(__has_include)
 #if __has_include(<sys/rseq.h>)
 #define BUFPOOL_HAVE_RSEQ 1
@@ -114,7 +127,7 @@ inline constexpr unsigned long kAtRseqFeatureSize = 27;
 // The feature size that covers mm_cid (offset 24, 4 bytes).
 inline constexpr unsigned long kMmCidFeatureSize = 28;
 
-#if BUFPOOL_HAVE_RSEQ
+#if BUFPOOL_HAVE_RSEQ && defined(__x86_64__)
 
 // The sequences' shared parts, as assembler text. The descriptor
 // (__rseq_cs) and the abort handler (__rseq_failure) go in sections of
@@ -216,6 +229,108 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
 
 #undef BUFPOOL_RSEQ_X86_START
 #undef BUFPOOL_RSEQ_X86_ABORT
+
+#elif BUFPOOL_HAVE_RSEQ  // AArch64, little endian
+
+// The same sequences, step for step (see the x86-64 ones). Two differences:
+// the area's address (thread pointer + __rseq_offset) is computed in C, and
+// the failure code sits inline after the commit, jumped over on success:
+// AArch64's conditional branches reach +-1 MiB (tbnz +-32 KiB), not a
+// section the linker may place anywhere. Only the abort handler, which the
+// kernel jumps to and which leaves with an unconditional branch (+-128 MiB,
+// with a veneer beyond), is in __rseq_failure. The signature is glibc's
+// RSEQ_SIG for AArch64 (0xd428bc00, BRK #0x45E0), an instruction word before
+// the abort label. Loads and stores are plain: the drain's argument rests
+// on the membarrier fence, a full barrier on every CPU it reaches, and the
+// commit's store depends on the count the section loaded.
+#define BUFPOOL_RSEQ_A64_START               \
+  ".pushsection __rseq_cs, \"aw?\"\n\t"      \
+  ".balign 32\n\t"                           \
+  "3:\n\t"                                   \
+  ".long 0x0, 0x0\n\t"                       \
+  ".quad 1f, 2f - 1f, 4f\n\t"                \
+  ".popsection\n\t"                          \
+  ".pushsection __rseq_failure, \"ax?\"\n\t" \
+  ".inst 0xd428bc00\n\t" /* RSEQ_SIG */      \
+  "4:\n\t"                                   \
+  "b 6f\n\t"                                 \
+  ".popsection\n\t"                          \
+  "6:\n\t"                                   \
+  "adrp %[t], 3b\n\t"                        \
+  "add %[t], %[t], :lo12:3b\n\t"             \
+  "str %[t], [%[area], #8]\n\t"              \
+  "1:\n\t"                                   \
+  "ldr %w[t], [%[area], #4]\n\t"             \
+  "tbnz %w[t], #31, 5f\n\t"                  \
+  "ldr %w[t], [%[area], %[index]]\n\t"       \
+  "cmp %w[t], %w[ncpu]\n\t"                  \
+  "b.hs 5f\n\t"                              \
+  "madd %[c], %[t], %[stride], %[base]\n\t"
+
+inline char* RseqArea() {
+  return static_cast<char*>(__builtin_thread_pointer()) + __rseq_offset;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
+                                                 uint32_t ncpu,
+                                                 uint64_t index) {
+  uint32_t slot, n;
+  uint64_t t, c;
+  asm volatile(BUFPOOL_RSEQ_A64_START
+               "ldr %w[n], [%[c]]\n\t"  // count
+               "cmp %w[n], #0\n\t"
+               "b.le 5f\n\t"  // empty, or kStopped (negative)
+               "sub %w[n], %w[n], #1\n\t"
+               "add %[t], %[c], #64\n\t"
+               "ldr %w[slot], [%[t], %w[n], uxtw #2]\n\t"
+               "str %w[n], [%[c]]\n\t"  // commit
+               "2:\n\t"
+               "b 8f\n\t"
+               "5:\n\t"
+               "mov %w[slot], #-1\n\t"
+               "8:\n\t"
+               : [slot] "=&r"(slot), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
+               : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
+                 [stride] "r"(stride), [ncpu] "r"(ncpu)
+               : "memory", "cc");
+  return slot;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
+                                              uint32_t ncpu, uint64_t index,
+                                              uint32_t cap, const void* waiters,
+                                              uint32_t slot) {
+  uint32_t ok, n;
+  uint64_t t, c;
+  asm volatile(BUFPOOL_RSEQ_A64_START
+               "ldr %w[n], [%[waiters]]\n\t"
+               "cbnz %w[n], 5f\n\t"
+               "ldr %w[n], [%[c]]\n\t"  // count
+               "cmp %w[n], %w[cap]\n\t"
+               "b.hs 5f\n\t"  // full, or kStopped (huge)
+               "add %[t], %[c], #64\n\t"
+               "str %w[slot], [%[t], %w[n], uxtw #2]\n\t"
+               "add %w[n], %w[n], #1\n\t"
+               "str %w[n], [%[c]]\n\t"  // commit
+               "2:\n\t"
+               "mov %w[ok], #1\n\t"
+               "b 8f\n\t"
+               "5:\n\t"
+               "mov %w[ok], #0\n\t"
+               "8:\n\t"
+               : [ok] "=&r"(ok), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
+               : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
+                 [stride] "r"(stride), [ncpu] "r"(ncpu), [cap] "r"(cap),
+                 [waiters] "r"(waiters), [slot] "r"(slot)
+               : "memory", "cc");
+  return ok != 0;
+}
+
+#undef BUFPOOL_RSEQ_A64_START
+
+#endif
+
+#if BUFPOOL_HAVE_RSEQ
 
 // The index field of this thread's rseq area, read outside any section (a
 // hint: it may change at the next preemption).
