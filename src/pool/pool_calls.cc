@@ -24,8 +24,12 @@ namespace bufpool {
 
 // ---- Creation and destruction ----------------------------------------------
 
-absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
-    const PoolOptions& options) {
+namespace {
+
+// The cache size `options` asks for, or the first option that is out of
+// range, named in the error.
+absl::StatusOr<size_t> CheckedCacheSize(const PoolOptions& options,
+                                        uint32_t no_slot) {
   const size_t size = options.buffer_size;
   if (size < 64 || (size & (size - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -36,9 +40,9 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     return absl::InvalidArgumentError(
         "PoolOptions.buffer_count must be at least 1, got 0");
   }
-  if (count >= kNoSlot) {
+  if (count >= no_slot) {
     return absl::InvalidArgumentError(
-        absl::StrCat("PoolOptions.buffer_count must be below ", kNoSlot,
+        absl::StrCat("PoolOptions.buffer_count must be below ", no_slot,
                      " (slot numbers are 32-bit), got ", count));
   }
   if (count > std::numeric_limits<size_t>::max() / 2 / size) {
@@ -56,7 +60,17 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
         " must be at most kMaxCacheSize (", kMaxCacheSize, "), got ",
         cache_size));
   }
+  return cache_size;
+}
 
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
+    const PoolOptions& options) {
+  const absl::StatusOr<size_t> cache_size = CheckedCacheSize(options, kNoSlot);
+  if (!cache_size.ok()) return cache_size.status();
+  const size_t size = options.buffer_size;
+  const size_t count = options.buffer_count;
   absl::StatusOr<Arena> arena =
       Arena::Map({.size = size * count,
                   .huge_pages = options.huge_pages,
@@ -74,7 +88,7 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   pool->buffer_size_ = size;
   pool->capacity_ = count;
   pool->region_bytes_ = count * size;
-  pool->cache_capacity_ = std::min(cache_size, count / 8);
+  pool->cache_capacity_ = std::min(*cache_size, count / 8);
   pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
   pool->scrub_ = options.scrub_on_release;
   // State bytes: a power of two >= count and >= 64 entries, all "not raw".
