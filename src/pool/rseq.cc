@@ -35,6 +35,7 @@ uint32_t PopHere(const PoolAccess::SharedState& s) {
 
 }  // namespace
 
+#if BUFPOOL_HAVE_RSEQ
 // Whether BUFPOOL_RSEQ_INDEX asks for cpu_id; an unknown value is named on
 // stderr once and ignored.
 static bool ForcedCpuId() {
@@ -49,6 +50,7 @@ static bool ForcedCpuId() {
                v);
   return false;
 }
+#endif
 
 uint64_t PoolAccess::RseqIndexField() {
 #if BUFPOOL_HAVE_RSEQ
