@@ -2,7 +2,9 @@
 // allocation with glibc, one page mmap per buffer, and a mutex-guarded free
 // list, every workload of workloads.h. tcmalloc, jemalloc and mimalloc replace
 // malloc for the whole process, so they run the same code in
-// alloc_benchmark_<name>; DPDK in dpdk_benchmark.
+// alloc_benchmark_<name>; DPDK in dpdk_benchmark. Run with
+// GLIBC_TUNABLES=glibc.pthread.rseq=0, it also has libbufpool_fallback (the
+// locked caches).
 //
 //   build/release/bench/buffer_pool_benchmark --benchmark_filter=Pair/
 #include "contenders.h"
@@ -15,6 +17,12 @@ int Register() {
   RegisterAll<PoolRaw>("libbufpool_raw");
   RegisterAll<PoolCacheOff>("libbufpool_cache_off");
   RegisterAll<PoolC>("libbufpool_c");  // bufpool/c.h
+  // The locked caches, which run where rseq is missing, exist only in a
+  // process started with GLIBC_TUNABLES=glibc.pthread.rseq=0; tools/bench
+  // runs this contender so, beside the rseq rows of a plain process.
+  if (SharedPool<kPoolCache>().per_cpu_mode() == bufpool::PerCpuMode::kLocked) {
+    RegisterAll<PoolBuffer<kPoolCache>>("libbufpool_fallback");
+  }
   benchmark::RegisterBenchmark("Bulk32/libbufpool_bulk", Bulk32<PoolBulk>);
   benchmark::RegisterBenchmark("Bulk32/libbufpool_raw_bulk",
                                Bulk32<PoolRawBulk>);

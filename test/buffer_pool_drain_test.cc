@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,6 +43,24 @@ std::unique_ptr<BufferPool> MakePool(PoolOptions options) {
   auto pool = BufferPool::Create(options);
   EXPECT_TRUE(pool.ok()) << pool.status();
   return pool.ok() ? *std::move(pool) : nullptr;
+}
+
+bool IsRseq(PerCpuMode mode) {
+  return mode == PerCpuMode::kRseq || mode == PerCpuMode::kRseqMmCid;
+}
+
+const char* ModeName(PerCpuMode mode) {
+  switch (mode) {
+    case PerCpuMode::kOff:
+      return "off";
+    case PerCpuMode::kLocked:
+      return "locked";
+    case PerCpuMode::kRseq:
+      return "rseq (cpu_id)";
+    case PerCpuMode::kRseqMmCid:
+      return "rseq (mm_cid)";
+  }
+  return "?";
 }
 
 // The most free buffers the caches of `pool` may park.
@@ -196,6 +215,118 @@ INSTANTIATE_TEST_SUITE_P(Owners, StrandTest,
                            return "?";
                          });
 
+// ---- Which index the rseq caches use ----------------------------------------
+
+// The thread's rseq area field at byte offset `field` (cpu_id: 4, mm_cid:
+// 24), read directly rather than through the library.
+uint32_t AreaField(uint64_t field) {
+#if BUFPOOL_HAVE_RSEQ
+  const char* area =
+      static_cast<const char*>(__builtin_thread_pointer()) + __rseq_offset;
+  return *reinterpret_cast<const volatile uint32_t*>(area + field);
+#else
+  (void)field;
+  return 0;
+#endif
+}
+
+// Pins the calling thread to one CPU for its scope.
+class PinTo {
+ public:
+  explicit PinTo(int cpu) {
+    CPU_ZERO(&saved_);
+    ::sched_getaffinity(0, sizeof(saved_), &saved_);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ok_ = ::sched_setaffinity(0, sizeof(one), &one) == 0;
+  }
+  ~PinTo() { ::sched_setaffinity(0, sizeof(saved_), &saved_); }
+  bool ok() const { return ok_; }
+
+ private:
+  cpu_set_t saved_;
+  bool ok_ = false;
+};
+
+// mm_cid where the kernel fills it (Linux 6.3+), cpu_id where it does not
+// or BUFPOOL_RSEQ_INDEX=cpu_id says so; the mode says which.
+TEST(IndexTest, TheModeNamesMmCidWhereTheKernelHasItUnlessCpuIdIsForced) {
+  auto pool = MakePool({.buffer_count = 1024});
+  const PerCpuMode mode = pool->per_cpu_mode();
+  std::printf("mode %s\n", ModeName(mode));
+  if (!IsRseq(mode)) GTEST_SKIP() << "locked caches: no rseq index";
+  const char* forced = std::getenv("BUFPOOL_RSEQ_INDEX");
+  const bool cid = ::getauxval(internal::rseq::kAtRseqFeatureSize) >=
+                       internal::rseq::kMmCidFeatureSize &&
+                   !(forced != nullptr && std::strcmp(forced, "cpu_id") == 0);
+  EXPECT_EQ(mode, cid ? PerCpuMode::kRseqMmCid : PerCpuMode::kRseq);
+  EXPECT_EQ(PoolAccess::S(*pool).rseq_index,
+            cid ? internal::rseq::kMmCidField : internal::rseq::kCpuIdField);
+}
+
+// The free buffers a refill parks sit in the cache of the thread's index
+// (as the kernel wrote it into the rseq area) and in no other.
+TEST(IndexTest, ARefillParksInTheCacheOfTheThreadsIndexOnly) {
+  auto pool = MakePool({.buffer_count = 1024, .cache_size = 16});
+  if (!IsRseq(pool->per_cpu_mode())) GTEST_SKIP() << "locked caches";
+  const PinTo pin(::sched_getcpu());
+  const PoolAccess::SharedState& s = PoolAccess::S(*pool);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    pool->FlushCaches();
+    const uint32_t before = AreaField(s.rseq_index);
+    Buffer b = pool->TryAcquire();  // a refill: 8, one handed out
+    ASSERT_TRUE(b);
+    b.Reset();
+    if (AreaField(s.rseq_index) != before) continue;  // rescheduled: again
+    ASSERT_LT(before, s.ncaches);
+    for (uint32_t i = 0; i < s.ncaches; ++i) {
+      EXPECT_EQ(PoolAccess::CachedCount(s, i), i == before ? 8u : 0u)
+          << "cache " << i << ", index " << before;
+    }
+    if (s.rseq_index == internal::rseq::kCpuIdField) {
+      EXPECT_EQ(static_cast<int>(before), ::sched_getcpu());
+    }
+    return;
+  }
+  FAIL() << "the index changed in each of 100 tries";
+}
+
+// Under a CPU affinity mask the concurrency ids stay dense: a process with
+// one thread, pinned to the last CPU, has mm_cid 0 and uses cache 0, where
+// cpu_id indexing uses the last cache.
+TEST(IndexTest, AOneThreadProcessPinnedToTheLastCpuUsesCacheZeroWithMmCid) {
+  const uint32_t n = PoolAccess::CpuCount();
+  if (n < 2) GTEST_SKIP() << "one CPU: both indexings use cache 0";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // One thread from here on: report by exit status only.
+    const PinTo pin(static_cast<int>(n - 1));
+    if (!pin.ok()) ::_exit(10);
+    ::sched_yield();  // run once on the new CPU
+    auto made = BufferPool::Create({.buffer_count = 1024, .cache_size = 16});
+    if (!made.ok()) ::_exit(11);
+    BufferPool& pool = **made;
+    const PerCpuMode mode = pool.per_cpu_mode();
+    if (!IsRseq(mode)) ::_exit(0);  // nothing to check
+    const uint32_t want = mode == PerCpuMode::kRseqMmCid ? 0 : n - 1;
+    if (AreaField(PoolAccess::S(pool).rseq_index) != want) ::_exit(12);
+    pool.TryAcquire().Reset();
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t held = PoolAccess::CachedCount(PoolAccess::S(pool), i);
+      if ((held != 0) != (i == want)) ::_exit(13);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "10: cannot pin; 11: Create failed; 12: the area's index is not "
+         "the expected one; 13: the buffers sit in another cache";
+}
+
 // TryAcquire() drains the other CPUs' caches before it answers empty.
 TEST(DrainTest, TryAcquireTakesFromOtherCpusCachesBeforeGivingUp) {
   auto pool = MakePool({.buffer_count = 64, .cache_size = 8});
@@ -342,6 +473,77 @@ TEST(ForkTest, EveryChildCanUseThePoolWhileThreadsCacheAndAWaiterDrains) {
   waiter.join();
 }
 
+// A bulk call on another thread is all before or all after a fork: the
+// child finds exactly the buffers that no other thread's handle held, with
+// caches off (one depot move per chunk of a call, outside every lock) and
+// on. Threads acquire and release spans of random length through the bulk
+// calls only, so that every buffer is in the pool or in one of the handles
+// the child can count.
+class ForkBulkTest : public testing::TestWithParam<size_t> {};
+
+TEST_P(ForkBulkTest, TheChildFindsEveryBufferNoOtherThreadsHandleHeld) {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  constexpr int kForks = 50;
+#else
+  constexpr int kForks = 200;
+#endif
+  constexpr size_t kCount = 512;
+  constexpr int kThreads = 8;
+  constexpr size_t kMost = 48;  // per thread: 8 x 48 < 512, never empty
+  auto pool = MakePool({.buffer_count = kCount, .cache_size = GetParam()});
+  // After the pool: destroyed (empty) before it.
+  std::vector<std::vector<Buffer>> held(kThreads);
+  for (auto& mine : held) mine.resize(kMost);
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) + 1);
+      started.fetch_add(1);
+      while (!stop.load(std::memory_order_relaxed)) {
+        const auto span = absl::MakeSpan(held[static_cast<size_t>(t)])
+                              .first(1 + rng() % kMost);
+        pool->TryAcquireBulk(span);
+        pool->ReleaseBulk(span);
+      }
+    });
+  }
+  while (started.load() < kThreads) std::this_thread::yield();
+  for (int i = 0; i < kForks; ++i) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::alarm(20);     // a hang fails instead of hanging the run
+      size_t out = 0;  // what the other threads' handles held at the fork
+      for (const auto& mine : held) {
+        for (const Buffer& b : mine) out += b ? 1 : 0;
+      }
+      const size_t in_use = pool->Stats().in_use;
+      std::vector<Buffer> all(kCount);
+      const size_t got = pool->TryAcquireBulk(absl::MakeSpan(all));
+      if (got != kCount - out || in_use != out) {
+        std::fprintf(stderr, "child: got %zu, in_use %zu, handles held %zu\n",
+                     got, in_use, out);
+        ::_exit(1);
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status))
+        << "fork " << i << ": child killed by signal " << WTERMSIG(status);
+    ASSERT_EQ(WEXITSTATUS(status), 0) << "fork " << i;
+  }
+  stop.store(true);
+  for (auto& t : workers) t.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(CachesOffAndOn, ForkBulkTest, testing::Values(0, 16),
+                         [](const testing::TestParamInfo<size_t>& info) {
+                           return info.param == 0 ? "CachesOff" : "Cache16";
+                         });
+
 // ---- Stats() shares no lock with the wait path ------------------------------
 
 // With every lock of every pool held (what the fork() prepare handler
@@ -471,7 +673,7 @@ TEST(SoundnessTest, NoBufferIsEverOwnedTwiceOrLostUnderSleepingSignals) {
   std::printf("%llu cycles, %llu sleeping signals, mode %s\n",
               static_cast<unsigned long long>(cycles.load()),
               static_cast<unsigned long long>(g_signals.load()),
-              pool->per_cpu_mode() == PerCpuMode::kRseq ? "rseq" : "locked");
+              ModeName(pool->per_cpu_mode()));
 }
 
 // ---- NotifyWhenFree ---------------------------------------------------------
@@ -743,7 +945,7 @@ TEST(HighWaterTest, IdleThreadsCachesAreTheOnlyOvershoot) {
     for (int i = 0; i < 40; ++i) mine.push_back(pool->TryAcquire());
     const PoolStats s = pool->Stats();
     EXPECT_GE(s.high_water, 40u);
-    if (flush && pool->per_cpu_mode() != PerCpuMode::kRseq) {
+    if (flush && !IsRseq(pool->per_cpu_mode())) {
       EXPECT_EQ(s.high_water, 40u);  // rseq: no low-water marks (see Stats)
     } else {
       EXPECT_LE(s.high_water, 40u + Parked(*pool));

@@ -50,7 +50,8 @@ class ScopedPin {
 testing::AssertionResult HighWaterIs(const BufferPool& pool, size_t high_water,
                                      size_t peak) {
   const size_t slack =
-      pool.per_cpu_mode() == PerCpuMode::kRseq
+      pool.per_cpu_mode() == PerCpuMode::kRseq ||
+              pool.per_cpu_mode() == PerCpuMode::kRseqMmCid
           ? pool.cache_capacity() *
                 static_cast<size_t>(::sysconf(_SC_NPROCESSORS_CONF))
           : 0;

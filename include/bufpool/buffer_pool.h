@@ -44,14 +44,17 @@
 //   * Free buffers parked in caches are at most cache_capacity() x CPUs in
 //     total (Stats().cached), whatever the number of threads.
 //   * fork(): the child can use every pool; each buffer that no thread held
-//     at the fork is free in the child.
+//     at the fork is free in the child. A bulk call on another thread is
+//     all before or all after the fork (fork() waits for it to finish).
 //   * FlushCaches() moves every CPU's cached buffers to the shared store.
 //   cache_capacity() is min(cache_size, capacity() / 8); set cache_size = 0
 //   to turn the caches off. per_cpu_mode() says how the caches are guarded:
 //   restartable sequences on glibc's rseq area (x86-64; no lock on the
-//   hit), or one lock per CPU where rseq is unavailable
-//   (GLIBC_TUNABLES=glibc.pthread.rseq=0, sanitizer builds). Both keep the
-//   promises above.
+//   hit; a cache per rseq concurrency id, mm_cid, where the kernel has it,
+//   6.3+, else per CPU number; BUFPOOL_RSEQ_INDEX=cpu_id in the
+//   environment forces CPU numbers), or one lock per CPU where rseq is
+//   unavailable (GLIBC_TUNABLES=glibc.pthread.rseq=0, sanitizer builds). Both
+//   keep the promises above.
 //
 // Safety. A Buffer handle cannot be released twice: it is move-only, and a
 // moved-from or Reset() handle is empty. Raw pointers have no such guard, so
@@ -108,9 +111,12 @@ struct PoolOptions {
 
 // How the per-CPU caches are guarded (BufferPool::per_cpu_mode()).
 enum class PerCpuMode {
-  kOff,     // cache_size 0 (or a pool too small for caches): none
-  kLocked,  // one lock per CPU's cache, the CPU from sched_getcpu()
-  kRseq,    // restartable sequences on glibc's rseq area: no lock
+  kOff,        // cache_size 0 (or a pool too small for caches): none
+  kLocked,     // one lock per CPU's cache, the CPU from sched_getcpu()
+  kRseq,       // restartable sequences on glibc's rseq area: no lock; a
+               // cache per CPU (indexed by cpu_id)
+  kRseqMmCid,  // the same, a cache per rseq concurrency id (mm_cid, Linux
+               // 6.3+): dense under cpusets and CPU affinity
 };
 
 struct PoolStats {
@@ -338,6 +344,7 @@ class BUFPOOL_EXPORT BufferPool {
   char* rseq_base_ = nullptr;
   uint64_t rseq_stride_ = 0;
   uint32_t rseq_cpus_ = 0;
+  uint32_t rseq_index_ = 0;  // the rseq area field that indexes them
   unsigned shift_ = 0;
   bool scrub_ = false;
   bool huge_pages_ = false;

@@ -61,7 +61,8 @@ BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
       ncaches(cache_capacity == 0 ? 0 : n) {
   if (ncaches == 0) return;
   caches.reset(new CpuCache[ncaches]);
-  rseq = PoolAccess::RseqAvailable();
+  rseq_index = PoolAccess::RseqIndexField();
+  rseq = rseq_index != 0;
   if (rseq) {
     // The header's line, then the slots, per CPU (rseq.h); zeroed: empty.
     rseq_stride =
@@ -85,7 +86,12 @@ BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
 
 CpuCache& PoolAccess::ThisCpu(BufferPool& p) {
   BufferPool::Shared& s = S(p);
-  const int cpu = ::sched_getcpu();
+  // rseq mode: the index the sequences use (cpu_id or mm_cid), so that the
+  // slow path locks the cache it works on; a plain read of the thread's own
+  // area, no system call.
+  const int cpu =
+      s.rseq ? static_cast<int>(internal::rseq::CurrentIndex(s.rseq_index))
+             : ::sched_getcpu();
   auto i = static_cast<uint32_t>(cpu < 0 ? 0 : cpu);
   if (i >= s.ncaches) i %= s.ncaches;  // CPUs numbered past the count
   return s.caches[i];

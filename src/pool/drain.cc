@@ -36,16 +36,21 @@
 // wakes it. NotifyWhenFree() is the same handshake with an eventfd for the
 // condition variable.
 //
-// fork(). The prepare handler takes, for every pool, wait_mu and then every
-// cache's lock (the order every other path uses: wait_mu before a cache's
-// lock, and never two caches' locks), so no cache and no depot move made
-// under a lock is half done when the address space is copied; the child's
-// handler releases them, rebuilds the condition variable (the parent's
-// sleepers are not in the child, and glibc's condition variable would wait
-// for them) and resets waiters_ to the pending eventfd requests. The only
-// depot moves made without a lock are those of pools with caches off (one
-// slot, or a bulk call's up to 64): such a slot in flight on another thread
-// at the fork stays with that thread, which does not exist in the child.
+// fork(). The prepare handler takes, for every pool, the bulk calls' gate
+// exclusive (it waits for the bulk calls in flight and holds off new ones),
+// then wait_mu and then every cache's lock (the order every other path
+// uses: the gate before wait_mu before a cache's lock, and never two
+// caches' locks), so no cache move, no depot move made under a lock and no
+// bulk call is half done when the address space is copied; the child's
+// handler releases them (a fresh gate: see ForkGate), rebuilds the
+// condition variable (the parent's sleepers are not in the child, and
+// glibc's condition variable would wait for them) and resets waiters_ to
+// the pending eventfd requests. What is left outside every lock is one
+// slot at a time: a single acquire or release with caches off is one CAS
+// on the depot, and a slot popped by any single acquire belongs to that
+// call from the pop on. So at a fork each buffer is in the depot, in a
+// cache, or held by a thread (its handle or pointer, or the call that is
+// returning it): the child finds every buffer no other thread held.
 #include <pthread.h>
 #include <unistd.h>
 
@@ -188,6 +193,7 @@ void PoolAccess::Unregister(BufferPool& p) {
 void PoolAccess::ForkPrepare() {
   g_pools_mu.lock();
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
+    s->bulk_gate.Lock();  // before wait_mu: a bulk call may wake waiters
     s->wait_mu.lock();
     for (uint32_t i = 0; i < s->ncaches; ++i) s->caches[i].mu.lock();
   }
@@ -197,6 +203,7 @@ void PoolAccess::ForkParent() {
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     for (uint32_t i = s->ncaches; i > 0; --i) s->caches[i - 1].mu.unlock();
     s->wait_mu.unlock();
+    s->bulk_gate.Unlock();
   }
   g_pools_mu.unlock();
 }
@@ -210,6 +217,7 @@ void PoolAccess::ForkChild() {
     s->pool->waiters_.store(static_cast<uint32_t>(s->notify_fds.size()),
                             std::memory_order_relaxed);
     s->wait_mu.unlock();
+    s->bulk_gate.Reset();
   }
   g_pools_mu.unlock();
 }

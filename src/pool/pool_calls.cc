@@ -24,8 +24,12 @@ namespace bufpool {
 
 // ---- Creation and destruction ----------------------------------------------
 
-absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
-    const PoolOptions& options) {
+namespace {
+
+// The cache size `options` asks for, or the first option that is out of
+// range, named in the error.
+absl::StatusOr<size_t> CheckedCacheSize(const PoolOptions& options,
+                                        uint32_t no_slot) {
   const size_t size = options.buffer_size;
   if (size < 64 || (size & (size - 1)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -36,9 +40,9 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     return absl::InvalidArgumentError(
         "PoolOptions.buffer_count must be at least 1, got 0");
   }
-  if (count >= kNoSlot) {
+  if (count >= no_slot) {
     return absl::InvalidArgumentError(
-        absl::StrCat("PoolOptions.buffer_count must be below ", kNoSlot,
+        absl::StrCat("PoolOptions.buffer_count must be below ", no_slot,
                      " (slot numbers are 32-bit), got ", count));
   }
   if (count > std::numeric_limits<size_t>::max() / 2 / size) {
@@ -56,7 +60,17 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
         " must be at most kMaxCacheSize (", kMaxCacheSize, "), got ",
         cache_size));
   }
+  return cache_size;
+}
 
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
+    const PoolOptions& options) {
+  const absl::StatusOr<size_t> cache_size = CheckedCacheSize(options, kNoSlot);
+  if (!cache_size.ok()) return cache_size.status();
+  const size_t size = options.buffer_size;
+  const size_t count = options.buffer_count;
   absl::StatusOr<Arena> arena =
       Arena::Map({.size = size * count,
                   .huge_pages = options.huge_pages,
@@ -74,7 +88,7 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   pool->buffer_size_ = size;
   pool->capacity_ = count;
   pool->region_bytes_ = count * size;
-  pool->cache_capacity_ = std::min(cache_size, count / 8);
+  pool->cache_capacity_ = std::min(*cache_size, count / 8);
   pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
   pool->scrub_ = options.scrub_on_release;
   // State bytes: a power of two >= count and >= 64 entries, all "not raw".
@@ -101,6 +115,7 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     pool->rseq_base_ = pool->shared_->rseq_base;
     pool->rseq_stride_ = pool->shared_->rseq_stride;
     pool->rseq_cpus_ = pool->shared_->ncaches;
+    pool->rseq_index_ = static_cast<uint32_t>(pool->shared_->rseq_index);
   }
   PoolAccess::Register(*pool);
   return pool;
@@ -172,7 +187,7 @@ uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
 uint32_t BufferPool::AcquireSlow() noexcept {
   if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
     const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_);
     if (slot != internal::rseq::kNone) [[likely]] {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
       return slot;
@@ -199,7 +214,7 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
     return;
   }
   if (rseq_base_ != nullptr) {
-    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_,
+    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
                              static_cast<uint32_t>(cache_capacity_), &waiters_,
                              slot)) [[likely]] {
       return;  // the hit: one sequence
@@ -218,13 +233,17 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
 
 PerCpuMode BufferPool::per_cpu_mode() const {
   if (shared_->ncaches == 0) return PerCpuMode::kOff;
-  return shared_->rseq ? PerCpuMode::kRseq : PerCpuMode::kLocked;
+  if (!shared_->rseq) return PerCpuMode::kLocked;
+  return shared_->rseq_index == internal::rseq::kMmCidField
+             ? PerCpuMode::kRseqMmCid
+             : PerCpuMode::kRseq;
 }
 
 // The bulk paths, shared by the handle and raw-pointer APIs. `emit(i, slot)`
 // stores the i-th slot handed out (and, for raw pointers, marks it).
 template <class Emit>
 size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
+  const SharedForkGate gate(shared_->bulk_gate);  // all before or after a fork
   size_t got = 0;
   uint32_t reshelved = 0;  // as in Depot::Pop
   auto hand_out = [&](uint32_t slot) {
@@ -305,6 +324,9 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
 template <class TakeSlot, class Clear>
 void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
                                  TakeSlot take_slot, Clear clear) {
+  // From the first slot taken out of the span to the last one given back,
+  // all before or all after a fork (ForkGate).
+  const SharedForkGate gate(shared_->bulk_gate);
   auto give = [this](uint32_t* slots, uint32_t k) {
     if (k == 0) return;
     for (uint32_t i = 0; i < k; ++i) {

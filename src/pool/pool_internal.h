@@ -16,10 +16,14 @@
 #ifndef BUFPOOL_SRC_POOL_POOL_INTERNAL_H_
 #define BUFPOOL_SRC_POOL_POOL_INTERNAL_H_
 
+#include <pthread.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -42,6 +46,60 @@ struct alignas(64) CpuCache {
   uint32_t* slots = nullptr;            // cache_capacity entries
 };
 
+// What makes a bulk call all-before or all-after a fork(): bulk calls hold
+// it shared for their whole move (slots out of the depot or a cache and
+// into the caller's span, or out of the span and back), fork()'s prepare
+// handler holds it exclusive. Between those steps a bulk call's slots are
+// on its stack only, and a thread that is not in the child would take up to
+// a whole call's slots with it. Writer preference, so that a stream of bulk
+// calls on other threads cannot starve a fork; no bulk call nests another
+// on the same pool, so the reader side never recurses.
+class ForkGate {
+ public:
+  ForkGate() { Init(); }
+  ~ForkGate() { ::pthread_rwlock_destroy(&rw_); }
+  ForkGate(const ForkGate&) = delete;
+  ForkGate& operator=(const ForkGate&) = delete;
+
+  void LockShared() { Check(::pthread_rwlock_rdlock(&rw_)); }
+  void UnlockShared() { Check(::pthread_rwlock_unlock(&rw_)); }
+  void Lock() { Check(::pthread_rwlock_wrlock(&rw_)); }
+  void Unlock() { Check(::pthread_rwlock_unlock(&rw_)); }
+  // In a fork() child, instead of Unlock(): the parent's hold belongs to a
+  // thread id the child's thread no longer has, so a fresh lock.
+  void Reset() { Init(); }
+
+ private:
+  void Init() {
+    pthread_rwlockattr_t attr;
+    ::pthread_rwlockattr_init(&attr);
+    ::pthread_rwlockattr_setkind_np(
+        &attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    Check(::pthread_rwlock_init(&rw_, &attr));
+    ::pthread_rwlockattr_destroy(&attr);
+  }
+  static void Check(int err) {
+    if (err != 0) [[unlikely]] {
+      std::fprintf(stderr, "bufpool: pthread_rwlock: %s\n", std::strerror(err));
+      std::abort();
+    }
+  }
+
+  pthread_rwlock_t rw_;
+};
+
+// Holds a ForkGate shared for a scope.
+class SharedForkGate {
+ public:
+  explicit SharedForkGate(ForkGate& g) : g_(g) { g_.LockShared(); }
+  ~SharedForkGate() { g_.UnlockShared(); }
+  SharedForkGate(const SharedForkGate&) = delete;
+  SharedForkGate& operator=(const SharedForkGate&) = delete;
+
+ private:
+  ForkGate& g_;
+};
+
 struct BufferPool::Shared {
   Shared(Arena a, uint32_t capacity, uint32_t batch, uint32_t ncaches,
          uint32_t cache_capacity);
@@ -55,6 +113,7 @@ struct BufferPool::Shared {
   // CPU i's at rseq_base + i * rseq_stride; CpuCache::mu still serializes
   // the slow paths and drains of CPU i, and CpuCache::spare is its spare.
   bool rseq = false;
+  uint64_t rseq_index = 0;  // the rseq area field (kCpuIdField, kMmCidField)
   std::unique_ptr<char, void (*)(void*)> rseq_area{nullptr, std::free};
   char* rseq_base = nullptr;
   uint64_t rseq_stride = 0;
@@ -64,6 +123,7 @@ struct BufferPool::Shared {
   std::atomic<size_t> high_water{0};
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> timeouts{0};
+  ForkGate bulk_gate;  // held shared by the bulk calls (see ForkGate)
   // The wait paths (drain.cc): Acquire()'s sleep and the eventfd requests.
   std::mutex wait_mu;
   std::condition_variable wait_cv;
@@ -93,12 +153,15 @@ struct PoolAccess {
 
   // ---- cpu_cache.cc
 
-  // The cache of the CPU this thread runs on (or ran on a moment ago: a
-  // migration only costs locality, the lock makes any cache safe).
+  // The cache of the CPU (rseq mode: the index) this thread runs on, or ran
+  // on a moment ago: a migration only costs locality, the lock makes any
+  // cache safe.
   static CpuCache& ThisCpu(BufferPool& p);
   static uint32_t CpuCount();
-  // Whether this process runs the rseq caches (rseq.h); fixed at first use.
-  static bool RseqAvailable();
+  // The rseq area field that indexes the rseq caches in this process
+  // (internal::rseq::kMmCidField or kCpuIdField), or 0 where they are off;
+  // fixed at first use.
+  static uint64_t RseqIndexField();
   // The free slots CPU i's cache holds (relaxed; either mode).
   static uint32_t CachedCount(const SharedState& s, uint32_t i);
   // rseq mode: this CPU's slot, or a refill from the depot (one handed out,

@@ -4,8 +4,13 @@
 // rseq.h; the locked caches, used where this is off, in cpu_cache.cc.
 #include "bufpool/internal/rseq.h"
 
+#include <sys/auxv.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "os/thread.h"
@@ -24,25 +29,51 @@ uint32_t* Slots(const PoolAccess::SharedState& s, uint32_t i) {
 }
 
 uint32_t PopHere(const PoolAccess::SharedState& s) {
-  return internal::rseq::Pop(s.rseq_base, s.rseq_stride, s.ncaches);
+  return internal::rseq::Pop(s.rseq_base, s.rseq_stride, s.ncaches,
+                             s.rseq_index);
 }
 
 }  // namespace
 
-bool PoolAccess::RseqAvailable() {
 #if BUFPOOL_HAVE_RSEQ
-  static const bool on = [] {
+// Whether BUFPOOL_RSEQ_INDEX asks for cpu_id; an unknown value is named on
+// stderr once and ignored.
+static bool ForcedCpuId() {
+  const char* v = ::secure_getenv("BUFPOOL_RSEQ_INDEX");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "mm_cid") == 0) {
+    return false;
+  }
+  if (std::strcmp(v, "cpu_id") == 0) return true;
+  std::fprintf(stderr,
+               "bufpool: BUFPOOL_RSEQ_INDEX=%s is neither cpu_id nor mm_cid; "
+               "ignored\n",
+               v);
+  return false;
+}
+#endif
+
+uint64_t PoolAccess::RseqIndexField() {
+#if BUFPOOL_HAVE_RSEQ
+  static const uint64_t field = []() -> uint64_t {
     // glibc registers an area of at least 20 bytes for every thread unless
     // told not to (GLIBC_TUNABLES=glibc.pthread.rseq=0: size 0).
-    if (__rseq_size < 20) return false;
+    if (__rseq_size < 20) return 0;
     const auto* area = reinterpret_cast<const struct rseq*>(
         static_cast<char*>(__builtin_thread_pointer()) + __rseq_offset);
-    if (static_cast<int32_t>(area->cpu_id) < 0) return false;
-    return os::RegisterRseqFence();
+    if (static_cast<int32_t>(area->cpu_id) < 0) return 0;
+    if (!os::RegisterRseqFence()) return 0;
+    // The kernel writes mm_cid into every registered area once its feature
+    // size covers the field: the registration is at least the original 32
+    // bytes (glibc reserves them; __rseq_size may say 20, the fields glibc
+    // itself uses), and the kernel rejects shorter ones.
+    const bool cid = ::getauxval(internal::rseq::kAtRseqFeatureSize) >=
+                     internal::rseq::kMmCidFeatureSize;
+    return cid && !ForcedCpuId() ? internal::rseq::kMmCidField
+                                 : internal::rseq::kCpuIdField;
   }();
-  return on;
+  return field;
 #else
-  return false;
+  return 0;
 #endif
 }
 
@@ -73,6 +104,7 @@ uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
   uint32_t back = 0;
   for (uint32_t k = n; k > 1; --k) {
     if (!internal::rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches,
+                              s.rseq_index,
                               static_cast<uint32_t>(p.cache_capacity_),
                               &p.waiters_, got[k - 1])) {
       rest[back++] = got[k - 1];
@@ -90,8 +122,8 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   SharedState& s = S(p);
   const auto cap = static_cast<uint32_t>(p.cache_capacity_);
   auto push = [&](uint32_t x) {
-    return internal::rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches, cap,
-                                &p.waiters_, x);
+    return internal::rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches,
+                                s.rseq_index, cap, &p.waiters_, x);
   };
   if (push(slot)) return 0;
   CpuCache& c = ThisCpu(p);
@@ -127,7 +159,10 @@ uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,
   uint32_t n;
   for (;;) {
     count.fetch_or(internal::rseq::kStopped, std::memory_order_seq_cst);
-    os::RseqFence(static_cast<int>(i));
+    // cpu_id: the one CPU whose sections can touch cache i; mm_cid: every
+    // CPU, since the thread with index i may run anywhere (rseq.h).
+    os::RseqFence(
+        s.rseq_index == internal::rseq::kMmCidField ? -1 : static_cast<int>(i));
     n = count.load(std::memory_order_acquire);
     if ((n & internal::rseq::kStopped) != 0) break;
   }

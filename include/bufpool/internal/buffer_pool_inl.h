@@ -16,7 +16,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
 #if BUFPOOL_HAVE_RSEQ
   if (rseq_base_ != nullptr) [[likely]] {
     const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_);
     if (slot != internal::rseq::kNone) [[likely]] {
       std::byte* const data = SlotData(slot);
       BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
@@ -33,7 +33,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
 #if BUFPOOL_HAVE_RSEQ
   if (rseq_base_ != nullptr) [[likely]] {
     const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_);
+        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_);
     if (slot != internal::rseq::kNone) [[likely]] {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
       return slot;
@@ -49,7 +49,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
   // A scrubbing pool zeroes the buffer out of line before it is published.
   if (rseq_base_ != nullptr && !scrub_) [[likely]] {
     BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
-    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_,
+    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
                              static_cast<uint32_t>(cache_capacity_), &waiters_,
                              slot)) [[likely]] {
       return;

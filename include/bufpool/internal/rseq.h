@@ -1,37 +1,60 @@
 // Internal (installed because the inline fast paths of bufpool/
 // buffer_pool.h use it; not API): the restartable sequences of the per-CPU
-// caches on x86-64. The slow paths and drains are in src/pool/rseq.cc.
+// caches on x86-64 and (behind BUFPOOL_AARCH64_RSEQ, see below) AArch64.
+// The slow paths and drains are in src/pool/rseq.cc.
 //
-// A cache in rseq mode is a header word and a stack of slots, per CPU, at
-// base + cpu * stride:
+// A cache in rseq mode is a header word and a stack of slots, per index, at
+// base + index * stride:
 //
 //   word 0: count   slots[0, count) are free; kStopped set while a drainer
 //                   owns the cache (the sequences then fail)
 //   byte 64: slots  uint32_t[cache_capacity]
 //
+// The index. Where the kernel fills the rseq concurrency id (mm_cid, Linux
+// 6.3+: getauxval(AT_RSEQ_FEATURE_SIZE) >= 28), the caches are indexed by
+// it, else by cpu_id. mm_cid is unique among the threads of the process
+// that run at any instant, and the kernel keeps it dense: below the number
+// of the process's threads and (on recent kernels) of the CPUs it may run
+// on, so a process confined to 4 of 64 CPUs uses caches 0-3 only
+// (tcmalloc's "virtual CPUs"). Both fields are below the number of possible
+// CPUs, which bounds the caches either way; a value
+// at or above the pool's cache count fails the sequence (the slow path then
+// uses the depot). BUFPOOL_RSEQ_INDEX=cpu_id in the environment forces
+// cpu_id (for tests and comparisons). What makes either index sound is the
+// same: a thread's index changes only when it is scheduled out, which
+// restarts its section, and no two threads run with the same index at once.
+// So the sections that commit to one cache run one after the other.
+//
 // Pop and Push are each one restartable sequence on glibc's registered rseq
 // area (__rseq_offset from the thread pointer; this library never registers
-// its own): it stores its descriptor into rseq_cs, reads cpu_id, indexes
+// its own): it stores its descriptor into rseq_cs, reads the index, indexes
 // the cache with it, and commits with a single store of the new count, the
 // last instruction of the section. If the thread is preempted, migrated or
 // signalled between the start and that store, the kernel moves it to the
 // abort label (after the RSEQ_SIG signature), which starts over. So a
-// section that commits ran start to end on the CPU whose cache it wrote,
-// with no other section of that CPU in between: the cache needs no lock and
-// no atomic read-modify-write. A section that sleeps for any reason (a page
-// fault resolved by userfaultfd, a freezer, a signal handler that blocks)
-// is restarted before it runs on, never resumes on stale state.
+// section that commits ran start to end with its index, with no other
+// section of that index in between: the cache needs no lock and no atomic
+// read-modify-write. A section that sleeps for any reason (a page fault
+// resolved by userfaultfd, a freezer, a signal handler that blocks) is
+// restarted before it runs on, never resumes on stale state.
 //
 // Why a drained cache is never written by a section that began before the
-// fence. A drainer (holding the CPU's CpuCache::mu, so one at a time, and
-// excluded from fork) sets kStopped with an atomic OR, then runs
-// membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
-// cpu): on return, every section that was in flight on that CPU has either
-// committed (its stores, slot and count, are visible to the drainer: the
-// call is a full barrier on both sides) or been restarted; a restarted or
-// later section reads the count with kStopped set and fails before any
-// store. One race is left: a section that read the count before the OR and
-// committed after it overwrote kStopped with its own count. The drainer
+// fence. A drainer (holding the cache's CpuCache::mu, so one at a time, and
+// excluded from fork) sets kStopped with an atomic OR, then fences with
+// membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ): on return, every
+// section that was in flight has either committed (its stores, slot and
+// count, are visible to the drainer: the call is a full barrier on both
+// sides) or been restarted; a restarted or later section reads the count
+// with kStopped set and fails before any store. Which CPUs the fence must
+// reach: with cpu_id, a section on cache i runs on CPU i, so
+// MEMBARRIER_CMD_FLAG_CPU with cpu i suffices. With mm_cid the drainer
+// cannot know which CPU the thread holding mm_cid i runs on (it may move
+// between the drainer's look and the fence), so it fences without FLAG_CPU:
+// every CPU that runs a thread of this process is interrupted and every
+// section in flight anywhere is committed or restarted, a superset of what
+// is needed, at the cost of one IPI per such CPU per drain (drains are the
+// rare path). One race is left: a section that read the count before the OR
+// and committed after it overwrote kStopped with its own count. The drainer
 // therefore reloads the count after the fence and repeats OR + fence until
 // kStopped survives one: then no commit came after the OR (each commit
 // clears the bit, and only the drainer sets it), and no section can commit
@@ -65,8 +88,20 @@
 #endif
 
 // Sanitizer builds run the locked caches: the sanitizers cannot see stores
-// made by inline assembly, nor the fence.
-#if defined(__x86_64__) && !defined(BUFPOOL_NO_RSEQ_SANITIZER) && \
+// made by inline assembly, nor the fence. The AArch64 sequences (little
+// endian) are built only when BUFPOOL_AARCH64_RSEQ is defined (CMake option
+// BUFPOOL_AARCH64_RSEQ): they compile with the Debian cross compiler and
+// their bodies ran under qemu-user, but qemu does not implement rseq, so
+// their restarts have not run on hardware yet; without the option AArch64
+// runs the locked caches. A program built with a different choice than the
+// library still works: the inline paths then take the out-of-line calls,
+// which follow the library's.
+#if defined(__x86_64__) ||                                    \
+    (defined(__aarch64__) && defined(BUFPOOL_AARCH64_RSEQ) && \
+     !defined(__AARCH64EB__))
+#define BUFPOOL_RSEQ_ARCH 1
+#endif
+#if defined(BUFPOOL_RSEQ_ARCH) && !defined(BUFPOOL_NO_RSEQ_SANITIZER) && \
     defined(__has_include)
 #if __has_include(<sys/rseq.h>)
 #define BUFPOOL_HAVE_RSEQ 1
@@ -82,116 +117,237 @@ namespace bufpool::internal::rseq {
 inline constexpr uint32_t kStopped = 0x80000000u;
 inline constexpr uint32_t kNone = 0xffffffffu;
 inline constexpr unsigned kSlotsOffset = 64;  // bytes, in the asm below
+// The fields of struct rseq (Linux uapi <linux/rseq.h>) that can index the
+// caches, as byte offsets: glibc's <sys/rseq.h> names cpu_id only.
+inline constexpr uint64_t kCpuIdField = 4;
+inline constexpr uint64_t kMmCidField = 24;  // Linux 6.3+
+// getauxval() key for the size of struct rseq the kernel fills
+// (<sys/auxv.h> of glibc 2.37+; the same number on every architecture).
+inline constexpr unsigned long kAtRseqFeatureSize = 27;
+// The feature size that covers mm_cid (offset 24, 4 bytes).
+inline constexpr unsigned long kMmCidFeatureSize = 28;
 
-#if BUFPOOL_HAVE_RSEQ
+#if BUFPOOL_HAVE_RSEQ && defined(__x86_64__)
 
-// The descriptor (__rseq_cs) and the abort handler (__rseq_failure) go in
-// sections of their own; the "?" flag puts them in the section group of the
-// code around them, so that when the sequence is inlined into a function the
-// linker keeps one copy of (a COMDAT group), it keeps or drops them along
-// with that copy.
+// The sequences' shared parts, as assembler text. The descriptor
+// (__rseq_cs) and the abort handler (__rseq_failure) go in sections of
+// their own; the "?" flag puts them in the section group of the code around
+// them, so that when a sequence is inlined into a function the linker keeps
+// one copy of (a COMDAT group), it keeps or drops them along with that copy.
 //
-// Pops this CPU's top slot; kNone when the cache is empty or stopped, or the
-// thread has no CPU id (rseq not registered for it).
+// START: label 6 re-arms rseq_cs (the kernel clears it on an abort), label
+// 1 starts the section. It reads cpu_id, which is negative when rseq is not
+// registered for this thread (then mm_cid would read 0 while nothing
+// protects the section: fail), and then the index field (cpu_id itself, or
+// mm_cid) into eax, failing to label 5 when it is not below ncpu.
+#define BUFPOOL_RSEQ_X86_START             \
+  ".pushsection __rseq_cs, \"aw?\"\n\t"    \
+  ".balign 32\n\t"                         \
+  "3:\n\t"                                 \
+  ".long 0x0, 0x0\n\t"                     \
+  ".quad 1f, 2f - 1f, 4f\n\t"              \
+  ".popsection\n\t"                        \
+  "6:\n\t"                                 \
+  "leaq 3b(%%rip), %%rax\n\t"              \
+  "movq %%rax, %%fs:8(%[off])\n\t"         \
+  "1:\n\t"                                 \
+  "movl %%fs:4(%[off]), %%eax\n\t"         \
+  "testl %%eax, %%eax\n\t"                 \
+  "js 5f\n\t"                              \
+  "movl %%fs:(%[off],%[index]), %%eax\n\t" \
+  "cmpl %[ncpu], %%eax\n\t"                \
+  "jae 5f\n\t"
+// ABORT: the signature the kernel checks before the abort label (4), which
+// starts over; the failure code (label 5) follows it in the same section.
+#define BUFPOOL_RSEQ_X86_ABORT               \
+  ".pushsection __rseq_failure, \"ax?\"\n\t" \
+  ".byte 0x0f, 0xb9, 0x3d\n\t"               \
+  ".long 0x53053053\n\t" /* RSEQ_SIG */      \
+  "4:\n\t"                                   \
+  "jmp 6b\n\t"                               \
+  "5:\n\t"
+
+// Pops the top slot of the cache that rseq area field `index` (kCpuIdField
+// or kMmCidField) names; kNone when that cache is empty or stopped, or the
+// thread has no rseq registration.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
-                                                 uint32_t ncpu) {
+                                                 uint32_t ncpu,
+                                                 uint64_t index) {
   uint32_t slot;
-  asm volatile(
-      ".pushsection __rseq_cs, \"aw?\"\n\t"
-      ".balign 32\n\t"
-      "3:\n\t"
-      ".long 0x0, 0x0\n\t"
-      ".quad 1f, 2f - 1f, 4f\n\t"
-      ".popsection\n\t"
-      "6:\n\t"
-      "leaq 3b(%%rip), %%rax\n\t"
-      "movq %%rax, %%fs:8(%[off])\n\t"
-      "1:\n\t"
-      "movl %%fs:4(%[off]), %%eax\n\t"  // cpu_id
-      "cmpl %[ncpu], %%eax\n\t"
-      "jae 5f\n\t"
-      "imulq %[stride], %%rax\n\t"
-      "addq %[base], %%rax\n\t"
-      "movl (%%rax), %%ecx\n\t"  // count
-      "testl %%ecx, %%ecx\n\t"
-      "jle 5f\n\t"  // empty, or kStopped (negative)
-      "subl $1, %%ecx\n\t"
-      "movl 64(%%rax,%%rcx,4), %[slot]\n\t"
-      "movl %%ecx, (%%rax)\n\t"  // commit
-      "2:\n\t"
-      ".pushsection __rseq_failure, \"ax?\"\n\t"
-      ".byte 0x0f, 0xb9, 0x3d\n\t"
-      ".long 0x53053053\n\t"  // RSEQ_SIG, before the abort label
-      "4:\n\t"
-      "jmp 6b\n\t"
-      "5:\n\t"
-      "movl $0xffffffff, %[slot]\n\t"
-      "jmp 2b\n\t"
-      ".popsection\n\t"
-      : [slot] "=&r"(slot)
-      : [off] "r"(__rseq_offset), [base] "r"(base), [stride] "r"(stride),
-        [ncpu] "r"(ncpu)
-      : "rax", "rcx", "memory", "cc");
+  asm volatile(BUFPOOL_RSEQ_X86_START
+               "imulq %[stride], %%rax\n\t"
+               "addq %[base], %%rax\n\t"
+               "movl (%%rax), %%ecx\n\t"  // count
+               "testl %%ecx, %%ecx\n\t"
+               "jle 5f\n\t"  // empty, or kStopped (negative)
+               "subl $1, %%ecx\n\t"
+               "movl 64(%%rax,%%rcx,4), %[slot]\n\t"
+               "movl %%ecx, (%%rax)\n\t"  // commit
+               "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+               "movl $0xffffffff, %[slot]\n\t"
+               "jmp 2b\n\t"
+               ".popsection\n\t"
+               : [slot] "=&r"(slot)
+               : [off] "r"(__rseq_offset), [index] "r"(index), [base] "r"(base),
+                 [stride] "r"(stride), [ncpu] "r"(ncpu)
+               : "rax", "rcx", "memory", "cc");
   return slot;
 }
 
-// Pushes `slot` onto this CPU's cache; false when it is full or stopped,
-// someone waits (*waiters != 0), or the thread has no CPU id.
+// Pushes `slot` onto the cache that field `index` names; false when it is
+// full or stopped, someone waits (*waiters != 0), or the thread has no rseq
+// registration.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
-                                              uint32_t ncpu, uint32_t cap,
-                                              const void* waiters,
+                                              uint32_t ncpu, uint64_t index,
+                                              uint32_t cap, const void* waiters,
                                               uint32_t slot) {
   uint32_t ok;
-  asm volatile(
-      ".pushsection __rseq_cs, \"aw?\"\n\t"
-      ".balign 32\n\t"
-      "3:\n\t"
-      ".long 0x0, 0x0\n\t"
-      ".quad 1f, 2f - 1f, 4f\n\t"
-      ".popsection\n\t"
-      "6:\n\t"
-      "leaq 3b(%%rip), %%rax\n\t"
-      "movq %%rax, %%fs:8(%[off])\n\t"
-      "1:\n\t"
-      "movl %%fs:4(%[off]), %%eax\n\t"  // cpu_id
-      "cmpl %[ncpu], %%eax\n\t"
-      "jae 5f\n\t"
-      "cmpl $0, (%[waiters])\n\t"
-      "jne 5f\n\t"
-      "imulq %[stride], %%rax\n\t"
-      "addq %[base], %%rax\n\t"
-      "movl (%%rax), %%ecx\n\t"  // count
-      "cmpl %[cap], %%ecx\n\t"
-      "jae 5f\n\t"  // full, or kStopped (huge)
-      "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
-      "addl $1, %%ecx\n\t"
-      "movl %%ecx, (%%rax)\n\t"  // commit
-      "2:\n\t"
-      "movl $1, %[ok]\n\t"
-      "7:\n\t"
-      ".pushsection __rseq_failure, \"ax?\"\n\t"
-      ".byte 0x0f, 0xb9, 0x3d\n\t"
-      ".long 0x53053053\n\t"  // RSEQ_SIG, before the abort label
-      "4:\n\t"
-      "jmp 6b\n\t"
-      "5:\n\t"
-      "movl $0, %[ok]\n\t"
-      "jmp 7b\n\t"
-      ".popsection\n\t"
-      : [ok] "=&r"(ok)
-      : [off] "r"(__rseq_offset), [base] "r"(base), [stride] "r"(stride),
-        [ncpu] "r"(ncpu), [cap] "r"(cap), [waiters] "r"(waiters),
-        [slot] "r"(slot)
-      : "rax", "rcx", "memory", "cc");
+  asm volatile(BUFPOOL_RSEQ_X86_START
+               "cmpl $0, (%[waiters])\n\t"
+               "jne 5f\n\t"
+               "imulq %[stride], %%rax\n\t"
+               "addq %[base], %%rax\n\t"
+               "movl (%%rax), %%ecx\n\t"  // count
+               "cmpl %[cap], %%ecx\n\t"
+               "jae 5f\n\t"  // full, or kStopped (huge)
+               "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
+               "addl $1, %%ecx\n\t"
+               "movl %%ecx, (%%rax)\n\t"  // commit
+               "2:\n\t"
+               "movl $1, %[ok]\n\t"
+               "7:\n\t" BUFPOOL_RSEQ_X86_ABORT
+               "movl $0, %[ok]\n\t"
+               "jmp 7b\n\t"
+               ".popsection\n\t"
+               : [ok] "=&r"(ok)
+               : [off] "r"(__rseq_offset), [index] "r"(index), [base] "r"(base),
+                 [stride] "r"(stride), [ncpu] "r"(ncpu), [cap] "r"(cap),
+                 [waiters] "r"(waiters), [slot] "r"(slot)
+               : "rax", "rcx", "memory", "cc");
   return ok != 0;
+}
+
+#undef BUFPOOL_RSEQ_X86_START
+#undef BUFPOOL_RSEQ_X86_ABORT
+
+#elif BUFPOOL_HAVE_RSEQ  // AArch64, little endian
+
+// The same sequences, step for step (see the x86-64 ones). Two differences:
+// the area's address (thread pointer + __rseq_offset) is computed in C, and
+// the failure code sits inline after the commit, jumped over on success:
+// AArch64's conditional branches reach +-1 MiB (tbnz +-32 KiB), not a
+// section the linker may place anywhere. Only the abort handler, which the
+// kernel jumps to and which leaves with an unconditional branch (+-128 MiB,
+// with a veneer beyond), is in __rseq_failure. The signature is glibc's
+// RSEQ_SIG for AArch64 (0xd428bc00, BRK #0x45E0), an instruction word before
+// the abort label. Loads and stores are plain: the drain's argument rests
+// on the membarrier fence, a full barrier on every CPU it reaches, and the
+// commit's store depends on the count the section loaded.
+#define BUFPOOL_RSEQ_A64_START               \
+  ".pushsection __rseq_cs, \"aw?\"\n\t"      \
+  ".balign 32\n\t"                           \
+  "3:\n\t"                                   \
+  ".long 0x0, 0x0\n\t"                       \
+  ".quad 1f, 2f - 1f, 4f\n\t"                \
+  ".popsection\n\t"                          \
+  ".pushsection __rseq_failure, \"ax?\"\n\t" \
+  ".inst 0xd428bc00\n\t" /* RSEQ_SIG */      \
+  "4:\n\t"                                   \
+  "b 6f\n\t"                                 \
+  ".popsection\n\t"                          \
+  "6:\n\t"                                   \
+  "adrp %[t], 3b\n\t"                        \
+  "add %[t], %[t], :lo12:3b\n\t"             \
+  "str %[t], [%[area], #8]\n\t"              \
+  "1:\n\t"                                   \
+  "ldr %w[t], [%[area], #4]\n\t"             \
+  "tbnz %w[t], #31, 5f\n\t"                  \
+  "ldr %w[t], [%[area], %[index]]\n\t"       \
+  "cmp %w[t], %w[ncpu]\n\t"                  \
+  "b.hs 5f\n\t"                              \
+  "madd %[c], %[t], %[stride], %[base]\n\t"
+
+inline char* RseqArea() {
+  return static_cast<char*>(__builtin_thread_pointer()) + __rseq_offset;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
+                                                 uint32_t ncpu,
+                                                 uint64_t index) {
+  uint32_t slot, n;
+  uint64_t t, c;
+  asm volatile(BUFPOOL_RSEQ_A64_START
+               "ldr %w[n], [%[c]]\n\t"  // count
+               "cmp %w[n], #0\n\t"
+               "b.le 5f\n\t"  // empty, or kStopped (negative)
+               "sub %w[n], %w[n], #1\n\t"
+               "add %[t], %[c], #64\n\t"
+               "ldr %w[slot], [%[t], %w[n], uxtw #2]\n\t"
+               "str %w[n], [%[c]]\n\t"  // commit
+               "2:\n\t"
+               "b 8f\n\t"
+               "5:\n\t"
+               "mov %w[slot], #-1\n\t"
+               "8:\n\t"
+               : [slot] "=&r"(slot), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
+               : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
+                 [stride] "r"(stride), [ncpu] "r"(ncpu)
+               : "memory", "cc");
+  return slot;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
+                                              uint32_t ncpu, uint64_t index,
+                                              uint32_t cap, const void* waiters,
+                                              uint32_t slot) {
+  uint32_t ok, n;
+  uint64_t t, c;
+  asm volatile(BUFPOOL_RSEQ_A64_START
+               "ldr %w[n], [%[waiters]]\n\t"
+               "cbnz %w[n], 5f\n\t"
+               "ldr %w[n], [%[c]]\n\t"  // count
+               "cmp %w[n], %w[cap]\n\t"
+               "b.hs 5f\n\t"  // full, or kStopped (huge)
+               "add %[t], %[c], #64\n\t"
+               "str %w[slot], [%[t], %w[n], uxtw #2]\n\t"
+               "add %w[n], %w[n], #1\n\t"
+               "str %w[n], [%[c]]\n\t"  // commit
+               "2:\n\t"
+               "mov %w[ok], #1\n\t"
+               "b 8f\n\t"
+               "5:\n\t"
+               "mov %w[ok], #0\n\t"
+               "8:\n\t"
+               : [ok] "=&r"(ok), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
+               : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
+                 [stride] "r"(stride), [ncpu] "r"(ncpu), [cap] "r"(cap),
+                 [waiters] "r"(waiters), [slot] "r"(slot)
+               : "memory", "cc");
+  return ok != 0;
+}
+
+#undef BUFPOOL_RSEQ_A64_START
+
+#endif
+
+#if BUFPOOL_HAVE_RSEQ
+
+// The index field of this thread's rseq area, read outside any section (a
+// hint: it may change at the next preemption).
+inline uint32_t CurrentIndex(uint64_t index) {
+  const char* area =
+      static_cast<const char*>(__builtin_thread_pointer()) + __rseq_offset;
+  return *reinterpret_cast<const volatile uint32_t*>(area + index);
 }
 
 #else
 
-inline uint32_t Pop(char*, uint64_t, uint32_t) { return kNone; }
-inline bool Push(char*, uint64_t, uint32_t, uint32_t, const void*, uint32_t) {
+inline uint32_t Pop(char*, uint64_t, uint32_t, uint64_t) { return kNone; }
+inline bool Push(char*, uint64_t, uint32_t, uint64_t, uint32_t, const void*,
+                 uint32_t) {
   return false;
 }
+inline uint32_t CurrentIndex(uint64_t) { return 0; }
 
 #endif
 

@@ -1,0 +1,96 @@
+// A by-hand check of the AArch64 restartable sequences (tools/
+// check_aarch64_rseq builds and runs it under qemu-user). qemu does not
+// implement rseq, so glibc registers no area there: the check runs the
+// sequences' failure path for an unregistered thread, then writes a CPU id
+// into the area itself and runs their bodies straight through (nothing can
+// restart them under qemu, so the restarts are not exercised), and checks
+// the descriptor and signature the kernel would read.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "bufpool/internal/rseq.h"
+
+#if !BUFPOOL_HAVE_RSEQ
+#error "build with -DBUFPOOL_AARCH64_RSEQ for AArch64"
+#endif
+
+namespace rs = bufpool::internal::rseq;
+
+namespace {
+
+int failures = 0;
+
+void Expect(bool ok, const char* what) {
+  std::printf("%s: %s\n", ok ? "ok  " : "FAIL", what);
+  if (!ok) ++failures;
+}
+
+struct alignas(64) Cache {
+  uint32_t count = 0;
+  uint32_t pad[15] = {};
+  uint32_t slots[8] = {};
+};
+
+}  // namespace
+
+int main() {
+  char* area = static_cast<char*>(__builtin_thread_pointer()) + __rseq_offset;
+  int32_t cpu_id;
+  std::memcpy(&cpu_id, area + 4, 4);
+  std::printf("__rseq_size %u, cpu_id %d\n", __rseq_size, cpu_id);
+  Cache caches[2];
+  char* base = reinterpret_cast<char*>(caches);
+  const uint64_t stride = sizeof(Cache);
+  const uint32_t no_waiters = 0, waiting = 1;
+  if (cpu_id < 0) {
+    Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == rs::kNone,
+           "unregistered: Pop fails");
+    Expect(!rs::Push(base, stride, 2, rs::kMmCidField, 8, &no_waiters, 5),
+           "unregistered: Push on mm_cid 0 fails");
+    Expect(caches[0].count == 0, "unregistered: no store");
+  }
+  // Stand in for the kernel: cpu_id 1, mm_cid 0.
+  const uint32_t one = 1, zero = 0;
+  std::memcpy(area + 4, &one, 4);
+  std::memcpy(area + rs::kMmCidField, &zero, 4);
+  Expect(rs::Push(base, stride, 2, rs::kCpuIdField, 8, &no_waiters, 7),
+         "Push by cpu_id");
+  Expect(caches[1].count == 1 && caches[1].slots[0] == 7,
+         "cpu_id 1 indexes cache 1");
+  Expect(rs::Push(base, stride, 2, rs::kMmCidField, 8, &no_waiters, 9) &&
+             rs::Push(base, stride, 2, rs::kMmCidField, 8, &no_waiters, 10),
+         "Push by mm_cid");
+  Expect(caches[0].count == 2 && caches[0].slots[1] == 10,
+         "mm_cid 0 indexes cache 0");
+  Expect(!rs::Push(base, stride, 2, rs::kMmCidField, 8, &waiting, 11),
+         "Push fails while someone waits");
+  Expect(!rs::Push(base, stride, 2, rs::kMmCidField, 2, &no_waiters, 11),
+         "Push fails when full");
+  Expect(rs::Pop(base, stride, 2, rs::kMmCidField) == 10 &&
+             rs::Pop(base, stride, 2, rs::kMmCidField) == 9 &&
+             rs::Pop(base, stride, 2, rs::kMmCidField) == rs::kNone,
+         "Pop is LIFO and fails when empty");
+  caches[1].count |= rs::kStopped;
+  Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == rs::kNone &&
+             !rs::Push(base, stride, 2, rs::kCpuIdField, 8, &no_waiters, 3),
+         "a stopped cache fails both");
+  caches[1].count &= ~rs::kStopped;
+  Expect(rs::Pop(base, stride, 1, rs::kCpuIdField) == rs::kNone,
+         "an index at or above ncpu fails");
+  Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == 7, "Pop by cpu_id");
+  // The descriptor the last sequence stored, as the kernel reads it.
+  uint64_t cs;
+  std::memcpy(&cs, area + 8, 8);
+  const auto* d = reinterpret_cast<const uint64_t*>(cs);
+  const uint64_t start = d[1], post = d[2], abort_ip = d[3];
+  uint32_t sig;
+  std::memcpy(&sig, reinterpret_cast<const void*>(abort_ip - 4), 4);
+  Expect(cs % 32 == 0 && d[0] == 0, "descriptor: aligned, version 0");
+  Expect(post > 0 && post < 64, "descriptor: a short section");
+  Expect(abort_ip < start || abort_ip >= start + post,
+         "descriptor: abort outside the section");
+  Expect(sig == 0xd428bc00u, "RSEQ_SIG before the abort label");
+  std::printf("%d failure(s)\n", failures);
+  return failures == 0 ? 0 : 1;
+}
