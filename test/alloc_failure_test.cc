@@ -19,6 +19,7 @@
 #include "bufpool/chain.h"
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace {
 
@@ -78,22 +79,8 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept {
 namespace bufpool {
 namespace {
 
-std::unique_ptr<BufferPool> MakePool(size_t buffer_size, size_t count) {
-  auto pool = BufferPool::Create({.buffer_size = buffer_size,
-                                  .buffer_count = count,
-                                  .huge_pages = HugePages::kNever,
-                                  .populate = false});
-  if (!pool.ok()) std::abort();
-  return *std::move(pool);
-}
-
-std::string Contents(const BufferChain& chain) {
-  std::string s;
-  for (absl::Span<const std::byte> part : chain.spans()) {
-    s.append(reinterpret_cast<const char*>(part.data()), part.size());
-  }
-  return s;
-}
+using testing_util::Contents;
+using testing_util::MakePool;
 
 // `n` one-byte slices "a", "b", ... of buffers of `pool`.
 BufferChain Letters(BufferPool& pool, uint32_t n) {

@@ -21,9 +21,13 @@
 
 #include "gtest/gtest.h"
 #include "os/memory.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
+
+using testing_util::Event;
+using testing_util::MakePool;
 
 // Keeps this thread (and threads it starts) on the CPU it runs on, for the
 // tests that check high_water exactly: it is exact while one CPU's cache is
@@ -60,32 +64,6 @@ testing::AssertionResult HighWaterIs(const BufferPool& pool, size_t high_water,
   return testing::AssertionFailure() << "high_water " << high_water << ", peak "
                                      << peak << ", slack " << slack;
 }
-
-std::unique_ptr<BufferPool> MakePool(PoolOptions options) {
-  auto pool = BufferPool::Create(options);
-  EXPECT_TRUE(pool.ok()) << pool.status();
-  return pool.ok() ? *std::move(pool) : nullptr;
-}
-
-// A one-shot event built on std:: primitives, which ThreadSanitizer sees
-// (Debian's Abseil is not instrumented, so absl::Notification would not be).
-class Event {
- public:
-  void Notify() {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_ = true;
-    cv_.notify_all();
-  }
-  void WaitForNotification() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-};
 
 // A thread that calls Acquire() on an empty pool and expects a buffer within
 // a minute; returns once it has started and had 50 ms to fall asleep.

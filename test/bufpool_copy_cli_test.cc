@@ -25,11 +25,13 @@
 
 #include "gtest/gtest.h"
 #include "run_tool.h"
+#include "test_util.h"
 
 namespace {
 
 const std::string kBin = std::string(BUFPOOL_INSTALLED_BIN) + "/bufpool-copy";
 
+using bufpool::testing_util::TempFiles;
 using bufpool_test::Result;
 using bufpool_test::Slurp;
 
@@ -505,19 +507,6 @@ TEST_F(CopyCliTest, HelpListsEveryFlagWithItsDefaultAndTheExitCodes) {
       EXPECT_NE(t.find(word), std::string::npos) << word;
     }
   }
-}
-
-std::vector<std::string> TempFiles(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    if (std::strstr(e->d_name, ".bufpool-copy.") != nullptr) {
-      out.push_back(e->d_name);
-    }
-  }
-  closedir(d);
-  return out;
 }
 
 // kill -9 in the middle of an --atomic copy leaves the old destination and

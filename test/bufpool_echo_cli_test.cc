@@ -25,6 +25,7 @@
 
 #include "gtest/gtest.h"
 #include "run_tool.h"
+#include "test_util.h"
 
 namespace {
 
@@ -253,15 +254,9 @@ TEST_F(EchoCliTest, LoadRefusedConnectionIsExitOne) {
 
 // A server that echoes every byte but flips the first of each read.
 TEST_F(EchoCliTest, LoadMismatchIsExitOne) {
-  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa;
+  const int lfd = bufpool::testing_util::ListenOnLoopback(4, &sa);
   ASSERT_GE(lfd, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  ASSERT_EQ(listen(lfd, 4), 0);
-  socklen_t len = sizeof(sa);
-  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
   std::thread bad([lfd] {
     const int c = accept(lfd, nullptr, nullptr);
     if (c < 0) return;

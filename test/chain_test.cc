@@ -12,30 +12,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
-std::unique_ptr<BufferPool> MakePool(size_t buffer_size, size_t count,
-                                     size_t cache = 64) {
-  auto pool = BufferPool::Create({.buffer_size = buffer_size,
-                                  .buffer_count = count,
-                                  .huge_pages = HugePages::kNever,
-                                  .populate = false,
-                                  .cache_size = cache});
-  if (!pool.ok()) std::abort();
-  return *std::move(pool);
-}
+using testing_util::Contents;
+using testing_util::MakePool;
 
 size_t InUse(const BufferPool& pool) { return pool.Stats().in_use; }
-
-std::string Contents(const BufferChain& chain) {
-  std::string s;
-  for (absl::Span<const std::byte> part : chain.spans()) {
-    s.append(reinterpret_cast<const char*>(part.data()), part.size());
-  }
-  return s;
-}
 
 // Structure and bytes: the spans, CopyTo and FillIovecs all agree with the
 // model, and no slice is empty.

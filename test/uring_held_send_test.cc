@@ -14,9 +14,12 @@
 
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
+
+using testing_util::RandomBytes;
 
 struct Fixture {
   io_uring ring{};
@@ -28,14 +31,8 @@ struct Fixture {
     ring_ok = io_uring_queue_init(64, &ring, 0) == 0;
     auto p = BufferPool::Create({.buffer_count = 512});
     if (p.ok()) pool = *std::move(p);
-    const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    listen(lfd, 4);
-    socklen_t len = sizeof(sa);
-    getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+    sockaddr_in sa;
+    const int lfd = testing_util::ListenOnLoopback(4, &sa);
     client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
     server = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
@@ -77,13 +74,6 @@ struct Fixture {
     return out;
   }
 };
-
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
 
 TEST(HeldSendTest, PlainSendOfSeveralSlicesReleasesAtItsCompletion) {
   Fixture f;
