@@ -194,6 +194,123 @@ int CopyDirectory(const std::string& src, const std::string& target,
   return t->errors.empty() ? kExitSuccess : kExitFailure;
 }
 
+// cp: with several sources the target must be a directory, and nothing is
+// copied when it is not.
+int FailNotADirectory(const std::string& target) {
+  struct stat st;
+  Fail(absl::StrCat("target '", target, "': ",
+                    stat(target.c_str(), &st) == 0 ? std::strerror(ENOTDIR)
+                                                   : std::strerror(errno)));
+  return kExitFailure;
+}
+
+// The progress line on stderr: redrawn at most every 200 ms, and when a
+// file is done.
+class ProgressLine {
+ public:
+  // Before each file: its first report draws at once.
+  void Start() {
+    drew_ = false;
+    last_ = absl::InfinitePast();
+  }
+  // After each file: ends a line that was drawn.
+  void Finish() {
+    if (drew_) std::fputc('\n', stderr);
+  }
+  void Draw(const bufpool::CopyProgress& p) {
+    const absl::Time now = absl::Now();
+    if (now - last_ < absl::Milliseconds(200) &&
+        (p.bytes_total == 0 || p.bytes_done < p.bytes_total)) {
+      return;
+    }
+    last_ = now;
+    const double secs = std::max(1e-9, absl::ToDoubleSeconds(p.elapsed));
+    const double rate = p.bytes_done / secs;
+    std::string line;
+    if (p.bytes_total > 0) {
+      const double left = rate > 0 ? (p.bytes_total - p.bytes_done) / rate : 0;
+      line = absl::StrFormat("%3.0f%%  %s / %s  %s/s  %.0fs left",
+                             100.0 * p.bytes_done / p.bytes_total,
+                             HumanBytes(p.bytes_done),
+                             HumanBytes(p.bytes_total), HumanBytes(rate), left);
+    } else {
+      line = absl::StrFormat("%s  %s/s", HumanBytes(p.bytes_done),
+                             HumanBytes(rate));
+    }
+    std::fprintf(stderr, "\r%-60s", line.c_str());
+    drew_ = true;
+  }
+
+ private:
+  absl::Time last_ = absl::InfinitePast();
+  bool drew_ = false;
+};
+
+// A directory SRC: copied with -r, refused (exit 1) without.
+int CopyDirectorySource(const std::string& src,
+                        const bufpool::tools::CopyCommand& cmd,
+                        const bufpool::CopyOptions& options) {
+  if (!cmd.recursive) {
+    Fail(absl::StrCat("-r not specified; omitting directory '", src, "'"));
+    return kExitFailure;
+  }
+  return CopyDirectory(src, cmd.target, options, cmd.json);
+}
+
+// After one file's copy: --verify (a regular destination only) and --json.
+int VerifyAndReport(const std::string& src, bufpool::CopyStats stats,
+                    const bufpool::tools::CopyCommand& cmd) {
+  // A device or FIFO cannot be read back as what was written to it.
+  struct stat written;
+  const bool regular = stat(stats.destination.c_str(), &written) == 0 &&
+                       S_ISREG(written.st_mode);
+  if (cmd.verify && regular) {
+    if (std::string err = Verify(src, stats.destination); !err.empty()) {
+      Fail(err);
+      return kExitFailure;
+    }
+    stats.verified = true;
+  }
+  if (cmd.json) {
+    std::printf("%s\n", StatsJson(stats).c_str());
+    std::fflush(stdout);
+  }
+  return kExitSuccess;
+}
+
+// A file SRC (anything but a directory), to the target or into it; each
+// destination written once per run, as cp does.
+int CopyFileSource(const std::string& src,
+                   const bufpool::tools::CopyCommand& cmd,
+                   const bufpool::CopyOptions& options, bool into_directory,
+                   std::set<std::string>& created, ProgressLine& progress) {
+  const std::string dst =
+      into_directory
+          ? absl::StrCat(cmd.target, cmd.target.ends_with('/') ? "" : "/",
+                         BaseName(src))
+          : cmd.target;
+  if (created.contains(dst)) {
+    Fail(absl::StrCat("will not overwrite just-created '", dst, "' with '", src,
+                      "'"));
+    return kExitFailure;
+  }
+  progress.Start();
+  absl::StatusOr<bufpool::CopyStats> s =
+      bufpool::CopyFile(src, cmd.target, options);
+  progress.Finish();
+  if (!s.ok()) {
+    // -n: an existing destination is skipped silently, as cp -n does.
+    if (options.no_clobber &&
+        s.status().code() == absl::StatusCode::kAlreadyExists) {
+      return kExitSuccess;
+    }
+    Fail(std::string(s.status().message()));
+    return kExitFailure;
+  }
+  created.insert(dst);
+  return VerifyAndReport(src, *std::move(s), cmd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -205,45 +322,14 @@ int main(int argc, char** argv) {
   const bufpool::tools::CopyCommand& cmd = parsed.command;
   bufpool::CopyOptions options = cmd.copy;
 
-  // cp: with several sources the target must be a directory, and nothing is
-  // copied when it is not.
   const bool into_directory = IsDirectory(cmd.target);
   if (cmd.sources.size() > 1 && !into_directory) {
-    struct stat st;
-    Fail(absl::StrCat("target '", cmd.target, "': ",
-                      stat(cmd.target.c_str(), &st) == 0
-                          ? std::strerror(ENOTDIR)
-                          : std::strerror(errno)));
-    return kExitFailure;
+    return FailNotADirectory(cmd.target);
   }
-
-  const bool progress = cmd.progress.value_or(isatty(STDERR_FILENO) != 0);
-  absl::Time last = absl::InfinitePast();
-  bool drew = false;
-  if (progress) {
-    options.progress = [&](const bufpool::CopyProgress& p) {
-      const absl::Time now = absl::Now();
-      if (now - last < absl::Milliseconds(200) &&
-          (p.bytes_total == 0 || p.bytes_done < p.bytes_total)) {
-        return;
-      }
-      last = now;
-      const double secs = std::max(1e-9, absl::ToDoubleSeconds(p.elapsed));
-      const double rate = p.bytes_done / secs;
-      std::string line;
-      if (p.bytes_total > 0) {
-        const double left =
-            rate > 0 ? (p.bytes_total - p.bytes_done) / rate : 0;
-        line = absl::StrFormat(
-            "%3.0f%%  %s / %s  %s/s  %.0fs left",
-            100.0 * p.bytes_done / p.bytes_total, HumanBytes(p.bytes_done),
-            HumanBytes(p.bytes_total), HumanBytes(rate), left);
-      } else {
-        line = absl::StrFormat("%s  %s/s", HumanBytes(p.bytes_done),
-                               HumanBytes(rate));
-      }
-      std::fprintf(stderr, "\r%-60s", line.c_str());
-      drew = true;
+  ProgressLine progress;
+  if (cmd.progress.value_or(isatty(STDERR_FILENO) != 0)) {
+    options.progress = [&progress](const bufpool::CopyProgress& p) {
+      progress.Draw(p);
     };
   }
 
@@ -256,60 +342,11 @@ int main(int argc, char** argv) {
                         "' specified more than once"));
       continue;
     }
-    if (IsDirectory(src)) {
-      if (!cmd.recursive) {
-        Fail(absl::StrCat("-r not specified; omitting directory '", src, "'"));
-        status = kExitFailure;
-      } else if (CopyDirectory(src, cmd.target, options, cmd.json) !=
-                 kExitSuccess) {
-        status = kExitFailure;
-      }
-      continue;
-    }
-    const std::string dst =
-        into_directory
-            ? absl::StrCat(cmd.target, cmd.target.ends_with('/') ? "" : "/",
-                           BaseName(src))
-            : cmd.target;
-    if (created.contains(dst)) {
-      Fail(absl::StrCat("will not overwrite just-created '", dst, "' with '",
-                        src, "'"));
-      status = kExitFailure;
-      continue;
-    }
-    drew = false;
-    last = absl::InfinitePast();
-    absl::StatusOr<bufpool::CopyStats> s =
-        bufpool::CopyFile(src, cmd.target, options);
-    if (drew) std::fputc('\n', stderr);
-    if (!s.ok()) {
-      // -n: an existing destination is skipped silently, as cp -n does.
-      if (options.no_clobber &&
-          s.status().code() == absl::StatusCode::kAlreadyExists) {
-        continue;
-      }
-      Fail(std::string(s.status().message()));
-      status = kExitFailure;
-      continue;
-    }
-    bufpool::CopyStats stats = *std::move(s);
-    created.insert(dst);
-    // A device or FIFO cannot be read back as what was written to it.
-    struct stat written;
-    const bool regular = stat(stats.destination.c_str(), &written) == 0 &&
-                         S_ISREG(written.st_mode);
-    if (cmd.verify && regular) {
-      if (std::string err = Verify(src, stats.destination); !err.empty()) {
-        Fail(err);
-        status = kExitFailure;
-        continue;
-      }
-      stats.verified = true;
-    }
-    if (cmd.json) {
-      std::printf("%s\n", StatsJson(stats).c_str());
-      std::fflush(stdout);
-    }
+    const int copied = IsDirectory(src)
+                           ? CopyDirectorySource(src, cmd, options)
+                           : CopyFileSource(src, cmd, options, into_directory,
+                                            created, progress);
+    if (copied != kExitSuccess) status = kExitFailure;
   }
   return status;
 }
