@@ -39,7 +39,7 @@ Differences from GNU cp:
 constexpr char kMethods[] = R"(Methods (--method):
   auto        kernel for a regular file of nonzero size (copy_file_range
               keeps the bytes in the kernel), readwrite for anything else.
-  readwrite   preadv/pwritev, gathering --buffer-count pooled buffers per
+  readwrite   preadv/pwritev, gathering --batch-buffers pooled buffers per
               call (by default 32 of 4 KiB: 128 KiB). Works everywhere; use
               it when the others are refused.
   direct      O_DIRECT on both files, many aligned reads and writes in
@@ -54,7 +54,7 @@ constexpr char kMethods[] = R"(Methods (--method):
               without copying it to user space, and may reflink or offload
               it on file systems that can. Falls back to readwrite across
               file systems or where it is refused.
-Memory: the copy holds --buffer-count buffers of --buffer-size bytes, times
+Memory: the copy holds --batch-buffers buffers of --buffer-size bytes, times
 --queue-depth for uring and direct.
 
 )";
@@ -106,7 +106,7 @@ void AddWhatOptions(CLI::App& app, CopyCommand& c, RawCopyFlags& raw) {
                "complete copy over it (default: write in place)");
 }
 
-// The buffers and the I/O: --buffer-size, --buffer-count, --queue-depth,
+// The buffers and the I/O: --buffer-size, --batch-buffers, --queue-depth,
 // --direct-io, --fsync.
 void AddIoOptions(CLI::App& app, CopyCommand& c) {
   app.add_option("--buffer-size", c.copy.buffer_size,
@@ -117,14 +117,17 @@ void AddIoOptions(CLI::App& app, CopyCommand& c) {
       ->type_name("BYTES")
       ->option_text("BYTES")
       ->transform(PowerOfTwoIn(64, kMaxToolBufferSize));
-  app.add_option("--buffer-count", c.copy.batch_buffers,
+  // --buffer-count is the name of 0.2, kept as a deprecated alias: in the
+  // glossary a buffer count is a pool's size, as bufpool-echo uses it.
+  app.add_option("--batch-buffers,--buffer-count", c.copy.batch_buffers,
                  absl::StrCat("buffers gathered into one system call or "
                               "io_uring\noperation, 0 to ",
                               kMaxCopyBatchBuffers,
                               ", with buffer size x count at\nmost ",
                               kMaxCopyBytesPerOperation >> 20,
                               " MiB (default: 0, the method's: 32, or\n256 "
-                              "with O_DIRECT)"))
+                              "with O_DIRECT); --buffer-count is its\n"
+                              "old name, deprecated"))
       ->type_name("N")
       ->option_text("N")
       ->transform(NumberIn(0, kMaxCopyBatchBuffers));
@@ -206,14 +209,14 @@ std::optional<std::string> CheckOperands(
 // one operation, or nullopt.
 std::optional<std::string> CheckBytesPerOperation(const CopyOptions& copy) {
   // With the default count the product stays within the limit (checked
-  // at compile time below), so only an explicit --buffer-count can pass it.
+  // at compile time below), so only an explicit --batch-buffers can pass it.
   static_assert(kMaxToolBufferSize * kLargestDefaultBatchBuffers <=
                 kMaxCopyBytesPerOperation);
   if (uint64_t{copy.buffer_size} * copy.batch_buffers <=
       kMaxCopyBytesPerOperation) {
     return std::nullopt;
   }
-  return absl::StrCat("--buffer-size ", copy.buffer_size, " x --buffer-count ",
+  return absl::StrCat("--buffer-size ", copy.buffer_size, " x --batch-buffers ",
                       copy.batch_buffers, " is over ",
                       kMaxCopyBytesPerOperation >> 20,
                       " MiB per operation; lower one of them");

@@ -408,7 +408,7 @@ void EpollEchoServer::Close(Conn* conn) {
 
 }  // namespace
 
-std::unique_ptr<EchoServer> NewEpollEchoServer(
+std::unique_ptr<EchoServer> MakeEpollEchoServer(
     const EchoServerOptions& options) {
   return std::make_unique<EpollEchoServer>(options);
 }

@@ -566,7 +566,7 @@ absl::Status UringEchoServer::Run() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<EchoServer>> NewUringEchoServer(
+absl::StatusOr<std::unique_ptr<EchoServer>> MakeUringEchoServer(
     const EchoServerOptions& options) {
   // Lets tests and users exercise the fallback on a machine that has
   // io_uring (like a kernel with kernel.io_uring_disabled set).
