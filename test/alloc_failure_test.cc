@@ -104,7 +104,7 @@ TEST(BufferChainTest, ReserveMakesLinkingAllocationFree) {
   const size_t before = g_allocations;
   for (Buffer& b : bufs) c.Append(std::move(b), 1);
   EXPECT_EQ(g_allocations, before);
-  EXPECT_EQ(c.segment_count(), 20u);
+  EXPECT_EQ(c.slice_count(), 20u);
   c.Clear();
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
@@ -119,9 +119,9 @@ TEST(BufferChainTest, AppendChainIsAllOrNothingWhenTheRingCannotGrow) {
       [&] { target.Append(std::move(source)); }));
   EXPECT_TRUE(ThrowsBadAllocWhenAllocationsFail([&] { target.Reserve(100); }));
   EXPECT_EQ(Contents(target), "abc");
-  EXPECT_EQ(target.segment_count(), BufferChain::kInlineSegments - 1);
+  EXPECT_EQ(target.slice_count(), BufferChain::kInlineSegments - 1);
   EXPECT_EQ(Contents(source), "abc");
-  EXPECT_EQ(source.segment_count(), 3u);
+  EXPECT_EQ(source.slice_count(), 3u);
   EXPECT_EQ(pool->Stats().in_use, BufferChain::kInlineSegments - 1 + 3);
   target.Append(std::move(source));
   EXPECT_EQ(Contents(target), "abcabc");
@@ -156,7 +156,7 @@ TEST(ProvidedBufferRingTest, TakeIntoIsAllOrNothingWhenTheChainCannotGrow) {
   EXPECT_TRUE(ThrowsBadAllocWhenAllocationsFail(
       [&] { (void)(*br)->Take(*cqe, queue); }));
   EXPECT_EQ(Contents(queue), "abcd");
-  EXPECT_EQ(queue.segment_count(), BufferChain::kInlineSegments);
+  EXPECT_EQ(queue.slice_count(), BufferChain::kInlineSegments);
   EXPECT_EQ((*br)->available(), 16u);
   EXPECT_EQ(pool->Stats().in_use, in_use);
 

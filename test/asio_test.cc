@@ -50,7 +50,7 @@ TEST_F(AsioTest, ChainIsAConstBufferSequence) {
                 decltype(std::declval<AsioReadBuffers&>().buffers())>::value);
   const std::string data = RandomBytes(10000, 1);
   BufferChain msg = Message(data);
-  EXPECT_GT(msg.segment_count(), 2u);
+  EXPECT_GT(msg.slice_count(), 2u);
   EXPECT_EQ(asio::buffer_size(AsioBuffers(msg)), data.size());
   std::string flat(data.size(), '\0');
   EXPECT_EQ(asio::buffer_copy(asio::buffer(flat), AsioBuffers(msg)),

@@ -50,7 +50,7 @@ TEST_P(SafetyDeathTest, AdoptOfAFreeBufferAborts) {
 TEST_P(SafetyDeathTest, ReleaseRawOfABufferAHandleOwnsAborts) {
   auto pool = MakeSafetyPool(GetParam());
   Buffer b = pool->TryAcquire();
-  const uint32_t slot = b.index();
+  const uint32_t slot = b.slot();
   EXPECT_DEATH(pool->ReleaseRaw(b.data()),
                "ReleaseRaw: double release of slot " + std::to_string(slot) +
                    " .*a Buffer handle owns it");

@@ -380,7 +380,7 @@ TEST(SoundnessTest, NoBufferIsEverOwnedTwiceOrLostUnderSleepingSignals) {
   sigemptyset(&sa.sa_mask);
   ASSERT_EQ(::sigaction(SIGUSR1, &sa, nullptr), 0);
   auto hold = [&](Buffer& b) {
-    const uint32_t slot = b.index();
+    const uint32_t slot = b.slot();
     const int was = owner[slot].exchange(tl_id);
     if (was != 0) twice.fetch_add(1);
     std::memcpy(b.data(), &tl_id, sizeof(tl_id));

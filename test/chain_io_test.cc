@@ -182,7 +182,7 @@ TEST_F(ChainIoTest, ReadFillsTheTailRoomFirstAndReturnsUnusedBuffers) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, 3u);
   EXPECT_EQ(Contents(in), "head:abc");
-  EXPECT_EQ(in.segment_count(), 1u);
+  EXPECT_EQ(in.slice_count(), 1u);
   EXPECT_EQ(pool_->Stats().in_use, 1u);
   // A read larger than the room spills into fresh buffers.
   const std::string big = RandomBytes(10000, 4);
@@ -195,7 +195,7 @@ TEST_F(ChainIoTest, ReadFillsTheTailRoomFirstAndReturnsUnusedBuffers) {
     total += *r;
   }
   EXPECT_EQ(Contents(in), "head:abc" + big);
-  EXPECT_EQ(pool_->Stats().in_use, in.segment_count());
+  EXPECT_EQ(pool_->Stats().in_use, in.slice_count());
 }
 
 TEST_F(ChainIoTest, ReadOfASharedTailStartsAFreshBuffer) {
@@ -203,11 +203,11 @@ TEST_F(ChainIoTest, ReadOfASharedTailStartsAFreshBuffer) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
   BufferChain in(*pool_);
   ASSERT_TRUE(in.Append("abc").ok());
-  SharedBuffer other = in.segment(0);  // shares the tail
+  SharedBuffer other = in.slice(0);  // shares the tail
   ASSERT_EQ(::write(p.a, "XYZ", 3), 3);
   ASSERT_TRUE(ReadFrom(p.b, in, 100).ok());
   EXPECT_EQ(Contents(in), "abcXYZ");
-  EXPECT_EQ(in.segment_count(), 2u);
+  EXPECT_EQ(in.slice_count(), 2u);
   EXPECT_NE(std::memcmp(other.data() + 3, "XYZ", 3), 0);
 }
 

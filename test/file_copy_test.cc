@@ -311,7 +311,7 @@ FragmentedPool MakeFragmentedPool() {
   std::vector<Buffer> all(f.pool->capacity());
   all.resize(f.pool->TryAcquireBulk(absl::MakeSpan(all)));
   for (Buffer& b : all) {
-    if (b.index() % 3 == 2) {
+    if (b.slot() % 3 == 2) {
       std::memset(b.data(), 0x5a, b.size());
       f.held.push_back(std::move(b));
     }

@@ -45,8 +45,7 @@ struct Fixture {
   }
   bool ok() const { return ring_ok && pool != nullptr && server >= 0; }
 
-  // A chain of `bytes` spread over buffers, sliced so it has several
-  // segments.
+  // A chain of `bytes` spread over buffers, so it has several slices.
   BufferChain MakeChain(const std::string& bytes) {
     BufferChain c(*pool);
     EXPECT_TRUE(c.Append(bytes).ok());
@@ -173,7 +172,7 @@ TEST(HeldSendTest, FixedBufferZeroCopySendUsesTheRegisteredIndex) {
   ASSERT_TRUE(fixed.ok()) << fixed.status();
   const std::string data = RandomBytes(4000, 3);
   BufferChain chain = f.MakeChain(data);
-  const int index = fixed->IndexOf(chain.segment(0).data());
+  const int index = fixed->IndexOf(chain.slice(0).data());
   ASSERT_EQ(index, 0);
   io_uring_sqe* sqe = io_uring_get_sqe(&f.ring);
   HeldSend send;
@@ -255,7 +254,7 @@ TEST(HeldSendTest, HeldBytesAndRequestedCountEveryOneOf200Slices) {
     ASSERT_TRUE(one.Append(data.substr(i * 100, 100)).ok());
     chain.Append(std::move(one));
   }
-  ASSERT_EQ(chain.segment_count(), 200u);
+  ASSERT_EQ(chain.slice_count(), 200u);
   HeldSend send;
   EXPECT_EQ(send.held_bytes(), 0u);
   std::string received;

@@ -123,7 +123,7 @@ struct LoadOptions {
 
 struct LoadResult {
   uint64_t enobufs = 0;
-  size_t most_segments = 0;  // in one Take()
+  size_t most_slices = 0;  // in one Take()
   uint32_t lowest_slot = 0xffffffffu;
   bool bundles = false;
   bool incremental = false;
@@ -143,7 +143,7 @@ void RunLoad(const LoadOptions& o, LoadResult* result) {
     std::vector<Buffer> all((*pool)->capacity());
     all.resize((*pool)->TryAcquireBulk(absl::MakeSpan(all)));
     for (Buffer& b : all) {
-      if (b.index() < o.reserve_below) reserved.push_back(std::move(b));
+      if (b.slot() < o.reserve_below) reserved.push_back(std::move(b));
     }
   }
   Ring ring;
@@ -245,12 +245,11 @@ void RunLoad(const LoadOptions& o, LoadResult* result) {
           eof[i] = true;
           --open;
         } else if (c.ok()) {
-          result->most_segments =
-              std::max(result->most_segments, c->segment_count());
-          for (size_t s = 0; s < c->segment_count(); ++s) {
+          result->most_slices = std::max(result->most_slices, c->slice_count());
+          for (size_t s = 0; s < c->slice_count(); ++s) {
             result->lowest_slot =
-                std::min(result->lowest_slot, c->segment(s).slot());
-            if (c->segment(s).offset() != 0) ++result->inner_slices;
+                std::min(result->lowest_slot, c->slice(s).slot());
+            if (c->slice(s).offset() != 0) ++result->inner_slices;
           }
           std::string bytes(c->size(), '\0');
           c->CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()),
@@ -350,7 +349,7 @@ TEST(ProvidedBufferRingTest, BundlesForcedOnFillSeveralBuffersPerCompletion) {
   LoadResult r;
   RunLoad(o, &r);
   EXPECT_TRUE(r.bundles);
-  EXPECT_GT(r.most_segments, 1u);
+  EXPECT_GT(r.most_slices, 1u);
 }
 
 TEST(ProvidedBufferRingTest, BundlesForcedOffTakeOneBufferPerCompletion) {
@@ -363,7 +362,7 @@ TEST(ProvidedBufferRingTest, BundlesForcedOffTakeOneBufferPerCompletion) {
   LoadResult r;
   RunLoad(o, &r);
   EXPECT_FALSE(r.bundles);
-  EXPECT_EQ(r.most_segments, 1u);
+  EXPECT_EQ(r.most_slices, 1u);
 }
 
 TEST(ProvidedBufferRingTest, BundlesAreProbedFromTheRingsFeatures) {
@@ -496,7 +495,7 @@ TEST(ProvidedBufferRingTest, TakeIntoAppendsToTheCallersChain) {
   }
   EXPECT_EQ((*br)->available(), 14u);
   EXPECT_EQ(queue.size(), 12u);
-  EXPECT_EQ(queue.segment_count(), 3u);  // linked, not copied
+  EXPECT_EQ(queue.slice_count(), 3u);  // linked, not copied
   std::string bytes(12, '\0');
   queue.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()), 12));
   EXPECT_EQ(bytes, "head:onetwo!");
@@ -741,14 +740,14 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   EXPECT_EQ((*br)->available(), 16u);  // lent again, no Refill()
   EXPECT_EQ((*pool)->Stats().in_use, 17u);
   take_one("more");  // into the tail's room
-  EXPECT_EQ(queue.segment_count(), 1u);
+  EXPECT_EQ(queue.slice_count(), 1u);
   EXPECT_EQ((*pool)->Stats().in_use, 17u);
   queue.Clone().Clear();  // a clone dropped: the tail is ours again
   BufferChain shared = queue.Clone();
   // A buffer's worth with a shared tail: linked, not copied.
   take_one(std::string(bs, 'L'));
   EXPECT_EQ((*br)->copied(), 2u);
-  EXPECT_EQ(queue.segment_count(), 2u);
+  EXPECT_EQ(queue.slice_count(), 2u);
   shared.Clear();
   std::string bytes(queue.size(), '\0');
   queue.CopyTo(
