@@ -233,7 +233,7 @@ struct PoolBulkOf : PoolBuffer<kCache> {  // TryAcquireBulk / ReleaseBulk
   }
 };
 using PoolBulk = PoolBulkOf<kPoolCache>;
-// Caches off: the shared list alone. Its Bulk32 uses the bulk calls, as
+// Caches off: the depot alone. Its Bulk32 uses the bulk calls, as
 // DPDK's ring-only contender does.
 using PoolCacheOff = PoolBulkOf<0>;
 

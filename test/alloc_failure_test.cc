@@ -19,6 +19,7 @@
 #include "bufpool/chain.h"
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace {
 
@@ -78,22 +79,8 @@ void operator delete[](void* p, const std::nothrow_t&) noexcept {
 namespace bufpool {
 namespace {
 
-std::unique_ptr<BufferPool> MakePool(size_t buffer_size, size_t count) {
-  auto pool = BufferPool::Create({.buffer_size = buffer_size,
-                                  .buffer_count = count,
-                                  .huge_pages = HugePages::kNever,
-                                  .populate = false});
-  if (!pool.ok()) std::abort();
-  return *std::move(pool);
-}
-
-std::string Contents(const BufferChain& chain) {
-  std::string s;
-  for (absl::Span<const std::byte> part : chain.spans()) {
-    s.append(reinterpret_cast<const char*>(part.data()), part.size());
-  }
-  return s;
-}
+using testing_util::Contents;
+using testing_util::MakePool;
 
 // `n` one-byte slices "a", "b", ... of buffers of `pool`.
 BufferChain Letters(BufferPool& pool, uint32_t n) {
@@ -117,7 +104,7 @@ TEST(BufferChainTest, ReserveMakesLinkingAllocationFree) {
   const size_t before = g_allocations;
   for (Buffer& b : bufs) c.Append(std::move(b), 1);
   EXPECT_EQ(g_allocations, before);
-  EXPECT_EQ(c.segment_count(), 20u);
+  EXPECT_EQ(c.slice_count(), 20u);
   c.Clear();
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
@@ -132,9 +119,9 @@ TEST(BufferChainTest, AppendChainIsAllOrNothingWhenTheRingCannotGrow) {
       [&] { target.Append(std::move(source)); }));
   EXPECT_TRUE(ThrowsBadAllocWhenAllocationsFail([&] { target.Reserve(100); }));
   EXPECT_EQ(Contents(target), "abc");
-  EXPECT_EQ(target.segment_count(), BufferChain::kInlineSegments - 1);
+  EXPECT_EQ(target.slice_count(), BufferChain::kInlineSegments - 1);
   EXPECT_EQ(Contents(source), "abc");
-  EXPECT_EQ(source.segment_count(), 3u);
+  EXPECT_EQ(source.slice_count(), 3u);
   EXPECT_EQ(pool->Stats().in_use, BufferChain::kInlineSegments - 1 + 3);
   target.Append(std::move(source));
   EXPECT_EQ(Contents(target), "abcabc");
@@ -169,7 +156,7 @@ TEST(ProvidedBufferRingTest, TakeIntoIsAllOrNothingWhenTheChainCannotGrow) {
   EXPECT_TRUE(ThrowsBadAllocWhenAllocationsFail(
       [&] { (void)(*br)->Take(*cqe, queue); }));
   EXPECT_EQ(Contents(queue), "abcd");
-  EXPECT_EQ(queue.segment_count(), BufferChain::kInlineSegments);
+  EXPECT_EQ(queue.slice_count(), BufferChain::kInlineSegments);
   EXPECT_EQ((*br)->available(), 16u);
   EXPECT_EQ(pool->Stats().in_use, in_use);
 

@@ -16,62 +16,30 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace {
 
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+using bufpool::testing_util::Child;
+using bufpool::testing_util::ExitedCleanly;
+using bufpool::testing_util::ReadListeningPort;
+using bufpool::testing_util::SendAndReadToEnd;
+using bufpool::testing_util::StartWithStdoutPipe;
 
-// Sends `data` in random pieces (from a second thread), then half-closes;
+// Sends `data` in random pieces of 1 to 3000 bytes, then half-closes;
 // returns everything read until end of stream.
 std::string Exchange(int port, const std::string& data, uint32_t seed) {
-  const int fd = Connect(port);
-  if (fd < 0) return "connect failed";
-  std::thread writer([&] {
-    std::mt19937 rng(seed);
-    for (size_t at = 0; at < data.size();) {
-      const size_t n = std::min<size_t>(1 + rng() % 3000, data.size() - at);
-      const ssize_t sent = send(fd, data.data() + at, n, MSG_NOSIGNAL);
-      if (sent <= 0) break;
-      at += static_cast<size_t>(sent);
-    }
-    shutdown(fd, SHUT_WR);
-  });
-  std::string got;
-  char buf[65536];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
-  writer.join();
-  close(fd);
-  return got;
+  std::mt19937 rng(seed);
+  return SendAndReadToEnd(port, data,
+                          [&rng](size_t) { return size_t{1 + rng() % 3000}; });
 }
 
 TEST(AsioLineServerTest, AnswersEveryLineOfManyClients) {
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    execl(BUFPOOL_EXAMPLE_ASIO_LINE_SERVER, "asio_line_server", "0", nullptr);
-    _exit(127);
-  }
-  close(out[1]);
-  FILE* f = fdopen(out[0], "r");
-  char line[256] = {};
-  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
-  int port = 0;
-  ASSERT_EQ(sscanf(line, "listening on 127.0.0.1:%d", &port), 1) << line;
+  const Child child = StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_LINE_SERVER,
+                                          {"asio_line_server", "0"});
+  ASSERT_GT(child.pid, 0);
+  const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
+  ASSERT_NE(port, 0);
 
   std::vector<std::string> sent(6), want(6), got(6);
   std::mt19937 rng(23);
@@ -99,11 +67,9 @@ TEST(AsioLineServerTest, AnswersEveryLineOfManyClients) {
   EXPECT_EQ(Exchange(port, "ok\n" + std::string(16385, 'x') + "\n", 9),
             "2 ok\nERR line too long\n");
 
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  fclose(f);
+  kill(child.pid, SIGTERM);
+  EXPECT_TRUE(ExitedCleanly(child.pid));
+  fclose(child.out);
 }
 
 }  // namespace

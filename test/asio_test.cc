@@ -12,23 +12,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-std::string Contents(const BufferChain& chain) {
-  std::string s(chain.size(), '\0');
-  chain.CopyTo(
-      absl::MakeSpan(reinterpret_cast<std::byte*>(s.data()), s.size()));
-  return s;
-}
+using testing_util::Contents;
+using testing_util::RandomBytes;
 
 class AsioTest : public testing::Test {
  protected:
@@ -61,7 +51,7 @@ TEST_F(AsioTest, ChainIsAConstBufferSequence) {
                 decltype(std::declval<AsioReadBuffers&>().buffers())>::value);
   const std::string data = RandomBytes(10000, 1);
   BufferChain msg = Message(data);
-  EXPECT_GT(msg.segment_count(), 2u);
+  EXPECT_GT(msg.slice_count(), 2u);
   EXPECT_EQ(asio::buffer_size(AsioBuffers(msg)), data.size());
   std::string flat(data.size(), '\0');
   EXPECT_EQ(asio::buffer_copy(asio::buffer(flat), AsioBuffers(msg)),
@@ -340,14 +330,10 @@ class AsioTrickleTest : public testing::TestWithParam<size_t> {};
 TEST_P(AsioTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   const size_t conns = GetParam();
   constexpr size_t kLine = 20 * 1024;
-  // Caches off: high_water is then exact, so it measures the chains alone.
-  auto pool = BufferPool::Create({.buffer_count = 4096,
-                                  .huge_pages = HugePages::kNever,
-                                  .populate = false,
-                                  .cache_size = 0});
-  ASSERT_TRUE(pool.ok()) << pool.status();
-  const size_t bs = (*pool)->buffer_size();
-  const size_t bound = conns * ((kLine + 2 * bs + bs - 1) / bs + 1);
+  // high_water is exact, so it measures the chains alone.
+  auto pool = testing_util::MakeUncachedPool(4096);
+  const size_t bs = pool->buffer_size();
+  const size_t bound = conns * (testing_util::MostBuffersFor(kLine, bs) + 1);
   asio::io_context io;
   std::vector<std::unique_ptr<asio::local::stream_protocol::socket>> rd, wr;
   for (size_t i = 0; i < conns; ++i) {
@@ -355,21 +341,17 @@ TEST_P(AsioTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     wr.push_back(std::make_unique<asio::local::stream_protocol::socket>(io));
     asio::local::connect_pair(*rd.back(), *wr.back());
   }
-  std::string line(kLine, '\0');
-  for (size_t k = 0; k < kLine; ++k) line[k] = static_cast<char>('a' + k % 26);
-  std::thread trickler([&] {
-    for (size_t k = 0; k < kLine; ++k) {
-      for (size_t i = 0; i < conns; ++i) {
+  const std::string line = testing_util::TrickleLine(kLine);
+  std::thread trickler = testing_util::StartTrickler(
+      conns, line, [&wr](size_t i, const char* byte) {
         asio::error_code ec;
-        asio::write(*wr[i], asio::buffer(&line[k], 1), ec);
-        if (ec) return;
-      }
-    }
-  });
+        asio::write(*wr[i], asio::buffer(byte, 1), ec);
+        return !ec;
+      });
   std::vector<BufferChain> chain;
-  for (size_t i = 0; i < conns; ++i) chain.emplace_back(**pool);
+  for (size_t i = 0; i < conns; ++i) chain.emplace_back(*pool);
   std::function<void(size_t)> read_more = [&](size_t i) {
-    auto rb = std::make_shared<AsioReadBuffers>(**pool, bs);
+    auto rb = std::make_shared<AsioReadBuffers>(*pool, bs);
     ASSERT_FALSE(rb->empty());
     rd[i]->async_read_some(rb->buffers(),
                            [&, i, rb](asio::error_code ec, size_t n) {
@@ -381,14 +363,14 @@ TEST_P(AsioTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   for (size_t i = 0; i < conns; ++i) read_more(i);
   io.run();
   trickler.join();
-  EXPECT_LE((*pool)->Stats().high_water, bound) << conns << " connections";
+  EXPECT_LE(pool->Stats().high_water, bound) << conns << " connections";
   for (size_t i = 0; i < conns; ++i) {
     ASSERT_EQ(chain[i].size(), kLine);
     EXPECT_LE(chain[i].pinned_bytes(), kLine + 2 * bs);
     EXPECT_TRUE(Contents(chain[i]) == line) << "connection " << i;
   }
   chain.clear();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Connections, AsioTrickleTest,

@@ -6,14 +6,14 @@
 
 #include "bufpool/buffer_pool.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
-std::unique_ptr<BufferPool> MakePool(size_t cache = 64) {
-  auto pool = BufferPool::Create({.buffer_count = 64, .cache_size = cache});
-  if (!pool.ok()) std::abort();
-  return *std::move(pool);
+// The pools these tests fault: 64 buffers, `cache` per CPU.
+std::unique_ptr<BufferPool> MakeSafetyPool(size_t cache = 64) {
+  return testing_util::MakePool({.buffer_count = 64, .cache_size = cache});
 }
 
 class SafetyDeathTest : public testing::TestWithParam<size_t> {
@@ -22,7 +22,7 @@ class SafetyDeathTest : public testing::TestWithParam<size_t> {
 };
 
 TEST_P(SafetyDeathTest, DoubleReleaseAbortsNamingTheSlot) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   std::byte* p = pool->TryAcquireRaw();
   const uint32_t slot = pool->SlotOf(p);
   pool->ReleaseRaw(p);
@@ -31,7 +31,7 @@ TEST_P(SafetyDeathTest, DoubleReleaseAbortsNamingTheSlot) {
 }
 
 TEST_P(SafetyDeathTest, ReleaseAfterTheHandleReleasedAborts) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   Buffer b = pool->TryAcquire();
   std::byte* p = b.data();
   b.Reset();
@@ -39,7 +39,7 @@ TEST_P(SafetyDeathTest, ReleaseAfterTheHandleReleasedAborts) {
 }
 
 TEST_P(SafetyDeathTest, AdoptOfAFreeBufferAborts) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   std::byte* p = pool->TryAcquireRaw();
   pool->ReleaseRaw(p);
   EXPECT_DEATH(pool->Adopt(p), "double release");
@@ -48,9 +48,9 @@ TEST_P(SafetyDeathTest, AdoptOfAFreeBufferAborts) {
 // A handle owns its buffer; the raw calls refuse it, since the handle would
 // release it again when it dies.
 TEST_P(SafetyDeathTest, ReleaseRawOfABufferAHandleOwnsAborts) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   Buffer b = pool->TryAcquire();
-  const uint32_t slot = b.index();
+  const uint32_t slot = b.slot();
   EXPECT_DEATH(pool->ReleaseRaw(b.data()),
                "ReleaseRaw: double release of slot " + std::to_string(slot) +
                    " .*a Buffer handle owns it");
@@ -60,7 +60,7 @@ TEST_P(SafetyDeathTest, ReleaseRawOfABufferAHandleOwnsAborts) {
 }
 
 TEST_P(SafetyDeathTest, DetachedPointerIsReleasedOnceThenCaught) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   Buffer b = pool->TryAcquire();
   std::byte* p = b.Detach();
   EXPECT_FALSE(b);
@@ -70,7 +70,7 @@ TEST_P(SafetyDeathTest, DetachedPointerIsReleasedOnceThenCaught) {
 }
 
 TEST_P(SafetyDeathTest, AdoptedPointerBelongsToItsHandle) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   std::byte* p = pool->TryAcquireRaw();
   Buffer b = pool->Adopt(p);
   EXPECT_DEATH(pool->ReleaseRaw(p), "a Buffer handle owns it");
@@ -81,13 +81,13 @@ TEST_P(SafetyDeathTest, AdoptedPointerBelongsToItsHandle) {
 }
 
 TEST_P(SafetyDeathTest, ForeignPointerAborts) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   std::vector<std::byte> heap(4096);
   EXPECT_DEATH(pool->ReleaseRaw(heap.data()), "not from this pool");
 }
 
 TEST_P(SafetyDeathTest, RawBulkReleaseOfAFreedPointerAborts) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   std::byte* batch[4];
   ASSERT_EQ(pool->TryAcquireRawBulk(batch), 4u);
   const uint32_t slot = pool->SlotOf(batch[2]);
@@ -98,7 +98,7 @@ TEST_P(SafetyDeathTest, RawBulkReleaseOfAFreedPointerAborts) {
 }
 
 TEST_P(SafetyDeathTest, RawBulkReleaseOfAForeignOrInteriorPointerAborts) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   std::byte* batch[2];
   ASSERT_EQ(pool->TryAcquireRawBulk(batch), 2u);
   std::vector<std::byte> heap(4096);
@@ -110,7 +110,7 @@ TEST_P(SafetyDeathTest, RawBulkReleaseOfAForeignOrInteriorPointerAborts) {
 }
 
 TEST_P(SafetyDeathTest, InteriorPointerAborts) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   std::byte* p = pool->TryAcquireRaw();
   EXPECT_DEATH(pool->ReleaseRaw(p + 1), "not from this pool");
   EXPECT_DEATH(pool->ReleaseRaw(p + 2048), "not from this pool");
@@ -118,7 +118,7 @@ TEST_P(SafetyDeathTest, InteriorPointerAborts) {
 }
 
 TEST_P(SafetyDeathTest, PointerJustPastTheRegionAborts) {
-  auto pool = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
   std::byte* end = pool->region().data() + pool->region().size();
   EXPECT_DEATH(pool->ReleaseRaw(end), "not from this pool");
   EXPECT_DEATH(pool->ReleaseRaw(pool->region().data() - 4096),
@@ -126,8 +126,8 @@ TEST_P(SafetyDeathTest, PointerJustPastTheRegionAborts) {
 }
 
 TEST_P(SafetyDeathTest, AnotherPoolsBufferAborts) {
-  auto pool = MakePool(GetParam());
-  auto other = MakePool(GetParam());
+  auto pool = MakeSafetyPool(GetParam());
+  auto other = MakeSafetyPool(GetParam());
   std::byte* p = other->TryAcquireRaw();
   EXPECT_DEATH(pool->ReleaseRaw(p), "not from this pool");
   other->ReleaseRaw(p);
@@ -136,7 +136,7 @@ TEST_P(SafetyDeathTest, AnotherPoolsBufferAborts) {
 TEST_P(SafetyDeathTest, DestroyingAPoolWithBuffersOutAborts) {
   EXPECT_DEATH(
       {
-        auto pool = MakePool(GetParam());
+        auto pool = MakeSafetyPool(GetParam());
         std::vector<std::byte*> held;
         for (int i = 0; i < 10; ++i) held.push_back(pool->TryAcquireRaw());
         for (int i = 1; i < 10; i += 2) pool->ReleaseRaw(held[i]);
@@ -148,7 +148,7 @@ TEST_P(SafetyDeathTest, DestroyingAPoolWithBuffersOutAborts) {
 TEST_P(SafetyDeathTest, DestroyingAPoolReportsTheCountAndFirstSlots) {
   EXPECT_DEATH(
       {
-        auto pool = MakePool(GetParam());
+        auto pool = MakeSafetyPool(GetParam());
         for (int i = 0; i < 20; ++i) (void)pool->TryAcquireRaw();
         pool.reset();
       },
@@ -160,14 +160,14 @@ TEST_P(SafetyDeathTest, DestroyingAPoolReportsTheCountAndFirstSlots) {
 TEST_P(SafetyDeathTest, DestroyingAPoolCountsHandlesToo) {
   EXPECT_DEATH(
       {
-        auto pool = MakePool(GetParam());
+        auto pool = MakeSafetyPool(GetParam());
         Buffer b = pool->TryAcquire();
         pool.reset();
       },
       "1 buffer\\(s\\) still in use \\(1 held by Buffer handles\\)");
   EXPECT_DEATH(
       {
-        auto pool = MakePool(GetParam());
+        auto pool = MakeSafetyPool(GetParam());
         Buffer b = pool->TryAcquire();
         std::byte* p = pool->TryAcquireRaw();
         std::byte* q = pool->TryAcquireRaw();
@@ -184,7 +184,7 @@ TEST_P(SafetyDeathTest, DestroyingAPoolCountsHandlesToo) {
 TEST_P(SafetyDeathTest, DestroyingAPoolCountsAHandleFromAnExitedThread) {
   EXPECT_DEATH(
       {
-        auto pool = MakePool(GetParam());
+        auto pool = MakeSafetyPool(GetParam());
         Buffer kept;
         std::thread([&] {
           std::vector<Buffer> mine;

@@ -35,15 +35,13 @@
 #include "bufpool/buffer_pool.h"
 #include "gtest/gtest.h"
 #include "pool/pool_internal.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
-std::unique_ptr<BufferPool> MakePool(PoolOptions options) {
-  auto pool = BufferPool::Create(options);
-  EXPECT_TRUE(pool.ok()) << pool.status();
-  return pool.ok() ? *std::move(pool) : nullptr;
-}
+using testing_util::Event;
+using testing_util::MakePool;
 
 bool IsRseq(PerCpuMode mode) {
   return mode == PerCpuMode::kRseq || mode == PerCpuMode::kRseqMmCid;
@@ -67,26 +65,6 @@ const char* ModeName(PerCpuMode mode) {
 size_t Parked(const BufferPool& pool) {
   return pool.cache_capacity() * PoolAccess::CpuCount();
 }
-
-// A gate threads block on (a condition variable: the thread sleeps in the
-// kernel, as an idle worker does).
-class Gate {
- public:
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return open_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
 
 // Counts arrivals; Wait() returns when `n` have arrived.
 class Latch {
@@ -112,10 +90,10 @@ class Latch {
 // otherwise hang forever when buffers stay stranded.
 template <class F>
 void WithinAMinute(const char* what, F f) {
-  Gate done;
+  Event done;
   std::thread watchdog_target([&] {
     f();
-    done.Open();
+    done.Notify();
   });
   std::atomic<bool> finished{false};
   std::thread watchdog([&] {
@@ -127,7 +105,7 @@ void WithinAMinute(const char* what, F f) {
       std::abort();
     }
   });
-  done.Wait();
+  done.WaitForNotification();
   finished.store(true);
   watchdog_target.join();
   watchdog.join();
@@ -151,13 +129,13 @@ TEST_P(StrandTest, AWaiterGetsBuffersParkedByAnOwnerThatNeverReturns) {
   std::vector<Buffer> held(kCount - kCache);
   ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(held)), held.size());
   std::atomic<bool> stop{false};
-  Gate parked;
+  Event parked;
   std::thread owner([&] {
     {
       std::vector<Buffer> mine(kCache);
       EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(mine)), kCache);
     }  // released into this CPU's cache
-    parked.Open();
+    parked.Notify();
     switch (GetParam()) {
       case Owner::kSpins:  // running, a CPU-bound loop
         while (!stop.load(std::memory_order_relaxed)) {
@@ -183,7 +161,7 @@ TEST_P(StrandTest, AWaiterGetsBuffersParkedByAnOwnerThatNeverReturns) {
         return;
     }
   });
-  parked.Wait();
+  parked.WaitForNotification();
   if (GetParam() == Owner::kExited) owner.join();
   EXPECT_EQ(pool->Stats().in_use, kCount - kCache);
   WithinAMinute("Acquire", [&] {
@@ -330,16 +308,16 @@ TEST(IndexTest, AOneThreadProcessPinnedToTheLastCpuUsesCacheZeroWithMmCid) {
 // TryAcquire() drains the other CPUs' caches before it answers empty.
 TEST(DrainTest, TryAcquireTakesFromOtherCpusCachesBeforeGivingUp) {
   auto pool = MakePool({.buffer_count = 64, .cache_size = 8});
-  Gate parked, done;
+  Event parked, done;
   std::thread owner([&] {
     {
       std::vector<Buffer> mine(8), more(8);
       pool->TryAcquireBulk(absl::MakeSpan(mine));
     }
-    parked.Open();
-    done.Wait();
+    parked.Notify();
+    done.WaitForNotification();
   });
-  parked.Wait();
+  parked.WaitForNotification();
   std::vector<Buffer> all;
   for (int i = 0; i < 64; ++i) {
     Buffer b = pool->TryAcquire();
@@ -348,7 +326,7 @@ TEST(DrainTest, TryAcquireTakesFromOtherCpusCachesBeforeGivingUp) {
   }
   EXPECT_FALSE(pool->TryAcquire());
   EXPECT_EQ(pool->Stats().acquire_failures, 1u);
-  done.Open();
+  done.Notify();
   owner.join();
 }
 
@@ -360,7 +338,7 @@ TEST_P(ParkingTest, ThreadsThatEachUseOneBufferParkAtMostCacheTimesCpus) {
   const int threads = GetParam();
   auto pool = MakePool({.buffer_count = 4096, .cache_size = 64});
   Latch used(threads);
-  Gate done;
+  Event done;
   std::vector<std::thread> all;
   for (int t = 0; t < threads; ++t) {
     all.emplace_back([&] {
@@ -369,14 +347,14 @@ TEST_P(ParkingTest, ThreadsThatEachUseOneBufferParkAtMostCacheTimesCpus) {
         EXPECT_TRUE(b);
       }
       used.Arrive();
-      done.Wait();  // alive, as a thread-pool worker is
+      done.WaitForNotification();  // alive, as a thread-pool worker is
     });
   }
   used.Wait();
   const PoolStats s = pool->Stats();
   EXPECT_EQ(s.in_use, 0u);
   EXPECT_LE(s.cached, Parked(*pool)) << threads << " threads";
-  done.Open();
+  done.Notify();
   for (auto& t : all) t.join();
 }
 
@@ -389,26 +367,26 @@ TEST(ParkingTest, TwoHundredFiftySixThreadsOnFourThousandBuffersAllGetOne) {
   constexpr int kThreads = 256;
   auto pool = MakePool({.buffer_count = 4096, .cache_size = 64});
   Latch warmed(kThreads), holding(kThreads);
-  Gate go, done;
+  Event go, done;
   std::atomic<int> refused{0};
   std::vector<std::thread> all;
   for (int t = 0; t < kThreads; ++t) {
     all.emplace_back([&] {
       { Buffer b = pool->TryAcquire(); }
       warmed.Arrive();
-      go.Wait();
+      go.WaitForNotification();
       Buffer mine = pool->TryAcquire();
       if (!mine) refused.fetch_add(1);
       holding.Arrive();
-      done.Wait();
+      done.WaitForNotification();
     });
   }
   warmed.Wait();
-  go.Open();
+  go.Notify();
   holding.Wait();
   EXPECT_EQ(refused.load(), 0);
   EXPECT_EQ(pool->Stats().in_use, static_cast<size_t>(kThreads));
-  done.Open();
+  done.Notify();
   for (auto& t : all) t.join();
 }
 
@@ -604,7 +582,7 @@ TEST(SoundnessTest, NoBufferIsEverOwnedTwiceOrLostUnderSleepingSignals) {
   sigemptyset(&sa.sa_mask);
   ASSERT_EQ(::sigaction(SIGUSR1, &sa, nullptr), 0);
   auto hold = [&](Buffer& b) {
-    const uint32_t slot = b.index();
+    const uint32_t slot = b.slot();
     const int was = owner[slot].exchange(tl_id);
     if (was != 0) twice.fetch_add(1);
     std::memcpy(b.data(), &tl_id, sizeof(tl_id));
@@ -867,7 +845,7 @@ TEST(HighWaterTest, NeverBelowThePeakOfTwoThreadsHoldingAtOnce) {
   };
   for (const Case c : {Case{64, 8, 8}, Case{1024, 64, 33}}) {
     auto pool = MakePool({.buffer_count = c.count, .cache_size = c.cache});
-    Gate b_holding, main_done;
+    Event b_holding, main_done;
     std::thread b([&] {
       {  // fill B's cache, then hold buffers from it
         std::vector<Buffer> warm;
@@ -875,10 +853,10 @@ TEST(HighWaterTest, NeverBelowThePeakOfTwoThreadsHoldingAtOnce) {
       }
       std::vector<Buffer> hold;
       for (size_t i = 0; i < c.b_holds; ++i) hold.push_back(pool->TryAcquire());
-      b_holding.Open();
-      main_done.Wait();
+      b_holding.Notify();
+      main_done.WaitForNotification();
     });
-    b_holding.Wait();
+    b_holding.WaitForNotification();
     {
       std::vector<Buffer> mine;
       for (int i = 0; i < 40; ++i) mine.push_back(pool->TryAcquire());
@@ -888,7 +866,7 @@ TEST(HighWaterTest, NeverBelowThePeakOfTwoThreadsHoldingAtOnce) {
       EXPECT_GE(s.high_water, peak) << "count " << c.count;
       EXPECT_LE(s.high_water, peak + Parked(*pool));
     }
-    main_done.Open();
+    main_done.Notify();
     b.join();
     EXPECT_GE(pool->Stats().high_water, 40 + c.b_holds);
   }
@@ -930,17 +908,17 @@ TEST(HighWaterTest, ThreadsTakingTurnsStayWithinTheBound) {
 TEST(HighWaterTest, IdleThreadsCachesAreTheOnlyOvershoot) {
   for (const bool flush : {false, true}) {
     auto pool = MakePool({.buffer_count = 1024, .cache_size = 64});
-    Gate stay, took;
+    Event stay, took;
     std::thread x([&] {
       {
         std::vector<Buffer> mine;
         for (int i = 0; i < 33; ++i) mine.push_back(pool->TryAcquire());
       }
       if (flush) pool->FlushCaches();
-      took.Open();
-      stay.Wait();
+      took.Notify();
+      stay.WaitForNotification();
     });
-    took.Wait();
+    took.WaitForNotification();
     std::vector<Buffer> mine;
     for (int i = 0; i < 40; ++i) mine.push_back(pool->TryAcquire());
     const PoolStats s = pool->Stats();
@@ -951,7 +929,7 @@ TEST(HighWaterTest, IdleThreadsCachesAreTheOnlyOvershoot) {
       EXPECT_LE(s.high_water, 40u + Parked(*pool));
     }
     mine.clear();
-    stay.Open();
+    stay.Notify();
     x.join();
   }
 }

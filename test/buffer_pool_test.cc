@@ -21,9 +21,13 @@
 
 #include "gtest/gtest.h"
 #include "os/memory.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
+
+using testing_util::Event;
+using testing_util::MakePool;
 
 // Keeps this thread (and threads it starts) on the CPU it runs on, for the
 // tests that check high_water exactly: it is exact while one CPU's cache is
@@ -61,32 +65,6 @@ testing::AssertionResult HighWaterIs(const BufferPool& pool, size_t high_water,
   return testing::AssertionFailure() << "high_water " << high_water << ", peak "
                                      << peak << ", slack " << slack;
 }
-
-std::unique_ptr<BufferPool> MakePool(PoolOptions options) {
-  auto pool = BufferPool::Create(options);
-  EXPECT_TRUE(pool.ok()) << pool.status();
-  return pool.ok() ? *std::move(pool) : nullptr;
-}
-
-// A one-shot event built on std:: primitives, which ThreadSanitizer sees
-// (Debian's Abseil is not instrumented, so absl::Notification would not be).
-class Event {
- public:
-  void Notify() {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_ = true;
-    cv_.notify_all();
-  }
-  void WaitForNotification() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-};
 
 // A thread that calls Acquire() on an empty pool and expects a buffer within
 // a minute; returns once it has started and had 50 ms to fall asleep.
@@ -209,12 +187,12 @@ TEST(BufferPoolTest, BufferIndexLivesAtRegionPlusIndexTimesSize) {
   std::vector<bool> seen(64);
   for (const Buffer& b : all) {
     ASSERT_TRUE(b);
-    EXPECT_EQ(b.data(), pool->region().data() + b.index() * 4096);
+    EXPECT_EQ(b.data(), pool->region().data() + b.slot() * 4096);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 4096, 0u);
     EXPECT_EQ(b.size(), 4096u);
-    EXPECT_EQ(pool->SlotOf(b.data()), b.index());
-    EXPECT_FALSE(seen[b.index()]) << "slot handed out twice";
-    seen[b.index()] = true;
+    EXPECT_EQ(pool->SlotOf(b.data()), b.slot());
+    EXPECT_FALSE(seen[b.slot()]) << "slot handed out twice";
+    seen[b.slot()] = true;
   }
 }
 
@@ -334,13 +312,13 @@ TEST_P(WaitTest, AcquireWakesWhenAnotherThreadReleases) {
   auto pool = MakePool({.buffer_count = 16, .cache_size = GetParam()});
   std::vector<Buffer> all(16);
   ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 16u);
-  const uint32_t released = all[5].index();
+  const uint32_t released = all[5].slot();
   Event waiting;
   std::thread waiter([&] {
     waiting.Notify();
     auto b = pool->Acquire(absl::Seconds(60));
     ASSERT_TRUE(b.ok()) << b.status();
-    EXPECT_EQ(b->index(), released);
+    EXPECT_EQ(b->slot(), released);
   });
   waiting.WaitForNotification();
   absl::SleepFor(absl::Milliseconds(50));  // let it go to sleep
@@ -404,7 +382,7 @@ TEST_P(ScrubTest, ScrubOnReleaseZeroesBeforeAnyoneElseGetsIt) {
   for (Buffer& b : again) {
     for (size_t i = 0; i < b.size(); ++i) {
       ASSERT_EQ(b.data()[i], std::byte{0})
-          << "slot " << b.index() << " byte " << i;
+          << "slot " << b.slot() << " byte " << i;
     }
   }
 }
@@ -412,11 +390,11 @@ TEST_P(ScrubTest, ScrubOnReleaseZeroesBeforeAnyoneElseGetsIt) {
 TEST(BufferPoolTest, WithoutScrubContentsSurviveReuse) {
   auto pool = MakePool({.buffer_size = 256, .buffer_count = 16});
   Buffer b = pool->TryAcquire();
-  const uint32_t slot = b.index();
+  const uint32_t slot = b.slot();
   std::memset(b.data(), 0xab, b.size());
   b.Reset();
   Buffer again = pool->TryAcquire();
-  ASSERT_EQ(again.index(), slot);  // last released, first reused
+  ASSERT_EQ(again.slot(), slot);  // last released, first reused
   EXPECT_EQ(again.data()[0], std::byte{0xab});
 }
 
@@ -530,7 +508,7 @@ TEST(BufferPoolTest, BulkReleaseWhileAThreadWaitsHandsOverAndKeepsTheRest) {
   EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 64u);
 }
 
-// With caches off a bulk release pushes each chunk onto the shared list in
+// With caches off a bulk release pushes each chunk onto the depot in
 // one step; every buffer must come back, counted, and wake a sleeper.
 TEST(BufferPoolTest, CacheOffBulkReleaseReturnsEveryBufferAndWakesAWaiter) {
   auto pool = MakePool({.buffer_count = 100, .cache_size = 0});
@@ -547,7 +525,7 @@ TEST(BufferPoolTest, CacheOffBulkReleaseReturnsEveryBufferAndWakesAWaiter) {
   std::vector<Buffer> again(100);
   EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 100u);
   std::set<uint32_t> slots;
-  for (const Buffer& b : again) slots.insert(b.index());
+  for (const Buffer& b : again) slots.insert(b.slot());
   EXPECT_EQ(slots.size(), 100u);
 }
 
@@ -850,6 +828,17 @@ TEST(BufferPoolTest, HighWaterIsExactAcrossThreadsWithCachesOff) {
 
 // ---- The handle ------------------------------------------------------------
 
+// index() is slot() by its name before 0.3, kept for 0.2 code.
+TEST(BufferTest, IndexIsTheDeprecatedNameOfSlot) {
+  auto pool = MakePool({.buffer_count = 8, .cache_size = 0});
+  for (int i = 0; i < 3; ++i) {
+    Buffer b = pool->TryAcquire();
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b.index(), b.slot());
+    EXPECT_EQ(pool->SlotOf(b.data()), b.slot());
+  }
+}
+
 TEST(BufferTest, EmptyHandleHoldsNothing) {
   Buffer b;
   EXPECT_FALSE(b);
@@ -863,10 +852,10 @@ TEST(BufferTest, MoveTransfersOwnershipAndAssignmentReleasesTheOld) {
   auto pool = MakePool({.buffer_count = 16});
   Buffer a = pool->TryAcquire();
   Buffer b = pool->TryAcquire();
-  const uint32_t ia = a.index();
+  const uint32_t ia = a.slot();
   Buffer c = std::move(a);
   EXPECT_FALSE(a);  // NOLINT(bugprone-use-after-move): documented
-  EXPECT_EQ(c.index(), ia);
+  EXPECT_EQ(c.slot(), ia);
   EXPECT_EQ(pool->Stats().in_use, 2u);
   c = std::move(b);  // c's old buffer goes back
   EXPECT_EQ(pool->Stats().in_use, 1u);
@@ -875,12 +864,12 @@ TEST(BufferTest, MoveTransfersOwnershipAndAssignmentReleasesTheOld) {
 TEST(BufferTest, DetachedPointerComesBackThroughAdoptOrReleaseRaw) {
   auto pool = MakePool({.buffer_count = 16});
   Buffer a = pool->TryAcquire();
-  const uint32_t slot = a.index();
+  const uint32_t slot = a.slot();
   std::byte* p = a.Detach();
   EXPECT_FALSE(a);
   EXPECT_EQ(pool->Stats().in_use, 1u);
   Buffer back = pool->Adopt(p);
-  EXPECT_EQ(back.index(), slot);
+  EXPECT_EQ(back.slot(), slot);
   std::byte* q = back.Detach();
   pool->ReleaseRaw(q);
   EXPECT_EQ(pool->Stats().in_use, 0u);
@@ -944,14 +933,14 @@ TEST(BufferTest, RawBulkStopsShortAndClearsTheRest) {
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
-TEST(BufferTest, RawBulkReleaseLargerThanTheCacheSpillsToTheSharedList) {
+TEST(BufferTest, RawBulkReleaseLargerThanTheCacheSpillsToTheDepot) {
   // More than one internal chunk (64) and more than the cache holds (16).
   auto pool = MakePool({.buffer_count = 256, .cache_size = 16});
   std::vector<std::byte*> batch(200);
   ASSERT_EQ(pool->TryAcquireRawBulk(absl::MakeSpan(batch)), 200u);
   pool->ReleaseRawBulk(absl::MakeSpan(batch));
   EXPECT_EQ(pool->Stats().in_use, 0u);
-  std::thread([&] {  // another thread finds them in the shared list
+  std::thread([&] {  // another thread finds them in the depot
     std::vector<std::byte*> other(240);
     EXPECT_EQ(pool->TryAcquireRawBulk(absl::MakeSpan(other)), 240u);
     pool->ReleaseRawBulk(absl::MakeSpan(other));

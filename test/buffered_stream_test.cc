@@ -26,9 +26,13 @@
 #include "gtest/gtest.h"
 #include "os/file.h"
 #include "os/syscalls.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
+
+using testing_util::MakePool;
+using testing_util::ReadFileOrDie;
 
 // True when `text` contains `part`; prints both otherwise.
 testing::AssertionResult Contains(const std::string& text,
@@ -36,22 +40,6 @@ testing::AssertionResult Contains(const std::string& text,
   if (text.find(part) != std::string::npos) return testing::AssertionSuccess();
   return testing::AssertionFailure()
          << "\"" << text << "\" does not contain \"" << part << "\"";
-}
-
-std::unique_ptr<BufferPool> MakePool(size_t buffer_size, size_t count,
-                                     size_t thread_cache = 64) {
-  auto pool = BufferPool::Create({.buffer_size = buffer_size,
-                                  .buffer_count = count,
-                                  .huge_pages = HugePages::kNever,
-                                  .populate = false,
-                                  .cache_size = thread_cache});
-  EXPECT_TRUE(pool.ok()) << pool.status();
-  return *std::move(pool);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 absl::Span<const std::byte> Bytes(const std::string& s) {
@@ -140,7 +128,7 @@ TEST_P(RoundTripTest, RandomRecordsSurviveEveryAppendMix) {
     ASSERT_TRUE(w->Close().ok());
     EXPECT_EQ(pool->Stats().in_use, 0u);
   }
-  ASSERT_EQ(ReadFile(path), expected);
+  ASSERT_EQ(ReadFileOrDie(path), expected);
 
   // Record by record.
   {
@@ -211,7 +199,7 @@ TEST_F(StreamTest, FixedIntegersAreLittleEndianAndCrossBufferBoundaries) {
     ASSERT_TRUE(w->AppendFixed32(0xa1b2c3d4u).ok());            // 69..72
     ASSERT_TRUE(w->Close().ok());
   }
-  const std::string bytes = ReadFile(path);
+  const std::string bytes = ReadFileOrDie(path);
   ASSERT_EQ(bytes.size(), 73u);
   EXPECT_EQ(bytes.substr(61, 8),
             std::string("\x08\x07\x06\x05\x04\x03\x02\x01", 8));
@@ -296,7 +284,7 @@ TEST_F(StreamTest, TruncatedFilesGiveDataLossNeverGarbage) {
     }
     ASSERT_TRUE(w->Close().ok());
   }
-  const std::string whole = ReadFile(whole_path);
+  const std::string whole = ReadFileOrDie(whole_path);
   ASSERT_EQ(whole.size(), field_ends.back());
   const std::string path = Path("cut");
   for (size_t cut = 0; cut <= whole.size(); ++cut) {
@@ -374,7 +362,7 @@ TEST_F(StreamTest, FullBuffersGoOutInOneWritevAndLargeAppendsAreNotCopied) {
   EXPECT_EQ(WritevLog::calls[1][1].iov_base, large.data());  // not copied
   EXPECT_EQ(WritevLog::calls[1][1].iov_len, large.size());
   ASSERT_TRUE(w->Close().ok());
-  EXPECT_EQ(ReadFile(path), small + "t" + large);
+  EXPECT_EQ(ReadFileOrDie(path), small + "t" + large);
 }
 
 // Records the reader's system calls.
@@ -460,12 +448,12 @@ TEST_F(StreamTest, FlushPutsEverythingInTheKernelAndCloseIsIdempotent) {
   auto w = BufferedWriter::Open(path, *pool);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(w->Append("hello", 5).ok());
-  EXPECT_EQ(ReadFile(path), "");
+  EXPECT_EQ(ReadFileOrDie(path), "");
   ASSERT_TRUE(w->Flush().ok());
-  EXPECT_EQ(ReadFile(path), "hello");
+  EXPECT_EQ(ReadFileOrDie(path), "hello");
   ASSERT_TRUE(w->Append(" world", 6).ok());
   ASSERT_TRUE(w->Sync().ok());
-  EXPECT_EQ(ReadFile(path), "hello world");
+  EXPECT_EQ(ReadFileOrDie(path), "hello world");
   ASSERT_TRUE(w->Close().ok());
   EXPECT_TRUE(w->Close().ok());
   EXPECT_EQ(w->Append("x", 1).code(), absl::StatusCode::kFailedPrecondition);
@@ -530,7 +518,7 @@ TEST_F(StreamTest, ShortTransfersAndEintrAreAbsorbed) {
     ASSERT_TRUE(w->Close().ok());
   }
   EXPECT_GT(g_calls.load(), 1000);  // it really was fed in dribbles
-  EXPECT_EQ(ReadFile(path), expected);
+  EXPECT_EQ(ReadFileOrDie(path), expected);
 
   auto r = BufferedReader::Open(path, *pool, {.buffers = 2});
   ASSERT_TRUE(r.ok());
@@ -598,7 +586,7 @@ TEST_F(StreamTest, DestructorFlushesAndReportsAFailureOnStderr) {
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE(w->Append("kept", 4).ok());
   }  // no Close(): the destructor flushes
-  EXPECT_EQ(ReadFile(path), "kept");
+  EXPECT_EQ(ReadFileOrDie(path), "kept");
   EXPECT_EQ(pool->Stats().in_use, 0u);
 
   os::SyscallTable table = os::RealSyscalls();
@@ -622,7 +610,7 @@ ssize_t EioReadv(int, const iovec*, int) {
 }
 
 TEST_F(StreamTest, ReaderReportsAReadErrorOnceAndThenStaysFailed) {
-  auto pool = MakePool(64, 8, /*thread_cache=*/0);
+  auto pool = MakePool(64, 8, /*cache=*/0);
   const std::string path = Path("unreadable");
   { std::ofstream(path, std::ios::binary) << "some bytes"; }
   auto r = BufferedReader::Open(path, *pool, {.buffers = 2});
@@ -694,7 +682,7 @@ TEST_F(FullDiskTest, NoSpaceNamesThePathAndTheWriterStaysFailed) {
 // -------------------------------------------------
 
 TEST_F(StreamTest, OnABusyPoolAStreamWorksWithFewerBuffers) {
-  auto pool = MakePool(64, 8, /*thread_cache=*/0);
+  auto pool = MakePool(64, 8, /*cache=*/0);
   Buffer held[6];
   ASSERT_EQ(pool->TryAcquireBulk(held), 6u);
   auto w = BufferedWriter::Open(Path("few"), *pool, {.buffers = 16});
@@ -703,11 +691,11 @@ TEST_F(StreamTest, OnABusyPoolAStreamWorksWithFewerBuffers) {
   const std::string data(1000, 'f');
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(w->Append(data.data(), 50).ok());
   ASSERT_TRUE(w->Close().ok());
-  EXPECT_EQ(ReadFile(Path("few")), data.substr(0, 500));
+  EXPECT_EQ(ReadFileOrDie(Path("few")), data.substr(0, 500));
 }
 
 TEST_F(StreamTest, EmptyPoolFailsAfterTheTimeoutWithoutTouchingTheFile) {
-  auto pool = MakePool(64, 2, /*thread_cache=*/0);
+  auto pool = MakePool(64, 2, /*cache=*/0);
   const std::string path = Path("victim");
   { std::ofstream(path, std::ios::binary) << "precious"; }
   auto first = BufferedReader::Open(path, *pool, {.buffers = 2});
@@ -720,7 +708,7 @@ TEST_F(StreamTest, EmptyPoolFailsAfterTheTimeoutWithoutTouchingTheFile) {
   EXPECT_TRUE(Contains(std::string(w.status().message()), path));
   EXPECT_TRUE(Contains(std::string(w.status().message()),
                        "no free buffer in the pool (2 buffers of 64 bytes"));
-  EXPECT_EQ(ReadFile(path), "precious");  // not truncated
+  EXPECT_EQ(ReadFileOrDie(path), "precious");  // not truncated
 
   // FromFd with kTake closes the descriptor when it fails.
   const int fd = open(path.c_str(), O_RDONLY);
@@ -735,7 +723,7 @@ TEST_F(StreamTest, EmptyPoolFailsAfterTheTimeoutWithoutTouchingTheFile) {
 }
 
 TEST_F(StreamTest, OpenWaitsForABufferAnotherThreadReturns) {
-  auto pool = MakePool(64, 1, /*thread_cache=*/0);
+  auto pool = MakePool(64, 1, /*cache=*/0);
   auto first = BufferedWriter::Open(Path("a"), *pool);
   ASSERT_TRUE(first.ok());
   std::mutex mu;
@@ -806,7 +794,7 @@ TEST_F(StreamTest, BorrowedDescriptorStaysOpenAndTakenOneIsClosed) {
 }
 
 TEST_F(StreamTest, MovesKeepBuffersAndDestructionReturnsThem) {
-  auto pool = MakePool(64, 8, /*thread_cache=*/0);
+  auto pool = MakePool(64, 8, /*cache=*/0);
   {
     auto w = BufferedWriter::Open(Path("m"), *pool, {.buffers = 2});
     ASSERT_TRUE(w.ok());
@@ -818,14 +806,14 @@ TEST_F(StreamTest, MovesKeepBuffersAndDestructionReturnsThem) {
     ASSERT_TRUE(other.ok());
     ASSERT_TRUE(other->Append("n", 1).ok());
     moved = *std::move(other);  // closes "m" (flushing it), takes "n"
-    EXPECT_EQ(ReadFile(Path("m")), "one two");
+    EXPECT_EQ(ReadFileOrDie(Path("m")), "one two");
     EXPECT_EQ(pool->Stats().in_use, 2u);
     auto r = BufferedReader::Open(Path("m"), *pool, {.buffers = 3});
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(pool->Stats().in_use, 5u);
   }
   EXPECT_EQ(pool->Stats().in_use, 0u);
-  EXPECT_EQ(ReadFile(Path("n")), "n");
+  EXPECT_EQ(ReadFileOrDie(Path("n")), "n");
 }
 
 // ---- Many streams, one small pool
@@ -839,7 +827,7 @@ TEST_F(StreamTest, ThousandsOfConcurrentStreamsShareOneSmallPool) {
   constexpr int kThreads = 4;
   constexpr int kStreamsPerThread = 500;
   constexpr int kRounds = 12;
-  auto pool = MakePool(256, 2048, /*thread_cache=*/0);
+  auto pool = MakePool(256, 2048, /*cache=*/0);
   std::atomic<int> failures{0};
   std::mutex mu;
   std::string first_error;
@@ -962,7 +950,7 @@ TEST_F(StreamTest, MoreStreamsThanBuffersTakeTurns) {
   EXPECT_EQ(pool->Stats().in_use, 0u);
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < kStreamsPerThread; ++i) {
-      ASSERT_EQ(ReadFile(name(t, i)), contents(t, i)) << t << "_" << i;
+      ASSERT_EQ(ReadFileOrDie(name(t, i)), contents(t, i)) << t << "_" << i;
     }
   }
   // Reported, not asserted: how often the pool was short depends on timing.

@@ -25,11 +25,13 @@
 
 #include "gtest/gtest.h"
 #include "run_tool.h"
+#include "test_util.h"
 
 namespace {
 
 const std::string kBin = std::string(BUFPOOL_INSTALLED_BIN) + "/bufpool-copy";
 
+using bufpool::testing_util::TempFiles;
 using bufpool_test::Result;
 using bufpool_test::Slurp;
 
@@ -104,9 +106,9 @@ TEST_F(CopyCliTest, BufferFlagsInBothFormsReachTheCopy) {
   // 8 buffers of 64 KiB per operation, 2 in flight: the copy holds 1 MiB.
   for (const auto& args :
        {std::vector<std::string>{"--method=uring", "--buffer-size=65536",
-                                 "--buffer-count=8", "--queue-depth=2"},
+                                 "--batch-buffers=8", "--queue-depth=2"},
         std::vector<std::string>{"--method", "uring", "--buffer-size", "65536",
-                                 "--buffer-count", "8", "--queue-depth",
+                                 "--batch-buffers", "8", "--queue-depth",
                                  "2"}}) {
     std::vector<std::string> a = args;
     a.insert(a.end(), {"--json", Path("a"), Path("b")});
@@ -118,7 +120,7 @@ TEST_F(CopyCliTest, BufferFlagsInBothFormsReachTheCopy) {
   }
   // readwrite holds one batch: 4 buffers of 1 KiB.
   Result r = Run({"--method=readwrite", "--buffer-size", "1024",
-                  "--buffer-count", "4", "--json", Path("a"), Path("c")});
+                  "--batch-buffers", "4", "--json", Path("a"), Path("c")});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("\"buffer_bytes\": 4096"), std::string::npos) << r.out;
   EXPECT_EQ(Slurp(Path("c")), Slurp(Path("a")));
@@ -455,19 +457,19 @@ TEST_F(CopyCliTest, BufferFlagsAreCheckedAgainstCopyOptionsLimits) {
   ExpectUsageError({"--buffer-size", "32", a, b}, "--buffer-size");
   ExpectUsageError({"--buffer-size=8388608", a, b}, "--buffer-size");
   ExpectUsageError({"--buffer-size=4k", a, b}, "--buffer-size: '4k'");
-  ExpectUsageError({"--buffer-count=4097", a, b},
-                   "--buffer-count: 4097 is out of range (0 to 4096)");
-  ExpectUsageError({"--buffer-count", "-1", a, b}, "--buffer-count");
+  ExpectUsageError({"--batch-buffers=4097", a, b},
+                   "--batch-buffers: 4097 is out of range (0 to 4096)");
+  ExpectUsageError({"--batch-buffers", "-1", a, b}, "--batch-buffers");
   ExpectUsageError({"--queue-depth=5000", a, b},
                    "--queue-depth: 5000 is out of range (0 to 4096)");
   ExpectUsageError({"--queue-depth", "many", a, b},
                    "--queue-depth: 'many' is not a whole number");
-  ExpectUsageError({"--buffer-size=1048576", "--buffer-count=2048", a, b},
-                   "--buffer-size 1048576 x --buffer-count 2048 is over 1024 "
+  ExpectUsageError({"--buffer-size=1048576", "--batch-buffers=2048", a, b},
+                   "--buffer-size 1048576 x --batch-buffers 2048 is over 1024 "
                    "MiB per operation");
   EXPECT_FALSE(Exists("b"));
   // The limits themselves are fine.
-  Result r = Run({"--buffer-size=64", "--buffer-count=4096",
+  Result r = Run({"--buffer-size=64", "--batch-buffers=4096",
                   "--queue-depth=4096", "--method=readwrite", a, b});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(Slurp(b), "data");
@@ -482,8 +484,8 @@ TEST_F(CopyCliTest, HelpListsEveryFlagWithItsDefaultAndTheExitCodes) {
     EXPECT_EQ(t.rfind("usage: bufpool-copy [OPTIONS] SRC DEST\n", 0), 0u) << t;
     for (const char* flag :
          {"--method METHOD", "-n, --no-clobber", "--buffer-size BYTES",
-          "--buffer-count N", "--queue-depth N", "--direct-io", "--fsync",
-          "--progress, --no-progress", "--verify", "--json",
+          "--batch-buffers, --buffer-count N", "--queue-depth N", "--direct-io",
+          "--fsync", "--progress, --no-progress", "--verify", "--json",
           "-r, -R, --recursive", "-p", "--preserve LIST", "--atomic"}) {
       SCOPED_TRACE(flag);
       // The flag starts a line; its description follows on the same line
@@ -505,19 +507,6 @@ TEST_F(CopyCliTest, HelpListsEveryFlagWithItsDefaultAndTheExitCodes) {
       EXPECT_NE(t.find(word), std::string::npos) << word;
     }
   }
-}
-
-std::vector<std::string> TempFiles(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    if (std::strstr(e->d_name, ".bufpool-copy.") != nullptr) {
-      out.push_back(e->d_name);
-    }
-  }
-  closedir(d);
-  return out;
 }
 
 // kill -9 in the middle of an --atomic copy leaves the old destination and

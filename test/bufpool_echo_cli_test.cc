@@ -25,6 +25,7 @@
 
 #include "gtest/gtest.h"
 #include "run_tool.h"
+#include "test_util.h"
 
 namespace {
 
@@ -136,7 +137,7 @@ class EchoCliTest : public testing::Test {
 
 TEST_F(EchoCliTest, ServesAndVerifiesWithBothFlagForms) {
   const std::vector<std::vector<std::string>> echo_forms = {
-      {"--listen=127.0.0.1:0", "--engine=epoll", "--buffers=64",
+      {"--listen=127.0.0.1:0", "--engine=epoll", "--buffer-count=64",
        "--buffer-size=1024", "--max-unsent=65536"},
       {"--listen", "127.0.0.1:0", "--engine", "epoll", "--buffers", "64",
        "--buffer-size", "1024", "--max-unsent", "65536"}};
@@ -183,8 +184,9 @@ TEST_F(EchoCliTest, EchoUsageErrorsExitTwo) {
   ExpectUsageError(kEcho, {"--engine", "fast"}, "unknown engine 'fast'");
   ExpectUsageError(kEcho, {"--listen=foo"}, "--listen: 'foo'");
   ExpectUsageError(kEcho, {"--listen", "127.0.0.1:70000"}, "--listen");
-  ExpectUsageError(kEcho, {"--buffers=0"}, "--buffers: 0 is out of range");
-  ExpectUsageError(kEcho, {"--buffers", "x"}, "--buffers: 'x'");
+  ExpectUsageError(kEcho, {"--buffer-count=0"},
+                   "--buffer-count: 0 is out of range");
+  ExpectUsageError(kEcho, {"--buffer-count", "x"}, "--buffer-count: 'x'");
   ExpectUsageError(kEcho, {"--buffer-size=100"},
                    "--buffer-size: '100' is not a power of two");
   ExpectUsageError(kEcho, {"--max-unsent=0"}, "--max-unsent");
@@ -198,10 +200,10 @@ TEST_F(EchoCliTest, EchoHelpListsEveryFlagAndTheExitCodes) {
     EXPECT_EQ(r.err, "");
     for (const char* word :
          {"usage: bufpool-echo", "--listen HOST:PORT", "--engine ENGINE",
-          "--buffers N", "--buffer-size BYTES", "--max-unsent BYTES",
-          "(default: 127.0.0.1:0)", "(default: uring)", "(default: 4096)",
-          "(default: 262144)", "  0  success", "  1  the work failed",
-          "  2  usage error"}) {
+          "--buffer-count, --buffers N", "--buffer-size BYTES",
+          "--max-unsent BYTES", "(default: 127.0.0.1:0)", "(default: uring)",
+          "(default: 4096)", "(default: 262144)", "  0  success",
+          "  1  the work failed", "  2  usage error"}) {
       EXPECT_NE(r.out.find(word), std::string::npos) << word;
     }
   }
@@ -253,15 +255,9 @@ TEST_F(EchoCliTest, LoadRefusedConnectionIsExitOne) {
 
 // A server that echoes every byte but flips the first of each read.
 TEST_F(EchoCliTest, LoadMismatchIsExitOne) {
-  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa;
+  const int lfd = bufpool::testing_util::ListenOnLoopback(4, &sa);
   ASSERT_GE(lfd, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  ASSERT_EQ(listen(lfd, 4), 0);
-  socklen_t len = sizeof(sa);
-  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
   std::thread bad([lfd] {
     const int c = accept(lfd, nullptr, nullptr);
     if (c < 0) return;

@@ -21,28 +21,14 @@
 #include "gtest/gtest.h"
 #include "os/socket.h"
 #include "os/syscalls.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
-std::string Contents(const BufferChain& chain) {
-  std::string s;
-  for (absl::Span<const std::byte> part : chain.spans()) {
-    s.append(reinterpret_cast<const char*>(part.data()), part.size());
-  }
-  return s;
-}
-
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-void SetNonBlocking(int fd) {
-  ASSERT_EQ(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
-}
+using testing_util::Contents;
+using testing_util::RandomBytes;
+using testing_util::SetNonBlocking;
 
 struct Pair {
   int a = -1;
@@ -63,15 +49,9 @@ struct Pair {
 
 // A connected TCP pair over loopback: a is the client, b the accepted end.
 void TcpPair(Pair& p) {
-  const int l = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa;
+  const int l = testing_util::ListenOnLoopback(1, &sa);
   ASSERT_GE(l, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  ASSERT_EQ(::listen(l, 1), 0);
-  socklen_t len = sizeof(sa);
-  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&sa), &len), 0);
   p.a = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_EQ(::connect(p.a, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
   p.b = ::accept(l, nullptr, nullptr);
@@ -203,7 +183,7 @@ TEST_F(ChainIoTest, ReadFillsTheTailRoomFirstAndReturnsUnusedBuffers) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, 3u);
   EXPECT_EQ(Contents(in), "head:abc");
-  EXPECT_EQ(in.segment_count(), 1u);
+  EXPECT_EQ(in.slice_count(), 1u);
   EXPECT_EQ(pool_->Stats().in_use, 1u);
   // A read larger than the room spills into fresh buffers.
   const std::string big = RandomBytes(10000, 4);
@@ -216,7 +196,7 @@ TEST_F(ChainIoTest, ReadFillsTheTailRoomFirstAndReturnsUnusedBuffers) {
     total += *r;
   }
   EXPECT_EQ(Contents(in), "head:abc" + big);
-  EXPECT_EQ(pool_->Stats().in_use, in.segment_count());
+  EXPECT_EQ(pool_->Stats().in_use, in.slice_count());
 }
 
 TEST_F(ChainIoTest, ReadOfASharedTailStartsAFreshBuffer) {
@@ -224,11 +204,11 @@ TEST_F(ChainIoTest, ReadOfASharedTailStartsAFreshBuffer) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
   BufferChain in(*pool_);
   ASSERT_TRUE(in.Append("abc").ok());
-  SharedBuffer other = in.segment(0);  // shares the tail
+  SharedBuffer other = in.slice(0);  // shares the tail
   ASSERT_EQ(::write(p.a, "XYZ", 3), 3);
   ASSERT_TRUE(ReadFrom(p.b, in, 100).ok());
   EXPECT_EQ(Contents(in), "abcXYZ");
-  EXPECT_EQ(in.segment_count(), 2u);
+  EXPECT_EQ(in.slice_count(), 2u);
   EXPECT_NE(std::memcmp(other.data() + 3, "XYZ", 3), 0);
 }
 
@@ -503,15 +483,11 @@ TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   const size_t conns = GetParam();
   constexpr size_t kLine = 20 * 1024;
   constexpr size_t kMaxRead = 64 * 1024;
-  // Caches off: high_water is then exact, so it measures the chains alone.
-  auto pool = BufferPool::Create({.buffer_count = 4096,
-                                  .huge_pages = HugePages::kNever,
-                                  .populate = false,
-                                  .cache_size = 0});
-  ASSERT_TRUE(pool.ok()) << pool.status();
-  const size_t bs = (*pool)->buffer_size();
-  const size_t bound =
-      conns * ((kLine + 2 * bs + bs - 1) / bs) + (kMaxRead + bs - 1) / bs;
+  // high_water is exact, so it measures the chains alone.
+  auto pool = testing_util::MakeUncachedPool(4096);
+  const size_t bs = pool->buffer_size();
+  const size_t bound = conns * testing_util::MostBuffersFor(kLine, bs) +
+                       (kMaxRead + bs - 1) / bs;
   std::vector<int> rd(conns), wr(conns);
   for (size_t i = 0; i < conns; ++i) {
     int sv[2];
@@ -521,17 +497,13 @@ TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     const int fl = fcntl(wr[i], F_GETFL);
     fcntl(wr[i], F_SETFL, fl & ~O_NONBLOCK);
   }
-  std::string line(kLine, '\0');
-  for (size_t k = 0; k < kLine; ++k) line[k] = static_cast<char>('a' + k % 26);
-  std::thread trickler([&] {
-    for (size_t k = 0; k < kLine; ++k) {
-      for (size_t i = 0; i < conns; ++i) {
-        if (send(wr[i], &line[k], 1, MSG_NOSIGNAL) != 1) return;
-      }
-    }
-  });
+  const std::string line = testing_util::TrickleLine(kLine);
+  std::thread trickler = testing_util::StartTrickler(
+      conns, line, [&wr](size_t i, const char* byte) {
+        return send(wr[i], byte, 1, MSG_NOSIGNAL) == 1;
+      });
   std::vector<BufferChain> chain;
-  for (size_t i = 0; i < conns; ++i) chain.emplace_back(**pool);
+  for (size_t i = 0; i < conns; ++i) chain.emplace_back(*pool);
   size_t done = 0;
   std::vector<pollfd> fds(conns);
   while (done < conns) {
@@ -549,12 +521,12 @@ TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
       ASSERT_GT(*n, 0u);
       if (chain[i].size() == kLine) ++done;
     }
-    if ((*pool)->Stats().high_water > bound) break;  // fails below
+    if (pool->Stats().high_water > bound) break;  // fails below
   }
   // Unblock a trickler that a failed bound left writing into a full socket.
   for (size_t i = 0; i < conns; ++i) shutdown(rd[i], SHUT_RDWR);
   trickler.join();
-  EXPECT_LE((*pool)->Stats().high_water, bound) << conns << " connections";
+  EXPECT_LE(pool->Stats().high_water, bound) << conns << " connections";
   for (size_t i = 0; i < conns; ++i) {
     ASSERT_EQ(chain[i].size(), kLine);
     EXPECT_LE(chain[i].pinned_bytes(), kLine + 2 * bs);
@@ -563,7 +535,7 @@ TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     close(wr[i]);
   }
   chain.clear();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Connections, ReadFromTrickleTest,

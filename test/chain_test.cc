@@ -12,30 +12,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
-std::unique_ptr<BufferPool> MakePool(size_t buffer_size, size_t count,
-                                     size_t cache = 64) {
-  auto pool = BufferPool::Create({.buffer_size = buffer_size,
-                                  .buffer_count = count,
-                                  .huge_pages = HugePages::kNever,
-                                  .populate = false,
-                                  .cache_size = cache});
-  if (!pool.ok()) std::abort();
-  return *std::move(pool);
-}
+using testing_util::Contents;
+using testing_util::MakePool;
 
 size_t InUse(const BufferPool& pool) { return pool.Stats().in_use; }
-
-std::string Contents(const BufferChain& chain) {
-  std::string s;
-  for (absl::Span<const std::byte> part : chain.spans()) {
-    s.append(reinterpret_cast<const char*>(part.data()), part.size());
-  }
-  return s;
-}
 
 // Structure and bytes: the spans, CopyTo and FillIovecs all agree with the
 // model, and no slice is empty.
@@ -43,9 +28,9 @@ void ExpectChainIs(const BufferChain& chain, const std::string& model) {
   ASSERT_EQ(chain.size(), model.size());
   EXPECT_EQ(chain.empty(), model.empty());
   size_t total = 0;
-  for (size_t i = 0; i < chain.segment_count(); ++i) {
-    ASSERT_NE(chain.segment(i).size(), 0u) << "empty slice " << i;
-    total += chain.segment(i).size();
+  for (size_t i = 0; i < chain.slice_count(); ++i) {
+    ASSERT_NE(chain.slice(i).size(), 0u) << "empty slice " << i;
+    total += chain.slice(i).size();
   }
   ASSERT_EQ(total, model.size());
   ASSERT_EQ(Contents(chain), model);
@@ -54,10 +39,10 @@ void ExpectChainIs(const BufferChain& chain, const std::string& model) {
                 reinterpret_cast<std::byte*>(copy.data()), copy.size())),
             model.size());
   ASSERT_EQ(copy, model);
-  std::vector<iovec> iov(chain.segment_count() + 1);
-  ASSERT_EQ(chain.FillIovecs(absl::MakeSpan(iov)), chain.segment_count());
+  std::vector<iovec> iov(chain.slice_count() + 1);
+  ASSERT_EQ(chain.FillIovecs(absl::MakeSpan(iov)), chain.slice_count());
   std::string from_iov;
-  for (size_t i = 0; i < chain.segment_count(); ++i) {
+  for (size_t i = 0; i < chain.slice_count(); ++i) {
     from_iov.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
   }
   ASSERT_EQ(from_iov, model);
@@ -67,6 +52,19 @@ std::string RandomBytes(std::mt19937_64& rng, size_t n) {
   std::string s(n, '\0');
   for (char& c : s) c = static_cast<char>('a' + rng() % 26);
   return s;
+}
+
+// segment_count() and segment(i) are slice_count() and slice(i) by their
+// names before 0.3, kept for 0.2 code.
+TEST(BufferChainTest, SegmentIsTheDeprecatedNameOfSlice) {
+  auto pool = MakePool(64, 8);
+  BufferChain chain(*pool);
+  ASSERT_TRUE(chain.Append(std::string(150, 'x')).ok());
+  ASSERT_EQ(chain.slice_count(), 3u);
+  EXPECT_EQ(chain.segment_count(), chain.slice_count());
+  for (size_t i = 0; i < chain.slice_count(); ++i) {
+    EXPECT_EQ(&chain.segment(i), &chain.slice(i)) << i;
+  }
 }
 
 TEST(SharedBufferTest, WholeBufferAndSlicesShareOneBuffer) {
@@ -199,7 +197,7 @@ TEST(BufferChainTest, AppendOfAFilledBufferLinksItsPrefix) {
   EXPECT_FALSE(b);
   ExpectChainIs(c, "filled");
   ASSERT_TRUE(c.Append("+room").ok());  // the chain owns it: its room is used
-  EXPECT_EQ(c.segment_count(), 1u);
+  EXPECT_EQ(c.slice_count(), 1u);
   c.Append(pool->TryAcquire(), 0);  // nothing to link: straight back
   EXPECT_EQ(InUse(*pool), 1u);
   ExpectChainIs(c, "filled+room");
@@ -218,12 +216,12 @@ TEST(BufferChainTest, AppendCopiesIntoRoomThenFreshBuffers) {
   EXPECT_TRUE(c.empty());
   ASSERT_TRUE(c.Append("hello ").ok());
   ASSERT_TRUE(c.Append("world").ok());
-  EXPECT_EQ(c.segment_count(), 1u);  // both in one buffer's room
+  EXPECT_EQ(c.slice_count(), 1u);  // both in one buffer's room
   EXPECT_EQ(InUse(*pool), 1u);
   const std::string big = std::string(150, 'b');
   ASSERT_TRUE(c.Append(big).ok());
   ExpectChainIs(c, "hello world" + big);
-  EXPECT_EQ(c.segment_count(), 3u);  // 11 + 150 = 161 bytes: 64 + 64 + 33
+  EXPECT_EQ(c.slice_count(), 3u);  // 11 + 150 = 161 bytes: 64 + 64 + 33
   EXPECT_EQ(InUse(*pool), 3u);
   c.Clear();
   EXPECT_EQ(InUse(*pool), 0u);
@@ -239,8 +237,8 @@ TEST(BufferChainTest, LinkingDoesNotCopy) {
   msg.Append(whole.Slice(0, 4));
   msg.Append(SharedBuffer());  // empty: dropped
   msg.Append(whole.Slice(0, 0));
-  EXPECT_EQ(msg.segment_count(), 2u);
-  EXPECT_EQ(msg.segment(0).data(), whole.data() + 4);
+  EXPECT_EQ(msg.slice_count(), 2u);
+  EXPECT_EQ(msg.slice(0).data(), whole.data() + 4);
   ExpectChainIs(msg, "bodyHEAD");
   EXPECT_EQ(whole.use_count(), 3u);
   whole.Reset();
@@ -262,12 +260,12 @@ TEST(BufferChainTest, AppendNeverWritesIntoASharedTail) {
   c.Append(whole.Slice(0, 4));  // "abcd"; whole still sees "efgh" after it
   ASSERT_TRUE(c.Append("XY").ok());
   EXPECT_EQ(whole.view().substr(0, 8), "abcdefgh");
-  EXPECT_EQ(c.segment_count(), 2u);
+  EXPECT_EQ(c.slice_count(), 2u);
   ExpectChainIs(c, "abcdXY");
   // Once the chain's tail is the only reference, its room is used.
   whole.Reset();
   ASSERT_TRUE(c.Append("Z").ok());
-  EXPECT_EQ(c.segment_count(), 2u);
+  EXPECT_EQ(c.slice_count(), 2u);
   ExpectChainIs(c, "abcdXYZ");
 }
 
@@ -278,10 +276,10 @@ TEST(BufferChainTest, SplitSharesTheBufferItCuts) {
   BufferChain first = c.Split(70);
   ExpectChainIs(first, std::string(70, 'q'));
   ExpectChainIs(c, std::string(30, 'q'));
-  EXPECT_EQ(first.segment_count(), 2u);
-  EXPECT_EQ(c.segment_count(), 1u);
-  EXPECT_EQ(first.segment(1).slot(), c.segment(0).slot());
-  EXPECT_EQ(c.segment(0).use_count(), 2u);
+  EXPECT_EQ(first.slice_count(), 2u);
+  EXPECT_EQ(c.slice_count(), 1u);
+  EXPECT_EQ(first.slice(1).slot(), c.slice(0).slot());
+  EXPECT_EQ(c.slice(0).use_count(), 2u);
   EXPECT_EQ(InUse(*pool), 2u);
   // The first chain's tail is shared, so an append starts a fresh buffer
   // rather than overwrite bytes the second chain holds.
@@ -338,7 +336,7 @@ TEST(BufferChainTest, ChainWithoutAPoolLinksButCannotCopyIn) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   BufferChain src(*pool);
   ASSERT_TRUE(src.Append("abc").ok());
-  c.Append(src.segment(0));
+  c.Append(src.slice(0));
   ExpectChainIs(c, "abc");
   src.Clear();
   c.Clear();
@@ -355,7 +353,7 @@ TEST(BufferChainTest, MovesKeepSlicesInlineAndOnTheHeap) {
     ASSERT_TRUE(a.Append(model).ok());
     BufferChain b(std::move(a));
     EXPECT_TRUE(a.empty());
-    EXPECT_EQ(a.segment_count(), 0u);
+    EXPECT_EQ(a.slice_count(), 0u);
     ExpectChainIs(b, "x" + model);
     BufferChain c(*pool);
     ASSERT_TRUE(c.Append("old").ok());
@@ -386,7 +384,7 @@ TEST(BufferChainTest, MoveAssignmentTradesStorage) {
         target = std::move(source);
         ExpectChainIs(target, model);
         EXPECT_TRUE(source.empty());
-        EXPECT_EQ(source.segment_count(), 0u);
+        EXPECT_EQ(source.slice_count(), 0u);
         EXPECT_EQ(source.pool(), pool.get());
         ASSERT_TRUE(source.Append(std::string(64 * 9, 'a')).ok());
         ExpectChainIs(source, std::string(64 * 9, 'a'));
@@ -426,7 +424,7 @@ TEST(BufferChainTest, MoveAssignmentKeepsAMidRingSourceInOrder) {
         ASSERT_TRUE(source.Append(letters("abcd")).ok());
         source.Consume(64 * 2);
         ASSERT_TRUE(source.Append(letters("ef")).ok());
-        ASSERT_EQ(source.segment_count(), BufferChain::kInlineSegments);
+        ASSERT_EQ(source.slice_count(), BufferChain::kInlineSegments);
         model = letters("cdef");
       }
       target = std::move(source);
@@ -488,11 +486,11 @@ TEST(BufferChainTest, RandomOperationsMatchAStringModel) {
         }
         case 2: {  // link a slice of another chain's slice
           const BufferChain& o = chains[j];
-          if (o.segment_count() == 0) break;
-          size_t at = rng() % o.segment_count();
+          if (o.slice_count() == 0) break;
+          size_t at = rng() % o.slice_count();
           size_t before = 0;
-          for (size_t k = 0; k < at; ++k) before += o.segment(k).size();
-          const SharedBuffer& seg = o.segment(at);
+          for (size_t k = 0; k < at; ++k) before += o.slice(k).size();
+          const SharedBuffer& seg = o.slice(at);
           const size_t off = rng() % (seg.size() + 1);
           const size_t len = rng() % (seg.size() - off + 1);
           c.Append(seg.Slice(off, len));
@@ -616,7 +614,7 @@ TEST(ChainCompactTest, CopiesSparseSlicesIntoFewBuffersAndKeepsFullOnes) {
   BufferChain full(*pool);
   const std::string f(900, 'F');
   ASSERT_TRUE(full.Append(f).ok());
-  const SharedBuffer* kept = &full.segment(0);
+  const SharedBuffer* kept = &full.slice(0);
   const uint32_t kept_slot = kept->slot();
   chain.Append(std::move(full));
   model += f;
@@ -629,8 +627,8 @@ TEST(ChainCompactTest, CopiesSparseSlicesIntoFewBuffersAndKeepsFullOnes) {
   EXPECT_EQ(chain.pinned_bytes(), 4u * 1024);
   EXPECT_EQ(InUse(*pool), 4u);
   bool found = false;
-  for (size_t i = 0; i < chain.segment_count(); ++i) {
-    found |= chain.segment(i).slot() == kept_slot;
+  for (size_t i = 0; i < chain.slice_count(); ++i) {
+    found |= chain.slice(i).slot() == kept_slot;
   }
   EXPECT_TRUE(found) << "the well-filled buffer was copied";
   // Nothing sparse left: a second Compact() changes nothing.
@@ -654,17 +652,17 @@ TEST(ChainCompactTest, ADryPoolLeavesTheChainAsItWas) {
   absl::Status s = chain.Compact();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   ExpectChainIs(chain, model);
-  EXPECT_EQ(chain.segment_count(), 8u);
+  EXPECT_EQ(chain.slice_count(), 8u);
   // One buffer back: enough for the 16 bytes.
   BufferChain first = chain.Split(2);
   first.Clear();
   model.erase(0, 2);
   ASSERT_TRUE(chain.Compact().ok());
   ExpectChainIs(chain, model);
-  EXPECT_EQ(chain.segment_count(), 1u);
+  EXPECT_EQ(chain.slice_count(), 1u);
   EXPECT_EQ(InUse(*pool), 1u);
   BufferChain no_pool;
-  no_pool.Append(chain.segment(0));
+  no_pool.Append(chain.slice(0));
   EXPECT_EQ(no_pool.Compact().code(), absl::StatusCode::kFailedPrecondition);
   no_pool.Clear();
   chain.Clear();
@@ -679,7 +677,7 @@ TEST(ChainCompactTest, PinnedBytesCountsEachBufferOnceAndEmptyIsZero) {
   BufferChain head = chain.Split(1500);  // 1500 | 1500, one buffer cut
   head.Append(std::move(chain));         // the cut buffer's two slices adjacent
   chain = std::move(head);
-  EXPECT_EQ(chain.segment_count(), 4u);
+  EXPECT_EQ(chain.slice_count(), 4u);
   EXPECT_EQ(chain.pinned_bytes(), 3u * 1024);
   EXPECT_EQ(chain.tail_room(), 3u * 1024 - 3000);
   BufferChain clone = chain.Clone();

@@ -50,10 +50,10 @@ TEST(CopyArgsTest, DefaultsAreCopyOptionsDefaults) {
 TEST(CopyArgsTest, ValueOptionsTakeBothForms) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--method=uring", "--buffer-size=65536",
-                                 "--buffer-count=8", "--queue-depth=16", "a",
+                                 "--batch-buffers=8", "--queue-depth=16", "a",
                                  "b"},
         std::vector<std::string>{"--method", "uring", "--buffer-size", "65536",
-                                 "--buffer-count", "8", "--queue-depth", "16",
+                                 "--batch-buffers", "8", "--queue-depth", "16",
                                  "a", "b"}}) {
     ParsedArgs<CopyCommand> r = Parse(args);
     ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
@@ -205,7 +205,7 @@ TEST(CopyArgsTest, BufferSizeIsAPowerOfTwoWithinThePoolsLimits) {
 }
 
 TEST(CopyArgsTest, CountAndDepthWithinCopyOptionsLimits) {
-  for (const char* flag : {"--buffer-count", "--queue-depth"}) {
+  for (const char* flag : {"--batch-buffers", "--queue-depth"}) {
     SCOPED_TRACE(flag);
     ParsedArgs<CopyCommand> r = Parse({flag, "4096", "a", "b"});
     ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
@@ -218,14 +218,30 @@ TEST(CopyArgsTest, CountAndDepthWithinCopyOptionsLimits) {
   }
 }
 
+// --buffer-count, the name of 0.2, is still accepted for the batch, and
+// --help says it is deprecated.
+TEST(CopyArgsTest, OldBufferCountFlagIsADeprecatedAlias) {
+  ParsedArgs<CopyCommand> r = Parse({"--buffer-count=8", "a", "b"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_EQ(r.command.copy.batch_buffers, 8u);
+  r = Parse({"--buffer-count", "16", "a", "b"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_EQ(r.command.copy.batch_buffers, 16u);
+  EXPECT_NE(UsageError({"--buffer-count=4097", "a", "b"}).find("0 to 4096"),
+            std::string::npos);
+  const std::string help = Parse({"--help"}).text;
+  EXPECT_NE(help.find("--buffer-count is its\n"), std::string::npos) << help;
+  EXPECT_NE(help.find("old name, deprecated"), std::string::npos) << help;
+}
+
 TEST(CopyArgsTest, BytesPerOperationAreBounded) {
   // 1 MiB x 1024 = 1 GiB: the limit itself.
   EXPECT_EQ(
-      Parse({"--buffer-size=1048576", "--buffer-count=1024", "a", "b"}).action,
+      Parse({"--buffer-size=1048576", "--batch-buffers=1024", "a", "b"}).action,
       ParseAction::kRun);
   const std::string e =
-      UsageError({"--buffer-size=1048576", "--buffer-count=2048", "a", "b"});
-  EXPECT_NE(e.find("--buffer-size 1048576 x --buffer-count 2048"),
+      UsageError({"--buffer-size=1048576", "--batch-buffers=2048", "a", "b"});
+  EXPECT_NE(e.find("--buffer-size 1048576 x --batch-buffers 2048"),
             std::string::npos)
       << e;
   // The largest buffer with the default count is within it.
@@ -241,9 +257,10 @@ TEST(CopyArgsTest, HelpListsEveryFlagWithItsDefault) {
     EXPECT_EQ(t.rfind("usage: bufpool-copy [OPTIONS] SRC DEST\n", 0), 0u);
     for (const char* flag :
          {"--method METHOD", "-n, --no-clobber", "--buffer-size BYTES",
-          "--buffer-count N", "--queue-depth N", "--direct-io", "--fsync",
-          "--progress, --no-progress", "--verify", "--json", "-h, --help",
-          "-r, -R, --recursive", "-p", "--preserve LIST", "--atomic"}) {
+          "--batch-buffers, --buffer-count N", "--queue-depth N", "--direct-io",
+          "--fsync", "--progress, --no-progress", "--verify", "--json",
+          "-h, --help", "-r, -R, --recursive", "-p", "--preserve LIST",
+          "--atomic"}) {
       SCOPED_TRACE(flag);
       // The flag starts a line; its description follows on the same line
       // or, for a long name, on the next.
@@ -304,6 +321,8 @@ TEST(CopyArgsTest, RandomCommandLinesStayWithinTheLimits) {
                                            "65",
                                            "4194304",
                                            "8388608",
+                                           "--batch-buffers",
+                                           "--batch-buffers=",
                                            "--buffer-count",
                                            "--buffer-count=",
                                            "0",

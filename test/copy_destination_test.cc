@@ -24,33 +24,18 @@
 #include "gtest/gtest.h"
 #include "os/file.h"
 #include "os/syscalls.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
+using testing_util::Lstat;
+using testing_util::ReadFileOrDie;
+using testing_util::WriteFileOrDie;
+
 using Replace = CopyOptions::Replace;
 constexpr uid_t kNobody = 65534;
 constexpr gid_t kNogroup = 65534;
-
-void WriteFileOrDie(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(data.data(), static_cast<std::streamsize>(data.size()));
-  ASSERT_TRUE(f.good()) << path;
-}
-
-std::string ReadFileOrDie(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-struct stat Lstat(const std::string& path) {
-  struct stat st {};
-  EXPECT_EQ(lstat(path.c_str(), &st), 0)
-      << path << ": " << std::strerror(errno);
-  return st;
-}
 
 bool Contains(const absl::Status& s, const std::string& words) {
   return std::string(s.message()).find(words) != std::string::npos;

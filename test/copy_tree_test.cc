@@ -22,31 +22,18 @@
 #include "gtest/gtest.h"
 #include "os/file.h"
 #include "os/syscalls.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
+using testing_util::Lstat;
+using testing_util::ReadFileOrDie;
+
+// The trees' files have a known mode whatever the umask: 0644 unless given.
 void WriteFileOrDie(const std::string& path, const std::string& data,
                     mode_t mode = 0644) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(data.data(), static_cast<std::streamsize>(data.size()));
-  ASSERT_TRUE(f.good()) << path;
-  f.close();
-  ASSERT_EQ(chmod(path.c_str(), mode), 0);
-}
-
-std::string ReadFileOrDie(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-struct stat Lstat(const std::string& path) {
-  struct stat st {};
-  EXPECT_EQ(lstat(path.c_str(), &st), 0)
-      << path << ": " << std::strerror(errno);
-  return st;
+  testing_util::WriteFileOrDie(path, data, mode);
 }
 
 std::string Link(const std::string& path) {

@@ -15,26 +15,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
-std::unique_ptr<BufferPool> MakePool(size_t buffer_size, size_t count) {
-  auto pool = BufferPool::Create({.buffer_size = buffer_size,
-                                  .buffer_count = count,
-                                  .huge_pages = HugePages::kNever,
-                                  .populate = false});
-  if (!pool.ok()) std::abort();
-  return *std::move(pool);
-}
-
-std::string Contents(const BufferChain& chain) {
-  std::string s;
-  for (absl::Span<const std::byte> part : chain.spans()) {
-    s.append(reinterpret_cast<const char*>(part.data()), part.size());
-  }
-  return s;
-}
+using testing_util::Contents;
+using testing_util::MakePool;
 
 class CursorTest : public ::testing::Test {
  protected:
@@ -58,8 +45,8 @@ class CursorTest : public ::testing::Test {
     BufferChain whole(*page_);
     EXPECT_TRUE(whole.Append(s).ok());
     BufferChain chain(*page_);
-    for (size_t k = 0; k < whole.segment_count(); ++k) {
-      const SharedBuffer& seg = whole.segment(k);
+    for (size_t k = 0; k < whole.slice_count(); ++k) {
+      const SharedBuffer& seg = whole.slice(k);
       for (size_t i = 0; i < seg.size(); ++i) chain.Append(seg.Slice(i, 1));
     }
     return chain;
@@ -191,7 +178,7 @@ TEST_F(CursorTest, ReadsIntegersAcrossPageBoundaries) {
   const std::string s = RandomBytes(3 * 4096 + 100, 2, "");
   for (size_t lead : {size_t{0}, size_t{5}}) {
     const BufferChain chain = PageSlices(s, lead);
-    ASSERT_GE(chain.segment_count(), 3u);
+    ASSERT_GE(chain.slice_count(), 3u);
     CheckIntegers<uint32_t>(chain, s);
     CheckIntegers<int64_t>(chain, s);
   }
@@ -222,7 +209,7 @@ TEST_F(CursorTest, SkipReadAndContiguousFollowTheModel) {
     }
     ChainCursor c(chain);
     ASSERT_TRUE(c.Skip(c.Contiguous().size()));
-    ASSERT_EQ(c.position(), chain.segment(0).size());
+    ASSERT_EQ(c.position(), chain.slice(0).size());
   });
 }
 
@@ -469,11 +456,11 @@ TEST_F(CursorTest, LineSplitterSearchesAPartialLineOnce) {
 TEST_F(CursorTest, LineFramesShareTheInputsBuffers) {
   BufferChain in(*page_);
   ASSERT_TRUE(in.Append("one\ntwo\n").ok());
-  const std::byte* data = in.segment(0).data();
+  const std::byte* data = in.slice(0).data();
   LineSplitter lines;
   auto one = lines.Next(in);
   ASSERT_TRUE(one.ok() && one->has_value());
-  EXPECT_EQ((*one)->segment(0).data(), data);  // a slice, not a copy
+  EXPECT_EQ((*one)->slice(0).data(), data);  // a slice, not a copy
   EXPECT_EQ(page_->Stats().in_use, 1u);
 }
 
@@ -565,8 +552,8 @@ TEST_F(CursorTest, LengthPrefixSplitterWithEveryCutAndOption) {
               // Feed the shape's slices one at a time.
               BufferChain in(*small_);
               std::vector<std::string> got;
-              for (size_t k = 0; k < whole.segment_count(); ++k) {
-                in.Append(whole.segment(k));
+              for (size_t k = 0; k < whole.slice_count(); ++k) {
+                in.Append(whole.slice(k));
                 for (;;) {
                   auto f = opt.Next(in);
                   ASSERT_TRUE(f.ok()) << f.status();

@@ -49,7 +49,10 @@ std::string LoadError(const std::vector<std::string>& args) {
 // default (or, for --target, that it is required).
 void ExpectListedWithDefault(const std::string& help, const std::string& flag) {
   SCOPED_TRACE(flag);
-  const size_t at = help.find("\n  " + flag + " ");
+  // The flag starts a line; its description follows on the same line or,
+  // for a long name, on the next.
+  size_t at = help.find("\n  " + flag + " ");
+  if (at == std::string::npos) at = help.find("\n  " + flag + "\n");
   ASSERT_NE(at, std::string::npos) << help;
   const size_t next = help.find("\n  -", at + 1);
   const std::string desc = help.substr(at, next - at);
@@ -73,11 +76,11 @@ TEST(EchoArgsTest, Defaults) {
 TEST(EchoArgsTest, ValueOptionsTakeBothForms) {
   for (const auto& args :
        {std::vector<std::string>{"--listen=0.0.0.0:7", "--engine=malloc",
-                                 "--buffers=64", "--buffer-size=65536",
+                                 "--buffer-count=64", "--buffer-size=65536",
                                  "--max-unsent=1"},
         std::vector<std::string>{"--listen", "0.0.0.0:7", "--engine", "malloc",
-                                 "--buffers", "64", "--buffer-size", "65536",
-                                 "--max-unsent", "1"}}) {
+                                 "--buffer-count", "64", "--buffer-size",
+                                 "65536", "--max-unsent", "1"}}) {
     ParsedArgs<EchoCommand> r = Echo(args);
     ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
     EXPECT_EQ(r.command.server.listen, "0.0.0.0:7");
@@ -104,9 +107,12 @@ TEST(EchoArgsTest, BadValuesNameTheFlag) {
            {{"--listen=127.0.0.1:-1"}, "--listen"},
            {{"--listen=::1:80"}, "--listen"},
            {{"--listen=example.com:80"}, "--listen"},
-           {{"--buffers=0"}, "--buffers: 0 is out of range (1 to 4294967294)"},
-           {{"--buffers=4294967295"}, "--buffers"},
-           {{"--buffers=lots"}, "--buffers: 'lots' is not a whole number"},
+           {{"--buffer-count=0"},
+            "--buffer-count: 0 is out of range (1 to 4294967294)"},
+           {{"--buffer-count=4294967295"}, "--buffer-count"},
+           {{"--buffer-count=lots"},
+            "--buffer-count: 'lots' is not a whole number"},
+           {{"--buffers=0"}, "0 is out of range (1 to 4294967294)"},
            {{"--buffer-size=100"},
             "--buffer-size: '100' is not a power of two"},
            {{"--buffer-size=32"}, "--buffer-size"},
@@ -124,12 +130,27 @@ TEST(EchoArgsTest, BadValuesNameTheFlag) {
   }
 }
 
+// --buffers, the name of 0.2, is still accepted, and --help says it is
+// deprecated.
+TEST(EchoArgsTest, OldBuffersFlagIsADeprecatedAlias) {
+  ParsedArgs<EchoCommand> r = Echo({"--buffers=64"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_EQ(r.command.pool.buffer_count, 64u);
+  r = Echo({"--buffers", "32"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_EQ(r.command.pool.buffer_count, 32u);
+  const std::string help = Echo({"--help"}).text;
+  EXPECT_NE(help.find("--buffers is its old name, deprecated"),
+            std::string::npos)
+      << help;
+}
+
 TEST(EchoArgsTest, HelpListsEveryFlagWithItsDefault) {
   ParsedArgs<EchoCommand> r = Echo({"--help"});
   ASSERT_EQ(r.action, ParseAction::kHelp);
   EXPECT_EQ(r.text.rfind("usage: bufpool-echo [OPTIONS]\n", 0), 0u) << r.text;
   for (const char* flag :
-       {"--listen HOST:PORT", "--engine ENGINE", "--buffers N",
+       {"--listen HOST:PORT", "--engine ENGINE", "--buffer-count, --buffers N",
         "--buffer-size BYTES", "--max-unsent BYTES"}) {
     ExpectListedWithDefault(r.text, flag);
   }
@@ -247,6 +268,8 @@ TEST(EchoArgsTest, RandomCommandLinesStayWithinTheLimits) {
                                            "epoll",
                                            "malloc",
                                            "bogus",
+                                           "--buffer-count",
+                                           "--buffer-count=",
                                            "--buffers",
                                            "--buffers=",
                                            "0",

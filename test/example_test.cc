@@ -17,64 +17,31 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace {
 
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+using bufpool::testing_util::Child;
+using bufpool::testing_util::ConnectToLoopback;
+using bufpool::testing_util::ExitedCleanly;
+using bufpool::testing_util::ReadListeningPort;
+using bufpool::testing_util::SendAndReadToEnd;
+using bufpool::testing_util::StartWithStdoutPipe;
 
-// Sends `data` (from a second thread) and reads until end of stream.
+// Sends `data` in pieces of 7000 bytes and reads until end of stream.
 std::string Echo(int port, const std::string& data) {
-  const int fd = Connect(port);
-  if (fd < 0) return "connect failed";
-  std::thread writer([&] {
-    size_t at = 0;
-    while (at < data.size()) {
-      const ssize_t n =
-          send(fd, data.data() + at, std::min<size_t>(7000, data.size() - at),
-               MSG_NOSIGNAL);
-      if (n <= 0) break;
-      at += static_cast<size_t>(n);
-    }
-    shutdown(fd, SHUT_WR);
-  });
-  std::string got;
-  char buf[65536];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
-  writer.join();
-  close(fd);
-  return got;
+  return SendAndReadToEnd(port, data, [](size_t) { return size_t{7000}; });
 }
 
 TEST(UringEchoExampleTest, EchoesOnLoopbackAndEndsWithEveryBufferBack) {
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    execl(BUFPOOL_EXAMPLE_URING_ECHO, "uring_echo", "0", "3", nullptr);
-    _exit(127);
-  }
-  close(out[1]);
-  FILE* f = fdopen(out[0], "r");
-  char line[256] = {};
-  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
-  int port = 0;
-  ASSERT_EQ(sscanf(line, "listening on 127.0.0.1:%d", &port), 1) << line;
+  const Child child =
+      StartWithStdoutPipe(BUFPOOL_EXAMPLE_URING_ECHO, {"uring_echo", "0", "3"});
+  ASSERT_GT(child.pid, 0);
+  FILE* f = child.out;
+  const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
+  ASSERT_NE(port, 0);
 
-  const int lingering = Connect(port);  // open when the time runs out
+  const int lingering = ConnectToLoopback(port);  // open when the time runs out
   ASSERT_GE(lingering, 0);
   std::vector<std::thread> clients;
   std::vector<std::string> sent(8), got(8);
@@ -93,12 +60,11 @@ TEST(UringEchoExampleTest, EchoesOnLoopbackAndEndsWithEveryBufferBack) {
   char c;
   EXPECT_LE(recv(lingering, &c, 1, 0), 0);
   close(lingering);
+  char line[256] = {};
   ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
   EXPECT_STREQ(line, "done: 0 buffers in use\n");
   fclose(f);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(ExitedCleanly(child.pid));
 }
 
 // The byte at `i` of the floods below.
@@ -211,22 +177,12 @@ TEST(UringEchoExampleTest, ParksOnADryPoolAndIsWokenByItsNotice) {
 // bytes on 8 connections: every byte comes back (the load checks them) and
 // the server stops cleanly on SIGTERM.
 TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    execl(BUFPOOL_EXAMPLE_ASIO_ECHO, "asio_echo", "0", nullptr);
-    _exit(127);
-  }
-  close(out[1]);
-  FILE* f = fdopen(out[0], "r");
-  char line[256] = {};
-  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
-  int port = 0;
-  ASSERT_EQ(sscanf(line, "asio_echo: listening on 127.0.0.1:%d", &port), 1)
-      << line;
+  const Child child =
+      StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_ECHO, {"asio_echo", "0"});
+  ASSERT_GT(child.pid, 0);
+  const int port =
+      ReadListeningPort(child, "asio_echo: listening on 127.0.0.1:%d");
+  ASSERT_NE(port, 0);
   const std::string target = "127.0.0.1:" + std::to_string(port);
   const pid_t load = fork();
   ASSERT_GE(load, 0);
@@ -236,13 +192,10 @@ TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
           nullptr);
     _exit(127);
   }
-  int status = 0;
-  ASSERT_EQ(waitpid(load, &status, 0), load);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  kill(pid, SIGTERM);
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  fclose(f);
+  EXPECT_TRUE(ExitedCleanly(load));
+  kill(child.pid, SIGTERM);
+  EXPECT_TRUE(ExitedCleanly(child.pid));
+  fclose(child.out);
 }
 
 // examples/asio_echo on a 16-buffer pool: a client that sends without

@@ -25,43 +25,15 @@
 #include "os/file.h"
 #include "os/syscalls.h"
 #include "os/uring.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
 
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-void WriteFileOrDie(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(data.data(), static_cast<std::streamsize>(data.size()));
-  ASSERT_TRUE(f.good()) << path;
-}
-
-std::string ReadFileOrDie(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Names in `dir` that look like our temporary files.
-std::vector<std::string> TempFiles(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    if (std::strstr(e->d_name, ".bufpool-copy.") != nullptr) {
-      out.push_back(e->d_name);
-    }
-  }
-  closedir(d);
-  return out;
-}
+using testing_util::RandomBytes;
+using testing_util::ReadFileOrDie;
+using testing_util::TempFiles;
+using testing_util::WriteFileOrDie;
 
 struct MethodCase {
   CopyMethod method;
@@ -340,7 +312,7 @@ FragmentedPool MakeFragmentedPool() {
   std::vector<Buffer> all(f.pool->capacity());
   all.resize(f.pool->TryAcquireBulk(absl::MakeSpan(all)));
   for (Buffer& b : all) {
-    if (b.index() % 3 == 2) {
+    if (b.slot() % 3 == 2) {
       std::memset(b.data(), 0x5a, b.size());
       f.held.push_back(std::move(b));
     }

@@ -21,26 +21,25 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace {
+
+using bufpool::testing_util::Child;
+using bufpool::testing_util::ExitedCleanly;
+using bufpool::testing_util::ReadListeningPort;
+using bufpool::testing_util::StartWithStdoutPipe;
 
 class RespServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    int out[2];
-    ASSERT_EQ(pipe(out), 0);
-    pid_ = fork();
-    ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      dup2(out[1], 1);
-      execl(BUFPOOL_EXAMPLE_RESP_SERVER, "resp_server", "0", "60", nullptr);
-      _exit(127);
-    }
-    close(out[1]);
-    out_ = fdopen(out[0], "r");
-    char line[256] = {};
-    ASSERT_NE(fgets(line, sizeof(line), out_), nullptr);
-    ASSERT_EQ(sscanf(line, "listening on 127.0.0.1:%d", &port_), 1) << line;
+    const Child child = StartWithStdoutPipe(BUFPOOL_EXAMPLE_RESP_SERVER,
+                                            {"resp_server", "0", "60"});
+    pid_ = child.pid;
+    out_ = child.out;
+    ASSERT_GT(pid_, 0);
+    port_ = ReadListeningPort(child, "listening on 127.0.0.1:%d");
+    ASSERT_NE(port_, 0);
   }
   void TearDown() override {
     if (pid_ > 0) Stop();
@@ -51,11 +50,9 @@ class RespServerTest : public ::testing::Test {
     char line[256] = {};
     std::string last;
     while (fgets(line, sizeof(line), out_) != nullptr) last = line;
-    int status = 0;
-    waitpid(pid_, &status, 0);
+    EXPECT_TRUE(ExitedCleanly(pid_));
     pid_ = -1;
     fclose(out_);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
     EXPECT_EQ(last.rfind("done: 0 buffers in use", 0), 0u) << last;
     return last;
   }

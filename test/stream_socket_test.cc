@@ -186,14 +186,9 @@ TEST_F(StreamSocketTest, ReaderTimeoutLosesNothingAndTheReaderStaysUsable) {
 }
 
 TEST_F(StreamSocketTest, ResetConnectionIsAReadError) {
-  const int l = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  ASSERT_EQ(::listen(l, 1), 0);
-  socklen_t len = sizeof(sa);
-  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  sockaddr_in sa;
+  const int l = testing_util::ListenOnLoopback(1, &sa);
+  ASSERT_GE(l, 0);
   const int c = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_EQ(::connect(c, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
   const int a = ::accept(l, nullptr, nullptr);

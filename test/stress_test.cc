@@ -170,9 +170,8 @@ TEST_P(StressTest, ThreadsHandBuffersToEachOtherWithoutCorruption) {
   EXPECT_EQ(pool.TryAcquireBulk(absl::MakeSpan(all)), 512u);
   std::vector<bool> seen(512);
   for (const Buffer& b : all) {
-    ASSERT_FALSE(seen[b.index()])
-        << "slot " << b.index() << " handed out twice";
-    seen[b.index()] = true;
+    ASSERT_FALSE(seen[b.slot()]) << "slot " << b.slot() << " handed out twice";
+    seen[b.slot()] = true;
   }
 }
 

@@ -1,30 +1,346 @@
 // Helpers the tests share: one definition each, instead of a copy per test.
+// Everything here is for tests only: a helper that cannot do its job fails
+// the calling test (or, where a test could not go on safely, aborts with a
+// message), so a test reads as the behaviour it checks.
 #ifndef BUFPOOL_TEST_TEST_UTIL_H_
 #define BUFPOOL_TEST_TEST_UTIL_H_
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <concepts>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
+// The pool and chain helpers are there for the tests that see the library's
+// headers; the tests of whole programs, which do not link it, get the rest.
+#if __has_include("bufpool/buffer_pool.h")
+#define BUFPOOL_TEST_UTIL_HAS_LIBRARY 1
+#include "bufpool/buffer_pool.h"
+#include "bufpool/chain.h"
+#endif
+
 namespace bufpool::testing_util {
 
-// `n` bytes from a fixed seed: the same bytes on every run.
-inline std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
+#ifdef BUFPOOL_TEST_UTIL_HAS_LIBRARY
+// ---- Pools and chains ----
+
+// A pool made with `options`. A pool the test cannot have is a broken
+// set-up, not a finding: the failure is reported and the test binary
+// aborts (a death test must never "die" on a null pool instead).
+inline std::unique_ptr<BufferPool> MakePool(const PoolOptions& options) {
+  auto pool = BufferPool::Create(options);
+  if (!pool.ok()) {
+    ADD_FAILURE() << "BufferPool::Create: " << pool.status();
+    std::fprintf(stderr, "BufferPool::Create: %s\n",
+                 pool.status().ToString().c_str());
+    std::abort();
+  }
+  return *std::move(pool);
+}
+
+// A small pool that maps lazily (no huge pages, no pre-faulting), so a test
+// may make many: `count` buffers of `buffer_size` bytes, `cache` per CPU.
+inline std::unique_ptr<BufferPool> MakePool(
+    size_t buffer_size, size_t count, size_t cache = PoolOptions{}.cache_size) {
+  return MakePool({.buffer_size = buffer_size,
+                   .buffer_count = count,
+                   .huge_pages = HugePages::kNever,
+                   .populate = false,
+                   .cache_size = cache});
+}
+
+// A lazily mapped pool of `count` buffers with the caches off, so that its
+// high_water counts exactly the buffers that were held at once.
+inline std::unique_ptr<BufferPool> MakeUncachedPool(size_t count) {
+  return MakePool({.buffer_count = count,
+                   .huge_pages = HugePages::kNever,
+                   .populate = false,
+                   .cache_size = 0});
+}
+
+// The bytes of `chain`, in order.
+inline std::string Contents(const BufferChain& chain) {
+  std::string s;
+  for (absl::Span<const std::byte> part : chain.spans()) {
+    s.append(reinterpret_cast<const char*>(part.data()), part.size());
+  }
+  return s;
+}
+#endif  // BUFPOOL_TEST_UTIL_HAS_LIBRARY
+
+// ---- Bytes ----
+
+// `n` bytes from `rng`.
+template <std::uniform_random_bit_generator Rng>
+std::string RandomBytes(size_t n, Rng& rng) {
   std::string s(n, '\0');
   for (char& c : s) c = static_cast<char>(rng());
   return s;
 }
 
+// `n` bytes from a fixed seed: the same bytes on every run.
+inline std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return RandomBytes(n, rng);
+}
+
+// ---- Threads ----
+
+// A one-shot event built on std:: primitives, which ThreadSanitizer sees
+// (Debian's Abseil is not instrumented, so absl::Notification would not
+// be). A waiter sleeps in the kernel, as an idle worker does.
+class Event {
+ public:
+  void Notify() {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void WaitForNotification() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+// ---- Files ----
+
+// Writes `data` to `path` (created or truncated); with `mode`, chmods it.
+inline void WriteFileOrDie(const std::string& path, const std::string& data,
+                           std::optional<mode_t> mode = std::nullopt) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  ASSERT_TRUE(f.good()) << path;
+  f.close();
+  if (mode) {
+    ASSERT_EQ(::chmod(path.c_str(), *mode), 0) << path;
+  }
+}
+
+// The bytes of `path`; empty when it cannot be read.
+inline std::string ReadFileOrDie(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// lstat() of `path`; a failure fails the test and returns zeros.
+inline struct stat Lstat(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0)
+      << path << ": " << std::strerror(errno);
+  return st;
+}
+
+// Names in `dir` that look like the copy engine's temporary files.
+inline std::vector<std::string> TempFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strstr(e->d_name, ".bufpool-copy.") != nullptr) {
+      out.push_back(e->d_name);
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+// ---- Sockets ----
+
 // Sets O_NONBLOCK on `fd`; a failure fails the calling test (call it
 // through ASSERT_NO_FATAL_FAILURE where the test must stop).
 inline void SetNonBlocking(int fd) {
   ASSERT_EQ(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK), 0);
+}
+
+// A TCP listener on 127.0.0.1 at a port the kernel picks, with its address
+// in `*bound`; -1 (and a test failure) when it cannot be made.
+inline int ListenOnLoopback(int backlog, sockaddr_in* bound) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_GE(fd, 0) << std::strerror(errno);
+  if (fd < 0) return -1;
+  *bound = sockaddr_in{};
+  bound->sin_family = AF_INET;
+  bound->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(*bound);
+  auto* sa = reinterpret_cast<sockaddr*>(bound);
+  if (::bind(fd, sa, sizeof(*bound)) != 0 || ::listen(fd, backlog) != 0 ||
+      ::getsockname(fd, sa, &len) != 0) {
+    ADD_FAILURE() << "listening on loopback: " << std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A TCP connection to 127.0.0.1:`port`, or -1.
+inline int ConnectToLoopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Connects to 127.0.0.1:`port`, sends `data` from a second thread in pieces
+// of `piece(left)` bytes (at most `left`), half-closes, and returns every
+// byte read until end of stream ("connect failed" when it cannot connect).
+inline std::string SendAndReadToEnd(int port, const std::string& data,
+                                    std::function<size_t(size_t)> piece) {
+  const int fd = ConnectToLoopback(port);
+  if (fd < 0) return "connect failed";
+  std::thread writer([&] {
+    for (size_t at = 0; at < data.size();) {
+      const size_t n = std::min(piece(data.size() - at), data.size() - at);
+      const ssize_t sent = ::send(fd, data.data() + at, n, MSG_NOSIGNAL);
+      if (sent <= 0) break;
+      at += static_cast<size_t>(sent);
+    }
+    ::shutdown(fd, SHUT_WR);
+  });
+  std::string got;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
+  writer.join();
+  ::close(fd);
+  return got;
+}
+
+// ---- Programs under test ----
+
+// A program started with its stdout on a pipe the test reads.
+struct Child {
+  pid_t pid = -1;
+  FILE* out = nullptr;  // the program's stdout; the test closes it
+};
+
+// Starts `path` with `args` (argv[0] first), stdout to a pipe. On failure
+// the test fails and pid is -1.
+inline Child StartWithStdoutPipe(const char* path,
+                                 const std::vector<const char*>& args) {
+  int out[2];
+  if (::pipe(out) != 0) {
+    ADD_FAILURE() << "pipe: " << std::strerror(errno);
+    return {};
+  }
+  std::vector<const char*> argv = args;
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::execv(path, const_cast<char* const*>(argv.data()));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  if (pid < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    ::close(out[0]);
+    return {};
+  }
+  return {pid, ::fdopen(out[0], "r")};
+}
+
+// Reads the child's first line and the port in it, which `format` (a
+// sscanf format with one %d) names; 0 (and a test failure) when it does not.
+inline int ReadListeningPort(const Child& child, const char* format) {
+  char line[256] = {};
+  if (child.out == nullptr ||
+      std::fgets(line, sizeof(line), child.out) == nullptr) {
+    ADD_FAILURE() << "no first line from the program";
+    return 0;
+  }
+  int port = 0;
+  if (std::sscanf(line, format, &port) != 1) {
+    ADD_FAILURE() << "first line: " << line;
+    return 0;
+  }
+  return port;
+}
+
+// Waits for `pid` and says whether it exited with status 0.
+inline testing::AssertionResult ExitedCleanly(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) {
+    return testing::AssertionFailure() << "waitpid: " << std::strerror(errno);
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    return testing::AssertionSuccess();
+  }
+  return testing::AssertionFailure() << "wait status " << status;
+}
+
+// ---- Trickle tests ----
+//
+// Memory follows bytes: a line trickled a byte at a time on each of several
+// connections must pin about its bytes, not a buffer per byte.
+
+// The trickled line: `n` letters, 'a' to 'z' over and over.
+inline std::string TrickleLine(size_t n) {
+  std::string line(n, '\0');
+  for (size_t k = 0; k < n; ++k) line[k] = static_cast<char>('a' + k % 26);
+  return line;
+}
+
+// The most buffers of `buffer_size` bytes that a chain holding `bytes` may
+// pin: its bytes' buffers plus two partly filled ones.
+inline size_t MostBuffersFor(size_t bytes, size_t buffer_size) {
+  return (bytes + 2 * buffer_size + buffer_size - 1) / buffer_size;
+}
+
+// A thread that writes `line` one byte at a time to connection 0, 1, ...,
+// `connections` - 1 in turn, through `write_byte(connection, byte)`; it
+// ends when the line is written, a write fails, or `*stop` is set.
+inline std::thread StartTrickler(
+    size_t connections, const std::string& line,
+    std::function<bool(size_t, const char*)> write_byte,
+    const std::atomic<bool>* stop = nullptr) {
+  return std::thread([connections, &line, write_byte, stop] {
+    for (size_t k = 0; k < line.size(); ++k) {
+      if (stop != nullptr && stop->load()) return;
+      for (size_t i = 0; i < connections; ++i) {
+        if (!write_byte(i, &line[k])) return;
+      }
+    }
+  });
 }
 
 }  // namespace bufpool::testing_util

@@ -14,9 +14,12 @@
 
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
+
+using testing_util::RandomBytes;
 
 struct Fixture {
   io_uring ring{};
@@ -28,14 +31,8 @@ struct Fixture {
     ring_ok = io_uring_queue_init(64, &ring, 0) == 0;
     auto p = BufferPool::Create({.buffer_count = 512});
     if (p.ok()) pool = *std::move(p);
-    const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    listen(lfd, 4);
-    socklen_t len = sizeof(sa);
-    getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+    sockaddr_in sa;
+    const int lfd = testing_util::ListenOnLoopback(4, &sa);
     client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
     server = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
@@ -48,8 +45,7 @@ struct Fixture {
   }
   bool ok() const { return ring_ok && pool != nullptr && server >= 0; }
 
-  // A chain of `bytes` spread over buffers, sliced so it has several
-  // segments.
+  // A chain of `bytes` spread over buffers, so it has several slices.
   BufferChain MakeChain(const std::string& bytes) {
     BufferChain c(*pool);
     EXPECT_TRUE(c.Append(bytes).ok());
@@ -77,13 +73,6 @@ struct Fixture {
     return out;
   }
 };
-
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
 
 TEST(HeldSendTest, PlainSendOfSeveralSlicesReleasesAtItsCompletion) {
   Fixture f;
@@ -183,7 +172,7 @@ TEST(HeldSendTest, FixedBufferZeroCopySendUsesTheRegisteredIndex) {
   ASSERT_TRUE(fixed.ok()) << fixed.status();
   const std::string data = RandomBytes(4000, 3);
   BufferChain chain = f.MakeChain(data);
-  const int index = fixed->IndexOf(chain.segment(0).data());
+  const int index = fixed->IndexOf(chain.slice(0).data());
   ASSERT_EQ(index, 0);
   io_uring_sqe* sqe = io_uring_get_sqe(&f.ring);
   HeldSend send;
@@ -265,7 +254,7 @@ TEST(HeldSendTest, HeldBytesAndRequestedCountEveryOneOf200Slices) {
     ASSERT_TRUE(one.Append(data.substr(i * 100, 100)).ok());
     chain.Append(std::move(one));
   }
-  ASSERT_EQ(chain.segment_count(), 200u);
+  ASSERT_EQ(chain.slice_count(), 200u);
   HeldSend send;
   EXPECT_EQ(send.held_bytes(), 0u);
   std::string received;

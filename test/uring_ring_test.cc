@@ -24,9 +24,12 @@
 
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
+
+using testing_util::RandomBytes;
 
 using Bundles = ProvidedBufferRingOptions::Bundles;
 using Incremental = ProvidedBufferRingOptions::Incremental;
@@ -74,15 +77,9 @@ void MakePairs(size_t n, Pairs* out) {
     lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 2 * n + 64);
     setrlimit(RLIMIT_NOFILE, &lim);
   }
-  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa;
+  const int lfd = testing_util::ListenOnLoopback(1024, &sa);
   ASSERT_GE(lfd, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  ASSERT_EQ(listen(lfd, 1024), 0);
-  socklen_t len = sizeof(sa);
-  ASSERT_EQ(getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
   for (size_t i = 0; i < n; ++i) {
     const int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ASSERT_GE(c, 0);
@@ -95,12 +92,6 @@ void MakePairs(size_t n, Pairs* out) {
     out->server.push_back(s);
   }
   close(lfd);
-}
-
-std::string RandomBytes(size_t n, std::mt19937& rng) {
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
 }
 
 bool WriteAll(int fd, const char* p, size_t n) {
@@ -132,7 +123,7 @@ struct LoadOptions {
 
 struct LoadResult {
   uint64_t enobufs = 0;
-  size_t most_segments = 0;  // in one Take()
+  size_t most_slices = 0;  // in one Take()
   uint32_t lowest_slot = 0xffffffffu;
   bool bundles = false;
   bool incremental = false;
@@ -152,7 +143,7 @@ void RunLoad(const LoadOptions& o, LoadResult* result) {
     std::vector<Buffer> all((*pool)->capacity());
     all.resize((*pool)->TryAcquireBulk(absl::MakeSpan(all)));
     for (Buffer& b : all) {
-      if (b.index() < o.reserve_below) reserved.push_back(std::move(b));
+      if (b.slot() < o.reserve_below) reserved.push_back(std::move(b));
     }
   }
   Ring ring;
@@ -254,12 +245,11 @@ void RunLoad(const LoadOptions& o, LoadResult* result) {
           eof[i] = true;
           --open;
         } else if (c.ok()) {
-          result->most_segments =
-              std::max(result->most_segments, c->segment_count());
-          for (size_t s = 0; s < c->segment_count(); ++s) {
+          result->most_slices = std::max(result->most_slices, c->slice_count());
+          for (size_t s = 0; s < c->slice_count(); ++s) {
             result->lowest_slot =
-                std::min(result->lowest_slot, c->segment(s).slot());
-            if (c->segment(s).offset() != 0) ++result->inner_slices;
+                std::min(result->lowest_slot, c->slice(s).slot());
+            if (c->slice(s).offset() != 0) ++result->inner_slices;
           }
           std::string bytes(c->size(), '\0');
           c->CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()),
@@ -359,7 +349,7 @@ TEST(ProvidedBufferRingTest, BundlesForcedOnFillSeveralBuffersPerCompletion) {
   LoadResult r;
   RunLoad(o, &r);
   EXPECT_TRUE(r.bundles);
-  EXPECT_GT(r.most_segments, 1u);
+  EXPECT_GT(r.most_slices, 1u);
 }
 
 TEST(ProvidedBufferRingTest, BundlesForcedOffTakeOneBufferPerCompletion) {
@@ -372,7 +362,7 @@ TEST(ProvidedBufferRingTest, BundlesForcedOffTakeOneBufferPerCompletion) {
   LoadResult r;
   RunLoad(o, &r);
   EXPECT_FALSE(r.bundles);
-  EXPECT_EQ(r.most_segments, 1u);
+  EXPECT_EQ(r.most_slices, 1u);
 }
 
 TEST(ProvidedBufferRingTest, BundlesAreProbedFromTheRingsFeatures) {
@@ -505,7 +495,7 @@ TEST(ProvidedBufferRingTest, TakeIntoAppendsToTheCallersChain) {
   }
   EXPECT_EQ((*br)->available(), 14u);
   EXPECT_EQ(queue.size(), 12u);
-  EXPECT_EQ(queue.segment_count(), 3u);  // linked, not copied
+  EXPECT_EQ(queue.slice_count(), 3u);  // linked, not copied
   std::string bytes(12, '\0');
   queue.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()), 12));
   EXPECT_EQ(bytes, "head:onetwo!");
@@ -590,12 +580,11 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   const auto [conns, incremental] = GetParam();
   constexpr size_t kLine = 20 * 1024;
   constexpr size_t kRingBuffers = 64;
-  // Caches off: high_water is then exact, so it measures the chains alone.
-  auto pool = BufferPool::Create({.buffer_count = 8192, .cache_size = 0});
-  ASSERT_TRUE(pool.ok()) << pool.status();
-  const size_t bs = (*pool)->buffer_size();
-  const size_t per_conn = (kLine + 2 * bs + bs - 1) / bs;  // buffers
-  const size_t bound = kRingBuffers + conns * per_conn;
+  // high_water is exact, so it measures the chains alone.
+  auto pool = testing_util::MakeUncachedPool(8192);
+  const size_t bs = pool->buffer_size();
+  const size_t bound =
+      kRingBuffers + conns * testing_util::MostBuffersFor(kLine, bs);
   Ring ring;
   ASSERT_TRUE(ring.ok());
   std::vector<int> reader(conns), writer(conns);
@@ -605,19 +594,17 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     reader[i] = sv[0];
     writer[i] = sv[1];
   }
-  std::string line(kLine, '\0');
-  for (size_t k = 0; k < kLine; ++k) line[k] = static_cast<char>('a' + k % 26);
+  std::string line = testing_util::TrickleLine(kLine);
   line.back() = '\n';
   std::atomic<bool> stop{false};
-  std::thread trickler([&] {
-    for (size_t k = 0; k < kLine && !stop.load(); ++k) {
-      for (size_t i = 0; i < conns; ++i) {
-        if (!WriteAll(writer[i], &line[k], 1)) return;
-      }
-    }
-  });
+  std::thread trickler = testing_util::StartTrickler(
+      conns, line,
+      [&writer](size_t i, const char* byte) {
+        return WriteAll(writer[i], byte, 1);
+      },
+      &stop);
   {
-    auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+    auto br = ProvidedBufferRing::Create(ring.get(), *pool,
                                          {.max_buffers = kRingBuffers,
                                           .initial_buffers = kRingBuffers,
                                           .incremental = incremental});
@@ -627,7 +614,7 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     ASSERT_TRUE(br.ok()) << br.status();
     EXPECT_EQ((*br)->incremental(), incremental == Incremental::kOn);
     std::vector<BufferChain> queue;
-    for (size_t i = 0; i < conns; ++i) queue.emplace_back(**pool);
+    for (size_t i = 0; i < conns; ++i) queue.emplace_back(*pool);
     std::vector<bool> armed(conns, false);
     std::vector<size_t> parked;
     size_t done = 0;
@@ -664,11 +651,11 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
         if (!armed[i] && queue[i].size() < kLine) arm(i);
       }
       io_uring_cq_advance(ring.get(), seen);
-      if ((*pool)->Stats().high_water > bound) break;  // fails below
+      if (pool->Stats().high_water > bound) break;  // fails below
     }
     stop = true;
     trickler.join();
-    EXPECT_LE((*pool)->Stats().high_water, bound)
+    EXPECT_LE(pool->Stats().high_water, bound)
         << conns << " connections, " << done << " lines complete";
     EXPECT_GT((*br)->copied(), 0u);
     for (size_t i = 0; i < conns; ++i) {
@@ -695,7 +682,7 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     close(reader[i]);
     close(writer[i]);
   }
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -753,14 +740,14 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   EXPECT_EQ((*br)->available(), 16u);  // lent again, no Refill()
   EXPECT_EQ((*pool)->Stats().in_use, 17u);
   take_one("more");  // into the tail's room
-  EXPECT_EQ(queue.segment_count(), 1u);
+  EXPECT_EQ(queue.slice_count(), 1u);
   EXPECT_EQ((*pool)->Stats().in_use, 17u);
   queue.Clone().Clear();  // a clone dropped: the tail is ours again
   BufferChain shared = queue.Clone();
   // A buffer's worth with a shared tail: linked, not copied.
   take_one(std::string(bs, 'L'));
   EXPECT_EQ((*br)->copied(), 2u);
-  EXPECT_EQ(queue.segment_count(), 2u);
+  EXPECT_EQ(queue.slice_count(), 2u);
   shared.Clear();
   std::string bytes(queue.size(), '\0');
   queue.CopyTo(

@@ -1,5 +1,9 @@
 #include "copy_args.h"
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -36,7 +40,7 @@ Differences from GNU cp:
 constexpr char kMethods[] = R"(Methods (--method):
   auto        kernel for a regular file of nonzero size (copy_file_range
               keeps the bytes in the kernel), readwrite for anything else.
-  readwrite   preadv/pwritev, gathering --buffer-count pooled buffers per
+  readwrite   preadv/pwritev, gathering --batch-buffers pooled buffers per
               call (by default 32 of 4 KiB: 128 KiB). Works everywhere; use
               it when the others are refused.
   direct      O_DIRECT on both files, many aligned reads and writes in
@@ -51,28 +55,27 @@ constexpr char kMethods[] = R"(Methods (--method):
               without copying it to user space, and may reflink or offload
               it on file systems that can. Falls back to readwrite across
               file systems or where it is refused.
-Memory: the copy holds --buffer-count buffers of --buffer-size bytes, times
+Memory: the copy holds --batch-buffers buffers of --buffer-size bytes, times
 --queue-depth for uring and direct.
 
 )";
 
-}  // namespace
-
-ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
-  ParsedArgs<CopyCommand> result;
-  CopyCommand& c = result.command;
-  CLI::App app;
-  bool atomic = false;
-  ConfigureApp(app, kTool, kUsage,
-               absl::StrCat(kMethods,
-                            ExitStatusHelp("a copy or a verification (the "
-                                           "other\n     SRCs are still "
-                                           "copied)"),
-                            "  bufpool-copy: <what failed>: <path>: <the "
-                            "system's words>\n"));
-
+// What the parser fills in besides the command itself: the options whose
+// text becomes a field only after parsing, and the operands.
+struct RawCopyFlags {
   std::string method = "auto";
-  app.add_option("--method", method,
+  bool atomic = false;
+  bool preserve_all = false;
+  std::string preserve;
+  bool progress = false;
+  CLI::Option* progress_flag = nullptr;
+  std::vector<std::string> operands;
+};
+
+// What to copy and how the destination is written: --method, -n, -r, -p,
+// --preserve, --atomic.
+void AddWhatOptions(CLI::App& app, CopyCommand& c, RawCopyFlags& raw) {
+  app.add_option("--method", raw.method,
                  "how to move the bytes: auto, readwrite, direct,\n"
                  "uring or kernel (see Methods below; default: auto)")
       ->type_name("METHOD")
@@ -91,19 +94,22 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
   app.add_flag("-r,-R,--recursive", c.recursive,
                "copy directories and everything below them\n"
                "(default: a directory SRC is skipped, exit 1)");
-  bool preserve_all = false;
-  app.add_flag("-p", preserve_all,
+  app.add_flag("-p", raw.preserve_all,
                "same as --preserve=mode,ownership,timestamps\n"
                "(default: off)");
-  std::string preserve;
-  app.add_option("--preserve", preserve,
+  app.add_option("--preserve", raw.preserve,
                  "keep these of SRC, comma-separated: mode,\n"
                  "ownership, timestamps, all (default: none)")
       ->type_name("LIST")
       ->option_text("LIST");
-  app.add_flag("--atomic", atomic,
+  app.add_flag("--atomic", raw.atomic,
                "replace an existing regular DEST by renaming a\n"
                "complete copy over it (default: write in place)");
+}
+
+// The buffers and the I/O: --buffer-size, --batch-buffers, --queue-depth,
+// --direct-io, --fsync.
+void AddIoOptions(CLI::App& app, CopyCommand& c) {
   app.add_option("--buffer-size", c.copy.buffer_size,
                  absl::StrCat("bytes per pool buffer, a power of two from 64 "
                               "to\n",
@@ -112,14 +118,17 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
       ->type_name("BYTES")
       ->option_text("BYTES")
       ->transform(PowerOfTwoIn(64, kMaxToolBufferSize));
-  app.add_option("--buffer-count", c.copy.batch_buffers,
+  // --buffer-count is the name of 0.2, kept as a deprecated alias: in the
+  // glossary a buffer count is a pool's size, as bufpool-echo uses it.
+  app.add_option("--batch-buffers,--buffer-count", c.copy.batch_buffers,
                  absl::StrCat("buffers gathered into one system call or "
                               "io_uring\noperation, 0 to ",
                               kMaxCopyBatchBuffers,
                               ", with buffer size x count at\nmost ",
                               kMaxCopyBytesPerOperation >> 20,
                               " MiB (default: 0, the method's: 32, or\n256 "
-                              "with O_DIRECT)"))
+                              "with O_DIRECT); --buffer-count is its\n"
+                              "old name, deprecated"))
       ->type_name("N")
       ->option_text("N")
       ->transform(NumberIn(0, kMaxCopyBatchBuffers));
@@ -136,9 +145,12 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
   app.add_flag("--fsync", c.copy.fsync,
                "sync the data, and the directory after a new name\n"
                "(default: off)");
-  bool progress = false;
-  CLI::Option* progress_flag =
-      app.add_flag("--progress,!--no-progress", progress,
+}
+
+// What the tool reports, and the operands: --progress, --verify, --json.
+void AddReportOptions(CLI::App& app, CopyCommand& c, RawCopyFlags& raw) {
+  raw.progress_flag =
+      app.add_flag("--progress,!--no-progress", raw.progress,
                    "show progress on stderr, or never; the last one\n"
                    "given wins (default: shown when stderr is a\nterminal)");
   app.add_flag("--verify", c.verify,
@@ -148,68 +160,104 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
   app.add_flag("--json", c.json,
                "print each copy's statistics on stdout, one JSON\n"
                "object per line (default: off)");
-  std::vector<std::string> operands;
   // Described in the usage paragraph; an empty group keeps it out of the
   // options list.
-  app.add_option("operands", operands)->group("");
+  app.add_option("operands", raw.operands)->group("");
+}
+
+// Sets the preserve_* fields from -p and --preserve; the error for an
+// unknown attribute, or nullopt.
+std::optional<std::string> ApplyPreserve(const RawCopyFlags& raw,
+                                         CopyOptions& copy) {
+  if (raw.preserve_all) {
+    copy.preserve_mode = copy.preserve_ownership = copy.preserve_timestamps =
+        true;
+  }
+  for (absl::string_view item :
+       absl::StrSplit(raw.preserve, ',', absl::SkipEmpty())) {
+    if (item == "mode" || item == "all") copy.preserve_mode = true;
+    if (item == "ownership" || item == "all") copy.preserve_ownership = true;
+    if (item == "timestamps" || item == "all") copy.preserve_timestamps = true;
+    if (item != "mode" && item != "ownership" && item != "timestamps" &&
+        item != "all") {
+      return absl::StrCat("--preserve: unknown attribute '", item,
+                          "' (mode, ownership, timestamps or all)");
+    }
+  }
+  return std::nullopt;
+}
+
+// The error for operands the tool cannot take, or nullopt.
+std::optional<std::string> CheckOperands(
+    const std::vector<std::string>& operands) {
+  if (operands.size() < 2) {
+    return operands.empty()
+               ? "missing SRC and DEST operands"
+               : absl::StrCat("missing the destination operand after '",
+                              operands[0], "'");
+  }
+  for (const std::string& op : operands) {
+    if (op == "-") {
+      return "'-' (standard input or output) is not supported: name a file "
+             "(a pipe can be read as /dev/stdin; a file named '-' is ./-)";
+    }
+    if (op.empty()) return "an operand is an empty path";
+  }
+  return std::nullopt;
+}
+
+// The error for a buffer size and count whose product is over the limit of
+// one operation, or nullopt.
+std::optional<std::string> CheckBytesPerOperation(const CopyOptions& copy) {
+  // With the default count the product stays within the limit (checked
+  // at compile time below), so only an explicit --batch-buffers can pass it.
+  static_assert(kMaxToolBufferSize * kLargestDefaultBatchBuffers <=
+                kMaxCopyBytesPerOperation);
+  if (uint64_t{copy.buffer_size} * copy.batch_buffers <=
+      kMaxCopyBytesPerOperation) {
+    return std::nullopt;
+  }
+  return absl::StrCat("--buffer-size ", copy.buffer_size, " x --batch-buffers ",
+                      copy.batch_buffers, " is over ",
+                      kMaxCopyBytesPerOperation >> 20,
+                      " MiB per operation; lower one of them");
+}
+
+}  // namespace
+
+ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
+  ParsedArgs<CopyCommand> result;
+  CopyCommand& c = result.command;
+  CLI::App app;
+  ConfigureApp(app, kTool, kUsage,
+               absl::StrCat(kMethods,
+                            ExitStatusHelp("a copy or a verification (the "
+                                           "other\n     SRCs are still "
+                                           "copied)"),
+                            "  bufpool-copy: <what failed>: <path>: <the "
+                            "system's words>\n"));
+  RawCopyFlags raw;
+  AddWhatOptions(app, c, raw);
+  AddIoOptions(app, c);
+  AddReportOptions(app, c, raw);
 
   result.action = RunParser(app, argc, argv, &result.text);
   if (result.action != ParseAction::kRun) return result;
 
-  auto usage_error = [&](const std::string& message) {
+  c.copy.method = *ParseCopyMethod(raw.method);  // checked by the validator
+  if (raw.atomic) c.copy.replace = CopyOptions::Replace::kAtomic;
+  std::optional<std::string> error = ApplyPreserve(raw, c.copy);
+  if (raw.progress_flag->count() > 0) c.progress = raw.progress;
+  if (!error) error = CheckOperands(raw.operands);
+  if (!error) error = CheckBytesPerOperation(c.copy);
+  if (error) {
     result.action = ParseAction::kUsageError;
-    result.text = UsageLine(kTool, message);
+    result.text = UsageLine(kTool, *error);
     return result;
-  };
-  c.copy.method = *ParseCopyMethod(method);  // checked by the validator
-  if (atomic) c.copy.replace = CopyOptions::Replace::kAtomic;
-  if (preserve_all) {
-    c.copy.preserve_mode = c.copy.preserve_ownership =
-        c.copy.preserve_timestamps = true;
   }
-  for (absl::string_view item :
-       absl::StrSplit(preserve, ',', absl::SkipEmpty())) {
-    if (item == "mode" || item == "all") c.copy.preserve_mode = true;
-    if (item == "ownership" || item == "all") c.copy.preserve_ownership = true;
-    if (item == "timestamps" || item == "all")
-      c.copy.preserve_timestamps = true;
-    if (item != "mode" && item != "ownership" && item != "timestamps" &&
-        item != "all") {
-      return usage_error(
-          absl::StrCat("--preserve: unknown attribute '", item,
-                       "' (mode, ownership, timestamps or all)"));
-    }
-  }
-  if (progress_flag->count() > 0) c.progress = progress;
-  if (operands.size() < 2) {
-    return usage_error(
-        operands.empty()
-            ? "missing SRC and DEST operands"
-            : absl::StrCat("missing the destination operand after '",
-                           operands[0], "'"));
-  }
-  for (const std::string& op : operands) {
-    if (op == "-") {
-      return usage_error(
-          "'-' (standard input or output) is not supported: name a file "
-          "(a pipe can be read as /dev/stdin; a file named '-' is ./-)");
-    }
-    if (op.empty()) return usage_error("an operand is an empty path");
-  }
-  // With the default count the product stays within the limit (checked
-  // at compile time below), so only an explicit --buffer-count can pass it.
-  static_assert(kMaxToolBufferSize * kLargestDefaultBatchBuffers <=
-                kMaxCopyBytesPerOperation);
-  if (uint64_t{c.copy.buffer_size} * c.copy.batch_buffers >
-      kMaxCopyBytesPerOperation) {
-    return usage_error(absl::StrCat(
-        "--buffer-size ", c.copy.buffer_size, " x --buffer-count ",
-        c.copy.batch_buffers, " is over ", kMaxCopyBytesPerOperation >> 20,
-        " MiB per operation; lower one of them"));
-  }
-  c.target = operands.back();
-  operands.pop_back();
-  c.sources = std::move(operands);
+  c.target = raw.operands.back();
+  raw.operands.pop_back();
+  c.sources = std::move(raw.operands);
   return result;
 }
 

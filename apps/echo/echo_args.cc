@@ -38,7 +38,7 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
       ->type_name("HOST:PORT")
       ->option_text("HOST:PORT")
       ->check(Ipv4HostPort(0));
-  std::string engine = EchoEngineName(EchoServerOptions{}.engine);
+  std::string engine(EchoEngineName(EchoServerOptions{}.engine));
   app.add_option("--engine", engine,
                  "uring (falls back to epoll when io_uring is\n"
                  "unavailable), epoll (readv into pool buffers) or\n"
@@ -48,13 +48,16 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
       ->option_text("ENGINE")
       ->check(CLI::Validator(
           [](std::string& name) -> std::string {
-            absl::StatusOr<EchoEngine> e = ParseEchoEngine(name);
-            return e.ok() ? "" : std::string(e.status().message());
+            if (ParseEchoEngine(name).has_value()) return "";
+            return absl::StrCat("unknown engine '", name,
+                                "' (expected uring, epoll or malloc)");
           },
           ""));
-  app.add_option("--buffers", c.pool.buffer_count,
+  // --buffers is the name of 0.2, kept as a deprecated alias.
+  app.add_option("--buffer-count,--buffers", c.pool.buffer_count,
                  absl::StrCat("pool buffers, 1 to ", kMaxEchoBuffers,
-                              " (default: ", kDefaultEchoBuffers, ")"))
+                              " (default: ", kDefaultEchoBuffers,
+                              ");\n--buffers is its old name, deprecated"))
       ->type_name("N")
       ->option_text("N")
       ->transform(NumberIn(1, kMaxEchoBuffers));

@@ -48,11 +48,11 @@ namespace net {
 // socket, the stop eventfd and the address after constructing one, and Run()
 // uses them. Both descriptors stay owned by EchoServer.
 // The epoll engine, pooled (kEpoll) or allocating per read (kMalloc).
-std::unique_ptr<EchoServer> NewEpollEchoServer(
+std::unique_ptr<EchoServer> MakeEpollEchoServer(
     const EchoServerOptions& options);
 // The io_uring engine; an error when io_uring (or provided-buffer rings) is
 // unavailable, so that Create() can fall back to epoll.
-absl::StatusOr<std::unique_ptr<EchoServer>> NewUringEchoServer(
+absl::StatusOr<std::unique_ptr<EchoServer>> MakeUringEchoServer(
     const EchoServerOptions& options);
 
 }  // namespace net

@@ -1,6 +1,7 @@
 #include "echo_load_args.h"
 
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,19 +22,8 @@ messages per second and round-trip latency (p50, p99, max).
 
 )";
 
-}  // namespace
-
-ParsedArgs<EchoLoadCommand> ParseEchoLoadArgs(int argc,
-                                              const char* const* argv) {
-  ParsedArgs<EchoLoadCommand> result;
-  net::EchoLoadOptions& o = result.command.load;
-  o.connections = kDefaultLoadConnections;
-  o.messages = kDefaultLoadMessages;
-  CLI::App app;
-  ConfigureApp(app, kTool, kUsage,
-               ExitStatusHelp("a byte came back wrong, a connection\n"
-                              "     failed or the load stalled"));
-
+// --target, --connections and --messages: where the load goes and how much.
+void AddTrafficOptions(CLI::App& app, net::EchoLoadOptions& o) {
   app.add_option("--target", o.target,
                  "the echo server, IPv4 HOST:PORT (required)")
       ->type_name("HOST:PORT")
@@ -54,9 +44,14 @@ ParsedArgs<EchoLoadCommand> ParseEchoLoadArgs(int argc,
       ->type_name("M")
       ->option_text("M")
       ->transform(NumberIn(1, kMaxLoadRoundTrips));
+}
+
+// --size (into `size`, checked after parsing) and --seed: what the messages
+// hold. Returns the --size option, to see whether it was given.
+CLI::Option* AddMessageOptions(CLI::App& app, net::EchoLoadOptions& o,
+                               std::vector<size_t>& size) {
   // MIN:MAX is two numbers split at ':' by CLI11 ("--size 1 4096" works
   // too); the validator checks each, the bounds between them come after.
-  std::vector<size_t> size;
   CLI::Option* size_option =
       app.add_option("--size", size,
                      absl::StrCat("message sizes in bytes, MIN:MAX with\n"
@@ -77,32 +72,53 @@ ParsedArgs<EchoLoadCommand> ParseEchoLoadArgs(int argc,
       ->type_name("S")
       ->option_text("S")
       ->transform(NumberIn(0, std::numeric_limits<uint64_t>::max()));
+  return size_option;
+}
+
+// Sets min_size and max_size from the values of every --size given (the
+// last pair counts); the error, or nullopt.
+std::optional<std::string> ApplySize(const std::vector<size_t>& size,
+                                     net::EchoLoadOptions& o) {
+  if (size.size() % 2 != 0 || size.size() < 2) return "--size wants MIN:MAX";
+  const size_t lo = size[size.size() - 2], hi = size.back();
+  if (lo > hi) {
+    return absl::StrCat("--size ", lo, ":", hi, ": MIN is larger than MAX");
+  }
+  o.min_size = lo;
+  o.max_size = hi;
+  return std::nullopt;
+}
+
+}  // namespace
+
+ParsedArgs<EchoLoadCommand> ParseEchoLoadArgs(int argc,
+                                              const char* const* argv) {
+  ParsedArgs<EchoLoadCommand> result;
+  net::EchoLoadOptions& o = result.command.load;
+  o.connections = kDefaultLoadConnections;
+  o.messages = kDefaultLoadMessages;
+  CLI::App app;
+  ConfigureApp(app, kTool, kUsage,
+               ExitStatusHelp("a byte came back wrong, a connection\n"
+                              "     failed or the load stalled"));
+  AddTrafficOptions(app, o);
+  std::vector<size_t> size;
+  CLI::Option* size_option = AddMessageOptions(app, o, size);
 
   result.action = RunParser(app, argc, argv, &result.text);
   if (result.action != ParseAction::kRun) return result;
 
-  auto usage_error = [&](const std::string& message) {
-    result.action = ParseAction::kUsageError;
-    result.text = UsageLine(kTool, message);
-    return result;
-  };
-  if (size_option->count() > 0) {
-    // TakeAll keeps every value of every --size; the last pair counts.
-    if (size.size() % 2 != 0 || size.size() < 2) {
-      return usage_error("--size wants MIN:MAX");
-    }
-    const size_t lo = size[size.size() - 2], hi = size.back();
-    if (lo > hi) {
-      return usage_error(
-          absl::StrCat("--size ", lo, ":", hi, ": MIN is larger than MAX"));
-    }
-    o.min_size = lo;
-    o.max_size = hi;
+  std::optional<std::string> error;
+  // TakeAll keeps every value of every --size.
+  if (size_option->count() > 0) error = ApplySize(size, o);
+  if (!error && uint64_t{o.connections} * o.messages > kMaxLoadRoundTrips) {
+    error = absl::StrCat("--connections ", o.connections, " x --messages ",
+                         o.messages, " is over ", kMaxLoadRoundTrips,
+                         " round trips");
   }
-  if (uint64_t{o.connections} * o.messages > kMaxLoadRoundTrips) {
-    return usage_error(absl::StrCat("--connections ", o.connections,
-                                    " x --messages ", o.messages, " is over ",
-                                    kMaxLoadRoundTrips, " round trips"));
+  if (error) {
+    result.action = ParseAction::kUsageError;
+    result.text = UsageLine(kTool, *error);
   }
   return result;
 }

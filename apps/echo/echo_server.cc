@@ -59,7 +59,7 @@ absl::StatusOr<int> Listen(absl::string_view address) {
 
 }  // namespace
 
-const char* EchoEngineName(EchoEngine engine) {
+absl::string_view EchoEngineName(EchoEngine engine) {
   switch (engine) {
     case EchoEngine::kUring:
       return "uring";
@@ -71,13 +71,12 @@ const char* EchoEngineName(EchoEngine engine) {
   return "?";
 }
 
-absl::StatusOr<EchoEngine> ParseEchoEngine(absl::string_view name) {
+std::optional<EchoEngine> ParseEchoEngine(absl::string_view name) {
   for (EchoEngine e :
        {EchoEngine::kUring, EchoEngine::kEpoll, EchoEngine::kMalloc}) {
     if (name == EchoEngineName(e)) return e;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown engine '", name, "' (expected uring, epoll or malloc)"));
+  return std::nullopt;
 }
 
 EchoServer::EchoServer() : counters_(std::make_unique<Counters>()) {}
@@ -109,21 +108,21 @@ absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Create(
   std::string fallback_reason;
   if (options.engine == EchoEngine::kUring) {
     absl::StatusOr<std::unique_ptr<EchoServer>> uring =
-        net::NewUringEchoServer(options);
+        net::MakeUringEchoServer(options);
     if (uring.ok()) {
       server = *std::move(uring);
     } else if (options.fallback_to_epoll) {
       fallback_reason = std::string(uring.status().message());
       EchoServerOptions epoll = options;
       epoll.engine = EchoEngine::kEpoll;
-      server = net::NewEpollEchoServer(epoll);
+      server = net::MakeEpollEchoServer(epoll);
     } else {
       (void)os::CloseSocket(*listen_fd);
       (void)os::CloseSocket(stop_fd);
       return uring.status();
     }
   } else {
-    server = net::NewEpollEchoServer(options);
+    server = net::MakeEpollEchoServer(options);
   }
   server->listen_fd_ = *listen_fd;
   server->stop_fd_ = stop_fd;

@@ -78,6 +78,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -90,10 +91,11 @@ namespace bufpool {
 
 enum class EchoEngine { kUring, kEpoll, kMalloc };
 
-// "uring", "epoll", "malloc".
-BUFPOOL_EXPORT const char* EchoEngineName(EchoEngine engine);
-// The inverse of EchoEngineName(); InvalidArgument for anything else.
-BUFPOOL_EXPORT absl::StatusOr<EchoEngine> ParseEchoEngine(
+// "uring", "epoll", "malloc" (a view of a string literal: it never
+// dangles). Shaped as CopyMethodName()/ParseCopyMethod() are.
+BUFPOOL_EXPORT absl::string_view EchoEngineName(EchoEngine engine);
+// The inverse of EchoEngineName(); nullopt for anything else.
+BUFPOOL_EXPORT std::optional<EchoEngine> ParseEchoEngine(
     absl::string_view name);
 
 struct EchoServerOptions {

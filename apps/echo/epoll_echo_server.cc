@@ -159,7 +159,7 @@ class EpollEchoServer final : public EchoServer {
   }
   // Buffers (kMalloc: blocks) carrying conn's unsent bytes.
   size_t Holding(const Conn* conn) const {
-    return pooled_ ? conn->chain.segment_count() : conn->blocks.blocks();
+    return pooled_ ? conn->chain.slice_count() : conn->blocks.blocks();
   }
   bool QueueEmpty(const Conn* conn) const {
     return pooled_ ? conn->chain.empty() : conn->blocks.empty();
@@ -408,7 +408,7 @@ void EpollEchoServer::Close(Conn* conn) {
 
 }  // namespace
 
-std::unique_ptr<EchoServer> NewEpollEchoServer(
+std::unique_ptr<EchoServer> MakeEpollEchoServer(
     const EchoServerOptions& options) {
   return std::make_unique<EpollEchoServer>(options);
 }

@@ -66,10 +66,10 @@ struct Conn {
   int fd = -1;
   BufferChain queue;  // received, not yet handed to a send
   HeldSend send;
-  size_t unsent = 0;        // bytes received and not yet sent
-  size_t holding = 0;       // slots counted in buffers_holding_data
-  size_t sending_segs = 0;  // slices handed to the send in flight
-  int ops = 0;              // operations in flight that name this connection
+  size_t unsent = 0;          // bytes received and not yet sent
+  size_t holding = 0;         // slots counted in buffers_holding_data
+  size_t sending_slices = 0;  // slices handed to the send in flight
+  int ops = 0;                // operations in flight that name this connection
   bool recv_armed = false;
   bool recv_cancelled = false;  // a cancel of the armed recv is in flight
   bool recv_bundle = false;     // the armed recv is a bundle
@@ -252,7 +252,7 @@ void UringEchoServer::MaybeArmRecv(Conn* conn) {
 
 // buffers_holding_data counts the slots of queued and in-flight bytes.
 void UringEchoServer::SyncHolding(Conn* conn) {
-  const size_t now = conn->queue.segment_count() + conn->sending_segs;
+  const size_t now = conn->queue.slice_count() + conn->sending_slices;
   if (now > conn->holding) {
     counters_->AddHolding(now - conn->holding);
   } else if (now < conn->holding) {
@@ -263,7 +263,7 @@ void UringEchoServer::SyncHolding(Conn* conn) {
 
 void UringEchoServer::StartSend(Conn* conn) {
   if (conn->send.busy() || conn->closing || conn->queue.empty()) return;
-  conn->sending_segs = conn->queue.segment_count();
+  conn->sending_slices = conn->queue.slice_count();
   io_uring_sqe* sqe = Sqe();
   conn->send.Prepare(sqe, conn->fd, std::move(conn->queue));
   io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(conn) | kSend);
@@ -429,7 +429,7 @@ void UringEchoServer::OnSend(Conn* conn, const io_uring_cqe& cqe) {
   --conn->ops;
   const int res = conn->send.result();
   BufferChain rest = conn->send.TakeUnsent();
-  conn->sending_segs = 0;
+  conn->sending_slices = 0;
   if (res < 0) {
     rest.Clear();
     SyncHolding(conn);
@@ -566,7 +566,7 @@ absl::Status UringEchoServer::Run() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<EchoServer>> NewUringEchoServer(
+absl::StatusOr<std::unique_ptr<EchoServer>> MakeUringEchoServer(
     const EchoServerOptions& options) {
   // Lets tests and users exercise the fallback on a machine that has
   // io_uring (like a kernel with kernel.io_uring_disabled set).

@@ -155,7 +155,9 @@ class Buffer {
   std::byte* data() const;
   size_t size() const;  // the pool's buffer_size; 0 when empty
   absl::Span<std::byte> span() const { return {data(), size()}; }
-  // Slot number: data() == pool.region().data() + index() * buffer_size.
+  // Slot number: data() == pool.region().data() + slot() * buffer_size.
+  uint32_t slot() const { return index_; }
+  // Deprecated: the same as slot(), its name before 0.3.
   uint32_t index() const { return index_; }
   explicit operator bool() const { return pool_ != nullptr; }
   BufferPool* pool() const { return pool_; }

@@ -166,8 +166,11 @@ class BUFPOOL_EXPORT BufferChain {
   BufferPool* pool() const { return pool_; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  size_t slice_count() const { return count_; }
+  // Slice i, 0 <= i < slice_count().
+  const SharedBuffer& slice(size_t i) const { return At(i); }
+  // Deprecated: slice_count() and slice(i), by their names before 0.3.
   size_t segment_count() const { return count_; }
-  // Slice i, 0 <= i < segment_count().
   const SharedBuffer& segment(size_t i) const { return At(i); }
 
   // Copies `bytes` to the end: into the tail buffer's room while the chain

@@ -115,7 +115,7 @@ void CheckEcho(int argc, const char* const* argv) {
   FUZZ_CHECK(c.server.pool == nullptr, "bufpool-echo: pool set");
   const auto engine =
       bufpool::ParseEchoEngine(bufpool::EchoEngineName(c.server.engine));
-  FUZZ_CHECK(engine.ok() && *engine == c.server.engine,
+  FUZZ_CHECK(engine.has_value() && *engine == c.server.engine,
              "bufpool-echo: engine %d", static_cast<int>(c.server.engine));
   FUZZ_CHECK(c.pool.buffer_count >= 1 &&
                  c.pool.buffer_count <= bufpool::tools::kMaxEchoBuffers,

@@ -126,7 +126,7 @@ class Session {
     switch (op) {
       case 0: {  // Append bytes: all or nothing
         const std::string b = Bytes(in_.ConsumeBool() ? 64 : 3000);
-        const size_t segs = c.segment_count();
+        const size_t segs = c.slice_count();
         absl::Status s = c.Append(b);
         if (s.ok()) {
           m += b;
@@ -134,7 +134,7 @@ class Session {
           FUZZ_CHECK(absl::IsResourceExhausted(s) ||
                          (absl::IsFailedPrecondition(s) && !c.pool()),
                      "Append(%zu bytes): %s", b.size(), s.ToString().c_str());
-          FUZZ_CHECK(c.segment_count() == segs,
+          FUZZ_CHECK(c.slice_count() == segs,
                      "failed Append changed the slices");
         }
         break;
@@ -222,24 +222,23 @@ class Session {
         const size_t k = in_.ConsumeIntegralInRange<size_t>(0, 12);
         std::vector<iovec> iov(k);
         const size_t got = c.FillIovecs(absl::MakeSpan(iov));
-        FUZZ_CHECK(got == std::min(k, c.segment_count()), "FillIovecs %zu",
-                   got);
+        FUZZ_CHECK(got == std::min(k, c.slice_count()), "FillIovecs %zu", got);
         std::string s;
         for (size_t x = 0; x < got; ++x) {
           s.append(static_cast<const char*>(iov[x].iov_base), iov[x].iov_len);
         }
         FUZZ_CHECK(m.compare(0, s.size(), s) == 0,
                    "FillIovecs bytes are not the chain's prefix");
-        if (got == c.segment_count()) {
+        if (got == c.slice_count()) {
           FUZZ_CHECK(s == m, "FillIovecs of every slice");
         }
         break;
       }
       case 10: {  // Slice() of a segment, held apart
-        if (c.segment_count() == 0 || held_.size() >= kMaxHeld) break;
+        if (c.slice_count() == 0 || held_.size() >= kMaxHeld) break;
         const size_t k =
-            in_.ConsumeIntegralInRange<size_t>(0, c.segment_count() - 1);
-        const SharedBuffer& seg = c.segment(k);
+            in_.ConsumeIntegralInRange<size_t>(0, c.slice_count() - 1);
+        const SharedBuffer& seg = c.slice(k);
         const size_t off = in_.ConsumeIntegralInRange<size_t>(0, seg.size());
         const size_t len =
             in_.ConsumeIntegralInRange<size_t>(0, seg.size() - off);
@@ -266,18 +265,18 @@ class Session {
           m = std::move(models_[j]);
           models_[j].clear();
           lines_[j].Reset();
-          FUZZ_CHECK(chains_[j]->empty() && chains_[j]->segment_count() == 0,
+          FUZZ_CHECK(chains_[j]->empty() && chains_[j]->slice_count() == 0,
                      "moved-from chain not empty");
         }
         break;
       }
       case 14: {  // Compact: same bytes, or all or nothing
-        const size_t segs = c.segment_count();
+        const size_t segs = c.slice_count();
         const size_t pinned = c.pinned_bytes();
         // Slices of another pool may copy into larger buffers.
         bool same_pool = c.pool() != nullptr;
         for (size_t k = 0; k < segs; ++k) {
-          same_pool &= c.segment(k).pool() == c.pool();
+          same_pool &= c.slice(k).pool() == c.pool();
         }
         absl::Status st = c.Compact();
         if (st.ok()) {
@@ -288,7 +287,7 @@ class Session {
           FUZZ_CHECK(absl::IsResourceExhausted(st) ||
                          (absl::IsFailedPrecondition(st) && !c.pool()),
                      "Compact: %s", st.ToString().c_str());
-          FUZZ_CHECK(c.segment_count() == segs, "failed Compact changed it");
+          FUZZ_CHECK(c.slice_count() == segs, "failed Compact changed it");
         }
         break;
       }
@@ -297,7 +296,7 @@ class Session {
           FUZZ_CHECK(c.tail_room() == 0, "tail_room of an empty chain");
           break;
         }
-        const SharedBuffer& t = c.segment(c.segment_count() - 1);
+        const SharedBuffer& t = c.slice(c.slice_count() - 1);
         FUZZ_CHECK(c.tail_room() == (t.use_count() == 1 ? t.room() : 0),
                    "tail_room %zu, room %zu, use_count %u", c.tail_room(),
                    t.room(), t.use_count());
@@ -453,7 +452,7 @@ class Session {
   // A frame's slices add up to its size (checked before its bytes).
   static void CheckFrame(const BufferChain& f) {
     size_t sum = 0;
-    for (size_t k = 0; k < f.segment_count(); ++k) sum += f.segment(k).size();
+    for (size_t k = 0; k < f.slice_count(); ++k) sum += f.slice(k).size();
     FUZZ_CHECK(sum == f.size(), "frame: slices hold %zu, size() %zu", sum,
                f.size());
   }
@@ -593,14 +592,14 @@ class Session {
     for (int i = 0; i < kChains; ++i) {
       const BufferChain& c = *chains_[i];
       size_t sum = 0;
-      for (size_t k = 0; k < c.segment_count(); ++k) {
-        Note(c.segment(k), refs);
-        any.push_back(&c.segment(k));
-        sum += c.segment(k).size();
+      for (size_t k = 0; k < c.slice_count(); ++k) {
+        Note(c.slice(k), refs);
+        any.push_back(&c.slice(k));
+        sum += c.slice(k).size();
       }
       FUZZ_CHECK(sum == c.size(), "chain %d: slices hold %zu, size() %zu", i,
                  sum, c.size());
-      FUZZ_CHECK(c.spans().size() == c.segment_count(), "spans().size()");
+      FUZZ_CHECK(c.spans().size() == c.slice_count(), "spans().size()");
       FUZZ_CHECK(c.size() == models_[i].size() && Contents(c) == models_[i],
                  "chain %d: %zu bytes differ from the model's %zu", i, c.size(),
                  models_[i].size());
@@ -608,10 +607,10 @@ class Session {
       // pinned_bytes(): a buffer size per run of adjacent slices of one
       // buffer (a chain may repeat a buffer's bytes, so it can be < size()).
       size_t pinned = 0;
-      for (size_t k = 0; k < c.segment_count(); ++k) {
-        const SharedBuffer& s = c.segment(k);
-        if (k == 0 || c.segment(k - 1).pool() != s.pool() ||
-            c.segment(k - 1).slot() != s.slot()) {
+      for (size_t k = 0; k < c.slice_count(); ++k) {
+        const SharedBuffer& s = c.slice(k);
+        if (k == 0 || c.slice(k - 1).pool() != s.pool() ||
+            c.slice(k - 1).slot() != s.slot()) {
           pinned += s.pool()->buffer_size();
         }
       }

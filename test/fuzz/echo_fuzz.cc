@@ -99,7 +99,8 @@ class Session {
     if (so.engine == bufpool::EchoEngine::kUring && !said) {
       said = true;
       std::fprintf(stderr, "echo_fuzz: kUring runs as %s%s%s\n",
-                   bufpool::EchoEngineName((*server)->engine()),
+                   std::string(bufpool::EchoEngineName((*server)->engine()))
+                       .c_str(),
                    (*server)->fallback_reason().empty() ? "" : ": ",
                    (*server)->fallback_reason().c_str());
     }
@@ -128,7 +129,8 @@ class Session {
     server->reset();
     FUZZ_CHECK((*pool)->Stats().in_use == 0,
                "%s: pool in_use %zu after Run() returned",
-               bufpool::EchoEngineName(so.engine), (*pool)->Stats().in_use);
+               std::string(bufpool::EchoEngineName(so.engine)).c_str(),
+               (*pool)->Stats().in_use);
   }
 
  private:

@@ -206,8 +206,8 @@ class Session {
   void AddHandle(PoolModel& m, Buffer b) {
     FUZZ_CHECK(b.pool() == m.pool.get(), "handle of another pool");
     FUZZ_CHECK(b.size() == m.pool->buffer_size(), "handle size %zu", b.size());
-    FUZZ_CHECK(b.data() == m.pool->SlotData(b.index()),
-               "handle index %u does not match data()", b.index());
+    FUZZ_CHECK(b.data() == m.pool->SlotData(b.slot()),
+               "handle slot %u does not match data()", b.slot());
     const uint64_t stamp = TakeOut(m, b.data());
     m.handles.push_back(std::move(b));
     m.handle_stamps.push_back(stamp);
