@@ -13,8 +13,10 @@
 namespace bufpool::tools {
 
 // CopyOptions' limits, as CopyFile and BufferPool::Create check them.
-inline constexpr size_t kMaxCopyBatchBuffers = 4096;  // --batch-buffers
-inline constexpr size_t kMaxCopyQueueDepth = 4096;    // --queue-depth
+inline constexpr size_t kMaxCopyBatchBuffers =
+    CopyOptions::kMaxBatchBuffers;  // --batch-buffers
+inline constexpr size_t kMaxCopyQueueDepth =
+    CopyOptions::kMaxQueueDepth;  // --queue-depth
 // One read or write moves at most buffer_size * batch_buffers bytes; above
 // this it would pass Linux's 2 GiB per-call limit and io_uring's 32-bit
 // lengths.

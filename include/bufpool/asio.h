@@ -251,13 +251,20 @@ class AsioFreeBufferWaiter {
  public:
   // Makes the eventfd and watches it on `executor_or_context`. Throws
   // std::system_error (as Asio's constructors do) when no eventfd can be
-  // made.
+  // made or the reactor cannot watch it; nothing is left open then.
   template <typename ExecutorOrContext>
   AsioFreeBufferWaiter(ExecutorOrContext&& executor_or_context,
                        BufferPool& pool)
       : pool_(&pool),
-        descriptor_(std::forward<ExecutorOrContext>(executor_or_context),
-                    MakeEventFd()) {}
+        descriptor_(std::forward<ExecutorOrContext>(executor_or_context)) {
+    const int fd = MakeEventFd();
+    try {
+      descriptor_.assign(fd);  // throws when the reactor refuses the fd
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  }
   AsioFreeBufferWaiter(const AsioFreeBufferWaiter&) = delete;
   AsioFreeBufferWaiter& operator=(const AsioFreeBufferWaiter&) = delete;
 

@@ -123,6 +123,9 @@ struct CopyOptions {
   // buffer_size bytes, created and destroyed by the call.
   BufferPool* pool = nullptr;
   size_t buffer_size = kDefaultBufferSize;  // private pool only
+  // The largest batch_buffers and queue_depth CopyFile accepts.
+  static constexpr size_t kMaxBatchBuffers = 4096;
+  static constexpr size_t kMaxQueueDepth = 4096;
   // Buffers gathered into one system call or io_uring operation; 0: the
   // method's default, 32 (128 KiB per call with 4 KiB buffers, the size dd
   // uses) for readwrite and uring, 256 (1 MiB) with O_DIRECT.

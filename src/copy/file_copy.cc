@@ -152,10 +152,12 @@ absl::StatusOr<uint64_t> CopyRanges(Context& ctx, Mover& mover, uint64_t size,
 
 // The limits CopyOptions documents, checked before anything is opened.
 absl::Status CheckOptions(const CopyOptions& options) {
-  if (options.batch_buffers > 4096 || options.queue_depth > 4096) {
+  if (options.batch_buffers > CopyOptions::kMaxBatchBuffers ||
+      options.queue_depth > CopyOptions::kMaxQueueDepth) {
     return absl::InvalidArgumentError(absl::StrCat(
         "copy options: batch_buffers (", options.batch_buffers,
-        ") and queue_depth (", options.queue_depth, ") must be <= 4096"));
+        ") must be <= ", CopyOptions::kMaxBatchBuffers, " and queue_depth (",
+        options.queue_depth, ") <= ", CopyOptions::kMaxQueueDepth));
   }
   return absl::OkStatus();
 }

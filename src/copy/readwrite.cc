@@ -34,7 +34,7 @@ int Gather(std::vector<Buffer>& buffers, size_t first, size_t count,
 void SortBySlot(std::vector<Buffer>& buffers) {
   std::sort(
       buffers.begin(), buffers.end(),
-      [](const Buffer& a, const Buffer& b) { return a.index() < b.index(); });
+      [](const Buffer& a, const Buffer& b) { return a.slot() < b.slot(); });
 }
 
 class ReadWriteMover final : public Mover {

@@ -19,7 +19,7 @@
 // would keep the dead pool's pages pinned, and a new pool mapped at the same
 // address would read into the old pages) nor be shared with another pool on
 // the same thread. Whole-region registration for rings whose lifetime the
-// caller controls is bufpool::FixedBuffers (bufpool/uring.h).
+// caller controls is bufpool::FixedBuffers in the toolkit.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -28,7 +28,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bufpool/uring.h"
 #include "copy/copy_internal.h"
 #include "os/file.h"
 #include "os/syscalls.h"
@@ -37,8 +36,7 @@
 namespace bufpool::copy_internal {
 namespace {
 
-// Registered buffers are limited to 1 GiB each.
-constexpr size_t kMaxRegisteredBytes = FixedBuffers::kMaxRegisteredBytes;
+constexpr size_t kMaxRegisteredBytes = os::Uring::kMaxRegisteredBytes;
 
 // This thread's idle ring, kept between copies (see the file comment). Only
 // rings from the real OS table are kept: a ring made through a test's seam
@@ -75,13 +73,13 @@ class UringMover final : public Mover {
     // slots: one operation moves one run.
     std::vector<Buffer>& bufs = *ctx_.buffers;
     std::sort(bufs.begin(), bufs.end(), [](const Buffer& a, const Buffer& b) {
-      return a.index() < b.index();
+      return a.slot() < b.slot();
     });
     const size_t bs = ctx_.pool->buffer_size();
     for (size_t i = 0; i < bufs.size();) {
       size_t j = i + 1;
       while (j < bufs.size() && j - i < ctx_.batch &&
-             bufs[j].index() == bufs[j - 1].index() + 1) {
+             bufs[j].slot() == bufs[j - 1].slot() + 1) {
         ++j;
       }
       // An operation's length is 32 bits: keep runs to 1 GiB.

@@ -11,6 +11,7 @@
 
 #include <sys/uio.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -22,6 +23,9 @@ class Uring {
     uint64_t user_data;
     int res;  // bytes moved, or -errno
   };
+
+  // The kernel's limit on one registered buffer's length (1 GiB).
+  static constexpr size_t kMaxRegisteredBytes = size_t{1} << 30;
 
   virtual ~Uring() = default;
 

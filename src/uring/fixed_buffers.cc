@@ -10,8 +10,13 @@
 #include "bufpool/uring.h"
 #include "os/error.h"
 #include "os/memory.h"
+#include "os/uring.h"
 
 namespace bufpool {
+
+static_assert(FixedBuffers::kMaxRegisteredBytes ==
+                  os::Uring::kMaxRegisteredBytes,
+              "one limit per registered buffer");
 
 absl::StatusOr<FixedBuffers> FixedBuffers::Register(io_uring* ring,
                                                     const BufferPool& pool) {

@@ -13,8 +13,9 @@
 // not taken) is at target_ <= entries_, so an entry is never overwritten
 // before the completion that consumed it has been taken (the kernel posts
 // receive completions in the order it consumes buffers). A completion
-// copied into the caller's chain re-adds its id at the tail at once
-// (Relend), which keeps in_ring_ as it was. On an incremental ring an id
+// copied into the caller's chain writes its id back at the tail at once
+// (Relend), which keeps in_ring_ as it was; the kernel sees it when the
+// next Refill() publishes the tail. On an incremental ring an id
 // stays at the head while the kernel fills it (filled_[id] bytes so far);
 // slices taken from it share shared_[id], the ring's own reference.
 #include <liburing.h>
