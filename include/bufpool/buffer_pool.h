@@ -45,7 +45,9 @@
 //     total (Stats().cached), whatever the number of threads.
 //   * fork(): the child can use every pool; each buffer that no thread held
 //     at the fork is free in the child. A bulk call on another thread is
-//     all before or all after the fork (fork() waits for it to finish).
+//     all before or all after the fork (fork() waits for it to finish), so
+//     do not fork() from a signal handler that interrupted a bulk call, nor
+//     make bulk calls from a pthread_atfork handler.
 //   * FlushCaches() moves every CPU's cached buffers to the shared store.
 //   cache_capacity() is min(cache_size, capacity() / 8); set cache_size = 0
 //   to turn the caches off. per_cpu_mode() says how the caches are guarded:

@@ -333,8 +333,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
 #if BUFPOOL_HAVE_RSEQ
 
 // The index field of this thread's rseq area, read outside any section (a
-// hint: it may change at the next preemption).
-inline uint32_t CurrentIndex(uint64_t index) {
+// hint: it may change at the next preemption). Always inlined, as Pop and
+// Push are: a program built without rseq (a sanitizer build) may link a
+// library built with it, and the two bodies must not meet in one symbol.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t CurrentIndex(uint64_t index) {
   const char* area =
       static_cast<const char*>(__builtin_thread_pointer()) + __rseq_offset;
   return *reinterpret_cast<const volatile uint32_t*>(area + index);
@@ -342,12 +344,18 @@ inline uint32_t CurrentIndex(uint64_t index) {
 
 #else
 
-inline uint32_t Pop(char*, uint64_t, uint32_t, uint64_t) { return kNone; }
-inline bool Push(char*, uint64_t, uint32_t, uint64_t, uint32_t, const void*,
-                 uint32_t) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char*, uint64_t, uint32_t,
+                                                 uint64_t) {
+  return kNone;
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char*, uint64_t, uint32_t,
+                                              uint64_t, uint32_t, const void*,
+                                              uint32_t) {
   return false;
 }
-inline uint32_t CurrentIndex(uint64_t) { return 0; }
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t CurrentIndex(uint64_t) {
+  return 0;
+}
 
 #endif
 
