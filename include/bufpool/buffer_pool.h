@@ -347,8 +347,12 @@ class BUFPOOL_EXPORT BufferPool {
   // The rseq caches (internal/rseq.h), or nullptr where they are off.
   char* rseq_base_ = nullptr;
   uint64_t rseq_stride_ = 0;
+  // Caches the sequences may index: the cache count, 0 where they are off
+  // (then every sequence fails at once; internal/buffer_pool_inl.h).
   uint32_t rseq_cpus_ = 0;
   uint32_t rseq_index_ = 0;  // the rseq area field that indexes them
+  // rseq_cpus_ for release: 0 also when the pool scrubs (out of line).
+  uint32_t rseq_release_cpus_ = 0;
   unsigned shift_ = 0;
   bool scrub_ = false;
   bool huge_pages_ = false;

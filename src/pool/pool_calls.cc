@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     pool->rseq_stride_ = pool->shared_->rseq_stride;
     pool->rseq_cpus_ = pool->shared_->ncaches;
     pool->rseq_index_ = static_cast<uint32_t>(pool->shared_->rseq_index);
+    pool->rseq_release_cpus_ = pool->scrub_ ? 0 : pool->rseq_cpus_;
   }
   PoolAccess::Register(*pool);
   return pool;

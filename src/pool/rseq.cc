@@ -98,20 +98,22 @@ uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
   if (n == 0) return BufferPool::kNoSlot;
   Popped(p, n, 0, 0, /*handed=*/1);
   // got[0] goes to the caller; the rest into whichever cache this thread
-  // runs on now, got[1] last so that it is on top. What does not fit (a
-  // migration, a waiter, a drainer) goes back.
-  uint32_t rest[internal::kMaxCacheSlots];
-  uint32_t back = 0;
-  for (uint32_t k = n; k > 1; --k) {
-    if (!internal::rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches,
-                              s.rseq_index,
-                              static_cast<uint32_t>(p.cache_capacity_),
-                              &p.waiters_, got[k - 1])) {
-      rest[back++] = got[k - 1];
-    }
+  // runs on now, in one section per batch (a migration between batches
+  // only costs locality), got[1] last so that it is on top. What does not
+  // fit (a full cache after a migration, a waiter, a drainer) goes back.
+  std::reverse(got + 1, got + n);
+  uint32_t done = 1;
+  while (done < n) {
+    const uint32_t k = internal::rseq::PushBatch(
+        s.rseq_base, s.rseq_stride, s.ncaches, s.rseq_index,
+        static_cast<uint32_t>(p.cache_capacity_), &p.waiters_, got + done,
+        n - done);
+    if (k == 0) break;
+    done += k;
   }
-  if (back != 0) {
-    s.depot.Push(rest, back, &c.spare);
+  if (done < n) {
+    const uint32_t back = n - done;
+    s.depot.Push(got + done, back, &c.spare);
     Pushed(p, back, 0);
     *reshelved += back;
   }
@@ -132,12 +134,15 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   uint32_t k = 0;
   if (!Waiting(p)) {
     if (push(slot)) return 0;  // a drain made room meanwhile
-    // Full: half of it goes to the depot as one batch.
+    // Full: half of it goes to the depot as one batch, taken in one
+    // section (a second only when a migration interrupts).
     const uint32_t batch = RefillBatch(p);
     while (k < batch) {
-      const uint32_t x = PopHere(s);
-      if (x == internal::rseq::kNone) break;
-      out[k++] = x;
+      const uint32_t m =
+          internal::rseq::PopBatch(s.rseq_base, s.rseq_stride, s.ncaches,
+                                   s.rseq_index, out + k, batch - k);
+      if (m == 0) break;
+      k += m;
     }
     if (push(slot)) slot = internal::rseq::kNone;
   }

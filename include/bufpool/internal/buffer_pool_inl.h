@@ -9,21 +9,24 @@
 namespace bufpool {
 
 // The single-buffer paths. The cache hit is one restartable sequence
-// (bufpool/internal/rseq.h) where the pool runs them (rseq_base_ set: x86-64,
-// glibc's rseq area, not a sanitizer build); every miss, and the locked
-// caches of other setups, are one out-of-line call in tail position.
+// (bufpool/internal/rseq.h) where the pool runs them (x86-64, glibc's rseq
+// area, not a sanitizer build); every miss, and the locked caches of other
+// setups, are one out-of-line call in tail position. There is no test of
+// whether the pool runs sequences: where it does not, rseq_cpus_ (and
+// rseq_release_cpus_) is 0, so the sequence fails at its index check, before
+// it touches the cache, and the call goes out of line (glibc reserves the
+// rseq area in every thread, registered or not, so the sequence's store of
+// rseq_cs and its loads are harmless there).
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
 #if BUFPOOL_HAVE_RSEQ
-  if (rseq_base_ != nullptr) [[likely]] {
-    const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_);
-    if (slot != internal::rseq::kNone) [[likely]] {
-      std::byte* const data = SlotData(slot);
-      BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
-      // relaxed: see ReleaseRaw.
-      State(slot).store(kSlotRaw, std::memory_order_relaxed);
-      return data;
-    }
+  uint32_t slot;
+  if (internal::rseq::TryPop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
+                             &slot)) [[likely]] {
+    std::byte* const data = SlotData(slot);
+    BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
+    // relaxed: see ReleaseRaw.
+    State(slot).store(kSlotRaw, std::memory_order_relaxed);
+    return data;
   }
 #endif
   return TryAcquireRawSlow();
@@ -31,13 +34,11 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
 #if BUFPOOL_HAVE_RSEQ
-  if (rseq_base_ != nullptr) [[likely]] {
-    const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_);
-    if (slot != internal::rseq::kNone) [[likely]] {
-      BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
-      return slot;
-    }
+  uint32_t slot;
+  if (internal::rseq::TryPop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
+                             &slot)) [[likely]] {
+    BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+    return slot;
   }
 #endif
   return AcquireSlow();
@@ -46,14 +47,13 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
     uint32_t slot) {
 #if BUFPOOL_HAVE_RSEQ
-  // A scrubbing pool zeroes the buffer out of line before it is published.
-  if (rseq_base_ != nullptr && !scrub_) [[likely]] {
-    BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
-    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
-                             static_cast<uint32_t>(cache_capacity_), &waiters_,
-                             slot)) [[likely]] {
-      return;
-    }
+  BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+  // rseq_release_cpus_ is 0 for a scrubbing pool, which zeroes the buffer
+  // out of line before it is published.
+  if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_release_cpus_,
+                           rseq_index_, static_cast<uint32_t>(cache_capacity_),
+                           &waiters_, slot)) [[likely]] {
+    return;
   }
 #endif
   ReleaseSlow(slot);

@@ -168,8 +168,10 @@ inline constexpr unsigned long kMmCidFeatureSize = 28;
   "5:\n\t"
 
 // Pops the top slot of the cache that rseq area field `index` (kCpuIdField
-// or kMmCidField) names; kNone when that cache is empty or stopped, or the
-// thread has no rseq registration.
+// or kMmCidField) names; kNone when that cache is empty or stopped, `index`
+// is at or above ncpu (0 where the pool runs no sequences), or the thread
+// has no rseq registration. (Not an asm goto: GCC 12 miscompiles asm goto
+// with outputs, merging the failure edge into the success path.)
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
                                                  uint32_t ncpu,
                                                  uint64_t index) {
@@ -194,37 +196,134 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
   return slot;
 }
 
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint64_t stride,
+                                                uint32_t ncpu, uint64_t index,
+                                                uint32_t* slot) {
+  *slot = Pop(base, stride, ncpu, index);
+  return *slot != kNone;
+}
+
 // Pushes `slot` onto the cache that field `index` names; false when it is
-// full or stopped, someone waits (*waiters != 0), or the thread has no rseq
-// registration.
+// full or stopped, someone waits (*waiters != 0), `index` is at or above
+// ncpu (0 where the pool runs no sequences, or scrubs), or the thread has no
+// rseq registration. The failure leaves the section by a jump to the
+// caller's branch (asm goto, no outputs), so the hit carries no flag.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
                                               uint32_t ncpu, uint64_t index,
                                               uint32_t cap, const void* waiters,
                                               uint32_t slot) {
-  uint32_t ok;
+  asm goto(BUFPOOL_RSEQ_X86_START
+           "cmpl $0, (%[waiters])\n\t"
+           "jne 5f\n\t"
+           "imulq %[stride], %%rax\n\t"
+           "addq %[base], %%rax\n\t"
+           "movl (%%rax), %%ecx\n\t"  // count
+           "cmpl %[cap], %%ecx\n\t"
+           "jae 5f\n\t"  // full, or kStopped (huge)
+           "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
+           "addl $1, %%ecx\n\t"
+           "movl %%ecx, (%%rax)\n\t"  // commit
+           "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+           "jmp %l[miss]\n\t"
+           ".popsection\n\t"
+           :
+           : [off] "r"(__rseq_offset), [index] "r"(index), [base] "r"(base),
+             [stride] "r"(stride), [ncpu] "r"(ncpu), [cap] "r"(cap),
+             [waiters] "r"(waiters), [slot] "r"(slot)
+           : "rax", "rcx", "memory", "cc"
+           : miss);
+  return true;
+miss:
+  return false;
+}
+
+// The batch forms, for the slow paths that move a refill or a spill
+// (src/pool/rseq.cc): one section each instead of one per slot. PopBatch
+// copies the top min(count, max) slots of this index's cache into
+// out[0, n) (the top last) and commits count - n; PushBatch copies
+// in[0, n) onto it, n = min(count of in, free room), and commits count + n.
+// Each copy runs inside the section, before its single committing store: an
+// abort restarts the whole copy (what an aborted PopBatch wrote into `out`
+// is rewritten; what an aborted PushBatch wrote lands above the count,
+// which nothing reads), so the argument above holds unchanged. They return
+// n, 0 where Pop/Push fail. `max` and `n` must be at least 1; stride, ncpu
+// and cap may sit in memory (a cold path).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(
+    char* base, uint64_t stride, uint32_t ncpu, uint64_t index, uint32_t* out,
+    uint32_t max) {
+  uint32_t n, v;
+  uint64_t i;
+  char* src;
   asm volatile(BUFPOOL_RSEQ_X86_START
-               "cmpl $0, (%[waiters])\n\t"
-               "jne 5f\n\t"
                "imulq %[stride], %%rax\n\t"
                "addq %[base], %%rax\n\t"
                "movl (%%rax), %%ecx\n\t"  // count
-               "cmpl %[cap], %%ecx\n\t"
-               "jae 5f\n\t"  // full, or kStopped (huge)
-               "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
-               "addl $1, %%ecx\n\t"
+               "testl %%ecx, %%ecx\n\t"
+               "jle 5f\n\t"  // empty, or kStopped (negative)
+               "movl %[max], %[n]\n\t"
+               "cmpl %%ecx, %[n]\n\t"
+               "cmoval %%ecx, %[n]\n\t"  // n = min(max, count) >= 1
+               "subl %[n], %%ecx\n\t"    // the new count
+               "leaq 64(%%rax,%%rcx,4), %[src]\n\t"
+               "xorl %k[i], %k[i]\n\t"
+               "8:\n\t"
+               "movl (%[src],%[i],4), %[v]\n\t"
+               "movl %[v], (%[out],%[i],4)\n\t"
+               "addq $1, %[i]\n\t"
+               "cmpl %k[i], %[n]\n\t"
+               "jne 8b\n\t"
                "movl %%ecx, (%%rax)\n\t"  // commit
-               "2:\n\t"
-               "movl $1, %[ok]\n\t"
-               "7:\n\t" BUFPOOL_RSEQ_X86_ABORT
-               "movl $0, %[ok]\n\t"
-               "jmp 7b\n\t"
+               "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+               "xorl %[n], %[n]\n\t"
+               "jmp 2b\n\t"
                ".popsection\n\t"
-               : [ok] "=&r"(ok)
-               : [off] "r"(__rseq_offset), [index] "r"(index), [base] "r"(base),
-                 [stride] "r"(stride), [ncpu] "r"(ncpu), [cap] "r"(cap),
-                 [waiters] "r"(waiters), [slot] "r"(slot)
+               : [n] "=&r"(n), [v] "=&r"(v), [i] "=&r"(i), [src] "=&r"(src)
+               : [off] "r"(__rseq_offset), [index] "r"(index),
+                 [base] "rm"(base), [stride] "rm"(stride), [ncpu] "rm"(ncpu),
+                 [out] "r"(out), [max] "rm"(max)
                : "rax", "rcx", "memory", "cc");
-  return ok != 0;
+  return n;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(
+    char* base, uint64_t stride, uint32_t ncpu, uint64_t index, uint32_t cap,
+    const void* waiters, const uint32_t* in, uint32_t count) {
+  uint32_t n, v;
+  uint64_t i;
+  char* dst;
+  asm volatile(
+      BUFPOOL_RSEQ_X86_START
+      "cmpl $0, (%[waiters])\n\t"
+      "jne 5f\n\t"
+      "imulq %[stride], %%rax\n\t"
+      "addq %[base], %%rax\n\t"
+      "movl (%%rax), %%ecx\n\t"  // count
+      "cmpl %[cap], %%ecx\n\t"
+      "jae 5f\n\t"  // full, or kStopped (huge)
+      "movl %[cap], %[n]\n\t"
+      "subl %%ecx, %[n]\n\t"  // room >= 1
+      "cmpl %[count], %[n]\n\t"
+      "cmoval %[count], %[n]\n\t"  // n = min(room, count)
+      "leaq 64(%%rax,%%rcx,4), %[dst]\n\t"
+      "xorl %k[i], %k[i]\n\t"
+      "8:\n\t"
+      "movl (%[in],%[i],4), %[v]\n\t"
+      "movl %[v], (%[dst],%[i],4)\n\t"
+      "addq $1, %[i]\n\t"
+      "cmpl %k[i], %[n]\n\t"
+      "jne 8b\n\t"
+      "addl %[n], %%ecx\n\t"
+      "movl %%ecx, (%%rax)\n\t"  // commit
+      "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+      "xorl %[n], %[n]\n\t"
+      "jmp 2b\n\t"
+      ".popsection\n\t"
+      : [n] "=&r"(n), [v] "=&r"(v), [i] "=&r"(i), [dst] "=&r"(dst)
+      : [off] "r"(__rseq_offset), [index] "r"(index), [base] "rm"(base),
+        [stride] "rm"(stride), [ncpu] "rm"(ncpu), [cap] "rm"(cap),
+        [waiters] "r"(waiters), [in] "r"(in), [count] "rm"(count)
+      : "rax", "rcx", "memory", "cc");
+  return n;
 }
 
 #undef BUFPOOL_RSEQ_X86_START
@@ -326,6 +425,41 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
   return ok != 0;
 }
 
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint64_t stride,
+                                                uint32_t ncpu, uint64_t index,
+                                                uint32_t* slot) {
+  *slot = Pop(base, stride, ncpu, index);
+  return *slot != kNone;
+}
+
+// The batch forms (see the x86-64 ones) as one section per slot: sound by
+// the same argument, only slower; the slow paths alone call them.
+inline uint32_t PopBatch(char* base, uint64_t stride, uint32_t ncpu,
+                         uint64_t index, uint32_t* out, uint32_t max) {
+  uint32_t n = 0;
+  while (n < max) {
+    const uint32_t slot = Pop(base, stride, ncpu, index);
+    if (slot == kNone) break;
+    out[n++] = slot;
+  }
+  for (uint32_t a = 0, b = n; a + 1 < b; ++a, --b) {  // the top last
+    const uint32_t t = out[a];
+    out[a] = out[b - 1];
+    out[b - 1] = t;
+  }
+  return n;
+}
+
+inline uint32_t PushBatch(char* base, uint64_t stride, uint32_t ncpu,
+                          uint64_t index, uint32_t cap, const void* waiters,
+                          const uint32_t* in, uint32_t count) {
+  uint32_t n = 0;
+  while (n < count && Push(base, stride, ncpu, index, cap, waiters, in[n])) {
+    ++n;
+  }
+  return n;
+}
+
 #undef BUFPOOL_RSEQ_A64_START
 
 #endif
@@ -348,10 +482,26 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char*, uint64_t, uint32_t,
                                                  uint64_t) {
   return kNone;
 }
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char*, uint64_t, uint32_t,
+                                                uint64_t, uint32_t*) {
+  return false;
+}
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char*, uint64_t, uint32_t,
                                               uint64_t, uint32_t, const void*,
                                               uint32_t) {
   return false;
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char*, uint64_t, uint32_t,
+                                                      uint64_t, uint32_t*,
+                                                      uint32_t) {
+  return 0;
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(char*, uint64_t,
+                                                       uint32_t, uint64_t,
+                                                       uint32_t, const void*,
+                                                       const uint32_t*,
+                                                       uint32_t) {
+  return 0;
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t CurrentIndex(uint64_t) {
   return 0;
