@@ -325,6 +325,11 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
 template <class TakeSlot, class Clear>
 void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
                                  TakeSlot take_slot, Clear clear) {
+  // A span inside the region is read whole first; its room is allocated
+  // before the gate below, so no malloc lock is taken while holding it.
+  const bool whole = count > 64 && Contains(span_bytes);
+  std::vector<uint32_t> all;
+  if (whole) all.reserve(count);
   // From the first slot taken out of the span to the last one given back,
   // all before or all after a fork (ForkGate).
   const SharedForkGate gate(shared_->bulk_gate);
@@ -349,9 +354,7 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
     }
     PoolAccess::WakeWaiters(*this, pushed);
   };
-  if (count > 64 && Contains(span_bytes)) {
-    std::vector<uint32_t> all;
-    all.reserve(count);
+  if (whole) {
     for (size_t i = 0; i < count; ++i) {
       const uint32_t slot = take_slot(i);
       if (slot != kNoSlot) all.push_back(slot);
@@ -392,6 +395,12 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
   // Another pool's handles wait until the whole span is read (their buffer
   // may hold it), then go home one by one.
   std::vector<Buffer> foreign;
+  // Room for them before the fork gate is taken (see ReleaseBulkImpl).
+  size_t foreign_count = 0;
+  for (const Buffer& b : in) {
+    foreign_count += b.pool_ != this && b.pool_ != nullptr;
+  }
+  if (foreign_count != 0) foreign.reserve(foreign_count);
   ReleaseBulkImpl(
       in.size(), src,
       [this, src, &foreign](size_t i) {
