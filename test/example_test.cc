@@ -76,7 +76,7 @@ char FloodByte(uint64_t i) {
 // its own), and reads them back on the caller's thread.
 class Flood {
  public:
-  explicit Flood(int port) : fd_(Connect(port)) {
+  explicit Flood(int port) : fd_(ConnectToLoopback(port)) {
     if (fd_ < 0) return;
     sender_ = std::thread([this] {
       std::vector<char> chunk(65536);
