@@ -766,6 +766,24 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   queue.CopyTo(
       absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()), bytes.size()));
   EXPECT_EQ(bytes, model);
+  // Consumed: the queue keeps its last buffer, and the next small
+  // completion is copied into it, no pool buffer taken.
+  queue.Consume(queue.size());
+  EXPECT_TRUE(queue.keeps_room());
+  const size_t in_use = (*pool)->Stats().in_use;
+  model.clear();
+  take_one("again");
+  EXPECT_EQ((*br)->copied(), 3u);
+  EXPECT_EQ(queue.segment_count(), 1u);
+  EXPECT_EQ((*pool)->Stats().in_use, in_use);
+  EXPECT_EQ(queue.segment(0).view(), "again");
+  // A large completion into the emptied queue is linked, not copied into
+  // the kept buffer (which goes back to the pool).
+  queue.Consume(queue.size());
+  take_one(std::string(bs, 'M'));
+  EXPECT_EQ((*br)->copied(), 3u);
+  EXPECT_FALSE(queue.keeps_room());
+  EXPECT_EQ(queue.size(), bs);
   queue.Clear();
   shutdown(pairs.client[0], SHUT_WR);
   br->reset();

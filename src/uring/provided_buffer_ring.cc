@@ -311,6 +311,13 @@ bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
       ++copied_;
       return true;
     }
+  } else if (out.spare_ && len <= out.pool_->buffer_size()) {
+    // The buffer the emptied chain kept (its only reference).
+    std::memcpy(out.RoomStart(), src, len);
+    out.ExtendTail(len);
+    Relend(id, src);
+    ++copied_;
+    return true;
   } else if (out.pool_ != nullptr && len <= out.pool_->buffer_size()) {
     if (Buffer b = out.pool_->TryAcquire()) {
       std::memcpy(b.data(), src, len);
