@@ -311,12 +311,20 @@ class BUFPOOL_EXPORT BufferChain {
     return t.data_ + t.size_;
   }
   void ExtendTail(size_t n) {
-    if (count_ == 0) {
-      At(0) = std::move(spare_);
-      count_ = 1;
-    }
+    if (count_ == 0) UnkeepRoom();
     At(count_ - 1).size_ += n;
     size_ += n;
+  }
+  // The kept buffer becomes the only slice, empty for the moment. Field by
+  // field: the ring's slots past count_ hold nothing, so no reference is
+  // dropped and no count touched.
+  void UnkeepRoom() {
+    SharedBuffer& s = At(0);
+    s.pool_ = std::exchange(spare_.pool_, nullptr);
+    s.data_ = std::exchange(spare_.data_, nullptr);
+    s.size_ = 0;
+    s.slot_ = spare_.slot_;
+    count_ = 1;
   }
   void AppendFilled(Buffer&& buffer, size_t n) {
     spare_.Reset();

@@ -135,10 +135,7 @@ absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
   // The kept buffer becomes the tail, empty for the moment; a failure below
   // keeps it again.
   const bool kept = count_ == 0 && spare_;
-  if (kept) {
-    At(0) = std::move(spare_);
-    count_ = 1;
-  }
+  if (kept) UnkeepRoom();
   const size_t room = std::min(n, TailRoom());
   const size_t rest = n - room;
   const uint32_t tail = count_;  // the first new slice, if any
@@ -259,9 +256,13 @@ void BufferChain::DropLast(SharedBuffer& last) {
   // The only reference (use_count() == 1 is stable: no one else can copy
   // it), so no other slice, chain, thread or the kernel sees the buffer.
   if (last.pool_ == pool_ && last.use_count() == 1) {
-    last.data_ = pool_->SlotData(last.slot_);
+    // Field by field: spare_ is empty while the chain has slices.
+    spare_.pool_ = std::exchange(last.pool_, nullptr);
+    spare_.data_ = pool_->SlotData(last.slot_);
+    spare_.size_ = 0;
+    spare_.slot_ = last.slot_;
+    last.data_ = nullptr;
     last.size_ = 0;
-    spare_ = std::move(last);
   } else {
     last.Reset();
   }
