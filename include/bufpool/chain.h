@@ -333,6 +333,14 @@ class BUFPOOL_EXPORT BufferChain {
     size_ += n;
     PushBack(std::move(s));
   }
+  // For the ring: the kept buffer, out of the chain, as a handle (the only
+  // reference, so its count needs no change); empty when none is kept.
+  Buffer TakeKeptRoom() {
+    if (!spare_) return Buffer();
+    BufferPool& pool = *std::exchange(spare_.pool_, nullptr);
+    spare_.data_ = nullptr;
+    return internal::SharedAccess::GiveSlot(pool, spare_.slot_);
+  }
   // Consume()'s last slice, consumed past: kept as room when it is the only
   // reference to a buffer of pool(), else dropped.
   void DropLast(SharedBuffer& last);

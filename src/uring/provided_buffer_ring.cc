@@ -394,6 +394,18 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
       TakeByCopy(static_cast<uint16_t>(id), total, out)) {
     return absl::OkStatus();
   }
+  // An emptied chain that keeps a buffer of this pool: the filled buffer
+  // becomes its slice and the kept one is lent under the same id in its
+  // place (at once, as a copied completion's is), so neither goes through
+  // the pool. Nothing here allocates.
+  if (n == 1 && res > 0 && out.count_ == 0 && out.spare_ &&
+      out.pool_ == pool_) {
+    Buffer filled = std::move(lent_[id]);
+    lent_[id] = out.TakeKeptRoom();
+    out.AppendFilled(std::move(filled), total);
+    Relend(static_cast<uint16_t>(id), lent_[id].data());
+    return absl::OkStatus();
+  }
   // All or nothing: what may allocate (out's room for the slices, the
   // error of a failed receive) is made before anything changes, so that a
   // std::bad_alloc leaves `out` and the ring as they were and the
