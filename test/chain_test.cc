@@ -246,7 +246,123 @@ TEST(BufferChainTest, LinkingDoesNotCopy) {
   EXPECT_EQ(InUse(*pool), 1u);
   msg.Consume(100);
   EXPECT_TRUE(msg.empty());
+  // The chain held the buffer alone: it keeps it, empty, as room.
+  EXPECT_TRUE(msg.keeps_room());
+  EXPECT_EQ(InUse(*pool), 1u);
+  msg.Clear();
+  EXPECT_FALSE(msg.keeps_room());
   EXPECT_EQ(InUse(*pool), 0u);
+}
+
+// A chain emptied by Consume() keeps the buffer it held alone and fills it
+// with the next bytes (no pool round trip per message); every way out of
+// the chain returns it.
+TEST(BufferChainTest, ConsumedChainKeepsItsLastBufferAsRoom) {
+  auto pool = MakePool(4096, 4, /*cache=*/0);
+  {
+    BufferChain q(*pool);
+    ASSERT_TRUE(q.Append("first").ok());
+    const std::byte* start = q.segment(0).data();
+    q.Consume(q.size());
+    EXPECT_TRUE(q.empty());
+    EXPECT_EQ(q.segment_count(), 0u);
+    EXPECT_TRUE(q.keeps_room());
+    EXPECT_EQ(q.pinned_bytes(), 4096u);  // counted, honestly
+    EXPECT_EQ(q.tail_room(), 0u);        // no slice to extend
+    EXPECT_EQ(InUse(*pool), 1u);
+    ASSERT_TRUE(q.Append("second").ok());
+    EXPECT_FALSE(q.keeps_room());
+    EXPECT_EQ(q.segment(0).data(), start);  // the same buffer, from its start
+    ExpectChainIs(q, "second");
+    EXPECT_EQ(InUse(*pool), 1u);
+    q.Consume(3);  // not empty: nothing kept, the slice shrinks
+    EXPECT_FALSE(q.keeps_room());
+    q.Consume(3);
+    EXPECT_TRUE(q.keeps_room());
+    // Moving carries it; the moved-from chain keeps nothing.
+    BufferChain moved(std::move(q));
+    EXPECT_TRUE(moved.keeps_room());
+    EXPECT_FALSE(q.keeps_room());
+    EXPECT_EQ(InUse(*pool), 1u);
+    BufferChain target(*pool);
+    ASSERT_TRUE(target.Append("x").ok());
+    EXPECT_EQ(InUse(*pool), 2u);
+    target = std::move(moved);  // target's buffer goes, the kept one moves
+    EXPECT_TRUE(target.keeps_room());
+    EXPECT_EQ(InUse(*pool), 1u);
+  }  // destroyed with it
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+// A buffer someone else still references is never kept (its bytes are
+// visible elsewhere); linking a slice or buffer into the empty chain
+// returns the kept one.
+TEST(BufferChainTest, KeptRoomOnlyForASolelyOwnedBufferAndLinkingDropsIt) {
+  auto pool = MakePool(4096, 4, /*cache=*/0);
+  BufferChain q(*pool);
+  ASSERT_TRUE(q.Append("shared").ok());
+  BufferChain clone = q.Clone();
+  q.Consume(q.size());
+  EXPECT_FALSE(q.keeps_room());
+  EXPECT_EQ(q.pinned_bytes(), 0u);
+  clone.Consume(clone.size());  // now the last reference: kept there
+  EXPECT_TRUE(clone.keeps_room());
+  EXPECT_EQ(InUse(*pool), 1u);
+  Buffer b = pool->TryAcquire();
+  std::memcpy(b.data(), "linked", 6);
+  clone.Append(std::move(b), 6);
+  EXPECT_FALSE(clone.keeps_room());
+  EXPECT_EQ(InUse(*pool), 1u);
+  ExpectChainIs(clone, "linked");
+  clone.Consume(6);
+  EXPECT_TRUE(clone.keeps_room());
+  BufferChain other(*pool);
+  ASSERT_TRUE(other.Append("chain").ok());
+  clone.Append(std::move(other));
+  EXPECT_FALSE(clone.keeps_room());
+  EXPECT_EQ(InUse(*pool), 1u);
+  // A chain without a pool keeps nothing.
+  BufferChain nopool;
+  nopool.Append(clone.segment(0));
+  clone.Clear();
+  nopool.Consume(nopool.size());
+  EXPECT_FALSE(nopool.keeps_room());
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+// An Append(bytes) that needs more than the kept buffer and finds the pool
+// dry leaves the chain as it was, the buffer still kept.
+TEST(BufferChainTest, FailedAppendKeepsTheKeptRoom) {
+  auto pool = MakePool(4096, 1, /*cache=*/0);
+  BufferChain q(*pool);
+  ASSERT_TRUE(q.Append("a").ok());
+  q.Consume(1);
+  ASSERT_TRUE(q.keeps_room());
+  const std::string big(4097, 'b');
+  EXPECT_EQ(q.Append(big).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.segment_count(), 0u);
+  EXPECT_TRUE(q.keeps_room());
+  const std::string fits(4096, 'c');
+  ASSERT_TRUE(q.Append(fits).ok());  // exactly the kept buffer
+  ExpectChainIs(q, fits);
+  EXPECT_EQ(InUse(*pool), 1u);
+}
+
+// Memory follows bytes with the kept buffer too: a queue fed a byte at a
+// time and consumed now and then pins at most its bytes plus two buffers.
+TEST(BufferChainTest, TrickledQueueWithKeptRoomStaysWithinTheBound) {
+  auto pool = MakePool(4096, 16, /*cache=*/0);
+  BufferChain q(*pool);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 50000; ++i) {
+    ASSERT_TRUE(q.Append("x").ok());
+    if (rng() % 97 == 0) q.Consume(rng() % (q.size() + 1));
+    ASSERT_LE(q.pinned_bytes(), q.size() + 2 * 4096) << i;
+    ASSERT_LE(InUse(*pool) * 4096, q.size() + 2 * 4096) << i;
+  }
+  q.Consume(q.size());
+  EXPECT_EQ(InUse(*pool), 1u);
 }
 
 // A tail shared with another slice is never written into: the bytes past it

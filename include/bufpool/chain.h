@@ -204,7 +204,12 @@ class BUFPOOL_EXPORT BufferChain {
   size_t FillIovecs(absl::Span<iovec> out) const;
 
   // Drops the first min(n, size()) bytes; slices consumed past are dropped
-  // at once (a buffer with no slice left goes back to its pool).
+  // at once (a buffer with no slice left goes back to its pool), except one:
+  // when the chain becomes empty and held the only reference to its last
+  // slice's buffer (a buffer of pool()), it keeps that buffer, empty, as
+  // room for the next Append(bytes) or copying receive (see "Memory that
+  // follows bytes" below), so a queue consumed message by message does not
+  // take and return a pool buffer per message.
   void Consume(size_t n);
   // Removes the first min(n, size()) bytes and returns them as a chain with
   // the same pool, without copying: whole slices move, and a slice cut in
@@ -216,7 +221,8 @@ class BUFPOOL_EXPORT BufferChain {
   // A second chain over the same bytes: one more reference per slice, no
   // copy.
   BufferChain Clone() const;
-  // Drops every slice (keeps the ring's capacity).
+  // Drops every slice and the kept empty buffer, if any (keeps the ring's
+  // capacity).
   void Clear();
   // Makes room for `segments` slices in all, so that linking slices up to
   // that count allocates nothing (and cannot throw). Throws std::bad_alloc,
@@ -237,16 +243,29 @@ class BUFPOOL_EXPORT BufferChain {
   // copied into the tail's room or one fresh buffer instead of linking a
   // buffer each. Chains built by linking slices (Split, Clone, Append of
   // slices) can pin much more; Compact() packs them.
+  //
+  // An empty chain may keep one buffer it holds alone (left by Consume();
+  // see there): 0 bytes pinning one buffer, within the bound. Linking a
+  // slice or buffer (Append of a slice, a buffer or a chain), Clear(),
+  // moving another chain into it and destruction return it; Append(bytes)
+  // and the copying receive paths fill it first. A moved-from chain gives it
+  // to the chain moved to.
 
   // Buffer bytes this chain keeps out of its pools: the buffer size of each
-  // buffer it holds a slice of, a buffer counted once per run of adjacent
+  // buffer it holds a slice of (and of the kept empty buffer, if any), a
+  // buffer counted once per run of adjacent
   // slices of it (slices of one buffer are adjacent unless the caller
   // linked them apart, when this overcounts). O(segment_count()).
   size_t pinned_bytes() const;
   // Room after the tail slice that Append(bytes) would fill before taking a
   // fresh buffer: 0 unless the chain holds the only reference to the tail's
-  // buffer (so no other slice, chain, thread or the kernel can see it).
-  size_t tail_room() const { return TailRoom(); }
+  // buffer (so no other slice, chain, thread or the kernel can see it); 0
+  // for an empty chain (whose kept buffer, if any, Append(bytes) fills
+  // first, but which does not make a large receive copied rather than
+  // linked).
+  size_t tail_room() const { return count_ != 0 ? TailRoom() : 0; }
+  // Whether the chain is empty and keeps a buffer as room (see Consume()).
+  bool keeps_room() const { return static_cast<bool>(spare_); }
   // Copies the bytes of every buffer the chain holds less than half of (a
   // run of adjacent slices of one buffer) into as few fresh buffers of
   // pool() as those bytes need, and links the rest as they are; the bytes
@@ -265,7 +284,8 @@ class BUFPOOL_EXPORT BufferChain {
     return segs_[(head_ + static_cast<uint32_t>(i)) & (cap_ - 1)];
   }
   // Room in the tail's buffer that Append() may write (see the file
-  // comment): 0 unless the tail is the only reference to its buffer.
+  // comment): 0 unless the tail is the only reference to its buffer; for an
+  // empty chain, the kept buffer's size.
   size_t TailRoom() const;
   void PushBack(SharedBuffer&& s) {
     if (count_ == cap_) Grow();
@@ -284,18 +304,49 @@ class BUFPOOL_EXPORT BufferChain {
   void Grow() { GrowTo(cap_ * 2); }
   void GrowTo(uint32_t cap);  // cap: a power of two > cap_
   void ReserveSlow(size_t segments);
-  // For ReadFrom(): the tail grows by n bytes of its room (TailRoom() >= n);
+  // For ReadFrom() and the ring: where TailRoom()'s bytes start (the kept
+  // buffer's start for an empty chain); the tail grows by n bytes of that
+  // room (TailRoom() >= n, n > 0), the kept buffer becoming the only slice;
   // a fresh buffer whose first n bytes hold data joins the end.
+  std::byte* RoomStart() const {
+    if (count_ == 0) return spare_.data_;
+    const SharedBuffer& t = At(count_ - 1);
+    return t.data_ + t.size_;
+  }
   void ExtendTail(size_t n) {
+    if (count_ == 0) UnkeepRoom();
     At(count_ - 1).size_ += n;
     size_ += n;
   }
+  // The kept buffer becomes the only slice, empty for the moment. Field by
+  // field: the ring's slots past count_ hold nothing, so no reference is
+  // dropped and no count touched.
+  void UnkeepRoom() {
+    SharedBuffer& s = At(0);
+    s.pool_ = std::exchange(spare_.pool_, nullptr);
+    s.data_ = std::exchange(spare_.data_, nullptr);
+    s.size_ = 0;
+    s.slot_ = spare_.slot_;
+    count_ = 1;
+  }
   void AppendFilled(Buffer&& buffer, size_t n) {
+    spare_.Reset();
     SharedBuffer s(std::move(buffer));
     s.size_ = n;
     size_ += n;
     PushBack(std::move(s));
   }
+  // For the ring: the kept buffer, out of the chain, as a handle (the only
+  // reference, so its count needs no change); empty when none is kept.
+  Buffer TakeKeptRoom() {
+    if (!spare_) return Buffer();
+    BufferPool& pool = *std::exchange(spare_.pool_, nullptr);
+    spare_.data_ = nullptr;
+    return internal::SharedAccess::GiveSlot(pool, spare_.slot_);
+  }
+  // Consume()'s last slice, consumed past: kept as room when it is the only
+  // reference to a buffer of pool(), else dropped.
+  void DropLast(SharedBuffer& last);
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
   // For an incremental ProvidedBufferRing: bytes the kernel wrote right
@@ -322,6 +373,9 @@ class BUFPOOL_EXPORT BufferChain {
   uint32_t cap_ = kInlineSegments;  // a power of two
   uint32_t head_ = 0;
   uint32_t count_ = 0;
+  // An empty buffer kept as room, only while count_ == 0: data_ at the
+  // buffer's start, size_ 0, the only reference.
+  SharedBuffer spare_;
   SharedBuffer inline_[kInlineSegments];
 };
 

@@ -37,7 +37,7 @@ BufferChain::BufferChain(BufferPool& pool) noexcept
     : pool_(&pool), segs_(inline_) {}
 
 BufferChain::BufferChain(BufferChain&& other) noexcept
-    : pool_(other.pool_), segs_(inline_) {
+    : pool_(other.pool_), segs_(inline_), spare_(std::move(other.spare_)) {
   StealFrom(other);
 }
 
@@ -45,6 +45,7 @@ BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
   if (this == &other) return *this;
   Clear();
   pool_ = other.pool_;
+  spare_ = std::move(other.spare_);
   if (segs_ == inline_) {
     StealFrom(other);
   } else if (other.segs_ != other.inline_) {
@@ -119,10 +120,11 @@ void BufferChain::Clear() {
   while (count_ != 0) PopBack();
   head_ = 0;
   size_ = 0;
+  spare_.Reset();
 }
 
 size_t BufferChain::TailRoom() const {
-  if (count_ == 0) return 0;
+  if (count_ == 0) return spare_ ? spare_.pool_->buffer_size() : 0;
   const SharedBuffer& tail = At(count_ - 1);
   return tail.use_count() == 1 ? tail.room() : 0;
 }
@@ -130,6 +132,10 @@ size_t BufferChain::TailRoom() const {
 absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
   const size_t n = bytes.size();
   if (n == 0) return absl::OkStatus();
+  // The kept buffer becomes the tail, empty for the moment; a failure below
+  // keeps it again.
+  const bool kept = count_ == 0 && spare_;
+  if (kept) UnkeepRoom();
   const size_t room = std::min(n, TailRoom());
   const size_t rest = n - room;
   const uint32_t tail = count_;  // the first new slice, if any
@@ -147,6 +153,11 @@ absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
       Buffer b = pool_->TryAcquire();
       if (!b) {
         while (count_ != tail) PopBack();
+        if (kept) {
+          spare_ = std::move(At(0));
+          count_ = 0;
+          head_ = 0;
+        }
         return absl::ResourceExhaustedError(absl::StrCat(
             "BufferChain::Append: the pool has no free buffer (", n,
             " bytes needed ", need, " buffers of ", bs, ", got ", got, ")"));
@@ -180,6 +191,7 @@ void BufferChain::Append(SharedBuffer&& slice) {
     slice.Reset();
     return;
   }
+  spare_.Reset();
   size_ += slice.size();
   PushBack(std::move(slice));
 }
@@ -204,6 +216,7 @@ void BufferChain::Append(Buffer&& buffer, size_t length) {
 void BufferChain::Append(BufferChain&& other) {
   if (&other == this) return;
   Reserve(size_t{count_} + other.count_);  // then nothing below can throw
+  if (other.count_ != 0) spare_.Reset();
   for (size_t i = 0; i < other.count_; ++i) PushBack(std::move(other.At(i)));
   size_ += other.size_;
   other.count_ = 0;
@@ -231,8 +244,30 @@ void BufferChain::Consume(size_t n) {
       return;
     }
     n -= front.size_;
+    if (count_ == 1) {
+      DropLast(front);
+      return;
+    }
     PopFront();
   }
+}
+
+void BufferChain::DropLast(SharedBuffer& last) {
+  // The only reference (use_count() == 1 is stable: no one else can copy
+  // it), so no other slice, chain, thread or the kernel sees the buffer.
+  if (last.pool_ == pool_ && last.use_count() == 1) {
+    // Field by field: spare_ is empty while the chain has slices.
+    spare_.pool_ = std::exchange(last.pool_, nullptr);
+    spare_.data_ = pool_->SlotData(last.slot_);
+    spare_.size_ = 0;
+    spare_.slot_ = last.slot_;
+    last.data_ = nullptr;
+    last.size_ = 0;
+  } else {
+    last.Reset();
+  }
+  head_ = 0;
+  count_ = 0;
 }
 
 BufferChain BufferChain::Split(size_t n) {
@@ -294,7 +329,7 @@ bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b) {
 }  // namespace
 
 size_t BufferChain::pinned_bytes() const {
-  size_t total = 0;
+  size_t total = spare_ ? spare_.pool_->buffer_size() : 0;
   for (uint32_t i = 0; i < count_; ++i) {
     const SharedBuffer& s = At(i);
     if (i == 0 || !SameBuffer(At(i - 1), s)) total += s.pool_->buffer_size();

@@ -33,10 +33,7 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes) {
   iovec iov[kMaxIov + 1];
   int cnt = 0;
   const size_t room = std::min(chain.TailRoom(), max_bytes);
-  if (room != 0) {
-    const SharedBuffer& tail = chain.At(chain.count_ - 1);
-    iov[cnt++] = {tail.mutable_data() + tail.size(), room};
-  }
+  if (room != 0) iov[cnt++] = {chain.RoomStart(), room};
   const size_t bs = pool->buffer_size();
   const size_t want =
       std::min<size_t>((max_bytes - room + bs - 1) / bs, kMaxIov);

@@ -312,6 +312,13 @@ bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
       ++copied_;
       return true;
     }
+  } else if (out.spare_ && len <= out.pool_->buffer_size()) {
+    // The buffer the emptied chain kept (its only reference).
+    std::memcpy(out.RoomStart(), src, len);
+    out.ExtendTail(len);
+    Relend(id, src);
+    ++copied_;
+    return true;
   } else if (out.pool_ != nullptr && len <= out.pool_->buffer_size()) {
     if (Buffer b = out.pool_->TryAcquire()) {
       std::memcpy(b.data(), src, len);
@@ -386,6 +393,18 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   if (n == 1 && total != 0 && copy_below_ != 0 &&
       (total < copy_below_ || out.tail_room() != 0) &&
       TakeByCopy(static_cast<uint16_t>(id), total, out)) {
+    return absl::OkStatus();
+  }
+  // An emptied chain that keeps a buffer of this pool: the filled buffer
+  // becomes its slice and the kept one is lent under the same id in its
+  // place (at once, as a copied completion's is), so neither goes through
+  // the pool. Nothing here allocates.
+  if (n == 1 && res > 0 && out.count_ == 0 && out.spare_ &&
+      out.pool_ == pool_) {
+    Buffer filled = std::move(lent_[id]);
+    lent_[id] = out.TakeKeptRoom();
+    out.AppendFilled(std::move(filled), total);
+    Relend(static_cast<uint16_t>(id), lent_[id].data());
     return absl::OkStatus();
   }
   // All or nothing: what may allocate (out's room for the slices, the

@@ -44,6 +44,11 @@ struct BUFPOOL_EXPORT SharedAccess {
     buffer.pool_ = nullptr;
     return buffer.index_;
   }
+  // A handle of a slot taken with TakeSlot() (the reverse of TakeSlot()).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static Buffer GiveSlot(BufferPool& pool,
+                                                      uint32_t slot) {
+    return Buffer(&pool, slot);
+  }
   // Returns a slot taken with TakeSlot() to its pool.
   ABSL_ATTRIBUTE_ALWAYS_INLINE static void ReleaseSlot(BufferPool& pool,
                                                        uint32_t slot) {
