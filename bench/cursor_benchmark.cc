@@ -210,8 +210,8 @@ void BM_Lines_Bufpool(benchmark::State& state) {
   bufpool::BufferChain filled(Pool());
   if (!filled.Append(bytes).ok()) std::abort();
   std::vector<bufpool::SharedBuffer> slices;
-  for (size_t i = 0; i < filled.segment_count(); ++i)
-    slices.push_back(filled.segment(i));
+  for (size_t i = 0; i < filled.slice_count(); ++i)
+    slices.push_back(filled.slice(i));
   bufpool::BufferChain in(Pool());
   bufpool::LineSplitter lines;
   uint64_t sum = 0, count = 0;
@@ -241,8 +241,8 @@ void BM_Lines_BufpoolView(benchmark::State& state) {
   bufpool::BufferChain filled(Pool());
   if (!filled.Append(bytes).ok()) std::abort();
   std::vector<bufpool::SharedBuffer> slices;
-  for (size_t i = 0; i < filled.segment_count(); ++i)
-    slices.push_back(filled.segment(i));
+  for (size_t i = 0; i < filled.slice_count(); ++i)
+    slices.push_back(filled.slice(i));
   bufpool::BufferChain in(Pool());
   bufpool::LineSplitter lines;
   uint64_t sum = 0, count = 0;
@@ -273,8 +273,8 @@ void BM_Lines_BufpoolForEach(benchmark::State& state) {
   bufpool::BufferChain filled(Pool());
   if (!filled.Append(bytes).ok()) std::abort();
   std::vector<bufpool::SharedBuffer> slices;
-  for (size_t i = 0; i < filled.segment_count(); ++i)
-    slices.push_back(filled.segment(i));
+  for (size_t i = 0; i < filled.slice_count(); ++i)
+    slices.push_back(filled.slice(i));
   bufpool::BufferChain in(Pool());
   bufpool::LineSplitter lines;
   uint64_t sum = 0, count = 0;
@@ -337,7 +337,7 @@ void BM_ReadLE32_Memcpy(benchmark::State& state) {
   bufpool::BufferChain chain(Pool());
   if (!chain.Append(std::string(kBuffer, 'x')).ok()) std::abort();
   for (auto _ : state) {
-    const std::byte* p = chain.segment(0).data();
+    const std::byte* p = chain.slice(0).data();
     benchmark::DoNotOptimize(p);
     for (size_t i = 0; i < kLoads; ++i) {
       uint32_t v;

@@ -109,13 +109,13 @@ void RingLoop(benchmark::State& state, bool into) {
       if (!(cqe->flags & IORING_CQE_F_MORE)) armed = false;
       if (into) {
         if ((*bufs)->Take(*cqe, queue).ok() && !queue.empty()) {
-          sum += static_cast<uint8_t>(queue.segment(0).data()[0]);
+          sum += static_cast<uint8_t>(queue.slice(0).data()[0]);
           queue.Consume(queue.size());
         }
       } else {
         absl::StatusOr<bufpool::BufferChain> c = (*bufs)->Take(*cqe);
         if (c.ok() && !c->empty())
-          sum += static_cast<uint8_t>(c->segment(0).data()[0]);
+          sum += static_cast<uint8_t>(c->slice(0).data()[0]);
       }
     }
     io_uring_cq_advance(&s.ring, n);

@@ -175,13 +175,13 @@ void Process(Conn* c) {  // runs every complete command in c->in
     if (BufferChain none; !args.empty()) Execute(c, args, none);
   }
   const size_t bs = pool->buffer_size();
-  if (!c->done && c->in.segment_count() * bs > 2 * c->in.size() + 2 * bs) {
+  if (!c->done && c->in.slice_count() * bs > 2 * c->in.size() + 2 * bs) {
     BufferChain packed(*pool);  // a partial command: into full buffers
     bool ok = true;
     for (auto part : c->in.spans()) ok = ok && packed.Append(part).ok();
     if (ok) c->in = std::move(packed);  // same bytes: splitter state holds
   }
-  max_partial_buffers = std::max(max_partial_buffers, c->in.segment_count());
+  max_partial_buffers = std::max(max_partial_buffers, c->in.slice_count());
   if (c->done) {  // stop receiving; what was answered is still sent
     c->in.Clear();
     io_uring_prep_cancel64(Sqe(nullptr, 0),

@@ -54,16 +54,16 @@ std::string RandomBytes(std::mt19937_64& rng, size_t n) {
   return s;
 }
 
-// segment_count() and segment(i) are slice_count() and slice(i) by their
+// slice_count() and segment(i) are slice_count() and slice(i) by their
 // names before 0.3, kept for 0.2 code.
 TEST(BufferChainTest, SegmentIsTheDeprecatedNameOfSlice) {
   auto pool = MakePool(64, 8);
   BufferChain chain(*pool);
   ASSERT_TRUE(chain.Append(std::string(150, 'x')).ok());
   ASSERT_EQ(chain.slice_count(), 3u);
-  EXPECT_EQ(chain.segment_count(), chain.slice_count());
+  EXPECT_EQ(chain.slice_count(), chain.slice_count());
   for (size_t i = 0; i < chain.slice_count(); ++i) {
-    EXPECT_EQ(&chain.segment(i), &chain.slice(i)) << i;
+    EXPECT_EQ(&chain.slice(i), &chain.slice(i)) << i;
   }
 }
 
@@ -262,17 +262,17 @@ TEST(BufferChainTest, ConsumedChainKeepsItsLastBufferAsRoom) {
   {
     BufferChain q(*pool);
     ASSERT_TRUE(q.Append("first").ok());
-    const std::byte* start = q.segment(0).data();
+    const std::byte* start = q.slice(0).data();
     q.Consume(q.size());
     EXPECT_TRUE(q.empty());
-    EXPECT_EQ(q.segment_count(), 0u);
+    EXPECT_EQ(q.slice_count(), 0u);
     EXPECT_TRUE(q.keeps_room());
     EXPECT_EQ(q.pinned_bytes(), 4096u);  // counted, honestly
     EXPECT_EQ(q.tail_room(), 0u);        // no slice to extend
     EXPECT_EQ(InUse(*pool), 1u);
     ASSERT_TRUE(q.Append("second").ok());
     EXPECT_FALSE(q.keeps_room());
-    EXPECT_EQ(q.segment(0).data(), start);  // the same buffer, from its start
+    EXPECT_EQ(q.slice(0).data(), start);  // the same buffer, from its start
     ExpectChainIs(q, "second");
     EXPECT_EQ(InUse(*pool), 1u);
     q.Consume(3);  // not empty: nothing kept, the slice shrinks
@@ -323,7 +323,7 @@ TEST(BufferChainTest, KeptRoomOnlyForASolelyOwnedBufferAndLinkingDropsIt) {
   EXPECT_EQ(InUse(*pool), 1u);
   // A chain without a pool keeps nothing.
   BufferChain nopool;
-  nopool.Append(clone.segment(0));
+  nopool.Append(clone.slice(0));
   clone.Clear();
   nopool.Consume(nopool.size());
   EXPECT_FALSE(nopool.keeps_room());
@@ -341,7 +341,7 @@ TEST(BufferChainTest, FailedAppendKeepsTheKeptRoom) {
   const std::string big(4097, 'b');
   EXPECT_EQ(q.Append(big).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(q.empty());
-  EXPECT_EQ(q.segment_count(), 0u);
+  EXPECT_EQ(q.slice_count(), 0u);
   EXPECT_TRUE(q.keeps_room());
   const std::string fits(4096, 'c');
   ASSERT_TRUE(q.Append(fits).ok());  // exactly the kept buffer

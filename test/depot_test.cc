@@ -10,7 +10,7 @@
 namespace bufpool {
 namespace {
 
-constexpr uint32_t kNone = Depot::kNoMagazine;
+constexpr uint32_t kNoSlot = Depot::kNoSlot;
 
 std::vector<uint32_t> Iota(uint32_t n) {
   std::vector<uint32_t> v(n);
@@ -22,7 +22,7 @@ std::vector<uint32_t> Iota(uint32_t n) {
 std::vector<uint32_t> DrainSorted(Depot& depot, uint32_t chunk) {
   std::vector<uint32_t> all;
   std::vector<uint32_t> out(chunk);
-  uint32_t spare = kNone;
+  uint32_t spare = kNoSlot;
   uint32_t reshelved = 0;
   while (uint32_t n = depot.Pop(out.data(), chunk, &spare, &reshelved)) {
     all.insert(all.end(), out.begin(), out.begin() + n);
@@ -68,14 +68,14 @@ TEST(DepotTest, KeepsOneEmptyMagazineAsTheThreadsSpare) {
   Depot depot(64, 8);
   const std::vector<uint32_t> all = Iota(64);
   depot.Push(all.data(), 64, nullptr);
-  uint32_t spare = kNone;
+  uint32_t spare = kNoSlot;
   uint32_t out[8];
   uint32_t reshelved = 0;
   ASSERT_EQ(depot.Pop(out, 8, &spare, &reshelved), 8u);
-  ASSERT_NE(spare, kNone);  // the emptied magazine stays with the thread
+  ASSERT_NE(spare, kNoSlot);  // the emptied magazine stays with the thread
   const uint32_t kept = spare;
   depot.Push(out, 8, &spare);  // and carries the next spill
-  EXPECT_EQ(spare, kNone);
+  EXPECT_EQ(spare, kNoSlot);
   ASSERT_EQ(depot.Pop(out, 8, &spare, &reshelved), 8u);
   EXPECT_EQ(spare, kept);
   depot.Push(out, 8, &spare);
@@ -92,14 +92,14 @@ TEST(DepotTest, RunningOutOfMagazinesFallsBackToTheList) {
   uint32_t out[4];
   uint32_t reshelved = 0;
   for (;;) {  // pop and push back full batches, each time with a new spare
-    uint32_t spare = kNone;
+    uint32_t spare = kNoSlot;
     ASSERT_EQ(depot.Pop(out, 4, &spare, &reshelved), 4u);
-    if (spare == kNone) {  // came from the list: magazines are all held
+    if (spare == kNoSlot) {  // came from the list: magazines are all held
       depot.Push(out, 4, nullptr);
       break;
     }
     spares.push_back(spare);
-    uint32_t none = kNone;
+    uint32_t none = kNoSlot;
     depot.Push(out, 4, &none);  // takes a magazine from the empty stack
     ASSERT_LE(spares.size(), 66u);
   }
@@ -125,7 +125,7 @@ TEST(DepotTest, ConcurrentMixedShapesNeverLoseOrDuplicateSlots) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&depot, t] {
-      uint32_t spare = kNone;
+      uint32_t spare = kNoSlot;
       uint32_t held[3 * kBatch];
       uint32_t reshelved = 0;
       for (int r = 0; r < kRounds; ++r) {

@@ -761,12 +761,12 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   model.clear();
   take_one("again");
   EXPECT_EQ((*br)->copied(), 3u);
-  EXPECT_EQ(queue.segment_count(), 1u);
+  EXPECT_EQ(queue.slice_count(), 1u);
   EXPECT_EQ((*pool)->Stats().in_use, in_use);
-  EXPECT_EQ(queue.segment(0).view(), "again");
+  EXPECT_EQ(queue.slice(0).view(), "again");
   // A large completion into the emptied queue is linked, not copied into
   // the kept buffer, which the ring lends in its place: no pool traffic.
-  const std::byte* kept = queue.segment(0).data() - queue.segment(0).offset();
+  const std::byte* kept = queue.slice(0).data() - queue.slice(0).offset();
   queue.Consume(queue.size());
   ASSERT_TRUE(queue.keeps_room());
   const size_t available = (*br)->available();
@@ -774,11 +774,11 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   EXPECT_EQ((*br)->copied(), 3u);
   EXPECT_FALSE(queue.keeps_room());
   EXPECT_EQ(queue.size(), bs);
-  EXPECT_EQ(queue.segment_count(), 1u);
-  EXPECT_NE(queue.segment(0).data(), kept);
+  EXPECT_EQ(queue.slice_count(), 1u);
+  EXPECT_NE(queue.slice(0).data(), kept);
   EXPECT_EQ((*pool)->Stats().in_use, in_use);
   EXPECT_EQ((*br)->available(), available);
-  EXPECT_EQ(queue.segment(0).view(), std::string(bs, 'M'));
+  EXPECT_EQ(queue.slice(0).view(), std::string(bs, 'M'));
   queue.Clear();
   shutdown(pairs.client[0], SHUT_WR);
   br->reset();

@@ -100,7 +100,7 @@ class AsioConstBuffers {
 
     const_iterator() = default;
     value_type operator*() const {
-      const SharedBuffer& s = chain_->segment(i_);
+      const SharedBuffer& s = chain_->slice(i_);
       return value_type(s.data(), s.size());
     }
     const_iterator& operator++() {
@@ -124,7 +124,7 @@ class AsioConstBuffers {
 
   explicit AsioConstBuffers(const BufferChain& chain) : chain_(&chain) {}
   const_iterator begin() const { return {chain_, 0}; }
-  const_iterator end() const { return {chain_, chain_->segment_count()}; }
+  const_iterator end() const { return {chain_, chain_->slice_count()}; }
 
  private:
   const BufferChain* chain_;

@@ -199,7 +199,7 @@ class BUFPOOL_EXPORT BufferChain {
   class SpanRange;
   SpanRange spans() const;
 
-  // Points out[0, k) at the first k = min(segment_count(), out.size())
+  // Points out[0, k) at the first k = min(slice_count(), out.size())
   // slices, for writev/sendmsg; returns k. The chain is not changed.
   size_t FillIovecs(absl::Span<iovec> out) const;
 
@@ -224,12 +224,12 @@ class BUFPOOL_EXPORT BufferChain {
   // Drops every slice and the kept empty buffer, if any (keeps the ring's
   // capacity).
   void Clear();
-  // Makes room for `segments` slices in all, so that linking slices up to
+  // Makes room for `slices` slices in all, so that linking slices up to
   // that count allocates nothing (and cannot throw). Throws std::bad_alloc,
   // the chain unchanged, when the grown ring cannot be allocated.
-  void Reserve(size_t segments) {
-    if (segments > cap_) [[unlikely]]
-      ReserveSlow(segments);
+  void Reserve(size_t slices) {
+    if (slices > cap_) [[unlikely]]
+      ReserveSlow(slices);
   }
 
   // ---- Memory that follows bytes ----
@@ -255,7 +255,7 @@ class BUFPOOL_EXPORT BufferChain {
   // buffer it holds a slice of (and of the kept empty buffer, if any), a
   // buffer counted once per run of adjacent
   // slices of it (slices of one buffer are adjacent unless the caller
-  // linked them apart, when this overcounts). O(segment_count()).
+  // linked them apart, when this overcounts). O(slice_count()).
   size_t pinned_bytes() const;
   // Room after the tail slice that Append(bytes) would fill before taking a
   // fresh buffer: 0 unless the chain holds the only reference to the tail's
@@ -303,7 +303,7 @@ class BUFPOOL_EXPORT BufferChain {
   }
   void Grow() { GrowTo(cap_ * 2); }
   void GrowTo(uint32_t cap);  // cap: a power of two > cap_
-  void ReserveSlow(size_t segments);
+  void ReserveSlow(size_t slices);
   // For ReadFrom() and the ring: where TailRoom()'s bytes start (the kept
   // buffer's start for an empty chain); the tail grows by n bytes of that
   // room (TailRoom() >= n, n > 0), the kept buffer becoming the only slice;
@@ -410,8 +410,8 @@ class BufferChain::SpanRange {
   };
 
   iterator begin() const { return {chain_, 0}; }
-  iterator end() const { return {chain_, chain_->segment_count()}; }
-  size_t size() const { return chain_->segment_count(); }
+  iterator end() const { return {chain_, chain_->slice_count()}; }
+  size_t size() const { return chain_->slice_count(); }
 
  private:
   friend class BufferChain;

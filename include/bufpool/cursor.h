@@ -237,7 +237,7 @@ class BUFPOOL_EXPORT LineSplitter {
 inline absl::StatusOr<std::optional<absl::string_view>> LineSplitter::NextView(
     BufferChain& in) {
   if (searched_ == 0 && !in.empty()) {
-    const SharedBuffer& front = in.segment(0);
+    const SharedBuffer& front = in.slice(0);
     const size_t max_line = options_.max_line;
     const size_t window = max_line > SIZE_MAX - 2 ? SIZE_MAX : max_line + 2;
     const size_t n = front.size() < window ? front.size() : window;
@@ -265,7 +265,7 @@ absl::Status LineSplitter::ForEachLine(BufferChain& in, Fn&& fn) {
   for (;;) {
     if (searched_ == 0 && !in.empty()) {
       // The lines that lie wholly in the first slice, then one Consume().
-      const SharedBuffer& front = in.segment(0);
+      const SharedBuffer& front = in.slice(0);
       const char* const begin = reinterpret_cast<const char*>(front.data());
       const char* const end = begin + front.size();
       const char* p = begin;
@@ -288,8 +288,8 @@ absl::Status LineSplitter::ForEachLine(BufferChain& in, Fn&& fn) {
       }
       // A line that ends in the second slice: copied, found with a memchr.
       const size_t rest = static_cast<size_t>(end - p);
-      if (in.segment_count() > 1 && rest < window) {
-        const SharedBuffer& next = in.segment(1);
+      if (in.slice_count() > 1 && rest < window) {
+        const SharedBuffer& next = in.slice(1);
         const char* q = reinterpret_cast<const char*>(next.data());
         const size_t room = window - rest;
         const void* hit =

@@ -9,8 +9,8 @@
 namespace bufpool {
 
 ChainCursor::ChainCursor(const BufferChain& chain) : chain_(&chain) {
-  if (chain.segment_count() != 0) {
-    const SharedBuffer& s = chain.segment(0);
+  if (chain.slice_count() != 0) {
+    const SharedBuffer& s = chain.slice(0);
     begin_ = p_ = s.data();
     end_ = begin_ + s.size();  // a chain holds no empty slice
   }
@@ -18,9 +18,9 @@ ChainCursor::ChainCursor(const BufferChain& chain) : chain_(&chain) {
 
 void ChainCursor::NextSegment() {
   // Called with p_ == end_; the chain's slices are never empty.
-  if (seg_ + 1 >= chain_->segment_count()) return;  // at the end
+  if (seg_ + 1 >= chain_->slice_count()) return;  // at the end
   before_ += static_cast<size_t>(end_ - begin_);
-  const SharedBuffer& s = chain_->segment(++seg_);
+  const SharedBuffer& s = chain_->slice(++seg_);
   begin_ = p_ = s.data();
   end_ = begin_ + s.size();
 }
@@ -77,7 +77,7 @@ std::optional<size_t> ChainCursor::Find(std::byte byte, size_t limit) const {
     }
     done += n;
     if (done == limit) break;
-    const SharedBuffer& s = chain_->segment(++seg);
+    const SharedBuffer& s = chain_->slice(++seg);
     p = s.data();
     end = p + s.size();
   }
@@ -181,24 +181,24 @@ absl::Status LengthField::Write(BufferChain& out, uint64_t value) const {
   }
   // Find the slices holding the field; check them all before writing.
   size_t seg = 0, start = 0;
-  while (start + out.segment(seg).size() <= offset_)
-    start += out.segment(seg++).size();
+  while (start + out.slice(seg).size() <= offset_)
+    start += out.slice(seg++).size();
   const size_t first = seg, first_start = start;
   for (size_t end = offset_ + bytes_; start < end;) {
-    if (out.segment(seg).use_count() != 1) {
+    if (out.slice(seg).use_count() != 1) {
       return absl::FailedPreconditionError(absl::StrCat(
           "LengthField::Write: the field's buffer (slot ",
-          out.segment(seg).slot(),
+          out.slice(seg).slot(),
           ") is shared since Reserve(); writing would change bytes "
           "another slice holds"));
     }
-    start += out.segment(seg++).size();
+    start += out.slice(seg++).size();
   }
   std::byte b[8];
   Encode(value, bytes_, big_endian_, b);
   size_t at = offset_ - first_start;
   for (size_t i = 0, k = first; i < bytes_; ++k, at = 0) {
-    const SharedBuffer& s = out.segment(k);
+    const SharedBuffer& s = out.slice(k);
     const size_t n = std::min(bytes_ - i, s.size() - at);
     std::memcpy(s.mutable_data() + at, b + i, n);
     i += n;

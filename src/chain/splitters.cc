@@ -77,7 +77,7 @@ absl::StatusOr<std::optional<absl::string_view>> LineSplitter::NextViewSlow(
   if (!found.ok()) return found.status();
   if (!found->has_value()) return std::nullopt;
   const auto [length, end] = **found;
-  const SharedBuffer& front = in.segment(0);
+  const SharedBuffer& front = in.slice(0);
   absl::string_view line;
   if (length <= front.size()) {
     // Keep the front slice's buffer alive past the Consume() below; one

@@ -55,8 +55,7 @@ namespace bufpool {
 
 class Depot {
  public:
-  static constexpr uint32_t kNoMagazine = FreeList::kNil;
-  static constexpr uint32_t kNoSlot = FreeList::kNil;
+  static constexpr uint32_t kNoSlot = FreeList::kNoSlot;
   // Below this a magazine saves too little walking to pay for its two CASes.
   static constexpr uint32_t kMinBatch = 4;
 
@@ -164,9 +163,9 @@ class Depot {
 
   // Returns a cache's spare magazine.
   void ReturnSpare(uint32_t* spare) {
-    if (*spare == kNoMagazine) return;
+    if (*spare == kNoSlot) return;
     empty_.PushOne(*spare);
-    *spare = kNoMagazine;
+    *spare = kNoSlot;
   }
 
  private:
@@ -181,8 +180,8 @@ class Depot {
   // and publishes it; false when no empty magazine is left.
   bool PushMagazine(const uint32_t* slots, uint32_t* spare) {
     uint32_t m;
-    if (spare != nullptr && *spare != kNoMagazine) {
-      m = std::exchange(*spare, kNoMagazine);
+    if (spare != nullptr && *spare != kNoSlot) {
+      m = std::exchange(*spare, kNoSlot);
     } else if (empty_.Pop(&m, 1) == 0) {
       return false;
     }
@@ -202,7 +201,7 @@ class Depot {
 
   // An emptied magazine becomes the caller's spare, or goes onto empty_.
   void Release(uint32_t m, uint32_t* spare) {
-    if (spare != nullptr && *spare == kNoMagazine) {
+    if (spare != nullptr && *spare == kNoSlot) {
       *spare = m;
     } else {
       empty_.PushOne(m);

@@ -24,7 +24,7 @@
 //   2. `link_[s]` is meaningful only while `s` is in the stack, and changes
 //      only while `s` is outside it (the pusher links before its CAS).
 //   3. Every next slot ever stored in `link_` or in the head's index is a slot
-//      number < capacity or kNil, so even a stale walk stays in bounds.
+//      number < capacity or kNoSlot, so even a stale walk stays in bounds.
 //
 // Memory ordering:
 //   * Push: links are stored relaxed, then the head CAS is `seq_cst` (at
@@ -58,13 +58,13 @@ namespace bufpool {
 
 class FreeList {
  public:
-  static constexpr uint32_t kNil = 0xffffffffu;
+  static constexpr uint32_t kNoSlot = 0xffffffffu;
 
-  // An empty stack for slots [0, capacity); capacity < kNil.
+  // An empty stack for slots [0, capacity); capacity < kNoSlot.
   explicit FreeList(uint32_t capacity)
       : link_(new std::atomic<uint64_t>[capacity]) {
     for (uint32_t i = 0; i < capacity; ++i) {
-      link_[i].store(Link(kNil, 0), std::memory_order_relaxed);
+      link_[i].store(Link(kNoSlot, 0), std::memory_order_relaxed);
     }
   }
 
@@ -108,11 +108,11 @@ class FreeList {
     uint64_t head = head_.load(std::memory_order_seq_cst);
     for (;;) {
       uint32_t cur = IndexOf(head);
-      if (cur == kNil || max == 0) return 0;
+      if (cur == kNoSlot || max == 0) return 0;
       uint32_t n = 0;
       out[n++] = cur;
       uint64_t link = link_[cur].load(std::memory_order_relaxed);
-      while (n < max && NextOf(link) != kNil) {
+      while (n < max && NextOf(link) != kNoSlot) {
         cur = NextOf(link);
         out[n++] = cur;
         link = link_[cur].load(std::memory_order_relaxed);
@@ -134,12 +134,12 @@ class FreeList {
   }
 
   bool empty() const {
-    return IndexOf(head_.load(std::memory_order_relaxed)) == kNil;
+    return IndexOf(head_.load(std::memory_order_relaxed)) == kNoSlot;
   }
   // empty(), with the head loaded seq_cst: for the pool's waiter handshake
   // (a check that must not miss a push, see src/pool/drain.cc).
   bool SeenEmpty() const {
-    return IndexOf(head_.load(std::memory_order_seq_cst)) == kNil;
+    return IndexOf(head_.load(std::memory_order_seq_cst)) == kNoSlot;
   }
 
  private:
@@ -163,12 +163,12 @@ class FreeList {
   // is harmless: a stale top fails the CAS that follows.
   uint32_t DepthOf(uint64_t head) const {
     const uint32_t top = IndexOf(head);
-    if (top == kNil) return 0;
+    if (top == kNoSlot) return 0;
     return BelowOf(link_[top].load(std::memory_order_relaxed)) + 1;
   }
 
   std::unique_ptr<std::atomic<uint64_t>[]> link_;
-  alignas(64) std::atomic<uint64_t> head_{Pack(kNil, 0)};
+  alignas(64) std::atomic<uint64_t> head_{Pack(kNoSlot, 0)};
 };
 
 }  // namespace bufpool

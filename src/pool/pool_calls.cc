@@ -189,7 +189,7 @@ uint32_t BufferPool::AcquireSlow() noexcept {
   if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
     const uint32_t slot =
         internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_);
-    if (slot != internal::rseq::kNone) [[likely]] {
+    if (slot != internal::rseq::kNoSlot) [[likely]] {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
       return slot;
     }

@@ -40,10 +40,10 @@ namespace bufpool {
 // the exhausted-pool check can read them without the lock.
 struct alignas(64) CpuCache {
   std::mutex mu;
-  std::atomic<uint32_t> count{0};       // slots[0, count) are free
-  std::atomic<uint32_t> low_water{0};   // lowest count since the last move
-  uint32_t spare = Depot::kNoMagazine;  // an empty magazine for a spill
-  uint32_t* slots = nullptr;            // cache_capacity entries
+  std::atomic<uint32_t> count{0};      // slots[0, count) are free
+  std::atomic<uint32_t> low_water{0};  // lowest count since the last move
+  uint32_t spare = Depot::kNoSlot;     // an empty magazine for a spill
+  uint32_t* slots = nullptr;           // cache_capacity entries
 };
 
 // What makes a bulk call all-before or all-after a fork(): bulk calls hold

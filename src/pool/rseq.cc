@@ -87,11 +87,11 @@ uint32_t PoolAccess::CachedCount(const SharedState& s, uint32_t i) {
 uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
   SharedState& s = S(p);
   uint32_t slot = PopHere(s);
-  if (slot != internal::rseq::kNone) return slot;
+  if (slot != internal::rseq::kNoSlot) return slot;
   CpuCache& c = ThisCpu(p);
   const std::lock_guard<std::mutex> lock(c.mu);
   slot = PopHere(s);  // refilled while we waited for the lock?
-  if (slot != internal::rseq::kNone) return slot;
+  if (slot != internal::rseq::kNoSlot) return slot;
   uint32_t got[internal::kMaxCacheSlots];
   const uint32_t want = Waiting(p) ? 1 : RefillBatch(p);
   const uint32_t n = s.depot.Pop(got, want, &c.spare, reshelved);
@@ -144,9 +144,9 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
       if (m == 0) break;
       k += m;
     }
-    if (push(slot)) slot = internal::rseq::kNone;
+    if (push(slot)) slot = internal::rseq::kNoSlot;
   }
-  if (slot != internal::rseq::kNone) out[k++] = slot;
+  if (slot != internal::rseq::kNoSlot) out[k++] = slot;
   if (k != 0) {
     s.depot.Push(out, k, &c.spare);
     Pushed(p, k, 0);

@@ -26,7 +26,7 @@ void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
                  busy() ? "while a send is in flight" : "of an empty chain");
     std::abort();
   }
-  const size_t want = std::min(chain.segment_count(), kMaxIovecs);
+  const size_t want = std::min(chain.slice_count(), kMaxIovecs);
   if (want > iov_cap_) {
     size_t cap = std::max<size_t>(iov_cap_, 4);
     while (cap < want) cap *= 2;

@@ -331,7 +331,7 @@ bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
   }
   // Room for one more slice first, so a throw leaves everything as it was;
   // Append() itself is all or nothing (a dry pool, no pool: link instead).
-  out.Reserve(out.segment_count() + 1);
+  out.Reserve(out.slice_count() + 1);
   if (!out.Append(absl::MakeConstSpan(lent_[id].data(), len)).ok()) {
     return false;
   }
@@ -414,7 +414,7 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   // reserved for every id.
   absl::Status status;
   if (res > 0) {
-    out.Reserve(out.segment_count() + n);
+    out.Reserve(out.slice_count() + n);
   } else if (res < 0) [[unlikely]] {
     status = os::PosixError(
         absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
@@ -465,7 +465,7 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
                      " bytes spans more buffers than the ring of group ",
                      group_id_, " holds"));
   }
-  out.Reserve(out.segment_count() + n);
+  out.Reserve(out.slice_count() + n);
   // A slice pins its whole buffer, which other connections' bytes share and
   // may free long before: only a span of at least half a buffer is linked,
   // so what a chain pins stays within twice its bytes (plus two buffers).

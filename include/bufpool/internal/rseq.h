@@ -115,7 +115,7 @@
 namespace bufpool::internal::rseq {
 
 inline constexpr uint32_t kStopped = 0x80000000u;
-inline constexpr uint32_t kNone = 0xffffffffu;
+inline constexpr uint32_t kNoSlot = 0xffffffffu;
 inline constexpr unsigned kSlotsOffset = 64;  // bytes, in the asm below
 // The fields of struct rseq (Linux uapi <linux/rseq.h>) that can index the
 // caches, as byte offsets: glibc's <sys/rseq.h> names cpu_id only.
@@ -168,7 +168,7 @@ inline constexpr unsigned long kMmCidFeatureSize = 28;
   "5:\n\t"
 
 // Pops the top slot of the cache that rseq area field `index` (kCpuIdField
-// or kMmCidField) names; kNone when that cache is empty or stopped, `index`
+// or kMmCidField) names; kNoSlot when that cache is empty or stopped, `index`
 // is at or above ncpu (0 where the pool runs no sequences), or the thread
 // has no rseq registration. (Not an asm goto: GCC 12 miscompiles asm goto
 // with outputs, merging the failure edge into the success path.)
@@ -200,7 +200,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint64_t stride,
                                                 uint32_t ncpu, uint64_t index,
                                                 uint32_t* slot) {
   *slot = Pop(base, stride, ncpu, index);
-  return *slot != kNone;
+  return *slot != kNoSlot;
 }
 
 // Pushes `slot` onto the cache that field `index` names; false when it is
@@ -429,7 +429,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint64_t stride,
                                                 uint32_t ncpu, uint64_t index,
                                                 uint32_t* slot) {
   *slot = Pop(base, stride, ncpu, index);
-  return *slot != kNone;
+  return *slot != kNoSlot;
 }
 
 // The batch forms (see the x86-64 ones) as one section per slot: sound by
@@ -439,7 +439,7 @@ inline uint32_t PopBatch(char* base, uint64_t stride, uint32_t ncpu,
   uint32_t n = 0;
   while (n < max) {
     const uint32_t slot = Pop(base, stride, ncpu, index);
-    if (slot == kNone) break;
+    if (slot == kNoSlot) break;
     out[n++] = slot;
   }
   for (uint32_t a = 0, b = n; a + 1 < b; ++a, --b) {  // the top last
@@ -480,7 +480,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t CurrentIndex(uint64_t index) {
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char*, uint64_t, uint32_t,
                                                  uint64_t) {
-  return kNone;
+  return kNoSlot;
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char*, uint64_t, uint32_t,
                                                 uint64_t, uint32_t*) {
