@@ -614,6 +614,12 @@ class Session {
           pinned += s.pool()->buffer_size();
         }
       }
+      // An emptied chain may keep the last buffer it held alone as room
+      // (keeps_room()): pinned, and in use, but no slice's.
+      if (c.keeps_room()) {
+        FUZZ_CHECK(c.empty(), "chain %d keeps room while holding bytes", i);
+        pinned += c.pool()->buffer_size();
+      }
       FUZZ_CHECK(c.pinned_bytes() == pinned, "chain %d pins %zu, not %zu", i,
                  c.pinned_bytes(), pinned);
     }
@@ -637,6 +643,9 @@ class Session {
     for (const auto& pool : pools_) {
       size_t slots = 0;
       for (const auto& [key, n] : refs) slots += key.first == pool.get();
+      for (int i = 0; i < kChains; ++i) {
+        slots += chains_[i]->keeps_room() && chains_[i]->pool() == pool.get();
+      }
       const size_t in_use = pool->Stats().in_use;
       FUZZ_CHECK(in_use == slots, "pool in_use %zu but %zu slots referenced",
                  in_use, slots);
