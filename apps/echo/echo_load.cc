@@ -122,9 +122,9 @@ void Load::Finish(Client& c) {
 absl::Status Load::Send(Client& c, bool& progress) {
   const size_t limit = SendLimit(c);
   while (c.sent < limit) {
-    const ssize_t n = os::Sys().send(
-        c.fd, pattern_.data() + c.shift + c.sent,
-        std::min<size_t>(limit - c.sent, 1 << 20), MSG_NOSIGNAL);
+    const ssize_t n =
+        os::Sys().send(c.fd, pattern_.data() + c.shift + c.sent,
+                       std::min<size_t>(limit - c.sent, 1 << 20), MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) break;
       return os::PosixError(absl::StrCat("connection ", c.index, ": send"),
@@ -156,8 +156,7 @@ absl::Status Load::CheckEcho(const Client& c, size_t n) const {
 absl::StatusOr<bool> Load::Receive(Client& c, bool& readable, bool until_eof,
                                    bool& progress) {
   while (readable) {
-    const ssize_t n =
-        os::Sys().recv(c.fd, scratch_.data(), scratch_.size(), 0);
+    const ssize_t n = os::Sys().recv(c.fd, scratch_.data(), scratch_.size(), 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) break;
@@ -270,9 +269,8 @@ absl::Status Load::ConnectAll(const sockaddr_in& server) {
     c.aborts = i < o_.abort_connections && o_.messages >= 2;
     c.fd = os::Sys().socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c.fd < 0) return os::PosixError("socket", errno);
-    if (os::Sys().connect(c.fd,
-                                reinterpret_cast<const sockaddr*>(&server),
-                                sizeof(server)) != 0) {
+    if (os::Sys().connect(c.fd, reinterpret_cast<const sockaddr*>(&server),
+                          sizeof(server)) != 0) {
       return os::PosixError(absl::StrCat("connect to ", o_.target), errno);
     }
     const int one = 1;

@@ -358,6 +358,15 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // Copies a one-buffer completion of `len` bytes into `out` and lends its
   // buffer again; false (nothing changed) when `out` cannot take the copy.
   bool TakeByCopy(uint16_t id, size_t len, BufferChain& out);
+  // Take() of a completion that carries no buffer (-ENOBUFS, an error, EOF).
+  absl::Status TakeWithoutBuffer(int res);
+  // Take() of a one-buffer completion of `len` bytes into `out`, an emptied
+  // chain that keeps a buffer of this pool: the two buffers swap places.
+  void TakeByKeptRoom(uint16_t id, size_t len, BufferChain& out);
+  // Take() of `n` buffers from `id` on, linked into `out` (all or nothing).
+  absl::Status TakeLinked(uint32_t id, size_t n, int res, BufferChain& out);
+  // The error of a failed receive (res < 0).
+  absl::Status ReceiveError(int res) const;
   // Take() of a completion with bytes on an incremental ring.
   absl::Status TakeIncremental(const io_uring_cqe& cqe, uint32_t id,
                                BufferChain& out);

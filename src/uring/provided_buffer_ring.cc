@@ -347,25 +347,31 @@ absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
   return result;
 }
 
+absl::Status ProvidedBufferRing::ReceiveError(int res) const {
+  return os::PosixError(absl::StrCat("receive (buffer group ", group_id_, ")"),
+                        -res);
+}
+
+absl::Status ProvidedBufferRing::TakeWithoutBuffer(int res) {
+  if (res == -ENOBUFS) {
+    ++enobufs_;
+    ran_low_ = true;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("receive: provided-buffer ring (group ", group_id_,
+                     ") ran out of buffers; re-arm once ShouldRearm()"));
+  }
+  if (res < 0) return ReceiveError(res);
+  if (res == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("ProvidedBufferRing::Take: a completion of ", res,
+                   " bytes carries no buffer (not a buffer-select receive)"));
+}
+
 absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
                                       BufferChain& out) {
   const int res = cqe.res;
   if ((cqe.flags & IORING_CQE_F_BUFFER) == 0) [[unlikely]] {
-    if (res == -ENOBUFS) {
-      ++enobufs_;
-      ran_low_ = true;
-      return absl::ResourceExhaustedError(
-          absl::StrCat("receive: provided-buffer ring (group ", group_id_,
-                       ") ran out of buffers; re-arm once ShouldRearm()"));
-    }
-    if (res < 0) {
-      return os::PosixError(
-          absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
-    }
-    if (res == 0) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        absl::StrCat("ProvidedBufferRing::Take: a completion of ", res,
-                     " bytes carries no buffer (not a buffer-select receive)"));
+    return TakeWithoutBuffer(res);
   }
   const uint32_t id = cqe.flags >> IORING_CQE_BUFFER_SHIFT;
   const size_t total = res > 0 ? static_cast<size_t>(res) : 0;
@@ -382,12 +388,7 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   }
   if (incremental_) {
     // A completion without bytes consumed nothing: its buffer stays.
-    if (res <= 0) {
-      return res < 0 ? os::PosixError(absl::StrCat("receive (buffer group ",
-                                                   group_id_, ")"),
-                                      -res)
-                     : absl::OkStatus();
-    }
+    if (res <= 0) return res < 0 ? ReceiveError(res) : absl::OkStatus();
     return TakeIncremental(cqe, id, out);
   }
   if (n == 1 && total != 0 && copy_below_ != 0 &&
@@ -395,18 +396,27 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
       TakeByCopy(static_cast<uint16_t>(id), total, out)) {
     return absl::OkStatus();
   }
-  // An emptied chain that keeps a buffer of this pool: the filled buffer
-  // becomes its slice and the kept one is lent under the same id in its
-  // place (at once, as a copied completion's is), so neither goes through
-  // the pool. Nothing here allocates.
   if (n == 1 && res > 0 && out.count_ == 0 && out.spare_ &&
       out.pool_ == pool_) {
-    Buffer filled = std::move(lent_[id]);
-    lent_[id] = out.TakeKeptRoom();
-    out.AppendFilled(std::move(filled), total);
-    Relend(static_cast<uint16_t>(id), lent_[id].data());
+    TakeByKeptRoom(static_cast<uint16_t>(id), total, out);
     return absl::OkStatus();
   }
+  return TakeLinked(id, n, res, out);
+}
+
+// The filled buffer becomes the chain's slice and the kept one is lent
+// under the same id in its place (at once, as a copied completion's is), so
+// neither goes through the pool. Nothing here allocates.
+void ProvidedBufferRing::TakeByKeptRoom(uint16_t id, size_t len,
+                                        BufferChain& out) {
+  Buffer filled = std::move(lent_[id]);
+  lent_[id] = out.TakeKeptRoom();
+  out.AppendFilled(std::move(filled), len);
+  Relend(id, lent_[id].data());
+}
+
+absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
+                                            BufferChain& out) {
   // All or nothing: what may allocate (out's room for the slices, the
   // error of a failed receive) is made before anything changes, so that a
   // std::bad_alloc leaves `out` and the ring as they were and the
@@ -416,11 +426,10 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   if (res > 0) {
     out.Reserve(out.slice_count() + n);
   } else if (res < 0) [[unlikely]] {
-    status = os::PosixError(
-        absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
+    status = ReceiveError(res);
   }
   const uint32_t pos = pos_of_id_[id];
-  size_t left = total;
+  size_t left = res > 0 ? static_cast<size_t>(res) : 0;
   for (size_t i = 0; i < n; ++i) {
     const uint16_t b =
         i == 0 ? static_cast<uint16_t>(id) : id_at_pos_[(pos + i) & mask_];
@@ -428,7 +437,7 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
     // The buffer's first `len` bytes become one slice (one count store, no
     // atomic read-modify-write); a buffer the kernel used for no bytes goes
     // back to the pool. A failed receive's buffers all go back.
-    const size_t len = res > 0 ? std::min<size_t>(left, buffer_size_) : 0;
+    const size_t len = std::min<size_t>(left, buffer_size_);
     left -= len;
     if (len == 0) {
       lent_[b].Reset();

@@ -98,11 +98,11 @@ class Session {
     static bool said = false;  // once per process: which engine kUring is
     if (so.engine == bufpool::EchoEngine::kUring && !said) {
       said = true;
-      std::fprintf(stderr, "echo_fuzz: kUring runs as %s%s%s\n",
-                   std::string(bufpool::EchoEngineName((*server)->engine()))
-                       .c_str(),
-                   (*server)->fallback_reason().empty() ? "" : ": ",
-                   (*server)->fallback_reason().c_str());
+      std::fprintf(
+          stderr, "echo_fuzz: kUring runs as %s%s%s\n",
+          std::string(bufpool::EchoEngineName((*server)->engine())).c_str(),
+          (*server)->fallback_reason().empty() ? "" : ": ",
+          (*server)->fallback_reason().c_str());
     }
     port_ = (*server)->port();
     absl::Status run_status;
