@@ -40,26 +40,8 @@ constexpr size_t Scale(size_t n) { return kSanitized ? (n + 3) / 4 : n; }
 
 constexpr size_t kMiB = 1 << 20;
 
-// Waits (a hang guard, not a timing assertion) until `done` holds.
-template <typename F>
-bool Eventually(F done) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
-
-void RaiseFileLimit(rlim_t want) {
-  rlimit r{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &r), 0);
-  if (r.rlim_cur >= want) return;
-  if (r.rlim_max < want && geteuid() == 0) r.rlim_max = want;
-  r.rlim_cur = std::min(want, r.rlim_max);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &r), 0);
-}
+using testing_util::Eventually;
+using testing_util::RaiseFileLimit;
 
 // A pool and a server running on its own thread.
 class Running {

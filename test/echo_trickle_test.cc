@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "echo/echo_server.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
@@ -43,25 +44,8 @@ constexpr auto kContract = std::chrono::milliseconds(100);
 constexpr int kAttempts = 10;
 constexpr int kWedgedSeconds = 10;
 
-// Waits (a hang guard, not a timing assertion) until `done` holds.
-template <typename F>
-bool Eventually(F done) {
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
-
-void RaiseFileLimit(rlim_t want) {
-  rlimit r{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &r), 0);
-  if (r.rlim_cur >= want) return;
-  if (r.rlim_max < want && geteuid() == 0) r.rlim_max = want;
-  r.rlim_cur = std::min(want, r.rlim_max);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &r), 0);
-}
+using testing_util::Eventually;
+using testing_util::RaiseFileLimit;
 
 // A connected socket to 127.0.0.1:port, or -1. `rcvbuf` > 0 shrinks its
 // receive buffer first, so a peer that never reads stalls the server's

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <concepts>
 #include <condition_variable>
 #include <cstddef>
@@ -132,6 +134,29 @@ class Event {
   std::condition_variable cv_;
   bool done_ = false;
 };
+
+// Waits until `done()` holds: true, or false after 60 s (a hang guard, not
+// a timing assertion).
+template <typename F>
+bool Eventually(F done) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+// Raises RLIMIT_NOFILE's soft limit to `want` (and, as root, the hard one).
+inline void RaiseFileLimit(rlim_t want) {
+  rlimit r{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &r), 0);
+  if (r.rlim_cur >= want) return;
+  if (r.rlim_max < want && geteuid() == 0) r.rlim_max = want;
+  r.rlim_cur = std::min(want, r.rlim_max);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &r), 0);
+}
 
 // ---- Files ----
 
