@@ -72,7 +72,7 @@ TEST_F(FileTest, WriteAllAndReadFullSurviveShortTransfersAndEintr) {
   auto n = ReadFull(fd_, in, 2, 0, path_);
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(*n, 19u);
-  EXPECT_EQ(std::string(x, 5) + std::string(y, 14), "hello, pooled world");
+  EXPECT_EQ(std::string(x, 5).append(y, 14), "hello, pooled world");
 }
 
 TEST_F(FileTest, ReadFullStopsAtEndOfFile) {
