@@ -132,14 +132,20 @@ endfunction()
 check_package("${BUILD_DIR}" "${WORK_DIR}/main")
 message(STATUS "install consumer test passed for ${BUILD_DIR}")
 
-# The other linkage: the library target alone, in the same build type.
+# The other linkage: the library target alone, in the same build type but
+# compiled without optimisation or debug information (what is checked is the
+# package, and the library's code is checked everywhere else): its
+# sources then compile in about two thirds of the time.
 if(BUILD_SHARED)
   set(other OFF)
 else()
   set(other ON)
 endif()
+string(TOUPPER "${BUILD_TYPE}" build_type_upper)
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/other_build"
     -DBUILD_SHARED_LIBS=${other} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
+    "-DCMAKE_CXX_FLAGS_${build_type_upper}=-DNDEBUG"
+    "-DCMAKE_C_FLAGS_${build_type_upper}=-DNDEBUG"
     -DBUFPOOL_BUILD_TESTS=OFF -DBUFPOOL_BUILD_BENCHMARKS=OFF
     -DBUFPOOL_BUILD_TOOLS=OFF)
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/other_build" --target bufpool -j2)
