@@ -167,8 +167,27 @@ struct PoolAccess {
   // rseq mode: this CPU's slot, or a refill from the depot (one handed out,
   // the rest pushed into whichever cache the thread runs on).
   static uint32_t RseqTake(BufferPool& p, uint32_t* reshelved);
+  // rseq mode, for a bulk call that found this CPU's cache short: up to
+  // `max` more slots into out[0, n): whole magazines straight from the
+  // depot, then what is left of a refill of this CPU's cache (the rest of
+  // the refill stays cached). Fewer than `max` only when the depot ran out.
+  static uint32_t RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
+                               uint32_t* reshelved);
+  // rseq mode, with c.mu held (c: ThisCpu, for its spare): pushes slots[0,
+  // n) into whichever cache this thread runs on now, in one section per
+  // batch (a migration between batches only costs locality), slots[n - 1]
+  // last so that it is on top. What does not fit (a full cache after a
+  // migration, a waiter, a drainer) goes back to the depot, added to
+  // *reshelved (the caller owes waiters a wake-up for it).
+  static void ParkInCache(BufferPool& p, CpuCache& c, uint32_t* slots,
+                          uint32_t n, uint32_t* reshelved);
   // rseq mode: releases `slot`; the slots it pushed to the depot.
   static uint32_t RseqGive(BufferPool& p, uint32_t slot);
+  // rseq mode, for the part of a bulk release that this CPU's cache did not
+  // take (PushBatch): slots[0, n) to the depot in one push; returns n, the
+  // slots pushed there.
+  static uint32_t RseqGiveBulk(BufferPool& p, const uint32_t* slots,
+                               uint32_t n);
   // rseq mode, with caches[i].mu held: stops CPU i's cache, takes one slot
   // if `take_one` (returned; kNoSlot otherwise or when empty), moves the
   // rest to the depot (added to *moved) and restarts it empty.

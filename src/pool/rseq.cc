@@ -84,6 +84,26 @@ uint32_t PoolAccess::CachedCount(const SharedState& s, uint32_t i) {
          ~internal::rseq::kStopped;
 }
 
+void PoolAccess::ParkInCache(BufferPool& p, CpuCache& c, uint32_t* slots,
+                             uint32_t n, uint32_t* reshelved) {
+  SharedState& s = S(p);
+  uint32_t done = 0;
+  while (done < n) {
+    const uint32_t k = internal::rseq::PushBatch(
+        s.rseq_base, s.rseq_stride, s.ncaches, s.rseq_index,
+        static_cast<uint32_t>(p.cache_capacity_), &p.waiters_, slots + done,
+        n - done);
+    if (k == 0) break;
+    done += k;
+  }
+  if (done < n) {
+    const uint32_t back = n - done;
+    s.depot.Push(slots + done, back, &c.spare);
+    Pushed(p, back, 0);
+    *reshelved += back;
+  }
+}
+
 uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
   SharedState& s = S(p);
   uint32_t slot = PopHere(s);
@@ -97,27 +117,52 @@ uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
   const uint32_t n = s.depot.Pop(got, want, &c.spare, reshelved);
   if (n == 0) return BufferPool::kNoSlot;
   Popped(p, n, 0, 0, /*handed=*/1);
-  // got[0] goes to the caller; the rest into whichever cache this thread
-  // runs on now, in one section per batch (a migration between batches
-  // only costs locality), got[1] last so that it is on top. What does not
-  // fit (a full cache after a migration, a waiter, a drainer) goes back.
+  // got[0] goes to the caller, the rest into this CPU's cache, got[1] on
+  // top.
   std::reverse(got + 1, got + n);
-  uint32_t done = 1;
-  while (done < n) {
-    const uint32_t k = internal::rseq::PushBatch(
-        s.rseq_base, s.rseq_stride, s.ncaches, s.rseq_index,
-        static_cast<uint32_t>(p.cache_capacity_), &p.waiters_, got + done,
-        n - done);
-    if (k == 0) break;
-    done += k;
-  }
-  if (done < n) {
-    const uint32_t back = n - done;
-    s.depot.Push(got + done, back, &c.spare);
-    Pushed(p, back, 0);
-    *reshelved += back;
-  }
+  ParkInCache(p, c, got + 1, n - 1, reshelved);
   return got[0];
+}
+
+uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
+                                  uint32_t* reshelved) {
+  SharedState& s = S(p);
+  uint32_t n = 0;
+  // Whole magazines straight to the caller: no cache in between.
+  const uint32_t batch = s.depot.batch();
+  if (batch != 0 && max >= batch) {
+    const uint32_t whole = max / batch * batch;
+    n = s.depot.Pop(out, whole, nullptr, reshelved);
+    if (n != 0) Popped(p, n, 0, 0, /*handed=*/n);
+    if (n < whole) return n;  // the depot is empty
+    if (n == max) return n;
+  }
+  // Less than a magazine is left: refill this CPU's cache with one batch
+  // and hand the caller its part of it, as RseqTake does for one slot.
+  CpuCache& c = ThisCpu(p);
+  const std::lock_guard<std::mutex> lock(c.mu);
+  uint32_t rest = max - n;
+  const uint32_t here =  // refilled while we waited for the lock?
+      internal::rseq::PopBatch(s.rseq_base, s.rseq_stride, s.ncaches,
+                               s.rseq_index, out + n, rest);
+  n += here;
+  rest -= here;
+  if (rest == 0) return n;
+  uint32_t got[internal::kMaxCacheSlots];
+  // While someone waits, take no more than the call hands out, so that
+  // nothing is parked here that a waiter needs.
+  const uint32_t want = Waiting(p) ? rest : std::max(rest, RefillBatch(p));
+  const uint32_t k = s.depot.Pop(got, want, &c.spare, reshelved);
+  if (k == 0) return n;
+  const uint32_t handed = std::min(k, rest);
+  Popped(p, k, 0, 0, handed);
+  std::copy(got, got + handed, out + n);
+  n += handed;
+  if (k > handed) {
+    std::reverse(got + handed, got + k);  // got[handed] on top
+    ParkInCache(p, c, got + handed, k - handed, reshelved);
+  }
+  return n;
 }
 
 uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
@@ -152,6 +197,16 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
     Pushed(p, k, 0);
   }
   return k;
+}
+
+uint32_t PoolAccess::RseqGiveBulk(BufferPool& p, const uint32_t* slots,
+                                  uint32_t n) {
+  // The cache is full (or was, on the CPU the caller's section ran on),
+  // stopped by a drainer, or someone waits: the depot, where a waiter or
+  // any CPU finds them. No cache's spare is used, so no cache lock either.
+  S(p).depot.Push(slots, n, nullptr);
+  Pushed(p, n, 0);
+  return n;
 }
 
 uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,

@@ -238,7 +238,8 @@ miss:
 }
 
 // The batch forms, for the slow paths that move a refill or a spill
-// (src/pool/rseq.cc): one section each instead of one per slot. PopBatch
+// (src/pool/rseq.cc) and for the bulk calls (src/pool/pool_calls.cc): one
+// section each instead of one per slot. PopBatch
 // copies the top min(count, max) slots of this index's cache into
 // out[0, n) (the top last) and commits count - n; PushBatch copies
 // in[0, n) onto it, n = min(count of in, free room), and commits count + n.
