@@ -63,6 +63,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "bufpool/internal/rseq.h"
 #include "os/thread.h"
 #include "pool/pool_internal.h"
 
@@ -114,6 +115,12 @@ uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
   // that began before it has committed (its slot shows in a count read
   // after it) or restarts and sees waiters_ (rseq.h, "Waiters").
   if (s.rseq && lock_all && s.ncaches != 0) os::RseqFence(-1);
+  if (s.rseq && lock_all && s.rseq_index == internal::rseq::kMmCidField) {
+    // mm_cid: every cache's fence reaches every CPU, so all at once.
+    slot = RseqDrainAll(p, /*take_one=*/true, reshelved);
+    if (slot != BufferPool::kNoSlot) return slot;
+    return TakeHere(p, reshelved);
+  }
   for (uint32_t i = 0; i < s.ncaches; ++i) {
     CpuCache& c = s.caches[i];
     if ((!lock_all || s.rseq) && CachedCount(s, i) == 0) continue;
@@ -136,6 +143,10 @@ uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
 uint32_t PoolAccess::DrainAll(BufferPool& p) {
   BufferPool::Shared& s = S(p);
   uint32_t moved = 0;
+  if (s.rseq && s.rseq_index == internal::rseq::kMmCidField) {
+    RseqDrainAll(p, /*take_one=*/false, &moved);  // one fence for all
+    return moved;
+  }
   for (uint32_t i = 0; i < s.ncaches; ++i) {
     CpuCache& c = s.caches[i];
     if (s.rseq && CachedCount(s, i) == 0) continue;

@@ -34,6 +34,9 @@
 
 namespace bufpool {
 
+// The most CPU caches a pool keeps (CPUs beyond it share caches).
+inline constexpr uint32_t kMaxCaches = 4096;
+
 // One CPU's cache of free slots for one pool. Every field but the counts'
 // relaxed reads is touched only with `mu` held (see cpu_cache.cc, "Why the
 // locks suffice"). `count` and `low_water` are atomics so that Stats() and
@@ -193,6 +196,17 @@ struct PoolAccess {
   // rest to the depot (added to *moved) and restarts it empty.
   static uint32_t RseqDrain(BufferPool& p, uint32_t i, bool take_one,
                             uint32_t* moved);
+  // rseq mode, with caches[i].mu held and cache i stopped (its kStopped
+  // bit survived a fence): as RseqDrain after its stop.
+  static uint32_t TakeStopped(BufferPool& p, uint32_t i, bool take_one,
+                              uint32_t* moved);
+  // rseq mode, holding no cache's lock: RseqDrain of every cache that holds
+  // slots, all stopped under their locks before one fence of every CPU
+  // (the caches that lost their stop to a late commit go round again
+  // alone); takes one slot if `take_one` (returned; kNoSlot otherwise or
+  // when all are empty). For mm_cid, where each cache's own fence would
+  // reach every CPU anyway.
+  static uint32_t RseqDrainAll(BufferPool& p, bool take_one, uint32_t* moved);
   // With c.mu held: pops one free slot, refilling from the depot when c is
   // empty; kNoSlot when both are empty. *reshelved: see Depot::Pop.
   static uint32_t PopLocked(BufferPool& p, CpuCache& c, uint32_t* reshelved);

@@ -209,24 +209,45 @@ uint32_t PoolAccess::RseqGiveBulk(BufferPool& p, const uint32_t* slots,
   return n;
 }
 
-uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,
-                               uint32_t* moved) {
+namespace {
+
+// Sets kStopped on cache i's count (seq_cst OR: ordered before the fence's
+// barrier that follows it).
+void SetStopped(const PoolAccess::SharedState& s, uint32_t i) {
+  std::atomic_ref<uint32_t>(*Header(s, i))
+      .fetch_or(internal::rseq::kStopped, std::memory_order_seq_cst);
+}
+
+// After a fence that followed SetStopped(s, i): whether the stop survived
+// it (no section committed after the OR; rseq.h). Acquire: sees every store
+// of a section that committed before the fence.
+bool StopHeld(const PoolAccess::SharedState& s, uint32_t i) {
+  return (std::atomic_ref<uint32_t>(*Header(s, i))
+              .load(std::memory_order_acquire) &
+          internal::rseq::kStopped) != 0;
+}
+
+// Stop, fence, and repeat until the stop survives a fence (rseq.h). cpu_id:
+// the one CPU whose sections can touch cache i; mm_cid: every CPU, since
+// the thread with index i may run anywhere.
+void StopCache(const PoolAccess::SharedState& s, uint32_t i) {
+  const int cpu =
+      s.rseq_index == internal::rseq::kMmCidField ? -1 : static_cast<int>(i);
+  do {
+    SetStopped(s, i);
+    os::RseqFence(cpu);
+  } while (!StopHeld(s, i));
+}
+
+}  // namespace
+
+uint32_t PoolAccess::TakeStopped(BufferPool& p, uint32_t i, bool take_one,
+                                 uint32_t* moved) {
   SharedState& s = S(p);
   std::atomic_ref<uint32_t> count(*Header(s, i));
-  // Stop, fence, and repeat until the stop survives a fence (rseq.h).
-  // seq_cst OR: ordered before the fence's barrier; acquire reload: sees
-  // every store of a section that committed before the fence.
-  uint32_t n;
-  for (;;) {
-    count.fetch_or(internal::rseq::kStopped, std::memory_order_seq_cst);
-    // cpu_id: the one CPU whose sections can touch cache i; mm_cid: every
-    // CPU, since the thread with index i may run anywhere (rseq.h).
-    os::RseqFence(
-        s.rseq_index == internal::rseq::kMmCidField ? -1 : static_cast<int>(i));
-    n = count.load(std::memory_order_acquire);
-    if ((n & internal::rseq::kStopped) != 0) break;
-  }
-  n &= ~internal::rseq::kStopped;
+  const uint32_t n0 =
+      count.load(std::memory_order_relaxed) & ~internal::rseq::kStopped;
+  uint32_t n = n0;
   uint32_t taken[internal::kMaxCacheSlots];
   std::copy(Slots(s, i), Slots(s, i) + n, taken);
   // Restart empty (release: the copy above is done before any section may
@@ -238,6 +259,44 @@ uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,
     s.depot.Push(taken, n, &s.caches[i].spare);
     Pushed(p, n, 0);
     *moved += n;
+  }
+  return slot;
+}
+
+uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,
+                               uint32_t* moved) {
+  StopCache(S(p), i);
+  return TakeStopped(p, i, take_one, moved);
+}
+
+uint32_t PoolAccess::RseqDrainAll(BufferPool& p, bool take_one,
+                                  uint32_t* moved) {
+  SharedState& s = S(p);
+  // Lock and stop every cache that holds slots, in index order (the order
+  // ForkPrepare takes them in, so holding several cannot deadlock), then
+  // one fence of every CPU for all of them: with mm_cid, each cache's own
+  // fence would reach every CPU anyway.
+  uint64_t stopped[kMaxCaches / 64] = {};
+  bool any = false;
+  for (uint32_t i = 0; i < s.ncaches; ++i) {
+    if (CachedCount(s, i) == 0) continue;
+    s.caches[i].mu.lock();
+    SetStopped(s, i);
+    stopped[i / 64] |= uint64_t{1} << (i % 64);
+    any = true;
+  }
+  if (!any) return BufferPool::kNoSlot;
+  os::RseqFence(-1);
+  uint32_t slot = BufferPool::kNoSlot;
+  for (uint32_t i = 0; i < s.ncaches; ++i) {
+    if ((stopped[i / 64] >> (i % 64) & 1) == 0) continue;
+    // A section that read the count before the OR and committed after it
+    // cleared the bit: this cache alone goes round again.
+    if (!StopHeld(s, i)) StopCache(s, i);
+    const uint32_t got =
+        TakeStopped(p, i, take_one && slot == BufferPool::kNoSlot, moved);
+    if (got != BufferPool::kNoSlot) slot = got;
+    s.caches[i].mu.unlock();
   }
   return slot;
 }
