@@ -529,6 +529,22 @@ TEST(BufferPoolTest, BulkReleaseSmallerThanTheCacheWakesAWaiter) {
   EXPECT_TRUE(got.ok()) << got;
 }
 
+// A fresh pool's bulk acquires hand out slots in address order, in every
+// mode, so that callers can coalesce neighbours into one iovec.
+TEST(BufferPoolTest, BulkAcquiresFromAFreshPoolHandOutAscendingSlots) {
+  const ScopedPin pin;
+  for (const size_t cache : {0, 16, 64}) {
+    auto pool = MakePool({.buffer_count = 256, .cache_size = cache});
+    std::vector<Buffer> first(100), second(10);
+    ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(first)), 100u);
+    ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(second)), 10u);
+    for (uint32_t i = 0; i < 110; ++i) {
+      const Buffer& b = i < 100 ? first[i] : second[i - 100];
+      EXPECT_EQ(b.slot(), i) << "cache " << cache;
+    }
+  }
+}
+
 // Takes every buffer of `pool` through bulk calls of the given sizes (raw
 // pointers on odd rounds), checking that no slot is handed out twice; the
 // calls stop short only when the pool is empty.

@@ -263,12 +263,17 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
     while (got < want) {
       const auto max =
           static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got));
-      uint32_t n = internal::rseq::PopBatch(
+      const uint32_t here = internal::rseq::PopBatch(
           rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_, chunk, max);
+      uint32_t n = here;
       if (n < max) {
         n += PoolAccess::RseqTakeBulk(*this, chunk + n, max - n, &reshelved);
       }
-      for (uint32_t i = 0; i < n; ++i) hand_out(chunk[i]);
+      // The cache's top (most recently freed, the last PopBatch wrote)
+      // first, as the locked caches do; then the depot's in its order. A
+      // fresh pool so hands out ascending slots, which callers coalesce.
+      for (uint32_t i = here; i > 0; --i) hand_out(chunk[i - 1]);
+      for (uint32_t i = here; i < n; ++i) hand_out(chunk[i]);
       if (n == max) continue;
       const uint32_t slot =
           PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
