@@ -255,30 +255,15 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
     emit(got++, slot);
   };
-  if (shared_->rseq) {
-    // A chunk at a time: this CPU's cache in one section, then the depot
-    // (RseqTakeBulk); when both run dry, one slot from the drain, which
-    // moves the other caches' slots to the depot for the next chunk.
+  if (shared_->rseq) {  // a chunk per turn: a section, the depot, a drain
     uint32_t chunk[kBulkChunk];
     while (got < want) {
-      const auto max =
-          static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got));
-      const uint32_t here = internal::rseq::PopBatch(
-          rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_, chunk, max);
-      uint32_t n = here;
-      if (n < max) {
-        n += PoolAccess::RseqTakeBulk(*this, chunk + n, max - n, &reshelved);
-      }
-      // The cache's top (most recently freed, the last PopBatch wrote)
-      // first, as the locked caches do; then the depot's in its order. A
-      // fresh pool so hands out ascending slots, which callers coalesce.
-      for (uint32_t i = here; i > 0; --i) hand_out(chunk[i - 1]);
-      for (uint32_t i = here; i < n; ++i) hand_out(chunk[i]);
-      if (n == max) continue;
-      const uint32_t slot =
-          PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
-      if (slot == kNoSlot) break;
-      hand_out(slot);
+      const uint32_t n = PoolAccess::RseqTakeChunk(
+          *this, chunk,
+          static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
+          &reshelved);
+      if (n == 0) break;
+      for (uint32_t i = 0; i < n; ++i) hand_out(chunk[i]);
     }
   } else if (shared_->ncaches != 0) {
     CpuCache& c = PoolAccess::ThisCpu(*this);

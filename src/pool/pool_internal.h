@@ -170,6 +170,12 @@ struct PoolAccess {
   // rseq mode: this CPU's slot, or a refill from the depot (one handed out,
   // the rest pushed into whichever cache the thread runs on).
   static uint32_t RseqTake(BufferPool& p, uint32_t* reshelved);
+  // rseq mode, for a bulk acquire: up to `max` slots into out[0, n) in the
+  // order to hand them out: this CPU's cache in one section (its top
+  // first), then RseqTakeBulk, then one slot from the drain. 0 only when
+  // no slot was free anywhere.
+  static uint32_t RseqTakeChunk(BufferPool& p, uint32_t* out, uint32_t max,
+                                uint32_t* reshelved);
   // rseq mode, for a bulk call that found this CPU's cache short: up to
   // `max` more slots into out[0, n): whole magazines straight from the
   // depot, then what is left of a refill of this CPU's cache (the rest of

@@ -124,6 +124,27 @@ uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
   return got[0];
 }
 
+uint32_t PoolAccess::RseqTakeChunk(BufferPool& p, uint32_t* out, uint32_t max,
+                                   uint32_t* reshelved) {
+  SharedState& s = S(p);
+  const uint32_t here = internal::rseq::PopBatch(
+      s.rseq_base, s.rseq_stride, s.ncaches, s.rseq_index, out, max);
+  // PopBatch wrote the cache's top last; it goes out first, as the locked
+  // caches hand theirs out, so a fresh pool hands out ascending slots,
+  // which callers coalesce. The depot's follow in the depot's order.
+  std::reverse(out, out + here);
+  uint32_t n = here;
+  if (n < max) n += RseqTakeBulk(p, out + n, max - n, reshelved);
+  if (n < max) {
+    // This CPU's cache and the depot ran dry: one slot from the drain,
+    // which moves the rest of the cache it empties to the depot, where
+    // the caller's next chunk finds it.
+    const uint32_t slot = TakeAnywhere(p, /*lock_all=*/false, reshelved);
+    if (slot != BufferPool::kNoSlot) out[n++] = slot;
+  }
+  return n;
+}
+
 uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
                                   uint32_t* reshelved) {
   SharedState& s = S(p);
