@@ -34,6 +34,7 @@
 
 #include "bufpool/buffer_pool.h"
 #include "gtest/gtest.h"
+#include "os/thread.h"
 #include "pool/pool_internal.h"
 #include "test_util.h"
 
@@ -241,6 +242,48 @@ TEST(IndexTest, TheModeNamesMmCidWhereTheKernelHasItUnlessCpuIdIsForced) {
   EXPECT_EQ(mode, cid ? PerCpuMode::kRseqMmCid : PerCpuMode::kRseq);
   EXPECT_EQ(PoolAccess::S(*pool).rseq_index,
             cid ? internal::rseq::kMmCidField : internal::rseq::kCpuIdField);
+}
+
+// With mm_cid every cache's fence reaches every CPU, so a drain of all
+// caches stops them all and fences once, not once per cache.
+TEST(IndexTest, FlushCachesWithMmCidFencesOnceForEveryCache) {
+  auto pool = MakePool({.buffer_count = 1024, .cache_size = 16});
+  if (pool->per_cpu_mode() != PerCpuMode::kRseqMmCid) {
+    GTEST_SKIP() << "not mm_cid";
+  }
+  const PoolAccess::SharedState& s = PoolAccess::S(*pool);
+  auto filled = [&] {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s.ncaches; ++i) {
+      n += PoolAccess::CachedCount(s, i) != 0;
+    }
+    return n;
+  };
+  // Two threads that run at once hold two concurrency ids, so their
+  // releases fill two caches.
+  for (int attempt = 0; attempt < 50 && filled() < 2; ++attempt) {
+    std::atomic<int> holding{0}, done{0};
+    auto cycle = [&] {
+      std::vector<Buffer> held(4);
+      pool->TryAcquireBulk(absl::MakeSpan(held));
+      holding.fetch_add(1);
+      while (holding.load() < 2) {
+      }
+      held.clear();
+      done.fetch_add(1);
+      while (done.load() < 2) {
+      }
+    };
+    std::thread a(cycle), b(cycle);
+    a.join();
+    b.join();
+  }
+  if (filled() < 2) GTEST_SKIP() << "could not fill two caches";
+  const uint64_t before = os::RseqFenceCount();
+  pool->FlushCaches();
+  EXPECT_EQ(os::RseqFenceCount() - before, 1u);
+  EXPECT_EQ(pool->Stats().cached, 0u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
 // The free buffers a refill parks sit in the cache of the thread's index

@@ -509,6 +509,128 @@ TEST(BufferPoolTest, BulkReleaseWhileAThreadWaitsHandsOverAndKeepsTheRest) {
   EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 64u);
 }
 
+// A bulk release that this CPU's cache could hold whole still reaches a
+// thread that waits: while someone waits the cache takes nothing (the slot
+// goes to the depot with a wake), in every mode.
+TEST(BufferPoolTest, BulkReleaseSmallerThanTheCacheWakesAWaiter) {
+  auto pool = MakePool({.buffer_count = 64, .cache_size = 8});
+  std::vector<Buffer> all(64);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 64u);
+  Event started;
+  absl::Status got;
+  std::thread waiter([&] {
+    started.Notify();
+    got = pool->Acquire(absl::Seconds(20)).status();  // not woken: times out
+  });
+  started.WaitForNotification();
+  absl::SleepFor(absl::Milliseconds(50));
+  pool->ReleaseBulk(absl::MakeSpan(all).first(1));
+  waiter.join();
+  EXPECT_TRUE(got.ok()) << got;
+}
+
+// A fresh pool's bulk acquires hand out slots in address order, in every
+// mode, so that callers can coalesce neighbours into one iovec.
+TEST(BufferPoolTest, BulkAcquiresFromAFreshPoolHandOutAscendingSlots) {
+  const ScopedPin pin;
+  for (const size_t cache : {0, 16, 64}) {
+    auto pool = MakePool({.buffer_count = 256, .cache_size = cache});
+    std::vector<Buffer> first(100), second(10);
+    ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(first)), 100u);
+    ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(second)), 10u);
+    for (uint32_t i = 0; i < 110; ++i) {
+      const Buffer& b = i < 100 ? first[i] : second[i - 100];
+      EXPECT_EQ(b.slot(), i) << "cache " << cache;
+    }
+  }
+}
+
+// Takes every buffer of `pool` through bulk calls of the given sizes (raw
+// pointers on odd rounds), checking that no slot is handed out twice; the
+// calls stop short only when the pool is empty.
+void TakeAllInBulk(BufferPool& pool, const std::vector<size_t>& sizes, bool raw,
+                   std::vector<Buffer>* held) {
+  std::set<uint32_t> seen;
+  for (size_t i = 0; held->size() < pool.capacity(); ++i) {
+    const size_t want = sizes[i % sizes.size()];
+    size_t got;
+    if (raw) {
+      std::vector<std::byte*> span(want);
+      got = pool.TryAcquireRawBulk(absl::MakeSpan(span));
+      for (size_t k = 0; k < got; ++k) held->push_back(pool.Adopt(span[k]));
+    } else {
+      std::vector<Buffer> span(want);
+      got = pool.TryAcquireBulk(absl::MakeSpan(span));
+      for (size_t k = 0; k < got; ++k) held->push_back(std::move(span[k]));
+    }
+    ASSERT_TRUE(got == want || held->size() == pool.capacity())
+        << "got " << got << " of " << want << " with " << held->size()
+        << " held";
+    for (size_t k = held->size() - got; k < held->size(); ++k) {
+      ASSERT_TRUE(seen.insert((*held)[k].slot()).second)
+          << "slot " << (*held)[k].slot() << " twice";
+    }
+  }
+}
+
+// Bulk calls of every size against a cache that is empty, partly full and
+// full: each buffer is handed out once, every buffer comes back, and what
+// the caches park stays bounded. In rseq mode, pinned to one CPU, the
+// counts show where each call took and put its slots: the cache's top
+// first, then whole batches straight from the depot, then a refill whose
+// remainder the cache keeps; a release fills the cache and sends the rest
+// to the depot.
+TEST(BufferPoolTest, BulkCallsTakeFromTheCacheThenTheDepotAndSpillTheRest) {
+  const ScopedPin pin;
+  auto pool = MakePool({.buffer_count = 2048, .cache_size = 64});
+  const size_t bound = pool->cache_capacity() *
+                       static_cast<size_t>(::sysconf(_SC_NPROCESSORS_CONF));
+  const std::vector<size_t> sizes = {1, 7, 31, 32, 33, 64, 65, 100, 257, 3};
+  std::mt19937 rng(11);
+  for (int round = 0; round < 6; ++round) {
+    std::vector<Buffer> held;
+    TakeAllInBulk(*pool, sizes, round % 2 == 1, &held);
+    ASSERT_EQ(held.size(), 2048u);
+    EXPECT_FALSE(pool->TryAcquire());
+    EXPECT_EQ(pool->Stats().in_use, 2048u);
+    std::shuffle(held.begin(), held.end(), rng);
+    for (size_t first = 0; first < held.size();) {
+      const size_t n =
+          std::min(sizes[(first + round) % sizes.size()], held.size() - first);
+      pool->ReleaseBulk(absl::MakeSpan(held).subspan(first, n));
+      first += n;
+    }
+    EXPECT_EQ(pool->Stats().in_use, 0u);
+    EXPECT_LE(pool->Stats().cached, bound);
+  }
+  const PerCpuMode mode = pool->per_cpu_mode();
+  if (mode != PerCpuMode::kRseq && mode != PerCpuMode::kRseqMmCid) return;
+  // Every buffer out, so every cache is empty; then 40 + 40 back.
+  std::vector<Buffer> all(2048);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 2048u);
+  EXPECT_EQ(pool->Stats().cached, 0u);
+  pool->ReleaseBulk(absl::MakeSpan(all).first(40));
+  EXPECT_EQ(pool->Stats().cached, 40u);
+  pool->ReleaseBulk(absl::MakeSpan(all).subspan(40, 40));
+  EXPECT_EQ(pool->Stats().cached, 64u);  // full; 16 went to the depot
+  EXPECT_EQ(pool->Stats().in_use, 2048u - 80u);
+  // 100 wanted: the cache's 64 and the depot's 16, no more.
+  const uint64_t failures = pool->Stats().acquire_failures;
+  std::vector<Buffer> again(100);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 80u);
+  EXPECT_EQ(pool->Stats().cached, 0u);
+  EXPECT_EQ(pool->Stats().acquire_failures, failures + 1);
+  again.clear();
+  all.clear();
+  // Cache 64 full, depot 1984: 100 = 64 cached + one batch of 32 straight
+  // from the depot + 4 of a refill, whose other 28 stay cached.
+  EXPECT_EQ(pool->Stats().cached, 64u);
+  again.resize(100);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 100u);
+  EXPECT_EQ(pool->Stats().cached, 28u);
+  EXPECT_EQ(pool->Stats().in_use, 100u);
+}
+
 // With caches off a bulk release pushes each chunk onto the depot in
 // one step; every buffer must come back, counted, and wake a sleeper.
 TEST(BufferPoolTest, CacheOffBulkReleaseReturnsEveryBufferAndWakesAWaiter) {

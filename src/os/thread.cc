@@ -48,7 +48,16 @@ bool RegisterRseqFence() {
   return Membarrier(kRegisterExpeditedRseq) == 0;
 }
 
+namespace {
+std::atomic<uint64_t> g_rseq_fences{0};
+}  // namespace
+
+uint64_t RseqFenceCount() {
+  return g_rseq_fences.load(std::memory_order_relaxed);
+}
+
 void RseqFence(int cpu) {
+  g_rseq_fences.fetch_add(1, std::memory_order_relaxed);
   for (int attempt = 0; attempt < 2; ++attempt) {
     const long r = cpu < 0 ? Membarrier(kExpeditedRseq)
                            : Membarrier(kExpeditedRseq, kFlagCpu, cpu);

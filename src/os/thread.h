@@ -5,6 +5,8 @@
 #ifndef BUFPOOL_SRC_OS_THREAD_H_
 #define BUFPOOL_SRC_OS_THREAD_H_
 
+#include <cstdint>
+
 namespace bufpool::os {
 
 // The calling thread's kernel id (gettid).
@@ -31,6 +33,10 @@ bool RegisterRseqFence();
 // every CPU instead. Aborts when the kernel refuses: the pool's drains rely
 // on it.
 void RseqFence(int cpu);
+
+// The RseqFence() calls this process has made (relaxed; for tests that
+// check how many fences a drain costs).
+uint64_t RseqFenceCount();
 
 }  // namespace bufpool::os
 

@@ -49,7 +49,7 @@ namespace bufpool {
 uint32_t PoolAccess::CpuCount() {
   static const uint32_t count = [] {
     const long n = ::sysconf(_SC_NPROCESSORS_CONF);
-    return static_cast<uint32_t>(std::clamp<long>(n, 1, 4096));
+    return static_cast<uint32_t>(std::clamp<long>(n, 1, kMaxCaches));
   }();
   return count;
 }

@@ -2,12 +2,14 @@
 // sleeping Acquire(), NotifyWhenFree(), FlushCaches(), the wake-ups, and the
 // fork() handlers that keep every pool usable in a child.
 //
-// Draining. A drainer locks one CPU's cache at a time (never two at once)
-// and moves its slots out: O(CPUs) lock acquisitions, whatever any thread
-// is doing, since no cache belongs to a thread (cpu_cache.cc). TryAcquire()
-// drains before it answers empty; it skips caches whose count reads 0
-// without the lock, so an exhausted pool costs O(CPUs) loads and no lock.
-// That skip is sound for an answer that does not sleep: a release that
+// Draining. A drainer locks one CPU's cache at a time and moves its slots
+// out: O(CPUs) lock acquisitions, whatever any thread is doing, since no
+// cache belongs to a thread (cpu_cache.cc). The one exception is the rseq
+// drain of every cache with mm_cid (RseqDrainAll, rseq.cc), which holds the
+// locks of the caches it stops across its one fence, taken in index order.
+// TryAcquire() drains before it answers empty; it skips caches whose count
+// reads 0 without the lock, so an exhausted pool costs O(CPUs) loads and no
+// lock. That skip is sound for an answer that does not sleep: a release that
 // happened before the call is seen (coherence: a store that happens-before
 // a load is what the load reads, or later), and one concurrent with it may
 // be ordered after it.
@@ -39,12 +41,12 @@
 // fork(). The prepare handler takes, for every pool, the bulk calls' gate
 // exclusive (it waits for the bulk calls in flight and holds off new ones),
 // then wait_mu and then every cache's lock (the order every other path
-// uses: the gate before wait_mu before a cache's lock, and never two
-// caches' locks), so no cache move, no depot move made under a lock and no
-// bulk call is half done when the address space is copied; the child's
-// handler releases them (a fresh gate: see ForkGate), rebuilds the
-// condition variable (the parent's sleepers are not in the child, and
-// glibc's condition variable would wait for them) and resets waiters_ to
+// uses: the gate before wait_mu before a cache's lock, and several caches'
+// locks only in index order, by RseqDrainAll), so no cache move, no depot move
+// made under a lock and no bulk call is half done when the address space is
+// copied; the child's handler releases them (a fresh gate: see ForkGate),
+// rebuilds the condition variable (the parent's sleepers are not in the child,
+// and glibc's condition variable would wait for them) and resets waiters_ to
 // the pending eventfd requests. What is left outside every lock is one
 // slot at a time: a single acquire or release with caches off is one CAS
 // on the depot, and a slot popped by any single acquire belongs to that
@@ -63,6 +65,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "bufpool/internal/rseq.h"
 #include "os/thread.h"
 #include "pool/pool_internal.h"
 
@@ -114,6 +117,12 @@ uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
   // that began before it has committed (its slot shows in a count read
   // after it) or restarts and sees waiters_ (rseq.h, "Waiters").
   if (s.rseq && lock_all && s.ncaches != 0) os::RseqFence(-1);
+  if (s.rseq && lock_all && s.rseq_index == internal::rseq::kMmCidField) {
+    // mm_cid: every cache's fence reaches every CPU, so all at once.
+    slot = RseqDrainAll(p, /*take_one=*/true, reshelved);
+    if (slot != BufferPool::kNoSlot) return slot;
+    return TakeHere(p, reshelved);
+  }
   for (uint32_t i = 0; i < s.ncaches; ++i) {
     CpuCache& c = s.caches[i];
     if ((!lock_all || s.rseq) && CachedCount(s, i) == 0) continue;
@@ -136,6 +145,10 @@ uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
 uint32_t PoolAccess::DrainAll(BufferPool& p) {
   BufferPool::Shared& s = S(p);
   uint32_t moved = 0;
+  if (s.rseq && s.rseq_index == internal::rseq::kMmCidField) {
+    RseqDrainAll(p, /*take_one=*/false, &moved);  // one fence for all
+    return moved;
+  }
   for (uint32_t i = 0; i < s.ncaches; ++i) {
     CpuCache& c = s.caches[i];
     if (s.rseq && CachedCount(s, i) == 0) continue;

@@ -22,6 +22,10 @@
 
 namespace bufpool {
 
+// The bulk calls move slots between the pool and the caller's span through a
+// local array of this many.
+constexpr uint32_t kBulkChunk = 64;
+
 // ---- Creation and destruction ----------------------------------------------
 
 namespace {
@@ -251,12 +255,15 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
     emit(got++, slot);
   };
-  if (shared_->rseq) {
-    while (got < want) {  // every slot through the sequences or the drain
-      const uint32_t slot =
-          PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
-      if (slot == kNoSlot) break;
-      hand_out(slot);
+  if (shared_->rseq) {  // a chunk per turn: a section, the depot, a drain
+    uint32_t chunk[kBulkChunk];
+    while (got < want) {
+      const uint32_t n = PoolAccess::RseqTakeChunk(
+          *this, chunk,
+          static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
+          &reshelved);
+      if (n == 0) break;
+      for (uint32_t i = 0; i < n; ++i) hand_out(chunk[i]);
     }
   } else if (shared_->ncaches != 0) {
     CpuCache& c = PoolAccess::ThisCpu(*this);
@@ -294,11 +301,12 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
       hand_out(slot);
     }
   } else {
-    uint32_t direct[64];
+    uint32_t direct[kBulkChunk];
     while (got < want) {
       uint32_t left = 0;
       const uint32_t n = shared_->depot.Pop(
-          direct, static_cast<uint32_t>(std::min<size_t>(64, want - got)),
+          direct,
+          static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
           nullptr, &reshelved, &left);
       if (n == 0) break;
       PoolAccess::Popped(*this, n, left, 0, /*handed=*/n);
@@ -321,13 +329,13 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
 // once they are read. A span that lives inside this pool's region may sit in
 // one of the buffers released, so it is read whole before any buffer goes
 // back (scrubbed, poisoned, or reused by another thread); other spans go in
-// chunks of 64, each read and cleared before its buffers go back.
+// chunks of kBulkChunk, each read and cleared before its buffers go back.
 template <class TakeSlot, class Clear>
 void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
                                  TakeSlot take_slot, Clear clear) {
   // A span inside the region is read whole first; its room is allocated
   // before the gate below, so no malloc lock is taken while holding it.
-  const bool whole = count > 64 && Contains(span_bytes);
+  const bool whole = count > kBulkChunk && Contains(span_bytes);
   std::vector<uint32_t> all;
   if (whole) all.reserve(count);
   // From the first slot taken out of the span to the last one given back,
@@ -343,10 +351,14 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
     if (shared_->ncaches == 0) {
       shared_->depot.Push(slots, k, nullptr);
     } else if (shared_->rseq) {
-      pushed = 0;
-      for (uint32_t i = 0; i < k; ++i) {
-        pushed += PoolAccess::RseqGive(*this, slots[i]);
-      }
+      // This CPU's cache in one section while it has room; the rest to
+      // the depot in one push.
+      const uint32_t cached = internal::rseq::PushBatch(
+          rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
+          static_cast<uint32_t>(cache_capacity_), &waiters_, slots, k);
+      pushed = cached == k ? 0
+                           : PoolAccess::RseqGiveBulk(*this, slots + cached,
+                                                      k - cached);
     } else {
       CpuCache& c = PoolAccess::ThisCpu(*this);
       const std::lock_guard<std::mutex> lock(c.mu);
@@ -360,15 +372,15 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
       if (slot != kNoSlot) all.push_back(slot);
     }
     clear(0, count);
-    for (size_t first = 0; first < all.size(); first += 64) {
-      give(all.data() + first,
-           static_cast<uint32_t>(std::min<size_t>(64, all.size() - first)));
+    for (size_t first = 0; first < all.size(); first += kBulkChunk) {
+      give(all.data() + first, static_cast<uint32_t>(std::min<size_t>(
+                                   kBulkChunk, all.size() - first)));
     }
     return;
   }
-  uint32_t freed[64];
+  uint32_t freed[kBulkChunk];
   for (size_t first = 0; first < count;) {
-    const size_t last = std::min<size_t>(count, first + 64);
+    const size_t last = std::min<size_t>(count, first + kBulkChunk);
     uint32_t k = 0;
     for (size_t i = first; i < last; ++i) {
       const uint32_t slot = take_slot(i);

@@ -34,6 +34,9 @@
 
 namespace bufpool {
 
+// The most CPU caches a pool keeps (CPUs beyond it share caches).
+inline constexpr uint32_t kMaxCaches = 4096;
+
 // One CPU's cache of free slots for one pool. Every field but the counts'
 // relaxed reads is touched only with `mu` held (see cpu_cache.cc, "Why the
 // locks suffice"). `count` and `low_water` are atomics so that Stats() and
@@ -167,13 +170,49 @@ struct PoolAccess {
   // rseq mode: this CPU's slot, or a refill from the depot (one handed out,
   // the rest pushed into whichever cache the thread runs on).
   static uint32_t RseqTake(BufferPool& p, uint32_t* reshelved);
+  // rseq mode, for a bulk acquire: up to `max` slots into out[0, n) in the
+  // order to hand them out: this CPU's cache in one section (its top
+  // first), then RseqTakeBulk, then one slot from the drain. 0 only when
+  // no slot was free anywhere.
+  static uint32_t RseqTakeChunk(BufferPool& p, uint32_t* out, uint32_t max,
+                                uint32_t* reshelved);
+  // rseq mode, for a bulk call that found this CPU's cache short: up to
+  // `max` more slots into out[0, n): whole magazines straight from the
+  // depot, then what is left of a refill of this CPU's cache (the rest of
+  // the refill stays cached). Fewer than `max` only when the depot ran out.
+  static uint32_t RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
+                               uint32_t* reshelved);
+  // rseq mode, with c.mu held (c: ThisCpu, for its spare): pushes slots[0,
+  // n) into whichever cache this thread runs on now, in one section per
+  // batch (a migration between batches only costs locality), slots[n - 1]
+  // last so that it is on top. What does not fit (a full cache after a
+  // migration, a waiter, a drainer) goes back to the depot, added to
+  // *reshelved (the caller owes waiters a wake-up for it).
+  static void ParkInCache(BufferPool& p, CpuCache& c, uint32_t* slots,
+                          uint32_t n, uint32_t* reshelved);
   // rseq mode: releases `slot`; the slots it pushed to the depot.
   static uint32_t RseqGive(BufferPool& p, uint32_t slot);
+  // rseq mode, for the part of a bulk release that this CPU's cache did not
+  // take (PushBatch): slots[0, n) to the depot in one push; returns n, the
+  // slots pushed there.
+  static uint32_t RseqGiveBulk(BufferPool& p, const uint32_t* slots,
+                               uint32_t n);
   // rseq mode, with caches[i].mu held: stops CPU i's cache, takes one slot
   // if `take_one` (returned; kNoSlot otherwise or when empty), moves the
   // rest to the depot (added to *moved) and restarts it empty.
   static uint32_t RseqDrain(BufferPool& p, uint32_t i, bool take_one,
                             uint32_t* moved);
+  // rseq mode, with caches[i].mu held and cache i stopped (its kStopped
+  // bit survived a fence): as RseqDrain after its stop.
+  static uint32_t TakeStopped(BufferPool& p, uint32_t i, bool take_one,
+                              uint32_t* moved);
+  // rseq mode, holding no cache's lock: RseqDrain of every cache that holds
+  // slots, all stopped under their locks before one fence of every CPU
+  // (the caches that lost their stop to a late commit go round again
+  // alone); takes one slot if `take_one` (returned; kNoSlot otherwise or
+  // when all are empty). For mm_cid, where each cache's own fence would
+  // reach every CPU anyway.
+  static uint32_t RseqDrainAll(BufferPool& p, bool take_one, uint32_t* moved);
   // With c.mu held: pops one free slot, refilling from the depot when c is
   // empty; kNoSlot when both are empty. *reshelved: see Depot::Pop.
   static uint32_t PopLocked(BufferPool& p, CpuCache& c, uint32_t* reshelved);

@@ -84,6 +84,26 @@ uint32_t PoolAccess::CachedCount(const SharedState& s, uint32_t i) {
          ~internal::rseq::kStopped;
 }
 
+void PoolAccess::ParkInCache(BufferPool& p, CpuCache& c, uint32_t* slots,
+                             uint32_t n, uint32_t* reshelved) {
+  SharedState& s = S(p);
+  uint32_t done = 0;
+  while (done < n) {
+    const uint32_t k = internal::rseq::PushBatch(
+        s.rseq_base, s.rseq_stride, s.ncaches, s.rseq_index,
+        static_cast<uint32_t>(p.cache_capacity_), &p.waiters_, slots + done,
+        n - done);
+    if (k == 0) break;
+    done += k;
+  }
+  if (done < n) {
+    const uint32_t back = n - done;
+    s.depot.Push(slots + done, back, &c.spare);
+    Pushed(p, back, 0);
+    *reshelved += back;
+  }
+}
+
 uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
   SharedState& s = S(p);
   uint32_t slot = PopHere(s);
@@ -97,27 +117,73 @@ uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
   const uint32_t n = s.depot.Pop(got, want, &c.spare, reshelved);
   if (n == 0) return BufferPool::kNoSlot;
   Popped(p, n, 0, 0, /*handed=*/1);
-  // got[0] goes to the caller; the rest into whichever cache this thread
-  // runs on now, in one section per batch (a migration between batches
-  // only costs locality), got[1] last so that it is on top. What does not
-  // fit (a full cache after a migration, a waiter, a drainer) goes back.
+  // got[0] goes to the caller, the rest into this CPU's cache, got[1] on
+  // top.
   std::reverse(got + 1, got + n);
-  uint32_t done = 1;
-  while (done < n) {
-    const uint32_t k = internal::rseq::PushBatch(
-        s.rseq_base, s.rseq_stride, s.ncaches, s.rseq_index,
-        static_cast<uint32_t>(p.cache_capacity_), &p.waiters_, got + done,
-        n - done);
-    if (k == 0) break;
-    done += k;
-  }
-  if (done < n) {
-    const uint32_t back = n - done;
-    s.depot.Push(got + done, back, &c.spare);
-    Pushed(p, back, 0);
-    *reshelved += back;
-  }
+  ParkInCache(p, c, got + 1, n - 1, reshelved);
   return got[0];
+}
+
+uint32_t PoolAccess::RseqTakeChunk(BufferPool& p, uint32_t* out, uint32_t max,
+                                   uint32_t* reshelved) {
+  SharedState& s = S(p);
+  const uint32_t here = internal::rseq::PopBatch(
+      s.rseq_base, s.rseq_stride, s.ncaches, s.rseq_index, out, max);
+  // PopBatch wrote the cache's top last; it goes out first, as the locked
+  // caches hand theirs out, so a fresh pool hands out ascending slots,
+  // which callers coalesce. The depot's follow in the depot's order.
+  std::reverse(out, out + here);
+  uint32_t n = here;
+  if (n < max) n += RseqTakeBulk(p, out + n, max - n, reshelved);
+  if (n < max) {
+    // This CPU's cache and the depot ran dry: one slot from the drain,
+    // which moves the rest of the cache it empties to the depot, where
+    // the caller's next chunk finds it.
+    const uint32_t slot = TakeAnywhere(p, /*lock_all=*/false, reshelved);
+    if (slot != BufferPool::kNoSlot) out[n++] = slot;
+  }
+  return n;
+}
+
+uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
+                                  uint32_t* reshelved) {
+  SharedState& s = S(p);
+  uint32_t n = 0;
+  // Whole magazines straight to the caller: no cache in between.
+  const uint32_t batch = s.depot.batch();
+  if (batch != 0 && max >= batch) {
+    const uint32_t whole = max / batch * batch;
+    n = s.depot.Pop(out, whole, nullptr, reshelved);
+    if (n != 0) Popped(p, n, 0, 0, /*handed=*/n);
+    if (n < whole) return n;  // the depot is empty
+    if (n == max) return n;
+  }
+  // Less than a magazine is left: refill this CPU's cache with one batch
+  // and hand the caller its part of it, as RseqTake does for one slot.
+  CpuCache& c = ThisCpu(p);
+  const std::lock_guard<std::mutex> lock(c.mu);
+  uint32_t rest = max - n;
+  const uint32_t here =  // refilled while we waited for the lock?
+      internal::rseq::PopBatch(s.rseq_base, s.rseq_stride, s.ncaches,
+                               s.rseq_index, out + n, rest);
+  n += here;
+  rest -= here;
+  if (rest == 0) return n;
+  uint32_t got[internal::kMaxCacheSlots];
+  // While someone waits, take no more than the call hands out, so that
+  // nothing is parked here that a waiter needs.
+  const uint32_t want = Waiting(p) ? rest : std::max(rest, RefillBatch(p));
+  const uint32_t k = s.depot.Pop(got, want, &c.spare, reshelved);
+  if (k == 0) return n;
+  const uint32_t handed = std::min(k, rest);
+  Popped(p, k, 0, 0, handed);
+  std::copy(got, got + handed, out + n);
+  n += handed;
+  if (k > handed) {
+    std::reverse(got + handed, got + k);  // got[handed] on top
+    ParkInCache(p, c, got + handed, k - handed, reshelved);
+  }
+  return n;
 }
 
 uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
@@ -154,24 +220,55 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   return k;
 }
 
-uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,
-                               uint32_t* moved) {
+uint32_t PoolAccess::RseqGiveBulk(BufferPool& p, const uint32_t* slots,
+                                  uint32_t n) {
+  // The cache is full (or was, on the CPU the caller's section ran on),
+  // stopped by a drainer, or someone waits: the depot, where a waiter or
+  // any CPU finds them. No cache's spare is used, so no cache lock either.
+  S(p).depot.Push(slots, n, nullptr);
+  Pushed(p, n, 0);
+  return n;
+}
+
+namespace {
+
+// Sets kStopped on cache i's count (seq_cst OR: ordered before the fence's
+// barrier that follows it).
+void SetStopped(const PoolAccess::SharedState& s, uint32_t i) {
+  std::atomic_ref<uint32_t>(*Header(s, i))
+      .fetch_or(internal::rseq::kStopped, std::memory_order_seq_cst);
+}
+
+// After a fence that followed SetStopped(s, i): whether the stop survived
+// it (no section committed after the OR; rseq.h). Acquire: sees every store
+// of a section that committed before the fence.
+bool StopHeld(const PoolAccess::SharedState& s, uint32_t i) {
+  return (std::atomic_ref<uint32_t>(*Header(s, i))
+              .load(std::memory_order_acquire) &
+          internal::rseq::kStopped) != 0;
+}
+
+// Stop, fence, and repeat until the stop survives a fence (rseq.h). cpu_id:
+// the one CPU whose sections can touch cache i; mm_cid: every CPU, since
+// the thread with index i may run anywhere.
+void StopCache(const PoolAccess::SharedState& s, uint32_t i) {
+  const int cpu =
+      s.rseq_index == internal::rseq::kMmCidField ? -1 : static_cast<int>(i);
+  do {
+    SetStopped(s, i);
+    os::RseqFence(cpu);
+  } while (!StopHeld(s, i));
+}
+
+}  // namespace
+
+uint32_t PoolAccess::TakeStopped(BufferPool& p, uint32_t i, bool take_one,
+                                 uint32_t* moved) {
   SharedState& s = S(p);
   std::atomic_ref<uint32_t> count(*Header(s, i));
-  // Stop, fence, and repeat until the stop survives a fence (rseq.h).
-  // seq_cst OR: ordered before the fence's barrier; acquire reload: sees
-  // every store of a section that committed before the fence.
-  uint32_t n;
-  for (;;) {
-    count.fetch_or(internal::rseq::kStopped, std::memory_order_seq_cst);
-    // cpu_id: the one CPU whose sections can touch cache i; mm_cid: every
-    // CPU, since the thread with index i may run anywhere (rseq.h).
-    os::RseqFence(
-        s.rseq_index == internal::rseq::kMmCidField ? -1 : static_cast<int>(i));
-    n = count.load(std::memory_order_acquire);
-    if ((n & internal::rseq::kStopped) != 0) break;
-  }
-  n &= ~internal::rseq::kStopped;
+  const uint32_t n0 =
+      count.load(std::memory_order_relaxed) & ~internal::rseq::kStopped;
+  uint32_t n = n0;
   uint32_t taken[internal::kMaxCacheSlots];
   std::copy(Slots(s, i), Slots(s, i) + n, taken);
   // Restart empty (release: the copy above is done before any section may
@@ -183,6 +280,44 @@ uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,
     s.depot.Push(taken, n, &s.caches[i].spare);
     Pushed(p, n, 0);
     *moved += n;
+  }
+  return slot;
+}
+
+uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,
+                               uint32_t* moved) {
+  StopCache(S(p), i);
+  return TakeStopped(p, i, take_one, moved);
+}
+
+uint32_t PoolAccess::RseqDrainAll(BufferPool& p, bool take_one,
+                                  uint32_t* moved) {
+  SharedState& s = S(p);
+  // Lock and stop every cache that holds slots, in index order (the order
+  // ForkPrepare takes them in, so holding several cannot deadlock), then
+  // one fence of every CPU for all of them: with mm_cid, each cache's own
+  // fence would reach every CPU anyway.
+  uint64_t stopped[kMaxCaches / 64] = {};
+  bool any = false;
+  for (uint32_t i = 0; i < s.ncaches; ++i) {
+    if (CachedCount(s, i) == 0) continue;
+    s.caches[i].mu.lock();
+    SetStopped(s, i);
+    stopped[i / 64] |= uint64_t{1} << (i % 64);
+    any = true;
+  }
+  if (!any) return BufferPool::kNoSlot;
+  os::RseqFence(-1);
+  uint32_t slot = BufferPool::kNoSlot;
+  for (uint32_t i = 0; i < s.ncaches; ++i) {
+    if ((stopped[i / 64] >> (i % 64) & 1) == 0) continue;
+    // A section that read the count before the OR and committed after it
+    // cleared the bit: this cache alone goes round again.
+    if (!StopHeld(s, i)) StopCache(s, i);
+    const uint32_t got =
+        TakeStopped(p, i, take_one && slot == BufferPool::kNoSlot, moved);
+    if (got != BufferPool::kNoSlot) slot = got;
+    s.caches[i].mu.unlock();
   }
   return slot;
 }

@@ -60,7 +60,13 @@
 // clears the bit, and only the drainer sets it), and no section can commit
 // until the drainer stores a count without the bit (release) to restart it.
 // A push writes slots[count] before its commit; an aborted push's write
-// lands above the count, which nothing reads.
+// lands above the count, which nothing reads. Draining many caches at once
+// with mm_cid (FlushCaches(), a sleeper's scan): the drainer locks and
+// stops each cache that holds slots, fences every CPU once, and then takes
+// each cache whose stop survived that fence; a cache whose bit a late
+// commit cleared goes through OR + fence again alone. One fence stands for
+// each cache's own because each would have reached every CPU; the argument
+// per cache is unchanged, since each cache's OR precedes the fence.
 //
 // Waiters. A push also fails while BufferPool::waiters_ is non-zero (read
 // inside the section), so the slow path sends the slot to the depot with a
@@ -238,7 +244,8 @@ miss:
 }
 
 // The batch forms, for the slow paths that move a refill or a spill
-// (src/pool/rseq.cc): one section each instead of one per slot. PopBatch
+// (src/pool/rseq.cc) and for the bulk calls (src/pool/pool_calls.cc): one
+// section each instead of one per slot. PopBatch
 // copies the top min(count, max) slots of this index's cache into
 // out[0, n) (the top last) and commits count - n; PushBatch copies
 // in[0, n) onto it, n = min(count of in, free room), and commits count + n.
