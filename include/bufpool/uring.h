@@ -369,7 +369,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // published (mod 2^16, which the mask keeps within).
   void AddAt(uint16_t id, std::byte* data, uint32_t offset) {
     const uint32_t pos = (tail_ + offset) & mask_;
-    pos_of_id_[id] = pos;
+    lent_[id].pos = pos;
     io_uring_buf& e = br_->bufs[pos];
     e.addr = reinterpret_cast<uintptr_t>(data);
     e.len = buffer_size_;
@@ -405,7 +405,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   absl::Status TakeIncremental(const io_uring_cqe& cqe, uint32_t id,
                                BufferChain& out);
   // The ring's reference to buffer `id` as a counted slice of all of it
-  // (made from lent_[id] on first use).
+  // (made from lent_[id].buffer on first use).
   SharedBuffer& Shared(uint16_t id);
 
   io_uring* ring_ = nullptr;
@@ -436,16 +436,19 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   size_t copy_below_ = 0;
   uint64_t copied_ = 0;
   // Per buffer id: the pool buffer lent under it (empty when the id is
-  // free) and the ring position it was added at (the id added at a
-  // position last is that entry's bid in br_, which the kernel never
-  // writes).
-  std::vector<Buffer> lent_;
+  // free) and the ring position it was added at, side by side, so a
+  // completion touches one entry (the id added at a position last is that
+  // entry's bid in br_, which the kernel never writes).
+  struct Lent {
+    Buffer buffer;
+    uint32_t pos = 0;
+  };
+  std::vector<Lent> lent_;
   // Incremental rings: per id, the ring's counted reference once a slice of
-  // the buffer has been taken (lent_[id] is then empty), and the bytes of
-  // it the kernel has filled so far.
+  // the buffer has been taken (lent_[id].buffer is then empty), and the bytes
+  // of it the kernel has filled so far.
   std::vector<SharedBuffer> shared_;
   std::vector<uint32_t> filled_;
-  std::vector<uint32_t> pos_of_id_;
   std::vector<uint16_t> free_ids_;  // a stack
   std::vector<Buffer> scratch_;     // Refill()'s batch
 };
@@ -579,7 +582,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
       id >= inline_ids_) [[unlikely]] {
     return false;
   }
-  Buffer& lent = lent_[id];
+  Buffer& lent = lent_[id].buffer;
   if (!lent) [[unlikely]]
     return false;  // not lent: TakeSlow() says so
   const auto bid = static_cast<uint16_t>(id);

@@ -1,9 +1,9 @@
 // ProvidedBufferRing: pool buffers lent to an io_uring provided-buffer ring.
 //
 // Bookkeeping, all on the ring's thread:
-//   lent_[id]        the pool buffer lent under ring-local buffer id `id`
+//   lent_[id].buffer the pool buffer lent under ring-local buffer id `id`
 //                    (empty when the id is free, i.e. on free_ids_);
-//   pos_of_id_[id]   the ring position (mod entries_) id was added at;
+//   lent_[id].pos    the ring position (mod entries_) id was added at;
 //   br_->bufs[pos].bid  the id added at position pos last (the kernel
 //                    reads ring entries and, on an incremental ring, moves
 //                    their addr and len, but never writes a bid).
@@ -113,7 +113,6 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   }
   inline_ids_ = incremental_ ? 0 : entries_;
   lent_.resize(entries_);
-  pos_of_id_.assign(entries_, 0);
   free_ids_.reserve(entries_);
   for (uint32_t id = entries_; id-- > 0;) {
     free_ids_.push_back(static_cast<uint16_t>(id));
@@ -261,9 +260,9 @@ size_t ProvidedBufferRing::Refill() {
   for (size_t i = 0; i < got; ++i) {
     const uint16_t id = free_ids_.back();
     free_ids_.pop_back();
-    lent_[id] = std::move(scratch_[i]);
+    lent_[id].buffer = std::move(scratch_[i]);
     if (incremental_) filled_[id] = 0;
-    AddAt(id, lent_[id].data(), relent_ + static_cast<uint32_t>(i));
+    AddAt(id, lent_[id].buffer.data(), relent_ + static_cast<uint32_t>(i));
   }
   const uint32_t added = relent_ + static_cast<uint32_t>(got);
   if (added > 0) {
@@ -280,7 +279,7 @@ size_t ProvidedBufferRing::Refill() {
 }
 
 SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
-  if (lent_[id]) shared_[id] = SharedBuffer(std::move(lent_[id]));
+  if (lent_[id].buffer) shared_[id] = SharedBuffer(std::move(lent_[id].buffer));
   return shared_[id];
 }
 
@@ -288,7 +287,7 @@ bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
   // What TakeInline() left: an empty chain without a kept buffer gets one
   // fresh buffer; else Append() fills the tail's room (or a kept buffer of
   // another pool) and the fresh buffers the rest needs.
-  std::byte* src = lent_[id].data();
+  std::byte* src = lent_[id].buffer.data();
   if (out.count_ == 0 && !out.spare_ && out.pool_ != nullptr &&
       len <= out.pool_->buffer_size()) {
     Buffer b = out.pool_->TryAcquire();
@@ -351,7 +350,7 @@ absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
   const size_t n =
       total <= buffer_size_ ? 1 : (total + buffer_size_ - 1) / buffer_size_;
   const bool known =
-      id < entries_ && (lent_[id] || (incremental_ && shared_[id]));
+      id < entries_ && (lent_[id].buffer || (incremental_ && shared_[id]));
   if (!known || n > in_ring_) [[unlikely]] {
     return absl::FailedPreconditionError(absl::StrCat(
         "ProvidedBufferRing::Take: buffer id ", id, " (", n,
@@ -383,7 +382,7 @@ absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
   } else if (res < 0) [[unlikely]] {
     status = ReceiveError(res);
   }
-  const uint32_t pos = pos_of_id_[id];
+  const uint32_t pos = lent_[id].pos;
   size_t left = res > 0 ? static_cast<size_t>(res) : 0;
   for (size_t i = 0; i < n; ++i) {
     const uint16_t b =
@@ -395,9 +394,9 @@ absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
     const size_t len = std::min<size_t>(left, buffer_size_);
     left -= len;
     if (len == 0) {
-      lent_[b].Reset();
+      lent_[b].buffer.Reset();
     } else {
-      out.Append(std::move(lent_[b]), len);
+      out.Append(std::move(lent_[b].buffer), len);
     }
   }
   in_ring_ -= n;
@@ -417,7 +416,7 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
                                                  BufferChain& out) {
   const bool more = (cqe.flags & kCqeFBufMore) != 0;
   size_t left = static_cast<size_t>(cqe.res);
-  const uint32_t pos = pos_of_id_[first];
+  const uint32_t pos = lent_[first].pos;
   // The spans, before anything changes (and the room for their slices).
   size_t n = 0;
   for (size_t l = left, start = filled_[first]; l != 0; start = 0, ++n) {
@@ -441,8 +440,9 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
     const size_t len = std::min<size_t>(left, buffer_size_ - start);
     left -= len;
     const bool stays = more && i + 1 == n && start + len < buffer_size_;
-    std::byte* data =
-        (lent_[id] ? lent_[id].data() : shared_[id].mutable_data()) + start;
+    std::byte* data = (lent_[id].buffer ? lent_[id].buffer.data()
+                                        : shared_[id].mutable_data()) +
+                      start;
     // The bytes right after the chain's tail slice join it; else small
     // ones are copied (as a ring without incremental mode does); else
     // linked as a slice of the buffer.
@@ -452,8 +452,8 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
                (len < inc_copy_below || out.tail_room() != 0) &&
                out.Append(absl::MakeConstSpan(data, len)).ok()) {
       ++copied_;
-    } else if (!stays && start == 0 && lent_[id]) {
-      out.Append(std::move(lent_[id]), len);  // all of it, in one go
+    } else if (!stays && start == 0 && lent_[id].buffer) {
+      out.Append(std::move(lent_[id].buffer), len);  // all of it, in one go
     } else {
       out.Append(Shared(id).Slice(start, len));
     }
@@ -463,9 +463,10 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
     }
     // Done in the kernel. Not one slice taken (all copied): lend it again
     // at once, from its start.
-    if (lent_[id] || (shared_[id] && shared_[id].use_count() == 1)) {
+    if (lent_[id].buffer || (shared_[id] && shared_[id].use_count() == 1)) {
       filled_[id] = 0;
-      Relend(id, lent_[id] ? lent_[id].data() : shared_[id].mutable_data());
+      Relend(id, lent_[id].buffer ? lent_[id].buffer.data()
+                                  : shared_[id].mutable_data());
       continue;
     }
     shared_[id].Reset();
