@@ -6,12 +6,16 @@
 // inline ones; HeldSend sends replies. A large value (SET of 1 MiB) stays in
 // the buffers it arrived in and is linked into replies, never copied; a
 // partial command in many part-filled buffers is packed into full ones.
+// Receives that run out of buffers are parked; while the ring cannot lend
+// enough the loop asks the pool for a notice (BufferPool::NotifyWhenFree on
+// an eventfd read in the same ring), so a free buffer wakes it at once.
 //
 //   resp_server [PORT [SECONDS]]  # PORT: 6379, 0 picks one; SECONDS 0: forever
 #include <arpa/inet.h>
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -37,7 +41,7 @@ namespace {
 
 using bufpool::BufferChain;
 using bufpool::ChainCursor;
-enum Op : uint64_t { kAccept = 1, kRecv = 2, kSend = 3 };
+enum Op : uint64_t { kAccept = 1, kRecv = 2, kSend = 3, kNotify = 4 };
 constexpr size_t kMaxBulk = 64 << 20, kLinkAbove = 16 << 10;  // see store
 struct Conn {
   Conn(int f, bufpool::BufferPool& pool) : fd(f), in(pool), out(pool) {}
@@ -55,6 +59,9 @@ std::unordered_set<Conn*> live;
 // Values: copied, or over kLinkAbove kept as slices (`second`, if not empty).
 std::unordered_map<std::string, std::pair<std::string, BufferChain>> store;
 size_t max_partial_buffers = 0;  // reported at exit
+int notify_fd = -1;              // an eventfd the pool writes to when asked
+uint64_t notice = 0;             // what its read reads
+bool notify_armed = false;  // a NotifyWhenFree request and its read pending
 volatile sig_atomic_t time_is_up = 0;
 io_uring_sqe* Sqe(Conn* c, uint64_t op) {  // its completion: (c, op)
   io_uring_sqe* sqe;
@@ -221,6 +228,9 @@ void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping,
   switch (cqe.user_data & 7) {
     case 0:  // a cancel's own completion
       return;
+    case kNotify:  // a buffer is free: the next Refill() lends it
+      notify_armed = false;
+      return;
     case kAccept:
       if (cqe.res >= 0) {
         const int one = 1;
@@ -268,6 +278,8 @@ int main(int argc, char** argv) {
   pool = created_pool->get();
   const int lfd = Listen(port);
   if (lfd < 0) return 1;
+  notify_fd = eventfd(0, EFD_CLOEXEC);
+  if (notify_fd < 0) return std::perror("resp_server: eventfd"), 1;
   if (int rc = io_uring_queue_init(512, &ring, 0); rc < 0)
     return Fail(absl::InternalError("io_uring_queue_init failed"));
   auto created = bufpool::ProvidedBufferRing::Create(
@@ -286,13 +298,21 @@ int main(int argc, char** argv) {
       for (Conn* c : live) shutdown(c->fd, SHUT_RDWR);
     }
     bufs->Refill();
-    if (!parked.empty() && bufs->ShouldRearm()) {
+    if (!parked.empty() && (stopping || bufs->ShouldRearm())) {
       for (Conn* c : parked) {
         c->parked = false;
         stopping ? (c->done = true, MaybeClose(c)) : Receive(c);
       }
       parked.clear();
     }
+    // Still parked: the pool is too dry for the ring; wake when it is not.
+    if (!parked.empty() && !notify_armed &&
+        pool->NotifyWhenFree(notify_fd).ok()) {
+      io_uring_prep_read(Sqe(nullptr, kNotify), notify_fd, &notice,
+                         sizeof(notice), 0);
+      notify_armed = true;
+    }
+    // The tick is for the deadline only; buffers come by the notice.
     __kernel_timespec tick{0, 100 * 1000 * 1000};
     io_uring_cqe* cqe;
     io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &tick, nullptr);
@@ -307,6 +327,7 @@ int main(int argc, char** argv) {
   io_uring_queue_exit(&ring);
   std::printf("done: %zu buffers in use; a partial command held at most %zu\n",
               pool->Stats().in_use, max_partial_buffers);
-  created_pool->reset();
+  created_pool->reset();  // no notice can come after this
+  close(notify_fd);
   return 0;
 }

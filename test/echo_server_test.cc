@@ -23,6 +23,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "bufpool/chain.h"
+#include "echo/echo_engines.h"
 #include "echo/echo_load.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -505,6 +507,29 @@ TEST(EchoToolFlagsTest, UnknownFlagIsAUsageErrorExitTwo) {
   fclose(out);
 }
 #endif  // BUFPOOL_ECHO_BINARY
+
+// buffers_holding_data counts buffers, not slices: slices of one buffer
+// (a cut, or a run taken from one incremental buffer) count once, a
+// buffer kept empty as room not at all.
+TEST(EchoHoldingTest, CountsDistinctBuffersNotSlices) {
+  auto pool = BufferPool::Create({.buffer_count = 8, .cache_size = 0});
+  ASSERT_TRUE(pool.ok());
+  const size_t bs = (*pool)->buffer_size();
+  BufferChain chain(**pool);
+  ASSERT_TRUE(chain.Append(std::string(bs + 100, 'x')).ok());  // 2 buffers
+  ASSERT_EQ(chain.slice_count(), 2u);
+  // Cut the first buffer's bytes into three adjacent slices of it.
+  BufferChain a = chain.Split(10);
+  BufferChain b = chain.Split(20);
+  b.Append(std::move(chain));
+  a.Append(std::move(b));
+  ASSERT_EQ(a.slice_count(), 4u);
+  EXPECT_EQ(net::BuffersHoldingData(a), 2u);
+  EXPECT_EQ((*pool)->Stats().in_use, 2u);
+  a.Consume(a.size());
+  ASSERT_TRUE(a.keeps_room());
+  EXPECT_EQ(net::BuffersHoldingData(a), 0u);
+}
 
 }  // namespace
 }  // namespace bufpool

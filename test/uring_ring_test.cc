@@ -793,6 +793,117 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
 namespace bufpool {
 namespace {
 
+// The completions Take() hands on from its inline path: a tail whose room
+// is smaller than the completion (the room filled, the rest in one fresh
+// buffer), a kept buffer of another pool (filled, never swapped into the
+// ring), and a large completion into it (linked; the kept buffer goes back
+// to its own pool). Every buffer is back in its pool at the end.
+TEST(ProvidedBufferRingCopyTest, CasesBesideTheInlinePathKeepEveryRule) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  auto other = BufferPool::Create({.buffer_count = 4});
+  ASSERT_TRUE(pool.ok() && other.ok());
+  const size_t bs = (*pool)->buffer_size();
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 16,
+                                        .initial_buffers = 16,
+                                        .bundles = Bundles::kOff,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  ASSERT_EQ((*br)->copy_below(), bs / 8);
+  io_uring_sqe* sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[0]);
+  // Sends `msg` and takes its completions into `q`.
+  auto take = [&](const std::string& msg, BufferChain& q) {
+    ASSERT_TRUE(WriteAll(pairs.client[0], msg.data(), msg.size()));
+    size_t got = 0;
+    while (got < msg.size()) {
+      ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+      io_uring_cqe* cqe;
+      ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+      ASSERT_GT(cqe->res, 0);
+      got += static_cast<size_t>(cqe->res);
+      absl::Status s = (*br)->Take(*cqe, q);
+      io_uring_cqe_seen(ring.get(), cqe);
+      ASSERT_TRUE(s.ok()) << s;
+      (*br)->Refill();
+    }
+  };
+  auto bytes_of = [](const BufferChain& q) {
+    std::string out(q.size(), '\0');
+    q.CopyTo(
+        absl::MakeSpan(reinterpret_cast<std::byte*>(out.data()), out.size()));
+    return out;
+  };
+  // A linked buffer with 10 bytes of room, then 100 bytes (under
+  // copy_below): 10 into the room, 90 into one fresh buffer.
+  BufferChain queue(**pool);
+  const std::string big(bs - 10, 'B');
+  take(big, queue);
+  ASSERT_EQ(queue.slice_count(), 1u);
+  ASSERT_EQ(queue.tail_room(), 10u);
+  const uint64_t copied = (*br)->copied();
+  const std::string small(100, 's');
+  take(small, queue);
+  EXPECT_EQ((*br)->copied(), copied + 1);
+  EXPECT_EQ(queue.slice_count(), 2u);
+  EXPECT_EQ(queue.slice(0).size(), bs);
+  EXPECT_EQ(queue.slice(1).size(), 90u);
+  EXPECT_EQ(queue.pinned_bytes(), 2 * bs);
+  EXPECT_EQ(bytes_of(queue), big + small);
+  queue.Clear();
+  // A queue keeping a buffer of another pool: a small completion fills
+  // that buffer in place.
+  BufferChain foreign(**other);
+  ASSERT_TRUE(foreign.Append("abc").ok());
+  foreign.Consume(3);
+  ASSERT_TRUE(foreign.keeps_room());
+  take("tiny", foreign);
+  EXPECT_FALSE(foreign.keeps_room());
+  ASSERT_EQ(foreign.slice_count(), 1u);
+  EXPECT_EQ(foreign.slice(0).pool(), other->get());
+  EXPECT_EQ(foreign.slice(0).view(), "tiny");
+  EXPECT_EQ((*other)->Stats().in_use, 1u);
+  // A large completion into it again (kept again first) is linked, and the
+  // kept buffer goes back to its own pool, not into the ring.
+  foreign.Consume(foreign.size());
+  ASSERT_TRUE(foreign.keeps_room());
+  const std::string large(bs / 2, 'L');
+  take(large, foreign);
+  EXPECT_FALSE(foreign.keeps_room());
+  EXPECT_EQ((*other)->Stats().in_use, 0u);
+  ASSERT_EQ(foreign.slice_count(), 1u);
+  EXPECT_EQ(foreign.slice(0).pool(), pool->get());
+  EXPECT_EQ(bytes_of(foreign), large);
+  foreign.Clear();
+  // Many swaps with a kept buffer, then teardown: no buffer is held twice
+  // or lost.
+  for (int i = 0; i < 64; ++i) {
+    const std::string msg(bs / 4 + static_cast<size_t>(i), 'a' + i % 26);
+    take(msg, queue);
+    ASSERT_EQ(bytes_of(queue), msg);
+    queue.Consume(queue.size());
+    ASSERT_TRUE(queue.keeps_room());
+  }
+  EXPECT_EQ((*pool)->Stats().in_use, 17u);  // 16 lent, 1 kept
+  queue.Clear();
+  shutdown(pairs.client[0], SHUT_WR);
+  br->reset();
+  io_uring_cqe* cqe;
+  while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
+    io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
 // RecvOptions::max_bytes caps what one receive delivers in all: a multishot
 // receive ends (no IORING_CQE_F_MORE) after max_bytes (where the kernel has
 // no cap it is made single-shot, which ends after at most that too), a

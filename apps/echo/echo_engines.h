@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "bufpool/chain.h"
 #include "echo/echo_server.h"
 
 namespace bufpool {
@@ -43,6 +44,22 @@ struct EchoServer::Counters {
 };
 
 namespace net {
+
+// Distinct pool buffers that `chain`'s slices hold bytes of, for
+// buffers_holding_data: a run of adjacent slices of one buffer counts once
+// (slices of one buffer sit next to each other in what the receive paths
+// build), and the kept empty buffer (keeps_room()) holds none. O(slices).
+inline size_t BuffersHoldingData(const BufferChain& chain) {
+  size_t n = 0;
+  for (size_t i = 0; i < chain.slice_count(); ++i) {
+    const SharedBuffer& s = chain.slice(i);
+    if (i == 0 || s.pool() != chain.slice(i - 1).pool() ||
+        s.slot() != chain.slice(i - 1).slot()) {
+      ++n;
+    }
+  }
+  return n;
+}
 
 // Engines are subclasses of EchoServer; Create() fills in the listening
 // socket, the stop eventfd and the address after constructing one, and Run()

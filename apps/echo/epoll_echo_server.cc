@@ -159,7 +159,7 @@ class EpollEchoServer final : public EchoServer {
   }
   // Buffers (kMalloc: blocks) carrying conn's unsent bytes.
   size_t Holding(const Conn* conn) const {
-    return pooled_ ? conn->chain.slice_count() : conn->blocks.blocks();
+    return pooled_ ? BuffersHoldingData(conn->chain) : conn->blocks.blocks();
   }
   bool QueueEmpty(const Conn* conn) const {
     return pooled_ ? conn->chain.empty() : conn->blocks.empty();

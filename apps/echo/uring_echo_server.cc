@@ -66,10 +66,14 @@ struct Conn {
   int fd = -1;
   BufferChain queue;  // received, not yet handed to a send
   HeldSend send;
-  size_t unsent = 0;          // bytes received and not yet sent
-  size_t holding = 0;         // slots counted in buffers_holding_data
-  size_t sending_slices = 0;  // slices handed to the send in flight
-  int ops = 0;                // operations in flight that name this connection
+  size_t unsent = 0;   // bytes received and not yet sent
+  size_t holding = 0;  // buffers counted in buffers_holding_data
+  // The send in flight: the distinct buffers it holds bytes of, and its
+  // last slice's buffer (which the queue's first slice may share).
+  size_t sending_buffers = 0;
+  const BufferPool* sending_tail_pool = nullptr;
+  uint32_t sending_tail_slot = 0;
+  int ops = 0;  // operations in flight that name this connection
   bool recv_armed = false;
   bool recv_cancelled = false;  // a cancel of the armed recv is in flight
   bool recv_bundle = false;     // the armed recv is a bundle
@@ -250,9 +254,16 @@ void UringEchoServer::MaybeArmRecv(Conn* conn) {
   }
 }
 
-// buffers_holding_data counts the slots of queued and in-flight bytes.
+// buffers_holding_data counts the distinct buffers of queued and in-flight
+// bytes: a buffer the send's last slice and the queue's first share counts
+// once.
 void UringEchoServer::SyncHolding(Conn* conn) {
-  const size_t now = conn->queue.slice_count() + conn->sending_slices;
+  size_t now = BuffersHoldingData(conn->queue) + conn->sending_buffers;
+  if (conn->sending_buffers != 0 && !conn->queue.empty() &&
+      conn->queue.slice(0).pool() == conn->sending_tail_pool &&
+      conn->queue.slice(0).slot() == conn->sending_tail_slot) {
+    --now;
+  }
   if (now > conn->holding) {
     counters_->AddHolding(now - conn->holding);
   } else if (now < conn->holding) {
@@ -263,7 +274,10 @@ void UringEchoServer::SyncHolding(Conn* conn) {
 
 void UringEchoServer::StartSend(Conn* conn) {
   if (conn->send.busy() || conn->closing || conn->queue.empty()) return;
-  conn->sending_slices = conn->queue.slice_count();
+  conn->sending_buffers = BuffersHoldingData(conn->queue);
+  const SharedBuffer& tail = conn->queue.slice(conn->queue.slice_count() - 1);
+  conn->sending_tail_pool = tail.pool();
+  conn->sending_tail_slot = tail.slot();
   io_uring_sqe* sqe = Sqe();
   conn->send.Prepare(sqe, conn->fd, std::move(conn->queue));
   io_uring_sqe_set_data64(sqe, reinterpret_cast<uint64_t>(conn) | kSend);
@@ -429,7 +443,7 @@ void UringEchoServer::OnSend(Conn* conn, const io_uring_cqe& cqe) {
   --conn->ops;
   const int res = conn->send.result();
   BufferChain rest = conn->send.TakeUnsent();
-  conn->sending_slices = 0;
+  conn->sending_buffers = 0;
   if (res < 0) {
     rest.Clear();
     SyncHolding(conn);

@@ -209,8 +209,16 @@ class BUFPOOL_EXPORT BufferChain {
   // slice's buffer (a buffer of pool()), it keeps that buffer, empty, as
   // room for the next Append(bytes) or copying receive (see "Memory that
   // follows bytes" below), so a queue consumed message by message does not
-  // take and return a pool buffer per message.
-  void Consume(size_t n);
+  // take and return a pool buffer per message. Consuming a one-slice chain
+  // whole is inline.
+  void Consume(size_t n) {
+    if (count_ == 1 && n >= size_) {
+      size_ = 0;
+      DropLast(At(0));
+      return;
+    }
+    ConsumeSlow(n);
+  }
   // Removes the first min(n, size()) bytes and returns them as a chain with
   // the same pool, without copying: whole slices move, and a slice cut in
   // two becomes two references to its buffer.
@@ -336,17 +344,47 @@ class BUFPOOL_EXPORT BufferChain {
     size_ += n;
     PushBack(std::move(s));
   }
-  // For the ring: the kept buffer, out of the chain, as a handle (the only
-  // reference, so its count needs no change); empty when none is kept.
-  Buffer TakeKeptRoom() {
-    if (!spare_) return Buffer();
-    BufferPool& pool = *std::exchange(spare_.pool_, nullptr);
-    spare_.data_ = nullptr;
-    return internal::SharedAccess::GiveSlot(pool, spare_.slot_);
-  }
+  void ConsumeSlow(size_t n);
   // Consume()'s last slice, consumed past: kept as room when it is the only
   // reference to a buffer of pool(), else dropped.
-  void DropLast(SharedBuffer& last);
+  void DropLast(SharedBuffer& last) {
+    // The only reference (use_count() == 1 is stable: no one else can copy
+    // it), so no other slice, chain, thread or the kernel sees the buffer.
+    if (last.pool_ == pool_ && last.use_count() == 1) {
+      // Field by field: spare_ is empty while the chain has slices.
+      spare_.pool_ = std::exchange(last.pool_, nullptr);
+      spare_.data_ = pool_->SlotData(last.slot_);
+      spare_.size_ = 0;
+      spare_.slot_ = last.slot_;
+      last.data_ = nullptr;
+      last.size_ = 0;
+    } else {
+      last.Reset();
+    }
+    head_ = 0;
+    count_ = 0;
+  }
+  // For the ring: the first `n` (> 0) bytes of `slot`, a buffer of pool()
+  // whose handle the caller gives up, become the only slice of this empty
+  // chain in place of its kept buffer (keeps_room() must be true), whose
+  // slot is returned, now the caller's (a handle's worth, its count
+  // untouched). One count store, for the new slice.
+  uint32_t SwapKeptRoom(uint32_t slot, size_t n) {
+    BufferPool& pool = *pool_;
+    // Relaxed, as in SharedBuffer(Buffer&&): the slot is the caller's
+    // alone. Ref() may read the counts pointer relaxed: the kept buffer is
+    // a live SharedBuffer of this pool (see shared_access.h).
+    internal::SharedAccess::Ref(pool, slot).store(1, std::memory_order_relaxed);
+    SharedBuffer& s = At(0);
+    s.pool_ = std::exchange(spare_.pool_, nullptr);
+    s.data_ = pool.SlotData(slot);
+    s.size_ = n;
+    s.slot_ = slot;
+    spare_.data_ = nullptr;
+    count_ = 1;
+    size_ = n;
+    return spare_.slot_;
+  }
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
   // For an incremental ProvidedBufferRing: bytes the kernel wrote right

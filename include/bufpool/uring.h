@@ -83,14 +83,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
 #include "bufpool/export.h"
+#include "bufpool/internal/shared_access.h"
 
 namespace bufpool {
 
@@ -306,7 +309,17 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // When `out` must grow its slice ring and that allocation throws
   // std::bad_alloc, nothing has changed (`out`, the ring): the same
   // completion may be taken again.
-  absl::Status Take(const io_uring_cqe& cqe, BufferChain& out);
+  // The one-buffer completions of a ring without incremental mode that are
+  // copied into `out`'s tail room or kept buffer, or swap places with the
+  // kept buffer, are handled inline (no call, no Status made); the rest
+  // out of line.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE absl::Status Take(const io_uring_cqe& cqe,
+                                                 BufferChain& out) {
+    if (TakeInline(cqe, out)) [[likely]] {
+      return absl::OkStatus();
+    }
+    return TakeSlow(cqe, out);
+  }
 
   // Lends free pool buffers to the ring until it holds its current target
   // (growing the target first if the ring ran low since the last call), in
@@ -351,18 +364,39 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   absl::Status Register(uint16_t flags);
   // Adds buffer `id` (whose bytes start at `data`) at ring position
   // tail_ + offset.
-  void AddAt(uint16_t id, std::byte* data, uint32_t offset);
+  // The entry's fields one by one, as io_uring_buf_ring_add() writes them
+  // (entry 0's resv is the ring's tail); tail_ is the ring's tail as
+  // published (mod 2^16, which the mask keeps within).
+  void AddAt(uint16_t id, std::byte* data, uint32_t offset) {
+    const uint32_t pos = (tail_ + offset) & mask_;
+    lent_[id].pos = pos;
+    io_uring_buf& e = br_->bufs[pos];
+    e.addr = reinterpret_cast<uintptr_t>(data);
+    e.len = buffer_size_;
+    e.bid = id;
+  }
   // Lends buffer `id` again: writes its entry after the tail; the next
   // Refill() publishes it with the rest of the turn's entries.
-  void Relend(uint16_t id, std::byte* data);
+  //
+  // The same buffer (or the one swapped for it), same id, after the tail
+  // and the entries re-lent before it in this turn; Refill() publishes them
+  // all with one tail update. The entry it was consumed from counts in
+  // in_ring_ until taken, so in_ring_ (unchanged) stays <= target_ <=
+  // entries_ and no entry that is published and not yet taken, nor one
+  // waiting here, is overwritten.
+  void Relend(uint16_t id, std::byte* data) {
+    AddAt(id, data, relent_);
+    ++relent_;
+  }
+  // Take()'s inline cases (see there): true when the completion was taken;
+  // false, nothing changed, for TakeSlow() to handle.
+  bool TakeInline(const io_uring_cqe& cqe, BufferChain& out);
+  absl::Status TakeSlow(const io_uring_cqe& cqe, BufferChain& out);
   // Copies a one-buffer completion of `len` bytes into `out` and lends its
   // buffer again; false (nothing changed) when `out` cannot take the copy.
   bool TakeByCopy(uint16_t id, size_t len, BufferChain& out);
   // Take() of a completion that carries no buffer (-ENOBUFS, an error, EOF).
   absl::Status TakeWithoutBuffer(int res);
-  // Take() of a one-buffer completion of `len` bytes into `out`, an emptied
-  // chain that keeps a buffer of this pool: the two buffers swap places.
-  void TakeByKeptRoom(uint16_t id, size_t len, BufferChain& out);
   // Take() of `n` buffers from `id` on, linked into `out` (all or nothing).
   absl::Status TakeLinked(uint32_t id, size_t n, int res, BufferChain& out);
   // The error of a failed receive (res < 0).
@@ -371,11 +405,12 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   absl::Status TakeIncremental(const io_uring_cqe& cqe, uint32_t id,
                                BufferChain& out);
   // The ring's reference to buffer `id` as a counted slice of all of it
-  // (made from lent_[id] on first use).
+  // (made from lent_[id].buffer on first use).
   SharedBuffer& Shared(uint16_t id);
 
   io_uring* ring_ = nullptr;
   BufferPool* pool_ = nullptr;
+  std::byte* base_ = nullptr;  // the pool's region: slot i at base_ + i * size
   io_uring_buf_ring* br_ = nullptr;
   size_t br_bytes_ = 0;
   bool registered_ = false;
@@ -384,6 +419,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool multishot_cap_ = false;
   bool incremental_ = false;
   uint32_t entries_ = 0;  // ring entries, a power of two
+  // Ids below this may take Take()'s inline path: entries_, or 0 on an
+  // incremental ring (whose completions all go out of line).
+  uint32_t inline_ids_ = 0;
   uint32_t mask_ = 0;
   uint32_t buffer_size_ = 0;
   size_t max_buffers_ = 0;
@@ -398,16 +436,19 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   size_t copy_below_ = 0;
   uint64_t copied_ = 0;
   // Per buffer id: the pool buffer lent under it (empty when the id is
-  // free) and the ring position it was added at; per ring position: the id
-  // added there last.
-  std::vector<Buffer> lent_;
+  // free) and the ring position it was added at, side by side, so a
+  // completion touches one entry (the id added at a position last is that
+  // entry's bid in br_, which the kernel never writes).
+  struct Lent {
+    Buffer buffer;
+    uint32_t pos = 0;
+  };
+  std::vector<Lent> lent_;
   // Incremental rings: per id, the ring's counted reference once a slice of
-  // the buffer has been taken (lent_[id] is then empty), and the bytes of
-  // it the kernel has filled so far.
+  // the buffer has been taken (lent_[id].buffer is then empty), and the bytes
+  // of it the kernel has filled so far.
   std::vector<SharedBuffer> shared_;
   std::vector<uint32_t> filled_;
-  std::vector<uint32_t> pos_of_id_;
-  std::vector<uint16_t> id_at_pos_;
   std::vector<uint16_t> free_ids_;  // a stack
   std::vector<Buffer> scratch_;     // Refill()'s batch
 };
@@ -510,6 +551,69 @@ class BUFPOOL_EXPORT HeldSend {
   std::unique_ptr<iovec[]> iov_;  // iov_cap_ entries
   size_t iov_cap_ = 0;
 };
+
+// ---- Inline fast path -------------------------------------------------------
+//
+// Take()'s common cases, each what TakeSlow() would do for the same
+// completion, decided with the fewest loads: a completion with
+// IORING_CQE_F_BUFFER, 1 <= res <= buffer_size (one buffer), an id the ring
+// lent, on a ring without incremental mode, and then
+//   `out` has slices: copied into the tail's room when copying is on, the
+//       tail is the only reference to its buffer and the room holds all
+//       res bytes;
+//   `out` is empty and keeps a buffer: copied into it when res <
+//       copy_below; else, when that buffer is of the ring's pool, the two
+//       swap places (the filled buffer becomes the chain's only slice, the
+//       kept one is lent under the same id).
+// The buffer copied from (or swapped in) is lent again at once under the
+// same id (Relend), so no buffer goes through the pool, no reference count
+// is read-modify-written, and nothing allocates or throws. Every other
+// completion (no buffer, errors, EOF, bundles, a full or shared tail, an
+// empty chain without a kept buffer, a foreign id) goes to TakeSlow(),
+// which checks and reports it.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
+    const io_uring_cqe& cqe, BufferChain& out) {
+  const uint32_t flags = cqe.flags;
+  const uint32_t id = flags >> IORING_CQE_BUFFER_SHIFT;
+  // res <= 0 wraps to a huge len - 1, so one compare bounds res to [1,
+  // buffer_size_].
+  const uint32_t len = static_cast<uint32_t>(cqe.res);
+  if ((flags & IORING_CQE_F_BUFFER) == 0 || len - 1 >= buffer_size_ ||
+      id >= inline_ids_) [[unlikely]] {
+    return false;
+  }
+  Buffer& lent = lent_[id].buffer;
+  if (!lent) [[unlikely]]
+    return false;  // not lent: TakeSlow() says so
+  const auto bid = static_cast<uint16_t>(id);
+  std::byte* const src = base_ + size_t{lent.slot()} * buffer_size_;
+  std::byte* dst;
+  if (out.count_ != 0) {
+    if (copy_below_ == 0) return false;
+    const SharedBuffer& t = out.At(out.count_ - 1);
+    if (t.room() < len || t.use_count() != 1) return false;
+    dst = out.RoomStart();
+  } else if (out.spare_.pool() != pool_) {
+    // No kept buffer, or one of another pool (TakeSlow() copies into it).
+    return false;
+  } else if (len >= copy_below_) {
+    // Swap: the filled buffer becomes the chain's, the kept one the ring's.
+    const uint32_t filled = internal::SharedAccess::TakeSlot(lent);
+    const uint32_t kept = out.SwapKeptRoom(filled, len);
+    lent = internal::SharedAccess::GiveSlot(*pool_, kept);
+    Relend(bid, base_ + size_t{kept} * buffer_size_);
+    return true;
+  } else {
+    dst = out.RoomStart();  // the kept buffer's start
+  }
+  // The bookkeeping first, so the copy is the last step (nothing to reload
+  // after the call).
+  out.ExtendTail(len);
+  Relend(bid, src);
+  ++copied_;
+  std::memcpy(dst, src, len);
+  return true;
+}
 
 }  // namespace bufpool
 

@@ -233,7 +233,7 @@ size_t BufferChain::FillIovecs(absl::Span<iovec> out) const {
   return k;
 }
 
-void BufferChain::Consume(size_t n) {
+void BufferChain::ConsumeSlow(size_t n) {
   n = std::min(n, size_);
   size_ -= n;
   while (n != 0) {
@@ -250,24 +250,6 @@ void BufferChain::Consume(size_t n) {
     }
     PopFront();
   }
-}
-
-void BufferChain::DropLast(SharedBuffer& last) {
-  // The only reference (use_count() == 1 is stable: no one else can copy
-  // it), so no other slice, chain, thread or the kernel sees the buffer.
-  if (last.pool_ == pool_ && last.use_count() == 1) {
-    // Field by field: spare_ is empty while the chain has slices.
-    spare_.pool_ = std::exchange(last.pool_, nullptr);
-    spare_.data_ = pool_->SlotData(last.slot_);
-    spare_.size_ = 0;
-    spare_.slot_ = last.slot_;
-    last.data_ = nullptr;
-    last.size_ = 0;
-  } else {
-    last.Reset();
-  }
-  head_ = 0;
-  count_ = 0;
 }
 
 BufferChain BufferChain::Split(size_t n) {

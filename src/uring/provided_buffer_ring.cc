@@ -1,14 +1,16 @@
 // ProvidedBufferRing: pool buffers lent to an io_uring provided-buffer ring.
 //
 // Bookkeeping, all on the ring's thread:
-//   lent_[id]        the pool buffer lent under ring-local buffer id `id`
+//   lent_[id].buffer the pool buffer lent under ring-local buffer id `id`
 //                    (empty when the id is free, i.e. on free_ids_);
-//   id_at_pos_[pos]  the id added at ring position pos (mod entries_) last;
-//   pos_of_id_[id]   where id was added.
+//   lent_[id].pos    the ring position (mod entries_) id was added at;
+//   br_->bufs[pos].bid  the id added at position pos last (the kernel
+//                    reads ring entries and, on an incremental ring, moves
+//                    their addr and len, but never writes a bid).
 // Refill() adds at tail_, the kernel consumes from its head in order, and
 // Take() frees the ids of the buffers a completion names. A bundle
 // completion names only its first id; the rest are the entries after it in
-// ring order, which the mirror above gives back. An entry is overwritten
+// ring order, whose entries' bids give them back. An entry is overwritten
 // only after `entries_` more adds, and adds stop while in_ring_ (added and
 // not taken) is at target_ <= entries_, so an entry is never overwritten
 // before the completion that consumed it has been taken (the kernel posts
@@ -109,9 +111,8 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
     shared_.resize(entries_);
     filled_.assign(entries_, 0);
   }
+  inline_ids_ = incremental_ ? 0 : entries_;
   lent_.resize(entries_);
-  pos_of_id_.assign(entries_, 0);
-  id_at_pos_.assign(entries_, 0);
   free_ids_.reserve(entries_);
   for (uint32_t id = entries_; id-- > 0;) {
     free_ids_.push_back(static_cast<uint16_t>(id));
@@ -146,6 +147,7 @@ absl::Status ProvidedBufferRing::TakeOptions(io_uring* ring, BufferPool& pool,
   }
   ring_ = ring;
   pool_ = &pool;
+  base_ = pool.region().data();
   group_id_ = options.group_id;
   buffer_size_ = static_cast<uint32_t>(pool.buffer_size());
   max_buffers_ = options.max_buffers;
@@ -258,9 +260,9 @@ size_t ProvidedBufferRing::Refill() {
   for (size_t i = 0; i < got; ++i) {
     const uint16_t id = free_ids_.back();
     free_ids_.pop_back();
-    lent_[id] = std::move(scratch_[i]);
+    lent_[id].buffer = std::move(scratch_[i]);
     if (incremental_) filled_[id] = 0;
-    AddAt(id, lent_[id].data(), relent_ + static_cast<uint32_t>(i));
+    AddAt(id, lent_[id].buffer.data(), relent_ + static_cast<uint32_t>(i));
   }
   const uint32_t added = relent_ + static_cast<uint32_t>(got);
   if (added > 0) {
@@ -276,66 +278,31 @@ size_t ProvidedBufferRing::Refill() {
   return in_ring_;
 }
 
-void ProvidedBufferRing::AddAt(uint16_t id, std::byte* data, uint32_t offset) {
-  const uint32_t pos = (tail_ + offset) & mask_;
-  id_at_pos_[pos] = id;
-  pos_of_id_[id] = pos;
-  io_uring_buf_ring_add(br_, data, buffer_size_, id, static_cast<int>(mask_),
-                        static_cast<int>(offset));
-}
-
-void ProvidedBufferRing::Relend(uint16_t id, std::byte* data) {
-  // The same buffer, same id, after the tail and the entries re-lent before
-  // it in this turn; Refill() publishes them all with one tail update. The
-  // entry it was consumed from counts in in_ring_ until taken, so in_ring_
-  // (unchanged) stays <= target_ <= entries_ and no entry that is published
-  // and not yet taken, nor one waiting here, is overwritten.
-  AddAt(id, data, relent_);
-  ++relent_;
-}
-
 SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
-  if (lent_[id]) shared_[id] = SharedBuffer(std::move(lent_[id]));
+  if (lent_[id].buffer) shared_[id] = SharedBuffer(std::move(lent_[id].buffer));
   return shared_[id];
 }
 
 bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
-  std::byte* src = lent_[id].data();
-  // The common cases first, without Append()'s general path: the bytes fit
-  // the tail's room, or the chain is empty and gets one fresh buffer.
-  if (out.count_ != 0) {
-    SharedBuffer& t = out.At(out.count_ - 1);
-    if (t && t.room() >= len && t.use_count() == 1) {
-      std::memcpy(t.mutable_data() + t.size(), src, len);
-      out.ExtendTail(len);
-      Relend(id, src);
-      ++copied_;
-      return true;
-    }
-  } else if (out.spare_ && len <= out.pool_->buffer_size()) {
-    // The buffer the emptied chain kept (its only reference).
-    std::memcpy(out.RoomStart(), src, len);
-    out.ExtendTail(len);
+  // What TakeInline() left: an empty chain without a kept buffer gets one
+  // fresh buffer; else Append() fills the tail's room (or a kept buffer of
+  // another pool) and the fresh buffers the rest needs.
+  std::byte* src = lent_[id].buffer.data();
+  if (out.count_ == 0 && !out.spare_ && out.pool_ != nullptr &&
+      len <= out.pool_->buffer_size()) {
+    Buffer b = out.pool_->TryAcquire();
+    if (!b) return false;  // a dry pool: link instead
+    std::memcpy(b.data(), src, len);
+    out.AppendFilled(std::move(b), len);  // inline room: cannot throw
     Relend(id, src);
     ++copied_;
     return true;
-  } else if (out.pool_ != nullptr && len <= out.pool_->buffer_size()) {
-    if (Buffer b = out.pool_->TryAcquire()) {
-      std::memcpy(b.data(), src, len);
-      out.AppendFilled(std::move(b), len);  // inline room: cannot throw
-      Relend(id, src);
-      ++copied_;
-      return true;
-    }
-    return false;  // a dry pool: link instead
   }
   // Room for one more slice first, so a throw leaves everything as it was;
   // Append() itself is all or nothing (a dry pool, no pool: link instead).
   out.Reserve(out.slice_count() + 1);
-  if (!out.Append(absl::MakeConstSpan(lent_[id].data(), len)).ok()) {
-    return false;
-  }
-  Relend(id, lent_[id].data());
+  if (!out.Append(absl::MakeConstSpan(src, len)).ok()) return false;
+  Relend(id, src);
   ++copied_;
   return true;
 }
@@ -367,8 +334,11 @@ absl::Status ProvidedBufferRing::TakeWithoutBuffer(int res) {
                    " bytes carries no buffer (not a buffer-select receive)"));
 }
 
-absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
-                                      BufferChain& out) {
+// Every completion that TakeInline() did not take. The kept-room cases
+// (copy into it, swap with it) are all inline on a ring without incremental
+// mode, and an incremental ring never keeps or swaps, so none reach here.
+absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
+                                          BufferChain& out) {
   const int res = cqe.res;
   if ((cqe.flags & IORING_CQE_F_BUFFER) == 0) [[unlikely]] {
     return TakeWithoutBuffer(res);
@@ -380,7 +350,7 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
   const size_t n =
       total <= buffer_size_ ? 1 : (total + buffer_size_ - 1) / buffer_size_;
   const bool known =
-      id < entries_ && (lent_[id] || (incremental_ && shared_[id]));
+      id < entries_ && (lent_[id].buffer || (incremental_ && shared_[id]));
   if (!known || n > in_ring_) [[unlikely]] {
     return absl::FailedPreconditionError(absl::StrCat(
         "ProvidedBufferRing::Take: buffer id ", id, " (", n,
@@ -396,23 +366,7 @@ absl::Status ProvidedBufferRing::Take(const io_uring_cqe& cqe,
       TakeByCopy(static_cast<uint16_t>(id), total, out)) {
     return absl::OkStatus();
   }
-  if (n == 1 && res > 0 && out.count_ == 0 && out.spare_ &&
-      out.pool_ == pool_) {
-    TakeByKeptRoom(static_cast<uint16_t>(id), total, out);
-    return absl::OkStatus();
-  }
   return TakeLinked(id, n, res, out);
-}
-
-// The filled buffer becomes the chain's slice and the kept one is lent
-// under the same id in its place (at once, as a copied completion's is), so
-// neither goes through the pool. Nothing here allocates.
-void ProvidedBufferRing::TakeByKeptRoom(uint16_t id, size_t len,
-                                        BufferChain& out) {
-  Buffer filled = std::move(lent_[id]);
-  lent_[id] = out.TakeKeptRoom();
-  out.AppendFilled(std::move(filled), len);
-  Relend(id, lent_[id].data());
 }
 
 absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
@@ -428,11 +382,11 @@ absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
   } else if (res < 0) [[unlikely]] {
     status = ReceiveError(res);
   }
-  const uint32_t pos = pos_of_id_[id];
+  const uint32_t pos = lent_[id].pos;
   size_t left = res > 0 ? static_cast<size_t>(res) : 0;
   for (size_t i = 0; i < n; ++i) {
     const uint16_t b =
-        i == 0 ? static_cast<uint16_t>(id) : id_at_pos_[(pos + i) & mask_];
+        i == 0 ? static_cast<uint16_t>(id) : br_->bufs[(pos + i) & mask_].bid;
     free_ids_.push_back(b);
     // The buffer's first `len` bytes become one slice (one count store, no
     // atomic read-modify-write); a buffer the kernel used for no bytes goes
@@ -440,9 +394,9 @@ absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
     const size_t len = std::min<size_t>(left, buffer_size_);
     left -= len;
     if (len == 0) {
-      lent_[b].Reset();
+      lent_[b].buffer.Reset();
     } else {
-      out.Append(std::move(lent_[b]), len);
+      out.Append(std::move(lent_[b].buffer), len);
     }
   }
   in_ring_ -= n;
@@ -462,7 +416,7 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
                                                  BufferChain& out) {
   const bool more = (cqe.flags & kCqeFBufMore) != 0;
   size_t left = static_cast<size_t>(cqe.res);
-  const uint32_t pos = pos_of_id_[first];
+  const uint32_t pos = lent_[first].pos;
   // The spans, before anything changes (and the room for their slices).
   size_t n = 0;
   for (size_t l = left, start = filled_[first]; l != 0; start = 0, ++n) {
@@ -480,14 +434,15 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
   // so what a chain pins stays within twice its bytes (plus two buffers).
   const size_t inc_copy_below = std::max<size_t>(copy_below_, buffer_size_ / 2);
   for (size_t i = 0; i < n; ++i) {
-    const uint16_t id =
-        i == 0 ? static_cast<uint16_t>(first) : id_at_pos_[(pos + i) & mask_];
+    const uint16_t id = i == 0 ? static_cast<uint16_t>(first)
+                               : br_->bufs[(pos + i) & mask_].bid;
     const size_t start = i == 0 ? filled_[id] : 0;
     const size_t len = std::min<size_t>(left, buffer_size_ - start);
     left -= len;
     const bool stays = more && i + 1 == n && start + len < buffer_size_;
-    std::byte* data =
-        (lent_[id] ? lent_[id].data() : shared_[id].mutable_data()) + start;
+    std::byte* data = (lent_[id].buffer ? lent_[id].buffer.data()
+                                        : shared_[id].mutable_data()) +
+                      start;
     // The bytes right after the chain's tail slice join it; else small
     // ones are copied (as a ring without incremental mode does); else
     // linked as a slice of the buffer.
@@ -497,8 +452,8 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
                (len < inc_copy_below || out.tail_room() != 0) &&
                out.Append(absl::MakeConstSpan(data, len)).ok()) {
       ++copied_;
-    } else if (!stays && start == 0 && lent_[id]) {
-      out.Append(std::move(lent_[id]), len);  // all of it, in one go
+    } else if (!stays && start == 0 && lent_[id].buffer) {
+      out.Append(std::move(lent_[id].buffer), len);  // all of it, in one go
     } else {
       out.Append(Shared(id).Slice(start, len));
     }
@@ -508,9 +463,10 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
     }
     // Done in the kernel. Not one slice taken (all copied): lend it again
     // at once, from its start.
-    if (lent_[id] || (shared_[id] && shared_[id].use_count() == 1)) {
+    if (lent_[id].buffer || (shared_[id] && shared_[id].use_count() == 1)) {
       filled_[id] = 0;
-      Relend(id, lent_[id] ? lent_[id].data() : shared_[id].mutable_data());
+      Relend(id, lent_[id].buffer ? lent_[id].buffer.data()
+                                  : shared_[id].mutable_data());
       continue;
     }
     shared_[id].Reset();
