@@ -141,11 +141,18 @@ if(BUILD_SHARED)
 else()
   set(other ON)
 endif()
-string(TOUPPER "${BUILD_TYPE}" build_type_upper)
+set(other_flags)
+if(BUILD_TYPE)
+  string(TOUPPER "${BUILD_TYPE}" bt)
+  set(ndebug "-DNDEBUG")  # asserts as the build type has them
+  if(bt STREQUAL "DEBUG")
+    set(ndebug "")
+  endif()
+  set(other_flags "-DCMAKE_CXX_FLAGS_${bt}=${ndebug}" "-DCMAKE_C_FLAGS_${bt}=${ndebug}")
+endif()
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/other_build"
     -DBUILD_SHARED_LIBS=${other} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
-    "-DCMAKE_CXX_FLAGS_${build_type_upper}=-DNDEBUG"
-    "-DCMAKE_C_FLAGS_${build_type_upper}=-DNDEBUG"
+    ${other_flags}
     -DBUFPOOL_BUILD_TESTS=OFF -DBUFPOOL_BUILD_BENCHMARKS=OFF
     -DBUFPOOL_BUILD_TOOLS=OFF)
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/other_build" --target bufpool -j2)

@@ -110,7 +110,9 @@ std::string RandomBytes(size_t n, Rng& rng) {
   std::string s(n, '\0');
   for (size_t i = 0; i < n; i += kBytes) {
     const uint64_t w = rng();
-    std::memcpy(s.data() + i, &w, std::min(kBytes, n - i));
+    for (size_t j = 0; j < kBytes && i + j < n; ++j) {
+      s[i + j] = static_cast<char>(w >> (8 * j));
+    }
   }
   return s;
 }

@@ -561,10 +561,10 @@ class BUFPOOL_EXPORT HeldSend {
 //   `out` has slices: copied into the tail's room when copying is on, the
 //       tail is the only reference to its buffer and the room holds all
 //       res bytes;
-//   `out` is empty and keeps a buffer: copied into it when res <
-//       copy_below; else, when that buffer is of the ring's pool, the two
-//       swap places (the filled buffer becomes the chain's only slice, the
-//       kept one is lent under the same id).
+//   `out` is empty and keeps a buffer of the ring's pool: copied into it
+//       when res < copy_below; else the two swap places (the filled buffer
+//       becomes the chain's only slice, the kept one is lent under the same
+//       id). A kept buffer of another pool goes out of line.
 // The buffer copied from (or swapped in) is lent again at once under the
 // same id (Relend), so no buffer goes through the pool, no reference count
 // is read-modify-written, and nothing allocates or throws. Every other

@@ -297,7 +297,7 @@ uint32_t PoolAccess::RseqDrainAll(BufferPool& p, bool take_one,
   // ForkPrepare takes them in, so holding several cannot deadlock), then
   // one fence of every CPU for all of them: with mm_cid, each cache's own
   // fence would reach every CPU anyway.
-  uint64_t stopped[kMaxCaches / 64] = {};
+  uint64_t stopped[kMaxCaches / 64] = {};  // ncaches <= kMaxCaches (clamped)
   bool any = false;
   for (uint32_t i = 0; i < s.ncaches; ++i) {
     if (CachedCount(s, i) == 0) continue;

@@ -5,8 +5,8 @@
 //                    (empty when the id is free, i.e. on free_ids_);
 //   lent_[id].pos    the ring position (mod entries_) id was added at;
 //   br_->bufs[pos].bid  the id added at position pos last (the kernel
-//                    reads ring entries and, on an incremental ring, moves
-//                    their addr and len, but never writes a bid).
+//                    reads ring entries and may rewrite their addr and len,
+//                    as an incremental ring does, but never writes a bid).
 // Refill() adds at tail_, the kernel consumes from its head in order, and
 // Take() frees the ids of the buffers a completion names. A bundle
 // completion names only its first id; the rest are the entries after it in
@@ -334,9 +334,10 @@ absl::Status ProvidedBufferRing::TakeWithoutBuffer(int res) {
                    " bytes carries no buffer (not a buffer-select receive)"));
 }
 
-// Every completion that TakeInline() did not take. The kept-room cases
-// (copy into it, swap with it) are all inline on a ring without incremental
-// mode, and an incremental ring never keeps or swaps, so none reach here.
+// Every completion that TakeInline() did not take, among them two that
+// involve a chain's kept buffer: one of another pool (copied into, never
+// swapped into the ring) and an incremental ring's completion copied into
+// an emptied chain (Append() fills the kept buffer).
 absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
                                           BufferChain& out) {
   const int res = cqe.res;
