@@ -176,10 +176,11 @@ struct PoolAccess {
   // no slot was free anywhere.
   static uint32_t RseqTakeChunk(BufferPool& p, uint32_t* out, uint32_t max,
                                 uint32_t* reshelved);
-  // rseq mode, for a bulk call that found this CPU's cache short: up to
-  // `max` more slots into out[0, n): whole magazines straight from the
-  // depot, then what is left of a refill of this CPU's cache (the rest of
-  // the refill stays cached). Fewer than `max` only when the depot ran out.
+  // rseq mode, for a caller that found this CPU's cache short (a bulk
+  // call, or RseqTake's refill of one): up to `max` more slots into
+  // out[0, n): whole magazines straight from the depot, then what is left
+  // of a refill of this CPU's cache (the rest of the refill stays cached).
+  // Fewer than `max` only when the depot ran out.
   static uint32_t RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
                                uint32_t* reshelved);
   // rseq mode, with c.mu held (c: ThisCpu, for its spare): pushes slots[0,

@@ -105,23 +105,12 @@ void PoolAccess::ParkInCache(BufferPool& p, CpuCache& c, uint32_t* slots,
 }
 
 uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
-  SharedState& s = S(p);
-  uint32_t slot = PopHere(s);
+  const uint32_t slot = PopHere(S(p));
   if (slot != internal::rseq::kNoSlot) return slot;
-  CpuCache& c = ThisCpu(p);
-  const std::lock_guard<std::mutex> lock(c.mu);
-  slot = PopHere(s);  // refilled while we waited for the lock?
-  if (slot != internal::rseq::kNoSlot) return slot;
-  uint32_t got[internal::kMaxCacheSlots];
-  const uint32_t want = Waiting(p) ? 1 : RefillBatch(p);
-  const uint32_t n = s.depot.Pop(got, want, &c.spare, reshelved);
-  if (n == 0) return BufferPool::kNoSlot;
-  Popped(p, n, 0, 0, /*handed=*/1);
-  // got[0] goes to the caller, the rest into this CPU's cache, got[1] on
-  // top.
-  std::reverse(got + 1, got + n);
-  ParkInCache(p, c, got + 1, n - 1, reshelved);
-  return got[0];
+  // A refill of one: under this CPU's lock, the slot the caller gets and
+  // the rest of the batch parked in the cache.
+  uint32_t out;
+  return RseqTakeBulk(p, &out, 1, reshelved) == 1 ? out : BufferPool::kNoSlot;
 }
 
 uint32_t PoolAccess::RseqTakeChunk(BufferPool& p, uint32_t* out, uint32_t max,
@@ -159,7 +148,7 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
     if (n == max) return n;
   }
   // Less than a magazine is left: refill this CPU's cache with one batch
-  // and hand the caller its part of it, as RseqTake does for one slot.
+  // and hand the caller its part of it (RseqTake's refill, max 1).
   CpuCache& c = ThisCpu(p);
   const std::lock_guard<std::mutex> lock(c.mu);
   uint32_t rest = max - n;
