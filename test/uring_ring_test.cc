@@ -55,6 +55,11 @@ class Ring {
     }
     return sqe;
   }
+  // Marks every completion that has arrived as seen.
+  void DropCompletions() {
+    io_uring_cqe* cqe;
+    while (io_uring_peek_cqe(&ring_, &cqe) == 0) io_uring_cqe_seen(&ring_, cqe);
+  }
 
  private:
   io_uring ring_{};
@@ -103,6 +108,25 @@ bool WriteAll(int fd, const char* p, size_t n) {
     n -= static_cast<size_t>(w);
   }
   return true;
+}
+
+// Sends `msg` on `fd` and takes every completion of the ring's receive it
+// makes into `q`, calling Refill() after each when `refill`.
+void SendAndTake(Ring& ring, ProvidedBufferRing& br, int fd,
+                 const std::string& msg, BufferChain& q, bool refill) {
+  ASSERT_TRUE(WriteAll(fd, msg.data(), msg.size()));
+  size_t got = 0;
+  while (got < msg.size()) {
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    io_uring_cqe* cqe;
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    ASSERT_GT(cqe->res, 0);
+    got += static_cast<size_t>(cqe->res);
+    absl::Status s = br.Take(*cqe, q);
+    io_uring_cqe_seen(ring.get(), cqe);
+    ASSERT_TRUE(s.ok()) << s;
+    if (refill) br.Refill();
+  }
 }
 
 struct LoadOptions {
@@ -428,9 +452,7 @@ TEST(ProvidedBufferRingTest, TeardownReturnsLentBuffersAndTakenChainsStay) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
   // The receive, left without its group, ends; nothing names our buffers.
   shutdown(pairs.client[0], SHUT_WR);
-  io_uring_cqe* cqe;
-  while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
-    io_uring_cqe_seen(ring.get(), cqe);
+  ring.DropCompletions();
 }
 
 TEST(ProvidedBufferRingTest, TakeReportsErrorsByTheirErrno) {
@@ -520,9 +542,7 @@ TEST(ProvidedBufferRingTest, TakeIntoAppendsToTheCallersChain) {
   EXPECT_EQ((*br)->Refill(), 16u);
   shutdown(pairs.client[0], SHUT_WR);
   br->reset();
-  io_uring_cqe* cqe;
-  while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
-    io_uring_cqe_seen(ring.get(), cqe);
+  ring.DropCompletions();
 }
 
 TEST(ProvidedBufferRingTest, BadOptionsAndTakenGroupsAreRefused) {
@@ -721,19 +741,8 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   (*br)->PrepareRecv(sqe, pairs.server[0]);
   std::string model;
   auto take_one = [&](const std::string& msg) {
-    ASSERT_TRUE(WriteAll(pairs.client[0], msg.data(), msg.size()));
     model += msg;
-    size_t got = 0;
-    while (got < msg.size()) {
-      ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-      io_uring_cqe* cqe;
-      ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-      ASSERT_GT(cqe->res, 0);
-      got += static_cast<size_t>(cqe->res);
-      absl::Status s = (*br)->Take(*cqe, queue);
-      io_uring_cqe_seen(ring.get(), cqe);
-      ASSERT_TRUE(s.ok()) << s;
-    }
+    SendAndTake(ring, **br, pairs.client[0], msg, queue, /*refill=*/false);
   };
   take_one("tiny");  // copied into one fresh buffer
   EXPECT_EQ((*br)->copied(), 1u);
@@ -749,10 +758,7 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   EXPECT_EQ((*br)->copied(), 2u);
   EXPECT_EQ(queue.slice_count(), 2u);
   shared.Clear();
-  std::string bytes(queue.size(), '\0');
-  queue.CopyTo(
-      absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()), bytes.size()));
-  EXPECT_EQ(bytes, model);
+  EXPECT_EQ(testing_util::Contents(queue), model);
   // Consumed: the queue keeps its last buffer, and the next small
   // completion is copied into it, no pool buffer taken.
   queue.Consume(queue.size());
@@ -782,9 +788,7 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   queue.Clear();
   shutdown(pairs.client[0], SHUT_WR);
   br->reset();
-  io_uring_cqe* cqe;
-  while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
-    io_uring_cqe_seen(ring.get(), cqe);
+  ring.DropCompletions();
 }
 
 }  // namespace
@@ -816,28 +820,10 @@ TEST(ProvidedBufferRingCopyTest, CasesBesideTheInlinePathKeepEveryRule) {
   ASSERT_EQ((*br)->copy_below(), bs / 8);
   io_uring_sqe* sqe = ring.Sqe();
   (*br)->PrepareRecv(sqe, pairs.server[0]);
-  // Sends `msg` and takes its completions into `q`.
   auto take = [&](const std::string& msg, BufferChain& q) {
-    ASSERT_TRUE(WriteAll(pairs.client[0], msg.data(), msg.size()));
-    size_t got = 0;
-    while (got < msg.size()) {
-      ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-      io_uring_cqe* cqe;
-      ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-      ASSERT_GT(cqe->res, 0);
-      got += static_cast<size_t>(cqe->res);
-      absl::Status s = (*br)->Take(*cqe, q);
-      io_uring_cqe_seen(ring.get(), cqe);
-      ASSERT_TRUE(s.ok()) << s;
-      (*br)->Refill();
-    }
+    SendAndTake(ring, **br, pairs.client[0], msg, q, /*refill=*/true);
   };
-  auto bytes_of = [](const BufferChain& q) {
-    std::string out(q.size(), '\0');
-    q.CopyTo(
-        absl::MakeSpan(reinterpret_cast<std::byte*>(out.data()), out.size()));
-    return out;
-  };
+  using testing_util::Contents;
   // A linked buffer with 10 bytes of room, then 100 bytes (under
   // copy_below): 10 into the room, 90 into one fresh buffer.
   BufferChain queue(**pool);
@@ -853,7 +839,7 @@ TEST(ProvidedBufferRingCopyTest, CasesBesideTheInlinePathKeepEveryRule) {
   EXPECT_EQ(queue.slice(0).size(), bs);
   EXPECT_EQ(queue.slice(1).size(), 90u);
   EXPECT_EQ(queue.pinned_bytes(), 2 * bs);
-  EXPECT_EQ(bytes_of(queue), big + small);
+  EXPECT_EQ(Contents(queue), big + small);
   queue.Clear();
   // A queue keeping a buffer of another pool: a small completion fills
   // that buffer in place.
@@ -877,14 +863,14 @@ TEST(ProvidedBufferRingCopyTest, CasesBesideTheInlinePathKeepEveryRule) {
   EXPECT_EQ((*other)->Stats().in_use, 0u);
   ASSERT_EQ(foreign.slice_count(), 1u);
   EXPECT_EQ(foreign.slice(0).pool(), pool->get());
-  EXPECT_EQ(bytes_of(foreign), large);
+  EXPECT_EQ(Contents(foreign), large);
   foreign.Clear();
   // Many swaps with a kept buffer, then teardown: no buffer is held twice
   // or lost.
   for (int i = 0; i < 64; ++i) {
     const std::string msg(bs / 4 + static_cast<size_t>(i), 'a' + i % 26);
     take(msg, queue);
-    ASSERT_EQ(bytes_of(queue), msg);
+    ASSERT_EQ(Contents(queue), msg);
     queue.Consume(queue.size());
     ASSERT_TRUE(queue.keeps_room());
   }
@@ -892,9 +878,7 @@ TEST(ProvidedBufferRingCopyTest, CasesBesideTheInlinePathKeepEveryRule) {
   queue.Clear();
   shutdown(pairs.client[0], SHUT_WR);
   br->reset();
-  io_uring_cqe* cqe;
-  while (io_uring_peek_cqe(ring.get(), &cqe) == 0)
-    io_uring_cqe_seen(ring.get(), cqe);
+  ring.DropCompletions();
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
