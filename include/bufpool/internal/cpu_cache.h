@@ -10,7 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__SANITIZE_ADDRESS__)
+#include "absl/base/config.h"
+
+// ABSL_HAVE_ADDRESS_SANITIZER: GCC's __SANITIZE_ADDRESS__ or clang's
+// __has_feature(address_sanitizer) (clang 14 defines no such macro).
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER)
 #include <sanitizer/asan_interface.h>
 #define BUFPOOL_INTERNAL_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #define BUFPOOL_INTERNAL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
