@@ -3,13 +3,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/base/config.h"
 #include "bufpool/buffer_pool.h"
 #include "gtest/gtest.h"
 
 namespace bufpool {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER)
 constexpr bool kAsan = true;
 #else
 constexpr bool kAsan = false;

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/config.h"
 #include "gtest/gtest.h"
 #include "os/memory.h"
 #include "test_util.h"
@@ -162,7 +163,7 @@ TEST(BufferPoolTest, CreateWithRequiredHugePagesFailsWhenNoneAreReserved) {
 }
 
 TEST(BufferPoolTest, CreateNamesMemlockLimitWhenLockingFails) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || defined(ABSL_HAVE_THREAD_SANITIZER)
   GTEST_SKIP() << "the sanitizer turns mlock into a no-op that succeeds";
 #endif
   EXPECT_EXIT(LockWithoutPrivilegeAndReport(), testing::ExitedWithCode(0),
@@ -868,7 +869,7 @@ TEST(BufferPoolTest, ThreadExitKeepsTheAccountingExact) {
 // after the pop, instead of the count the pop left, missed this in 181 of
 // 18,377 runs; each round here hits it with high probability.)
 TEST(BufferPoolTest, CachesOffBulkAcquireSeesTheTruePeakUnderRaces) {
-#if defined(__SANITIZE_THREAD__)
+#if defined(ABSL_HAVE_THREAD_SANITIZER)
   constexpr int kRounds = 200;
 #else
   constexpr int kRounds = 2000;
@@ -885,13 +886,13 @@ TEST(BufferPoolTest, CachesOffBulkAcquireSeesTheTruePeakUnderRaces) {
     std::vector<std::byte*> theirs(40);
     std::thread a([&] {
       ready.fetch_add(1);
-      while (ready.load() < 2) {
-      }
+      // Yielding: with another test on the other CPU, a bare spin can
+      // hold this one until its thread is scheduled out.
+      while (ready.load() < 2) std::this_thread::yield();
       pool->TryAcquireRawBulk(absl::MakeSpan(theirs));
     });
     ready.fetch_add(1);
-    while (ready.load() < 2) {
-    }
+    while (ready.load() < 2) std::this_thread::yield();
     pool->ReleaseRawBulk(absl::MakeSpan(mine));
     a.join();
     std::set<uint32_t> got;
@@ -923,7 +924,7 @@ TEST_P(MonitorTest, StatsFromAnotherThreadKeepsHighWaterAtTheTruePeak) {
   std::thread monitor([&] {
     while (!done.load()) (void)pool->Stats();
   });
-#if defined(__SANITIZE_THREAD__)
+#if defined(ABSL_HAVE_THREAD_SANITIZER)
   constexpr int kRounds = 5000;
 #else
   constexpr int kRounds = 50000;

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/config.h"
 #include "gtest/gtest.h"
 
 namespace bufpool {
@@ -117,7 +118,7 @@ TEST(DepotTest, ConcurrentMixedShapesNeverLoseOrDuplicateSlots) {
   Depot depot(kSlots, kBatch);
   const std::vector<uint32_t> all = Iota(kSlots);
   depot.Push(all.data(), kSlots, nullptr);
-#if defined(__SANITIZE_THREAD__)
+#if defined(ABSL_HAVE_THREAD_SANITIZER)
   constexpr int kRounds = 5000;
 #else
   constexpr int kRounds = 100000;

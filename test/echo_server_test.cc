@@ -32,13 +32,10 @@
 namespace bufpool {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
 // Sanitizer builds run the same shapes with fewer messages.
-constexpr size_t Scale(size_t n) { return kSanitized ? (n + 3) / 4 : n; }
+constexpr size_t Scale(size_t n) {
+  return testing_util::kSanitized ? (n + 3) / 4 : n;
+}
 
 constexpr size_t kMiB = 1 << 20;
 
@@ -146,7 +143,7 @@ TEST_P(EchoServerTest, Echoes512ConcurrentClientsByteExact) {
   RaiseFileLimit(4096);
   Running s(GetParam(), {.buffer_count = 1024});
   // Up to 256 KiB each and few messages, so the total stays ~128 MiB.
-  ExpectEchoed(s.Load(512, kSanitized ? 1 : 2, 1, kMiB / 4, 303));
+  ExpectEchoed(s.Load(512, testing_util::kSanitized ? 1 : 2, 1, kMiB / 4, 303));
   s.ExpectIdle();
   EXPECT_EQ(s.server().Stats().connections_accepted, 512u);
   s.Stop();

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/config.h"
 #include "gtest/gtest.h"
 
 namespace bufpool {
@@ -67,7 +68,7 @@ TEST(FreeListTest, ConcurrentBatchesNeverLoseOrDuplicateSlots) {
   std::iota(all.begin(), all.end(), 0u);
   list.Push(all.data(), kSlots);
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(ABSL_HAVE_THREAD_SANITIZER)
   constexpr int kRounds = 5000;
 #else
   constexpr int kRounds = 200000;

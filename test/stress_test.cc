@@ -13,13 +13,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/config.h"
 #include "bufpool/buffer_pool.h"
 #include "gtest/gtest.h"
 
 namespace bufpool {
 namespace {
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#if defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_ADDRESS_SANITIZER)
 constexpr int kOpsPerThread = 100000;
 #else
 constexpr int kOpsPerThread = 1000000;
@@ -196,7 +197,7 @@ TEST(StressTest, NappingThreadsAndShortTimeoutWaitersLoseNothing) {
       {.buffer_size = 256, .buffer_count = 256, .cache_size = 16});
   ASSERT_TRUE(created.ok()) << created.status();
   BufferPool& pool = **created;
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#if defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_ADDRESS_SANITIZER)
   const absl::Duration timeout = absl::Seconds(2);
   constexpr int kRounds = 40;
 #else
