@@ -373,8 +373,12 @@ TEST_P(AsioTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
+// 100 connections make 2 million one-byte sends: the plain build only.
 INSTANTIATE_TEST_SUITE_P(Connections, AsioTrickleTest,
-                         testing::Values(size_t{1}, size_t{5}, size_t{100}));
+                         testing::ValuesIn(testing_util::kSanitized
+                                               ? std::vector<size_t>{1, 5}
+                                               : std::vector<size_t>{1, 5,
+                                                                     100}));
 
 }  // namespace
 }  // namespace bufpool

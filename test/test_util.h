@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/config.h"
 #include "gtest/gtest.h"
 
 // The pool and chain helpers are there for the tests that see the library's
@@ -49,6 +50,16 @@
 #endif
 
 namespace bufpool::testing_util {
+
+// True in the ASan and TSan builds, where each step costs several times
+// more: loops that repeat a check many times run fewer rounds there, and a
+// case that only scales an already-run check up (more connections, more
+// threads) runs in the plain build alone.
+#if defined(ABSL_HAVE_ADDRESS_SANITIZER) || defined(ABSL_HAVE_THREAD_SANITIZER)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
 
 #ifdef BUFPOOL_TEST_UTIL_HAS_LIBRARY
 // ---- Pools and chains ----
