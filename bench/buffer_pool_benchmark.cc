@@ -37,6 +37,12 @@ int Register() {
   benchmark::RegisterBenchmark("WorkingSet/floor_plain_stack",
                                WorkingSet<FloorStack>);
   benchmark::RegisterBenchmark("Bulk32/floor_plain_stack", Bulk32<FloorStack>);
+  benchmark::RegisterBenchmark("Pair/floor_shared_stack",
+                               Pair<FloorSharedStack>);
+  benchmark::RegisterBenchmark("WorkingSet/floor_shared_stack",
+                               WorkingSet<FloorSharedStack>);
+  benchmark::RegisterBenchmark("Pair/floor_indexed_stack",
+                               Pair<FloorIndexedStack>);
   return 0;
 }
 const int kRegistered = Register();

@@ -175,6 +175,94 @@ struct FloorStack {
   std::vector<std::byte*> free_;
 };
 
+// The same stack with its top kept in memory, read and written on every
+// call (relaxed atomic loads and stores, no read-modify-write), as in any
+// cache that another thread may inspect or drain: each call's load of the
+// top waits for the previous call's store to forward. What a per-CPU cache
+// pair costs before finding its CPU, bounds checks or restart bookkeeping.
+struct FloorSharedStack {
+  using Item = std::byte*;
+  static constexpr size_t kCount = 2048;
+  FloorSharedStack() {
+    void* region = nullptr;
+    if (posix_memalign(&region, kBufferSize, kCount * kBufferSize) != 0) {
+      Die("posix_memalign");
+    }
+    region_ = static_cast<std::byte*>(region);
+    for (size_t i = 0; i < kCount; ++i) {
+      region_[i * kBufferSize] = std::byte{0};  // fault it in
+      slots_[i] = region_ + (kCount - 1 - i) * kBufferSize;
+    }
+    top_.store(kCount, std::memory_order_relaxed);
+  }
+  ~FloorSharedStack() { free(region_); }
+  FloorSharedStack(const FloorSharedStack&) = delete;
+  FloorSharedStack& operator=(const FloorSharedStack&) = delete;
+  BENCH_INLINE Item Get() {
+    const uint32_t n = top_.load(std::memory_order_relaxed) - 1;
+    std::byte* p = slots_[n];
+    top_.store(n, std::memory_order_relaxed);
+    return p;
+  }
+  BENCH_INLINE static std::byte* Data(Item p) { return p; }
+  BENCH_INLINE void Put(Item& p) {
+    const uint32_t n = top_.load(std::memory_order_relaxed);
+    slots_[n] = p;
+    top_.store(n + 1, std::memory_order_relaxed);
+  }
+  std::byte* region_ = nullptr;
+  std::atomic<uint32_t> top_{0};
+  std::byte* slots_[kCount];
+};
+
+// The shared stack found as a per-CPU cache is: at base + index * stride,
+// the index read from memory on every call (as a cache's CPU or concurrency
+// id is read from the thread's rseq area), so each call's load of the top
+// goes through a freshly computed address.
+struct FloorIndexedStack {
+  using Item = std::byte*;
+  static constexpr size_t kCount = 2048;
+  FloorIndexedStack() {
+    void* region = nullptr;
+    if (posix_memalign(&region, kBufferSize, kCount * kBufferSize) != 0) {
+      Die("posix_memalign");
+    }
+    region_ = static_cast<std::byte*>(region);
+    for (size_t i = 0; i < kCount; ++i) {
+      region_[i * kBufferSize] = std::byte{0};  // fault it in
+      stacks_[1].slots[i] = region_ + (kCount - 1 - i) * kBufferSize;
+    }
+    stacks_[1].top.store(kCount, std::memory_order_relaxed);
+  }
+  ~FloorIndexedStack() { free(region_); }
+  FloorIndexedStack(const FloorIndexedStack&) = delete;
+  FloorIndexedStack& operator=(const FloorIndexedStack&) = delete;
+  struct Stack {
+    std::atomic<uint32_t> top{0};
+    std::byte* slots[kCount];
+  };
+  BENCH_INLINE Stack& Mine() {
+    return stacks_[index_.load(std::memory_order_relaxed)];
+  }
+  BENCH_INLINE Item Get() {
+    Stack& s = Mine();
+    const uint32_t n = s.top.load(std::memory_order_relaxed) - 1;
+    std::byte* p = s.slots[n];
+    s.top.store(n, std::memory_order_relaxed);
+    return p;
+  }
+  BENCH_INLINE static std::byte* Data(Item p) { return p; }
+  BENCH_INLINE void Put(Item& p) {
+    Stack& s = Mine();
+    const uint32_t n = s.top.load(std::memory_order_relaxed);
+    s.slots[n] = p;
+    s.top.store(n + 1, std::memory_order_relaxed);
+  }
+  std::byte* region_ = nullptr;
+  std::atomic<uint32_t> index_{1};
+  Stack stacks_[2];
+};
+
 // ---- libbufpool
 // -------------------------------------------------------------- Thread caches
 // of 256, the size DPDK's contender gets, so both keep the same number of free

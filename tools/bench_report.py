@@ -638,6 +638,12 @@ def main(run_dir):
                     "machine needs without one: floor_plain_stack is a "
                     "per-thread stack with no lock and no checks (the cost of "
                     "touching page-aligned buffers plus a push and a pop); "
+                    "floor_shared_stack is the same stack with its top in "
+                    "memory, loaded and stored on every call, as a cache "
+                    "that other threads may drain must keep it, and "
+                    "floor_indexed_stack that stack found as a per-CPU "
+                    "cache is, at an address computed from an index read "
+                    "on every call; "
                     "floor_kernel_zeroing maps and populates the same huge-page "
                     "region the pool uses, with no pool (the kernel's zeroing "
                     "alone).")
