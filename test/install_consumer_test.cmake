@@ -133,17 +133,33 @@ endfunction()
 check_package("${BUILD_DIR}" "${WORK_DIR}/main")
 message(STATUS "install consumer test passed for ${BUILD_DIR}")
 
-# The other linkage: the library alone, linked from this build's objects
-# (BUFPOOL_PREBUILT_OBJECTS_FILE; what is checked is the package, and the
-# objects are the same either way), then checked as above.
+# The other linkage: the library alone, with this build's toolchain and
+# flags (OTHER_CACHE), linked from this build's objects where the build
+# lists them (bufpool_objects.txt: what is checked is the package, and the
+# objects are the same either way), else compiled again without
+# optimisation or debug information; then checked as above.
 if(BUILD_SHARED)
   set(other OFF)
 else()
   set(other ON)
 endif()
-run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/other_build"
+set(other_args)
+if(EXISTS "${BUILD_DIR}/bufpool_objects.txt")
+  list(APPEND other_args
+    -DBUFPOOL_PREBUILT_OBJECTS_FILE=${BUILD_DIR}/bufpool_objects.txt)
+elseif(BUILD_TYPE)
+  string(TOUPPER "${BUILD_TYPE}" bt)
+  set(ndebug "-DNDEBUG")  # asserts as the build type has them
+  if(bt STREQUAL "DEBUG")
+    set(ndebug "")
+  endif()
+  list(APPEND other_args "-DCMAKE_CXX_FLAGS_${bt}=${ndebug}"
+       "-DCMAKE_C_FLAGS_${bt}=${ndebug}")
+endif()
+run(${CMAKE_COMMAND} -C "${OTHER_CACHE}" -S "${SOURCE_DIR}"
+    -B "${WORK_DIR}/other_build"
     -DBUILD_SHARED_LIBS=${other} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
-    -DBUFPOOL_PREBUILT_OBJECTS_FILE=${BUILD_DIR}/bufpool_objects.txt
+    ${other_args}
     -DBUFPOOL_BUILD_TESTS=OFF -DBUFPOOL_BUILD_BENCHMARKS=OFF
     -DBUFPOOL_BUILD_TOOLS=OFF -DBUFPOOL_BUILD_EXAMPLES=OFF)
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/other_build" --target bufpool)
