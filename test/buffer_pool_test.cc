@@ -868,6 +868,15 @@ TEST(BufferPoolTest, ThreadExitKeepsTheAccountingExact) {
 // main's 32 still out: high_water must say 64. (Reading the depot's size
 // after the pop, instead of the count the pop left, missed this in 181 of
 // 18,377 runs; each round here hits it with high probability.)
+// Waits until both racers have arrived: a bare spin first, so the two
+// start within nanoseconds when both run, then yields, so that with another
+// test on the other CPU the spinner does not hold it for a time slice.
+void StartTogether(const std::atomic<int>& ready) {
+  for (int spins = 0; ready.load() < 2; ++spins) {
+    if (spins > 10000) std::this_thread::yield();
+  }
+}
+
 TEST(BufferPoolTest, CachesOffBulkAcquireSeesTheTruePeakUnderRaces) {
 #if defined(ABSL_HAVE_THREAD_SANITIZER)
   constexpr int kRounds = 200;
@@ -886,13 +895,11 @@ TEST(BufferPoolTest, CachesOffBulkAcquireSeesTheTruePeakUnderRaces) {
     std::vector<std::byte*> theirs(40);
     std::thread a([&] {
       ready.fetch_add(1);
-      // Yielding: with another test on the other CPU, a bare spin can
-      // hold this one until its thread is scheduled out.
-      while (ready.load() < 2) std::this_thread::yield();
+      StartTogether(ready);
       pool->TryAcquireRawBulk(absl::MakeSpan(theirs));
     });
     ready.fetch_add(1);
-    while (ready.load() < 2) std::this_thread::yield();
+    StartTogether(ready);
     pool->ReleaseRawBulk(absl::MakeSpan(mine));
     a.join();
     std::set<uint32_t> got;
