@@ -178,8 +178,10 @@ struct FloorStack {
 // The same stack with its top kept in memory, read and written on every
 // call (relaxed atomic loads and stores, no read-modify-write), as in any
 // cache that another thread may inspect or drain: each call's load of the
-// top waits for the previous call's store to forward. What a per-CPU cache
-// pair costs before finding its CPU, bounds checks or restart bookkeeping.
+// top depends on the previous call's store (forwarded, or on CPUs that
+// rename memory operands at a fixed address, renamed). Relaxed stores are
+// the floor on x86-64; a drainable cache on AArch64 needs release stores.
+// Pair and WorkingSet only.
 struct FloorSharedStack {
   using Item = std::byte*;
   static constexpr size_t kCount = 2048;
@@ -218,7 +220,8 @@ struct FloorSharedStack {
 // The shared stack found as a per-CPU cache is: at base + index * stride,
 // the index read from memory on every call (as a cache's CPU or concurrency
 // id is read from the thread's rseq area), so each call's load of the top
-// goes through a freshly computed address.
+// goes through a freshly computed address, which memory renaming does not
+// cover. Pair only.
 struct FloorIndexedStack {
   using Item = std::byte*;
   static constexpr size_t kCount = 2048;

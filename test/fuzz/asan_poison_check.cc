@@ -1,7 +1,8 @@
 // Built by the fuzz preset (clang with ASan): writes into a buffer after
-// releasing it, which ASan must report as use-after-poison. clang defines
-// no __SANITIZE_ADDRESS__, so this checks that the pool's poisoning is on in
-// a clang build, which the GCC asan preset's tests cannot see.
+// releasing it, which ASan must report as use-after-poison. clang 14
+// defines no __SANITIZE_ADDRESS__, so this checks that the library compiled
+// by clang with ASan poisons released buffers, which the GCC asan preset's
+// tests cannot see.
 #include <cstdio>
 
 #include "bufpool/buffer_pool.h"
