@@ -30,25 +30,8 @@ namespace {
 
 using testing_util::Event;
 using testing_util::MakePool;
+using testing_util::ScopedPin;
 
-// Keeps this thread (and threads it starts) on the CPU it runs on, for the
-// tests that check high_water exactly: it is exact while one CPU's cache is
-// in use, and a thread that migrates leaves free buffers in two.
-class ScopedPin {
- public:
-  ScopedPin() {
-    CPU_ZERO(&saved_);
-    ::sched_getaffinity(0, sizeof(saved_), &saved_);
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(::sched_getcpu(), &one);
-    ::sched_setaffinity(0, sizeof(one), &one);
-  }
-  ~ScopedPin() { ::sched_setaffinity(0, sizeof(saved_), &saved_); }
-
- private:
-  cpu_set_t saved_;
-};
 
 // high_water is exact with caches off and, in the locked mode, while one
 // CPU's cache is in use; the rseq caches keep no low-water marks, so there

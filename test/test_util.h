@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -63,6 +64,26 @@ inline constexpr bool kSanitized = false;
 
 #ifdef BUFPOOL_TEST_UTIL_HAS_LIBRARY
 // ---- Pools and chains ----
+
+// Keeps this thread (and threads it starts) on the CPU it runs on, for the
+// tests that check high_water exactly: it is exact while one CPU's cache is
+// in use, and a thread that migrates leaves free buffers in two.
+class ScopedPin {
+ public:
+  ScopedPin() {
+    CPU_ZERO(&saved_);
+    ::sched_getaffinity(0, sizeof(saved_), &saved_);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(::sched_getcpu(), &one);
+    ::sched_setaffinity(0, sizeof(one), &one);
+  }
+  ~ScopedPin() { ::sched_setaffinity(0, sizeof(saved_), &saved_); }
+
+ private:
+  cpu_set_t saved_;
+};
+
 
 // A pool made with `options`. A pool the test cannot have is a broken
 // set-up, not a finding: the failure is reported and the test binary
