@@ -84,7 +84,6 @@ class ScopedPin {
   cpu_set_t saved_;
 };
 
-
 // A pool made with `options`. A pool the test cannot have is a broken
 // set-up, not a finding: the failure is reported and the test binary
 // aborts (a death test must never "die" on a null pool instead).
