@@ -469,12 +469,16 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
 // Prepare() until done(): the kernel reads its msghdr. Not movable.
 //
 //   conn->send.Prepare(sqe, fd, std::move(chain), {.zero_copy = true});
-//   io_uring_sqe_set_data(sqe, conn);
+//   io_uring_sqe_set_data(sqe, conn);  // tagged as a send (see below)
 //   ... for every completion with that user_data:
 //   conn->send.OnCompletion(*cqe);
 //   if (conn->send.has_result()) ... result(): bytes sent or -errno;
 //       TakeUnsent() gives back what was not sent
 //   if (conn->send.done()) ... the held bytes are released; Prepare again
+//
+// A connection's receive and send complete on the same ring, so give them
+// different user_data: examples/uring_echo.cc tags the connection pointer's
+// low bits with the operation (receive, send, accept, ...).
 //
 // Thread safety: the ring's thread.
 class BUFPOOL_EXPORT HeldSend {
