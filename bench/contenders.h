@@ -134,6 +134,31 @@ struct MutexFreeList {
 
 // ---- The floor: no allocator at all -----------------------------------------
 
+// The floors' buffers: kCount page-aligned buffers of kBufferSize, each
+// faulted in, owned by one floor object.
+class FloorRegion {
+ public:
+  static constexpr size_t kCount = 2048;
+  FloorRegion() {
+    void* region = nullptr;
+    if (posix_memalign(&region, kBufferSize, kCount * kBufferSize) != 0) {
+      Die("posix_memalign");
+    }
+    base_ = static_cast<std::byte*>(region);
+    for (size_t i = 0; i < kCount; ++i) base_[i * kBufferSize] = std::byte{0};
+  }
+  ~FloorRegion() { free(base_); }
+  FloorRegion(const FloorRegion&) = delete;
+  FloorRegion& operator=(const FloorRegion&) = delete;
+  // The buffers in the order a stack hands them out: the last one first.
+  std::byte* StackEntry(size_t i) const {
+    return base_ + (kCount - 1 - i) * kBufferSize;
+  }
+
+ private:
+  std::byte* base_ = nullptr;
+};
+
 // A plain stack of page-aligned buffers owned by one thread: no lock, no
 // atomic, no check, not shareable between threads. It is not a contender
 // but the floor under every contender: what touching 4 KiB-aligned buffers
@@ -141,22 +166,11 @@ struct MutexFreeList {
 // workloads only (Pair, WorkingSet, Bulk32).
 struct FloorStack {
   using Item = std::byte*;
-  static constexpr size_t kCount = 2048;
+  static constexpr size_t kCount = FloorRegion::kCount;
   FloorStack() {
-    void* region = nullptr;
-    if (posix_memalign(&region, kBufferSize, kCount * kBufferSize) != 0) {
-      Die("posix_memalign");
-    }
-    region_ = static_cast<std::byte*>(region);
     free_.reserve(kCount);
-    for (size_t i = 0; i < kCount; ++i) {
-      region_[i * kBufferSize] = std::byte{0};  // fault it in
-      free_.push_back(region_ + (kCount - 1 - i) * kBufferSize);
-    }
+    for (size_t i = 0; i < kCount; ++i) free_.push_back(region_.StackEntry(i));
   }
-  ~FloorStack() { free(region_); }
-  FloorStack(const FloorStack&) = delete;
-  FloorStack& operator=(const FloorStack&) = delete;
   BENCH_INLINE Item Get() {
     std::byte* p = free_.back();
     free_.pop_back();
@@ -171,7 +185,7 @@ struct FloorStack {
   BENCH_INLINE void PutBulk(Item* in, size_t n) {
     free_.insert(free_.end(), in, in + n);
   }
-  std::byte* region_ = nullptr;
+  FloorRegion region_;
   std::vector<std::byte*> free_;
 };
 
@@ -184,22 +198,11 @@ struct FloorStack {
 // Pair and WorkingSet only.
 struct FloorSharedStack {
   using Item = std::byte*;
-  static constexpr size_t kCount = 2048;
+  static constexpr size_t kCount = FloorRegion::kCount;
   FloorSharedStack() {
-    void* region = nullptr;
-    if (posix_memalign(&region, kBufferSize, kCount * kBufferSize) != 0) {
-      Die("posix_memalign");
-    }
-    region_ = static_cast<std::byte*>(region);
-    for (size_t i = 0; i < kCount; ++i) {
-      region_[i * kBufferSize] = std::byte{0};  // fault it in
-      slots_[i] = region_ + (kCount - 1 - i) * kBufferSize;
-    }
+    for (size_t i = 0; i < kCount; ++i) slots_[i] = region_.StackEntry(i);
     top_.store(kCount, std::memory_order_relaxed);
   }
-  ~FloorSharedStack() { free(region_); }
-  FloorSharedStack(const FloorSharedStack&) = delete;
-  FloorSharedStack& operator=(const FloorSharedStack&) = delete;
   BENCH_INLINE Item Get() {
     const uint32_t n = top_.load(std::memory_order_relaxed) - 1;
     std::byte* p = slots_[n];
@@ -212,7 +215,7 @@ struct FloorSharedStack {
     slots_[n] = p;
     top_.store(n + 1, std::memory_order_relaxed);
   }
-  std::byte* region_ = nullptr;
+  FloorRegion region_;
   std::atomic<uint32_t> top_{0};
   std::byte* slots_[kCount];
 };
@@ -224,22 +227,13 @@ struct FloorSharedStack {
 // cover. Pair only.
 struct FloorIndexedStack {
   using Item = std::byte*;
-  static constexpr size_t kCount = 2048;
+  static constexpr size_t kCount = FloorRegion::kCount;
   FloorIndexedStack() {
-    void* region = nullptr;
-    if (posix_memalign(&region, kBufferSize, kCount * kBufferSize) != 0) {
-      Die("posix_memalign");
-    }
-    region_ = static_cast<std::byte*>(region);
     for (size_t i = 0; i < kCount; ++i) {
-      region_[i * kBufferSize] = std::byte{0};  // fault it in
-      stacks_[1].slots[i] = region_ + (kCount - 1 - i) * kBufferSize;
+      stacks_[1].slots[i] = region_.StackEntry(i);
     }
     stacks_[1].top.store(kCount, std::memory_order_relaxed);
   }
-  ~FloorIndexedStack() { free(region_); }
-  FloorIndexedStack(const FloorIndexedStack&) = delete;
-  FloorIndexedStack& operator=(const FloorIndexedStack&) = delete;
   struct Stack {
     std::atomic<uint32_t> top{0};
     std::byte* slots[kCount];
@@ -261,7 +255,7 @@ struct FloorIndexedStack {
     s.slots[n] = p;
     s.top.store(n + 1, std::memory_order_relaxed);
   }
-  std::byte* region_ = nullptr;
+  FloorRegion region_;
   std::atomic<uint32_t> index_{1};
   Stack stacks_[2];
 };

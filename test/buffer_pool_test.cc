@@ -32,7 +32,6 @@ using testing_util::Event;
 using testing_util::MakePool;
 using testing_util::ScopedPin;
 
-
 // high_water is exact with caches off and, in the locked mode, while one
 // CPU's cache is in use; the rseq caches keep no low-water marks, so there
 // it may exceed the peak by what the caches park.
