@@ -214,7 +214,7 @@ class BUFPOOL_EXPORT BufferChain {
   void Consume(size_t n) {
     if (count_ == 1 && n >= size_) {
       size_ = 0;
-      DropLast(At(0));
+      DropLast(segs_[head_]);  // At(0): head_ < cap_
       return;
     }
     ConsumeSlow(n);
@@ -328,9 +328,11 @@ class BUFPOOL_EXPORT BufferChain {
   }
   // The kept buffer becomes the only slice, empty for the moment. Field by
   // field: the ring's slots past count_ hold nothing, so no reference is
-  // dropped and no count touched.
+  // dropped and no count touched. An empty chain's ring may start anywhere:
+  // slot 0, with no index to compute.
   void UnkeepRoom() {
-    SharedBuffer& s = At(0);
+    head_ = 0;
+    SharedBuffer& s = segs_[0];
     s.pool_ = std::exchange(spare_.pool_, nullptr);
     s.data_ = std::exchange(spare_.data_, nullptr);
     s.size_ = 0;
@@ -350,10 +352,14 @@ class BUFPOOL_EXPORT BufferChain {
   void DropLast(SharedBuffer& last) {
     // The only reference (use_count() == 1 is stable: no one else can copy
     // it), so no other slice, chain, thread or the kernel sees the buffer.
-    if (last.pool_ == pool_ && last.use_count() == 1) {
+    BufferPool* const pool = pool_;
+    if (last.pool_ == pool && pool != nullptr &&
+        internal::SharedAccess::Ref(*pool, last.slot_)
+                .load(std::memory_order_acquire) == 1) {
       // Field by field: spare_ is empty while the chain has slices.
-      spare_.pool_ = std::exchange(last.pool_, nullptr);
-      spare_.data_ = pool_->SlotData(last.slot_);
+      spare_.pool_ = pool;
+      last.pool_ = nullptr;
+      spare_.data_ = pool->SlotData(last.slot_);
       spare_.size_ = 0;
       spare_.slot_ = last.slot_;
       last.data_ = nullptr;
@@ -364,23 +370,26 @@ class BUFPOOL_EXPORT BufferChain {
     head_ = 0;
     count_ = 0;
   }
-  // For the ring: the first `n` (> 0) bytes of `slot`, a buffer of pool()
-  // whose handle the caller gives up, become the only slice of this empty
-  // chain in place of its kept buffer (keeps_room() must be true), whose
-  // slot is returned, now the caller's (a handle's worth, its count
+  // For the ring: the first `n` (> 0) bytes of `slot` (whose bytes start at
+  // `data`), a buffer of pool() whose handle the caller gives up, become the
+  // only slice of this empty chain in place of its kept buffer (keeps_room()
+  // must be true), whose slot is returned and whose bytes' start is stored
+  // in *kept_data, now the caller's (a handle's worth, its count
   // untouched). One count store, for the new slice.
-  uint32_t SwapKeptRoom(uint32_t slot, size_t n) {
+  uint32_t SwapKeptRoom(uint32_t slot, std::byte* data, size_t n,
+                        std::byte** kept_data) {
     BufferPool& pool = *pool_;
     // Relaxed, as in SharedBuffer(Buffer&&): the slot is the caller's
     // alone. Ref() may read the counts pointer relaxed: the kept buffer is
     // a live SharedBuffer of this pool (see shared_access.h).
     internal::SharedAccess::Ref(pool, slot).store(1, std::memory_order_relaxed);
-    SharedBuffer& s = At(0);
+    head_ = 0;  // as in UnkeepRoom()
+    SharedBuffer& s = segs_[0];
     s.pool_ = std::exchange(spare_.pool_, nullptr);
-    s.data_ = pool.SlotData(slot);
+    s.data_ = data;
     s.size_ = n;
     s.slot_ = slot;
-    spare_.data_ = nullptr;
+    *kept_data = std::exchange(spare_.data_, nullptr);
     count_ = 1;
     size_ = n;
     return spare_.slot_;

@@ -405,7 +405,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   absl::Status TakeIncremental(const io_uring_cqe& cqe, uint32_t id,
                                BufferChain& out);
   // The ring's reference to buffer `id` as a counted slice of all of it
-  // (made from lent_[id].buffer on first use).
+  // (made from lent_[id]'s slot on first use).
   SharedBuffer& Shared(uint16_t id);
 
   io_uring* ring_ = nullptr;
@@ -435,17 +435,25 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   uint64_t enobufs_ = 0;
   size_t copy_below_ = 0;
   uint64_t copied_ = 0;
-  // Per buffer id: the pool buffer lent under it (empty when the id is
-  // free) and the ring position it was added at, side by side, so a
-  // completion touches one entry (the id added at a position last is that
-  // entry's bid in br_, which the kernel never writes).
+  // Per buffer id: the pool buffer lent under it, as its bytes and its
+  // slot (data nullptr when the id is free or, on an incremental ring, when
+  // shared_ holds the buffer), and the ring position it was added at, side
+  // by side, so a completion touches one entry (the id added at a position
+  // last is that entry's bid in br_, which the kernel never writes). The
+  // ring owns each such slot as a Buffer handle would (TakeSlot(); GiveSlot()
+  // makes the handle again): a bare slot, so the inline path moves no
+  // handle.
   struct Lent {
-    Buffer buffer;
+    std::byte* data = nullptr;
+    uint32_t slot = 0;
     uint32_t pos = 0;
   };
+  // The handle of the buffer lent under `id` (lent_[id].data != nullptr),
+  // which the id no longer holds.
+  Buffer TakeLent(uint16_t id);
   std::vector<Lent> lent_;
   // Incremental rings: per id, the ring's counted reference once a slice of
-  // the buffer has been taken (lent_[id].buffer is then empty), and the bytes
+  // the buffer has been taken (lent_[id].data is then nullptr), and the bytes
   // of it the kernel has filled so far.
   std::vector<SharedBuffer> shared_;
   std::vector<uint32_t> filled_;
@@ -586,11 +594,11 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
       id >= inline_ids_) [[unlikely]] {
     return false;
   }
-  Buffer& lent = lent_[id].buffer;
-  if (!lent) [[unlikely]]
+  Lent& lent = lent_[id];
+  std::byte* const src = lent.data;
+  if (src == nullptr) [[unlikely]]
     return false;  // not lent: TakeSlow() says so
   const auto bid = static_cast<uint16_t>(id);
-  std::byte* const src = base_ + size_t{lent.slot()} * buffer_size_;
   std::byte* dst;
   if (out.count_ != 0) {
     if (copy_below_ == 0) return false;
@@ -602,10 +610,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
     return false;
   } else if (len >= copy_below_) {
     // Swap: the filled buffer becomes the chain's, the kept one the ring's.
-    const uint32_t filled = internal::SharedAccess::TakeSlot(lent);
-    const uint32_t kept = out.SwapKeptRoom(filled, len);
-    lent = internal::SharedAccess::GiveSlot(*pool_, kept);
-    Relend(bid, base_ + size_t{kept} * buffer_size_);
+    std::byte* kept_data;
+    lent.slot = out.SwapKeptRoom(lent.slot, src, len, &kept_data);
+    lent.data = kept_data;
+    Relend(bid, kept_data);
     return true;
   } else {
     dst = out.RoomStart();  // the kept buffer's start

@@ -1,8 +1,10 @@
 // ProvidedBufferRing: pool buffers lent to an io_uring provided-buffer ring.
 //
 // Bookkeeping, all on the ring's thread:
-//   lent_[id].buffer the pool buffer lent under ring-local buffer id `id`
-//                    (empty when the id is free, i.e. on free_ids_);
+//   lent_[id].data   the bytes of the pool buffer lent under ring-local
+//   lent_[id].slot   buffer id `id`, and its slot, which the ring owns as a
+//                    handle would (data nullptr when the id is free, i.e. on
+//                    free_ids_, or when shared_[id] holds the buffer);
 //   lent_[id].pos    the ring position (mod entries_) id was added at;
 //   br_->bufs[pos].bid  the id added at position pos last (the kernel
 //                    reads ring entries and may rewrite their addr and len,
@@ -214,8 +216,11 @@ absl::Status ProvidedBufferRing::Register(uint16_t flags) {
 
 ProvidedBufferRing::~ProvidedBufferRing() {
   // After this the kernel selects no buffer of the group, so every lent
-  // buffer (lent_) is ours to return; they go back as lent_ is destroyed.
+  // buffer (lent_, and shared_ as it is destroyed) is ours to return.
   if (registered_) io_uring_unregister_buf_ring(ring_, group_id_);
+  for (uint32_t id = 0; id < lent_.size(); ++id) {
+    if (lent_[id].data != nullptr) TakeLent(static_cast<uint16_t>(id));
+  }
   if (br_ != nullptr) os::Unmap(br_, br_bytes_);
 }
 
@@ -260,9 +265,11 @@ size_t ProvidedBufferRing::Refill() {
   for (size_t i = 0; i < got; ++i) {
     const uint16_t id = free_ids_.back();
     free_ids_.pop_back();
-    lent_[id].buffer = std::move(scratch_[i]);
+    Lent& lent = lent_[id];
+    lent.data = scratch_[i].data();
+    lent.slot = internal::SharedAccess::TakeSlot(scratch_[i]);
     if (incremental_) filled_[id] = 0;
-    AddAt(id, lent_[id].buffer.data(), relent_ + static_cast<uint32_t>(i));
+    AddAt(id, lent.data, relent_ + static_cast<uint32_t>(i));
   }
   const uint32_t added = relent_ + static_cast<uint32_t>(got);
   if (added > 0) {
@@ -278,8 +285,13 @@ size_t ProvidedBufferRing::Refill() {
   return in_ring_;
 }
 
+Buffer ProvidedBufferRing::TakeLent(uint16_t id) {
+  lent_[id].data = nullptr;
+  return internal::SharedAccess::GiveSlot(*pool_, lent_[id].slot);
+}
+
 SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
-  if (lent_[id].buffer) shared_[id] = SharedBuffer(std::move(lent_[id].buffer));
+  if (lent_[id].data != nullptr) shared_[id] = SharedBuffer(TakeLent(id));
   return shared_[id];
 }
 
@@ -287,7 +299,7 @@ bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
   // What TakeInline() left: an empty chain without a kept buffer gets one
   // fresh buffer; else Append() fills the tail's room (or a kept buffer of
   // another pool) and the fresh buffers the rest needs.
-  std::byte* src = lent_[id].buffer.data();
+  std::byte* src = lent_[id].data;
   if (out.count_ == 0 && !out.spare_ && out.pool_ != nullptr &&
       len <= out.pool_->buffer_size()) {
     Buffer b = out.pool_->TryAcquire();
@@ -350,8 +362,8 @@ absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
   // division for the usual one-buffer completion.)
   const size_t n =
       total <= buffer_size_ ? 1 : (total + buffer_size_ - 1) / buffer_size_;
-  const bool known =
-      id < entries_ && (lent_[id].buffer || (incremental_ && shared_[id]));
+  const bool known = id < entries_ && (lent_[id].data != nullptr ||
+                                       (incremental_ && shared_[id]));
   if (!known || n > in_ring_) [[unlikely]] {
     return absl::FailedPreconditionError(absl::StrCat(
         "ProvidedBufferRing::Take: buffer id ", id, " (", n,
@@ -395,9 +407,9 @@ absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
     const size_t len = std::min<size_t>(left, buffer_size_);
     left -= len;
     if (len == 0) {
-      lent_[b].buffer.Reset();
+      TakeLent(b);  // dropped: back to the pool
     } else {
-      out.Append(std::move(lent_[b].buffer), len);
+      out.Append(TakeLent(b), len);
     }
   }
   in_ring_ -= n;
@@ -441,8 +453,8 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
     const size_t len = std::min<size_t>(left, buffer_size_ - start);
     left -= len;
     const bool stays = more && i + 1 == n && start + len < buffer_size_;
-    std::byte* data = (lent_[id].buffer ? lent_[id].buffer.data()
-                                        : shared_[id].mutable_data()) +
+    std::byte* data = (lent_[id].data != nullptr ? lent_[id].data
+                                                 : shared_[id].mutable_data()) +
                       start;
     // The bytes right after the chain's tail slice join it; else small
     // ones are copied (as a ring without incremental mode does); else
@@ -453,8 +465,8 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
                (len < inc_copy_below || out.tail_room() != 0) &&
                out.Append(absl::MakeConstSpan(data, len)).ok()) {
       ++copied_;
-    } else if (!stays && start == 0 && lent_[id].buffer) {
-      out.Append(std::move(lent_[id].buffer), len);  // all of it, in one go
+    } else if (!stays && start == 0 && lent_[id].data != nullptr) {
+      out.Append(TakeLent(id), len);  // all of it, in one go
     } else {
       out.Append(Shared(id).Slice(start, len));
     }
@@ -464,10 +476,11 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
     }
     // Done in the kernel. Not one slice taken (all copied): lend it again
     // at once, from its start.
-    if (lent_[id].buffer || (shared_[id] && shared_[id].use_count() == 1)) {
+    if (lent_[id].data != nullptr ||
+        (shared_[id] && shared_[id].use_count() == 1)) {
       filled_[id] = 0;
-      Relend(id, lent_[id].buffer ? lent_[id].buffer.data()
-                                  : shared_[id].mutable_data());
+      Relend(id, lent_[id].data != nullptr ? lent_[id].data
+                                           : shared_[id].mutable_data());
       continue;
     }
     shared_[id].Reset();
