@@ -44,7 +44,7 @@ int main() {
   const uint64_t stride = sizeof(Cache);
   const uint32_t no_waiters = 0, waiting = 1;
   if (cpu_id < 0) {
-    Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == rs::kNone,
+    Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == rs::kNoSlot,
            "unregistered: Pop fails");
     Expect(!rs::Push(base, stride, 2, rs::kMmCidField, 8, &no_waiters, 5),
            "unregistered: Push on mm_cid 0 fails");
@@ -69,14 +69,14 @@ int main() {
          "Push fails when full");
   Expect(rs::Pop(base, stride, 2, rs::kMmCidField) == 10 &&
              rs::Pop(base, stride, 2, rs::kMmCidField) == 9 &&
-             rs::Pop(base, stride, 2, rs::kMmCidField) == rs::kNone,
+             rs::Pop(base, stride, 2, rs::kMmCidField) == rs::kNoSlot,
          "Pop is LIFO and fails when empty");
   caches[1].count |= rs::kStopped;
-  Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == rs::kNone &&
+  Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == rs::kNoSlot &&
              !rs::Push(base, stride, 2, rs::kCpuIdField, 8, &no_waiters, 3),
          "a stopped cache fails both");
   caches[1].count &= ~rs::kStopped;
-  Expect(rs::Pop(base, stride, 1, rs::kCpuIdField) == rs::kNone,
+  Expect(rs::Pop(base, stride, 1, rs::kCpuIdField) == rs::kNoSlot,
          "an index at or above ncpu fails");
   Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == 7, "Pop by cpu_id");
   // The descriptor the last sequence stored, as the kernel reads it.

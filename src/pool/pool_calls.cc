@@ -220,8 +220,7 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
   }
   if (rseq_base_ != nullptr) {
     if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
-                             static_cast<uint32_t>(cache_capacity_), &waiters_,
-                             slot)) [[likely]] {
+                             cache_capacity_, &waiters_, slot)) [[likely]] {
       return;  // the hit: one sequence
     }
     PoolAccess::WakeWaiters(*this, PoolAccess::RseqGive(*this, slot));

@@ -177,10 +177,10 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
 
 uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   SharedState& s = S(p);
-  const auto cap = static_cast<uint32_t>(p.cache_capacity_);
   auto push = [&](uint32_t x) {
     return internal::rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches,
-                                s.rseq_index, cap, &p.waiters_, x);
+                                s.rseq_index, p.cache_capacity_, &p.waiters_,
+                                x);
   };
   if (push(slot)) return 0;
   CpuCache& c = ThisCpu(p);

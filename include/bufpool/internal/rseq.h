@@ -173,9 +173,14 @@ inline constexpr unsigned long kMmCidFeatureSize = 28;
 // or kMmCidField) names; kNoSlot when that cache is empty or stopped, `index`
 // is at or above ncpu (0 where the pool runs no sequences), or the thread
 // has no rseq registration. (Not an asm goto: GCC 12 miscompiles asm goto
-// with outputs, merging the failure edge into the success path.)
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
-                                                 uint32_t ncpu,
+// with outputs, merging the failure edge into the success path.) base,
+// stride and ncpu (and Push's cap and *waiters) are references to the
+// pool's fields, used as memory operands: the section folds each load into
+// the instruction that uses it, instead of the caller loading them into
+// registers first.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* const& base,
+                                                 const uint64_t& stride,
+                                                 const uint32_t& ncpu,
                                                  uint64_t index) {
   uint32_t slot;
   asm volatile(BUFPOOL_RSEQ_X86_START
@@ -192,14 +197,16 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
                "jmp 2b\n\t"
                ".popsection\n\t"
                : [slot] "=&r"(slot)
-               : [off] "r"(__rseq_offset), [index] "r"(index), [base] "r"(base),
-                 [stride] "r"(stride), [ncpu] "r"(ncpu)
+               : [off] "r"(__rseq_offset), [index] "r"(index), [base] "m"(base),
+                 [stride] "m"(stride), [ncpu] "m"(ncpu)
                : "rax", "rcx", "memory", "cc");
   return slot;
 }
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint64_t stride,
-                                                uint32_t ncpu, uint64_t index,
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* const& base,
+                                                const uint64_t& stride,
+                                                const uint32_t& ncpu,
+                                                uint64_t index,
                                                 uint32_t* slot) {
   *slot = Pop(base, stride, ncpu, index);
   return *slot != kNoSlot;
@@ -210,30 +217,30 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint64_t stride,
 // ncpu (0 where the pool runs no sequences, or scrubs), or the thread has no
 // rseq registration. The failure leaves the section by a jump to the
 // caller's branch (asm goto, no outputs), so the hit carries no flag.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
-                                              uint32_t ncpu, uint64_t index,
-                                              uint32_t cap, const void* waiters,
-                                              uint32_t slot) {
-  asm goto(BUFPOOL_RSEQ_X86_START
-           "cmpl $0, (%[waiters])\n\t"
-           "jne 5f\n\t"
-           "imulq %[stride], %%rax\n\t"
-           "addq %[base], %%rax\n\t"
-           "movl (%%rax), %%ecx\n\t"  // count
-           "cmpl %[cap], %%ecx\n\t"
-           "jae 5f\n\t"  // full, or kStopped (huge)
-           "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
-           "addl $1, %%ecx\n\t"
-           "movl %%ecx, (%%rax)\n\t"  // commit
-           "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
-           "jmp %l[miss]\n\t"
-           ".popsection\n\t"
-           :
-           : [off] "r"(__rseq_offset), [index] "r"(index), [base] "r"(base),
-             [stride] "r"(stride), [ncpu] "r"(ncpu), [cap] "r"(cap),
-             [waiters] "r"(waiters), [slot] "r"(slot)
-           : "rax", "rcx", "memory", "cc"
-           : miss);
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(
+    char* const& base, const uint64_t& stride, const uint32_t& ncpu,
+    uint64_t index, const size_t& cap, const void* waiters, uint32_t slot) {
+  asm goto(
+      BUFPOOL_RSEQ_X86_START
+      "cmpl $0, %[waiters]\n\t"
+      "jne 5f\n\t"
+      "imulq %[stride], %%rax\n\t"
+      "addq %[base], %%rax\n\t"
+      "movl (%%rax), %%ecx\n\t"  // count, zero-extended into rcx
+      "cmpq %[cap], %%rcx\n\t"
+      "jae 5f\n\t"  // full, or kStopped (huge)
+      "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
+      "addl $1, %%ecx\n\t"
+      "movl %%ecx, (%%rax)\n\t"  // commit
+      "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+      "jmp %l[miss]\n\t"
+      ".popsection\n\t"
+      :
+      : [off] "r"(__rseq_offset), [index] "r"(index), [base] "m"(base),
+        [stride] "m"(stride), [ncpu] "m"(ncpu), [cap] "m"(cap),
+        [waiters] "m"(*static_cast<const uint32_t*>(waiters)), [slot] "r"(slot)
+      : "rax", "rcx", "memory", "cc"
+      : miss);
   return true;
 miss:
   return false;
