@@ -352,14 +352,10 @@ class BUFPOOL_EXPORT BufferChain {
   void DropLast(SharedBuffer& last) {
     // The only reference (use_count() == 1 is stable: no one else can copy
     // it), so no other slice, chain, thread or the kernel sees the buffer.
-    BufferPool* const pool = pool_;
-    if (last.pool_ == pool && pool != nullptr &&
-        internal::SharedAccess::Ref(*pool, last.slot_)
-                .load(std::memory_order_acquire) == 1) {
+    if (last.pool_ == pool_ && last.use_count() == 1) {
       // Field by field: spare_ is empty while the chain has slices.
-      spare_.pool_ = pool;
-      last.pool_ = nullptr;
-      spare_.data_ = pool->SlotData(last.slot_);
+      spare_.pool_ = std::exchange(last.pool_, nullptr);
+      spare_.data_ = pool_->SlotData(last.slot_);
       spare_.size_ = 0;
       spare_.slot_ = last.slot_;
       last.data_ = nullptr;

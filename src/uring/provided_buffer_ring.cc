@@ -28,6 +28,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -286,6 +288,16 @@ size_t ProvidedBufferRing::Refill() {
 }
 
 Buffer ProvidedBufferRing::TakeLent(uint16_t id) {
+  // A bundle's later ids come from the ring entries' bids, which TakeSlow()
+  // cannot check before it starts: one that holds no buffer means the ring
+  // and the kernel disagree, and its stale slot must not go back twice.
+  if (lent_[id].data == nullptr) [[unlikely]] {
+    std::fprintf(stderr,
+                 "bufpool: ProvidedBufferRing (group %u): a completion names "
+                 "buffer id %u, which holds no buffer\n",
+                 static_cast<unsigned>(group_id_), static_cast<unsigned>(id));
+    std::abort();
+  }
   lent_[id].data = nullptr;
   return internal::SharedAccess::GiveSlot(*pool_, lent_[id].slot);
 }
