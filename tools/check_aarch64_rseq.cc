@@ -26,11 +26,13 @@ void Expect(bool ok, const char* what) {
   if (!ok) ++failures;
 }
 
+// One cache's kCacheStride bytes (rseq.h): the header's line, then slots.
 struct alignas(64) Cache {
   uint32_t count = 0;
   uint32_t pad[15] = {};
-  uint32_t slots[8] = {};
+  uint32_t slots[(rs::kCacheStride - rs::kSlotsOffset) / 4] = {};
 };
+static_assert(sizeof(Cache) == rs::kCacheStride);
 
 }  // namespace
 
@@ -41,12 +43,11 @@ int main() {
   std::printf("__rseq_size %u, cpu_id %d\n", __rseq_size, cpu_id);
   Cache caches[2];
   char* base = reinterpret_cast<char*>(caches);
-  const uint64_t stride = sizeof(Cache);
   const uint32_t no_waiters = 0, waiting = 1;
   if (cpu_id < 0) {
-    Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == rs::kNoSlot,
+    Expect(rs::Pop(base, 2, rs::kCpuIdField) == rs::kNoSlot,
            "unregistered: Pop fails");
-    Expect(!rs::Push(base, stride, 2, rs::kMmCidField, 8, &no_waiters, 5),
+    Expect(!rs::Push(base, 2, rs::kMmCidField, 8, &no_waiters, 5),
            "unregistered: Push on mm_cid 0 fails");
     Expect(caches[0].count == 0, "unregistered: no store");
   }
@@ -54,31 +55,31 @@ int main() {
   const uint32_t one = 1, zero = 0;
   std::memcpy(area + 4, &one, 4);
   std::memcpy(area + rs::kMmCidField, &zero, 4);
-  Expect(rs::Push(base, stride, 2, rs::kCpuIdField, 8, &no_waiters, 7),
+  Expect(rs::Push(base, 2, rs::kCpuIdField, 8, &no_waiters, 7),
          "Push by cpu_id");
   Expect(caches[1].count == 1 && caches[1].slots[0] == 7,
          "cpu_id 1 indexes cache 1");
-  Expect(rs::Push(base, stride, 2, rs::kMmCidField, 8, &no_waiters, 9) &&
-             rs::Push(base, stride, 2, rs::kMmCidField, 8, &no_waiters, 10),
+  Expect(rs::Push(base, 2, rs::kMmCidField, 8, &no_waiters, 9) &&
+             rs::Push(base, 2, rs::kMmCidField, 8, &no_waiters, 10),
          "Push by mm_cid");
   Expect(caches[0].count == 2 && caches[0].slots[1] == 10,
          "mm_cid 0 indexes cache 0");
-  Expect(!rs::Push(base, stride, 2, rs::kMmCidField, 8, &waiting, 11),
+  Expect(!rs::Push(base, 2, rs::kMmCidField, 8, &waiting, 11),
          "Push fails while someone waits");
-  Expect(!rs::Push(base, stride, 2, rs::kMmCidField, 2, &no_waiters, 11),
+  Expect(!rs::Push(base, 2, rs::kMmCidField, 2, &no_waiters, 11),
          "Push fails when full");
-  Expect(rs::Pop(base, stride, 2, rs::kMmCidField) == 10 &&
-             rs::Pop(base, stride, 2, rs::kMmCidField) == 9 &&
-             rs::Pop(base, stride, 2, rs::kMmCidField) == rs::kNoSlot,
+  Expect(rs::Pop(base, 2, rs::kMmCidField) == 10 &&
+             rs::Pop(base, 2, rs::kMmCidField) == 9 &&
+             rs::Pop(base, 2, rs::kMmCidField) == rs::kNoSlot,
          "Pop is LIFO and fails when empty");
   caches[1].count |= rs::kStopped;
-  Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == rs::kNoSlot &&
-             !rs::Push(base, stride, 2, rs::kCpuIdField, 8, &no_waiters, 3),
+  Expect(rs::Pop(base, 2, rs::kCpuIdField) == rs::kNoSlot &&
+             !rs::Push(base, 2, rs::kCpuIdField, 8, &no_waiters, 3),
          "a stopped cache fails both");
   caches[1].count &= ~rs::kStopped;
-  Expect(rs::Pop(base, stride, 1, rs::kCpuIdField) == rs::kNoSlot,
+  Expect(rs::Pop(base, 1, rs::kCpuIdField) == rs::kNoSlot,
          "an index at or above ncpu fails");
-  Expect(rs::Pop(base, stride, 2, rs::kCpuIdField) == 7, "Pop by cpu_id");
+  Expect(rs::Pop(base, 2, rs::kCpuIdField) == 7, "Pop by cpu_id");
   // The descriptor the last sequence stored, as the kernel reads it.
   uint64_t cs;
   std::memcpy(&cs, area + 8, 8);

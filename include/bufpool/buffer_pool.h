@@ -346,7 +346,6 @@ class BUFPOOL_EXPORT BufferPool {
   size_t cache_capacity_ = 0;
   // The rseq caches (internal/rseq.h), or nullptr where they are off.
   char* rseq_base_ = nullptr;
-  uint64_t rseq_stride_ = 0;
   // Caches the sequences may index: the cache count, 0 where they are off
   // (then every sequence fails at once; internal/buffer_pool_inl.h).
   uint32_t rseq_cpus_ = 0;

@@ -34,6 +34,7 @@
 // that moves to the depot is published by the depot's seq_cst CASes. The
 // counts are atomics only so that the lock-free reads are not data races.
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,6 +55,8 @@ uint32_t PoolAccess::CpuCount() {
   return count;
 }
 
+void RseqAreaUnmap::operator()(char* p) const { ::munmap(p, bytes); }
+
 BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
                            uint32_t n, uint32_t cache_capacity)
     : arena(std::move(a)),
@@ -64,14 +67,15 @@ BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
   rseq_index = PoolAccess::RseqIndexField();
   rseq = rseq_index != 0;
   if (rseq) {
-    // The header's line, then the slots, per CPU (rseq.h); zeroed: empty.
-    rseq_stride =
-        (internal::rseq::kSlotsOffset + size_t{cache_capacity} * 4 + 63) / 64 *
-        64;
-    const size_t bytes = rseq_stride * ncaches;
-    rseq_area.reset(static_cast<char*>(std::aligned_alloc(64, bytes)));
-    if (rseq_area == nullptr) throw std::bad_alloc();
-    std::memset(rseq_area.get(), 0, bytes);
+    // The header's line, then the slots, per index (rseq.h); zero: empty.
+    static_assert(internal::rseq::kSlotsOffset + internal::kMaxCacheSlots * 4 <=
+                  internal::rseq::kCacheStride);
+    const size_t bytes = internal::rseq::kCacheStride * ncaches;
+    void* area = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED) throw std::bad_alloc();
+    rseq_area = std::unique_ptr<char, RseqAreaUnmap>(static_cast<char*>(area),
+                                                     RseqAreaUnmap{bytes});
     rseq_base = rseq_area.get();
     return;
   }

@@ -117,7 +117,6 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   BUFPOOL_INTERNAL_POISON(pool->base_, size * count);
   if (pool->shared_->rseq) {
     pool->rseq_base_ = pool->shared_->rseq_base;
-    pool->rseq_stride_ = pool->shared_->rseq_stride;
     pool->rseq_cpus_ = pool->shared_->ncaches;
     pool->rseq_index_ = static_cast<uint32_t>(pool->shared_->rseq_index);
     pool->rseq_release_cpus_ = pool->scrub_ ? 0 : pool->rseq_cpus_;
@@ -192,7 +191,7 @@ uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
 uint32_t BufferPool::AcquireSlow() noexcept {
   if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
     const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_);
+        internal::rseq::Pop(rseq_base_, rseq_cpus_, rseq_index_);
     if (slot != internal::rseq::kNoSlot) [[likely]] {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
       return slot;
@@ -219,7 +218,7 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
     return;
   }
   if (rseq_base_ != nullptr) {
-    if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
+    if (internal::rseq::Push(rseq_base_, rseq_cpus_, rseq_index_,
                              cache_capacity_, &waiters_, slot)) [[likely]] {
       return;  // the hit: one sequence
     }
@@ -353,7 +352,7 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
       // This CPU's cache in one section while it has room; the rest to
       // the depot in one push.
       const uint32_t cached = internal::rseq::PushBatch(
-          rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
+          rseq_base_, rseq_cpus_, rseq_index_,
           static_cast<uint32_t>(cache_capacity_), &waiters_, slots, k);
       pushed = cached == k ? 0
                            : PoolAccess::RseqGiveBulk(*this, slots + cached,

@@ -103,6 +103,12 @@ class SharedForkGate {
   ForkGate& g_;
 };
 
+// Unmaps Shared::rseq_area (cpu_cache.cc).
+struct RseqAreaUnmap {
+  size_t bytes = 0;
+  void operator()(char* p) const;
+};
+
 struct BufferPool::Shared {
   Shared(Arena a, uint32_t capacity, uint32_t batch, uint32_t ncaches,
          uint32_t cache_capacity);
@@ -113,13 +119,14 @@ struct BufferPool::Shared {
   std::unique_ptr<CpuCache[]> caches;       // [ncaches]; empty with caches off
   std::unique_ptr<uint32_t[]> cache_slots;  // their slots arrays
   // rseq mode (rseq.h): the caches' counts and slots live here instead,
-  // CPU i's at rseq_base + i * rseq_stride; CpuCache::mu still serializes
-  // the slow paths and drains of CPU i, and CpuCache::spare is its spare.
+  // index i's at rseq_base + i * kCacheStride, in an anonymous mapping (its
+  // pages are zero, and only the indexes in use are ever touched);
+  // CpuCache::mu still serializes the slow paths and drains of index i, and
+  // CpuCache::spare is its spare.
   bool rseq = false;
   uint64_t rseq_index = 0;  // the rseq area field (kCpuIdField, kMmCidField)
-  std::unique_ptr<char, void (*)(void*)> rseq_area{nullptr, std::free};
+  std::unique_ptr<char, RseqAreaUnmap> rseq_area;
   char* rseq_base = nullptr;
-  uint64_t rseq_stride = 0;
   // The depot's size with caches on (see accounting.cc); relaxed: a
   // statistic, and each read-modify-write returns the exact value before it.
   alignas(64) std::atomic<int64_t> depot_free{0};

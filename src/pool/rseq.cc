@@ -21,7 +21,8 @@ namespace bufpool {
 namespace {
 
 uint32_t* Header(const PoolAccess::SharedState& s, uint32_t i) {
-  return reinterpret_cast<uint32_t*>(s.rseq_base + i * s.rseq_stride);
+  return reinterpret_cast<uint32_t*>(s.rseq_base +
+                                     i * internal::rseq::kCacheStride);
 }
 
 uint32_t* Slots(const PoolAccess::SharedState& s, uint32_t i) {
@@ -29,8 +30,7 @@ uint32_t* Slots(const PoolAccess::SharedState& s, uint32_t i) {
 }
 
 uint32_t PopHere(const PoolAccess::SharedState& s) {
-  return internal::rseq::Pop(s.rseq_base, s.rseq_stride, s.ncaches,
-                             s.rseq_index);
+  return internal::rseq::Pop(s.rseq_base, s.ncaches, s.rseq_index);
 }
 
 }  // namespace
@@ -89,10 +89,10 @@ void PoolAccess::ParkInCache(BufferPool& p, CpuCache& c, uint32_t* slots,
   SharedState& s = S(p);
   uint32_t done = 0;
   while (done < n) {
-    const uint32_t k = internal::rseq::PushBatch(
-        s.rseq_base, s.rseq_stride, s.ncaches, s.rseq_index,
-        static_cast<uint32_t>(p.cache_capacity_), &p.waiters_, slots + done,
-        n - done);
+    const uint32_t k =
+        internal::rseq::PushBatch(s.rseq_base, s.ncaches, s.rseq_index,
+                                  static_cast<uint32_t>(p.cache_capacity_),
+                                  &p.waiters_, slots + done, n - done);
     if (k == 0) break;
     done += k;
   }
@@ -116,8 +116,8 @@ uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
 uint32_t PoolAccess::RseqTakeChunk(BufferPool& p, uint32_t* out, uint32_t max,
                                    uint32_t* reshelved) {
   SharedState& s = S(p);
-  const uint32_t here = internal::rseq::PopBatch(
-      s.rseq_base, s.rseq_stride, s.ncaches, s.rseq_index, out, max);
+  const uint32_t here =
+      internal::rseq::PopBatch(s.rseq_base, s.ncaches, s.rseq_index, out, max);
   // PopBatch wrote the cache's top last; it goes out first, as the locked
   // caches hand theirs out, so a fresh pool hands out ascending slots,
   // which callers coalesce. The depot's follow in the depot's order.
@@ -153,8 +153,8 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
   const std::lock_guard<std::mutex> lock(c.mu);
   uint32_t rest = max - n;
   const uint32_t here =  // refilled while we waited for the lock?
-      internal::rseq::PopBatch(s.rseq_base, s.rseq_stride, s.ncaches,
-                               s.rseq_index, out + n, rest);
+      internal::rseq::PopBatch(s.rseq_base, s.ncaches, s.rseq_index, out + n,
+                               rest);
   n += here;
   rest -= here;
   if (rest == 0) return n;
@@ -178,9 +178,8 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
 uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   SharedState& s = S(p);
   auto push = [&](uint32_t x) {
-    return internal::rseq::Push(s.rseq_base, s.rseq_stride, s.ncaches,
-                                s.rseq_index, p.cache_capacity_, &p.waiters_,
-                                x);
+    return internal::rseq::Push(s.rseq_base, s.ncaches, s.rseq_index,
+                                p.cache_capacity_, &p.waiters_, x);
   };
   if (push(slot)) return 0;
   CpuCache& c = ThisCpu(p);
@@ -193,9 +192,8 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
     // section (a second only when a migration interrupts).
     const uint32_t batch = RefillBatch(p);
     while (k < batch) {
-      const uint32_t m =
-          internal::rseq::PopBatch(s.rseq_base, s.rseq_stride, s.ncaches,
-                                   s.rseq_index, out + k, batch - k);
+      const uint32_t m = internal::rseq::PopBatch(
+          s.rseq_base, s.ncaches, s.rseq_index, out + k, batch - k);
       if (m == 0) break;
       k += m;
     }

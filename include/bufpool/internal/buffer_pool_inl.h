@@ -20,8 +20,8 @@ namespace bufpool {
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
 #if BUFPOOL_HAVE_RSEQ
   uint32_t slot;
-  if (internal::rseq::TryPop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
-                             &slot)) [[likely]] {
+  if (internal::rseq::TryPop(rseq_base_, rseq_cpus_, rseq_index_, &slot))
+      [[likely]] {
     std::byte* const data = SlotData(slot);
     BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
     // relaxed: see ReleaseRaw.
@@ -35,8 +35,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
 #if BUFPOOL_HAVE_RSEQ
   uint32_t slot;
-  if (internal::rseq::TryPop(rseq_base_, rseq_stride_, rseq_cpus_, rseq_index_,
-                             &slot)) [[likely]] {
+  if (internal::rseq::TryPop(rseq_base_, rseq_cpus_, rseq_index_, &slot))
+      [[likely]] {
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
     return slot;
   }
@@ -50,9 +50,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
   BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
   // rseq_release_cpus_ is 0 for a scrubbing pool, which zeroes the buffer
   // out of line before it is published.
-  if (internal::rseq::Push(rseq_base_, rseq_stride_, rseq_release_cpus_,
-                           rseq_index_, cache_capacity_, &waiters_, slot))
-      [[likely]] {
+  if (internal::rseq::Push(rseq_base_, rseq_release_cpus_, rseq_index_,
+                           cache_capacity_, &waiters_, slot)) [[likely]] {
     return;
   }
 #endif

@@ -4,7 +4,7 @@
 // The slow paths and drains are in src/pool/rseq.cc.
 //
 // A cache in rseq mode is a header word and a stack of slots, per index, at
-// base + index * stride:
+// base + index * kCacheStride:
 //
 //   word 0: count   slots[0, count) are free; kStopped set while a drainer
 //                   owns the cache (the sequences then fail)
@@ -119,6 +119,12 @@ namespace bufpool::internal::rseq {
 inline constexpr uint32_t kStopped = 0x80000000u;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
 inline constexpr unsigned kSlotsOffset = 64;  // bytes, in the asm below
+// Cache i starts at base + (i << kCacheShift): a constant power of two, so
+// that a sequence finds its cache with a shift by an immediate, not a
+// multiply by a stride loaded from the pool. It holds the header's line and
+// up to (kCacheStride - kSlotsOffset) / 4 slots.
+inline constexpr unsigned kCacheShift = 12;
+inline constexpr uint64_t kCacheStride = uint64_t{1} << kCacheShift;
 // The fields of struct rseq (Linux uapi <linux/rseq.h>) that can index the
 // caches, as byte offsets: glibc's <sys/rseq.h> names cpu_id only.
 inline constexpr uint64_t kCpuIdField = 4;
@@ -138,10 +144,12 @@ inline constexpr unsigned long kMmCidFeatureSize = 28;
 // one copy of (a COMDAT group), it keeps or drops them along with that copy.
 //
 // START: label 6 re-arms rseq_cs (the kernel clears it on an abort), label
-// 1 starts the section. It reads cpu_id, which is negative when rseq is not
-// registered for this thread (then mm_cid would read 0 while nothing
-// protects the section: fail), and then the index field (cpu_id itself, or
-// mm_cid) into eax, failing to label 5 when it is not below ncpu.
+// 1 starts the section. It reads the index field (operand `field`: cpu_id
+// or mm_cid, a constant) into eax, failing to label 5 when it is not below
+// ncpu, and leaves the cache's address in rax. With mm_cid it first reads
+// cpu_id, which is negative when rseq is not registered for this thread
+// (mm_cid would then read 0 or a stale value while nothing protects the
+// section: fail); with cpu_id the bound check already rejects a negative.
 #define BUFPOOL_RSEQ_X86_START             \
   ".pushsection __rseq_cs, \"aw?\"\n\t"    \
   ".balign 32\n\t"                         \
@@ -153,12 +161,16 @@ inline constexpr unsigned long kMmCidFeatureSize = 28;
   "leaq 3b(%%rip), %%rax\n\t"              \
   "movq %%rax, %%fs:8(%[off])\n\t"         \
   "1:\n\t"                                 \
+  ".if %c[field] != 4\n\t"                 \
   "movl %%fs:4(%[off]), %%eax\n\t"         \
   "testl %%eax, %%eax\n\t"                 \
   "js 5f\n\t"                              \
-  "movl %%fs:(%[off],%[index]), %%eax\n\t" \
+  ".endif\n\t"                             \
+  "movl %%fs:%c[field](%[off]), %%eax\n\t" \
   "cmpl %[ncpu], %%eax\n\t"                \
-  "jae 5f\n\t"
+  "jae 5f\n\t"                             \
+  "shlq %[shift], %%rax\n\t"               \
+  "addq %[base], %%rax\n\t"
 // ABORT: the signature the kernel checks before the abort label (4), which
 // starts over; the failure code (label 5) follows it in the same section.
 #define BUFPOOL_RSEQ_X86_ABORT               \
@@ -169,23 +181,25 @@ inline constexpr unsigned long kMmCidFeatureSize = 28;
   "jmp 6b\n\t"                               \
   "5:\n\t"
 
-// Pops the top slot of the cache that rseq area field `index` (kCpuIdField
-// or kMmCidField) names; kNoSlot when that cache is empty or stopped, `index`
-// is at or above ncpu (0 where the pool runs no sequences), or the thread
-// has no rseq registration. (Not an asm goto: GCC 12 miscompiles asm goto
-// with outputs, merging the failure edge into the success path.) base,
-// stride and ncpu (and Push's cap and *waiters) are references to the
-// pool's fields, used as memory operands: the section folds each load into
-// the instruction that uses it, instead of the caller loading them into
-// registers first.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* const& base,
-                                                 const uint64_t& stride,
-                                                 const uint32_t& ncpu,
-                                                 uint64_t index) {
+// Each sequence exists once per index field (kField: kCpuIdField or
+// kMmCidField), so that the field's offset is an immediate in the section;
+// the functions without the template parameter choose one with a branch on
+// the pool's field. base and ncpu (and Push's cap and *waiters) are
+// references to the pool's fields, used as memory operands: the section
+// folds each load into the instruction that uses it, instead of the caller
+// loading them into registers first (the asm's memory clobber would make it
+// reload them before every section).
+
+// Pops the top slot of the cache that the index field names; kNoSlot when
+// that cache is empty or stopped, the index is at or above ncpu (0 where
+// the pool runs no sequences), or the thread has no rseq registration. (Not
+// an asm goto: GCC 12 miscompiles asm goto with outputs, merging the failure
+// edge into the success path.)
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopAt(char* const& base,
+                                                   const uint32_t& ncpu) {
   uint32_t slot;
   asm volatile(BUFPOOL_RSEQ_X86_START
-               "imulq %[stride], %%rax\n\t"
-               "addq %[base], %%rax\n\t"
                "movl (%%rax), %%ecx\n\t"  // count
                "testl %%ecx, %%ecx\n\t"
                "jle 5f\n\t"  // empty, or kStopped (negative)
@@ -197,35 +211,27 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* const& base,
                "jmp 2b\n\t"
                ".popsection\n\t"
                : [slot] "=&r"(slot)
-               : [off] "r"(__rseq_offset), [index] "r"(index), [base] "m"(base),
-                 [stride] "m"(stride), [ncpu] "m"(ncpu)
+               : [off] "r"(__rseq_offset), [field] "i"(kField),
+                 [shift] "i"(kCacheShift), [base] "m"(base), [ncpu] "m"(ncpu)
                : "rax", "rcx", "memory", "cc");
   return slot;
 }
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* const& base,
-                                                const uint64_t& stride,
-                                                const uint32_t& ncpu,
-                                                uint64_t index,
-                                                uint32_t* slot) {
-  *slot = Pop(base, stride, ncpu, index);
-  return *slot != kNoSlot;
-}
-
-// Pushes `slot` onto the cache that field `index` names; false when it is
-// full or stopped, someone waits (*waiters != 0), `index` is at or above
-// ncpu (0 where the pool runs no sequences, or scrubs), or the thread has no
-// rseq registration. The failure leaves the section by a jump to the
+// Pushes `slot` onto the cache that the index field names; false when it is
+// full or stopped, someone waits (*waiters != 0), the index is at or above
+// ncpu (0 where the pool runs no sequences, or scrubs), or the thread has
+// no rseq registration. The failure leaves the section by a jump to the
 // caller's branch (asm goto, no outputs), so the hit carries no flag.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(
-    char* const& base, const uint64_t& stride, const uint32_t& ncpu,
-    uint64_t index, const size_t& cap, const void* waiters, uint32_t slot) {
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool PushAt(char* const& base,
+                                                const uint32_t& ncpu,
+                                                const size_t& cap,
+                                                const void* waiters,
+                                                uint32_t slot) {
   asm goto(
       BUFPOOL_RSEQ_X86_START
       "cmpl $0, %[waiters]\n\t"
       "jne 5f\n\t"
-      "imulq %[stride], %%rax\n\t"
-      "addq %[base], %%rax\n\t"
       "movl (%%rax), %%ecx\n\t"  // count, zero-extended into rcx
       "cmpq %[cap], %%rcx\n\t"
       "jae 5f\n\t"  // full, or kStopped (huge)
@@ -236,14 +242,39 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(
       "jmp %l[miss]\n\t"
       ".popsection\n\t"
       :
-      : [off] "r"(__rseq_offset), [index] "r"(index), [base] "m"(base),
-        [stride] "m"(stride), [ncpu] "m"(ncpu), [cap] "m"(cap),
+      : [off] "r"(__rseq_offset), [field] "i"(kField), [shift] "i"(kCacheShift),
+        [base] "m"(base), [ncpu] "m"(ncpu), [cap] "m"(cap),
         [waiters] "m"(*static_cast<const uint32_t*>(waiters)), [slot] "r"(slot)
       : "rax", "rcx", "memory", "cc"
       : miss);
   return true;
 miss:
   return false;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* const& base,
+                                                 const uint32_t& ncpu,
+                                                 uint64_t index) {
+  return index == kMmCidField ? PopAt<kMmCidField>(base, ncpu)
+                              : PopAt<kCpuIdField>(base, ncpu);
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* const& base,
+                                                const uint32_t& ncpu,
+                                                uint64_t index,
+                                                uint32_t* slot) {
+  *slot = Pop(base, ncpu, index);
+  return *slot != kNoSlot;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* const& base,
+                                              const uint32_t& ncpu,
+                                              uint64_t index, const size_t& cap,
+                                              const void* waiters,
+                                              uint32_t slot) {
+  return index == kMmCidField
+             ? PushAt<kMmCidField>(base, ncpu, cap, waiters, slot)
+             : PushAt<kCpuIdField>(base, ncpu, cap, waiters, slot);
 }
 
 // The batch forms, for the slow paths that move a refill or a spill
@@ -256,48 +287,49 @@ miss:
 // abort restarts the whole copy (what an aborted PopBatch wrote into `out`
 // is rewritten; what an aborted PushBatch wrote lands above the count,
 // which nothing reads), so the argument above holds unchanged. They return
-// n, 0 where Pop/Push fail. `max` and `n` must be at least 1; stride, ncpu
-// and cap may sit in memory (a cold path).
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(
-    char* base, uint64_t stride, uint32_t ncpu, uint64_t index, uint32_t* out,
-    uint32_t max) {
+// n, 0 where Pop/Push fail. `max` and `n` must be at least 1; ncpu and cap
+// may sit in memory (a cold path).
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchAt(char* base,
+                                                        uint32_t ncpu,
+                                                        uint32_t* out,
+                                                        uint32_t max) {
   uint32_t n, v;
   uint64_t i;
   char* src;
-  asm volatile(BUFPOOL_RSEQ_X86_START
-               "imulq %[stride], %%rax\n\t"
-               "addq %[base], %%rax\n\t"
-               "movl (%%rax), %%ecx\n\t"  // count
-               "testl %%ecx, %%ecx\n\t"
-               "jle 5f\n\t"  // empty, or kStopped (negative)
-               "movl %[max], %[n]\n\t"
-               "cmpl %%ecx, %[n]\n\t"
-               "cmoval %%ecx, %[n]\n\t"  // n = min(max, count) >= 1
-               "subl %[n], %%ecx\n\t"    // the new count
-               "leaq 64(%%rax,%%rcx,4), %[src]\n\t"
-               "xorl %k[i], %k[i]\n\t"
-               "8:\n\t"
-               "movl (%[src],%[i],4), %[v]\n\t"
-               "movl %[v], (%[out],%[i],4)\n\t"
-               "addq $1, %[i]\n\t"
-               "cmpl %k[i], %[n]\n\t"
-               "jne 8b\n\t"
-               "movl %%ecx, (%%rax)\n\t"  // commit
-               "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
-               "xorl %[n], %[n]\n\t"
-               "jmp 2b\n\t"
-               ".popsection\n\t"
-               : [n] "=&r"(n), [v] "=&r"(v), [i] "=&r"(i), [src] "=&r"(src)
-               : [off] "r"(__rseq_offset), [index] "r"(index),
-                 [base] "rm"(base), [stride] "rm"(stride), [ncpu] "rm"(ncpu),
-                 [out] "r"(out), [max] "rm"(max)
-               : "rax", "rcx", "memory", "cc");
+  asm volatile(
+      BUFPOOL_RSEQ_X86_START
+      "movl (%%rax), %%ecx\n\t"  // count
+      "testl %%ecx, %%ecx\n\t"
+      "jle 5f\n\t"  // empty, or kStopped (negative)
+      "movl %[max], %[n]\n\t"
+      "cmpl %%ecx, %[n]\n\t"
+      "cmoval %%ecx, %[n]\n\t"  // n = min(max, count) >= 1
+      "subl %[n], %%ecx\n\t"    // the new count
+      "leaq 64(%%rax,%%rcx,4), %[src]\n\t"
+      "xorl %k[i], %k[i]\n\t"
+      "8:\n\t"
+      "movl (%[src],%[i],4), %[v]\n\t"
+      "movl %[v], (%[out],%[i],4)\n\t"
+      "addq $1, %[i]\n\t"
+      "cmpl %k[i], %[n]\n\t"
+      "jne 8b\n\t"
+      "movl %%ecx, (%%rax)\n\t"  // commit
+      "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+      "xorl %[n], %[n]\n\t"
+      "jmp 2b\n\t"
+      ".popsection\n\t"
+      : [n] "=&r"(n), [v] "=&r"(v), [i] "=&r"(i), [src] "=&r"(src)
+      : [off] "r"(__rseq_offset), [field] "i"(kField), [shift] "i"(kCacheShift),
+        [base] "rm"(base), [ncpu] "rm"(ncpu), [out] "r"(out), [max] "rm"(max)
+      : "rax", "rcx", "memory", "cc");
   return n;
 }
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(
-    char* base, uint64_t stride, uint32_t ncpu, uint64_t index, uint32_t cap,
-    const void* waiters, const uint32_t* in, uint32_t count) {
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatchAt(
+    char* base, uint32_t ncpu, uint32_t cap, const void* waiters,
+    const uint32_t* in, uint32_t count) {
   uint32_t n, v;
   uint64_t i;
   char* dst;
@@ -305,8 +337,6 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(
       BUFPOOL_RSEQ_X86_START
       "cmpl $0, (%[waiters])\n\t"
       "jne 5f\n\t"
-      "imulq %[stride], %%rax\n\t"
-      "addq %[base], %%rax\n\t"
       "movl (%%rax), %%ecx\n\t"  // count
       "cmpl %[cap], %%ecx\n\t"
       "jae 5f\n\t"  // full, or kStopped (huge)
@@ -329,11 +359,27 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(
       "jmp 2b\n\t"
       ".popsection\n\t"
       : [n] "=&r"(n), [v] "=&r"(v), [i] "=&r"(i), [dst] "=&r"(dst)
-      : [off] "r"(__rseq_offset), [index] "r"(index), [base] "rm"(base),
-        [stride] "rm"(stride), [ncpu] "rm"(ncpu), [cap] "rm"(cap),
+      : [off] "r"(__rseq_offset), [field] "i"(kField), [shift] "i"(kCacheShift),
+        [base] "rm"(base), [ncpu] "rm"(ncpu), [cap] "rm"(cap),
         [waiters] "r"(waiters), [in] "r"(in), [count] "rm"(count)
       : "rax", "rcx", "memory", "cc");
   return n;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char* base, uint32_t ncpu,
+                                                      uint64_t index,
+                                                      uint32_t* out,
+                                                      uint32_t max) {
+  return index == kMmCidField ? PopBatchAt<kMmCidField>(base, ncpu, out, max)
+                              : PopBatchAt<kCpuIdField>(base, ncpu, out, max);
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(
+    char* base, uint32_t ncpu, uint64_t index, uint32_t cap,
+    const void* waiters, const uint32_t* in, uint32_t count) {
+  return index == kMmCidField
+             ? PushBatchAt<kMmCidField>(base, ncpu, cap, waiters, in, count)
+             : PushBatchAt<kCpuIdField>(base, ncpu, cap, waiters, in, count);
 }
 
 #undef BUFPOOL_RSEQ_X86_START
@@ -374,14 +420,13 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(
   "ldr %w[t], [%[area], %[index]]\n\t"       \
   "cmp %w[t], %w[ncpu]\n\t"                  \
   "b.hs 5f\n\t"                              \
-  "madd %[c], %[t], %[stride], %[base]\n\t"
+  "add %[c], %[base], %[t], lsl %[shift]\n\t"
 
 inline char* RseqArea() {
   return static_cast<char*>(__builtin_thread_pointer()) + __rseq_offset;
 }
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
-                                                 uint32_t ncpu,
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint32_t ncpu,
                                                  uint64_t index) {
   uint32_t slot, n;
   uint64_t t, c;
@@ -400,14 +445,14 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint64_t stride,
                "8:\n\t"
                : [slot] "=&r"(slot), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
                : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
-                 [stride] "r"(stride), [ncpu] "r"(ncpu)
+                 [shift] "i"(kCacheShift), [ncpu] "r"(ncpu)
                : "memory", "cc");
   return slot;
 }
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
-                                              uint32_t ncpu, uint64_t index,
-                                              uint32_t cap, const void* waiters,
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint32_t ncpu,
+                                              uint64_t index, uint64_t cap,
+                                              const void* waiters,
                                               uint32_t slot) {
   uint32_t ok, n;
   uint64_t t, c;
@@ -429,26 +474,26 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint64_t stride,
                "8:\n\t"
                : [ok] "=&r"(ok), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
                : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
-                 [stride] "r"(stride), [ncpu] "r"(ncpu), [cap] "r"(cap),
+                 [shift] "i"(kCacheShift), [ncpu] "r"(ncpu), [cap] "r"(cap),
                  [waiters] "r"(waiters), [slot] "r"(slot)
                : "memory", "cc");
   return ok != 0;
 }
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint64_t stride,
-                                                uint32_t ncpu, uint64_t index,
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint32_t ncpu,
+                                                uint64_t index,
                                                 uint32_t* slot) {
-  *slot = Pop(base, stride, ncpu, index);
+  *slot = Pop(base, ncpu, index);
   return *slot != kNoSlot;
 }
 
 // The batch forms (see the x86-64 ones) as one section per slot: sound by
 // the same argument, only slower; the slow paths alone call them.
-inline uint32_t PopBatch(char* base, uint64_t stride, uint32_t ncpu,
-                         uint64_t index, uint32_t* out, uint32_t max) {
+inline uint32_t PopBatch(char* base, uint32_t ncpu, uint64_t index,
+                         uint32_t* out, uint32_t max) {
   uint32_t n = 0;
   while (n < max) {
-    const uint32_t slot = Pop(base, stride, ncpu, index);
+    const uint32_t slot = Pop(base, ncpu, index);
     if (slot == kNoSlot) break;
     out[n++] = slot;
   }
@@ -460,11 +505,11 @@ inline uint32_t PopBatch(char* base, uint64_t stride, uint32_t ncpu,
   return n;
 }
 
-inline uint32_t PushBatch(char* base, uint64_t stride, uint32_t ncpu,
-                          uint64_t index, uint32_t cap, const void* waiters,
-                          const uint32_t* in, uint32_t count) {
+inline uint32_t PushBatch(char* base, uint32_t ncpu, uint64_t index,
+                          uint32_t cap, const void* waiters, const uint32_t* in,
+                          uint32_t count) {
   uint32_t n = 0;
-  while (n < count && Push(base, stride, ncpu, index, cap, waiters, in[n])) {
+  while (n < count && Push(base, ncpu, index, cap, waiters, in[n])) {
     ++n;
   }
   return n;
@@ -488,27 +533,24 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t CurrentIndex(uint64_t index) {
 
 #else
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char*, uint64_t, uint32_t,
-                                                 uint64_t) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char*, uint32_t, uint64_t) {
   return kNoSlot;
 }
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char*, uint64_t, uint32_t,
-                                                uint64_t, uint32_t*) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char*, uint32_t, uint64_t,
+                                                uint32_t*) {
   return false;
 }
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char*, uint64_t, uint32_t,
-                                              uint64_t, uint32_t, const void*,
-                                              uint32_t) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char*, uint32_t, uint64_t,
+                                              uint64_t, const void*, uint32_t) {
   return false;
 }
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char*, uint64_t, uint32_t,
-                                                      uint64_t, uint32_t*,
-                                                      uint32_t) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char*, uint32_t, uint64_t,
+                                                      uint32_t*, uint32_t) {
   return 0;
 }
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(char*, uint64_t,
-                                                       uint32_t, uint64_t,
-                                                       uint32_t, const void*,
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(char*, uint32_t,
+                                                       uint64_t, uint32_t,
+                                                       const void*,
                                                        const uint32_t*,
                                                        uint32_t) {
   return 0;
