@@ -43,11 +43,13 @@ int main() {
   std::printf("__rseq_size %u, cpu_id %d\n", __rseq_size, cpu_id);
   Cache caches[2];
   char* base = reinterpret_cast<char*>(caches);
-  const uint32_t no_waiters = 0, waiting = 1;
+  // Release limits (rseq.h, kOneWaiter): room for 8, for 2, and room for 8
+  // with one waiter.
+  const int64_t room8 = 8, room2 = 2, waiting = 8 - rs::kOneWaiter;
   if (cpu_id < 0) {
     Expect(rs::Pop(base, 2, rs::kCpuIdField) == rs::kNoSlot,
            "unregistered: Pop fails");
-    Expect(!rs::Push(base, 2, rs::kMmCidField, 8, &no_waiters, 5),
+    Expect(!rs::Push(base, 2, rs::kMmCidField, &room8, 5),
            "unregistered: Push on mm_cid 0 fails");
     Expect(caches[0].count == 0, "unregistered: no store");
   }
@@ -55,18 +57,17 @@ int main() {
   const uint32_t one = 1, zero = 0;
   std::memcpy(area + 4, &one, 4);
   std::memcpy(area + rs::kMmCidField, &zero, 4);
-  Expect(rs::Push(base, 2, rs::kCpuIdField, 8, &no_waiters, 7),
-         "Push by cpu_id");
+  Expect(rs::Push(base, 2, rs::kCpuIdField, &room8, 7), "Push by cpu_id");
   Expect(caches[1].count == 1 && caches[1].slots[0] == 7,
          "cpu_id 1 indexes cache 1");
-  Expect(rs::Push(base, 2, rs::kMmCidField, 8, &no_waiters, 9) &&
-             rs::Push(base, 2, rs::kMmCidField, 8, &no_waiters, 10),
+  Expect(rs::Push(base, 2, rs::kMmCidField, &room8, 9) &&
+             rs::Push(base, 2, rs::kMmCidField, &room8, 10),
          "Push by mm_cid");
   Expect(caches[0].count == 2 && caches[0].slots[1] == 10,
          "mm_cid 0 indexes cache 0");
-  Expect(!rs::Push(base, 2, rs::kMmCidField, 8, &waiting, 11),
+  Expect(!rs::Push(base, 2, rs::kMmCidField, &waiting, 11),
          "Push fails while someone waits");
-  Expect(!rs::Push(base, 2, rs::kMmCidField, 2, &no_waiters, 11),
+  Expect(!rs::Push(base, 2, rs::kMmCidField, &room2, 11),
          "Push fails when full");
   Expect(rs::Pop(base, 2, rs::kMmCidField) == 10 &&
              rs::Pop(base, 2, rs::kMmCidField) == 9 &&
@@ -74,7 +75,7 @@ int main() {
          "Pop is LIFO and fails when empty");
   caches[1].count |= rs::kStopped;
   Expect(rs::Pop(base, 2, rs::kCpuIdField) == rs::kNoSlot &&
-             !rs::Push(base, 2, rs::kCpuIdField, 8, &no_waiters, 3),
+             !rs::Push(base, 2, rs::kCpuIdField, &room8, 3),
          "a stopped cache fails both");
   caches[1].count &= ~rs::kStopped;
   Expect(rs::Pop(base, 1, rs::kCpuIdField) == rs::kNoSlot,

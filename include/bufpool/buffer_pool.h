@@ -357,10 +357,12 @@ class BUFPOOL_EXPORT BufferPool {
   bool huge_pages_ = false;
   std::unique_ptr<std::atomic<uint8_t>[]> state_;  // see src/pool
   uint32_t state_mask_ = 0;  // state_ has state_mask_ + 1 entries
-  // Threads asleep in Acquire() plus pending NotifyWhenFree() requests;
-  // read on every release that reaches a cache (src/pool/drain.cc). On a
-  // line of its own: written only on the wait paths.
-  alignas(64) std::atomic<uint32_t> waiters_{0};
+  // cache_capacity_ minus internal::rseq::kOneWaiter for each thread
+  // asleep in Acquire() and each pending NotifyWhenFree() request: negative
+  // while anyone waits. Read on every release that reaches a cache, which
+  // compares a cache's count with it (src/pool/drain.cc, rseq.h). On a line
+  // of its own: written only on the wait paths.
+  alignas(64) std::atomic<int64_t> release_limit_{0};
   std::unique_ptr<Shared> shared_;
   // SharedBuffer reference counts, one uint32_t per slot (used through
   // std::atomic_ref), calloc'd on the first SharedBuffer made from this pool

@@ -150,7 +150,7 @@ uint32_t PoolAccess::PushLocked(BufferPool& p, CpuCache& c, uint32_t slot) {
   if (n > cap) [[unlikely]] {
     DieCorrupt(p, "CPU cache over capacity", n);
   }
-  // Under c.mu, a relaxed load suffices: a waiter raises waiters_ before it
+  // Under c.mu, a relaxed load suffices: a waiter raises its count before it
   // takes this lock to drain (drain.cc, "Sleeping"), so a release whose
   // section follows the drainer's sees the raise, and one that precedes it
   // left its slot where the drainer looks.

@@ -15,21 +15,24 @@
 // be ordered after it.
 //
 // Sleeping. A thread that is about to sleep must not miss a release that
-// comes after its last look. waiters_ counts sleepers and pending
-// NotifyWhenFree() requests; a release that reaches a cache reads it (under
-// the cache's lock) and, when it is non-zero, puts the slot and everything
-// the cache holds into the depot and wakes (cpu_cache.cc, PushLocked). The
+// comes after its last look. The pool counts sleepers and pending
+// NotifyWhenFree() requests in release_limit_ (the cache capacity minus
+// kOneWaiter per waiter, so negative while anyone waits: one compare in a
+// release's section tests both room and waiters, rseq.h); a release that
+// reaches a cache reads it (under the cache's lock, or in its section) and,
+// when anyone waits, puts the slot and everything the cache holds into the
+// depot and wakes (cpu_cache.cc, PushLocked; rseq.cc, RseqGive). The
 // sleeper:
-//   1. raises waiters_ (seq_cst);
+//   1. raises the count (subtracts kOneWaiter from release_limit_, seq_cst);
 //   2. locks every cache in turn, even those that look empty, and takes a
 //      slot if one holds any. For each cache X, a release's section on X
 //      either precedes the sleeper's (its slot is in X, or went to the depot
 //      before the sleeper looks there) or follows it, and then the mutex
-//      orders the raise before that section's load of waiters_, which sends
+//      orders the raise before that section's load of the limit, which sends
 //      the slot to the depot with a wake;
 //   3. under wait_mu, looks at the depot again, then sleeps on wait_cv,
 //      which releases wait_mu atomically. A push onto the depot is a seq_cst
-//      CAS followed by a seq_cst load of waiters_ (WakeWaiters), and the
+//      CAS followed by a seq_cst load of the limit (WakeWaiters), and the
 //      sleeper's raise is seq_cst before its seq_cst loads of the depot's
 //      heads: in the single total order either the pusher sees the raise
 //      (and takes wait_mu to notify, which cannot fall between the
@@ -46,7 +49,7 @@
 // made under a lock and no bulk call is half done when the address space is
 // copied; the child's handler releases them (a fresh gate: see ForkGate),
 // rebuilds the condition variable (the parent's sleepers are not in the child,
-// and glibc's condition variable would wait for them) and resets waiters_ to
+// and glibc's condition variable would wait for them) and resets the count to
 // the pending eventfd requests. What is left outside every lock is one
 // slot at a time: a single acquire or release with caches off is one CAS
 // on the depot, and a slot popped by any single acquire belongs to that
@@ -115,7 +118,7 @@ uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
   BufferPool::Shared& s = S(p);
   // rseq: one fence of every CPU stands for locking every cache: a section
   // that began before it has committed (its slot shows in a count read
-  // after it) or restarts and sees waiters_ (rseq.h, "Waiters").
+  // after it) or restarts and sees the raise (rseq.h, "Waiters").
   if (s.rseq && lock_all && s.ncaches != 0) os::RseqFence(-1);
   if (s.rseq && lock_all && s.rseq_index == internal::rseq::kMmCidField) {
     // mm_cid: every cache's fence reaches every CPU, so all at once.
@@ -164,14 +167,16 @@ uint32_t PoolAccess::DrainAll(BufferPool& p) {
 
 void PoolAccess::WakeWaiters(BufferPool& p, uint32_t pushed) {
   // seq_cst: the pusher's half of the handshake (see "Sleeping").
-  if (pushed == 0 || p.waiters_.load(std::memory_order_seq_cst) == 0) return;
+  if (pushed == 0 || p.release_limit_.load(std::memory_order_seq_cst) >= 0) {
+    return;
+  }
   BufferPool::Shared& s = S(p);
   std::vector<int> fds;  // swapped out, so nothing allocates here
   {
     const std::lock_guard<std::mutex> lock(s.wait_mu);
     fds.swap(s.notify_fds);
-    p.waiters_.fetch_sub(static_cast<uint32_t>(fds.size()),
-                         std::memory_order_relaxed);
+    RemoveWaiters(p, static_cast<uint32_t>(fds.size()),
+                  std::memory_order_relaxed);
   }
   if (pushed == 1) {
     s.wait_cv.notify_one();
@@ -225,10 +230,13 @@ void PoolAccess::ForkChild() {
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     for (uint32_t i = s->ncaches; i > 0; --i) s->caches[i - 1].mu.unlock();
     // The parent's sleepers are not here: a fresh condition variable, and
-    // waiters_ counts the pending eventfd requests only.
+    // the waiters counted are the pending eventfd requests only.
     new (&s->wait_cv) std::condition_variable();
-    s->pool->waiters_.store(static_cast<uint32_t>(s->notify_fds.size()),
-                            std::memory_order_relaxed);
+    BufferPool& p = *s->pool;
+    p.release_limit_.store(static_cast<int64_t>(p.cache_capacity_) -
+                               static_cast<int64_t>(s->notify_fds.size()) *
+                                   internal::rseq::kOneWaiter,
+                           std::memory_order_relaxed);
     s->wait_mu.unlock();
     s->bulk_gate.Reset();
   }
@@ -259,7 +267,8 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   const Clock::time_point deadline =
       forever ? Clock::time_point::max()
               : Clock::now() + absl::ToChronoNanoseconds(timeout);
-  waiters_.fetch_add(1, std::memory_order_seq_cst);  // "Sleeping", step 1
+  // "Sleeping", step 1.
+  PoolAccess::AddWaiters(*this, 1, std::memory_order_seq_cst);
   for (;;) {
     slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/true, &reshelved);
     if (slot != kNoSlot) break;
@@ -274,7 +283,8 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
       shared_->wait_cv.wait_until(lock, deadline);
     }
   }
-  waiters_.fetch_sub(1, std::memory_order_relaxed);  // a late wake is harmless
+  // A late wake is harmless.
+  PoolAccess::RemoveWaiters(*this, 1, std::memory_order_relaxed);
   // Slots put back may be what another sleeper needs.
   PoolAccess::WakeWaiters(*this, reshelved);
   if (slot != kNoSlot) {
@@ -301,7 +311,8 @@ absl::Status BufferPool::NotifyWhenFree(int event_fd) {
       return absl::ResourceExhaustedError(
           "BufferPool::NotifyWhenFree: out of memory for the request");
     }
-    waiters_.fetch_add(1, std::memory_order_seq_cst);  // "Sleeping", step 1
+    // "Sleeping", step 1.
+    PoolAccess::AddWaiters(*this, 1, std::memory_order_seq_cst);
   }
   // Steps 2 and 3 without taking anything: is a buffer free now?
   bool free_now = !s.depot.SeenEmpty();
@@ -322,7 +333,7 @@ absl::Status BufferPool::NotifyWhenFree(int event_fd) {
     auto it = std::find(s.notify_fds.begin(), s.notify_fds.end(), event_fd);
     if (it != s.notify_fds.end()) {
       s.notify_fds.erase(it);
-      waiters_.fetch_sub(1, std::memory_order_relaxed);
+      PoolAccess::RemoveWaiters(*this, 1, std::memory_order_relaxed);
       still_pending = true;
     }
   }

@@ -43,7 +43,7 @@
 //     the top moved after that load, the CAS fails and the push relinks.
 //   * Why seq_cst rather than release/acquire: BufferPool's sleeping
 //     Acquire() must not miss a push (a store-load handshake with its
-//     waiters_ counter, see PoolAccess::WakeWaiters). On x86 it is free: the
+//     count of waiters, see PoolAccess::WakeWaiters). On x86 it is free: the
 //     CAS is a locked instruction either way and a seq_cst load is a move.
 //
 // Thread safety: all methods may be called concurrently.

@@ -93,6 +93,8 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   pool->capacity_ = count;
   pool->region_bytes_ = count * size;
   pool->cache_capacity_ = std::min(*cache_size, count / 8);
+  pool->release_limit_.store(static_cast<int64_t>(pool->cache_capacity_),
+                             std::memory_order_relaxed);
   pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
   pool->scrub_ = options.scrub_on_release;
   // State bytes: a power of two >= count and >= 64 entries, all "not raw".
@@ -219,7 +221,7 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
   }
   if (rseq_base_ != nullptr) {
     if (internal::rseq::Push(rseq_base_, rseq_cpus_, rseq_index_,
-                             cache_capacity_, &waiters_, slot)) [[likely]] {
+                             &release_limit_, slot)) [[likely]] {
       return;  // the hit: one sequence
     }
     PoolAccess::WakeWaiters(*this, PoolAccess::RseqGive(*this, slot));
@@ -352,8 +354,7 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
       // This CPU's cache in one section while it has room; the rest to
       // the depot in one push.
       const uint32_t cached = internal::rseq::PushBatch(
-          rseq_base_, rseq_cpus_, rseq_index_,
-          static_cast<uint32_t>(cache_capacity_), &waiters_, slots, k);
+          rseq_base_, rseq_cpus_, rseq_index_, &release_limit_, slots, k);
       pushed = cached == k ? 0
                            : PoolAccess::RseqGiveBulk(*this, slots + cached,
                                                       k - cached);

@@ -158,7 +158,16 @@ struct PoolAccess {
     return static_cast<uint32_t>(std::max<size_t>(1, p.cache_capacity_ / 2));
   }
   static bool Waiting(const BufferPool& p) {
-    return p.waiters_.load(std::memory_order_relaxed) != 0;
+    return p.release_limit_.load(std::memory_order_relaxed) < 0;
+  }
+  // The wait paths' changes to BufferPool::release_limit_ (drain.cc): n
+  // waiters more, or fewer.
+  static void AddWaiters(BufferPool& p, uint32_t n, std::memory_order order) {
+    p.release_limit_.fetch_sub(n * internal::rseq::kOneWaiter, order);
+  }
+  static void RemoveWaiters(BufferPool& p, uint32_t n,
+                            std::memory_order order) {
+    p.release_limit_.fetch_add(n * internal::rseq::kOneWaiter, order);
   }
 
   // ---- cpu_cache.cc

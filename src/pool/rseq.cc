@@ -91,8 +91,7 @@ void PoolAccess::ParkInCache(BufferPool& p, CpuCache& c, uint32_t* slots,
   while (done < n) {
     const uint32_t k =
         internal::rseq::PushBatch(s.rseq_base, s.ncaches, s.rseq_index,
-                                  static_cast<uint32_t>(p.cache_capacity_),
-                                  &p.waiters_, slots + done, n - done);
+                                  &p.release_limit_, slots + done, n - done);
     if (k == 0) break;
     done += k;
   }
@@ -179,7 +178,7 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   SharedState& s = S(p);
   auto push = [&](uint32_t x) {
     return internal::rseq::Push(s.rseq_base, s.ncaches, s.rseq_index,
-                                p.cache_capacity_, &p.waiters_, x);
+                                &p.release_limit_, x);
   };
   if (push(slot)) return 0;
   CpuCache& c = ThisCpu(p);

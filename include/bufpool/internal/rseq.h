@@ -68,9 +68,10 @@
 // each cache's own because each would have reached every CPU; the argument
 // per cache is unchanged, since each cache's OR precedes the fence.
 //
-// Waiters. A push also fails while BufferPool::waiters_ is non-zero (read
-// inside the section), so the slow path sends the slot to the depot with a
-// wake. A waiter raises waiters_ and then fences every CPU
+// Waiters. A push also fails while anyone waits (the release limit, read
+// inside the section, is negative: kOneWaiter below), so the slow path
+// sends the slot to the depot with a wake. A waiter lowers the limit by
+// kOneWaiter (the "raise" of src/pool/drain.cc) and then fences every CPU
 // (membarrier(..._RSEQ) without FLAG_CPU): sections that began before the
 // fence have committed (their slots are in caches it then drains) or
 // restart and see the raise.
@@ -118,6 +119,12 @@ namespace bufpool::internal::rseq {
 
 inline constexpr uint32_t kStopped = 0x80000000u;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
+// A push compares the cache's count with the pool's release limit, an
+// int64_t: the cache capacity minus kOneWaiter for each thread asleep in
+// Acquire() and each pending NotifyWhenFree() request. So one signed
+// compare fails a push when the cache is full (count >= capacity), stopped
+// (count >= 2^31) or anyone waits (the limit is then negative).
+inline constexpr int64_t kOneWaiter = int64_t{1} << 32;
 inline constexpr unsigned kSlotsOffset = 64;  // bytes, in the asm below
 // Cache i starts at base + (i << kCacheShift): a constant power of two, so
 // that a sequence finds its cache with a shift by an immediate, not a
@@ -184,7 +191,7 @@ inline constexpr unsigned long kMmCidFeatureSize = 28;
 // Each sequence exists once per index field (kField: kCpuIdField or
 // kMmCidField), so that the field's offset is an immediate in the section;
 // the functions without the template parameter choose one with a branch on
-// the pool's field. base and ncpu (and Push's cap and *waiters) are
+// the pool's field. base and ncpu (and Push's *limit) are
 // references to the pool's fields, used as memory operands: the section
 // folds each load into the instruction that uses it, instead of the caller
 // loading them into registers first (the asm's memory clobber would make it
@@ -217,36 +224,33 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopAt(char* const& base,
   return slot;
 }
 
-// Pushes `slot` onto the cache that the index field names; false when it is
-// full or stopped, someone waits (*waiters != 0), the index is at or above
-// ncpu (0 where the pool runs no sequences, or scrubs), or the thread has
-// no rseq registration. The failure leaves the section by a jump to the
-// caller's branch (asm goto, no outputs), so the hit carries no flag.
+// Pushes `slot` onto the cache that the index field names; false when the
+// count is not below *limit (the cache is full or stopped, or someone
+// waits: see kOneWaiter), the index is at or above ncpu (0 where the pool
+// runs no sequences, or scrubs), or the thread has no rseq registration.
+// The failure leaves the section by a jump to the caller's branch (asm
+// goto, no outputs), so the hit carries no flag.
 template <uint64_t kField>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool PushAt(char* const& base,
                                                 const uint32_t& ncpu,
-                                                const size_t& cap,
-                                                const void* waiters,
+                                                const void* limit,
                                                 uint32_t slot) {
-  asm goto(
-      BUFPOOL_RSEQ_X86_START
-      "cmpl $0, %[waiters]\n\t"
-      "jne 5f\n\t"
-      "movl (%%rax), %%ecx\n\t"  // count, zero-extended into rcx
-      "cmpq %[cap], %%rcx\n\t"
-      "jae 5f\n\t"  // full, or kStopped (huge)
-      "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
-      "addl $1, %%ecx\n\t"
-      "movl %%ecx, (%%rax)\n\t"  // commit
-      "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
-      "jmp %l[miss]\n\t"
-      ".popsection\n\t"
-      :
-      : [off] "r"(__rseq_offset), [field] "i"(kField), [shift] "i"(kCacheShift),
-        [base] "m"(base), [ncpu] "m"(ncpu), [cap] "m"(cap),
-        [waiters] "m"(*static_cast<const uint32_t*>(waiters)), [slot] "r"(slot)
-      : "rax", "rcx", "memory", "cc"
-      : miss);
+  asm goto(BUFPOOL_RSEQ_X86_START
+           "movl (%%rax), %%ecx\n\t"  // count, zero-extended into rcx
+           "cmpq %[limit], %%rcx\n\t"
+           "jge 5f\n\t"  // full, kStopped (2^31), or someone waits (< 0)
+           "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
+           "addl $1, %%ecx\n\t"
+           "movl %%ecx, (%%rax)\n\t"  // commit
+           "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+           "jmp %l[miss]\n\t"
+           ".popsection\n\t"
+           :
+           : [off] "r"(__rseq_offset), [field] "i"(kField),
+             [shift] "i"(kCacheShift), [base] "m"(base), [ncpu] "m"(ncpu),
+             [limit] "m"(*static_cast<const int64_t*>(limit)), [slot] "r"(slot)
+           : "rax", "rcx", "memory", "cc"
+           : miss);
   return true;
 miss:
   return false;
@@ -255,8 +259,11 @@ miss:
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* const& base,
                                                  const uint32_t& ncpu,
                                                  uint64_t index) {
-  return index == kMmCidField ? PopAt<kMmCidField>(base, ncpu)
-                              : PopAt<kCpuIdField>(base, ncpu);
+  // mm_cid is what every kernel since 6.3 gives: its section falls through.
+  if (index == kMmCidField) [[likely]] {
+    return PopAt<kMmCidField>(base, ncpu);
+  }
+  return PopAt<kCpuIdField>(base, ncpu);
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* const& base,
@@ -269,12 +276,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* const& base,
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* const& base,
                                               const uint32_t& ncpu,
-                                              uint64_t index, const size_t& cap,
-                                              const void* waiters,
+                                              uint64_t index, const void* limit,
                                               uint32_t slot) {
-  return index == kMmCidField
-             ? PushAt<kMmCidField>(base, ncpu, cap, waiters, slot)
-             : PushAt<kCpuIdField>(base, ncpu, cap, waiters, slot);
+  if (index == kMmCidField) [[likely]] {
+    return PushAt<kMmCidField>(base, ncpu, limit, slot);
+  }
+  return PushAt<kCpuIdField>(base, ncpu, limit, slot);
 }
 
 // The batch forms, for the slow paths that move a refill or a spill
@@ -287,8 +294,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* const& base,
 // abort restarts the whole copy (what an aborted PopBatch wrote into `out`
 // is rewritten; what an aborted PushBatch wrote lands above the count,
 // which nothing reads), so the argument above holds unchanged. They return
-// n, 0 where Pop/Push fail. `max` and `n` must be at least 1; ncpu and cap
-// may sit in memory (a cold path).
+// n, 0 where Pop/Push fail. `max` and `count` must be at least 1; ncpu may
+// sit in memory (a cold path).
 template <uint64_t kField>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchAt(char* base,
                                                         uint32_t ncpu,
@@ -327,43 +334,44 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchAt(char* base,
 }
 
 template <uint64_t kField>
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatchAt(
-    char* base, uint32_t ncpu, uint32_t cap, const void* waiters,
-    const uint32_t* in, uint32_t count) {
-  uint32_t n, v;
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatchAt(char* base,
+                                                         uint32_t ncpu,
+                                                         const void* limit,
+                                                         const uint32_t* in,
+                                                         uint32_t count) {
+  uint64_t n;
+  uint32_t v;
   uint64_t i;
   char* dst;
   asm volatile(
       BUFPOOL_RSEQ_X86_START
-      "cmpl $0, (%[waiters])\n\t"
-      "jne 5f\n\t"
-      "movl (%%rax), %%ecx\n\t"  // count
-      "cmpl %[cap], %%ecx\n\t"
-      "jae 5f\n\t"  // full, or kStopped (huge)
-      "movl %[cap], %[n]\n\t"
-      "subl %%ecx, %[n]\n\t"  // room >= 1
-      "cmpl %[count], %[n]\n\t"
-      "cmoval %[count], %[n]\n\t"  // n = min(room, count)
+      "movl (%%rax), %%ecx\n\t"  // count, zero-extended into rcx
+      "movq (%[limit]), %[n]\n\t"
+      "cmpq %[n], %%rcx\n\t"
+      "jge 5f\n\t"             // full, kStopped (2^31), or someone waits
+      "subl %%ecx, %k[n]\n\t"  // room = limit (the capacity) - count >= 1
+      "cmpl %[count], %k[n]\n\t"
+      "cmoval %[count], %k[n]\n\t"  // n = min(room, count)
       "leaq 64(%%rax,%%rcx,4), %[dst]\n\t"
       "xorl %k[i], %k[i]\n\t"
       "8:\n\t"
       "movl (%[in],%[i],4), %[v]\n\t"
       "movl %[v], (%[dst],%[i],4)\n\t"
       "addq $1, %[i]\n\t"
-      "cmpl %k[i], %[n]\n\t"
+      "cmpl %k[i], %k[n]\n\t"
       "jne 8b\n\t"
-      "addl %[n], %%ecx\n\t"
+      "addl %k[n], %%ecx\n\t"
       "movl %%ecx, (%%rax)\n\t"  // commit
       "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
-      "xorl %[n], %[n]\n\t"
+      "xorl %k[n], %k[n]\n\t"
       "jmp 2b\n\t"
       ".popsection\n\t"
       : [n] "=&r"(n), [v] "=&r"(v), [i] "=&r"(i), [dst] "=&r"(dst)
       : [off] "r"(__rseq_offset), [field] "i"(kField), [shift] "i"(kCacheShift),
-        [base] "rm"(base), [ncpu] "rm"(ncpu), [cap] "rm"(cap),
-        [waiters] "r"(waiters), [in] "r"(in), [count] "rm"(count)
+        [base] "rm"(base), [ncpu] "rm"(ncpu), [limit] "r"(limit), [in] "r"(in),
+        [count] "rm"(count)
       : "rax", "rcx", "memory", "cc");
-  return n;
+  return static_cast<uint32_t>(n);
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char* base, uint32_t ncpu,
@@ -375,11 +383,11 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char* base, uint32_t ncpu,
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(
-    char* base, uint32_t ncpu, uint64_t index, uint32_t cap,
-    const void* waiters, const uint32_t* in, uint32_t count) {
+    char* base, uint32_t ncpu, uint64_t index, const void* limit,
+    const uint32_t* in, uint32_t count) {
   return index == kMmCidField
-             ? PushBatchAt<kMmCidField>(base, ncpu, cap, waiters, in, count)
-             : PushBatchAt<kCpuIdField>(base, ncpu, cap, waiters, in, count);
+             ? PushBatchAt<kMmCidField>(base, ncpu, limit, in, count)
+             : PushBatchAt<kCpuIdField>(base, ncpu, limit, in, count);
 }
 
 #undef BUFPOOL_RSEQ_X86_START
@@ -451,17 +459,15 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint32_t ncpu,
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint32_t ncpu,
-                                              uint64_t index, uint64_t cap,
-                                              const void* waiters,
+                                              uint64_t index, const void* limit,
                                               uint32_t slot) {
-  uint32_t ok, n;
-  uint64_t t, c;
+  uint32_t ok;
+  uint64_t n, t, c;
   asm volatile(BUFPOOL_RSEQ_A64_START
-               "ldr %w[n], [%[waiters]]\n\t"
-               "cbnz %w[n], 5f\n\t"
-               "ldr %w[n], [%[c]]\n\t"  // count
-               "cmp %w[n], %w[cap]\n\t"
-               "b.hs 5f\n\t"  // full, or kStopped (huge)
+               "ldr %w[n], [%[c]]\n\t"  // count, zero-extended
+               "ldr %[t], [%[limit]]\n\t"
+               "cmp %[n], %[t]\n\t"
+               "b.ge 5f\n\t"  // full, kStopped (2^31), or someone waits
                "add %[t], %[c], #64\n\t"
                "str %w[slot], [%[t], %w[n], uxtw #2]\n\t"
                "add %w[n], %w[n], #1\n\t"
@@ -474,8 +480,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint32_t ncpu,
                "8:\n\t"
                : [ok] "=&r"(ok), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
                : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
-                 [shift] "i"(kCacheShift), [ncpu] "r"(ncpu), [cap] "r"(cap),
-                 [waiters] "r"(waiters), [slot] "r"(slot)
+                 [shift] "i"(kCacheShift), [ncpu] "r"(ncpu), [limit] "r"(limit),
+                 [slot] "r"(slot)
                : "memory", "cc");
   return ok != 0;
 }
@@ -506,10 +512,10 @@ inline uint32_t PopBatch(char* base, uint32_t ncpu, uint64_t index,
 }
 
 inline uint32_t PushBatch(char* base, uint32_t ncpu, uint64_t index,
-                          uint32_t cap, const void* waiters, const uint32_t* in,
+                          const void* limit, const uint32_t* in,
                           uint32_t count) {
   uint32_t n = 0;
-  while (n < count && Push(base, ncpu, index, cap, waiters, in[n])) {
+  while (n < count && Push(base, ncpu, index, limit, in[n])) {
     ++n;
   }
   return n;
@@ -541,7 +547,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char*, uint32_t, uint64_t,
   return false;
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char*, uint32_t, uint64_t,
-                                              uint64_t, const void*, uint32_t) {
+                                              const void*, uint32_t) {
   return false;
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char*, uint32_t, uint64_t,
@@ -549,8 +555,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char*, uint32_t, uint64_t,
   return 0;
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(char*, uint32_t,
-                                                       uint64_t, uint32_t,
-                                                       const void*,
+                                                       uint64_t, const void*,
                                                        const uint32_t*,
                                                        uint32_t) {
   return 0;
