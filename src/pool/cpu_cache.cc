@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -68,15 +69,25 @@ BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
   rseq = rseq_index != 0;
   if (rseq) {
     // The header's line, then the slots, per index (rseq.h); zero: empty.
+    // The caches start `skew` bytes into a page, and pools made one after
+    // another at different skews: at a page's start every header would
+    // share its L1 set with the first line of every buffer (page-aligned),
+    // the line a user touches first, and at one skew the headers of pools
+    // used in turn would alias in their low 12 address bits, which the
+    // CPU's store-to-load forwarding checks first.
+    static std::atomic<uint32_t> pools_made{0};
+    const size_t skew =
+        64 * (16 + pools_made.fetch_add(1, std::memory_order_relaxed) * 5 % 47);
     static_assert(internal::rseq::kSlotsOffset + internal::kMaxCacheSlots * 4 <=
                   internal::rseq::kCacheStride);
-    const size_t bytes = internal::rseq::kCacheStride * ncaches;
+    // skew < kCacheStride: one page more holds the last cache.
+    const size_t bytes = internal::rseq::kCacheStride * (ncaches + 1);
     void* area = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (area == MAP_FAILED) throw std::bad_alloc();
     rseq_area = std::unique_ptr<char, RseqAreaUnmap>(static_cast<char*>(area),
                                                      RseqAreaUnmap{bytes});
-    rseq_base = rseq_area.get();
+    rseq_base = rseq_area.get() + skew;
     return;
   }
   // One entry more than the capacity, for the slot being released when a
