@@ -771,6 +771,40 @@ TEST(FlushCachesTest, EmptiesEveryCpusCache) {
   EXPECT_NE(pool->per_cpu_mode(), PerCpuMode::kOff);
 }
 
+// A waiter removed without its addition: a thread that was inside Acquire()
+// when a signal handler on it called fork() leaves Acquire() in the child,
+// whose fork handler counted only the pending eventfd requests. The count
+// must stay at "no one waits" (a release limit above the capacity would let
+// pushes pass on full and stopped caches), so releases still fill a cache
+// only to its capacity and every buffer stays reachable.
+TEST(WaitersTest, ARemovalWithoutItsAdditionLeavesTheCachesBounded) {
+  auto pool = MakePool({.buffer_count = 512, .cache_size = 16});
+  PoolAccess::RemoveWaiters(*pool, 1, std::memory_order_relaxed);
+  std::vector<Buffer> all(512);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 512u);
+  for (Buffer& b : all) b.Reset();  // one at a time: the single release path
+  EXPECT_LE(pool->Stats().cached, Parked(*pool));
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  pool->FlushCaches();
+  EXPECT_EQ(pool->Stats().cached, 0u);
+  for (Buffer& b : all) {
+    b = pool->TryAcquire();
+    ASSERT_TRUE(b);
+  }
+  // And a real waiter still counts: a release goes to the depot while it
+  // waits (the sleeper gets it), and the caches stay usable after.
+  std::thread waiter([&] {
+    absl::StatusOr<Buffer> b = pool->Acquire(absl::Seconds(30));
+    EXPECT_TRUE(b.ok());
+  });
+  while (!PoolAccess::Waiting(*pool)) std::this_thread::yield();
+  all.back().Reset();
+  waiter.join();
+  all.clear();
+  EXPECT_LE(pool->Stats().cached, Parked(*pool));
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
 // ---- Many pools per thread -------------------------------------------------
 
 TEST(ManyPoolsTest, CreatingAndDestroying10000PoolsOnOneThreadDoesNotLeak) {

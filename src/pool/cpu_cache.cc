@@ -39,7 +39,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -69,8 +68,9 @@ BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
   rseq = rseq_index != 0;
   if (rseq) {
     // The header's line, then the slots, per index (rseq.h); zero: empty.
-    // The caches start `skew` bytes into a page, and pools made one after
-    // another at different skews: at a page's start every header would
+    // A cache in use writes one page, or two where its slots cross a page
+    // boundary. The caches start `skew` bytes into a page, and pools made one
+    // after another at different skews: at a page's start every header would
     // share its L1 set with the first line of every buffer (page-aligned),
     // the line a user touches first, and at one skew the headers of pools
     // used in turn would alias in their low 12 address bits, which the
@@ -85,6 +85,8 @@ BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
     void* area = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (area == MAP_FAILED) throw std::bad_alloc();
+    // Small pages: one write must not bring in 2 MiB (THP "always").
+    ::madvise(area, bytes, MADV_NOHUGEPAGE);
     rseq_area = std::unique_ptr<char, RseqAreaUnmap>(static_cast<char*>(area),
                                                      RseqAreaUnmap{bytes});
     rseq_base = rseq_area.get() + skew;

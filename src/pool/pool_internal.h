@@ -18,6 +18,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -120,7 +121,7 @@ struct BufferPool::Shared {
   std::unique_ptr<uint32_t[]> cache_slots;  // their slots arrays
   // rseq mode (rseq.h): the caches' counts and slots live here instead,
   // index i's at rseq_base + i * kCacheStride, in an anonymous mapping (its
-  // pages are zero, and only the indexes in use are ever touched);
+  // pages are zero, and only the caches of the indexes in use are written);
   // CpuCache::mu still serializes the slow paths and drains of index i, and
   // CpuCache::spare is its spare.
   bool rseq = false;
@@ -161,13 +162,21 @@ struct PoolAccess {
     return p.release_limit_.load(std::memory_order_relaxed) < 0;
   }
   // The wait paths' changes to BufferPool::release_limit_ (drain.cc): n
-  // waiters more, or fewer.
+  // waiters more, or fewer. The limit never rises above the capacity: a
+  // removal without its addition (a thread that was in Acquire() when a
+  // signal handler forked, whose child counts only the pending eventfd
+  // requests) would otherwise let a push pass on a stopped or full cache.
   static void AddWaiters(BufferPool& p, uint32_t n, std::memory_order order) {
     p.release_limit_.fetch_sub(n * internal::rseq::kOneWaiter, order);
   }
   static void RemoveWaiters(BufferPool& p, uint32_t n,
                             std::memory_order order) {
-    p.release_limit_.fetch_add(n * internal::rseq::kOneWaiter, order);
+    const auto cap = static_cast<int64_t>(p.cache_capacity_);
+    int64_t v = p.release_limit_.load(std::memory_order_relaxed);
+    while (!p.release_limit_.compare_exchange_weak(
+        v, std::min(cap, v + n * internal::rseq::kOneWaiter), order,
+        std::memory_order_relaxed)) {
+    }
   }
 
   // ---- cpu_cache.cc

@@ -254,6 +254,9 @@ uint32_t PoolAccess::TakeStopped(BufferPool& p, uint32_t i, bool take_one,
   std::atomic_ref<uint32_t> count(*Header(s, i));
   const uint32_t n0 =
       count.load(std::memory_order_relaxed) & ~internal::rseq::kStopped;
+  if (n0 > p.cache_capacity_) [[unlikely]] {
+    DieCorrupt(p, "CPU cache over capacity", n0);
+  }
   uint32_t n = n0;
   uint32_t taken[internal::kMaxCacheSlots];
   std::copy(Slots(s, i), Slots(s, i) + n, taken);

@@ -25,7 +25,8 @@
 
 namespace bufpool::internal {
 
-// The most free slots one CPU's cache of one pool may hold.
+// The most free slots one CPU's cache of one pool may hold (at most 1008:
+// an rseq cache's header line and slots fit in internal::rseq::kCacheStride).
 inline constexpr uint32_t kMaxCacheSlots = 512;
 
 // The slot `p` starts, or a number >= the pool's capacity when `p` is not a

@@ -136,6 +136,7 @@ inline constexpr uint64_t kCacheStride = uint64_t{1} << kCacheShift;
 // caches, as byte offsets: glibc's <sys/rseq.h> names cpu_id only.
 inline constexpr uint64_t kCpuIdField = 4;
 inline constexpr uint64_t kMmCidField = 24;  // Linux 6.3+
+static_assert(kCpuIdField == 4, "the sections' .if names cpu_id's offset");
 // getauxval() key for the size of struct rseq the kernel fills
 // (<sys/auxv.h> of glibc 2.37+; the same number on every architecture).
 inline constexpr unsigned long kAtRseqFeatureSize = 27;
