@@ -780,6 +780,9 @@ TEST(FlushCachesTest, EmptiesEveryCpusCache) {
 TEST(WaitersTest, ARemovalWithoutItsAdditionLeavesTheCachesBounded) {
   auto pool = MakePool({.buffer_count = 512, .cache_size = 16});
   PoolAccess::RemoveWaiters(*pool, 1, std::memory_order_relaxed);
+  EXPECT_FALSE(PoolAccess::Waiting(*pool));
+  EXPECT_EQ(PoolAccess::ReleaseLimit(*pool),
+            static_cast<int64_t>(pool->cache_capacity()));
   std::vector<Buffer> all(512);
   ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 512u);
   for (Buffer& b : all) b.Reset();  // one at a time: the single release path
@@ -797,7 +800,13 @@ TEST(WaitersTest, ARemovalWithoutItsAdditionLeavesTheCachesBounded) {
     absl::StatusOr<Buffer> b = pool->Acquire(absl::Seconds(30));
     EXPECT_TRUE(b.ok());
   });
-  while (!PoolAccess::Waiting(*pool)) std::this_thread::yield();
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!PoolAccess::Waiting(*pool) &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+  }
+  EXPECT_TRUE(PoolAccess::Waiting(*pool)) << "the sleeper was not counted";
   all.back().Reset();
   waiter.join();
   all.clear();

@@ -80,6 +80,19 @@ namespace {
 constinit std::mutex g_pools_mu;
 constinit PoolAccess::SharedState* g_pools = nullptr;
 
+// The Acquire() calls of this thread that count as waiters, innermost first
+// (a signal handler may call Acquire() inside another). A fork() child has
+// only the thread that forked, whose calls may be among these (a handler
+// that forks): ForkChild counts them again, so that their removals on the
+// way out find their additions. Set before the addition and cleared after
+// the removal: a fork in between over-counts, which only sends releases to
+// the depot with a wake, never the reverse.
+struct CountedWait {
+  const BufferPool* pool;
+  CountedWait* outer;
+};
+constinit thread_local CountedWait* t_counted_waits = nullptr;
+
 absl::Status DeadlineError(const BufferPool& pool, absl::Duration timeout) {
   return absl::DeadlineExceededError(absl::StrCat(
       "BufferPool::Acquire: no buffer became free within ",
@@ -230,12 +243,16 @@ void PoolAccess::ForkChild() {
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     for (uint32_t i = s->ncaches; i > 0; --i) s->caches[i - 1].mu.unlock();
     // The parent's sleepers are not here: a fresh condition variable, and
-    // the waiters counted are the pending eventfd requests only.
+    // the waiters counted are the pending eventfd requests and this
+    // thread's own Acquire() calls on the pool.
     new (&s->wait_cv) std::condition_variable();
     BufferPool& p = *s->pool;
+    int64_t waiters = static_cast<int64_t>(s->notify_fds.size());
+    for (const CountedWait* w = t_counted_waits; w != nullptr; w = w->outer) {
+      waiters += w->pool == &p ? 1 : 0;
+    }
     p.release_limit_.store(static_cast<int64_t>(p.cache_capacity_) -
-                               static_cast<int64_t>(s->notify_fds.size()) *
-                                   internal::rseq::kOneWaiter,
+                               waiters * internal::rseq::kOneWaiter,
                            std::memory_order_relaxed);
     s->wait_mu.unlock();
     s->bulk_gate.Reset();
@@ -267,7 +284,11 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   const Clock::time_point deadline =
       forever ? Clock::time_point::max()
               : Clock::now() + absl::ToChronoNanoseconds(timeout);
-  // "Sleeping", step 1.
+  // "Sleeping", step 1. The signal fences keep t_counted_waits's stores on
+  // their side of the count's changes for a handler on this thread.
+  CountedWait counted{this, t_counted_waits};
+  t_counted_waits = &counted;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   PoolAccess::AddWaiters(*this, 1, std::memory_order_seq_cst);
   for (;;) {
     slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/true, &reshelved);
@@ -285,6 +306,8 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   }
   // A late wake is harmless.
   PoolAccess::RemoveWaiters(*this, 1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_counted_waits = counted.outer;
   // Slots put back may be what another sleeper needs.
   PoolAccess::WakeWaiters(*this, reshelved);
   if (slot != kNoSlot) {

@@ -161,11 +161,14 @@ struct PoolAccess {
   static bool Waiting(const BufferPool& p) {
     return p.release_limit_.load(std::memory_order_relaxed) < 0;
   }
+  static int64_t ReleaseLimit(const BufferPool& p) {
+    return p.release_limit_.load(std::memory_order_relaxed);
+  }
   // The wait paths' changes to BufferPool::release_limit_ (drain.cc): n
-  // waiters more, or fewer. The limit never rises above the capacity: a
-  // removal without its addition (a thread that was in Acquire() when a
-  // signal handler forked, whose child counts only the pending eventfd
-  // requests) would otherwise let a push pass on a stopped or full cache.
+  // waiters more, or fewer. The limit never rises above the capacity, in
+  // case a removal ever came without its addition (the fork child recounts
+  // them: ForkChild): a limit above it would let a push pass on a stopped
+  // or full cache.
   static void AddWaiters(BufferPool& p, uint32_t n, std::memory_order order) {
     p.release_limit_.fetch_sub(n * internal::rseq::kOneWaiter, order);
   }
