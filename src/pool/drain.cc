@@ -85,13 +85,32 @@ constinit PoolAccess::SharedState* g_pools = nullptr;
 // only the thread that forked, whose calls may be among these (a handler
 // that forks): ForkChild counts them again, so that their removals on the
 // way out find their additions. Set before the addition and cleared after
-// the removal: a fork in between over-counts, which only sends releases to
-// the depot with a wake, never the reverse.
-struct CountedWait {
-  const BufferPool* pool;
-  CountedWait* outer;
-};
+// the removal (a scope around both): a fork in between over-counts, which
+// only sends releases to the depot with a wake, never the reverse. The
+// signal fences keep the list's stores on their side of the count's changes
+// for a handler on this thread.
+class CountedWait;
 constinit thread_local CountedWait* t_counted_waits = nullptr;
+class CountedWait {
+ public:
+  explicit CountedWait(const BufferPool* pool)
+      : pool_(pool), outer_(t_counted_waits) {
+    t_counted_waits = this;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
+  ~CountedWait() {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    t_counted_waits = outer_;
+  }
+  CountedWait(const CountedWait&) = delete;
+  CountedWait& operator=(const CountedWait&) = delete;
+  const BufferPool* pool() const { return pool_; }
+  const CountedWait* outer() const { return outer_; }
+
+ private:
+  const BufferPool* const pool_;
+  CountedWait* const outer_;
+};
 
 absl::Status DeadlineError(const BufferPool& pool, absl::Duration timeout) {
   return absl::DeadlineExceededError(absl::StrCat(
@@ -248,8 +267,8 @@ void PoolAccess::ForkChild() {
     new (&s->wait_cv) std::condition_variable();
     BufferPool& p = *s->pool;
     int64_t waiters = static_cast<int64_t>(s->notify_fds.size());
-    for (const CountedWait* w = t_counted_waits; w != nullptr; w = w->outer) {
-      waiters += w->pool == &p ? 1 : 0;
+    for (const CountedWait* w = t_counted_waits; w != nullptr; w = w->outer()) {
+      waiters += w->pool() == &p ? 1 : 0;
     }
     p.release_limit_.store(static_cast<int64_t>(p.cache_capacity_) -
                                waiters * internal::rseq::kOneWaiter,
@@ -284,11 +303,8 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   const Clock::time_point deadline =
       forever ? Clock::time_point::max()
               : Clock::now() + absl::ToChronoNanoseconds(timeout);
-  // "Sleeping", step 1. The signal fences keep t_counted_waits's stores on
-  // their side of the count's changes for a handler on this thread.
-  CountedWait counted{this, t_counted_waits};
-  t_counted_waits = &counted;
-  std::atomic_signal_fence(std::memory_order_seq_cst);
+  // "Sleeping", step 1.
+  const CountedWait counted(this);
   PoolAccess::AddWaiters(*this, 1, std::memory_order_seq_cst);
   for (;;) {
     slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/true, &reshelved);
@@ -306,8 +322,6 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   }
   // A late wake is harmless.
   PoolAccess::RemoveWaiters(*this, 1, std::memory_order_relaxed);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  t_counted_waits = counted.outer;
   // Slots put back may be what another sleeper needs.
   PoolAccess::WakeWaiters(*this, reshelved);
   if (slot != kNoSlot) {
