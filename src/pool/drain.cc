@@ -199,9 +199,7 @@ uint32_t PoolAccess::DrainAll(BufferPool& p) {
 
 void PoolAccess::WakeWaiters(BufferPool& p, uint32_t pushed) {
   // seq_cst: the pusher's half of the handshake (see "Sleeping").
-  if (pushed == 0 || p.release_limit_.load(std::memory_order_seq_cst) >= 0) {
-    return;
-  }
+  if (pushed == 0 || !Waiting(p, std::memory_order_seq_cst)) return;
   BufferPool::Shared& s = S(p);
   std::vector<int> fds;  // swapped out, so nothing allocates here
   {
@@ -270,9 +268,7 @@ void PoolAccess::ForkChild() {
     for (const CountedWait* w = t_counted_waits; w != nullptr; w = w->outer()) {
       waiters += w->pool() == &p ? 1 : 0;
     }
-    p.release_limit_.store(static_cast<int64_t>(p.cache_capacity_) -
-                               waiters * internal::rseq::kOneWaiter,
-                           std::memory_order_relaxed);
+    SetWaiters(p, waiters, std::memory_order_relaxed);
     s->wait_mu.unlock();
     s->bulk_gate.Reset();
   }

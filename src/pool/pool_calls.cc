@@ -93,8 +93,7 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   pool->capacity_ = count;
   pool->region_bytes_ = count * size;
   pool->cache_capacity_ = std::min(*cache_size, count / 8);
-  pool->release_limit_.store(static_cast<int64_t>(pool->cache_capacity_),
-                             std::memory_order_relaxed);
+  PoolAccess::SetWaiters(*pool, 0, std::memory_order_relaxed);
   pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
   pool->scrub_ = options.scrub_on_release;
   // State bytes: a power of two >= count and >= 64 entries, all "not raw".

@@ -158,17 +158,23 @@ struct PoolAccess {
   static uint32_t RefillBatch(const BufferPool& p) {
     return static_cast<uint32_t>(std::max<size_t>(1, p.cache_capacity_ / 2));
   }
-  static bool Waiting(const BufferPool& p) {
-    return p.release_limit_.load(std::memory_order_relaxed) < 0;
+  static bool Waiting(const BufferPool& p,
+                      std::memory_order order = std::memory_order_relaxed) {
+    return p.release_limit_.load(order) < 0;
   }
   static int64_t ReleaseLimit(const BufferPool& p) {
     return p.release_limit_.load(std::memory_order_relaxed);
   }
-  // The wait paths' changes to BufferPool::release_limit_ (drain.cc): n
-  // waiters more, or fewer. The limit never rises above the capacity, in
-  // case a removal ever came without its addition (the fork child recounts
-  // them: ForkChild): a limit above it would let a push pass on a stopped
-  // or full cache.
+  // BufferPool::release_limit_ as a count of waiters (drain.cc): exactly n
+  // (Create(), the fork child), n more, or n fewer. The limit never rises above
+  // the capacity, in case a removal ever came without its addition (the fork
+  // child recounts them: ForkChild): a limit above it would let a push pass on
+  // a stopped or full cache.
+  static void SetWaiters(BufferPool& p, int64_t n, std::memory_order order) {
+    p.release_limit_.store(static_cast<int64_t>(p.cache_capacity_) -
+                               n * internal::rseq::kOneWaiter,
+                           order);
+  }
   static void AddWaiters(BufferPool& p, uint32_t n, std::memory_order order) {
     p.release_limit_.fetch_sub(n * internal::rseq::kOneWaiter, order);
   }
