@@ -1,6 +1,7 @@
 // The pool's core across pools, shared objects and threads:
 //   ManyPools/     the hot pair alternating over 1, 2 and 4 pools
-//                  (goal: 2 and 4 pools within 1.3x of one)
+//                  (goal: 2 and 4 pools within 1.3x of one), and the same
+//                  loop over 1, 2 and 4 floor stacks (no pool)
 //   SharedObject/  the hot pair called from a -fPIC shared object and from
 //                  the executable (goal: within 1.3x)
 //   Reclaim/       how long Acquire() takes to get a buffer that another
@@ -21,6 +22,7 @@
 
 #include "benchmark/benchmark.h"
 #include "bufpool/buffer_pool.h"
+#include "contenders.h"
 
 namespace {
 
@@ -67,6 +69,34 @@ void ManyPools(benchmark::State& state) {
 BENCHMARK(ManyPools<1>)->Name("ManyPools/libbufpool_1pool");
 BENCHMARK(ManyPools<2>)->Name("ManyPools/libbufpool_2pools");
 BENCHMARK(ManyPools<4>)->Name("ManyPools/libbufpool_4pools");
+
+// The floor under those rows: the same loop over 1, 2 or 4 per-CPU-shaped
+// stacks (FloorIndexedStack: no checks, no restart, no pool), each with its
+// own buffers. The ratios between these rows are what taking turns between
+// caches in memory costs on this CPU, whatever the caches' code.
+template <int kStacks>
+void ManyStacksFloor(benchmark::State& state) {
+  using Floor = bufpool_bench::FloorIndexedStack;
+  static auto* stacks = [] {
+    auto* v = new std::vector<std::unique_ptr<Floor>>();
+    for (int i = 0; i < kStacks; ++i) v->push_back(std::make_unique<Floor>());
+    return v;
+  }();
+  Floor* p[4];
+  for (int i = 0; i < 4; ++i) p[i] = (*stacks)[i % kStacks].get();
+  benchmark::DoNotOptimize(p);
+  unsigned next = 0;
+  for (auto _ : state) {
+    Floor* s = p[next++ % 4];
+    Floor::Item b = s->Get();
+    Touch(Floor::Data(b));
+    s->Put(b);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(ManyStacksFloor<1>)->Name("ManyPools/floor_indexed_stack_1pool");
+BENCHMARK(ManyStacksFloor<2>)->Name("ManyPools/floor_indexed_stack_2pools");
+BENCHMARK(ManyStacksFloor<4>)->Name("ManyPools/floor_indexed_stack_4pools");
 
 // ---- SharedObject ----------------------------------------------------------
 

@@ -59,10 +59,27 @@ def write_run(root, quick=False):
                 p50_us=5.0, p99_us=[10.0, 60.0, 70.0][r])]}, f)
         with open(os.path.join(d, "uring__ring.json"), "w") as f:
             json.dump({"benchmarks": [
-                bench_entry("BM_Ring/handling:1/iterations:20000/manual_time",
-                            [104.0, 110.0, 100.0][r]),
-                bench_entry("BM_RawLiburing/handling:1/iterations:20000/"
-                            "manual_time", 100.0)]}, f)
+                bench_entry("BM_Ring/handling:1/bytes:2048/iterations:20000/"
+                            "manual_time", [104.0, 110.0, 100.0][r]),
+                bench_entry("BM_RingInto/handling:1/bytes:2048/"
+                            "iterations:20000/manual_time",
+                            [140.0, 160.0, 150.0][r]),
+                bench_entry("BM_RawLiburing/handling:1/bytes:2048/"
+                            "iterations:20000/manual_time", 100.0),
+                # Another size: kept apart from the 2,048-byte rows.
+                bench_entry("BM_RingInto/handling:1/bytes:256/"
+                            "iterations:20000/manual_time", 300.0),
+                bench_entry("BM_RawLiburing/handling:1/bytes:256/"
+                            "iterations:20000/manual_time", 100.0),
+                bench_entry("BM_RingInto/handling:0/bytes:256/"
+                            "iterations:20000/manual_time", 900.0),
+                # No items_per_second: the figure is the counter.
+                {"name": "BM_TrickleLine/copy_below:512/incremental:1/"
+                 "iterations:1", "run_name": "BM_TrickleLine/copy_below:512/"
+                 "incremental:1/iterations:1", "run_type": "iteration",
+                 "repetitions": 1, "threads": 1, "iterations": 1,
+                 "real_time": 70.0, "cpu_time": 70.0, "time_unit": "ms",
+                 "pinned_per_byte": [1.0, 1.5, 3.0][r]}]}, f)
     with open(os.path.join(root, "gb", "r2", "broken.json"), "w") as f:
         f.write("{ interrupted")
     with open(os.path.join(root, "cold_start.jsonl"), "w") as f:
@@ -142,9 +159,27 @@ class RoundArithmetic(unittest.TestCase):
         reclaim = goals["reclaiming an idle cache: p99 <= 50 us"]
         self.assertEqual((reclaim["median"], reclaim["meeting"],
                           reclaim["met"]), (60.0, 1, False))
-        ring = [g for label, g in goals.items() if label.startswith("ring")][0]
+        ring = [g for label, g in goals.items()
+                if label.startswith("ring Take")][0]
         self.assertAlmostEqual(ring["median"], 1.04)
         self.assertEqual((ring["meeting"], ring["met"]), (2, True))
+        # Into one chain, by size: 1.4, 1.6, 1.5 against 1.5 (at 2,048 B),
+        # 3.0 against 2 (at 256 B).
+        swap = [g for label, g in goals.items()
+                if label.startswith("ring handling above")][0]
+        self.assertAlmostEqual(swap["median"], 1.5)
+        self.assertEqual((swap["meeting"], swap["met"]), (2, True))
+        copy = [g for label, g in goals.items()
+                if label.startswith("ring handling under")][0]
+        self.assertAlmostEqual(copy["median"], 3.0)
+        self.assertEqual((copy["meeting"], copy["met"]), (0, False))
+        self.assertAlmostEqual(self.values[("UringRecvFull256",
+                                            "libbufpool_ring_into", 1)][1],
+                               900.0)
+        trickle = [g for label, g in goals.items()
+                   if label.startswith("trickled") and "on)" in label][0]
+        self.assertEqual((trickle["median"], trickle["meeting"],
+                          trickle["met"]), (1.5, 2, True))
         self.assertEqual(goals["cold start of 10,000 ready buffers <= 5 ms"]
                          ["meeting"], 2)
         glibc = goals["cold start >= 20x faster than glibc posix_memalign"]

@@ -67,11 +67,22 @@ WORKLOADS = [
      "libbufpool_foreach"),
     ("ReadLE32", "uint32 loads inside one 4 KiB slice: ChainCursor vs memcpy",
      "ns/load", "libbufpool"),
-    ("UringRecvHandling", "io_uring receive, handling 32 completions only: "
-     "Take + release + Refill vs raw liburing", "ns/message",
-     "libbufpool_ring"),
-    ("UringRecvFull", "io_uring receive, whole turn (32 sends, "
-     "io_uring_enter, handling)", "ns/message", "libbufpool_ring"),
+    ("UringRecvHandling256", "io_uring receive of 256-byte messages (under "
+     "copy_below: copied), handling 32 completions only: Take + consume + "
+     "Refill vs raw liburing", "ns/message", "libbufpool_ring_into"),
+    ("UringRecvHandling2048", "io_uring receive of 2,048-byte messages (at "
+     "or above copy_below: swapped or linked), handling 32 completions only: "
+     "Take + consume + Refill vs raw liburing", "ns/message",
+     "libbufpool_ring_into"),
+    ("UringRecvFull256", "io_uring receive of 256-byte messages, whole turn "
+     "(32 sends, io_uring_enter, handling)", "ns/message",
+     "libbufpool_ring_into"),
+    ("UringRecvFull2048", "io_uring receive of 2,048-byte messages, whole "
+     "turn (32 sends, io_uring_enter, handling)", "ns/message",
+     "libbufpool_ring_into"),
+    ("Trickle", "A 20 KB line received a byte at a time into one chain: pool "
+     "bytes pinned per byte held", "bytes/byte",
+     "libbufpool_copy_below_512_incremental_on"),
     ("HeldSend", "HeldSend of a 64 KiB chain over TCP loopback: plain vs "
      "zero-copy", "us/send", "plain"),
     ("UringCopy", "1,000 copies of a 64 KiB file, io_uring method, through "
@@ -104,13 +115,21 @@ def classify(b):
     ips = b.get("items_per_second")
     counters = {k: b[k] for k in ("allocs_per_item", "p50_us", "p99_us")
                 if k in b}
+    args = dict(p.split(":", 1) for p in parts[1:] if ":" in p)
     if parts[0] in ("BM_Ring", "BM_RingInto", "BM_RawLiburing"):
-        workload = ("UringRecvHandling" if "handling:1" in name
-                    else "UringRecvFull")
+        workload = ("UringRecvHandling" if args.get("handling") == "1"
+                    else "UringRecvFull") + args.get("bytes", "")
         contender = {"BM_Ring": "libbufpool_ring",
                      "BM_RingInto": "libbufpool_ring_into",
                      "BM_RawLiburing": "raw_liburing"}[parts[0]]
         return (workload, contender, 1, 1e9 / ips, counters) if ips else None
+    if parts[0] == "BM_TrickleLine":
+        pinned = b.get("pinned_per_byte")
+        contender = (f"libbufpool_copy_below_{args.get('copy_below')}_"
+                     "incremental_" +
+                     ("on" if args.get("incremental") == "1" else "off"))
+        return ("Trickle", contender, 1, pinned, counters) \
+            if pinned is not None else None
     if parts[0] == "BM_HeldSend":
         bps = b.get("bytes_per_second")
         contender = "zero_copy" if "zero_copy:1" in name else "plain"
@@ -436,6 +455,15 @@ def goals(values, counters, cold, copy, echo):
     for c, label in (("libbufpool_2pools", "2"), ("libbufpool_4pools", "4")):
         g.append(goal(f"pair alternating {label} pools <= 1.3x one pool",
                       per_round(V("ManyPools", c), one, div), 1.3, True))
+    # The same loop over floor stacks (no pool): what taking turns between
+    # caches in memory costs on this CPU, beside the goals above.
+    floor_one = V("ManyPools", "floor_indexed_stack_1pool")
+    for label in ("2", "4"):
+        g.append(goal(f"floor: alternating {label} stacks / one stack (no "
+                      "pool), time ratio",
+                      per_round(V("ManyPools",
+                                  f"floor_indexed_stack_{label}pools"),
+                                floor_one, div), None, True))
     g.append(goal("pair from a -fPIC shared object <= 1.3x the executable",
                   per_round(V("SharedObject", "libbufpool_pic_so"),
                             V("SharedObject", "libbufpool_exe"), div),
@@ -467,10 +495,25 @@ def goals(values, counters, cold, copy, echo):
                   per_round(V("ReadLE32", "libbufpool"),
                             V("ReadLE32", "memcpy"), div), 1.5, True))
     g.append(goal("ring Take + release + Refill within 5% of raw liburing "
-                  "(time ratio, handling only)",
-                  per_round(V("UringRecvHandling", "libbufpool_ring"),
-                            V("UringRecvHandling", "raw_liburing"), div),
+                  "(time ratio, handling only, 2,048 B, a new chain per "
+                  "message)",
+                  per_round(V("UringRecvHandling2048", "libbufpool_ring"),
+                            V("UringRecvHandling2048", "raw_liburing"), div),
                   1.05, True))
+    for size, label, target in (
+            ("256", "under copy_below (256 B, copied)", 2),
+            ("2048", "above copy_below (2,048 B, swapped)", 1.5)):
+        w = f"UringRecvHandling{size}"
+        g.append(goal(f"ring handling {label} <= {target}x raw liburing "
+                      "(time ratio, Take into one chain + consume + Refill)",
+                      per_round(V(w, "libbufpool_ring_into"),
+                                V(w, "raw_liburing"), div), target, True))
+    for inc in ("on", "off"):
+        g.append(goal(f"trickled 20 KB line: pool bytes pinned per byte held "
+                      f"<= 2 (copy_below 512, incremental {inc})",
+                      V("Trickle",
+                        f"libbufpool_copy_below_512_incremental_{inc}"),
+                      2, True))
     g.append(goal("64 KiB copies through a 1 GiB pool within 10% of a 2 MiB "
                   "pool (time ratio)",
                   per_round(V("UringCopy", "pool_1GiB"),
@@ -643,7 +686,8 @@ def main(run_dir):
                     "that other threads may drain must keep it, and "
                     "floor_indexed_stack that stack found as a per-CPU "
                     "cache is, at an address computed from an index read "
-                    "on every call; "
+                    "on every call (floor_indexed_stack_Npools: the "
+                    "alternating-pools loop over N such stacks); "
                     "floor_kernel_zeroing maps and populates the same huge-page "
                     "region the pool uses, with no pool (the kernel's zeroing "
                     "alone).")
