@@ -29,6 +29,7 @@
 #include <mutex>
 #include <new>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -372,6 +373,76 @@ TEST(DrainTest, TryAcquireTakesFromOtherCpusCachesBeforeGivingUp) {
   EXPECT_EQ(pool->Stats().acquire_failures, 1u);
   done.Notify();
   owner.join();
+}
+
+// The drainer's side of a late commit: a section that read a cache's count
+// before the drainer set kStopped commits after it, and its store clears
+// the stop. After its fence the drainer must find the stop gone and stop
+// that cache again (sections may run there again) before it takes the
+// slots; the committed slot is taken with the rest. The seam plays the late
+// section: a release's push of one more buffer onto the count it read.
+struct LateCommit {
+  static inline uint32_t* header = nullptr;  // the chosen cache's count
+  static inline uint32_t cache = 0;
+  static inline uint32_t slot = 0;  // the buffer the late section releases
+  static inline int stops = 0;      // stops of the chosen cache
+  static void AfterStop(uint32_t i) {
+    if (i != cache) return;
+    std::atomic_ref<uint32_t> count(*header);
+    const uint32_t word = count.load(std::memory_order_relaxed);
+    EXPECT_NE(word & internal::rseq::kStopped, 0u) << "not stopped";
+    if (++stops != 1) return;
+    const uint32_t n = word & ~internal::rseq::kStopped;
+    header[internal::rseq::kSlotsOffset / sizeof(uint32_t) + n] = slot;
+    count.store(n + 1, std::memory_order_release);  // no kStopped
+  }
+};
+
+TEST(DrainTest, AStopLostToALateCommitIsSetAgainBeforeTheSlotsAreTaken) {
+  auto pool = MakePool({.buffer_count = 64, .cache_size = 32});
+  if (!IsRseq(pool->per_cpu_mode())) GTEST_SKIP() << "locked caches";
+  const PoolAccess::SharedState& s = PoolAccess::S(*pool);
+  Buffer late = pool->TryAcquire();
+  ASSERT_TRUE(late);
+  {
+    std::vector<Buffer> parked(8);
+    ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(parked)), 8u);
+  }
+  uint32_t chosen = PoolAccess::CpuCount();
+  for (uint32_t i = 0; i < PoolAccess::CpuCount(); ++i) {
+    if (PoolAccess::CachedCount(s, i) != 0) chosen = i;
+  }
+  ASSERT_LT(chosen, PoolAccess::CpuCount()) << "no cache holds a slot";
+  ASSERT_LT(PoolAccess::CachedCount(s, chosen), pool->cache_capacity());
+  LateCommit::header = reinterpret_cast<uint32_t*>(
+      s.rseq_base + chosen * internal::rseq::kCacheStride);
+  LateCommit::cache = chosen;
+  LateCommit::slot = static_cast<uint32_t>(
+      (late.data() - pool->region().data()) / pool->buffer_size());
+  LateCommit::stops = 0;
+  // The late section is the release of `late`: its handle goes without
+  // releasing (never destroyed), and the seam's push gives the slot back.
+  std::byte* const late_data = late.data();
+  alignas(Buffer) unsigned char given_up[sizeof(Buffer)];
+  new (given_up) Buffer(std::move(late));
+  PoolAccess::after_stop_for_test = &LateCommit::AfterStop;
+  pool->FlushCaches();
+  PoolAccess::after_stop_for_test = nullptr;
+  EXPECT_EQ(LateCommit::stops, 2)
+      << "the cache was not stopped again after the late commit";
+  if (LateCommit::stops == 0) {  // never pushed: release it
+    std::launder(reinterpret_cast<Buffer*>(given_up))->Reset();
+  }
+  EXPECT_EQ(pool->Stats().cached, 0u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  // Every buffer once, the late one among them.
+  std::vector<Buffer> all(64);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 64u);
+  std::set<std::byte*> seen;
+  for (const Buffer& b : all) seen.insert(b.data());
+  EXPECT_EQ(seen.size(), 64u);
+  EXPECT_EQ(seen.count(late_data), 1u);
+  EXPECT_FALSE(pool->TryAcquire());
 }
 
 // ---- Parking is bounded by CPUs, not threads -------------------------------

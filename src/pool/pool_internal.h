@@ -248,6 +248,11 @@ struct PoolAccess {
   // when all are empty). For mm_cid, where each cache's own fence would
   // reach every CPU anyway.
   static uint32_t RseqDrainAll(BufferPool& p, bool take_one, uint32_t* moved);
+  // Test seam (nullptr outside tests): called with the cache's index each
+  // time a drainer has set kStopped on an rseq cache and not yet fenced, so
+  // a test can commit there as a section that read the count before the
+  // stop would.
+  static inline void (*after_stop_for_test)(uint32_t cache) = nullptr;
   // With c.mu held: pops one free slot, refilling from the depot when c is
   // empty; kNoSlot when both are empty. *reshelved: see Depot::Pop.
   static uint32_t PopLocked(BufferPool& p, CpuCache& c, uint32_t* reshelved);

@@ -242,6 +242,9 @@ void StopCache(const PoolAccess::SharedState& s, uint32_t i) {
       s.rseq_index == internal::rseq::kMmCidField ? -1 : static_cast<int>(i);
   do {
     SetStopped(s, i);
+    if (PoolAccess::after_stop_for_test != nullptr) [[unlikely]] {
+      PoolAccess::after_stop_for_test(i);
+    }
     os::RseqFence(cpu);
   } while (!StopHeld(s, i));
 }
@@ -292,6 +295,8 @@ uint32_t PoolAccess::RseqDrainAll(BufferPool& p, bool take_one,
     if (CachedCount(s, i) == 0) continue;
     s.caches[i].mu.lock();
     SetStopped(s, i);
+    if (after_stop_for_test != nullptr) [[unlikely]]
+      after_stop_for_test(i);
     stopped[i / 64] |= uint64_t{1} << (i % 64);
     any = true;
   }
