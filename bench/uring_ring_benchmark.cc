@@ -1,14 +1,15 @@
-// Per received message, the ring's Take() + release + Refill() against the
-// same loop written on raw liburing calls (buffer id == slot, the buffer
-// re-added to the ring by hand), and plain against zero-copy held sends.
+// Per received message, the ring's Take() + release + Refill() (or Visit()
+// + Refill()) against the same loop written on raw liburing calls (buffer
+// id == slot, the buffer re-added to the ring by hand), and plain against
+// zero-copy held sends.
 //
 // Receive loops: 32 datagrams of `bytes` (256: under the ring's
-// copy_below, copied and the buffer lent again at once; 2048: linked) are
-// written to an AF_UNIX datagram socketpair, then one multishot receive's
-// 32 completions are handled. "/full" times the whole turn (writes,
-// io_uring_enter, handling);
-// "/handling" times only the handling of the completions (manual time), which
-// is all the two contenders do differently.
+// copy_below, copied and the buffer lent again at once; 2048: linked, or
+// swapped with the chain's kept buffer) are written to an AF_UNIX datagram
+// socketpair, then one multishot receive's 32 completions are handled.
+// "/full" times the whole turn (writes, io_uring_enter, handling);
+// "/handling" times only the handling of the completions (manual time),
+// which is all the contenders do differently.
 //
 //   build/release/bench/uring_ring_benchmark
 #include <liburing.h>
@@ -74,8 +75,12 @@ using Clock = std::chrono::steady_clock;
 // Our loop: each completion's bytes are taken from the ring, touched and
 // dropped (back to the pool), one Refill() per batch. BM_Ring takes each
 // into a new chain (Take(cqe)); BM_RingInto appends to one chain that lives
-// across turns, as a connection's input queue does (Take(cqe, queue)).
-template <bool kInto>
+// across turns, as a connection's input queue does (Take(cqe, queue)), and
+// consumes it; BM_RingVisit reads each completion's bytes in place
+// (Visit(), Take() for what it leaves).
+enum class Handling { kNewChain, kInto, kVisit };
+
+template <Handling kHow>
 void RingLoop(benchmark::State& state) {
   const bool handling_only = state.range(0) != 0;
   Setup s(static_cast<size_t>(state.range(1)));
@@ -110,7 +115,13 @@ void RingLoop(benchmark::State& state) {
     io_uring_for_each_cqe(&s.ring, head, cqe) {
       ++n;
       if (!(cqe->flags & IORING_CQE_F_MORE)) armed = false;
-      if constexpr (kInto) {
+      if constexpr (kHow == Handling::kVisit) {
+        if (!ring.Visit(*cqe, [&](absl::Span<const std::byte> bytes) {
+              sum += static_cast<uint8_t>(bytes[0]);
+            })) {
+          if (ring.Take(*cqe, queue).ok()) queue.Clear();
+        }
+      } else if constexpr (kHow == Handling::kInto) {
         if (ring.Take(*cqe, queue).ok() && !queue.empty()) {
           sum += static_cast<uint8_t>(queue.slice(0).data()[0]);
           queue.Consume(queue.size());
@@ -131,8 +142,11 @@ void RingLoop(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
 
-void BM_Ring(benchmark::State& state) { RingLoop<false>(state); }
-void BM_RingInto(benchmark::State& state) { RingLoop<true>(state); }
+void BM_Ring(benchmark::State& state) { RingLoop<Handling::kNewChain>(state); }
+void BM_RingInto(benchmark::State& state) { RingLoop<Handling::kInto>(state); }
+void BM_RingVisit(benchmark::State& state) {
+  RingLoop<Handling::kVisit>(state);
+}
 
 // The same loop on raw liburing: a buffer ring whose ids are slot numbers,
 // each completion's buffer re-added by hand, one advance per batch.
@@ -343,6 +357,11 @@ BENCHMARK(BM_Ring)
     ->UseManualTime()
     ->Iterations(20000);
 BENCHMARK(BM_RingInto)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {256, 2048}})
+    ->UseManualTime()
+    ->Iterations(20000);
+BENCHMARK(BM_RingVisit)
     ->ArgNames({"handling", "bytes"})
     ->ArgsProduct({{0, 1}, {256, 2048}})
     ->UseManualTime()

@@ -116,11 +116,13 @@ def classify(b):
     counters = {k: b[k] for k in ("allocs_per_item", "p50_us", "p99_us")
                 if k in b}
     args = dict(p.split(":", 1) for p in parts[1:] if ":" in p)
-    if parts[0] in ("BM_Ring", "BM_RingInto", "BM_RawLiburing"):
+    if parts[0] in ("BM_Ring", "BM_RingInto", "BM_RingVisit",
+                    "BM_RawLiburing"):
         workload = ("UringRecvHandling" if args.get("handling") == "1"
                     else "UringRecvFull") + args.get("bytes", "")
         contender = {"BM_Ring": "libbufpool_ring",
                      "BM_RingInto": "libbufpool_ring_into",
+                     "BM_RingVisit": "libbufpool_ring_visit",
                      "BM_RawLiburing": "raw_liburing"}[parts[0]]
         return (workload, contender, 1, 1e9 / ips, counters) if ips else None
     if parts[0] == "BM_TrickleLine":
@@ -507,6 +509,10 @@ def goals(values, counters, cold, copy, echo):
         g.append(goal(f"ring handling {label} <= {target}x raw liburing "
                       "(time ratio, Take into one chain + consume + Refill)",
                       per_round(V(w, "libbufpool_ring_into"),
+                                V(w, "raw_liburing"), div), target, True))
+        g.append(goal(f"ring handling {label}, in place: Visit + Refill "
+                      f"<= {target}x raw liburing (time ratio)",
+                      per_round(V(w, "libbufpool_ring_visit"),
                                 V(w, "raw_liburing"), div), target, True))
     for inc in ("on", "off"):
         g.append(goal(f"trickled 20 KB line: pool bytes pinned per byte held "

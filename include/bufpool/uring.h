@@ -29,6 +29,8 @@
 //   (*bufs)->PrepareRecv(io_uring_get_sqe(&ring), fd);   // multishot recv
 //   ... on each completion of that receive:
 //   absl::StatusOr<bufpool::BufferChain> got = (*bufs)->Take(*cqe);
+//   ... or, where the handler is done with the bytes when it returns:
+//   if (!(*bufs)->Visit(*cqe, handle)) got = (*bufs)->Take(*cqe);
 //   ... every loop turn:
 //   (*bufs)->Refill();
 //
@@ -85,6 +87,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/base/attributes.h"
@@ -320,6 +323,23 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
     }
     return TakeSlow(cqe, out);
   }
+
+  // Handles a completion's bytes where the kernel wrote them, for a handler
+  // that is done with them when it returns (a datagram, a request that one
+  // receive carries whole): calls fn(absl::Span<const std::byte>) with the
+  // completion's bytes in the ring's buffer, then lends that buffer again
+  // under the same id (no chain, no pool round trip, no reference count;
+  // the kernel sees it after the next Refill()). Returns true when it did.
+  // Returns false, having changed nothing, for every completion it cannot
+  // handle so, which then goes to Take(): no buffer (-ENOBUFS, errors, end
+  // of stream), more bytes than one buffer (a bundle), an incremental ring,
+  // an id the ring did not lend. fn must not keep the span, or call this
+  // ring's Refill(); if fn throws, the buffer is lent again first.
+  //
+  //   if (!ring.Visit(*cqe, [&](absl::Span<const std::byte> b) { Parse(b); }))
+  //     status = ring.Take(*cqe, conn.input);
+  template <typename Fn>
+  bool Visit(const io_uring_cqe& cqe, Fn&& fn);
 
   // Lends free pool buffers to the ring until it holds its current target
   // (growing the target first if the ring ran low since the last call), in
@@ -624,6 +644,29 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   Relend(bid, src);
   ++copied_;
   std::memcpy(dst, src, len);
+  return true;
+}
+
+template <typename Fn>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::Visit(
+    const io_uring_cqe& cqe, Fn&& fn) {
+  // The checks of TakeInline(): one buffer, 1 <= res <= buffer_size_, an id
+  // the ring lent, not incremental.
+  const uint32_t flags = cqe.flags;
+  const uint32_t id = flags >> IORING_CQE_BUFFER_SHIFT;
+  const uint32_t len = static_cast<uint32_t>(cqe.res);
+  if ((flags & IORING_CQE_F_BUFFER) == 0 || len - 1 >= buffer_size_ ||
+      id >= inline_ids_) [[unlikely]] {
+    return false;
+  }
+  std::byte* const data = lent_[id].data;
+  if (data == nullptr) [[unlikely]]
+    return false;
+  // Lent again before fn runs, so that an exception leaves nothing behind:
+  // the kernel cannot write the buffer before the next Refill() publishes
+  // the entry.
+  Relend(static_cast<uint16_t>(id), data);
+  std::forward<Fn>(fn)(absl::Span<const std::byte>(data, len));
   return true;
 }
 
