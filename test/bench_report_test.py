@@ -57,6 +57,11 @@ def write_run(root, quick=False):
             json.dump({"benchmarks": [bench_entry(
                 "Reclaim/libbufpool/iterations:2000/manual_time", 1000.0,
                 p50_us=5.0, p99_us=[10.0, 60.0, 70.0][r])]}, f)
+        with open(os.path.join(d, "core__manypools.json"), "w") as f:
+            json.dump({"benchmarks": [
+                bench_entry("ManyPools/floor_indexed_stack_1pool", 1.0),
+                bench_entry("ManyPools/floor_indexed_stack_2pools",
+                            [1.5, 1.6, 1.4][r])]}, f)
         with open(os.path.join(d, "uring__ring.json"), "w") as f:
             json.dump({"benchmarks": [
                 bench_entry("BM_Ring/handling:1/bytes:2048/iterations:20000/"
@@ -71,6 +76,9 @@ def write_run(root, quick=False):
                             "iterations:20000/manual_time", 300.0),
                 bench_entry("BM_RawLiburing/handling:1/bytes:256/"
                             "iterations:20000/manual_time", 100.0),
+                bench_entry("BM_RingVisit/handling:1/bytes:256/"
+                            "iterations:20000/manual_time",
+                            [130.0, 210.0, 120.0][r]),
                 bench_entry("BM_RingInto/handling:0/bytes:256/"
                             "iterations:20000/manual_time", 900.0),
                 # No items_per_second: the figure is the counter.
@@ -176,6 +184,16 @@ class RoundArithmetic(unittest.TestCase):
         self.assertAlmostEqual(self.values[("UringRecvFull256",
                                             "libbufpool_ring_into", 1)][1],
                                900.0)
+        visit = goals["ring handling under copy_below (256 B, copied), in "
+                      "place: Visit + Refill <= 2x raw liburing (time ratio)"]
+        self.assertEqual((visit["median"], visit["meeting"], visit["met"]),
+                         (1.3, 2, True))
+        floor = goals["floor: alternating 2 stacks / one stack (no pool), "
+                      "time ratio"]
+        self.assertEqual((floor["median"], floor["meeting"], floor["met"]),
+                         (1.5, None, None))
+        self.assertNotIn("floor: alternating 4 stacks / one stack (no pool), "
+                         "time ratio", goals)
         trickle = [g for label, g in goals.items()
                    if label.startswith("trickled") and "on)" in label][0]
         self.assertEqual((trickle["median"], trickle["meeting"],
@@ -274,10 +292,12 @@ class RoundArithmetic(unittest.TestCase):
                     "malloc's (ratio)"]
         self.assertAlmostEqual(cpu["median"], 0.9)
         self.assertEqual((cpu["meeting"], cpu["met"]), (2, True))
-        # No CPU figures at 4 KiB here: no row.
+        # No CPU figures at 4 KiB here: no row; one target per size.
         self.assertNotIn("echo 4 KiB: uring server CPU per message below "
                          "malloc's (ratio)", goals)
         self.assertNotIn("echo 4 KiB: uring >= 1.1x the malloc baseline's "
+                         "msgs/s", goals)
+        self.assertNotIn("echo 64 KiB: uring >= 1.3x the malloc baseline's "
                          "msgs/s", goals)
         rows = report.headline_table(report.headline({}, copy, echo))
         self.assertTrue(any("echo 4 KiB: uring engine vs malloc" in r and

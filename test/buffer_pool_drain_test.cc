@@ -381,6 +381,8 @@ TEST(DrainTest, TryAcquireTakesFromOtherCpusCachesBeforeGivingUp) {
 // that cache again (sections may run there again) before it takes the
 // slots; the committed slot is taken with the rest. The seam plays the late
 // section: a release's push of one more buffer onto the count it read.
+// Here nothing runs a new section after the fence, so the buffers come out
+// right either way; the count of stops is what shows the stop set again.
 struct LateCommit {
   static inline uint32_t* header = nullptr;  // the chosen cache's count
   static inline uint32_t cache = 0;

@@ -1,4 +1,5 @@
-# Sourced by tools/test, tools/bench and tools/fuzz (bash).
+# shellcheck shell=bash
+# Sourced by tools/test, tools/bench, tools/fuzz and bench/run_* (bash).
 # fresh_if_other_generator DIR...: the presets build with Ninja; a build
 # directory that CMake configured with another generator (Unix Makefiles,
 # before 0.3.0) loses its cache, so the next configure starts it afresh
@@ -8,7 +9,7 @@ fresh_if_other_generator() {
   for dir in "$@"; do
     if [ -f "$dir/CMakeCache.txt" ] &&
         ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$dir/CMakeCache.txt"; then
-      echo "$(basename "$0"): $dir was configured with another generator;" \
+      echo "preset-dirs: $dir was configured with another generator;" \
            "configuring it afresh with Ninja" >&2
       rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
     fi

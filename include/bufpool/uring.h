@@ -333,8 +333,11 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // Returns false, having changed nothing, for every completion it cannot
   // handle so, which then goes to Take(): no buffer (-ENOBUFS, errors, end
   // of stream), more bytes than one buffer (a bundle), an incremental ring,
-  // an id the ring did not lend. fn must not keep the span, or call this
-  // ring's Refill(); if fn throws, the buffer is lent again first.
+  // an id the ring did not lend. fn must not keep the span, call this
+  // ring's Refill() or destroy the ring. If fn throws, the buffer has been
+  // lent again all the same and the completion is used up: mark it seen
+  // before the exception leaves your loop, or the next pass would lend the
+  // buffer a second time.
   //
   //   if (!ring.Visit(*cqe, [&](absl::Span<const std::byte> b) { Parse(b); }))
   //     status = ring.Take(*cqe, conn.input);
