@@ -1113,6 +1113,52 @@ TEST(VisitTest, BytesAreHandledInPlaceAndTheBufferLentAgain) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
+// Datagrams, the case Visit() is for, on a ring without incremental mode
+// (which would put a datagram into a buffer's rest and cut it short): 200
+// of random lengths up to a buffer each arrive whole, through four buffers.
+TEST(VisitTest, DatagramsArriveWholeThroughFourBuffers) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 16});
+  ASSERT_TRUE(pool.ok());
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 4,
+                                        .initial_buffers = 4,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  std::mt19937 rng(11);
+  for (int i = 0; i < 200; ++i) {
+    const std::string msg =
+        RandomBytes(1 + rng() % (*pool)->buffer_size(), rng);
+    ASSERT_EQ(send(fds[0], msg.data(), msg.size(), 0),
+              static_cast<ssize_t>(msg.size()));
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    io_uring_cqe* cqe;
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    std::string got;
+    EXPECT_TRUE((*br)->Visit(
+        *cqe,
+        [&](absl::Span<const std::byte> b) {
+          got.assign(reinterpret_cast<const char*>(b.data()), b.size());
+        }))
+        << "datagram " << i << ", res " << cqe->res;
+    io_uring_cqe_seen(ring.get(), cqe);
+    EXPECT_EQ(got, msg) << "datagram " << i;
+    (*br)->Refill();
+    if (!more) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  }
+  EXPECT_EQ((*pool)->Stats().in_use, 4u);
+  close(fds[0]);
+  close(fds[1]);
+  br->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
 TEST(VisitTest, AnIncrementalRingsCompletionsGoToTake) {
   Ring ring;
   ASSERT_TRUE(ring.ok());

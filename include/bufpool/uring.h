@@ -205,6 +205,10 @@ struct ProvidedBufferRingOptions {
   // BUF_MORE. kProbe uses it where the kernel has it (tried once at
   // Create()); kOff and kOn force the choice (kOn on a kernel without it
   // fails Create() with the kernel's words). Bundles combine with it.
+  // Stream sockets only: the kernel puts each receive into what is left of
+  // the current buffer, so a datagram (SOCK_DGRAM, SOCK_SEQPACKET) longer
+  // than that is truncated, and a plain receive's completion does not say
+  // so. A ring that serves message sockets needs kOff.
   enum class Incremental { kProbe, kOff, kOn };
   Incremental incremental = Incremental::kProbe;
 };
@@ -325,19 +329,19 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   }
 
   // Handles a completion's bytes where the kernel wrote them, for a handler
-  // that is done with them when it returns (a datagram, a request that one
-  // receive carries whole): calls fn(absl::Span<const std::byte>) with the
-  // completion's bytes in the ring's buffer, then lends that buffer again
-  // under the same id (no chain, no pool round trip, no reference count;
-  // the kernel sees it after the next Refill()). Returns true when it did.
-  // Returns false, having changed nothing, for every completion it cannot
-  // handle so, which then goes to Take(): no buffer (-ENOBUFS, errors, end
-  // of stream), more bytes than one buffer (a bundle), an incremental ring,
-  // an id the ring did not lend. fn must not keep the span, call this
-  // ring's Refill() or destroy the ring. If fn throws, the buffer has been
-  // lent again all the same and the completion is used up: mark it seen
-  // before the exception leaves your loop, or the next pass would lend the
-  // buffer a second time.
+  // that is done with them when it returns (a datagram, on a ring with
+  // Incremental::kOff; a request that one receive carries whole): calls
+  // fn(absl::Span<const std::byte>) with the completion's bytes in the ring's
+  // buffer, then lends that buffer again under the same id (no chain, no pool
+  // round trip, no reference count; the kernel sees it after the next
+  // Refill()). Returns true when it did. Returns false, having changed nothing,
+  // for every completion it cannot handle so, which then goes to Take(): no
+  // buffer (-ENOBUFS, errors, end of stream), more bytes than one buffer (a
+  // bundle), an incremental ring, an id the ring did not lend. fn must not keep
+  // the span, call this ring's Refill() or destroy the ring. If fn throws, the
+  // buffer has been lent again all the same and the completion is used up: mark
+  // it seen before the exception leaves your loop, or the next pass would lend
+  // the buffer a second time.
   //
   //   if (!ring.Visit(*cqe, [&](absl::Span<const std::byte> b) { Parse(b); }))
   //     status = ring.Take(*cqe, conn.input);
