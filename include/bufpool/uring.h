@@ -478,6 +478,12 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // The handle of the buffer lent under `id` (lent_[id].data != nullptr),
   // which the id no longer holds.
   Buffer TakeLent(uint16_t id);
+  // The inline paths' (TakeInline, Visit) common checks: the lent_ entry of
+  // the completion's one buffer (data != nullptr), or nullptr unless the
+  // completion carries one (IORING_CQE_F_BUFFER, 1 <= res <= buffer_size)
+  // under an id the ring lent, on a ring without incremental mode. *id and
+  // *len: the completion's buffer id and res.
+  Lent* InlineLent(const io_uring_cqe& cqe, uint32_t* id, uint32_t* len);
   std::vector<Lent> lent_;
   // Incremental rings: per id, the ring's counted reference once a slice of
   // the buffer has been taken (lent_[id].data is then nullptr), and the bytes
@@ -610,21 +616,32 @@ class BUFPOOL_EXPORT HeldSend {
 // completion (no buffer, errors, EOF, bundles, a full or shared tail, an
 // empty chain without a kept buffer, a foreign id) goes to TakeSlow(),
 // which checks and reports it.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
-    const io_uring_cqe& cqe, BufferChain& out) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline ProvidedBufferRing::Lent*
+ProvidedBufferRing::InlineLent(const io_uring_cqe& cqe, uint32_t* id,
+                               uint32_t* len) {
   const uint32_t flags = cqe.flags;
-  const uint32_t id = flags >> IORING_CQE_BUFFER_SHIFT;
+  *id = flags >> IORING_CQE_BUFFER_SHIFT;
   // res <= 0 wraps to a huge len - 1, so one compare bounds res to [1,
   // buffer_size_].
-  const uint32_t len = static_cast<uint32_t>(cqe.res);
-  if ((flags & IORING_CQE_F_BUFFER) == 0 || len - 1 >= buffer_size_ ||
-      id >= inline_ids_) [[unlikely]] {
-    return false;
+  *len = static_cast<uint32_t>(cqe.res);
+  if ((flags & IORING_CQE_F_BUFFER) == 0 || *len - 1 >= buffer_size_ ||
+      *id >= inline_ids_) [[unlikely]] {
+    return nullptr;
   }
-  Lent& lent = lent_[id];
+  Lent* const lent = &lent_[*id];
+  if (lent->data == nullptr) [[unlikely]]
+    return nullptr;  // not lent: TakeSlow() says so
+  return lent;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
+    const io_uring_cqe& cqe, BufferChain& out) {
+  uint32_t id, len;
+  Lent* const found = InlineLent(cqe, &id, &len);
+  if (found == nullptr) [[unlikely]]
+    return false;
+  Lent& lent = *found;
   std::byte* const src = lent.data;
-  if (src == nullptr) [[unlikely]]
-    return false;  // not lent: TakeSlow() says so
   const auto bid = static_cast<uint16_t>(id);
   std::byte* dst;
   if (out.count_ != 0) {
@@ -657,18 +674,11 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
 template <typename Fn>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::Visit(
     const io_uring_cqe& cqe, Fn&& fn) {
-  // The checks of TakeInline(): one buffer, 1 <= res <= buffer_size_, an id
-  // the ring lent, not incremental.
-  const uint32_t flags = cqe.flags;
-  const uint32_t id = flags >> IORING_CQE_BUFFER_SHIFT;
-  const uint32_t len = static_cast<uint32_t>(cqe.res);
-  if ((flags & IORING_CQE_F_BUFFER) == 0 || len - 1 >= buffer_size_ ||
-      id >= inline_ids_) [[unlikely]] {
+  uint32_t id, len;
+  const Lent* const lent = InlineLent(cqe, &id, &len);
+  if (lent == nullptr) [[unlikely]]
     return false;
-  }
-  std::byte* const data = lent_[id].data;
-  if (data == nullptr) [[unlikely]]
-    return false;
+  std::byte* const data = lent->data;
   // Lent again before fn runs, so that an exception leaves nothing behind:
   // the kernel cannot write the buffer before the next Refill() publishes
   // the entry.
