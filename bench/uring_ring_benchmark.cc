@@ -150,7 +150,19 @@ void BM_RingVisit(benchmark::State& state) {
 
 // The same loop on raw liburing: a buffer ring whose ids are slot numbers,
 // each completion's buffer re-added by hand, one advance per batch.
-void BM_RawLiburing(benchmark::State& state) {
+//
+// Two floors for Take() into a queue, each the raw loop plus the least a
+// queue that owns the bytes must do, and nothing of a chain's generality
+// (no reference counts, no slice ring, no pool checks):
+//   kCopy: the bytes are copied into one buffer the loop owns, and the
+//       ring's buffer is re-added (what copy_below does);
+//   kSwap: the filled buffer becomes the loop's and the one it held is
+//       re-added under the completion's id (what Take() does with a chain's
+//       kept buffer above copy_below), so ids name a table of buffers.
+enum class RawHow { kPlain, kCopy, kSwap };
+
+template <RawHow kHow>
+void RawLoop(benchmark::State& state) {
   const bool handling_only = state.range(0) != 0;
   Setup s(static_cast<size_t>(state.range(1)));
   if (!s.ok) return state.SkipWithError("setup failed");
@@ -176,6 +188,11 @@ void BM_RawLiburing(benchmark::State& state) {
                           static_cast<uint16_t>(i), mask, static_cast<int>(i));
   }
   io_uring_buf_ring_advance(br, kEntries);
+  // kSwap: the buffer lent under each id; the loop's own buffer (kCopy's
+  // target, kSwap's spare) is the slot after the ring's.
+  std::byte* lent[kEntries];
+  for (unsigned i = 0; i < kEntries; ++i) lent[i] = base + size_t{i} * bs;
+  std::byte* own = base + size_t{kEntries} * bs;
   bool armed = false;
   uint64_t sum = 0;
   for (auto _ : state) {
@@ -200,9 +217,24 @@ void BM_RawLiburing(benchmark::State& state) {
       if (cqe->flags & IORING_CQE_F_BUFFER) {
         const uint16_t bid =
             static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
-        std::byte* data = base + size_t{bid} * bs;
-        if (cqe->res > 0) sum += static_cast<uint8_t>(data[0]);
-        io_uring_buf_ring_add(br, data, bs, bid, mask, added++);
+        if constexpr (kHow == RawHow::kPlain) {
+          std::byte* data = base + size_t{bid} * bs;
+          if (cqe->res > 0) sum += static_cast<uint8_t>(data[0]);
+          io_uring_buf_ring_add(br, data, bs, bid, mask, added++);
+        } else if constexpr (kHow == RawHow::kCopy) {
+          std::byte* data = base + size_t{bid} * bs;
+          io_uring_buf_ring_add(br, data, bs, bid, mask, added++);
+          if (cqe->res > 0) {
+            std::memcpy(own, data, static_cast<size_t>(cqe->res));
+            sum += static_cast<uint8_t>(own[0]);
+          }
+        } else {
+          std::byte* const filled = lent[bid];
+          lent[bid] = own;
+          io_uring_buf_ring_add(br, own, bs, bid, mask, added++);
+          own = filled;
+          if (cqe->res > 0) sum += static_cast<uint8_t>(own[0]);
+        }
       }
     }
     io_uring_buf_ring_advance(br, added);
@@ -218,6 +250,14 @@ void BM_RawLiburing(benchmark::State& state) {
   io_uring_unregister_buf_ring(&s.ring, kGroup);
   free(mem);
   state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+void BM_RawLiburing(benchmark::State& state) { RawLoop<RawHow::kPlain>(state); }
+void BM_RawLiburingCopy(benchmark::State& state) {
+  RawLoop<RawHow::kCopy>(state);
+}
+void BM_RawLiburingSwap(benchmark::State& state) {
+  RawLoop<RawHow::kSwap>(state);
 }
 
 // HeldSend over TCP loopback: 64 KiB chains, plain send against SEND_ZC
@@ -369,6 +409,16 @@ BENCHMARK(BM_RingVisit)
 BENCHMARK(BM_RawLiburing)
     ->ArgNames({"handling", "bytes"})
     ->ArgsProduct({{0, 1}, {256, 2048}})
+    ->UseManualTime()
+    ->Iterations(20000);
+BENCHMARK(BM_RawLiburingCopy)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {256}})
+    ->UseManualTime()
+    ->Iterations(20000);
+BENCHMARK(BM_RawLiburingSwap)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {2048}})
     ->UseManualTime()
     ->Iterations(20000);
 BENCHMARK(BM_TrickleLine)

@@ -117,13 +117,18 @@ def classify(b):
                 if k in b}
     args = dict(p.split(":", 1) for p in parts[1:] if ":" in p)
     if parts[0] in ("BM_Ring", "BM_RingInto", "BM_RingVisit",
-                    "BM_RawLiburing"):
+                    "BM_RawLiburing", "BM_RawLiburingCopy",
+                    "BM_RawLiburingSwap"):
         workload = ("UringRecvHandling" if args.get("handling") == "1"
                     else "UringRecvFull") + args.get("bytes", "")
         contender = {"BM_Ring": "libbufpool_ring",
                      "BM_RingInto": "libbufpool_ring_into",
                      "BM_RingVisit": "libbufpool_ring_visit",
-                     "BM_RawLiburing": "raw_liburing"}[parts[0]]
+                     "BM_RawLiburing": "raw_liburing",
+                     # Floors: raw liburing plus the least an owning queue
+                     # does (uring_ring_benchmark.cc says what).
+                     "BM_RawLiburingCopy": "raw_liburing_copy_floor",
+                     "BM_RawLiburingSwap": "raw_liburing_swap_floor"}[parts[0]]
         return (workload, contender, 1, 1e9 / ips, counters) if ips else None
     if parts[0] == "BM_TrickleLine":
         pinned = b.get("pinned_per_byte")
