@@ -330,6 +330,63 @@ TEST(BufferChainTest, KeptRoomOnlyForASolelyOwnedBufferAndLinkingDropsIt) {
   EXPECT_EQ(InUse(*pool), 0u);
 }
 
+// The kept buffer stays where the last slice was in the chain's slice ring
+// (here past the ring's start, after slices were consumed one by one) and
+// survives what moves the ring: growing it, moving the chain between inline
+// and grown rings, Split() and Append() of empty chains. It is returned
+// exactly once, whichever way it goes.
+TEST(BufferChainTest, KeptRoomSurvivesGrowingMovingAndEmptyOperations) {
+  auto pool = MakePool(4096, 8, /*cache=*/0);
+  {
+    BufferChain q(*pool);
+    for (const char* part : {"a", "b", "c"}) {
+      Buffer b = pool->TryAcquire();
+      std::memcpy(b.data(), part, 1);
+      q.Append(std::move(b), 1);
+    }
+    q.Consume(1);
+    q.Consume(1);
+    q.Consume(1);  // the last slice sat at ring entry 2
+    ASSERT_TRUE(q.keeps_room());
+    EXPECT_EQ(InUse(*pool), 1u);
+    q.Reserve(64);  // the ring moves to the heap, the kept buffer with it
+    EXPECT_TRUE(q.keeps_room());
+    EXPECT_EQ(q.pinned_bytes(), 4096u);
+    EXPECT_EQ(InUse(*pool), 1u);
+    EXPECT_TRUE(q.Split(10).empty());  // nothing to split: still kept
+    EXPECT_TRUE(q.keeps_room());
+    BufferChain empty(*pool);
+    q.Append(std::move(empty));  // nothing linked: still kept
+    EXPECT_TRUE(q.keeps_room());
+    BufferChain inline_chain(*pool);
+    inline_chain = std::move(q);  // grown ring into an inline chain
+    EXPECT_TRUE(inline_chain.keeps_room());
+    EXPECT_FALSE(q.keeps_room());
+    BufferChain grown(*pool);
+    grown.Reserve(16);
+    grown = std::move(inline_chain);  // inline ring into a grown one
+    EXPECT_TRUE(grown.keeps_room());
+    EXPECT_FALSE(inline_chain.keeps_room());
+    EXPECT_EQ(InUse(*pool), 1u);
+    const std::string fits(4096, 'f');
+    ASSERT_TRUE(grown.Append(fits).ok());  // fills the kept buffer
+    EXPECT_EQ(grown.slice_count(), 1u);
+    EXPECT_EQ(InUse(*pool), 1u);
+    ExpectChainIs(grown, fits);
+    grown.Consume(grown.size());
+    BufferChain other(*pool);
+    ASSERT_TRUE(other.Append("o").ok());
+    other.Consume(1);
+    ASSERT_TRUE(other.keeps_room());
+    EXPECT_EQ(InUse(*pool), 2u);
+    grown.Append(std::move(other));  // an empty chain keeps its own
+    EXPECT_TRUE(grown.keeps_room());
+    EXPECT_TRUE(other.keeps_room());
+    EXPECT_EQ(InUse(*pool), 2u);
+  }
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
 // An Append(bytes) that needs more than the kept buffer and finds the pool
 // dry leaves the chain as it was, the buffer still kept.
 TEST(BufferChainTest, FailedAppendKeepsTheKeptRoom) {

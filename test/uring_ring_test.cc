@@ -807,6 +807,62 @@ namespace {
 // buffer), a kept buffer of another pool (filled, never swapped into the
 // ring), and a large completion into it (linked; the kept buffer goes back
 // to its own pool). Every buffer is back in its pool at the end.
+// Swapping a queue's kept buffer into the ring for a filled one touches no
+// reference count: a lent buffer's count is 1, as is a kept buffer's. So
+// every buffer a swap hands out, however many times it went round (ring,
+// queue, kept, ring), counts exactly its references: a clone makes 2, a
+// shared buffer is not kept, and the last reference returns it.
+TEST(ProvidedBufferRingCopyTest, SwappedBuffersCountTheirReferencesExactly) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 16});
+  ASSERT_TRUE(pool.ok());
+  const size_t bs = (*pool)->buffer_size();
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 4,
+                                        .initial_buffers = 4,
+                                        .bundles = Bundles::kOff,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  BufferChain queue(**pool);
+  io_uring_sqe* sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[0]);
+  // The first message links a buffer (the queue keeps nothing yet); from
+  // then on each one swaps with the kept buffer.
+  for (int round = 0; round < 24; ++round) {
+    const std::string msg(bs / 2 + round, static_cast<char>('a' + round));
+    SendAndTake(ring, **br, pairs.client[0], msg, queue, /*refill=*/true);
+    ASSERT_EQ(queue.slice_count(), 1u) << round;
+    ASSERT_EQ(queue.slice(0).view(), msg) << round;
+    EXPECT_EQ(queue.slice(0).use_count(), 1u) << round;
+    EXPECT_EQ((*pool)->Stats().in_use, 5u) << round;  // 4 lent, 1 queued
+    if (round % 3 == 2) {
+      // Shared: consumed, the queue may not keep it; the clone returns it.
+      BufferChain clone = queue.Clone();
+      EXPECT_EQ(queue.slice(0).use_count(), 2u) << round;
+      queue.Consume(queue.size());
+      EXPECT_FALSE(queue.keeps_room()) << round;
+      EXPECT_EQ(clone.slice(0).use_count(), 1u) << round;
+      clone.Clear();
+      EXPECT_EQ((*pool)->Stats().in_use, 4u) << round;
+      // Room again for the next swap, from the pool.
+      ASSERT_TRUE(queue.Append("r").ok());
+      queue.Consume(1);
+    } else {
+      queue.Consume(queue.size());
+    }
+    ASSERT_TRUE(queue.keeps_room()) << round;
+  }
+  queue.Clear();
+  EXPECT_EQ((*pool)->Stats().in_use, 4u);
+  shutdown(pairs.client[0], SHUT_WR);
+  br->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
 TEST(ProvidedBufferRingCopyTest, CasesBesideTheInlinePathKeepEveryRule) {
   Ring ring;
   ASSERT_TRUE(ring.ok());

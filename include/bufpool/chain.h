@@ -273,7 +273,9 @@ class BUFPOOL_EXPORT BufferChain {
   // linked).
   size_t tail_room() const { return count_ != 0 ? TailRoom() : 0; }
   // Whether the chain is empty and keeps a buffer as room (see Consume()).
-  bool keeps_room() const { return static_cast<bool>(spare_); }
+  bool keeps_room() const {
+    return count_ == 0 && segs_[head_].pool_ != nullptr;
+  }
   // Copies the bytes of every buffer the chain holds less than half of (a
   // run of adjacent slices of one buffer) into as few fresh buffers of
   // pool() as those bytes need, and links the rest as they are; the bytes
@@ -295,6 +297,8 @@ class BUFPOOL_EXPORT BufferChain {
   // comment): 0 unless the tail is the only reference to its buffer; for an
   // empty chain, the kept buffer's size.
   size_t TailRoom() const;
+  // Links `s` after the tail. For an empty chain the target is the kept
+  // buffer's entry, whose move assignment returns the kept buffer.
   void PushBack(SharedBuffer&& s) {
     if (count_ == cap_) Grow();
     At(count_) = std::move(s);
@@ -317,78 +321,52 @@ class BUFPOOL_EXPORT BufferChain {
   // room (TailRoom() >= n, n > 0), the kept buffer becoming the only slice;
   // a fresh buffer whose first n bytes hold data joins the end.
   std::byte* RoomStart() const {
-    if (count_ == 0) return spare_.data_;
-    const SharedBuffer& t = At(count_ - 1);
-    return t.data_ + t.size_;
+    const SharedBuffer& t = At(count_ != 0 ? count_ - 1 : 0);
+    return t.data_ + t.size_;  // the kept buffer: its start, size_ 0
   }
   void ExtendTail(size_t n) {
     if (count_ == 0) UnkeepRoom();
     At(count_ - 1).size_ += n;
     size_ += n;
   }
-  // The kept buffer becomes the only slice, empty for the moment. Field by
-  // field: the ring's slots past count_ hold nothing, so no reference is
-  // dropped and no count touched. An empty chain's ring may start anywhere:
-  // slot 0, with no index to compute.
-  void UnkeepRoom() {
-    head_ = 0;
-    SharedBuffer& s = segs_[0];
-    s.pool_ = std::exchange(spare_.pool_, nullptr);
-    s.data_ = std::exchange(spare_.data_, nullptr);
-    s.size_ = 0;
-    s.slot_ = spare_.slot_;
-    count_ = 1;
-  }
+  // The kept buffer, in place at At(0), becomes the only slice, empty for
+  // the moment: no field moves, no count is touched.
+  void UnkeepRoom() { count_ = 1; }
   void AppendFilled(Buffer&& buffer, size_t n) {
-    spare_.Reset();
     SharedBuffer s(std::move(buffer));
     s.size_ = n;
     size_ += n;
-    PushBack(std::move(s));
+    PushBack(std::move(s));  // returns a kept buffer
   }
   void ConsumeSlow(size_t n);
-  // Consume()'s last slice, consumed past: kept as room when it is the only
-  // reference to a buffer of pool(), else dropped.
+  // Consume()'s last slice, consumed past: kept in place as room when it is
+  // the only reference to a buffer of pool(), else dropped.
   void DropLast(SharedBuffer& last) {
     // The only reference (use_count() == 1 is stable: no one else can copy
     // it), so no other slice, chain, thread or the kernel sees the buffer.
     if (last.pool_ == pool_ && last.use_count() == 1) {
-      // Field by field: spare_ is empty while the chain has slices.
-      spare_.pool_ = std::exchange(last.pool_, nullptr);
-      spare_.data_ = pool_->SlotData(last.slot_);
-      spare_.size_ = 0;
-      spare_.slot_ = last.slot_;
-      last.data_ = nullptr;
+      last.data_ = pool_->SlotData(last.slot_);
       last.size_ = 0;
     } else {
       last.Reset();
     }
-    head_ = 0;
     count_ = 0;
   }
   // For the ring: the first `n` (> 0) bytes of `slot` (whose bytes start at
-  // `data`), a buffer of pool() whose handle the caller gives up, become the
-  // only slice of this empty chain in place of its kept buffer (keeps_room()
-  // must be true), whose slot is returned and whose bytes' start is stored
-  // in *kept_data, now the caller's (a handle's worth, its count
-  // untouched). One count store, for the new slice.
+  // `data`), a buffer of pool() whose handle the caller gives up and whose
+  // count is 1, become the only slice of this empty chain in place of its
+  // kept buffer (keeps_room() must be true, with a buffer of pool()), whose
+  // slot is returned and whose bytes' start is stored in *kept_data, now the
+  // caller's (a handle's worth, its count 1: the kept buffer is the only
+  // reference). No count is touched: both counts are 1 before and after.
   uint32_t SwapKeptRoom(uint32_t slot, std::byte* data, size_t n,
                         std::byte** kept_data) {
-    BufferPool& pool = *pool_;
-    // Relaxed, as in SharedBuffer(Buffer&&): the slot is the caller's
-    // alone. Ref() may read the counts pointer relaxed: the kept buffer is
-    // a live SharedBuffer of this pool (see shared_access.h).
-    internal::SharedAccess::Ref(pool, slot).store(1, std::memory_order_relaxed);
-    head_ = 0;  // as in UnkeepRoom()
-    SharedBuffer& s = segs_[0];
-    s.pool_ = std::exchange(spare_.pool_, nullptr);
-    s.data_ = data;
+    SharedBuffer& s = segs_[head_];
+    *kept_data = std::exchange(s.data_, data);
     s.size_ = n;
-    s.slot_ = slot;
-    *kept_data = std::exchange(spare_.data_, nullptr);
     count_ = 1;
     size_ = n;
-    return spare_.slot_;
+    return std::exchange(s.slot_, slot);
   }
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
@@ -405,20 +383,23 @@ class BUFPOOL_EXPORT BufferChain {
     return true;
   }
   [[noreturn]] static void DieTooLong(size_t length, size_t size);
-  // Takes other's slices and storage; *this must be empty with inline
-  // storage.
+  // Entries of the ring in use: the slices, or the kept buffer's entry
+  // (which may hold nothing) of an empty chain.
+  uint32_t LiveEntries() const { return count_ != 0 ? count_ : 1; }
+  // Takes other's slices, kept buffer and storage; *this must be empty,
+  // with no kept buffer, and inline storage.
   void StealFrom(BufferChain& other) noexcept;
   void FreeHeap() noexcept;
 
   BufferPool* pool_ = nullptr;
   size_t size_ = 0;
+  // The slices are At(0) .. At(count_ - 1); every other entry holds
+  // nothing, except At(0) of an empty chain, which may hold the kept
+  // buffer: data_ at the buffer's start, size_ 0, the only reference.
   SharedBuffer* segs_;              // inline_ or a heap ring of cap_ entries
   uint32_t cap_ = kInlineSegments;  // a power of two
   uint32_t head_ = 0;
   uint32_t count_ = 0;
-  // An empty buffer kept as room, only while count_ == 0: data_ at the
-  // buffer's start, size_ 0, the only reference.
-  SharedBuffer spare_;
   SharedBuffer inline_[kInlineSegments];
 };
 

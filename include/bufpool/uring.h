@@ -469,7 +469,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // last is that entry's bid in br_, which the kernel never writes). The
   // ring owns each such slot as a Buffer handle would (TakeSlot(); GiveSlot()
   // makes the handle again): a bare slot, so the inline path moves no
-  // handle.
+  // handle. The slot's reference count is 1 while it is lent (stored when
+  // Refill() takes it from the pool; a chain's kept buffer swapped in has
+  // count 1), so the swap stores no count.
   struct Lent {
     std::byte* data = nullptr;
     uint32_t slot = 0;
@@ -612,7 +614,8 @@ class BUFPOOL_EXPORT HeldSend {
 //       id). A kept buffer of another pool goes out of line.
 // The buffer copied from (or swapped in) is lent again at once under the
 // same id (Relend), so no buffer goes through the pool, no reference count
-// is read-modify-written, and nothing allocates or throws. Every other
+// is written (a swap trades two buffers whose counts are both 1), and
+// nothing allocates or throws. Every other
 // completion (no buffer, errors, EOF, bundles, a full or shared tail, an
 // empty chain without a kept buffer, a foreign id) goes to TakeSlow(),
 // which checks and reports it.
@@ -649,7 +652,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
     const SharedBuffer& t = out.At(out.count_ - 1);
     if (t.room() < len || t.use_count() != 1) return false;
     dst = out.RoomStart();
-  } else if (out.spare_.pool() != pool_) {
+  } else if (out.segs_[out.head_].pool() != pool_) {
     // No kept buffer, or one of another pool (TakeSlow() copies into it).
     return false;
   } else if (len >= copy_below_) {

@@ -263,6 +263,10 @@ size_t ProvidedBufferRing::Refill() {
     got = pool_->TryAcquireBulk(
         absl::MakeSpan(scratch_.data(), target_ - in_ring_));
   }
+  // A lent slot's count is 1 (see lent_), so that Take() can swap it with
+  // a chain's kept buffer, whose count is 1, without touching either.
+  uint32_t* const refs =
+      got != 0 ? internal::SharedAccess::Refs(*pool_) : nullptr;
   // New entries go after the re-lent ones that wait to be published.
   for (size_t i = 0; i < got; ++i) {
     const uint16_t id = free_ids_.back();
@@ -270,6 +274,9 @@ size_t ProvidedBufferRing::Refill() {
     Lent& lent = lent_[id];
     lent.data = scratch_[i].data();
     lent.slot = internal::SharedAccess::TakeSlot(scratch_[i]);
+    // Relaxed: the slot is this thread's alone, as in SharedBuffer(Buffer&&).
+    std::atomic_ref<uint32_t>(refs[lent.slot])
+        .store(1, std::memory_order_relaxed);
     if (incremental_) filled_[id] = 0;
     AddAt(id, lent.data, relent_ + static_cast<uint32_t>(i));
   }
@@ -312,7 +319,7 @@ bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
   // fresh buffer; else Append() fills the tail's room (or a kept buffer of
   // another pool) and the fresh buffers the rest needs.
   std::byte* src = lent_[id].data;
-  if (out.count_ == 0 && !out.spare_ && out.pool_ != nullptr &&
+  if (out.count_ == 0 && !out.keeps_room() && out.pool_ != nullptr &&
       len <= out.pool_->buffer_size()) {
     Buffer b = out.pool_->TryAcquire();
     if (!b) return false;  // a dry pool: link instead

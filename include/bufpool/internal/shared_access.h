@@ -4,7 +4,8 @@
 // The counts are one uint32_t per slot, out of band like the pool's other
 // per-slot data (never inside a buffer), in an array the pool calloc's the
 // first time a SharedBuffer is made from it (AllocateRefs) and frees in its
-// destructor. A slot's count is meaningful only while SharedBuffers hold it:
+// destructor. A slot's count is meaningful only while SharedBuffers hold it
+// (or a ProvidedBufferRing lends it: then it is 1, see bufpool/uring.h):
 // the first one stores 1, and the last one returns the slot to the pool
 // without storing 0 (the next first one overwrites it).
 //
