@@ -4,8 +4,7 @@
 // zero-copy held sends.
 //
 // Receive loops: 32 datagrams of `bytes` (256: under the ring's
-// copy_below, copied and the buffer lent again at once; 2048: linked, or
-// swapped with the chain's kept buffer) are written to an AF_UNIX datagram
+// copy_below; 2048: above it) are written to an AF_UNIX datagram
 // socketpair, then one multishot receive's 32 completions are handled.
 // "/full" times the whole turn (writes, io_uring_enter, handling);
 // "/handling" times only the handling of the completions (manual time),
@@ -76,9 +75,13 @@ using Clock = std::chrono::steady_clock;
 // dropped (back to the pool), one Refill() per batch. BM_Ring takes each
 // into a new chain (Take(cqe)); BM_RingInto appends to one chain that lives
 // across turns, as a connection's input queue does (Take(cqe, queue)), and
-// consumes it; BM_RingVisit reads each completion's bytes in place
-// (Visit(), Take() for what it leaves).
-enum class Handling { kNewChain, kInto, kVisit };
+// consumes it after each message, so each completion swaps places with the
+// buffer the consumed queue keeps (at both sizes); BM_RingIntoPairs
+// consumes it after every second message, so the second of each pair is
+// copied into the first's tail room (the copy path, at 256 B, under
+// copy_below); BM_RingVisit reads each
+// completion's bytes in place (Visit(), Take() for what it leaves).
+enum class Handling { kNewChain, kInto, kIntoPairs, kVisit };
 
 template <Handling kHow>
 void RingLoop(benchmark::State& state) {
@@ -126,6 +129,12 @@ void RingLoop(benchmark::State& state) {
           sum += static_cast<uint8_t>(queue.slice(0).data()[0]);
           queue.Consume(queue.size());
         }
+      } else if constexpr (kHow == Handling::kIntoPairs) {
+        // n counts this completion: consumed after the even ones.
+        if (ring.Take(*cqe, queue).ok() && n % 2 == 0 && !queue.empty()) {
+          sum += static_cast<uint8_t>(queue.slice(0).data()[0]);
+          queue.Consume(queue.size());
+        }
       } else {
         absl::StatusOr<bufpool::BufferChain> c = ring.Take(*cqe);
         if (c.ok() && !c->empty())
@@ -144,6 +153,9 @@ void RingLoop(benchmark::State& state) {
 
 void BM_Ring(benchmark::State& state) { RingLoop<Handling::kNewChain>(state); }
 void BM_RingInto(benchmark::State& state) { RingLoop<Handling::kInto>(state); }
+void BM_RingIntoPairs(benchmark::State& state) {
+  RingLoop<Handling::kIntoPairs>(state);
+}
 void BM_RingVisit(benchmark::State& state) {
   RingLoop<Handling::kVisit>(state);
 }
@@ -158,7 +170,7 @@ void BM_RingVisit(benchmark::State& state) {
 //       ring's buffer is re-added (what copy_below does);
 //   kSwap: the filled buffer becomes the loop's and the one it held is
 //       re-added under the completion's id (what Take() does with a chain's
-//       kept buffer above copy_below), so ids name a table of buffers.
+//       kept buffer), so ids name a table of buffers.
 enum class RawHow { kPlain, kCopy, kSwap };
 
 template <RawHow kHow>
@@ -401,6 +413,11 @@ BENCHMARK(BM_RingInto)
     ->ArgsProduct({{0, 1}, {256, 2048}})
     ->UseManualTime()
     ->Iterations(20000);
+BENCHMARK(BM_RingIntoPairs)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {256}})
+    ->UseManualTime()
+    ->Iterations(20000);
 BENCHMARK(BM_RingVisit)
     ->ArgNames({"handling", "bytes"})
     ->ArgsProduct({{0, 1}, {256, 2048}})
@@ -418,7 +435,7 @@ BENCHMARK(BM_RawLiburingCopy)
     ->Iterations(20000);
 BENCHMARK(BM_RawLiburingSwap)
     ->ArgNames({"handling", "bytes"})
-    ->ArgsProduct({{0, 1}, {2048}})
+    ->ArgsProduct({{0, 1}, {256, 2048}})
     ->UseManualTime()
     ->Iterations(20000);
 BENCHMARK(BM_TrickleLine)

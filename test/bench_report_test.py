@@ -184,7 +184,7 @@ class RoundArithmetic(unittest.TestCase):
         self.assertAlmostEqual(self.values[("UringRecvFull256",
                                             "libbufpool_ring_into", 1)][1],
                                900.0)
-        visit = goals["ring handling under copy_below (256 B, copied), in "
+        visit = goals["ring handling under copy_below (256 B), in "
                       "place: Visit + Refill <= 2x raw liburing (time ratio)"]
         self.assertEqual((visit["median"], visit["meeting"], visit["met"]),
                          (1.3, 2, True))

@@ -764,23 +764,31 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
   EXPECT_EQ(queue.slice_count(), 2u);
   shared.Clear();
   EXPECT_EQ(testing_util::Contents(queue), model);
-  // Consumed: the queue keeps its last buffer, and the next small
-  // completion is copied into it, no pool buffer taken.
+  // Consumed: the queue keeps its last buffer, and the next completion,
+  // small or large, swaps places with it: not copied, no pool buffer
+  // taken, and the ring lends the kept buffer in the filled one's place.
   queue.Consume(queue.size());
   EXPECT_TRUE(queue.keeps_room());
   const size_t in_use = (*pool)->Stats().in_use;
+  const size_t available = (*br)->available();
   model.clear();
   take_one("again");
-  EXPECT_EQ((*br)->copied(), 3u);
+  EXPECT_EQ((*br)->copied(), 2u);
+  EXPECT_FALSE(queue.keeps_room());
   EXPECT_EQ(queue.slice_count(), 1u);
   EXPECT_EQ((*pool)->Stats().in_use, in_use);
+  EXPECT_EQ((*br)->available(), available);
   EXPECT_EQ(queue.slice(0).view(), "again");
-  // A large completion into the emptied queue is linked, not copied into
-  // the kept buffer, which the ring lends in its place: no pool traffic.
+  EXPECT_EQ(queue.slice(0).offset(), 0u);
+  // The swapped-in buffer is the queue's alone: the next small completion
+  // is copied into its room.
+  take_one("+more");
+  EXPECT_EQ((*br)->copied(), 3u);
+  EXPECT_EQ(queue.slice_count(), 1u);
+  EXPECT_EQ(queue.slice(0).view(), "again+more");
   const std::byte* kept = queue.slice(0).data() - queue.slice(0).offset();
   queue.Consume(queue.size());
   ASSERT_TRUE(queue.keeps_room());
-  const size_t available = (*br)->available();
   take_one(std::string(bs, 'M'));
   EXPECT_EQ((*br)->copied(), 3u);
   EXPECT_FALSE(queue.keeps_room());

@@ -68,12 +68,14 @@ WORKLOADS = [
     ("ReadLE32", "uint32 loads inside one 4 KiB slice: ChainCursor vs memcpy",
      "ns/load", "libbufpool"),
     ("UringRecvHandling256", "io_uring receive of 256-byte messages (under "
-     "copy_below: copied), handling 32 completions only: Take + consume + "
-     "Refill vs raw liburing", "ns/message", "libbufpool_ring_into"),
+     "copy_below), handling 32 completions only: Take + consume + Refill vs "
+     "raw liburing (ring_into: consumed per message, swapped with the kept "
+     "buffer; ring_into_pairs: consumed per two, the second copied)",
+     "ns/message", "libbufpool_ring_into"),
     ("UringRecvHandling2048", "io_uring receive of 2,048-byte messages (at "
-     "or above copy_below: swapped or linked), handling 32 completions only: "
-     "Take + consume + Refill vs raw liburing", "ns/message",
-     "libbufpool_ring_into"),
+     "or above copy_below), handling 32 completions only: Take + consume + "
+     "Refill vs raw liburing (ring_into: consumed per message, swapped with "
+     "the kept buffer)", "ns/message", "libbufpool_ring_into"),
     ("UringRecvFull256", "io_uring receive of 256-byte messages, whole turn "
      "(32 sends, io_uring_enter, handling)", "ns/message",
      "libbufpool_ring_into"),
@@ -116,13 +118,15 @@ def classify(b):
     counters = {k: b[k] for k in ("allocs_per_item", "p50_us", "p99_us")
                 if k in b}
     args = dict(p.split(":", 1) for p in parts[1:] if ":" in p)
-    if parts[0] in ("BM_Ring", "BM_RingInto", "BM_RingVisit",
+    if parts[0] in ("BM_Ring", "BM_RingInto", "BM_RingIntoPairs",
+                    "BM_RingVisit",
                     "BM_RawLiburing", "BM_RawLiburingCopy",
                     "BM_RawLiburingSwap"):
         workload = ("UringRecvHandling" if args.get("handling") == "1"
                     else "UringRecvFull") + args.get("bytes", "")
         contender = {"BM_Ring": "libbufpool_ring",
                      "BM_RingInto": "libbufpool_ring_into",
+                     "BM_RingIntoPairs": "libbufpool_ring_into_pairs",
                      "BM_RingVisit": "libbufpool_ring_visit",
                      "BM_RawLiburing": "raw_liburing",
                      # Floors: raw liburing plus the least an owning queue
@@ -508,13 +512,21 @@ def goals(values, counters, cold, copy, echo):
                             V("UringRecvHandling2048", "raw_liburing"), div),
                   1.05, True))
     for size, label, target in (
-            ("256", "under copy_below (256 B, copied)", 2),
-            ("2048", "above copy_below (2,048 B, swapped)", 1.5)):
+            ("256", "under copy_below (256 B)", 2),
+            ("2048", "above copy_below (2,048 B)", 1.5)):
         w = f"UringRecvHandling{size}"
         g.append(goal(f"ring handling {label} <= {target}x raw liburing "
-                      "(time ratio, Take into one chain + consume + Refill)",
+                      "(time ratio, Take into one chain + consume + Refill; "
+                      "consumed per message: swapped with the kept buffer)",
                       per_round(V(w, "libbufpool_ring_into"),
                                 V(w, "raw_liburing"), div), target, True))
+        if size == "256":
+            g.append(goal(f"ring handling {label}, two messages per consume "
+                          f"(the second copied) <= {target}x raw liburing "
+                          "(time ratio)",
+                          per_round(V(w, "libbufpool_ring_into_pairs"),
+                                    V(w, "raw_liburing"), div), target,
+                          True))
         g.append(goal(f"ring handling {label}, in place: Visit + Refill "
                       f"<= {target}x raw liburing (time ratio)",
                       per_round(V(w, "libbufpool_ring_visit"),

@@ -191,9 +191,13 @@ struct ProvidedBufferRingOptions {
   // buffer, else one fresh buffer of the chain's pool), and its ring buffer
   // is lent again, with no pool round trip (written to the ring at once,
   // published by the next Refill()). So memory follows bytes
-  // (see "Memory" in the class comment). 0 turns copying off (every
-  // completion links its buffers); at most the pool's buffer_size. The
-  // default, kDefaultCopyBelow: buffer_size / 8.
+  // (see "Memory" in the class comment). Except into an empty chain that
+  // keeps a buffer of the ring's pool (BufferChain::keeps_room(), left by
+  // consuming it): there a one-buffer completion, small or not, swaps
+  // places with the kept buffer, which the ring lends under its id. The
+  // chain pins the same one buffer as a copy would, and nothing is copied. 0
+  // turns copying off (every completion links its buffers); at most the pool's
+  // buffer_size. The default, kDefaultCopyBelow: buffer_size / 8.
   size_t copy_below = kDefaultCopyBelow;
   // Incremental consumption (IOU_PBUF_RING_INC, Linux 6.12+): the kernel
   // fills one lent buffer across many completions (IORING_CQE_F_BUF_MORE
@@ -317,9 +321,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // std::bad_alloc, nothing has changed (`out`, the ring): the same
   // completion may be taken again.
   // The one-buffer completions of a ring without incremental mode that are
-  // copied into `out`'s tail room or kept buffer, or swap places with the
-  // kept buffer, are handled inline (no call, no Status made); the rest
-  // out of line.
+  // copied into `out`'s tail room, or swap places with its kept buffer, are
+  // handled inline (no call, no Status made); the rest out of line.
   ABSL_ATTRIBUTE_ALWAYS_INLINE absl::Status Take(const io_uring_cqe& cqe,
                                                  BufferChain& out) {
     if (TakeInline(cqe, out)) [[likely]] {
@@ -608,10 +611,11 @@ class BUFPOOL_EXPORT HeldSend {
 //   `out` has slices: copied into the tail's room when copying is on, the
 //       tail is the only reference to its buffer and the room holds all
 //       res bytes;
-//   `out` is empty and keeps a buffer of the ring's pool: copied into it
-//       when res < copy_below; else the two swap places (the filled buffer
-//       becomes the chain's only slice, the kept one is lent under the same
-//       id). A kept buffer of another pool goes out of line.
+//   `out` is empty and keeps a buffer of the ring's pool: the two swap
+//       places, whatever res (the filled buffer becomes the chain's only
+//       slice, the kept one is lent under the same id): the chain pins the
+//       one buffer a copy into the kept buffer would, and nothing is copied.
+//       A kept buffer of another pool goes out of line.
 // The buffer copied from (or swapped in) is lent again at once under the
 // same id (Relend), so no buffer goes through the pool, no reference count
 // is written (a swap trades two buffers whose counts are both 1), and
@@ -646,25 +650,20 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   Lent& lent = *found;
   std::byte* const src = lent.data;
   const auto bid = static_cast<uint16_t>(id);
-  std::byte* dst;
-  if (out.count_ != 0) {
-    if (copy_below_ == 0) return false;
-    const SharedBuffer& t = out.At(out.count_ - 1);
-    if (t.room() < len || t.use_count() != 1) return false;
-    dst = out.RoomStart();
-  } else if (out.segs_[out.head_].pool() != pool_) {
+  if (out.count_ == 0) {
     // No kept buffer, or one of another pool (TakeSlow() copies into it).
-    return false;
-  } else if (len >= copy_below_) {
+    if (out.segs_[out.head_].pool() != pool_) return false;
     // Swap: the filled buffer becomes the chain's, the kept one the ring's.
     std::byte* kept_data;
     lent.slot = out.SwapKeptRoom(lent.slot, src, len, &kept_data);
     lent.data = kept_data;
     Relend(bid, kept_data);
     return true;
-  } else {
-    dst = out.RoomStart();  // the kept buffer's start
   }
+  if (copy_below_ == 0) return false;
+  const SharedBuffer& t = out.At(out.count_ - 1);
+  if (t.room() < len || t.use_count() != 1) return false;
+  std::byte* const dst = t.mutable_data() + t.size();
   // The bookkeeping first, so the copy is the last step (nothing to reload
   // after the call).
   out.ExtendTail(len);
