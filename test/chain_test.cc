@@ -337,54 +337,89 @@ TEST(BufferChainTest, KeptRoomOnlyForASolelyOwnedBufferAndLinkingDropsIt) {
 // exactly once, whichever way it goes.
 TEST(BufferChainTest, KeptRoomSurvivesGrowingMovingAndEmptyOperations) {
   auto pool = MakePool(4096, 8, /*cache=*/0);
-  {
+  // A chain whose kept buffer sits at ring entry `at` of its inline ring.
+  auto kept_at = [&](uint32_t at) {
     BufferChain q(*pool);
-    for (const char* part : {"a", "b", "c"}) {
+    for (uint32_t i = 0; i <= at; ++i) {
       Buffer b = pool->TryAcquire();
-      std::memcpy(b.data(), part, 1);
+      std::memcpy(b.data(), "x", 1);
       q.Append(std::move(b), 1);
     }
-    q.Consume(1);
-    q.Consume(1);
-    q.Consume(1);  // the last slice sat at ring entry 2
-    ASSERT_TRUE(q.keeps_room());
+    for (uint32_t i = 0; i <= at; ++i) q.Consume(1);
+    return q;
+  };
+  // Each step: the chain keeps its buffer, pins it, and fills it with the
+  // next bytes (no buffer taken from the pool).
+  auto expect_kept = [&](BufferChain& c, const char* step) {
+    SCOPED_TRACE(step);
+    EXPECT_TRUE(c.keeps_room());
+    EXPECT_EQ(c.pinned_bytes(), 4096u);
     EXPECT_EQ(InUse(*pool), 1u);
-    q.Reserve(64);  // the ring moves to the heap, the kept buffer with it
-    EXPECT_TRUE(q.keeps_room());
-    EXPECT_EQ(q.pinned_bytes(), 4096u);
-    EXPECT_EQ(InUse(*pool), 1u);
-    EXPECT_TRUE(q.Split(10).empty());  // nothing to split: still kept
-    EXPECT_TRUE(q.keeps_room());
-    BufferChain empty(*pool);
-    q.Append(std::move(empty));  // nothing linked: still kept
-    EXPECT_TRUE(q.keeps_room());
-    BufferChain inline_chain(*pool);
-    inline_chain = std::move(q);  // grown ring into an inline chain
-    EXPECT_TRUE(inline_chain.keeps_room());
+  };
+  {
+    BufferChain q = kept_at(2);  // moved out: inline, at entry 2
+    expect_kept(q, "inline, entry 2, moved");
+    BufferChain stolen(std::move(q));  // inline into inline
+    expect_kept(stolen, "move-constructed");
     EXPECT_FALSE(q.keeps_room());
     BufferChain grown(*pool);
     grown.Reserve(16);
-    grown = std::move(inline_chain);  // inline ring into a grown one
-    EXPECT_TRUE(grown.keeps_room());
-    EXPECT_FALSE(inline_chain.keeps_room());
-    EXPECT_EQ(InUse(*pool), 1u);
+    grown = std::move(stolen);  // inline ring into a grown one
+    expect_kept(grown, "inline into grown");
+    EXPECT_FALSE(stolen.keeps_room());
     const std::string fits(4096, 'f');
     ASSERT_TRUE(grown.Append(fits).ok());  // fills the kept buffer
     EXPECT_EQ(grown.slice_count(), 1u);
     EXPECT_EQ(InUse(*pool), 1u);
     ExpectChainIs(grown, fits);
-    grown.Consume(grown.size());
-    BufferChain other(*pool);
-    ASSERT_TRUE(other.Append("o").ok());
-    other.Consume(1);
-    ASSERT_TRUE(other.keeps_room());
-    EXPECT_EQ(InUse(*pool), 2u);
-    grown.Append(std::move(other));  // an empty chain keeps its own
-    EXPECT_TRUE(grown.keeps_room());
-    EXPECT_TRUE(other.keeps_room());
-    EXPECT_EQ(InUse(*pool), 2u);
   }
   EXPECT_EQ(InUse(*pool), 0u);
+  {
+    BufferChain q = kept_at(3);
+    q.Reserve(64);  // the ring moves to the heap, the kept buffer with it
+    expect_kept(q, "grown by Reserve");
+    EXPECT_TRUE(q.Split(10).empty());  // nothing to split: still kept
+    expect_kept(q, "after Split");
+    BufferChain empty(*pool);
+    q.Append(std::move(empty));  // nothing linked: still kept
+    expect_kept(q, "after appending an empty chain");
+    BufferChain inline_chain(*pool);
+    inline_chain = std::move(q);  // a grown ring into an inline chain
+    expect_kept(inline_chain, "grown into inline");
+    BufferChain other_grown(*pool);
+    other_grown.Reserve(16);
+    other_grown = std::move(inline_chain);  // both grown: rings swapped
+    expect_kept(other_grown, "grown into grown");
+    BufferChain other = kept_at(1);
+    EXPECT_EQ(InUse(*pool), 2u);
+    other_grown.Append(std::move(other));  // an empty chain keeps its own
+    EXPECT_TRUE(other_grown.keeps_room());
+    EXPECT_TRUE(other.keeps_room());
+    EXPECT_EQ(InUse(*pool), 2u);
+    ASSERT_TRUE(other.Append("o").ok());
+    other_grown.Append(std::move(other));  // linked: ours is returned
+    EXPECT_FALSE(other_grown.keeps_room());
+    EXPECT_EQ(InUse(*pool), 1u);
+    ExpectChainIs(other_grown, "o");
+  }
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+// slice(i) outside [0, slice_count()) names the mistake instead of handing
+// out the kept buffer (or another unused ring entry), in builds that check
+// (without NDEBUG: the asan preset's Debug build).
+TEST(ChainDeathTest, SliceIndexOutsideTheChainAborts) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "slice(i) is checked only without NDEBUG";
+#endif
+  auto pool = MakePool(4096, 2, /*cache=*/0);
+  BufferChain q(*pool);
+  ASSERT_TRUE(q.Append("a").ok());
+  q.Consume(1);
+  ASSERT_TRUE(q.keeps_room());
+  EXPECT_DEATH(q.slice(0), "slice\\(0\\) of a chain of 0 slices");
+  ASSERT_TRUE(q.Append("b").ok());
+  EXPECT_DEATH(q.segment(1), "slice\\(1\\) of a chain of 1 slices");
 }
 
 // An Append(bytes) that needs more than the kept buffer and finds the pool

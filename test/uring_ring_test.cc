@@ -810,11 +810,6 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsAreCopiedAndRelentAtOnce) {
 namespace bufpool {
 namespace {
 
-// The completions Take() hands on from its inline path: a tail whose room
-// is smaller than the completion (the room filled, the rest in one fresh
-// buffer), a kept buffer of another pool (filled, never swapped into the
-// ring), and a large completion into it (linked; the kept buffer goes back
-// to its own pool). Every buffer is back in its pool at the end.
 // Swapping a queue's kept buffer into the ring for a filled one touches no
 // reference count: a lent buffer's count is 1, as is a kept buffer's. So
 // every buffer a swap hands out, however many times it went round (ring,
@@ -823,7 +818,7 @@ namespace {
 TEST(ProvidedBufferRingCopyTest, SwappedBuffersCountTheirReferencesExactly) {
   Ring ring;
   ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 16});
+  auto pool = BufferPool::Create({.buffer_count = 16, .cache_size = 0});
   ASSERT_TRUE(pool.ok());
   const size_t bs = (*pool)->buffer_size();
   Pairs pairs;
@@ -855,8 +850,14 @@ TEST(ProvidedBufferRingCopyTest, SwappedBuffersCountTheirReferencesExactly) {
       EXPECT_EQ(clone.slice(0).use_count(), 1u) << round;
       clone.Clear();
       EXPECT_EQ((*pool)->Stats().in_use, 4u) << round;
-      // Room again for the next swap, from the pool.
+      // Room again for the next swap, from the pool, kept at the second
+      // entry of the queue's slice ring (the swap works in place there).
       ASSERT_TRUE(queue.Append("r").ok());
+      Buffer linked = (*pool)->TryAcquire();
+      ASSERT_TRUE(linked);
+      std::memcpy(linked.data(), "s", 1);
+      queue.Append(std::move(linked), 1);  // a second slice
+      queue.Consume(1);
       queue.Consume(1);
     } else {
       queue.Consume(queue.size());
@@ -871,6 +872,11 @@ TEST(ProvidedBufferRingCopyTest, SwappedBuffersCountTheirReferencesExactly) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
+// The completions Take() hands on from its inline path: a tail whose room
+// is smaller than the completion (the room filled, the rest in one fresh
+// buffer), a kept buffer of another pool (filled, never swapped into the
+// ring), and a large completion into it (linked; the kept buffer goes back
+// to its own pool). Every buffer is back in its pool at the end.
 TEST(ProvidedBufferRingCopyTest, CasesBesideTheInlinePathKeepEveryRule) {
   Ring ring;
   ASSERT_TRUE(ring.ok());

@@ -167,11 +167,19 @@ class BUFPOOL_EXPORT BufferChain {
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   size_t slice_count() const { return count_; }
-  // Slice i, 0 <= i < slice_count().
-  const SharedBuffer& slice(size_t i) const { return At(i); }
+  // Slice i, 0 <= i < slice_count(). In builds without NDEBUG an i outside
+  // that range aborts, naming the numbers; with NDEBUG (the hot path has no
+  // check) it is undefined: the entry may hold an emptied chain's kept
+  // buffer, which no one else may reference.
+  const SharedBuffer& slice(size_t i) const {
+#ifndef NDEBUG
+    if (i >= count_) DieBadIndex(i);
+#endif
+    return At(i);
+  }
   // Deprecated: slice_count() and slice(i), by their names before 0.3.
   size_t segment_count() const { return count_; }
-  const SharedBuffer& segment(size_t i) const { return At(i); }
+  const SharedBuffer& segment(size_t i) const { return slice(i); }
 
   // Copies `bytes` to the end: into the tail buffer's room while the chain
   // holds the only reference to it, then into fresh buffers from pool(). All
@@ -207,10 +215,11 @@ class BUFPOOL_EXPORT BufferChain {
   // at once (a buffer with no slice left goes back to its pool), except one:
   // when the chain becomes empty and held the only reference to its last
   // slice's buffer (a buffer of pool()), it keeps that buffer, empty, as
-  // room for the next Append(bytes) or copying receive (see "Memory that
-  // follows bytes" below), so a queue consumed message by message does not
-  // take and return a pool buffer per message. Consuming a one-slice chain
-  // whole is inline.
+  // room for the next Append(bytes) or receive (see "Memory that follows
+  // bytes" below; ProvidedBufferRing::Take() swaps it with the ring's
+  // filled buffer), so a queue consumed message by message does not take
+  // and return a pool buffer per message. Consuming a one-slice chain whole
+  // is inline.
   void Consume(size_t n) {
     if (count_ == 1 && n >= size_) {
       size_ = 0;
@@ -255,9 +264,11 @@ class BUFPOOL_EXPORT BufferChain {
   // An empty chain may keep one buffer it holds alone (left by Consume();
   // see there): 0 bytes pinning one buffer, within the bound. Linking a
   // slice or buffer (Append of a slice, a buffer or a chain), Clear(),
-  // moving another chain into it and destruction return it; Append(bytes)
-  // and the copying receive paths fill it first. A moved-from chain gives it
-  // to the chain moved to.
+  // moving another chain into it and destruction return it; Append(bytes),
+  // ReadFrom() and the Asio read path fill it first, and
+  // ProvidedBufferRing::Take() swaps it for the buffer a completion filled
+  // (the chain still pins one buffer). A moved-from chain gives it to the
+  // chain moved to.
 
   // Buffer bytes this chain keeps out of its pools: the buffer size of each
   // buffer it holds a slice of (and of the kept empty buffer, if any), a
@@ -383,6 +394,7 @@ class BUFPOOL_EXPORT BufferChain {
     return true;
   }
   [[noreturn]] static void DieTooLong(size_t length, size_t size);
+  [[noreturn]] void DieBadIndex(size_t i) const;
   // Entries of the ring in use: the slices, or the kept buffer's entry
   // (which may hold nothing) of an empty chain.
   uint32_t LiveEntries() const { return count_ != 0 ? count_ : 1; }

@@ -193,10 +193,11 @@ struct ProvidedBufferRingOptions {
   // published by the next Refill()). So memory follows bytes
   // (see "Memory" in the class comment). Except into an empty chain that
   // keeps a buffer of the ring's pool (BufferChain::keeps_room(), left by
-  // consuming it): there a one-buffer completion, small or not, swaps
-  // places with the kept buffer, which the ring lends under its id. The
-  // chain pins the same one buffer as a copy would, and nothing is copied. 0
-  // turns copying off (every completion links its buffers); at most the pool's
+  // consuming it), on a ring without incremental mode: there a one-buffer
+  // completion, small or not, swaps places with the kept buffer, which the
+  // ring lends under its id; the chain pins the same one buffer as a copy
+  // would, and nothing is copied. 0 turns copying off (every completion
+  // links its buffers, or swaps with a kept one); at most the pool's
   // buffer_size. The default, kDefaultCopyBelow: buffer_size / 8.
   size_t copy_below = kDefaultCopyBelow;
   // Incremental consumption (IOU_PBUF_RING_INC, Linux 6.12+): the kernel
@@ -233,9 +234,10 @@ struct ProvidedBufferRingOptions {
 // most B + 2 * buffer_size of the pool, however the bytes arrived (one byte
 // per completion, bundles): small completions and completions that find
 // room at the chain's tail are copied there (or into one fresh buffer, which
-// the next ones fill), and only completions that bring a buffer's worth, or
-// find the tail full or shared, link their buffers; a bundle's buffers are
-// full but for its last. Chains that the caller splits and clones may pin
+// the next ones fill), one into an emptied chain swaps with the buffer it
+// keeps, and only completions that bring a buffer's worth, or find the tail
+// full or shared, link their buffers; a bundle's buffers are full but for
+// its last. Chains that the caller splits and clones may pin
 // more; BufferChain::Compact() packs them. With copy_below = 0 every
 // completion pins a whole buffer (up to buffer_size per byte received).
 // On an incremental ring a buffer holds the bytes of many completions, of
@@ -604,8 +606,10 @@ class BUFPOOL_EXPORT HeldSend {
 
 // ---- Inline fast path -------------------------------------------------------
 //
-// Take()'s common cases, each what TakeSlow() would do for the same
-// completion, decided with the fewest loads: a completion with
+// Take()'s common cases, decided with the fewest loads (each leaves `out`
+// holding what TakeSlow() would leave it, the swap aside: TakeSlow() never
+// sees that case, and would copy a small completion into the kept buffer,
+// which pins the same one buffer): a completion with
 // IORING_CQE_F_BUFFER, 1 <= res <= buffer_size (one buffer), an id the ring
 // lent, on a ring without incremental mode, and then
 //   `out` has slices: copied into the tail's room when copying is on, the
@@ -651,7 +655,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   std::byte* const src = lent.data;
   const auto bid = static_cast<uint16_t>(id);
   if (out.count_ == 0) {
-    // No kept buffer, or one of another pool (TakeSlow() copies into it).
+    // No kept buffer, or one of another pool (TakeSlow() copies a small
+    // completion into it, and links a larger one).
     if (out.segs_[out.head_].pool() != pool_) return false;
     // Swap: the filled buffer becomes the chain's, the kept one the ring's.
     std::byte* kept_data;

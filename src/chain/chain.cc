@@ -200,6 +200,13 @@ void BufferChain::DieTooLong(size_t length, size_t size) {
   std::abort();
 }
 
+void BufferChain::DieBadIndex(size_t i) const {
+  std::fprintf(stderr,
+               "bufpool: BufferChain::slice(%zu) of a chain of %u slices\n", i,
+               count_);
+  std::abort();
+}
+
 void BufferChain::Append(Buffer&& buffer, size_t length) {
   if (length > buffer.size()) DieTooLong(length, buffer.size());
   if (length == 0) {

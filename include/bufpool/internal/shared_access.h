@@ -10,11 +10,12 @@
 // without storing 0 (the next first one overwrites it).
 //
 // Memory ordering. The array pointer is published with a release CAS and
-// read with an acquire load where a SharedBuffer is made from a Buffer
-// (Refs()); every other use of a count (Ref()) reads the pointer relaxed: it
-// starts from an existing SharedBuffer, whose creation, and so the publish,
-// happens-before the use (the SharedBuffer reached this thread through the
-// caller's synchronisation), and the pointer never changes after it is set.
+// read with an acquire load where a SharedBuffer is made from a Buffer, or
+// where a ProvidedBufferRing lends a slot (Refs()); every other use of a count
+// (Ref()) reads the pointer relaxed: it starts from an existing SharedBuffer,
+// whose creation, and so the publish, happens-before the use (the SharedBuffer
+// reached this thread through the caller's synchronisation), and the pointer
+// never changes after it is set.
 #ifndef BUFPOOL_INTERNAL_SHARED_ACCESS_H_
 #define BUFPOOL_INTERNAL_SHARED_ACCESS_H_
 
