@@ -408,7 +408,7 @@ TEST(BufferChainTest, KeptRoomSurvivesGrowingMovingAndEmptyOperations) {
 // slice(i) outside [0, slice_count()) names the mistake instead of handing
 // out the kept buffer (or another unused ring entry), in builds that check
 // (without NDEBUG: the asan preset's Debug build).
-TEST(ChainDeathTest, SliceIndexOutsideTheChainAborts) {
+TEST_F(ChainDeathTest, SliceIndexOutsideTheChainAborts) {
 #ifdef NDEBUG
   GTEST_SKIP() << "slice(i) is checked only without NDEBUG";
 #endif
