@@ -1261,6 +1261,88 @@ TEST(VisitTest, AnIncrementalRingsCompletionsGoToTake) {
   ring.DropCompletions();
 }
 
+// An incremental ring would cut a datagram short at the end of the current
+// buffer, silently: PrepareRecv() makes no receive from a message socket,
+// Take() says why, and the datagrams stay in the socket, whole, for a ring
+// without incremental mode. Stream sockets are received as before.
+TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 16});
+  ASSERT_TRUE(pool.ok());
+  auto inc = ProvidedBufferRing::Create(ring.get(), **pool,
+                                        {.group_id = 1,
+                                         .max_buffers = 4,
+                                         .initial_buffers = 4,
+                                         .incremental = Incremental::kOn});
+  if (!inc.ok()) GTEST_SKIP() << "no incremental rings: " << inc.status();
+  auto plain = ProvidedBufferRing::Create(ring.get(), **pool,
+                                          {.group_id = 2,
+                                           .max_buffers = 4,
+                                           .initial_buffers = 4,
+                                           .incremental = Incremental::kOff});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const size_t bs = (*pool)->buffer_size();
+  for (int type : {SOCK_SEQPACKET, SOCK_DGRAM}) {
+    SCOPED_TRACE(type == SOCK_DGRAM ? "SOCK_DGRAM" : "SOCK_SEQPACKET");
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, fds), 0);
+    // Two datagrams that together overrun one buffer.
+    const std::string first(bs / 2 + 100, 'a'), second(bs / 2 + 100, 'b');
+    for (const std::string* m : {&first, &second}) {
+      ASSERT_EQ(send(fds[0], m->data(), m->size(), 0),
+                static_cast<ssize_t>(m->size()));
+    }
+    (*inc)->PrepareRecv(ring.Sqe(), fds[1]);
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    io_uring_cqe* cqe;
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    EXPECT_EQ(cqe->res, -EPROTOTYPE);
+    EXPECT_EQ(cqe->flags & (IORING_CQE_F_BUFFER | IORING_CQE_F_MORE), 0u);
+    BufferChain out(**pool);
+    const absl::Status s = (*inc)->Take(*cqe, out);
+    io_uring_cqe_seen(ring.get(), cqe);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("message socket"), absl::string_view::npos) << s;
+    EXPECT_TRUE(out.empty());
+    EXPECT_EQ((*inc)->available(), 4u);  // no buffer used
+    // Both datagrams are still there, whole, for the plain ring.
+    for (const std::string* m : {&first, &second}) {
+      (*plain)->PrepareRecv(ring.Sqe(), fds[1], {.multishot = false});
+      ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+      ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+      ASSERT_EQ(cqe->res, static_cast<int>(m->size()));
+      ASSERT_TRUE((*plain)->Take(*cqe, out).ok());
+      io_uring_cqe_seen(ring.get(), cqe);
+      EXPECT_EQ(testing_util::Contents(out), *m);
+      out.Clear();
+      (*plain)->Refill();
+    }
+    close(fds[0]);
+    close(fds[1]);
+  }
+  // A stream socket on the incremental ring is received as before.
+  int s[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s), 0);
+  ASSERT_EQ(send(s[0], "stream", 6, 0), 6);
+  (*inc)->PrepareRecv(ring.Sqe(), s[1], {.multishot = false});
+  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+  io_uring_cqe* cqe;
+  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+  EXPECT_EQ(cqe->res, 6);
+  BufferChain out(**pool);
+  ASSERT_TRUE((*inc)->Take(*cqe, out).ok());
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ(testing_util::Contents(out), "stream");
+  out.Clear();
+  close(s[0]);
+  close(s[1]);
+  inc->reset();
+  plain->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
 TEST(IncrementalTest, ProbeMatchesTheKernel) {
   Ring ring;
   ASSERT_TRUE(ring.ok());

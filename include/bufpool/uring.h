@@ -212,8 +212,12 @@ struct ProvidedBufferRingOptions {
   // fails Create() with the kernel's words). Bundles combine with it.
   // Stream sockets only: the kernel puts each receive into what is left of
   // the current buffer, so a datagram (SOCK_DGRAM, SOCK_SEQPACKET) longer
-  // than that is truncated, and a plain receive's completion does not say
-  // so. A ring that serves message sockets needs kOff.
+  // than that would be cut short, and a plain receive's completion would
+  // not say so. So on an incremental ring PrepareRecv() asks the socket its
+  // type (one getsockopt() per call) and, for a message socket, makes no
+  // receive: its completion carries -EPROTOTYPE, which Take() reports as
+  // FailedPrecondition naming the cause, and the bytes stay in the socket.
+  // A ring that serves message sockets needs kOff.
   enum class Incremental { kProbe, kOff, kOn };
   Incremental incremental = Incremental::kProbe;
 };
@@ -296,7 +300,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // Fills `sqe` with a receive on `fd` that selects its buffers from this
   // ring (IOSQE_BUFFER_SELECT, this group, IORING_RECVSEND_BUNDLE when
   // asked and bundles() is on). The caller sets user_data and may add
-  // flags (IORING_RECVSEND_POLL_FIRST, ...).
+  // flags (IORING_RECVSEND_POLL_FIRST, ...). On an incremental ring a
+  // message socket gets no receive but a completion that Take() reports
+  // (see ProvidedBufferRingOptions::incremental).
   void PrepareRecv(io_uring_sqe* sqe, int fd) const {
     PrepareRecv(sqe, fd, RecvOptions());
   }

@@ -51,6 +51,19 @@ constexpr uint32_t kFeatRecvSendBundle = 1u << 14;
 // stays in the ring for more.
 constexpr uint16_t kPbufRingInc = 2;        // IOU_PBUF_RING_INC
 constexpr uint32_t kCqeFBufMore = 1u << 4;  // IORING_CQE_F_BUF_MORE
+// Newer than liburing 2.3's header (Linux 6.10): a NOP that completes with
+// the result in sqe->len (the flag goes in sqe->nop_flags, which shares its
+// word with rw_flags).
+constexpr uint32_t kNopInjectResult = 1u << 0;  // IORING_NOP_INJECT_RESULT
+
+// Whether `fd` is a socket of any type but SOCK_STREAM (not a socket at all
+// is not: its receive fails with the kernel's ENOTSOCK).
+bool IsMessageSocket(int fd) {
+  int type = 0;
+  socklen_t len = sizeof(type);
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return false;
+  return type != SOCK_STREAM;
+}
 
 // Whether a multishot IORING_OP_RECV takes a total byte cap in
 // sqe->optlen (liburing 2.3 names that word file_index): kernels before
@@ -228,6 +241,16 @@ ProvidedBufferRing::~ProvidedBufferRing() {
 
 void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
                                      const RecvOptions& options) const {
+  if (incremental_ && IsMessageSocket(fd)) {
+    // The kernel would put each datagram into what is left of the current
+    // buffer and cut it short there, saying nothing: the receive is not
+    // made, and its completion carries -EPROTOTYPE (the bytes stay in the
+    // socket), which Take() explains.
+    io_uring_prep_nop(sqe);
+    sqe->rw_flags = static_cast<int>(kNopInjectResult);
+    sqe->len = static_cast<uint32_t>(-EPROTOTYPE);
+    return;
+  }
   const uint32_t cap =
       static_cast<uint32_t>(std::min(options.max_bytes, kMaxRecvBytes));
   if (options.multishot && (cap == 0 || multishot_cap_)) {
@@ -346,6 +369,14 @@ absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
 }
 
 absl::Status ProvidedBufferRing::ReceiveError(int res) const {
+  if (res == -EPROTOTYPE && incremental_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "receive (buffer group ", group_id_,
+        "): not made: the socket is a message socket (SOCK_DGRAM or "
+        "SOCK_SEQPACKET), whose messages an incremental ring would cut "
+        "short; use a ring with ProvidedBufferRingOptions::incremental = "
+        "kOff for it"));
+  }
   return os::PosixError(absl::StrCat("receive (buffer group ", group_id_, ")"),
                         -res);
 }
