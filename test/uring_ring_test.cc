@@ -1293,19 +1293,38 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
       ASSERT_EQ(send(fds[0], m->data(), m->size(), 0),
                 static_cast<ssize_t>(m->size()));
     }
+    const absl::Status checked = (*inc)->CheckSocket(fds[1]);
+    EXPECT_EQ(checked.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(checked.message().find("kOff"), absl::string_view::npos)
+        << checked;
+    EXPECT_TRUE((*plain)->CheckSocket(fds[1]).ok());
     (*inc)->PrepareRecv(ring.Sqe(), fds[1]);
     ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
     io_uring_cqe* cqe;
     ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-    EXPECT_EQ(cqe->res, -EPROTOTYPE);
-    EXPECT_EQ(cqe->flags & (IORING_CQE_F_BUFFER | IORING_CQE_F_MORE), 0u);
+    ASSERT_EQ(cqe->res, -EPROTOTYPE);
+    ASSERT_EQ(cqe->flags & (IORING_CQE_F_BUFFER | IORING_CQE_F_MORE), 0u);
     BufferChain out(**pool);
     const absl::Status s = (*inc)->Take(*cqe, out);
     io_uring_cqe_seen(ring.get(), cqe);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_NE(s.message().find("message socket"), absl::string_view::npos) << s;
+    EXPECT_EQ(s.message(), checked.message());
     EXPECT_TRUE(out.empty());
     EXPECT_EQ((*inc)->available(), 4u);  // no buffer used
+    // Receive flags added to the refused receive: the kernel rejects the
+    // NOP, and Take() says where to look.
+    io_uring_sqe* sqe = ring.Sqe();
+    (*inc)->PrepareRecv(sqe, fds[1]);
+    sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    ASSERT_LT(cqe->res, 0);
+    const absl::Status flagged = (*inc)->Take(*cqe, out);
+    io_uring_cqe_seen(ring.get(), cqe);
+    EXPECT_FALSE(flagged.ok());
+    EXPECT_NE(flagged.message().find("CheckSocket"), absl::string_view::npos)
+        << flagged;
+    EXPECT_TRUE(out.empty());
     // Both datagrams are still there, whole, for the plain ring.
     for (const std::string* m : {&first, &second}) {
       (*plain)->PrepareRecv(ring.Sqe(), fds[1], {.multishot = false});
@@ -1324,6 +1343,7 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
   // A stream socket on the incremental ring is received as before.
   int s[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s), 0);
+  EXPECT_TRUE((*inc)->CheckSocket(s[1]).ok());
   ASSERT_EQ(send(s[0], "stream", 6, 0), 6);
   (*inc)->PrepareRecv(ring.Sqe(), s[1], {.multishot = false});
   ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
@@ -1339,6 +1359,48 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
   close(s[1]);
   inc->reset();
   plain->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+// RecvOptions::fixed_file: `fd` indexes the ring's registered files, so
+// PrepareRecv() does not ask the process descriptor of that number its
+// type. Here that number is a datagram socket's in the process, while the
+// registered file at the index is a stream socket: received.
+TEST(IncrementalTest, FixedFileReceivesSkipTheProcessDescriptorsType) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 16});
+  ASSERT_TRUE(pool.ok());
+  auto inc = ProvidedBufferRing::Create(ring.get(), **pool,
+                                        {.max_buffers = 4,
+                                         .initial_buffers = 4,
+                                         .incremental = Incremental::kOn});
+  if (!inc.ok()) GTEST_SKIP() << "no incremental rings: " << inc.status();
+  int dgram[2], stream[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, dgram), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, stream), 0);
+  const int index = dgram[1];
+  std::vector<int> files(static_cast<size_t>(index) + 1, -1);
+  files[static_cast<size_t>(index)] = stream[1];
+  ASSERT_EQ(io_uring_register_files(ring.get(), files.data(),
+                                    static_cast<unsigned>(files.size())),
+            0);
+  ASSERT_EQ(send(stream[0], "fixed", 5, 0), 5);
+  (*inc)->PrepareRecv(ring.Sqe(), index,
+                      {.multishot = false, .fixed_file = true});
+  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+  io_uring_cqe* cqe;
+  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+  ASSERT_EQ(cqe->res, 5);
+  BufferChain out(**pool);
+  ASSERT_TRUE((*inc)->Take(*cqe, out).ok());
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ(testing_util::Contents(out), "fixed");
+  out.Clear();
+  io_uring_unregister_files(ring.get());
+  for (int fd : {dgram[0], dgram[1], stream[0], stream[1]}) close(fd);
+  inc->reset();
   ring.DropCompletions();
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }

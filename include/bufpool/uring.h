@@ -214,10 +214,11 @@ struct ProvidedBufferRingOptions {
   // the current buffer, so a datagram (SOCK_DGRAM, SOCK_SEQPACKET) longer
   // than that would be cut short, and a plain receive's completion would
   // not say so. So on an incremental ring PrepareRecv() asks the socket its
-  // type (one getsockopt() per call) and, for a message socket, makes no
-  // receive: its completion carries -EPROTOTYPE, which Take() reports as
-  // FailedPrecondition naming the cause, and the bytes stay in the socket.
-  // A ring that serves message sockets needs kOff.
+  // type (one getsockopt() per call) and, for any socket but SOCK_STREAM,
+  // makes no receive: its completion carries -EPROTOTYPE, which Take()
+  // reports as FailedPrecondition naming the cause, and the bytes stay in
+  // the socket. CheckSocket() asks the same once, say when a connection is
+  // accepted. A ring that serves message sockets needs kOff.
   enum class Incremental { kProbe, kOff, kOn };
   Incremental incremental = Incremental::kProbe;
 };
@@ -294,6 +295,10 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
     // single-shot with this length, which caps it exactly. At most
     // kMaxRecvBytes (larger is clamped).
     size_t max_bytes = 0;
+    // `fd` is an index into the ring's registered files (IOSQE_FIXED_FILE,
+    // set by PrepareRecv()), not a process descriptor, so PrepareRecv()
+    // cannot ask its type: call CheckSocket() on the socket itself first.
+    bool fixed_file = false;
   };
   // The largest RecvOptions::max_bytes the kernel is given (it reads an int).
   static constexpr size_t kMaxRecvBytes = size_t{1} << 30;
@@ -301,12 +306,21 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // ring (IOSQE_BUFFER_SELECT, this group, IORING_RECVSEND_BUNDLE when
   // asked and bundles() is on). The caller sets user_data and may add
   // flags (IORING_RECVSEND_POLL_FIRST, ...). On an incremental ring a
-  // message socket gets no receive but a completion that Take() reports
-  // (see ProvidedBufferRingOptions::incremental).
+  // socket of any type but SOCK_STREAM gets no receive but a NOP whose one
+  // completion (no IORING_CQE_F_MORE) Take() reports as FailedPrecondition
+  // (see ProvidedBufferRingOptions::incremental); receive flags added to
+  // that NOP make the kernel reject it with EINVAL instead, which Take()
+  // reports with a pointer to CheckSocket().
   void PrepareRecv(io_uring_sqe* sqe, int fd) const {
     PrepareRecv(sqe, fd, RecvOptions());
   }
   void PrepareRecv(io_uring_sqe* sqe, int fd, const RecvOptions& options) const;
+  // Whether this ring can receive from socket `fd`: OK, except on an
+  // incremental ring for a socket of any type but SOCK_STREAM
+  // (FailedPrecondition, naming the cause; see
+  // ProvidedBufferRingOptions::incremental). One getsockopt() on an
+  // incremental ring, none otherwise.
+  absl::Status CheckSocket(int fd) const;
 
   // The bytes a completion of such a receive carries, as a chain that owns
   // them (one buffer; several for a bundle), sliced to exactly cqe.res
@@ -316,6 +330,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   //              goes back to the pool);
   //   -ENOBUFS:  ResourceExhausted, counted in enobufs(): the ring was
   //              empty; re-arm once ShouldRearm();
+  //   -EPROTOTYPE on an incremental ring: FailedPrecondition, the receive
+  //              PrepareRecv() refused for a message socket (see there);
   //   other < 0: the errno's Status (ECANCELED: Cancelled, ...), with the
   //              kernel's words.
   // FailedPrecondition for a completion with bytes but no buffer of this
@@ -437,8 +453,10 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   absl::Status TakeWithoutBuffer(int res);
   // Take() of `n` buffers from `id` on, linked into `out` (all or nothing).
   absl::Status TakeLinked(uint32_t id, size_t n, int res, BufferChain& out);
-  // The error of a failed receive (res < 0).
+  // The error of a failed receive (res < 0), or of a receive PrepareRecv()
+  // refused (MessageSocketError()).
   absl::Status ReceiveError(int res) const;
+  absl::Status MessageSocketError() const;
   // Take() of a completion with bytes on an incremental ring.
   absl::Status TakeIncremental(const io_uring_cqe& cqe, uint32_t id,
                                BufferChain& out);
@@ -471,6 +489,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   uint32_t tail_ = 0;     // entries published since the ring was created
   uint32_t relent_ = 0;   // entries re-lent after tail_, not yet published
   uint64_t enobufs_ = 0;
+  // Receives PrepareRecv() refused (a message socket on an incremental
+  // ring); mutable: PrepareRecv() is const, and the ring one thread's.
+  mutable uint64_t refused_ = 0;
   size_t copy_below_ = 0;
   uint64_t copied_ = 0;
   // Per buffer id: the pool buffer lent under it, as its bytes and its

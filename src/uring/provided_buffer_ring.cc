@@ -38,6 +38,7 @@
 #include "os/error.h"
 #include "os/memory.h"
 #include "os/socket.h"
+#include "os/syscalls.h"
 
 namespace bufpool {
 namespace {
@@ -61,7 +62,9 @@ constexpr uint32_t kNopInjectResult = 1u << 0;  // IORING_NOP_INJECT_RESULT
 bool IsMessageSocket(int fd) {
   int type = 0;
   socklen_t len = sizeof(type);
-  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return false;
+  if (os::Sys().getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) {
+    return false;
+  }
   return type != SOCK_STREAM;
 }
 
@@ -239,9 +242,23 @@ ProvidedBufferRing::~ProvidedBufferRing() {
   if (br_ != nullptr) os::Unmap(br_, br_bytes_);
 }
 
+absl::Status ProvidedBufferRing::CheckSocket(int fd) const {
+  if (incremental_ && IsMessageSocket(fd)) return MessageSocketError();
+  return absl::OkStatus();
+}
+
+absl::Status ProvidedBufferRing::MessageSocketError() const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "receive (buffer group ", group_id_,
+      "): not made: the socket is not a stream socket (SOCK_DGRAM, "
+      "SOCK_SEQPACKET, ...), and an incremental ring would cut its messages "
+      "short; use a ring with ProvidedBufferRingOptions::incremental = kOff "
+      "for it"));
+}
+
 void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
                                      const RecvOptions& options) const {
-  if (incremental_ && IsMessageSocket(fd)) {
+  if (incremental_ && !options.fixed_file && IsMessageSocket(fd)) {
     // The kernel would put each datagram into what is left of the current
     // buffer and cut it short there, saying nothing: the receive is not
     // made, and its completion carries -EPROTOTYPE (the bytes stay in the
@@ -249,6 +266,7 @@ void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
     io_uring_prep_nop(sqe);
     sqe->rw_flags = static_cast<int>(kNopInjectResult);
     sqe->len = static_cast<uint32_t>(-EPROTOTYPE);
+    ++refused_;
     return;
   }
   const uint32_t cap =
@@ -262,6 +280,7 @@ void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
     io_uring_prep_recv(sqe, fd, nullptr, cap, options.msg_flags);
   }
   sqe->flags |= IOSQE_BUFFER_SELECT;
+  if (options.fixed_file) sqe->flags |= IOSQE_FIXED_FILE;
   sqe->buf_group = group_id_;
   // On an incremental ring a single-shot bundle ignores its length (Linux
   // 6.18 reads all the socket holds), so a capped one is no bundle.
@@ -369,16 +388,22 @@ absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
 }
 
 absl::Status ProvidedBufferRing::ReceiveError(int res) const {
-  if (res == -EPROTOTYPE && incremental_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "receive (buffer group ", group_id_,
-        "): not made: the socket is a message socket (SOCK_DGRAM or "
-        "SOCK_SEQPACKET), whose messages an incremental ring would cut "
-        "short; use a ring with ProvidedBufferRingOptions::incremental = "
-        "kOff for it"));
+  if (res == -EPROTOTYPE && incremental_) return MessageSocketError();
+  absl::Status status = os::PosixError(
+      absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
+  if (refused_ != 0 && (res == -EINVAL || res == -EOPNOTSUPP)) {
+    // The kernel rejects a NOP that carries receive flags (ioprio such as
+    // IORING_RECVSEND_POLL_FIRST, IOSQE_BUFFER_SELECT) before it runs.
+    return absl::Status(
+        status.code(),
+        absl::StrCat(status.message(),
+                     "; if this is a receive PrepareRecv() refused (a "
+                     "message socket on an incremental ring: ",
+                     refused_,
+                     " so far), flags added to its sqe made the kernel "
+                     "reject it: see CheckSocket()"));
   }
-  return os::PosixError(absl::StrCat("receive (buffer group ", group_id_, ")"),
-                        -res);
+  return status;
 }
 
 absl::Status ProvidedBufferRing::TakeWithoutBuffer(int res) {
