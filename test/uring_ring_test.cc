@@ -1308,7 +1308,9 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
     const absl::Status s = (*inc)->Take(*cqe, out);
     io_uring_cqe_seen(ring.get(), cqe);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_EQ(s.message(), checked.message());
+    EXPECT_NE(s.message().find("not made: not a stream socket"),
+              absl::string_view::npos)
+        << s;
     EXPECT_TRUE(out.empty());
     EXPECT_EQ((*inc)->available(), 4u);  // no buffer used
     // Receive flags added to the refused receive: the kernel rejects the

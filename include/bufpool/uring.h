@@ -454,9 +454,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // Take() of `n` buffers from `id` on, linked into `out` (all or nothing).
   absl::Status TakeLinked(uint32_t id, size_t n, int res, BufferChain& out);
   // The error of a failed receive (res < 0), or of a receive PrepareRecv()
-  // refused (MessageSocketError()).
+  // refused (MessageSocketError(), after `what`).
   absl::Status ReceiveError(int res) const;
-  absl::Status MessageSocketError() const;
+  absl::Status MessageSocketError(absl::string_view what) const;
   // Take() of a completion with bytes on an incremental ring.
   absl::Status TakeIncremental(const io_uring_cqe& cqe, uint32_t id,
                                BufferChain& out);

@@ -243,17 +243,20 @@ ProvidedBufferRing::~ProvidedBufferRing() {
 }
 
 absl::Status ProvidedBufferRing::CheckSocket(int fd) const {
-  if (incremental_ && IsMessageSocket(fd)) return MessageSocketError();
+  if (incremental_ && IsMessageSocket(fd)) {
+    return MessageSocketError(absl::StrCat("ProvidedBufferRing (buffer group ",
+                                           group_id_, "): fd ", fd));
+  }
   return absl::OkStatus();
 }
 
-absl::Status ProvidedBufferRing::MessageSocketError() const {
+absl::Status ProvidedBufferRing::MessageSocketError(
+    absl::string_view what) const {
   return absl::FailedPreconditionError(absl::StrCat(
-      "receive (buffer group ", group_id_,
-      "): not made: the socket is not a stream socket (SOCK_DGRAM, "
-      "SOCK_SEQPACKET, ...), and an incremental ring would cut its messages "
-      "short; use a ring with ProvidedBufferRingOptions::incremental = kOff "
-      "for it"));
+      what,
+      ": not a stream socket (SOCK_DGRAM, SOCK_SEQPACKET, ...), whose "
+      "messages an incremental ring would cut short; use a ring with "
+      "ProvidedBufferRingOptions::incremental = kOff for it"));
 }
 
 void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
@@ -388,7 +391,10 @@ absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
 }
 
 absl::Status ProvidedBufferRing::ReceiveError(int res) const {
-  if (res == -EPROTOTYPE && incremental_) return MessageSocketError();
+  if (res == -EPROTOTYPE && incremental_) {
+    return MessageSocketError(
+        absl::StrCat("receive (buffer group ", group_id_, "): not made"));
+  }
   absl::Status status = os::PosixError(
       absl::StrCat("receive (buffer group ", group_id_, ")"), -res);
   if (refused_ != 0 && (res == -EINVAL || res == -EOPNOTSUPP)) {
