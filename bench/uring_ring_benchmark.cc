@@ -124,14 +124,11 @@ void RingLoop(benchmark::State& state) {
             })) {
           if (ring.Take(*cqe, queue).ok()) queue.Clear();
         }
-      } else if constexpr (kHow == Handling::kInto) {
-        if (ring.Take(*cqe, queue).ok() && !queue.empty()) {
-          sum += static_cast<uint8_t>(queue.slice(0).data()[0]);
-          queue.Consume(queue.size());
-        }
-      } else if constexpr (kHow == Handling::kIntoPairs) {
-        // n counts this completion: consumed after the even ones.
-        if (ring.Take(*cqe, queue).ok() && n % 2 == 0 && !queue.empty()) {
+      } else if constexpr (kHow == Handling::kInto ||
+                           kHow == Handling::kIntoPairs) {
+        // kIntoPairs: n counts this completion, consumed after the even ones.
+        const bool consume = kHow == Handling::kInto || n % 2 == 0;
+        if (ring.Take(*cqe, queue).ok() && consume && !queue.empty()) {
           sum += static_cast<uint8_t>(queue.slice(0).data()[0]);
           queue.Consume(queue.size());
         }

@@ -1261,6 +1261,24 @@ TEST(VisitTest, AnIncrementalRingsCompletionsGoToTake) {
   ring.DropCompletions();
 }
 
+// Submits, waits for one completion and takes it into `out`: the
+// completion's res and flags, and Take()'s status.
+struct TakenCompletion {
+  int res = 0;
+  uint32_t flags = 0;
+  absl::Status status;
+};
+void SubmitAndTakeOne(Ring& ring, ProvidedBufferRing& br, BufferChain& out,
+                      TakenCompletion* taken) {
+  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+  io_uring_cqe* cqe;
+  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+  taken->res = cqe->res;
+  taken->flags = cqe->flags;
+  taken->status = br.Take(*cqe, out);
+  io_uring_cqe_seen(ring.get(), cqe);
+}
+
 // An incremental ring would cut a datagram short at the end of the current
 // buffer, silently: PrepareRecv() makes no receive from a message socket,
 // Take() says why, and the datagrams stay in the socket, whole, for a ring
@@ -1299,18 +1317,16 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
         << checked;
     EXPECT_TRUE((*plain)->CheckSocket(fds[1]).ok());
     (*inc)->PrepareRecv(ring.Sqe(), fds[1]);
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-    io_uring_cqe* cqe;
-    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-    ASSERT_EQ(cqe->res, -EPROTOTYPE);
-    ASSERT_EQ(cqe->flags & (IORING_CQE_F_BUFFER | IORING_CQE_F_MORE), 0u);
     BufferChain out(**pool);
-    const absl::Status s = (*inc)->Take(*cqe, out);
-    io_uring_cqe_seen(ring.get(), cqe);
-    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_NE(s.message().find("not made: not a stream socket"),
+    TakenCompletion t;
+    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
+    ASSERT_EQ(t.res, -EPROTOTYPE);
+    ASSERT_EQ(t.flags & (IORING_CQE_F_BUFFER | IORING_CQE_F_MORE), 0u);
+    EXPECT_EQ(t.status.code(), absl::StatusCode::kFailedPrecondition)
+        << t.status;
+    EXPECT_NE(t.status.message().find("not made: not a stream socket"),
               absl::string_view::npos)
-        << s;
+        << t.status;
     EXPECT_TRUE(out.empty());
     EXPECT_EQ((*inc)->available(), 4u);  // no buffer used
     // Receive flags added to the refused receive: the kernel rejects the
@@ -1318,23 +1334,18 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
     io_uring_sqe* sqe = ring.Sqe();
     (*inc)->PrepareRecv(sqe, fds[1]);
     sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-    ASSERT_LT(cqe->res, 0);
-    const absl::Status flagged = (*inc)->Take(*cqe, out);
-    io_uring_cqe_seen(ring.get(), cqe);
-    EXPECT_FALSE(flagged.ok());
-    EXPECT_NE(flagged.message().find("CheckSocket"), absl::string_view::npos)
-        << flagged;
+    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
+    ASSERT_LT(t.res, 0);
+    EXPECT_FALSE(t.status.ok());
+    EXPECT_NE(t.status.message().find("CheckSocket"), absl::string_view::npos)
+        << t.status;
     EXPECT_TRUE(out.empty());
     // Both datagrams are still there, whole, for the plain ring.
     for (const std::string* m : {&first, &second}) {
       (*plain)->PrepareRecv(ring.Sqe(), fds[1], {.multishot = false});
-      ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-      ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-      ASSERT_EQ(cqe->res, static_cast<int>(m->size()));
-      ASSERT_TRUE((*plain)->Take(*cqe, out).ok());
-      io_uring_cqe_seen(ring.get(), cqe);
+      ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **plain, out, &t));
+      ASSERT_EQ(t.res, static_cast<int>(m->size()));
+      ASSERT_TRUE(t.status.ok()) << t.status;
       EXPECT_EQ(testing_util::Contents(out), *m);
       out.Clear();
       (*plain)->Refill();
@@ -1348,13 +1359,11 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
   EXPECT_TRUE((*inc)->CheckSocket(s[1]).ok());
   ASSERT_EQ(send(s[0], "stream", 6, 0), 6);
   (*inc)->PrepareRecv(ring.Sqe(), s[1], {.multishot = false});
-  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-  io_uring_cqe* cqe;
-  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-  EXPECT_EQ(cqe->res, 6);
   BufferChain out(**pool);
-  ASSERT_TRUE((*inc)->Take(*cqe, out).ok());
-  io_uring_cqe_seen(ring.get(), cqe);
+  TakenCompletion t;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
+  EXPECT_EQ(t.res, 6);
+  ASSERT_TRUE(t.status.ok()) << t.status;
   EXPECT_EQ(testing_util::Contents(out), "stream");
   out.Clear();
   close(s[0]);
@@ -1365,10 +1374,11 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
-// RecvOptions::fixed_file: `fd` indexes the ring's registered files, so
-// PrepareRecv() does not ask the process descriptor of that number its
-// type. Here that number is a datagram socket's in the process, while the
-// registered file at the index is a stream socket: received.
+// RecvOptions::socket_checked with a registered file: `fd` indexes the
+// ring's registered files, so PrepareRecv() must not ask the process
+// descriptor of that number its type. Here that number is a datagram socket's
+// in the process, while the registered file at the index is a stream socket:
+// received.
 TEST(IncrementalTest, FixedFileReceivesSkipTheProcessDescriptorsType) {
   Ring ring;
   ASSERT_TRUE(ring.ok());
@@ -1389,15 +1399,15 @@ TEST(IncrementalTest, FixedFileReceivesSkipTheProcessDescriptorsType) {
                                     static_cast<unsigned>(files.size())),
             0);
   ASSERT_EQ(send(stream[0], "fixed", 5, 0), 5);
-  (*inc)->PrepareRecv(ring.Sqe(), index,
-                      {.multishot = false, .fixed_file = true});
-  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-  io_uring_cqe* cqe;
-  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-  ASSERT_EQ(cqe->res, 5);
+  ASSERT_TRUE((*inc)->CheckSocket(stream[1]).ok());
+  io_uring_sqe* sqe = ring.Sqe();
+  (*inc)->PrepareRecv(sqe, index, {.multishot = false, .socket_checked = true});
+  sqe->flags |= IOSQE_FIXED_FILE;
   BufferChain out(**pool);
-  ASSERT_TRUE((*inc)->Take(*cqe, out).ok());
-  io_uring_cqe_seen(ring.get(), cqe);
+  TakenCompletion t;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
+  ASSERT_EQ(t.res, 5);
+  ASSERT_TRUE(t.status.ok()) << t.status;
   EXPECT_EQ(testing_util::Contents(out), "fixed");
   out.Clear();
   io_uring_unregister_files(ring.get());

@@ -228,6 +228,7 @@ void UringEchoServer::ArmRecv(Conn* conn) {
   // one-slot messages the kernel's peek at several ring entries per receive
   // is pure cost (io_ring_buffers_peek in profiles of 4 KiB messages).
   ro.bundle = conn->wants_bundle && ro.multishot;
+  ro.socket_checked = true;  // an accepted TCP connection: a stream
   bufs_->PrepareRecv(sqe, conn->fd, ro);
   conn->recv_bundle = ro.bundle && bufs_->bundles();
   // Poll first: an idle connection takes no slot and gets no -ENOBUFS.

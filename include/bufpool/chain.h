@@ -308,6 +308,10 @@ class BUFPOOL_EXPORT BufferChain {
   // comment): 0 unless the tail is the only reference to its buffer; for an
   // empty chain, the kept buffer's size.
   size_t TailRoom() const;
+  // The kept buffer's size, 0 when there is none.
+  size_t KeptBytes() const {
+    return keeps_room() ? segs_[head_].pool_->buffer_size() : 0;
+  }
   // Links `s` after the tail. For an empty chain the target is the kept
   // buffer's entry, whose move assignment returns the kept buffer.
   void PushBack(SharedBuffer&& s) {

@@ -214,7 +214,8 @@ struct ProvidedBufferRingOptions {
   // the current buffer, so a datagram (SOCK_DGRAM, SOCK_SEQPACKET) longer
   // than that would be cut short, and a plain receive's completion would
   // not say so. So on an incremental ring PrepareRecv() asks the socket its
-  // type (one getsockopt() per call) and, for any socket but SOCK_STREAM,
+  // type (one getsockopt() per call, unless RecvOptions::socket_checked)
+  // and, for any socket but SOCK_STREAM,
   // makes no receive: its completion carries -EPROTOTYPE, which Take()
   // reports as FailedPrecondition naming the cause, and the bytes stay in
   // the socket. CheckSocket() asks the same once, say when a connection is
@@ -295,10 +296,13 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
     // single-shot with this length, which caps it exactly. At most
     // kMaxRecvBytes (larger is clamped).
     size_t max_bytes = 0;
-    // `fd` is an index into the ring's registered files (IOSQE_FIXED_FILE,
-    // set by PrepareRecv()), not a process descriptor, so PrepareRecv()
-    // cannot ask its type: call CheckSocket() on the socket itself first.
-    bool fixed_file = false;
+    // The caller vouches for `fd`'s type, so PrepareRecv() does not ask it
+    // (no getsockopt() per receive on an incremental ring): CheckSocket()
+    // said OK, or the socket is known to be a stream (an accepted TCP
+    // connection). Also for an index into the ring's registered files
+    // (IOSQE_FIXED_FILE, which the caller adds), which is no process
+    // descriptor to ask: check the socket itself before registering it.
+    bool socket_checked = false;
   };
   // The largest RecvOptions::max_bytes the kernel is given (it reads an int).
   static constexpr size_t kMaxRecvBytes = size_t{1} << 30;

@@ -125,7 +125,7 @@ void BufferChain::Clear() {
 }
 
 size_t BufferChain::TailRoom() const {
-  if (count_ == 0) return keeps_room() ? segs_[head_].pool_->buffer_size() : 0;
+  if (count_ == 0) return KeptBytes();
   const SharedBuffer& tail = At(count_ - 1);
   return tail.use_count() == 1 ? tail.room() : 0;
 }
@@ -315,7 +315,7 @@ bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b) {
 }  // namespace
 
 size_t BufferChain::pinned_bytes() const {
-  size_t total = keeps_room() ? segs_[head_].pool_->buffer_size() : 0;
+  size_t total = KeptBytes();
   for (uint32_t i = 0; i < count_; ++i) {
     const SharedBuffer& s = At(i);
     if (i == 0 || !SameBuffer(At(i - 1), s)) total += s.pool_->buffer_size();

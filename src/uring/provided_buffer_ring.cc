@@ -261,7 +261,7 @@ absl::Status ProvidedBufferRing::MessageSocketError(
 
 void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
                                      const RecvOptions& options) const {
-  if (incremental_ && !options.fixed_file && IsMessageSocket(fd)) {
+  if (incremental_ && !options.socket_checked && IsMessageSocket(fd)) {
     // The kernel would put each datagram into what is left of the current
     // buffer and cut it short there, saying nothing: the receive is not
     // made, and its completion carries -EPROTOTYPE (the bytes stay in the
@@ -283,7 +283,6 @@ void ProvidedBufferRing::PrepareRecv(io_uring_sqe* sqe, int fd,
     io_uring_prep_recv(sqe, fd, nullptr, cap, options.msg_flags);
   }
   sqe->flags |= IOSQE_BUFFER_SELECT;
-  if (options.fixed_file) sqe->flags |= IOSQE_FIXED_FILE;
   sqe->buf_group = group_id_;
   // On an incremental ring a single-shot bundle ignores its length (Linux
   // 6.18 reads all the socket holds), so a capped one is no bundle.
