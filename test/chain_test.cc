@@ -2,6 +2,8 @@
 // std::string model; every test ends with the pool's in_use back at 0.
 #include "bufpool/chain.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -420,6 +422,40 @@ TEST_F(ChainDeathTest, SliceIndexOutsideTheChainAborts) {
   EXPECT_DEATH(q.slice(0), "slice\\(0\\) of a chain of 0 slices");
   ASSERT_TRUE(q.Append("b").ok());
   EXPECT_DEATH(q.segment(1), "slice\\(1\\) of a chain of 1 slices");
+}
+
+// The kept buffer is room from its start, wherever its last slice began and
+// ended: Append(bytes) and ReadFrom() fill all of it.
+TEST(BufferChainTest, KeptRoomStartsAtTheBuffersStart) {
+  auto pool = MakePool(4096, 2, /*cache=*/0);
+  BufferChain q(*pool);
+  ASSERT_TRUE(q.Append("abcdef").ok());
+  const std::byte* start = q.slice(0).data();
+  q.Consume(2);  // the slice now starts inside its buffer
+  q.Consume(q.size());
+  ASSERT_TRUE(q.keeps_room());
+  const std::string whole(4096, 'w');
+  ASSERT_TRUE(q.Append(whole).ok());
+  EXPECT_EQ(q.slice_count(), 1u);
+  EXPECT_EQ(q.slice(0).data(), start);
+  ExpectChainIs(q, whole);
+  q.Consume(100);
+  q.Consume(q.size());
+  ASSERT_TRUE(q.keeps_room());
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string piped(4096, 'p');
+  ASSERT_EQ(write(fds[1], piped.data(), piped.size()),
+            static_cast<ssize_t>(piped.size()));
+  absl::StatusOr<size_t> got = ReadFrom(fds[0], q, piped.size());
+  close(fds[0]);
+  close(fds[1]);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, piped.size());
+  EXPECT_EQ(q.slice_count(), 1u);
+  EXPECT_EQ(q.slice(0).data(), start);
+  ExpectChainIs(q, piped);
+  EXPECT_EQ(InUse(*pool), 1u);
 }
 
 // An Append(bytes) that needs more than the kept buffer and finds the pool

@@ -839,6 +839,8 @@ TEST(ProvidedBufferRingCopyTest, SwappedBuffersCountTheirReferencesExactly) {
     SendAndTake(ring, **br, pairs.client[0], msg, queue, /*refill=*/true);
     ASSERT_EQ(queue.slice_count(), 1u) << round;
     ASSERT_EQ(queue.slice(0).view(), msg) << round;
+    // Every buffer is lent from its start, however its last slice ended.
+    EXPECT_EQ(queue.slice(0).offset(), 0u) << round;
     EXPECT_EQ(queue.slice(0).use_count(), 1u) << round;
     EXPECT_EQ((*pool)->Stats().in_use, 5u) << round;  // 4 lent, 1 queued
     if (round % 3 == 2) {
@@ -860,6 +862,8 @@ TEST(ProvidedBufferRingCopyTest, SwappedBuffersCountTheirReferencesExactly) {
       queue.Consume(1);
       queue.Consume(1);
     } else {
+      // Consumed in two steps: the kept slice had moved into its buffer.
+      queue.Consume(round % 7 + 1);
       queue.Consume(queue.size());
     }
     ASSERT_TRUE(queue.keeps_room()) << round;

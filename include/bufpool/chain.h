@@ -336,8 +336,14 @@ class BUFPOOL_EXPORT BufferChain {
   // room (TailRoom() >= n, n > 0), the kept buffer becoming the only slice;
   // a fresh buffer whose first n bytes hold data joins the end.
   std::byte* RoomStart() const {
-    const SharedBuffer& t = At(count_ != 0 ? count_ - 1 : 0);
-    return t.data_ + t.size_;  // the kept buffer: its start, size_ 0
+    if (count_ == 0) return KeptStart();
+    const SharedBuffer& t = At(count_ - 1);
+    return t.data_ + t.size_;
+  }
+  // The kept buffer's start (keeps_room() must be true).
+  std::byte* KeptStart() const {
+    const SharedBuffer& s = segs_[head_];
+    return s.pool_->SlotData(s.slot_);
   }
   void ExtendTail(size_t n) {
     if (count_ == 0) UnkeepRoom();
@@ -345,8 +351,13 @@ class BUFPOOL_EXPORT BufferChain {
     size_ += n;
   }
   // The kept buffer, in place at At(0), becomes the only slice, empty for
-  // the moment: no field moves, no count is touched.
-  void UnkeepRoom() { count_ = 1; }
+  // the moment: no count is touched.
+  void UnkeepRoom() {
+    SharedBuffer& s = segs_[head_];
+    s.data_ = s.pool_->SlotData(s.slot_);
+    s.size_ = 0;
+    count_ = 1;
+  }
   void AppendFilled(Buffer&& buffer, size_t n) {
     SharedBuffer s(std::move(buffer));
     s.size_ = n;
@@ -355,29 +366,24 @@ class BUFPOOL_EXPORT BufferChain {
   }
   void ConsumeSlow(size_t n);
   // Consume()'s last slice, consumed past: kept in place as room when it is
-  // the only reference to a buffer of pool(), else dropped.
+  // the only reference to a buffer of pool() (its data_ and size_ left as
+  // they were: see segs_), else dropped.
   void DropLast(SharedBuffer& last) {
     // The only reference (use_count() == 1 is stable: no one else can copy
     // it), so no other slice, chain, thread or the kernel sees the buffer.
-    if (last.pool_ == pool_ && last.use_count() == 1) {
-      last.data_ = pool_->SlotData(last.slot_);
-      last.size_ = 0;
-    } else {
-      last.Reset();
-    }
+    if (last.pool_ != pool_ || last.use_count() != 1) last.Reset();
     count_ = 0;
   }
   // For the ring: the first `n` (> 0) bytes of `slot` (whose bytes start at
   // `data`), a buffer of pool() whose handle the caller gives up and whose
   // count is 1, become the only slice of this empty chain in place of its
   // kept buffer (keeps_room() must be true, with a buffer of pool()), whose
-  // slot is returned and whose bytes' start is stored in *kept_data, now the
-  // caller's (a handle's worth, its count 1: the kept buffer is the only
-  // reference). No count is touched: both counts are 1 before and after.
-  uint32_t SwapKeptRoom(uint32_t slot, std::byte* data, size_t n,
-                        std::byte** kept_data) {
+  // slot is returned, now the caller's (a handle's worth, its count 1: the
+  // kept buffer is the only reference). No count is touched: both counts
+  // are 1 before and after.
+  uint32_t SwapKeptRoom(uint32_t slot, std::byte* data, size_t n) {
     SharedBuffer& s = segs_[head_];
-    *kept_data = std::exchange(s.data_, data);
+    s.data_ = data;
     s.size_ = n;
     count_ = 1;
     size_ = n;
@@ -411,7 +417,9 @@ class BUFPOOL_EXPORT BufferChain {
   size_t size_ = 0;
   // The slices are At(0) .. At(count_ - 1); every other entry holds
   // nothing, except At(0) of an empty chain, which may hold the kept
-  // buffer: data_ at the buffer's start, size_ 0, the only reference.
+  // buffer, the only reference to it: its pool_ and slot_ name it, and its
+  // data_ and size_ are those of the slice it was (its start is
+  // KeptStart(); UnkeepRoom() makes it an empty slice again).
   SharedBuffer* segs_;              // inline_ or a heap ring of cap_ entries
   uint32_t cap_ = kInlineSegments;  // a power of two
   uint32_t head_ = 0;

@@ -420,13 +420,14 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
                            const Options& options);
   absl::Status MapAndRegister(Options::Incremental incremental);
   absl::Status Register(uint16_t flags);
-  // Adds buffer `id` (whose bytes start at `data`) at ring position
-  // tail_ + offset.
-  // The entry's fields one by one, as io_uring_buf_ring_add() writes them
-  // (entry 0's resv is the ring's tail); tail_ is the ring's tail as
-  // published (mod 2^16, which the mask keeps within).
-  void AddAt(uint16_t id, std::byte* data, uint32_t offset) {
-    const uint32_t pos = (tail_ + offset) & mask_;
+  // Adds buffer `id` (whose bytes start at `data`) at ring position `at`
+  // (mod entries_; the kernel's head and tail run mod 2^16, which the mask
+  // keeps within): the entry's fields one by one, as io_uring_buf_ring_add()
+  // writes them (entry 0's resv is the ring's tail). The len too: the kernel
+  // rewrites it on an incremental ring, and where a bundle's receive ends
+  // inside a buffer.
+  void AddAt(uint16_t id, std::byte* data, uint32_t at) {
+    const uint32_t pos = at & mask_;
     lent_[id].pos = pos;
     io_uring_buf& e = br_->bufs[pos];
     e.addr = reinterpret_cast<uintptr_t>(data);
@@ -443,8 +444,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // entries_ and no entry that is published and not yet taken, nor one
   // waiting here, is overwritten.
   void Relend(uint16_t id, std::byte* data) {
-    AddAt(id, data, relent_);
-    ++relent_;
+    AddAt(id, data, next_++);
   }
   // Take()'s inline cases (see there): true when the completion was taken;
   // false, nothing changed, for TakeSlow() to handle.
@@ -490,8 +490,10 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   size_t in_ring_ = 0;
   size_t peak_ = 0;       // most buffers in the ring at once
   bool ran_low_ = false;  // below target_ / 4, or -ENOBUFS, since Refill()
-  uint32_t tail_ = 0;     // entries published since the ring was created
-  uint32_t relent_ = 0;   // entries re-lent after tail_, not yet published
+  uint32_t tail_ = 0;  // entries published since the ring was created
+  // Where the next entry goes: tail_ plus the entries re-lent after it and
+  // not yet published.
+  uint32_t next_ = 0;
   uint64_t enobufs_ = 0;
   // Receives PrepareRecv() refused (a message socket on an incremental
   // ring); mutable: PrepareRecv() is const, and the ring one thread's.
@@ -690,8 +692,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
     // completion into it, and links a larger one).
     if (out.segs_[out.head_].pool() != pool_) return false;
     // Swap: the filled buffer becomes the chain's, the kept one the ring's.
-    std::byte* kept_data;
-    lent.slot = out.SwapKeptRoom(lent.slot, src, len, &kept_data);
+    lent.slot = out.SwapKeptRoom(lent.slot, src, len);
+    std::byte* const kept_data = base_ + size_t{lent.slot} * buffer_size_;
     lent.data = kept_data;
     Relend(bid, kept_data);
     return true;

@@ -322,16 +322,16 @@ size_t ProvidedBufferRing::Refill() {
     std::atomic_ref<uint32_t>(refs[lent.slot])
         .store(1, std::memory_order_relaxed);
     if (incremental_) filled_[id] = 0;
-    AddAt(id, lent.data, relent_ + static_cast<uint32_t>(i));
+    AddAt(id, lent.data, next_ + static_cast<uint32_t>(i));
   }
-  const uint32_t added = relent_ + static_cast<uint32_t>(got);
+  const uint32_t added = next_ - tail_ + static_cast<uint32_t>(got);
   if (added > 0) {
     // One tail update (a release store) publishes the whole batch: the
     // entries are written before the kernel can see the tail that covers
     // them.
     io_uring_buf_ring_advance(br_, static_cast<int>(added));
     tail_ += added;
-    relent_ = 0;
+    next_ = tail_;
     in_ring_ += got;
     peak_ = std::max(peak_, in_ring_);
   }
