@@ -443,9 +443,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // in_ring_ until taken, so in_ring_ (unchanged) stays <= target_ <=
   // entries_ and no entry that is published and not yet taken, nor one
   // waiting here, is overwritten.
-  void Relend(uint16_t id, std::byte* data) {
-    AddAt(id, data, next_++);
-  }
+  void Relend(uint16_t id, std::byte* data) { AddAt(id, data, next_++); }
   // Take()'s inline cases (see there): true when the completion was taken;
   // false, nothing changed, for TakeSlow() to handle.
   bool TakeInline(const io_uring_cqe& cqe, BufferChain& out);
@@ -490,7 +488,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   size_t in_ring_ = 0;
   size_t peak_ = 0;       // most buffers in the ring at once
   bool ran_low_ = false;  // below target_ / 4, or -ENOBUFS, since Refill()
-  uint32_t tail_ = 0;  // entries published since the ring was created
+  uint32_t tail_ = 0;     // entries published since the ring was created
   // Where the next entry goes: tail_ plus the entries re-lent after it and
   // not yet published.
   uint32_t next_ = 0;
