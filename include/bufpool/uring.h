@@ -455,6 +455,13 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   absl::Status TakeWithoutBuffer(int res);
   // Take() of `n` buffers from `id` on, linked into `out` (all or nothing).
   absl::Status TakeLinked(uint32_t id, size_t n, int res, BufferChain& out);
+  // Take() of a bundle (`n` > 1 buffers from `id` on, `total` bytes) into
+  // a chain whose tail has room: copied (the room filled, then fresh
+  // buffers) and its buffers lent again, so that the room is not left
+  // empty inside the chain; from the first buffer the pool cannot supply
+  // on, the rest are linked.
+  absl::Status TakeBundleByCopy(uint32_t id, size_t n, size_t total,
+                                BufferChain& out);
   // The error of a failed receive (res < 0), or of a receive PrepareRecv()
   // refused (MessageSocketError(), after `what`).
   absl::Status ReceiveError(int res) const;

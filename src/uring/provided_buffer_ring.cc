@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bufpool/uring.h"
@@ -459,7 +460,52 @@ absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
       TakeByCopy(static_cast<uint16_t>(id), total, out)) {
     return absl::OkStatus();
   }
+  // A bundle linked after a tail with room would leave that room empty
+  // inside the chain, one partly filled buffer per bundle: what the chain
+  // pins would then grow past its bytes plus two buffers.
+  if (n > 1 && copy_below_ != 0 && out.tail_room() != 0) {
+    return TakeBundleByCopy(id, n, total, out);
+  }
   return TakeLinked(id, n, res, out);
+}
+
+absl::Status ProvidedBufferRing::TakeBundleByCopy(uint32_t id, size_t n,
+                                                  size_t total,
+                                                  BufferChain& out) {
+  // The ids first, from the ring entries' bids, before any entry is
+  // written again; and room for every slice the bytes may need (the copies
+  // fill the tail and at most n fresh buffers, or the rest are linked), so
+  // that nothing below throws.
+  const uint32_t pos = lent_[id].pos;
+  std::vector<uint16_t> ids(n);
+  for (size_t i = 0; i < n; ++i) {
+    ids[i] =
+        i == 0 ? static_cast<uint16_t>(id) : br_->bufs[(pos + i) & mask_].bid;
+  }
+  out.Reserve(out.slice_count() + n + 1);
+  size_t left = total;
+  bool copying = true;
+  bool copied_first = false;
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t b = ids[i];
+    std::byte* const data = lent_[b].data;
+    if (data == nullptr) [[unlikely]]
+      TakeLent(b);  // the ring and the kernel disagree: aborts, as linking does
+    const size_t len = std::min<size_t>(left, buffer_size_);
+    left -= len;
+    if (copying && out.Append(absl::MakeConstSpan(data, len)).ok()) {
+      Relend(b, data);  // lent again at once, in_ring_ unchanged
+      copied_first = copied_first || i == 0;
+      continue;
+    }
+    copying = false;  // a dry pool: the rest are linked, in order
+    free_ids_.push_back(b);
+    out.Append(TakeLent(b), len);
+    --in_ring_;
+  }
+  if (copied_first) ++copied_;
+  if (in_ring_ < target_ / 4) ran_low_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
