@@ -418,8 +418,8 @@ class BUFPOOL_EXPORT BufferChain {
   // The slices are At(0) .. At(count_ - 1); every other entry holds
   // nothing, except At(0) of an empty chain, which may hold the kept
   // buffer, the only reference to it: its pool_ and slot_ name it, and its
-  // data_ and size_ are those of the slice it was (its start is
-  // KeptStart(); UnkeepRoom() makes it an empty slice again).
+  // data_ and size_ are stale, not to be read (its start is KeptStart();
+  // UnkeepRoom() makes it an empty slice again).
   SharedBuffer* segs_;              // inline_ or a heap ring of cap_ entries
   uint32_t cap_ = kInlineSegments;  // a power of two
   uint32_t head_ = 0;

@@ -424,8 +424,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // (mod entries_; the kernel's head and tail run mod 2^16, which the mask
   // keeps within): the entry's fields one by one, as io_uring_buf_ring_add()
   // writes them (entry 0's resv is the ring's tail). The len too: the kernel
-  // rewrites it on an incremental ring, and where a bundle's receive ends
-  // inside a buffer.
+  // rewrites it on an incremental ring, and on others where a capped
+  // receive ends inside the buffer it selected.
   void AddAt(uint16_t id, std::byte* data, uint32_t at) {
     const uint32_t pos = at & mask_;
     lent_[id].pos = pos;

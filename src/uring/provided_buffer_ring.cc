@@ -9,7 +9,8 @@
 //   br_->bufs[pos].bid  the id added at position pos last (the kernel
 //                    reads ring entries and may rewrite their addr and len,
 //                    as an incremental ring does, but never writes a bid).
-// Refill() adds at tail_, the kernel consumes from its head in order, and
+// Refill() adds at next_ (tail_, after the entries re-lent since the last
+// publish), the kernel consumes from its head in order, and
 // Take() frees the ids of the buffers a completion names. A bundle
 // completion names only its first id; the rest are the entries after it in
 // ring order, whose entries' bids give them back. An entry is overwritten
