@@ -390,6 +390,87 @@ TEST(ProvidedBufferRingTest, BundlesForcedOffTakeOneBufferPerCompletion) {
   EXPECT_EQ(r.most_slices, 1u);
 }
 
+// A bundle that arrives while the chain's tail has room is copied into it
+// (the room filled, then fresh buffers), not linked after it: linking would
+// leave one partly filled buffer inside the chain per bundle. With the pool
+// dry, the rest of the bundle is linked instead, and no byte is lost (the
+// bound is then not checked).
+void BundlesAfterAPartialTail(size_t pool_buffers, bool* saw_bundle) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool =
+      BufferPool::Create({.buffer_count = pool_buffers, .cache_size = 0});
+  ASSERT_TRUE(pool.ok());
+  const size_t bs = (*pool)->buffer_size();
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 16,
+                                        .initial_buffers = 16,
+                                        .bundles = Bundles::kOn,
+                                        .incremental = Incremental::kOff});
+  if (!br.ok() || !(*br)->bundles()) {
+    GTEST_SKIP() << "no bundles here";
+  }
+  BufferChain queue(**pool);
+  ASSERT_TRUE(queue.Append("head").ok());  // a tail with room
+  std::string model = "head";
+  for (int round = 0; round < 3; ++round) {
+    // Written before the receive is armed, so one completion can carry it
+    // all in several buffers.
+    const std::string msg(3 * bs + 100, static_cast<char>('a' + round));
+    ASSERT_TRUE(WriteAll(pairs.client[0], msg.data(), msg.size()));
+    usleep(20000);
+    model += msg;
+    io_uring_sqe* sqe = ring.Sqe();
+    ProvidedBufferRing::RecvOptions ro;
+    ro.multishot = false;
+    (*br)->PrepareRecv(sqe, pairs.server[0], ro);
+    size_t got = 0;
+    while (got < msg.size()) {
+      ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+      io_uring_cqe* cqe;
+      ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+      ASSERT_GT(cqe->res, 0);
+      const size_t res = static_cast<size_t>(cqe->res);
+      got += res;
+      if (res > bs) *saw_bundle = true;
+      const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+      absl::Status st = (*br)->Take(*cqe, queue);
+      io_uring_cqe_seen(ring.get(), cqe);
+      ASSERT_TRUE(st.ok()) << st;
+      (*br)->Refill();
+      if (!more && got < msg.size()) {
+        (*br)->PrepareRecv(ring.Sqe(), pairs.server[0], ro);
+      }
+    }
+    ASSERT_EQ(testing_util::Contents(queue), model) << round;
+    if (pool_buffers > 64) {
+      EXPECT_LE(queue.pinned_bytes(), queue.size() + 2 * bs) << round;
+    }
+  }
+  queue.Clear();
+  br->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+TEST(ProvidedBufferRingCopyTest, BundlesAfterAPartialTailAreCopied) {
+  bool saw_bundle = false;
+  BundlesAfterAPartialTail(256, &saw_bundle);
+  if (!testing::Test::IsSkipped()) {
+    EXPECT_TRUE(saw_bundle);
+  }
+}
+
+TEST(ProvidedBufferRingCopyTest,
+     BundlesAfterAPartialTailWithADryPoolAreLinked) {
+  // The ring's 16, the queue's one and one more: the first buffer of the
+  // first bundle is copied, the rest linked; then no fresh buffer is left.
+  bool saw_bundle = false;
+  BundlesAfterAPartialTail(18, &saw_bundle);
+}
+
 TEST(ProvidedBufferRingTest, BundlesAreProbedFromTheRingsFeatures) {
   Ring ring;
   ASSERT_TRUE(ring.ok());
