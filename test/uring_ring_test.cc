@@ -395,7 +395,8 @@ TEST(ProvidedBufferRingTest, BundlesForcedOffTakeOneBufferPerCompletion) {
 // leave one partly filled buffer inside the chain per bundle. With the pool
 // dry, the rest of the bundle is linked instead, and no byte is lost (the
 // bound is then not checked).
-void BundlesAfterAPartialTail(size_t pool_buffers, bool* saw_bundle) {
+void BundlesAfterAPartialTail(size_t pool_buffers, bool* saw_bundle,
+                              uint64_t* copied) {
   Ring ring;
   ASSERT_TRUE(ring.ok());
   auto pool =
@@ -449,6 +450,7 @@ void BundlesAfterAPartialTail(size_t pool_buffers, bool* saw_bundle) {
       EXPECT_LE(queue.pinned_bytes(), queue.size() + 2 * bs) << round;
     }
   }
+  *copied = (*br)->copied();
   queue.Clear();
   br->reset();
   ring.DropCompletions();
@@ -457,9 +459,11 @@ void BundlesAfterAPartialTail(size_t pool_buffers, bool* saw_bundle) {
 
 TEST(ProvidedBufferRingCopyTest, BundlesAfterAPartialTailAreCopied) {
   bool saw_bundle = false;
-  BundlesAfterAPartialTail(256, &saw_bundle);
+  uint64_t copied = 0;
+  BundlesAfterAPartialTail(256, &saw_bundle, &copied);
   if (!testing::Test::IsSkipped()) {
     EXPECT_TRUE(saw_bundle);
+    EXPECT_GE(copied, 3u);  // each round's bundle, at least
   }
 }
 
@@ -468,7 +472,12 @@ TEST(ProvidedBufferRingCopyTest,
   // The ring's 16, the queue's one and one more: the first buffer of the
   // first bundle is copied, the rest linked; then no fresh buffer is left.
   bool saw_bundle = false;
-  BundlesAfterAPartialTail(18, &saw_bundle);
+  uint64_t copied = 0;
+  BundlesAfterAPartialTail(18, &saw_bundle, &copied);
+  if (!testing::Test::IsSkipped()) {
+    EXPECT_TRUE(saw_bundle);
+    EXPECT_EQ(copied, 1u);
+  }
 }
 
 TEST(ProvidedBufferRingTest, BundlesAreProbedFromTheRingsFeatures) {

@@ -33,7 +33,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bufpool/uring.h"
@@ -473,35 +472,49 @@ absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
 absl::Status ProvidedBufferRing::TakeBundleByCopy(uint32_t id, size_t n,
                                                   size_t total,
                                                   BufferChain& out) {
-  // The ids first, from the ring entries' bids, before any entry is
-  // written again; and room for every slice the bytes may need (the copies
-  // fill the tail and at most n fresh buffers, or the rest are linked), so
-  // that nothing below throws.
+  // Room for every slice first: each buffer's bytes fill the tail's room
+  // and at most one fresh buffer, or are linked as one slice. So nothing
+  // below allocates or throws, and a buffer is copied only once its fresh
+  // buffer is in hand.
+  out.Reserve(out.slice_count() + n);
   const uint32_t pos = lent_[id].pos;
-  std::vector<uint16_t> ids(n);
-  for (size_t i = 0; i < n; ++i) {
-    ids[i] =
-        i == 0 ? static_cast<uint16_t>(id) : br_->bufs[(pos + i) & mask_].bid;
-  }
-  out.Reserve(out.slice_count() + n + 1);
   size_t left = total;
   bool copying = true;
   bool copied_first = false;
   for (size_t i = 0; i < n; ++i) {
-    const uint16_t b = ids[i];
-    std::byte* const data = lent_[b].data;
-    if (data == nullptr) [[unlikely]]
-      TakeLent(b);  // the ring and the kernel disagree: aborts, as linking does
+    // The bundle's later ids from its entries' bids: the re-lends so far
+    // wrote only entries this loop has read (in_ring_ <= entries_ keeps
+    // next_ short of the bundle's unread ones).
+    const uint16_t b =
+        i == 0 ? static_cast<uint16_t>(id) : br_->bufs[(pos + i) & mask_].bid;
     const size_t len = std::min<size_t>(left, buffer_size_);
     left -= len;
-    if (copying && out.Append(absl::MakeConstSpan(data, len)).ok()) {
-      Relend(b, data);  // lent again at once, in_ring_ unchanged
-      copied_first = copied_first || i == 0;
-      continue;
+    std::byte* const data = lent_[b].data;
+    if (copying && data != nullptr) {
+      const size_t room = std::min(len, out.TailRoom());
+      Buffer fresh;
+      if (room < len) {
+        if (out.pool_ != nullptr) fresh = out.pool_->TryAcquire();
+        // A dry pool (or none, or smaller buffers): this buffer and the
+        // rest are linked, in order.
+        copying = fresh && fresh.size() >= len - room;
+      }
+      if (copying) {
+        if (room != 0) {
+          std::memcpy(out.RoomStart(), data, room);
+          out.ExtendTail(room);
+        }
+        if (room < len) {
+          std::memcpy(fresh.data(), data + room, len - room);
+          out.AppendFilled(std::move(fresh), len - room);
+        }
+        Relend(b, data);  // lent again at once, in_ring_ unchanged
+        copied_first = copied_first || i == 0;
+        continue;
+      }
     }
-    copying = false;  // a dry pool: the rest are linked, in order
     free_ids_.push_back(b);
-    out.Append(TakeLent(b), len);
+    out.Append(TakeLent(b), len);  // TakeLent() aborts on an id not lent
     --in_ring_;
   }
   if (copied_first) ++copied_;
