@@ -115,15 +115,12 @@ void RingLoop(benchmark::State& state) {
     const auto t1 = Clock::now();
     io_uring_cqe* cqe;
     unsigned head, n = 0;
-    // Each turn's bytes are summed in a local no call can see, so that
-    // neither loop keeps the sum in memory.
-    uint64_t turn = 0;
     io_uring_for_each_cqe(&s.ring, head, cqe) {
       ++n;
       if (!(cqe->flags & IORING_CQE_F_MORE)) armed = false;
       if constexpr (kHow == Handling::kVisit) {
         if (!ring.Visit(*cqe, [&](absl::Span<const std::byte> bytes) {
-              turn += static_cast<uint8_t>(bytes[0]);
+              sum += static_cast<uint8_t>(bytes[0]);
             })) {
           if (ring.Take(*cqe, queue).ok()) queue.Clear();
         }
@@ -132,18 +129,17 @@ void RingLoop(benchmark::State& state) {
         // kIntoPairs: n counts this completion, consumed after the even ones.
         const bool consume = kHow == Handling::kInto || n % 2 == 0;
         if (ring.Take(*cqe, queue).ok() && consume && !queue.empty()) {
-          turn += static_cast<uint8_t>(queue.slice(0).data()[0]);
+          sum += static_cast<uint8_t>(queue.slice(0).data()[0]);
           queue.Consume(queue.size());
         }
       } else {
         absl::StatusOr<bufpool::BufferChain> c = ring.Take(*cqe);
         if (c.ok() && !c->empty())
-          turn += static_cast<uint8_t>(c->slice(0).data()[0]);
+          sum += static_cast<uint8_t>(c->slice(0).data()[0]);
       }
     }
     io_uring_cq_advance(&s.ring, n);
     ring.Refill();
-    sum += turn;
     const auto t2 = Clock::now();
     state.SetIterationTime(
         std::chrono::duration<double>(t2 - (handling_only ? t1 : t0)).count());
@@ -224,7 +220,6 @@ void RawLoop(benchmark::State& state) {
     io_uring_cqe* cqe;
     unsigned head, n = 0;
     int added = 0;
-    uint64_t turn = 0;  // as in RingLoop
     io_uring_for_each_cqe(&s.ring, head, cqe) {
       ++n;
       if (!(cqe->flags & IORING_CQE_F_MORE)) armed = false;
@@ -233,27 +228,26 @@ void RawLoop(benchmark::State& state) {
             static_cast<uint16_t>(cqe->flags >> IORING_CQE_BUFFER_SHIFT);
         if constexpr (kHow == RawHow::kPlain) {
           std::byte* data = base + size_t{bid} * bs;
-          if (cqe->res > 0) turn += static_cast<uint8_t>(data[0]);
+          if (cqe->res > 0) sum += static_cast<uint8_t>(data[0]);
           io_uring_buf_ring_add(br, data, bs, bid, mask, added++);
         } else if constexpr (kHow == RawHow::kCopy) {
           std::byte* data = base + size_t{bid} * bs;
           io_uring_buf_ring_add(br, data, bs, bid, mask, added++);
           if (cqe->res > 0) {
             std::memcpy(own, data, static_cast<size_t>(cqe->res));
-            turn += static_cast<uint8_t>(own[0]);
+            sum += static_cast<uint8_t>(own[0]);
           }
         } else {
           std::byte* const filled = lent[bid];
           lent[bid] = own;
           io_uring_buf_ring_add(br, own, bs, bid, mask, added++);
           own = filled;
-          if (cqe->res > 0) turn += static_cast<uint8_t>(own[0]);
+          if (cqe->res > 0) sum += static_cast<uint8_t>(own[0]);
         }
       }
     }
     io_uring_buf_ring_advance(br, added);
     io_uring_cq_advance(&s.ring, n);
-    sum += turn;
     const auto t2 = Clock::now();
     if (handling_only) {
       state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());

@@ -354,7 +354,7 @@ class BUFPOOL_EXPORT BufferChain {
   // the moment: no count is touched.
   void UnkeepRoom() {
     SharedBuffer& s = segs_[head_];
-    s.data_ = s.pool_->SlotData(s.slot_);
+    s.data_ = KeptStart();
     s.size_ = 0;
     count_ = 1;
   }
