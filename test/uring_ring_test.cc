@@ -1355,6 +1355,339 @@ TEST(VisitTest, AnIncrementalRingsCompletionsGoToTake) {
   ring.DropCompletions();
 }
 
+// Waits up to 5 s for one completion of `ring` (submitting first);
+// nullptr when none came.
+io_uring_cqe* NextCompletion(Ring& ring) {
+  io_uring_cqe* cqe = nullptr;
+  __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
+  if (io_uring_submit_and_wait_timeout(ring.get(), &cqe, 1, &ts, nullptr) < 0)
+    return nullptr;
+  return cqe;
+}
+
+std::string BufferBytes(const Buffer& b, int n) {
+  return std::string(reinterpret_cast<const char*>(b.data()),
+                     static_cast<size_t>(n));
+}
+
+// A ring of one buffer, so every receive lands in the buffer TakeBuffer()
+// put there: the caller's buffer and the filled one trade places, the
+// ring's one id is lent again at once, and nothing goes through the pool.
+TEST(TakeBufferTest, TheCallersBufferTakesTheFilledOnesPlaceInTheRing) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 16});
+  ASSERT_TRUE(pool.ok());
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 1,
+                                        .initial_buffers = 1,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  Buffer held = (*pool)->TryAcquire();
+  ASSERT_TRUE(held);
+  uint32_t given = held.slot();  // lent by the last TakeBuffer()
+  std::mt19937 rng(5);
+  for (int i = 0; i < 100; ++i) {
+    const std::string msg =
+        RandomBytes(1 + rng() % (*pool)->buffer_size(), rng);
+    ASSERT_EQ(send(fds[0], msg.data(), msg.size(), 0),
+              static_cast<ssize_t>(msg.size()));
+    io_uring_cqe* cqe = NextCompletion(ring);
+    ASSERT_NE(cqe, nullptr);
+    const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+    const int res = cqe->res;
+    const uint32_t before = held.slot();
+    ASSERT_TRUE((*br)->TakeBuffer(*cqe, held)) << "datagram " << i;
+    io_uring_cqe_seen(ring.get(), cqe);
+    ASSERT_TRUE(held);
+    EXPECT_EQ(held.pool(), pool->get());
+    EXPECT_EQ(BufferBytes(held, res), msg) << "datagram " << i;
+    // The one ring buffer is the one the previous call gave it.
+    if (i > 0) {
+      EXPECT_EQ(held.slot(), given) << "datagram " << i;
+    }
+    EXPECT_NE(held.slot(), before);
+    given = before;
+    // The caller owns the buffer: overwriting it reaches no one else.
+    std::memset(held.data(), 0, held.size());
+    EXPECT_EQ((*pool)->Stats().in_use, 2u);  // one lent, one held
+    EXPECT_EQ((*br)->available(), 1u);
+    (*br)->Refill();
+    if (!more) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  }
+  EXPECT_EQ((*br)->copied(), 0u);
+  held.Reset();
+  close(fds[0]);
+  close(fds[1]);
+  br->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+// A lent buffer's reference count is 1 (so that a chain's kept buffer can
+// trade places with it without touching counts). A Buffer handle keeps no
+// count, so the one TakeBuffer() lends must get it: here a buffer no
+// SharedBuffer ever held (count never stored) goes into the ring, is filled
+// and swapped into a chain, which must count it exactly once.
+TEST(TakeBufferTest, ABufferTakenIntoTheRingIsCountedWhenAChainGetsIt) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 16});
+  ASSERT_TRUE(pool.ok());
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 1,
+                                        .initial_buffers = 1,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  // A chain keeping an empty buffer, for Take() to swap with.
+  BufferChain queue(**pool);
+  ASSERT_TRUE(queue
+                  .Append(absl::MakeConstSpan(
+                      reinterpret_cast<const std::byte*>("q"), 1))
+                  .ok());
+  queue.Consume(1);
+  ASSERT_TRUE(queue.keeps_room());
+  Buffer fresh = (*pool)->TryAcquire();
+  ASSERT_TRUE(fresh);
+  const std::byte* fresh_data = fresh.data();
+  // Each datagram is sent once the ring has its buffer again.
+  auto send_one = [&](const char* msg) {
+    return send(fds[0], msg, strlen(msg), 0) ==
+           static_cast<ssize_t>(strlen(msg));
+  };
+  ASSERT_TRUE(send_one("first"));
+  // A receive that empties the ring ends (no IORING_CQE_F_MORE): re-arm.
+  auto rearm_after = [&](const io_uring_cqe* c) {
+    if (!(c->flags & IORING_CQE_F_MORE)) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  };
+  io_uring_cqe* cqe = NextCompletion(ring);
+  ASSERT_NE(cqe, nullptr);
+  ASSERT_TRUE((*br)->TakeBuffer(*cqe, fresh));  // `fresh` is now the ring's
+  rearm_after(cqe);
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ(BufferBytes(fresh, 5), "first");
+  (*br)->Refill();
+  ASSERT_TRUE(send_one("second"));
+  cqe = NextCompletion(ring);
+  ASSERT_NE(cqe, nullptr);
+  ASSERT_TRUE((*br)->Take(*cqe, queue).ok());
+  rearm_after(cqe);
+  io_uring_cqe_seen(ring.get(), cqe);
+  ASSERT_EQ(queue.slice_count(), 1u);
+  EXPECT_EQ(queue.slice(0).data(), fresh_data);
+  EXPECT_EQ(testing_util::Contents(queue), "second");
+  EXPECT_EQ(queue.slice(0).use_count(), 1u);
+  {
+    BufferChain copy = queue.Clone();
+    EXPECT_EQ(queue.slice(0).use_count(), 2u);
+  }
+  EXPECT_EQ(queue.slice(0).use_count(), 1u);
+  // Consumed, the chain keeps the buffer (its only reference) as room.
+  queue.Consume(queue.size());
+  EXPECT_TRUE(queue.keeps_room());
+  (*br)->Refill();
+  ASSERT_TRUE(send_one("third"));
+  cqe = NextCompletion(ring);
+  ASSERT_NE(cqe, nullptr);
+  ASSERT_TRUE((*br)->Take(*cqe, queue).ok());
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ(testing_util::Contents(queue), "third");
+  queue.Clear();
+  fresh.Reset();
+  close(fds[0]);
+  close(fds[1]);
+  br->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+// An empty handle takes the ring's own buffer, which leaves the ring until
+// Refill() lends a fresh one; a ring emptied so ends its receive with
+// -ENOBUFS, which TakeBuffer() leaves to Take().
+TEST(TakeBufferTest, AnEmptyHandleTakesTheRingsBuffer) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 16});
+  ASSERT_TRUE(pool.ok());
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 2,
+                                        .initial_buffers = 2,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  auto send_one = [&](const char* msg) {
+    return send(fds[0], msg, strlen(msg), 0) ==
+           static_cast<ssize_t>(strlen(msg));
+  };
+  std::vector<Buffer> kept;
+  bool ended = false;
+  for (const char* msg : {"one", "two"}) {
+    if (ended) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+    ASSERT_TRUE(send_one(msg));
+    io_uring_cqe* cqe = NextCompletion(ring);
+    ASSERT_NE(cqe, nullptr);
+    Buffer b;
+    ASSERT_TRUE((*br)->TakeBuffer(*cqe, b));
+    const int res = cqe->res;
+    ended = !(cqe->flags & IORING_CQE_F_MORE);
+    io_uring_cqe_seen(ring.get(), cqe);
+    ASSERT_TRUE(b);
+    EXPECT_EQ(BufferBytes(b, res), msg);
+    kept.push_back(std::move(b));
+  }
+  EXPECT_EQ((*br)->available(), 0u);
+  EXPECT_EQ((*pool)->Stats().in_use, 2u);  // both with the caller
+  // The third datagram finds no buffer.
+  if (ended) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  ASSERT_TRUE(send_one("three"));
+  io_uring_cqe* cqe = NextCompletion(ring);
+  ASSERT_NE(cqe, nullptr);
+  ASSERT_EQ(cqe->res, -ENOBUFS);
+  Buffer none;
+  EXPECT_FALSE((*br)->TakeBuffer(*cqe, none));
+  EXPECT_FALSE(none);
+  EXPECT_EQ((*br)->Take(*cqe).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ((*br)->Refill(), 2u);
+  EXPECT_EQ((*pool)->Stats().in_use, 4u);
+  (*br)->PrepareRecv(ring.Sqe(), fds[1]);  // "three" is still queued
+  cqe = NextCompletion(ring);
+  ASSERT_NE(cqe, nullptr);
+  ASSERT_TRUE((*br)->TakeBuffer(*cqe, kept[0]));  // swaps: no pool trip
+  EXPECT_EQ(BufferBytes(kept[0], cqe->res), "three");
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ((*pool)->Stats().in_use, 4u);
+  kept.clear();
+  close(fds[0]);
+  close(fds[1]);
+  br->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+// What TakeBuffer() cannot take as one buffer goes to Take(), with nothing
+// changed: a buffer of another pool, the end of a stream, a bundle, and any
+// completion of an incremental ring.
+TEST(TakeBufferTest, WhatItCannotTakeIsLeftToTakeUnchanged) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  auto other = BufferPool::Create({.buffer_count = 4});
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE(other.ok());
+  const size_t bs = (*pool)->buffer_size();
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 16,
+                                        .initial_buffers = 16,
+                                        .bundles = Bundles::kOn,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  (*br)->PrepareRecv(ring.Sqe(), pairs.server[0]);
+  auto take_rest = [&](io_uring_cqe* cqe) {
+    absl::StatusOr<BufferChain> got = (*br)->Take(*cqe);
+    io_uring_cqe_seen(ring.get(), cqe);
+    EXPECT_TRUE(got.ok()) << got.status();
+    return got.ok() ? testing_util::Contents(*got) : std::string();
+  };
+
+  // Another pool's buffer.
+  Buffer foreign = (*other)->TryAcquire();
+  ASSERT_TRUE(foreign);
+  const uint32_t foreign_slot = foreign.slot();
+  ASSERT_TRUE(WriteAll(pairs.client[0], "hello", 5));
+  io_uring_cqe* cqe = NextCompletion(ring);
+  ASSERT_NE(cqe, nullptr);
+  const size_t in_use = (*pool)->Stats().in_use;
+  EXPECT_FALSE((*br)->TakeBuffer(*cqe, foreign));
+  EXPECT_EQ(foreign.pool(), other->get());
+  EXPECT_EQ(foreign.slot(), foreign_slot);
+  EXPECT_EQ((*br)->available(), 16u);
+  EXPECT_EQ((*pool)->Stats().in_use, in_use);
+  EXPECT_EQ(take_rest(cqe), "hello");
+  (*br)->Refill();
+
+  // A bundle: three buffers' worth at once.
+  const std::string big = RandomBytes(3 * bs, uint64_t{3});
+  ASSERT_TRUE(WriteAll(pairs.client[0], big.data(), big.size()));
+  std::string got;
+  Buffer mine = (*pool)->TryAcquire();
+  ASSERT_TRUE(mine);
+  const uint32_t mine_slot = mine.slot();
+  bool saw_bundle = false;
+  while (got.size() < big.size()) {
+    cqe = NextCompletion(ring);
+    ASSERT_NE(cqe, nullptr);
+    ASSERT_GT(cqe->res, 0);
+    if (static_cast<size_t>(cqe->res) > bs) {
+      saw_bundle = true;
+      EXPECT_FALSE((*br)->TakeBuffer(*cqe, mine));
+      EXPECT_EQ(mine.slot(), mine_slot);
+      got += take_rest(cqe);
+    } else {
+      const int res = cqe->res;
+      ASSERT_TRUE((*br)->TakeBuffer(*cqe, mine));
+      io_uring_cqe_seen(ring.get(), cqe);
+      got += BufferBytes(mine, res);
+    }
+    (*br)->Refill();
+  }
+  EXPECT_EQ(got, big);
+  if ((*br)->bundles()) {
+    EXPECT_TRUE(saw_bundle);
+  }
+  mine.Reset();
+
+  // The end of the stream.
+  shutdown(pairs.client[0], SHUT_WR);
+  cqe = NextCompletion(ring);
+  ASSERT_NE(cqe, nullptr);
+  ASSERT_EQ(cqe->res, 0);
+  Buffer none;
+  EXPECT_FALSE((*br)->TakeBuffer(*cqe, none));
+  EXPECT_FALSE(none);
+  EXPECT_EQ(take_rest(cqe), "");
+  br->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+
+  // An incremental ring's completions.
+  auto inc = ProvidedBufferRing::Create(ring.get(), **pool,
+                                        {.group_id = 2,
+                                         .max_buffers = 4,
+                                         .initial_buffers = 4,
+                                         .incremental = Incremental::kProbe});
+  ASSERT_TRUE(inc.ok()) << inc.status();
+  if (!(*inc)->incremental()) GTEST_SKIP() << "no incremental rings here";
+  Pairs more;
+  MakePairs(1, &more);
+  (*inc)->PrepareRecv(ring.Sqe(), more.server[0]);
+  ASSERT_TRUE(WriteAll(more.client[0], "abc", 3));
+  cqe = NextCompletion(ring);
+  ASSERT_NE(cqe, nullptr);
+  ASSERT_EQ(cqe->res, 3);
+  EXPECT_FALSE((*inc)->TakeBuffer(*cqe, none));
+  EXPECT_FALSE(none);
+  BufferChain rest(**pool);
+  ASSERT_TRUE((*inc)->Take(*cqe, rest).ok());
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ(testing_util::Contents(rest), "abc");
+  rest.Clear();
+  shutdown(more.client[0], SHUT_WR);
+  inc->reset();
+  ring.DropCompletions();
+}
+
 // Submits, waits for one completion and takes it into `out`: the
 // completion's res and flags, and Take()'s status.
 struct TakenCompletion {

@@ -31,6 +31,8 @@
 //   absl::StatusOr<bufpool::BufferChain> got = (*bufs)->Take(*cqe);
 //   ... or, where the handler is done with the bytes when it returns:
 //   if (!(*bufs)->Visit(*cqe, handle)) got = (*bufs)->Take(*cqe);
+//   ... or, to own a message one buffer carries, as that buffer:
+//   if (!(*bufs)->TakeBuffer(*cqe, msg)) got = (*bufs)->Take(*cqe);
 //   ... every loop turn:
 //   (*bufs)->Refill();
 //
@@ -379,6 +381,29 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   template <typename Fn>
   bool Visit(const io_uring_cqe& cqe, Fn&& fn);
 
+  // Takes a completion that one buffer carries as that whole buffer, for a
+  // loop that owns one message at a time without a chain (a request it
+  // answers from the same buffer, a datagram it hands to another thread):
+  // on true, `buffer` holds the completion's buffer, its bytes
+  // buffer.data()[0, cqe.res). What `buffer` held before, a buffer of the
+  // ring's pool, takes its place in the ring under the same id (the kernel
+  // sees it after the next Refill(); no pool round trip, inline); an empty
+  // `buffer` takes the ring's buffer, and the next Refill() lends a fresh
+  // pool buffer in its place. Returns false, having changed nothing, for
+  // every completion it cannot take so, which then goes to Take(): no
+  // buffer (-ENOBUFS, errors, end of stream), more bytes than one buffer (a
+  // bundle), an incremental ring, an id the ring did not lend; and for a
+  // `buffer` of another pool. Never allocates or throws.
+  //
+  //   bufpool::Buffer msg;  // kept across completions: the ring swaps it
+  //   if (ring.TakeBuffer(*cqe, msg)) Answer(msg.data(), cqe->res);
+  //   else status = ring.Take(*cqe, conn.input);
+  //
+  // Memory: each message held so pins one whole buffer, however few its
+  // bytes; a stream's receives belong in a chain (Take(cqe, out), which
+  // copies small ones: "Memory that follows bytes" above).
+  bool TakeBuffer(const io_uring_cqe& cqe, Buffer& buffer);
+
   // Lends free pool buffers to the ring until it holds its current target
   // (growing the target first if the ring ran low since the last call), in
   // one batch with one tail update. Returns the buffers in the ring
@@ -451,6 +476,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // Copies a one-buffer completion of `len` bytes into `out` and lends its
   // buffer again; false (nothing changed) when `out` cannot take the copy.
   bool TakeByCopy(uint16_t id, size_t len, BufferChain& out);
+  // TakeBuffer() into an empty handle: the ring's buffer under `id` leaves
+  // the ring.
+  void TakeOut(uint16_t id, Buffer& buffer);
   // Take() of a completion that carries no buffer (-ENOBUFS, an error, EOF).
   absl::Status TakeWithoutBuffer(int res);
   // Take() of `n` buffers from `id` on, linked into `out` (all or nothing).
@@ -513,8 +541,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // ring owns each such slot as a Buffer handle would (TakeSlot(); GiveSlot()
   // makes the handle again): a bare slot, so the inline path moves no
   // handle. The slot's reference count is 1 while it is lent (stored when
-  // Refill() takes it from the pool; a chain's kept buffer swapped in has
-  // count 1), so the swap stores no count.
+  // Refill() takes it from the pool or TakeBuffer() takes the caller's
+  // buffer; a chain's kept buffer swapped in has count 1), so the swap with
+  // a chain stores no count.
   struct Lent {
     std::byte* data = nullptr;
     uint32_t slot = 0;
@@ -713,6 +742,35 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   Relend(bid, src);
   ++copied_;
   std::memcpy(dst, src, len);
+  return true;
+}
+
+// TakeBuffer(): the caller's buffer and the lent one trade places, as a
+// chain's kept buffer does in TakeInline(). A Buffer handle keeps no
+// reference count, so the one coming in gets the count a lent slot has (1,
+// see lent_); the pointer to the counts was read with acquire by this
+// thread's Refill() that lent the completion's buffer, so Ref()'s relaxed
+// read of it is enough.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeBuffer(
+    const io_uring_cqe& cqe, Buffer& buffer) {
+  uint32_t id, len;
+  Lent* const found = InlineLent(cqe, &id, &len);
+  if (found == nullptr) [[unlikely]]
+    return false;
+  const auto bid = static_cast<uint16_t>(id);
+  if (buffer.pool() != pool_ || !buffer) [[unlikely]] {
+    if (buffer) return false;  // another pool's: Take() links the bytes
+    TakeOut(bid, buffer);
+    return true;
+  }
+  Lent& lent = *found;
+  const uint32_t mine = internal::SharedAccess::ExchangeSlot(buffer, lent.slot);
+  // Relaxed: the slot is this thread's alone, as in Refill().
+  internal::SharedAccess::Ref(*pool_, mine).store(1, std::memory_order_relaxed);
+  std::byte* const data = base_ + size_t{mine} * buffer_size_;
+  lent.slot = mine;
+  lent.data = data;
+  Relend(bid, data);
   return true;
 }
 

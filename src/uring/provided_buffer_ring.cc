@@ -354,6 +354,13 @@ Buffer ProvidedBufferRing::TakeLent(uint16_t id) {
   return internal::SharedAccess::GiveSlot(*pool_, lent_[id].slot);
 }
 
+void ProvidedBufferRing::TakeOut(uint16_t id, Buffer& buffer) {
+  buffer = TakeLent(id);
+  free_ids_.push_back(id);  // reserved for every id: never reallocates
+  --in_ring_;
+  if (in_ring_ < target_ / 4) ran_low_ = true;
+}
+
 SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
   if (lent_[id].data != nullptr) shared_[id] = SharedBuffer(TakeLent(id));
   return shared_[id];

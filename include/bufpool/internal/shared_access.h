@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
 
 #include "absl/base/attributes.h"
 #include "bufpool/buffer_pool.h"
@@ -50,6 +51,13 @@ struct BUFPOOL_EXPORT SharedAccess {
   ABSL_ATTRIBUTE_ALWAYS_INLINE static Buffer GiveSlot(BufferPool& pool,
                                                       uint32_t slot) {
     return Buffer(&pool, slot);
+  }
+  // Puts `slot` (a slot out of its pool, as TakeSlot() leaves one) in a
+  // non-empty handle in place of the one it held, which is returned, now
+  // the caller's as TakeSlot() would leave it.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static uint32_t ExchangeSlot(Buffer& buffer,
+                                                            uint32_t slot) {
+    return std::exchange(buffer.index_, slot);
   }
   // Returns a slot taken with TakeSlot() to its pool.
   ABSL_ATTRIBUTE_ALWAYS_INLINE static void ReleaseSlot(BufferPool& pool,
