@@ -80,8 +80,10 @@ using Clock = std::chrono::steady_clock;
 // consumes it after every second message, so the second of each pair is
 // copied into the first's tail room (the copy path, at 256 B, under
 // copy_below); BM_RingVisit reads each
-// completion's bytes in place (Visit(), Take() for what it leaves).
-enum class Handling { kNewChain, kInto, kIntoPairs, kVisit };
+// completion's bytes in place (Visit(), Take() for what it leaves);
+// BM_RingTakeBuffer owns each message as one Buffer (TakeBuffer(), which
+// swaps the held buffer into the ring; Take() for what it leaves).
+enum class Handling { kNewChain, kInto, kIntoPairs, kVisit, kTakeBuffer };
 
 template <Handling kHow>
 void RingLoop(benchmark::State& state) {
@@ -100,6 +102,12 @@ void RingLoop(benchmark::State& state) {
   // As a loop holds its ring: no StatusOr check per completion.
   bufpool::ProvidedBufferRing& ring = **bufs;
   bufpool::BufferChain queue(*s.pool);
+  // kTakeBuffer: the message the loop owns, swapped with each completion's.
+  bufpool::Buffer held;
+  if constexpr (kHow == Handling::kTakeBuffer) {
+    held = s.pool->TryAcquire();
+    if (!held) return state.SkipWithError("no buffer to hold");
+  }
   bool armed = false;
   uint64_t sum = 0;
   for (auto _ : state) {
@@ -123,6 +131,12 @@ void RingLoop(benchmark::State& state) {
               sum += static_cast<uint8_t>(bytes[0]);
             })) {
           if (ring.Take(*cqe, queue).ok()) queue.Clear();
+        }
+      } else if constexpr (kHow == Handling::kTakeBuffer) {
+        if (ring.TakeBuffer(*cqe, held)) {
+          sum += static_cast<uint8_t>(held.data()[0]);
+        } else if (ring.Take(*cqe, queue).ok()) {
+          queue.Clear();
         }
       } else if constexpr (kHow == Handling::kInto ||
                            kHow == Handling::kIntoPairs) {
@@ -155,6 +169,9 @@ void BM_RingIntoPairs(benchmark::State& state) {
 }
 void BM_RingVisit(benchmark::State& state) {
   RingLoop<Handling::kVisit>(state);
+}
+void BM_RingTakeBuffer(benchmark::State& state) {
+  RingLoop<Handling::kTakeBuffer>(state);
 }
 
 // The same loop on raw liburing: a buffer ring whose ids are slot numbers,
@@ -416,6 +433,11 @@ BENCHMARK(BM_RingIntoPairs)
     ->UseManualTime()
     ->Iterations(20000);
 BENCHMARK(BM_RingVisit)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {256, 2048}})
+    ->UseManualTime()
+    ->Iterations(20000);
+BENCHMARK(BM_RingTakeBuffer)
     ->ArgNames({"handling", "bytes"})
     ->ArgsProduct({{0, 1}, {256, 2048}})
     ->UseManualTime()

@@ -119,7 +119,7 @@ def classify(b):
                 if k in b}
     args = dict(p.split(":", 1) for p in parts[1:] if ":" in p)
     if parts[0] in ("BM_Ring", "BM_RingInto", "BM_RingIntoPairs",
-                    "BM_RingVisit",
+                    "BM_RingVisit", "BM_RingTakeBuffer",
                     "BM_RawLiburing", "BM_RawLiburingCopy",
                     "BM_RawLiburingSwap"):
         workload = ("UringRecvHandling" if args.get("handling") == "1"
@@ -128,6 +128,7 @@ def classify(b):
                      "BM_RingInto": "libbufpool_ring_into",
                      "BM_RingIntoPairs": "libbufpool_ring_into_pairs",
                      "BM_RingVisit": "libbufpool_ring_visit",
+                     "BM_RingTakeBuffer": "libbufpool_ring_take_buffer",
                      "BM_RawLiburing": "raw_liburing",
                      # Floors: raw liburing plus the least an owning queue
                      # does (uring_ring_benchmark.cc says what).
@@ -530,6 +531,11 @@ def goals(values, counters, cold, copy, echo):
         g.append(goal(f"ring handling {label}, in place: Visit + Refill "
                       f"<= {target}x raw liburing (time ratio)",
                       per_round(V(w, "libbufpool_ring_visit"),
+                                V(w, "raw_liburing"), div), target, True))
+        g.append(goal(f"ring handling {label}, owned as one Buffer: "
+                      f"TakeBuffer + Refill <= {target}x raw liburing "
+                      "(time ratio)",
+                      per_round(V(w, "libbufpool_ring_take_buffer"),
                                 V(w, "raw_liburing"), div), target, True))
     for inc in ("on", "off"):
         g.append(goal(f"trickled 20 KB line: pool bytes pinned per byte held "
