@@ -395,14 +395,21 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // bundle), an incremental ring, an id the ring did not lend; and for a
   // `buffer` of another pool. Never allocates or throws.
   //
+  // The buffer passed in is given to the kernel, which may write it once
+  // the next Refill() publishes it: it must be idle, with no send still
+  // reading it and no pointer into it kept. A message answered by an
+  // asynchronous send is moved out (and, once sent, Reset()) instead, and
+  // an empty handle passed next. Call it on the ring's thread, as every
+  // ring call; the Buffer it leaves may move to any thread.
+  //
   //   bufpool::Buffer msg;  // kept across completions: the ring swaps it
-  //   if (ring.TakeBuffer(*cqe, msg)) Answer(msg.data(), cqe->res);
+  //   if (ring.TakeBuffer(*cqe, msg)) Answer(msg.data(), cqe->res);  // sync
   //   else status = ring.Take(*cqe, conn.input);
   //
   // Memory: each message held so pins one whole buffer, however few its
   // bytes; a stream's receives belong in a chain (Take(cqe, out), which
   // copies small ones: "Memory that follows bytes" above).
-  bool TakeBuffer(const io_uring_cqe& cqe, Buffer& buffer);
+  bool TakeBuffer(const io_uring_cqe& cqe, Buffer& buffer) noexcept;
 
   // Lends free pool buffers to the ring until it holds its current target
   // (growing the target first if the ring ran low since the last call), in
@@ -478,7 +485,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool TakeByCopy(uint16_t id, size_t len, BufferChain& out);
   // TakeBuffer() into an empty handle: the ring's buffer under `id` leaves
   // the ring.
-  void TakeOut(uint16_t id, Buffer& buffer);
+  void TakeOut(uint16_t id, Buffer& buffer) noexcept;
   // Take() of a completion that carries no buffer (-ENOBUFS, an error, EOF).
   absl::Status TakeWithoutBuffer(int res);
   // Take() of `n` buffers from `id` on, linked into `out` (all or nothing).
@@ -748,11 +755,13 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
 // TakeBuffer(): the caller's buffer and the lent one trade places, as a
 // chain's kept buffer does in TakeInline(). A Buffer handle keeps no
 // reference count, so the one coming in gets the count a lent slot has (1,
-// see lent_); the pointer to the counts was read with acquire by this
-// thread's Refill() that lent the completion's buffer, so Ref()'s relaxed
-// read of it is enough.
+// see lent_). Ref()'s relaxed read of the counts pointer is enough: Create()
+// fails unless its first Refill() lent a buffer, and that Refill() read the
+// pointer with acquire (Refs(), allocating it if need be); the pointer never
+// changes after, and a ring handed to another thread carries that
+// happens-before with it.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeBuffer(
-    const io_uring_cqe& cqe, Buffer& buffer) {
+    const io_uring_cqe& cqe, Buffer& buffer) noexcept {
   uint32_t id, len;
   Lent* const found = InlineLent(cqe, &id, &len);
   if (found == nullptr) [[unlikely]]

@@ -354,7 +354,7 @@ Buffer ProvidedBufferRing::TakeLent(uint16_t id) {
   return internal::SharedAccess::GiveSlot(*pool_, lent_[id].slot);
 }
 
-void ProvidedBufferRing::TakeOut(uint16_t id, Buffer& buffer) {
+void ProvidedBufferRing::TakeOut(uint16_t id, Buffer& buffer) noexcept {
   buffer = TakeLent(id);
   free_ids_.push_back(id);  // reserved for every id: never reallocates
   --in_ring_;

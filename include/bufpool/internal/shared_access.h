@@ -14,8 +14,10 @@
 // where a ProvidedBufferRing lends a slot (Refs()); every other use of a count
 // (Ref()) reads the pointer relaxed: it starts from an existing SharedBuffer,
 // whose creation, and so the publish, happens-before the use (the SharedBuffer
-// reached this thread through the caller's synchronisation), and the pointer
-// never changes after it is set.
+// reached this thread through the caller's synchronisation), or from a
+// ProvidedBufferRing, whose Create() read it with acquire (its first Refill())
+// before the ring could be used (TakeBuffer()); the pointer never changes
+// after it is set.
 #ifndef BUFPOOL_INTERNAL_SHARED_ACCESS_H_
 #define BUFPOOL_INTERNAL_SHARED_ACCESS_H_
 
