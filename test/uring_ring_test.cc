@@ -19,6 +19,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -1370,22 +1371,50 @@ std::string BufferBytes(const Buffer& b, int n) {
                      static_cast<size_t>(n));
 }
 
+// A non-incremental ring of `n` buffers of a 16-buffer pool, its receive
+// armed on the server end (fds[1]) of a datagram socketpair; TearDown()
+// closes the pair, destroys the ring and checks that every buffer is back.
+class TakeBufferTest : public testing::Test {
+ protected:
+  void Open(uint32_t n) {
+    ASSERT_TRUE(ring.ok());
+    pool = BufferPool::Create({.buffer_count = 16});
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+    br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                    {.max_buffers = n,
+                                     .initial_buffers = n,
+                                     .incremental = Incremental::kOff});
+    ASSERT_TRUE(br.ok()) << br.status();
+    (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  }
+  // Sends one datagram to the ring's end of the pair.
+  bool Send(std::string_view msg) {
+    return send(fds[0], msg.data(), msg.size(), 0) ==
+           static_cast<ssize_t>(msg.size());
+  }
+  void TearDown() override {
+    if (fds[0] < 0) return;  // Open() not called, or failed before the pair
+    close(fds[0]);
+    close(fds[1]);
+    if (br.ok()) br->reset();
+    ring.DropCompletions();
+    EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  }
+
+  Ring ring;
+  absl::StatusOr<std::unique_ptr<BufferPool>> pool =
+      absl::FailedPreconditionError("Open() not called");
+  int fds[2] = {-1, -1};
+  absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> br =
+      absl::FailedPreconditionError("Open() not called");
+};
+
 // A ring of one buffer, so every receive lands in the buffer TakeBuffer()
 // put there: the caller's buffer and the filled one trade places, the
 // ring's one id is lent again at once, and nothing goes through the pool.
-TEST(TakeBufferTest, TheCallersBufferTakesTheFilledOnesPlaceInTheRing) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 16});
-  ASSERT_TRUE(pool.ok());
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 1,
-                                        .initial_buffers = 1,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+TEST_F(TakeBufferTest, TheCallersBufferTakesTheFilledOnesPlaceInTheRing) {
+  ASSERT_NO_FATAL_FAILURE(Open(1));
   Buffer held = (*pool)->TryAcquire();
   ASSERT_TRUE(held);
   uint32_t given = held.slot();  // lent by the last TakeBuffer()
@@ -1420,11 +1449,6 @@ TEST(TakeBufferTest, TheCallersBufferTakesTheFilledOnesPlaceInTheRing) {
   }
   EXPECT_EQ((*br)->copied(), 0u);
   held.Reset();
-  close(fds[0]);
-  close(fds[1]);
-  br->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
 // A lent buffer's reference count is 1 (so that a chain's kept buffer can
@@ -1432,19 +1456,8 @@ TEST(TakeBufferTest, TheCallersBufferTakesTheFilledOnesPlaceInTheRing) {
 // count, so the one TakeBuffer() lends must get it: here a buffer no
 // SharedBuffer ever held (count never stored) goes into the ring, is filled
 // and swapped into a chain, which must count it exactly once.
-TEST(TakeBufferTest, ABufferTakenIntoTheRingIsCountedWhenAChainGetsIt) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 16});
-  ASSERT_TRUE(pool.ok());
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 1,
-                                        .initial_buffers = 1,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+TEST_F(TakeBufferTest, ABufferTakenIntoTheRingIsCountedWhenAChainGetsIt) {
+  ASSERT_NO_FATAL_FAILURE(Open(1));
   // A chain keeping an empty buffer, for Take() to swap with.
   BufferChain queue(**pool);
   ASSERT_TRUE(queue
@@ -1457,11 +1470,7 @@ TEST(TakeBufferTest, ABufferTakenIntoTheRingIsCountedWhenAChainGetsIt) {
   ASSERT_TRUE(fresh);
   const std::byte* fresh_data = fresh.data();
   // Each datagram is sent once the ring has its buffer again.
-  auto send_one = [&](const char* msg) {
-    return send(fds[0], msg, strlen(msg), 0) ==
-           static_cast<ssize_t>(strlen(msg));
-  };
-  ASSERT_TRUE(send_one("first"));
+  ASSERT_TRUE(Send("first"));
   // A receive that empties the ring ends (no IORING_CQE_F_MORE): re-arm.
   auto rearm_after = [&](const io_uring_cqe* c) {
     if (!(c->flags & IORING_CQE_F_MORE)) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
@@ -1473,7 +1482,7 @@ TEST(TakeBufferTest, ABufferTakenIntoTheRingIsCountedWhenAChainGetsIt) {
   io_uring_cqe_seen(ring.get(), cqe);
   EXPECT_EQ(BufferBytes(fresh, 5), "first");
   (*br)->Refill();
-  ASSERT_TRUE(send_one("second"));
+  ASSERT_TRUE(Send("second"));
   cqe = NextCompletion(ring);
   ASSERT_NE(cqe, nullptr);
   ASSERT_TRUE((*br)->Take(*cqe, queue).ok());
@@ -1492,7 +1501,7 @@ TEST(TakeBufferTest, ABufferTakenIntoTheRingIsCountedWhenAChainGetsIt) {
   queue.Consume(queue.size());
   EXPECT_TRUE(queue.keeps_room());
   (*br)->Refill();
-  ASSERT_TRUE(send_one("third"));
+  ASSERT_TRUE(Send("third"));
   cqe = NextCompletion(ring);
   ASSERT_NE(cqe, nullptr);
   ASSERT_TRUE((*br)->Take(*cqe, queue).ok());
@@ -1500,38 +1509,18 @@ TEST(TakeBufferTest, ABufferTakenIntoTheRingIsCountedWhenAChainGetsIt) {
   EXPECT_EQ(testing_util::Contents(queue), "third");
   queue.Clear();
   fresh.Reset();
-  close(fds[0]);
-  close(fds[1]);
-  br->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
 // An empty handle takes the ring's own buffer, which leaves the ring until
 // Refill() lends a fresh one; a ring emptied so ends its receive with
 // -ENOBUFS, which TakeBuffer() leaves to Take().
-TEST(TakeBufferTest, AnEmptyHandleTakesTheRingsBuffer) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 16});
-  ASSERT_TRUE(pool.ok());
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 2,
-                                        .initial_buffers = 2,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  (*br)->PrepareRecv(ring.Sqe(), fds[1]);
-  auto send_one = [&](const char* msg) {
-    return send(fds[0], msg, strlen(msg), 0) ==
-           static_cast<ssize_t>(strlen(msg));
-  };
+TEST_F(TakeBufferTest, AnEmptyHandleTakesTheRingsBuffer) {
+  ASSERT_NO_FATAL_FAILURE(Open(2));
   std::vector<Buffer> kept;
   bool ended = false;
   for (const char* msg : {"one", "two"}) {
     if (ended) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
-    ASSERT_TRUE(send_one(msg));
+    ASSERT_TRUE(Send(msg));
     io_uring_cqe* cqe = NextCompletion(ring);
     ASSERT_NE(cqe, nullptr);
     Buffer b;
@@ -1547,7 +1536,7 @@ TEST(TakeBufferTest, AnEmptyHandleTakesTheRingsBuffer) {
   EXPECT_EQ((*pool)->Stats().in_use, 2u);  // both with the caller
   // The third datagram finds no buffer.
   if (ended) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
-  ASSERT_TRUE(send_one("three"));
+  ASSERT_TRUE(Send("three"));
   io_uring_cqe* cqe = NextCompletion(ring);
   ASSERT_NE(cqe, nullptr);
   ASSERT_EQ(cqe->res, -ENOBUFS);
@@ -1567,31 +1556,26 @@ TEST(TakeBufferTest, AnEmptyHandleTakesTheRingsBuffer) {
   io_uring_cqe_seen(ring.get(), cqe);
   EXPECT_EQ((*pool)->Stats().in_use, 4u);
   kept.clear();
-  close(fds[0]);
-  close(fds[1]);
-  br->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
 // What TakeBuffer() cannot take as one buffer goes to Take(), with nothing
 // changed: a buffer of another pool, the end of a stream, a bundle, and any
 // completion of an incremental ring.
-TEST(TakeBufferTest, WhatItCannotTakeIsLeftToTakeUnchanged) {
-  Ring ring;
+// Not Open(): stream sockets, a ring with bundles, a pool of 64.
+TEST_F(TakeBufferTest, WhatItCannotTakeIsLeftToTakeUnchanged) {
   ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 64});
+  pool = BufferPool::Create({.buffer_count = 64});
   auto other = BufferPool::Create({.buffer_count = 4});
   ASSERT_TRUE(pool.ok());
   ASSERT_TRUE(other.ok());
   const size_t bs = (*pool)->buffer_size();
   Pairs pairs;
   MakePairs(1, &pairs);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 16,
-                                        .initial_buffers = 16,
-                                        .bundles = Bundles::kOn,
-                                        .incremental = Incremental::kOff});
+  br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                  {.max_buffers = 16,
+                                   .initial_buffers = 16,
+                                   .bundles = Bundles::kOn,
+                                   .incremental = Incremental::kOff});
   ASSERT_TRUE(br.ok()) << br.status();
   // One-shot receives, each armed after its bytes are written, so what one
   // completion carries does not depend on timing.
