@@ -23,7 +23,10 @@
 //
 // A loop (see examples/uring_echo.cc for a complete server):
 //
-//   io_uring ring;  io_uring_queue_init(256, &ring, 0);
+//   io_uring ring;
+//   absl::StatusOr<bufpool::ServerRingSetup> setup =
+//       bufpool::InitServerRing(&ring);   // not io_uring_queue_init(n, &ring,
+//       0)
 //   auto bufs = bufpool::ProvidedBufferRing::Create(&ring, *pool,
 //       {.group_id = 1, .max_buffers = 512});
 //   (*bufs)->PrepareRecv(io_uring_get_sqe(&ring), fd);   // multishot recv
@@ -89,6 +92,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -101,6 +105,56 @@
 #include "bufpool/internal/shared_access.h"
 
 namespace bufpool {
+
+// ---- Setting up the ring ----------------------------------------------------
+
+// How InitServerRing() creates a ring.
+struct ServerRingOptions {
+  unsigned entries = 256;   // submission queue slots (> 0)
+  unsigned cq_entries = 0;  // completion queue slots; 0: 8 x entries
+  // IORING_SETUP_R_DISABLED: the ring starts disabled, and the thread that
+  // will drive it calls EnableServerRing() first (so a ring created on one
+  // thread can be single-issuer on another).
+  bool start_disabled = false;
+};
+
+// What InitServerRing() chose.
+struct BUFPOOL_EXPORT ServerRingSetup {
+  unsigned flags = 0;    // the IORING_SETUP_* flags the ring has
+  unsigned refused = 0;  // those asked for that this kernel refused
+  // "DEFER_TASKRUN|SINGLE_ISSUER|COOP_TASKRUN|SUBMIT_ALL|CQSIZE", and
+  // " (refused: ...)" when the kernel refused some.
+  std::string Describe() const;
+};
+
+// Creates `ring` the way a server that drives it from one thread should:
+// with SINGLE_ISSUER | DEFER_TASKRUN | COOP_TASKRUN | SUBMIT_ALL | CQSIZE.
+// Without them the kernel delivers receive completions by inter-processor
+// interrupt, often while the sender's CPU still holds the socket lock, which
+// the receiving CPU then spins on: ~40% of a small-request server's CPU.
+// Flags the kernel does not know (-EINVAL) are dropped one at a time,
+// newest first (DEFER_TASKRUN 6.1, SINGLE_ISSUER 6.0, COOP_TASKRUN 5.19,
+// SUBMIT_ALL 5.18, R_DISABLED 5.10, CQSIZE 5.5); the result says which.
+//
+// With these flags only the creating thread (or, with start_disabled, the
+// thread that enables the ring) may submit, and completions are posted
+// only while that thread waits in the kernel (io_uring_submit_and_wait*(),
+// io_uring_wait_cqe*()): a loop that only peeks sees none. A ring shared by
+// several submitting threads wants io_uring_queue_init_params() instead.
+// Release the ring with io_uring_queue_exit() as usual.
+//
+// InvalidArgument for entries == 0 or cq_entries < entries; the kernel's
+// error otherwise (ENOMEM, EPERM when io_uring is disabled, ENOSYS), the
+// ring then untouched.
+BUFPOOL_EXPORT absl::StatusOr<ServerRingSetup> InitServerRing(
+    io_uring* ring, const ServerRingOptions& options = {});
+
+// Enables a ring created with start_disabled, making the calling thread its
+// only submitter (io_uring_enable_rings(), which Debian's liburing 2.3
+// declares but does not export). OK and nothing done when the ring was not
+// disabled (a kernel before 5.10 refuses R_DISABLED); the kernel's error
+// otherwise.
+BUFPOOL_EXPORT absl::Status EnableServerRing(io_uring* ring);
 
 // ---- Fixed buffers ----------------------------------------------------------
 

@@ -1,6 +1,7 @@
 #include "os/syscalls.h"
 
 #include <fcntl.h>
+#include <liburing.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,9 +9,11 @@
 #include <sys/eventfd.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 
 #include "os/uring.h"
 
@@ -47,6 +50,13 @@ int RealSocket(int domain, int type, int protocol) {
 }
 int RealSocketPair(int domain, int type, int protocol, int fds[2]) {
   return ::socketpair(domain, type | SOCK_CLOEXEC, protocol, fds);
+}
+// liburing 2.3 declares io_uring_enable_rings() but does not export it.
+int EnableRings(int ring_fd) {
+  return ::syscall(__NR_io_uring_register, ring_fd,
+                   IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0
+             ? -errno
+             : 0;
 }
 
 constexpr SyscallTable kReal = {
@@ -105,6 +115,8 @@ constexpr SyscallTable kReal = {
     .epoll_wait = ::epoll_wait,
     .eventfd = ::eventfd,
     .uring_create = CreateUring,
+    .uring_queue_init_params = ::io_uring_queue_init_params,
+    .uring_enable_rings = EnableRings,
 };
 
 // Relaxed: tables are installed before the threads that use them start

@@ -30,6 +30,9 @@
 #include <cstddef>
 #include <memory>
 
+struct io_uring;         // liburing.h
+struct io_uring_params;  // liburing.h
+
 namespace bufpool::os {
 
 class Uring;  // os/uring.h
@@ -114,6 +117,12 @@ struct SyscallTable {
   // ---- io_uring ----
   // Creates a ring (see os/uring.h); returns 0 or -errno, not -1.
   int (*uring_create)(unsigned entries, std::unique_ptr<Uring>* out);
+  // io_uring_queue_init_params (liburing): a ring the caller drives with
+  // liburing itself (bufpool::InitServerRing). 0 or -errno, not -1.
+  int (*uring_queue_init_params)(unsigned entries, io_uring* ring,
+                                 io_uring_params* params);
+  // io_uring_register(ring_fd, IORING_REGISTER_ENABLE_RINGS): 0 or -errno.
+  int (*uring_enable_rings)(int ring_fd);
 };
 
 // The real system calls.
