@@ -280,8 +280,10 @@ int main(int argc, char** argv) {
   if (lfd < 0) return 1;
   notify_fd = eventfd(0, EFD_CLOEXEC);
   if (notify_fd < 0) return std::perror("resp_server: eventfd"), 1;
-  if (int rc = io_uring_queue_init(512, &ring, 0); rc < 0)
-    return Fail(absl::InternalError("io_uring_queue_init failed"));
+  // One thread drives the ring: task work runs when it waits, not by IPI.
+  absl::StatusOr<bufpool::ServerRingSetup> setup =
+      bufpool::InitServerRing(&ring, {.entries = 512});
+  if (!setup.ok()) return Fail(setup.status());
   auto created = bufpool::ProvidedBufferRing::Create(
       &ring, *pool, {.group_id = 1, .max_buffers = 2048});
   if (!created.ok()) return Fail(created.status());

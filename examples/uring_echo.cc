@@ -125,8 +125,11 @@ class Server {
 };
 
 bool Server::Start() {
-  if (int rc = io_uring_queue_init(256, &ring_, 0); rc < 0) {
-    std::fprintf(stderr, "io_uring: %d\n", rc);
+  // One thread drives the ring: task work runs when it waits, not by IPI.
+  absl::StatusOr<bufpool::ServerRingSetup> setup =
+      bufpool::InitServerRing(&ring_, {.entries = 256});
+  if (!setup.ok()) {
+    std::fprintf(stderr, "%s\n", setup.status().ToString().c_str());
     return false;
   }
   auto created = bufpool::ProvidedBufferRing::Create(

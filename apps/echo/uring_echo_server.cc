@@ -32,7 +32,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,7 +127,6 @@ class UringEchoServer final : public EchoServer {
   BufferPool* pool_;
   io_uring ring_{};
   bool ring_ready_ = false;
-  bool disabled_ = false;  // enabled by Run() (single issuer)
   std::unique_ptr<ProvidedBufferRing> bufs_;  // during Run()
   Conn* conns_ = nullptr;
   Conn* parked_head_ = nullptr;
@@ -163,21 +161,10 @@ absl::Status UringEchoServer::Init() {
   // Task work (which is where the kernel fills ring buffers for a
   // multishot recv) runs only when Run() waits, a bounded batch at a time
   // (DEFER_TASKRUN); that needs a single submitting thread, which is the one
-  // that enables the ring: Run()'s (R_DISABLED).
-  io_uring_params params{};
-  params.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE |
-                 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
-                 IORING_SETUP_R_DISABLED;
-  params.cq_entries = 16384;
-  int ret = io_uring_queue_init_params(1024, &ring_, &params);
-  if (ret == -EINVAL) {  // an older kernel without some flag
-    params = {};
-    params.flags = IORING_SETUP_CQSIZE;
-    params.cq_entries = 16384;
-    ret = io_uring_queue_init_params(1024, &ring_, &params);
-  }
-  disabled_ = (params.flags & IORING_SETUP_R_DISABLED) != 0;
-  if (ret < 0) return os::PosixError("io_uring_queue_init", -ret);
+  // that enables the ring: Run()'s (start_disabled).
+  absl::StatusOr<ServerRingSetup> setup = InitServerRing(
+      &ring_, {.entries = 1024, .cq_entries = 16384, .start_disabled = true});
+  if (!setup.ok()) return setup.status();
   ring_ready_ = true;
   // Provided-buffer rings (Linux 5.19+): registering one proves it. A pool
   // with nothing free is Run()'s error, not a missing kernel feature.
@@ -506,14 +493,7 @@ void UringEchoServer::OnStop() {
 }
 
 absl::Status UringEchoServer::Run() {
-  if (disabled_) {
-    // liburing 2.3 declares io_uring_enable_rings() but does not export it.
-    if (::syscall(__NR_io_uring_register, ring_.ring_fd,
-                  IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0) {
-      return os::PosixError("io_uring_register(ENABLE_RINGS)", errno);
-    }
-    disabled_ = false;
-  }
+  if (absl::Status s = EnableServerRing(&ring_); !s.ok()) return s;
   // Lent as the load needs them: 64 at first (the ring is a FIFO, so a
   // small ring keeps the slots the kernel copies into warm in the cache).
   absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> bufs =

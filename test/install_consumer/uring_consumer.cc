@@ -15,11 +15,13 @@ int main() {
     return 1;
   }
   io_uring ring;
-  const int rc = io_uring_queue_init(8, &ring, 0);
-  if (rc < 0) {
+  absl::StatusOr<bufpool::ServerRingSetup> setup =
+      bufpool::InitServerRing(&ring, {.entries = 8});
+  if (!setup.ok()) {
     // Linked is what this checks; a kernel without io_uring (or with it
     // disabled) cannot run it further.
-    std::printf("uring consumer ok (io_uring unavailable: %d)\n", rc);
+    std::printf("uring consumer ok (io_uring unavailable: %s)\n",
+                setup.status().ToString().c_str());
     return 0;
   }
   bool ok = true;
@@ -31,6 +33,6 @@ int main() {
   }
   io_uring_queue_exit(&ring);
   if (!ok) return 1;
-  std::puts("uring consumer ok");
+  std::printf("uring consumer ok (%s)\n", setup->Describe().c_str());
   return 0;
 }
