@@ -248,168 +248,43 @@ TEST(BufferChainTest, LinkingDoesNotCopy) {
   EXPECT_EQ(InUse(*pool), 1u);
   msg.Consume(100);
   EXPECT_TRUE(msg.empty());
-  // The chain held the buffer alone: it keeps it, empty, as room.
-  EXPECT_TRUE(msg.keeps_room());
-  EXPECT_EQ(InUse(*pool), 1u);
-  msg.Clear();
-  EXPECT_FALSE(msg.keeps_room());
-  EXPECT_EQ(InUse(*pool), 0u);
+  EXPECT_EQ(InUse(*pool), 0u);  // emptied: the buffer went back
 }
 
-// A chain emptied by Consume() keeps the buffer it held alone and fills it
-// with the next bytes (no pool round trip per message); every way out of
-// the chain returns it.
-TEST(BufferChainTest, ConsumedChainKeepsItsLastBufferAsRoom) {
-  auto pool = MakePool(4096, 4, /*cache=*/0);
-  {
-    BufferChain q(*pool);
-    ASSERT_TRUE(q.Append("first").ok());
-    const std::byte* start = q.slice(0).data();
-    q.Consume(q.size());
-    EXPECT_TRUE(q.empty());
-    EXPECT_EQ(q.slice_count(), 0u);
-    EXPECT_TRUE(q.keeps_room());
-    EXPECT_EQ(q.pinned_bytes(), 4096u);  // counted, honestly
-    EXPECT_EQ(q.tail_room(), 0u);        // no slice to extend
-    EXPECT_EQ(InUse(*pool), 1u);
-    ASSERT_TRUE(q.Append("second").ok());
-    EXPECT_FALSE(q.keeps_room());
-    EXPECT_EQ(q.slice(0).data(), start);  // the same buffer, from its start
-    ExpectChainIs(q, "second");
-    EXPECT_EQ(InUse(*pool), 1u);
-    q.Consume(3);  // not empty: nothing kept, the slice shrinks
-    EXPECT_FALSE(q.keeps_room());
-    q.Consume(3);
-    EXPECT_TRUE(q.keeps_room());
-    // Moving carries it; the moved-from chain keeps nothing.
-    BufferChain moved(std::move(q));
-    EXPECT_TRUE(moved.keeps_room());
-    EXPECT_FALSE(q.keeps_room());
-    EXPECT_EQ(InUse(*pool), 1u);
-    BufferChain target(*pool);
-    ASSERT_TRUE(target.Append("x").ok());
-    EXPECT_EQ(InUse(*pool), 2u);
-    target = std::move(moved);  // target's buffer goes, the kept one moves
-    EXPECT_TRUE(target.keeps_room());
-    EXPECT_EQ(InUse(*pool), 1u);
-  }  // destroyed with it
-  EXPECT_EQ(InUse(*pool), 0u);
-}
-
-// A buffer someone else still references is never kept (its bytes are
-// visible elsewhere); linking a slice or buffer into the empty chain
-// returns the kept one.
-TEST(BufferChainTest, KeptRoomOnlyForASolelyOwnedBufferAndLinkingDropsIt) {
-  auto pool = MakePool(4096, 4, /*cache=*/0);
-  BufferChain q(*pool);
-  ASSERT_TRUE(q.Append("shared").ok());
-  BufferChain clone = q.Clone();
-  q.Consume(q.size());
-  EXPECT_FALSE(q.keeps_room());
-  EXPECT_EQ(q.pinned_bytes(), 0u);
-  clone.Consume(clone.size());  // now the last reference: kept there
-  EXPECT_TRUE(clone.keeps_room());
-  EXPECT_EQ(InUse(*pool), 1u);
-  Buffer b = pool->TryAcquire();
-  std::memcpy(b.data(), "linked", 6);
-  clone.Append(std::move(b), 6);
-  EXPECT_FALSE(clone.keeps_room());
-  EXPECT_EQ(InUse(*pool), 1u);
-  ExpectChainIs(clone, "linked");
-  clone.Consume(6);
-  EXPECT_TRUE(clone.keeps_room());
-  BufferChain other(*pool);
-  ASSERT_TRUE(other.Append("chain").ok());
-  clone.Append(std::move(other));
-  EXPECT_FALSE(clone.keeps_room());
-  EXPECT_EQ(InUse(*pool), 1u);
-  // A chain without a pool keeps nothing.
-  BufferChain nopool;
-  nopool.Append(clone.slice(0));
-  clone.Clear();
-  nopool.Consume(nopool.size());
-  EXPECT_FALSE(nopool.keeps_room());
-  EXPECT_EQ(InUse(*pool), 0u);
-}
-
-// The kept buffer stays where the last slice was in the chain's slice ring
-// (here past the ring's start, after slices were consumed one by one) and
-// survives what moves the ring: growing it, moving the chain between inline
-// and grown rings, Split() and Append() of empty chains. It is returned
-// exactly once, whichever way it goes.
-TEST(BufferChainTest, KeptRoomSurvivesGrowingMovingAndEmptyOperations) {
+// An emptied chain pins no buffer, whatever it held and however it was
+// emptied (one slice consumed whole inline, several, part by part), so a
+// server's idle connections hold none; the next bytes take a fresh one.
+TEST(BufferChainTest, AnEmptiedChainPinsNoBuffer) {
   auto pool = MakePool(4096, 8, /*cache=*/0);
-  // A chain whose kept buffer sits at ring entry `at` of its inline ring.
-  auto kept_at = [&](uint32_t at) {
-    BufferChain q(*pool);
-    for (uint32_t i = 0; i <= at; ++i) {
-      Buffer b = pool->TryAcquire();
-      std::memcpy(b.data(), "x", 1);
-      q.Append(std::move(b), 1);
-    }
-    for (uint32_t i = 0; i <= at; ++i) q.Consume(1);
-    return q;
-  };
-  // Each step: the chain keeps its buffer, pins it, and fills it with the
-  // next bytes (no buffer taken from the pool).
-  auto expect_kept = [&](BufferChain& c, const char* step) {
-    SCOPED_TRACE(step);
-    EXPECT_TRUE(c.keeps_room());
-    EXPECT_EQ(c.pinned_bytes(), 4096u);
-    EXPECT_EQ(InUse(*pool), 1u);
-  };
-  {
-    BufferChain q = kept_at(2);  // moved out: inline, at entry 2
-    expect_kept(q, "inline, entry 2, moved");
-    BufferChain stolen(std::move(q));  // inline into inline
-    expect_kept(stolen, "move-constructed");
-    EXPECT_FALSE(q.keeps_room());
-    BufferChain grown(*pool);
-    grown.Reserve(16);
-    grown = std::move(stolen);  // inline ring into a grown one
-    expect_kept(grown, "inline into grown");
-    EXPECT_FALSE(stolen.keeps_room());
-    const std::string fits(4096, 'f');
-    ASSERT_TRUE(grown.Append(fits).ok());  // fills the kept buffer
-    EXPECT_EQ(grown.slice_count(), 1u);
-    EXPECT_EQ(InUse(*pool), 1u);
-    ExpectChainIs(grown, fits);
-  }
+  BufferChain q(*pool);
+  ASSERT_TRUE(q.Append("hello").ok());
+  q.Consume(5);  // one slice, whole: inline
   EXPECT_EQ(InUse(*pool), 0u);
-  {
-    BufferChain q = kept_at(3);
-    q.Reserve(64);  // the ring moves to the heap, the kept buffer with it
-    expect_kept(q, "grown by Reserve");
-    EXPECT_TRUE(q.Split(10).empty());  // nothing to split: still kept
-    expect_kept(q, "after Split");
-    BufferChain empty(*pool);
-    q.Append(std::move(empty));  // nothing linked: still kept
-    expect_kept(q, "after appending an empty chain");
-    BufferChain inline_chain(*pool);
-    inline_chain = std::move(q);  // a grown ring into an inline chain
-    expect_kept(inline_chain, "grown into inline");
-    BufferChain other_grown(*pool);
-    other_grown.Reserve(16);
-    other_grown = std::move(inline_chain);  // both grown: rings swapped
-    expect_kept(other_grown, "grown into grown");
-    BufferChain other = kept_at(1);
-    EXPECT_EQ(InUse(*pool), 2u);
-    other_grown.Append(std::move(other));  // an empty chain keeps its own
-    EXPECT_TRUE(other_grown.keeps_room());
-    EXPECT_TRUE(other.keeps_room());
-    EXPECT_EQ(InUse(*pool), 2u);
-    ASSERT_TRUE(other.Append("o").ok());
-    other_grown.Append(std::move(other));  // linked: ours is returned
-    EXPECT_FALSE(other_grown.keeps_room());
-    EXPECT_EQ(InUse(*pool), 1u);
-    ExpectChainIs(other_grown, "o");
+  EXPECT_EQ(q.pinned_bytes(), 0u);
+  EXPECT_EQ(q.tail_room(), 0u);
+  ASSERT_TRUE(q.Append(std::string(5000, 'a')).ok());  // two buffers
+  q.Consume(1);
+  q.Consume(4999);
+  EXPECT_EQ(InUse(*pool), 0u);
+  ASSERT_TRUE(q.Append(std::string(9000, 'b')).ok());
+  for (size_t left = q.size(); left != 0; left -= std::min<size_t>(left, 7)) {
+    q.Consume(7);
   }
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(InUse(*pool), 0u);
+  // Moving an emptied chain, or into it, moves nothing pinned.
+  BufferChain moved = std::move(q);
+  EXPECT_EQ(InUse(*pool), 0u);
+  ASSERT_TRUE(moved.Append("x").ok());
+  EXPECT_EQ(InUse(*pool), 1u);
+  ExpectChainIs(moved, "x");
+  moved.Consume(1);
   EXPECT_EQ(InUse(*pool), 0u);
 }
 
 // slice(i) outside [0, slice_count()) names the mistake instead of handing
-// out the kept buffer (or another unused ring entry), in builds that check
-// (without NDEBUG: the asan preset's Debug build).
+// out an unused ring entry, in builds that check (without NDEBUG: the asan
+// preset's Debug build).
 TEST_F(ChainDeathTest, SliceIndexOutsideTheChainAborts) {
 #ifdef NDEBUG
   GTEST_SKIP() << "slice(i) is checked only without NDEBUG";
@@ -418,68 +293,15 @@ TEST_F(ChainDeathTest, SliceIndexOutsideTheChainAborts) {
   BufferChain q(*pool);
   ASSERT_TRUE(q.Append("a").ok());
   q.Consume(1);
-  ASSERT_TRUE(q.keeps_room());
   EXPECT_DEATH(q.slice(0), "slice\\(0\\) of a chain of 0 slices");
   ASSERT_TRUE(q.Append("b").ok());
   EXPECT_DEATH(q.segment(1), "slice\\(1\\) of a chain of 1 slices");
 }
 
-// The kept buffer is room from its start, wherever its last slice began and
-// ended: Append(bytes) and ReadFrom() fill all of it.
-TEST(BufferChainTest, KeptRoomStartsAtTheBuffersStart) {
-  auto pool = MakePool(4096, 2, /*cache=*/0);
-  BufferChain q(*pool);
-  ASSERT_TRUE(q.Append("abcdef").ok());
-  const std::byte* start = q.slice(0).data();
-  q.Consume(2);  // the slice now starts inside its buffer
-  q.Consume(q.size());
-  ASSERT_TRUE(q.keeps_room());
-  const std::string whole(4096, 'w');
-  ASSERT_TRUE(q.Append(whole).ok());
-  EXPECT_EQ(q.slice_count(), 1u);
-  EXPECT_EQ(q.slice(0).data(), start);
-  ExpectChainIs(q, whole);
-  q.Consume(100);
-  q.Consume(q.size());
-  ASSERT_TRUE(q.keeps_room());
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  const std::string piped(4096, 'p');
-  ASSERT_EQ(write(fds[1], piped.data(), piped.size()),
-            static_cast<ssize_t>(piped.size()));
-  absl::StatusOr<size_t> got = ReadFrom(fds[0], q, piped.size());
-  close(fds[0]);
-  close(fds[1]);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(*got, piped.size());
-  EXPECT_EQ(q.slice_count(), 1u);
-  EXPECT_EQ(q.slice(0).data(), start);
-  ExpectChainIs(q, piped);
-  EXPECT_EQ(InUse(*pool), 1u);
-}
-
-// An Append(bytes) that needs more than the kept buffer and finds the pool
-// dry leaves the chain as it was, the buffer still kept.
-TEST(BufferChainTest, FailedAppendKeepsTheKeptRoom) {
-  auto pool = MakePool(4096, 1, /*cache=*/0);
-  BufferChain q(*pool);
-  ASSERT_TRUE(q.Append("a").ok());
-  q.Consume(1);
-  ASSERT_TRUE(q.keeps_room());
-  const std::string big(4097, 'b');
-  EXPECT_EQ(q.Append(big).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(q.empty());
-  EXPECT_EQ(q.slice_count(), 0u);
-  EXPECT_TRUE(q.keeps_room());
-  const std::string fits(4096, 'c');
-  ASSERT_TRUE(q.Append(fits).ok());  // exactly the kept buffer
-  ExpectChainIs(q, fits);
-  EXPECT_EQ(InUse(*pool), 1u);
-}
-
-// Memory follows bytes with the kept buffer too: a queue fed a byte at a
-// time and consumed now and then pins at most its bytes plus two buffers.
-TEST(BufferChainTest, TrickledQueueWithKeptRoomStaysWithinTheBound) {
+// Memory follows bytes: a queue fed a byte at a time and consumed now and
+// then pins at most its bytes plus two buffers (a partly consumed head, a
+// partly filled tail), and nothing once empty.
+TEST(BufferChainTest, TrickledQueueStaysWithinTheBound) {
   auto pool = MakePool(4096, 16, /*cache=*/0);
   BufferChain q(*pool);
   std::mt19937 rng(7);
@@ -490,7 +312,7 @@ TEST(BufferChainTest, TrickledQueueWithKeptRoomStaysWithinTheBound) {
     ASSERT_LE(InUse(*pool) * 4096, q.size() + 2 * 4096) << i;
   }
   q.Consume(q.size());
-  EXPECT_EQ(InUse(*pool), 1u);
+  EXPECT_EQ(InUse(*pool), 0u);
 }
 
 // A tail shared with another slice is never written into: the bytes past it

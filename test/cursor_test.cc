@@ -491,10 +491,9 @@ TEST_F(CursorTest, LineViewsOutliveTheirSliceUntilTheNextCall) {
   auto c = lines.NextView(in);
   ASSERT_TRUE(c.ok() && c->has_value());
   EXPECT_EQ(**c, "xyz");
-  // Consumed: `in` keeps the small_ buffer it held alone as room; the rest
-  // is back.
-  EXPECT_TRUE(in.keeps_room());
-  EXPECT_EQ(small_->Stats().in_use, 1u);
+  // Consumed: `in` pins nothing; the line's copy is the splitter's.
+  EXPECT_EQ(in.pinned_bytes(), 0u);
+  EXPECT_EQ(small_->Stats().in_use, 0u);
   EXPECT_EQ(mid_->Stats().in_use, 0u);
   in.Clear();
   EXPECT_EQ(small_->Stats().in_use + mid_->Stats().in_use, 0u);

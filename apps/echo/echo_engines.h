@@ -48,7 +48,7 @@ namespace net {
 // Distinct pool buffers that `chain`'s slices hold bytes of, for
 // buffers_holding_data: a run of adjacent slices of one buffer counts once
 // (slices of one buffer sit next to each other in what the receive paths
-// build), and the kept empty buffer (keeps_room()) holds none. O(slices).
+// build). O(slices).
 inline size_t BuffersHoldingData(const BufferChain& chain) {
   size_t n = 0;
   for (size_t i = 0; i < chain.slice_count(); ++i) {

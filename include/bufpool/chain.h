@@ -169,8 +169,7 @@ class BUFPOOL_EXPORT BufferChain {
   size_t slice_count() const { return count_; }
   // Slice i, 0 <= i < slice_count(). In builds without NDEBUG an i outside
   // that range aborts, naming the numbers; with NDEBUG (the hot path has no
-  // check) it is undefined: the entry may hold an emptied chain's kept
-  // buffer, which no one else may reference.
+  // check) it is undefined.
   const SharedBuffer& slice(size_t i) const {
 #ifndef NDEBUG
     if (i >= count_) DieBadIndex(i);
@@ -212,18 +211,13 @@ class BUFPOOL_EXPORT BufferChain {
   size_t FillIovecs(absl::Span<iovec> out) const;
 
   // Drops the first min(n, size()) bytes; slices consumed past are dropped
-  // at once (a buffer with no slice left goes back to its pool), except one:
-  // when the chain becomes empty and held the only reference to its last
-  // slice's buffer (a buffer of pool()), it keeps that buffer, empty, as
-  // room for the next Append(bytes) or receive (see "Memory that follows
-  // bytes" below; ProvidedBufferRing::Take() swaps it with the ring's
-  // filled buffer), so a queue consumed message by message does not take
-  // and return a pool buffer per message. Consuming a one-slice chain whole
-  // is inline.
+  // at once (a buffer with no slice left goes back to its pool), so an
+  // emptied chain pins no buffer. Consuming a one-slice chain whole is
+  // inline.
   void Consume(size_t n) {
     if (count_ == 1 && n >= size_) {
       size_ = 0;
-      DropLast(segs_[head_]);  // At(0): head_ < cap_
+      PopBack();
       return;
     }
     ConsumeSlow(n);
@@ -238,8 +232,7 @@ class BUFPOOL_EXPORT BufferChain {
   // A second chain over the same bytes: one more reference per slice, no
   // copy.
   BufferChain Clone() const;
-  // Drops every slice and the kept empty buffer, if any (keeps the ring's
-  // capacity).
+  // Drops every slice (keeps the slice ring's capacity).
   void Clear();
   // Makes room for `slices` slices in all, so that linking slices up to
   // that count allocates nothing (and cannot throw). Throws std::bad_alloc,
@@ -251,42 +244,33 @@ class BUFPOOL_EXPORT BufferChain {
 
   // ---- Memory that follows bytes ----
   //
-  // A chain of B bytes keeps pinned_bytes() of its pools out of use (at
-  // least B, unless it repeats bytes of a buffer, as a Clone() appended
-  // to its original does).
-  // The library's receive paths keep it at most B + 2 * buffer_size
-  // however the bytes arrived (ProvidedBufferRing::Take with copy_below on,
-  // ReadFrom, the Asio read path in bufpool/asio.h): small receives are
-  // copied into the tail's room or one fresh buffer instead of linking a
-  // buffer each. Chains built by linking slices (Split, Clone, Append of
-  // slices) can pin much more; Compact() packs them.
-  //
-  // An empty chain may keep one buffer it holds alone (left by Consume();
-  // see there): 0 bytes pinning one buffer, within the bound. Linking a
-  // slice or buffer (Append of a slice, a buffer or a chain), Clear(),
-  // moving another chain into it and destruction return it; Append(bytes),
-  // ReadFrom() and the Asio read path fill it first, and
-  // ProvidedBufferRing::Take() swaps it for the buffer a completion filled
-  // (the chain still pins one buffer). A moved-from chain gives it to the
-  // chain moved to.
+  // The bound. A chain that holds B bytes received through the library's
+  // receive paths (ProvidedBufferRing::Take with copy_below on, ReadFrom,
+  // the Asio read path in bufpool/asio.h) holds buffers of its own for at
+  // most B + 2 * buffer_size bytes (a partly consumed head buffer, a partly
+  // filled tail), however the bytes arrived: small receives are copied
+  // into the tail's room instead of linking a buffer each, and an empty
+  // chain holds no buffer at all. A ProvidedBufferRing packs small
+  // receives that find no room of the chain's own into one buffer it
+  // shares among its connections (as Redis shares its query buffer), so a
+  // connection holding a short partial message pins about its bytes, not a
+  // buffer. Chains built by linking slices (Split, Clone, Append of slices)
+  // can pin much more; Compact() packs them.
 
   // Buffer bytes this chain keeps out of its pools: the buffer size of each
-  // buffer it holds a slice of (and of the kept empty buffer, if any), a
-  // buffer counted once per run of adjacent
+  // buffer it holds a slice of, a buffer counted once per run of adjacent
   // slices of it (slices of one buffer are adjacent unless the caller
-  // linked them apart, when this overcounts). O(slice_count()).
+  // linked them apart, when this overcounts; a buffer shared with other
+  // chains counts whole). O(slice_count()).
   size_t pinned_bytes() const;
   // Room after the tail slice that Append(bytes) would fill before taking a
   // fresh buffer: 0 unless the chain holds the only reference to the tail's
   // buffer (so no other slice, chain, thread or the kernel can see it); 0
-  // for an empty chain (whose kept buffer, if any, Append(bytes) fills
-  // first, but which does not make a large receive copied rather than
-  // linked).
-  size_t tail_room() const { return count_ != 0 ? TailRoom() : 0; }
-  // Whether the chain is empty and keeps a buffer as room (see Consume()).
-  bool keeps_room() const {
-    return count_ == 0 && segs_[head_].pool_ != nullptr;
-  }
+  // for an empty chain.
+  size_t tail_room() const { return TailRoom(); }
+  // Always false: an emptied chain keeps no buffer since 0.4.
+  ABSL_DEPRECATED("an emptied chain keeps no buffer; this is always false")
+  bool keeps_room() const { return false; }
   // Copies the bytes of every buffer the chain holds less than half of (a
   // run of adjacent slices of one buffer) into as few fresh buffers of
   // pool() as those bytes need, and links the rest as they are; the bytes
@@ -305,15 +289,10 @@ class BUFPOOL_EXPORT BufferChain {
     return segs_[(head_ + static_cast<uint32_t>(i)) & (cap_ - 1)];
   }
   // Room in the tail's buffer that Append() may write (see the file
-  // comment): 0 unless the tail is the only reference to its buffer; for an
-  // empty chain, the kept buffer's size.
+  // comment): 0 unless the tail is the only reference to its buffer; 0 for
+  // an empty chain.
   size_t TailRoom() const;
-  // The kept buffer's size, 0 when there is none.
-  size_t KeptBytes() const {
-    return keeps_room() ? segs_[head_].pool_->buffer_size() : 0;
-  }
-  // Links `s` after the tail. For an empty chain the target is the kept
-  // buffer's entry, whose move assignment returns the kept buffer.
+  // Links `s` after the tail.
   void PushBack(SharedBuffer&& s) {
     if (count_ == cap_) Grow();
     At(count_) = std::move(s);
@@ -331,64 +310,24 @@ class BUFPOOL_EXPORT BufferChain {
   void Grow() { GrowTo(cap_ * 2); }
   void GrowTo(uint32_t cap);  // cap: a power of two > cap_
   void ReserveSlow(size_t slices);
-  // For ReadFrom() and the ring: where TailRoom()'s bytes start (the kept
-  // buffer's start for an empty chain); the tail grows by n bytes of that
-  // room (TailRoom() >= n, n > 0), the kept buffer becoming the only slice;
-  // a fresh buffer whose first n bytes hold data joins the end.
+  // For ReadFrom() and the ring: where TailRoom()'s bytes start; the tail
+  // grows by n bytes of that room (TailRoom() >= n, n > 0); a fresh buffer
+  // whose first n bytes hold data joins the end.
   std::byte* RoomStart() const {
-    if (count_ == 0) return KeptStart();
     const SharedBuffer& t = At(count_ - 1);
     return t.data_ + t.size_;
   }
-  // The kept buffer's start (keeps_room() must be true).
-  std::byte* KeptStart() const {
-    const SharedBuffer& s = segs_[head_];
-    return s.pool_->SlotData(s.slot_);
-  }
   void ExtendTail(size_t n) {
-    if (count_ == 0) UnkeepRoom();
     At(count_ - 1).size_ += n;
     size_ += n;
-  }
-  // The kept buffer, in place at At(0), becomes the only slice, empty for
-  // the moment: no count is touched.
-  void UnkeepRoom() {
-    SharedBuffer& s = segs_[head_];
-    s.data_ = KeptStart();
-    s.size_ = 0;
-    count_ = 1;
   }
   void AppendFilled(Buffer&& buffer, size_t n) {
     SharedBuffer s(std::move(buffer));
     s.size_ = n;
     size_ += n;
-    PushBack(std::move(s));  // returns a kept buffer
+    PushBack(std::move(s));
   }
   void ConsumeSlow(size_t n);
-  // Consume()'s last slice, consumed past: kept in place as room when it is
-  // the only reference to a buffer of pool() (its data_ and size_ left as
-  // they were: see segs_), else dropped.
-  void DropLast(SharedBuffer& last) {
-    // The only reference (use_count() == 1 is stable: no one else can copy
-    // it), so no other slice, chain, thread or the kernel sees the buffer.
-    if (last.pool_ != pool_ || last.use_count() != 1) last.Reset();
-    count_ = 0;
-  }
-  // For the ring: the first `n` (> 0) bytes of `slot` (whose bytes start at
-  // `data`), a buffer of pool() whose handle the caller gives up and whose
-  // count is 1, become the only slice of this empty chain in place of its
-  // kept buffer (keeps_room() must be true, with a buffer of pool()), whose
-  // slot is returned, now the caller's (a handle's worth, its count 1: the
-  // kept buffer is the only reference). No count is touched: both counts
-  // are 1 before and after.
-  uint32_t SwapKeptRoom(uint32_t slot, std::byte* data, size_t n) {
-    SharedBuffer& s = segs_[head_];
-    s.data_ = data;
-    s.size_ = n;
-    count_ = 1;
-    size_ = n;
-    return std::exchange(s.slot_, slot);
-  }
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
   // For an incremental ProvidedBufferRing: bytes the kernel wrote right
@@ -405,21 +344,15 @@ class BUFPOOL_EXPORT BufferChain {
   }
   [[noreturn]] static void DieTooLong(size_t length, size_t size);
   [[noreturn]] void DieBadIndex(size_t i) const;
-  // Entries of the ring in use: the slices, or the kept buffer's entry
-  // (which may hold nothing) of an empty chain.
-  uint32_t LiveEntries() const { return count_ != 0 ? count_ : 1; }
-  // Takes other's slices, kept buffer and storage; *this must be empty,
-  // with no kept buffer, and inline storage.
+  // Takes other's slices and storage; *this must be empty, with inline
+  // storage.
   void StealFrom(BufferChain& other) noexcept;
   void FreeHeap() noexcept;
 
   BufferPool* pool_ = nullptr;
   size_t size_ = 0;
   // The slices are At(0) .. At(count_ - 1); every other entry holds
-  // nothing, except At(0) of an empty chain, which may hold the kept
-  // buffer, the only reference to it: its pool_ and slot_ name it, and its
-  // data_ and size_ are stale, not to be read (its start is KeptStart();
-  // UnkeepRoom() makes it an empty slice again).
+  // nothing.
   SharedBuffer* segs_;              // inline_ or a heap ring of cap_ entries
   uint32_t cap_ = kInlineSegments;  // a power of two
   uint32_t head_ = 0;

@@ -241,20 +241,16 @@ struct ProvidedBufferRingOptions {
   // with -EINVAL).
   enum class Bundles { kProbe, kOff, kOn };
   Bundles bundles = Bundles::kProbe;
-  // A one-buffer completion carrying fewer bytes than this, or arriving
-  // while the chain it is taken into has tail_room(), is copied into that
-  // chain (the tail's room where the tail is the only reference to its
-  // buffer, else one fresh buffer of the chain's pool), and its ring buffer
-  // is lent again, with no pool round trip (written to the ring at once,
-  // published by the next Refill()). So memory follows bytes
-  // (see "Memory" in the class comment). Except into an empty chain that
-  // keeps a buffer of the ring's pool (BufferChain::keeps_room(), left by
-  // consuming it), on a ring without incremental mode: there a one-buffer
-  // completion, small or not, swaps places with the kept buffer, which the
-  // ring lends under its id; the chain pins the same one buffer as a copy
-  // would, and nothing is copied. 0 turns copying off (every completion
-  // links its buffers, or swaps with a kept one); at most the pool's
-  // buffer_size. The default, kDefaultCopyBelow: buffer_size / 8.
+  // A one-buffer completion arriving while the chain it is taken into has
+  // tail_room() is copied into that room (and a fresh buffer of the chain's
+  // pool for what does not fit); one carrying fewer bytes than this, into a
+  // chain without room, is copied into the ring's pack buffer (a buffer the
+  // ring shares among the chains it serves) and becomes a slice of it. Its
+  // ring buffer is lent again with no pool round trip (written to the ring
+  // at once, published by the next Refill()). So memory follows bytes (see
+  // "Memory" in the class comment). 0 turns copying off (every completion
+  // links its buffers); at most the pool's buffer_size. The default,
+  // kDefaultCopyBelow: buffer_size / 8.
   size_t copy_below = kDefaultCopyBelow;
   // Incremental consumption (IOU_PBUF_RING_INC, Linux 6.12+): the kernel
   // fills one lent buffer across many completions (IORING_CQE_F_BUF_MORE
@@ -292,16 +288,22 @@ struct ProvidedBufferRingOptions {
 // lets Take() find the later buffers of a bundle.
 //
 // Memory. With copying on (copy_below > 0, the default) a connection whose
-// chain has received B bytes through Take() and not consumed them pins at
-// most B + 2 * buffer_size of the pool, however the bytes arrived (one byte
-// per completion, bundles): small completions and completions that find
-// room at the chain's tail are copied there (or into one fresh buffer, which
-// the next ones fill), one into an emptied chain swaps with the buffer it
-// keeps, and only completions that bring a buffer's worth, or find the tail
-// full or shared, link their buffers; a bundle's buffers are full but for
-// its last. Chains that the caller splits and clones may pin
-// more; BufferChain::Compact() packs them. With copy_below = 0 every
-// completion pins a whole buffer (up to buffer_size per byte received).
+// chain has received B bytes through Take() and not consumed them holds
+// buffers of its own for at most B + 2 * buffer_size bytes (see
+// BufferChain's "Memory that follows bytes"), however the bytes
+// arrived (one byte per completion, bundles), and a connection that holds
+// no bytes holds no buffer: completions that find room at the chain's tail
+// are copied there; small ones that find none are packed into the ring's
+// pack buffer, which the small partial messages of many connections share
+// (bytes that continue the chain's own slice of it join that slice), so a
+// connection holding a 100-byte partial pins about 100 bytes; only
+// completions that bring copy_below bytes or more into a chain without
+// room link their buffers. A pack buffer goes back to the pool when the
+// ring has moved on to another and the last slice of it is gone; while
+// every slice of it is gone, the ring fills it again from its start.
+// Chains that the caller splits and clones may pin more;
+// BufferChain::Compact() packs them. With copy_below = 0 every completion
+// pins a whole buffer (up to buffer_size per byte received).
 // On an incremental ring a buffer holds the bytes of many completions, of
 // many connections: bytes that continue the chain's tail slice in the same
 // buffer join it, spans under max(copy_below, buffer_size / 2) are copied,
@@ -405,8 +407,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // std::bad_alloc, nothing has changed (`out`, the ring): the same
   // completion may be taken again.
   // The one-buffer completions of a ring without incremental mode that are
-  // copied into `out`'s tail room, or swap places with its kept buffer, are
-  // handled inline (no call, no Status made); the rest out of line.
+  // copied into `out`'s tail room are handled inline (no call, no Status made);
+  // the rest out of line.
   ABSL_ATTRIBUTE_ALWAYS_INLINE absl::Status Take(const io_uring_cqe& cqe,
                                                  BufferChain& out) {
     if (TakeInline(cqe, out)) [[likely]] {
@@ -523,9 +525,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // Lends buffer `id` again: writes its entry after the tail; the next
   // Refill() publishes it with the rest of the turn's entries.
   //
-  // The same buffer (or the one swapped for it), same id, after the tail
-  // and the entries re-lent before it in this turn; Refill() publishes them
-  // all with one tail update. The entry it was consumed from counts in
+  // The same buffer (or the one TakeBuffer() swapped in), same id, after the
+  // tail and the entries re-lent before it in this turn; Refill() publishes
+  // them all with one tail update. The entry it was consumed from counts in
   // in_ring_ until taken, so in_ring_ (unchanged) stays <= target_ <=
   // entries_ and no entry that is published and not yet taken, nor one
   // waiting here, is overwritten.
@@ -537,6 +539,12 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // Copies a one-buffer completion of `len` bytes into `out` and lends its
   // buffer again; false (nothing changed) when `out` cannot take the copy.
   bool TakeByCopy(uint16_t id, size_t len, BufferChain& out);
+  // Copies `len` (< buffer_size_) bytes into the pack buffer and links them
+  // to `out` as a slice of it (or extends out's tail slice when it ends
+  // where they land); false, nothing changed, when the pool has no buffer
+  // for a new pack buffer. May throw std::bad_alloc (out's slice ring)
+  // before changing anything.
+  bool Pack(const std::byte* src, size_t len, BufferChain& out);
   // TakeBuffer() into an empty handle: the ring's buffer under `id` leaves
   // the ring.
   void TakeOut(uint16_t id, Buffer& buffer) noexcept;
@@ -603,8 +611,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // makes the handle again): a bare slot, so the inline path moves no
   // handle. The slot's reference count is 1 while it is lent (stored when
   // Refill() takes it from the pool or TakeBuffer() takes the caller's
-  // buffer; a chain's kept buffer swapped in has count 1), so the swap with
-  // a chain stores no count.
+  // buffer).
   struct Lent {
     std::byte* data = nullptr;
     uint32_t slot = 0;
@@ -627,6 +634,12 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   std::vector<uint32_t> filled_;
   std::vector<uint16_t> free_ids_;  // a stack
   std::vector<Buffer> scratch_;     // Refill()'s batch
+  // The pack buffer (see "Memory"): the ring's reference, and how many of
+  // its bytes slices cover so far; the ring writes only past pack_used_,
+  // where no slice reaches, so chains on other threads reading their
+  // slices never see a write.
+  SharedBuffer pack_;
+  size_t pack_used_ = 0;
 };
 
 // ---- Held sends -------------------------------------------------------------
@@ -734,27 +747,17 @@ class BUFPOOL_EXPORT HeldSend {
 
 // ---- Inline fast path -------------------------------------------------------
 //
-// Take()'s common cases, decided with the fewest loads (each leaves `out`
-// holding what TakeSlow() would leave it, the swap aside: TakeSlow() never
-// sees that case, and would copy a small completion into the kept buffer,
-// which pins the same one buffer): a completion with
+// Take()'s common case, decided with the fewest loads (leaving `out`
+// holding what TakeSlow() would leave it): a completion with
 // IORING_CQE_F_BUFFER, 1 <= res <= buffer_size (one buffer), an id the ring
-// lent, on a ring without incremental mode, and then
-//   `out` has slices: copied into the tail's room when copying is on, the
-//       tail is the only reference to its buffer and the room holds all
-//       res bytes;
-//   `out` is empty and keeps a buffer of the ring's pool: the two swap
-//       places, whatever res (the filled buffer becomes the chain's only
-//       slice, the kept one is lent under the same id): the chain pins the
-//       one buffer a copy into the kept buffer would, and nothing is copied.
-//       A kept buffer of another pool goes out of line.
-// The buffer copied from (or swapped in) is lent again at once under the
-// same id (Relend), so no buffer goes through the pool, no reference count
-// is written (a swap trades two buffers whose counts are both 1), and
-// nothing allocates or throws. Every other
-// completion (no buffer, errors, EOF, bundles, a full or shared tail, an
-// empty chain without a kept buffer, a foreign id) goes to TakeSlow(),
-// which checks and reports it.
+// lent, on a ring without incremental mode, copying on, into a chain whose
+// tail is the only reference to its buffer and whose room holds all res
+// bytes: copied there. The buffer copied from is lent again at once under
+// the same id (Relend), so no buffer goes through the pool, no reference
+// count is written, and nothing allocates or throws. Every other
+// completion (no buffer, errors, EOF, bundles, an empty chain, a full or
+// shared tail, a foreign id) goes to TakeSlow(), which checks and reports
+// it.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline ProvidedBufferRing::Lent*
 ProvidedBufferRing::InlineLent(const io_uring_cqe& cqe, uint32_t* id,
                                uint32_t* len) {
@@ -782,18 +785,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   Lent& lent = *found;
   std::byte* const src = lent.data;
   const auto bid = static_cast<uint16_t>(id);
-  if (out.count_ == 0) {
-    // No kept buffer, or one of another pool (TakeSlow() copies a small
-    // completion into it, and links a larger one).
-    if (out.segs_[out.head_].pool() != pool_) return false;
-    // Swap: the filled buffer becomes the chain's, the kept one the ring's.
-    lent.slot = out.SwapKeptRoom(lent.slot, src, len);
-    std::byte* const kept_data = base_ + size_t{lent.slot} * buffer_size_;
-    lent.data = kept_data;
-    Relend(bid, kept_data);
-    return true;
-  }
-  if (copy_below_ == 0) return false;
+  if (out.count_ == 0 || copy_below_ == 0) return false;
   const SharedBuffer& t = out.At(out.count_ - 1);
   if (t.room() < len || t.use_count() != 1) return false;
   std::byte* const dst = t.mutable_data() + t.size();
@@ -806,8 +798,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   return true;
 }
 
-// TakeBuffer(): the caller's buffer and the lent one trade places, as a
-// chain's kept buffer does in TakeInline(). A Buffer handle keeps no
+// TakeBuffer(): the caller's buffer and the lent one trade places. A Buffer
+// handle keeps no
 // reference count, so the one coming in gets the count a lent slot has (1,
 // see lent_). Ref()'s relaxed read of the counts pointer is enough: Create()
 // fails unless its first Refill() lent a buffer, and that Refill() read the

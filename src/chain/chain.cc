@@ -55,9 +55,8 @@ BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
     count_ = std::exchange(other.count_, 0);
     size_ = std::exchange(other.size_, 0);
   } else {
-    // `other`'s at most kInlineSegments slices (or kept buffer) move into
-    // our ring.
-    for (uint32_t i = 0; i < other.LiveEntries(); ++i) {
+    // `other`'s at most kInlineSegments slices move into our ring.
+    for (uint32_t i = 0; i < other.count_; ++i) {
       const uint32_t at = (other.head_ + i) & (kInlineSegments - 1);
       segs_[i] = std::move(other.inline_[at]);
     }
@@ -92,9 +91,8 @@ void BufferChain::StealFrom(BufferChain& other) noexcept {
     count_ = std::exchange(other.count_, 0);
     return;
   }
-  // Inline: move the slices (or the kept buffer), keeping their positions
-  // in the ring.
-  for (uint32_t i = 0; i < other.LiveEntries(); ++i) {
+  // Inline: move the slices, keeping their positions in the ring.
+  for (uint32_t i = 0; i < other.count_; ++i) {
     const uint32_t at = (other.head_ + i) & (kInlineSegments - 1);
     inline_[at] = std::move(other.inline_[at]);
   }
@@ -105,7 +103,7 @@ void BufferChain::StealFrom(BufferChain& other) noexcept {
 void BufferChain::GrowTo(uint32_t cap) {
   if (cap <= cap_) throw std::bad_alloc();  // cap_ * 2 wrapped: 2^32 slices
   auto* segs = new SharedBuffer[cap];       // the only step that can throw
-  for (uint32_t i = 0; i < LiveEntries(); ++i) segs[i] = std::move(At(i));
+  for (uint32_t i = 0; i < count_; ++i) segs[i] = std::move(At(i));
   if (segs_ != inline_) delete[] segs_;
   segs_ = segs;
   cap_ = cap;
@@ -119,13 +117,12 @@ void BufferChain::ReserveSlow(size_t segments) {
 
 void BufferChain::Clear() {
   while (count_ != 0) PopBack();
-  segs_[head_].Reset();  // the kept buffer, if any
   head_ = 0;
   size_ = 0;
 }
 
 size_t BufferChain::TailRoom() const {
-  if (count_ == 0) return KeptBytes();
+  if (count_ == 0) return 0;
   const SharedBuffer& tail = At(count_ - 1);
   return tail.use_count() == 1 ? tail.room() : 0;
 }
@@ -133,10 +130,6 @@ size_t BufferChain::TailRoom() const {
 absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
   const size_t n = bytes.size();
   if (n == 0) return absl::OkStatus();
-  // The kept buffer becomes the tail, empty for the moment; a failure below
-  // keeps it again.
-  const bool kept = keeps_room();
-  if (kept) UnkeepRoom();
   const size_t room = std::min(n, TailRoom());
   const size_t rest = n - room;
   const uint32_t tail = count_;  // the first new slice, if any
@@ -154,7 +147,6 @@ absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
       Buffer b = pool_->TryAcquire();
       if (!b) {
         while (count_ != tail) PopBack();
-        if (kept) count_ = 0;  // At(0) is the kept buffer again, empty
         return absl::ResourceExhaustedError(absl::StrCat(
             "BufferChain::Append: the pool has no free buffer (", n,
             " bytes needed ", need, " buffers of ", bs, ", got ", got, ")"));
@@ -189,7 +181,7 @@ void BufferChain::Append(SharedBuffer&& slice) {
     return;
   }
   size_ += slice.size();
-  PushBack(std::move(slice));  // returns a kept buffer
+  PushBack(std::move(slice));
 }
 
 void BufferChain::DieTooLong(size_t length, size_t size) {
@@ -218,10 +210,8 @@ void BufferChain::Append(Buffer&& buffer, size_t length) {
 
 void BufferChain::Append(BufferChain&& other) {
   if (&other == this) return;
-  // An empty `other` keeps its kept buffer, if any, and this chain its own.
   if (other.count_ == 0) return;
   Reserve(size_t{count_} + other.count_);  // then nothing below can throw
-  // The first PushBack() returns this chain's kept buffer, if any.
   for (size_t i = 0; i < other.count_; ++i) PushBack(std::move(other.At(i)));
   size_ += other.size_;
   other.count_ = 0;
@@ -249,10 +239,6 @@ void BufferChain::ConsumeSlow(size_t n) {
       return;
     }
     n -= front.size_;
-    if (count_ == 1) {
-      DropLast(front);
-      return;
-    }
     PopFront();
   }
 }
@@ -315,7 +301,7 @@ bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b) {
 }  // namespace
 
 size_t BufferChain::pinned_bytes() const {
-  size_t total = KeptBytes();
+  size_t total = 0;
   for (uint32_t i = 0; i < count_; ++i) {
     const SharedBuffer& s = At(i);
     if (i == 0 || !SameBuffer(At(i - 1), s)) total += s.pool_->buffer_size();

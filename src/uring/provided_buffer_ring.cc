@@ -308,8 +308,7 @@ size_t ProvidedBufferRing::Refill() {
     got = pool_->TryAcquireBulk(
         absl::MakeSpan(scratch_.data(), target_ - in_ring_));
   }
-  // A lent slot's count is 1 (see lent_), so that Take() can swap it with
-  // a chain's kept buffer, whose count is 1, without touching either.
+  // A lent slot's count is 1 (see lent_).
   uint32_t* const refs =
       got != 0 ? internal::SharedAccess::Refs(*pool_) : nullptr;
   // New entries go after the re-lent ones that wait to be published.
@@ -367,26 +366,52 @@ SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
 }
 
 bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
-  // What TakeInline() left: an empty chain without a kept buffer gets one
-  // fresh buffer; else Append() fills the tail's room (or a kept buffer of
-  // another pool) and the fresh buffers the rest needs.
+  // What TakeInline() left: a short partial without room of its own is
+  // packed; else Append() fills the tail's room and the fresh buffer the
+  // rest needs.
   std::byte* src = lent_[id].data;
-  if (out.count_ == 0 && !out.keeps_room() && out.pool_ != nullptr &&
-      len <= out.pool_->buffer_size()) {
-    Buffer b = out.pool_->TryAcquire();
-    if (!b) return false;  // a dry pool: link instead
-    std::memcpy(b.data(), src, len);
-    out.AppendFilled(std::move(b), len);  // inline room: cannot throw
-    Relend(id, src);
-    ++copied_;
-    return true;
+  if (out.tail_room() != 0 || !Pack(src, len, out)) {
+    // Room for one more slice first, so a throw leaves everything as it
+    // was; Append() itself is all or nothing (a dry pool, no pool: link
+    // instead).
+    out.Reserve(out.slice_count() + 1);
+    if (!out.Append(absl::MakeConstSpan(src, len)).ok()) return false;
   }
-  // Room for one more slice first, so a throw leaves everything as it was;
-  // Append() itself is all or nothing (a dry pool, no pool: link instead).
-  out.Reserve(out.slice_count() + 1);
-  if (!out.Append(absl::MakeConstSpan(src, len)).ok()) return false;
   Relend(id, src);
   ++copied_;
+  return true;
+}
+
+bool ProvidedBufferRing::Pack(const std::byte* src, size_t len,
+                              BufferChain& out) {
+  // Only a short partial message is packed, and only into one pack buffer:
+  // a chain that grows past copy_below, or whose pack buffer the ring has
+  // left, fills buffers of its own. So a chain's packed bytes stay under
+  // copy_below in one shared buffer, and a trickle of many connections
+  // does not leave each one pinning the pack buffers of all.
+  if (out.size() + len >= copy_below_) return false;
+  if (!out.empty()) {
+    const SharedBuffer& tail = out.slice(out.slice_count() - 1);
+    if (!pack_ || tail.pool() != pool_ || tail.slot() != pack_.slot()) {
+      return false;
+    }
+  }
+  out.Reserve(out.slice_count() + 1);  // the only step that can throw
+  // Every slice of the pack buffer gone (the ring's reference is the only
+  // one, which no one else can copy): fill it again from its start, warm.
+  if (pack_ && pack_.use_count() == 1) pack_used_ = 0;
+  if (!pack_ || buffer_size_ - pack_used_ < len) {
+    Buffer fresh = pool_->TryAcquire();
+    if (!fresh) return false;
+    pack_ = SharedBuffer(std::move(fresh));  // the old one goes with its
+    pack_used_ = 0;                          // last slice
+  }
+  std::byte* const dst = pack_.mutable_data() + pack_used_;
+  std::memcpy(dst, src, len);
+  // Bytes past pack_used_ belong to no slice: out's tail may grow over
+  // them when it ends where they start (its own earlier pack bytes).
+  if (!out.ExtendTailAt(dst, len)) out.Append(pack_.Slice(pack_used_, len));
+  pack_used_ += len;
   return true;
 }
 
@@ -434,10 +459,8 @@ absl::Status ProvidedBufferRing::TakeWithoutBuffer(int res) {
                    " bytes carries no buffer (not a buffer-select receive)"));
 }
 
-// Every completion that TakeInline() did not take, among them two that
-// involve a chain's kept buffer: one of another pool (copied into, never
-// swapped into the ring) and an incremental ring's completion copied into
-// an emptied chain (Append() fills the kept buffer).
+// Every completion that TakeInline() did not take: among them small ones
+// into a chain without room (packed), and incremental rings' completions.
 absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
                                           BufferChain& out) {
   const int res = cqe.res;
@@ -608,6 +631,9 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
     // linked as a slice of the buffer.
     if (start != 0 && out.ExtendTailAt(data, len)) {
       // joined
+    } else if (copy_below_ != 0 && out.tail_room() == 0 &&
+               Pack(data, len, out)) {
+      ++copied_;
     } else if (copy_below_ != 0 &&
                (len < inc_copy_below || out.tail_room() != 0) &&
                out.Append(absl::MakeConstSpan(data, len)).ok()) {

@@ -18,11 +18,8 @@
 //   * for every slot referenced, use_count() equals the references the
 //     fuzzer holds, and each pool's in_use equals the slots referenced;
 //   * a failed Append leaves the chain as it was;
-//   * keeps_room() is what the model predicts: a chain consumed to empty
-//     keeps its last buffer exactly when that buffer is of the chain's pool
-//     and no other reference to it is left; Append(bytes) fills that buffer
-//     first, and linking, Clear() and move-assignment give it back (the pool's
-//     in_use checks each hand-back).
+//   * a chain consumed to empty keeps no buffer (keeps_room() is false and
+//     the pool's in_use counts only the slots slices reference).
 #include <fuzzer/FuzzedDataProvider.h>
 #include <sys/uio.h>
 
@@ -355,24 +352,9 @@ class Session {
     }
   }
 
-  // What keeps_room() is after c.Consume(n): unchanged for an empty chain;
-  // false while bytes are left; else the last slice's buffer is kept when
-  // it is of c.pool() and every reference to it is one of c's slices (the
-  // others are dropped first, so the last one is then the only one).
-  Kept PredictConsume(const BufferChain& c, size_t n, size_t i) const {
-    if (c.empty()) return kept_[i];
-    if (n < c.size()) return {};
-    const SharedBuffer& last = c.slice(c.slice_count() - 1);
-    uint32_t mine = 0;
-    for (size_t k = 0; k < c.slice_count(); ++k) {
-      mine +=
-          c.slice(k).pool() == last.pool() && c.slice(k).slot() == last.slot();
-    }
-    return {.on = last.pool() == c.pool() && last.use_count() == mine,
-            .known = true,
-            .pool = last.pool(),
-            .slot = last.slot()};
-  }
+  // What keeps_room() is after c.Consume(n): false, always (an emptied
+  // chain keeps no buffer since 0.4); the model checks that it pins none.
+  Kept PredictConsume(const BufferChain&, size_t, size_t) const { return {}; }
 
   // Bytes were appended to chain i: a kept buffer is filled first, so it
   // becomes the first slice.
