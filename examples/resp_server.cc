@@ -9,6 +9,8 @@
 // Receives that run out of buffers are parked; while the ring cannot lend
 // enough the loop asks the pool for a notice (BufferPool::NotifyWhenFree on
 // an eventfd read in the same ring), so a free buffer wakes it at once.
+// SIGUSR1 prints the pool's counters on stdout (bench/run_resp_bench reads
+// them): "stats: in_use=N cached=N high_water=N buffer_size=N conns=N".
 //
 //   resp_server [PORT [SECONDS]]  # PORT: 6379, 0 picks one; SECONDS 0: forever
 #include <arpa/inet.h>
@@ -63,6 +65,7 @@ int notify_fd = -1;              // an eventfd the pool writes to when asked
 uint64_t notice = 0;             // what its read reads
 bool notify_armed = false;  // a NotifyWhenFree request and its read pending
 volatile sig_atomic_t time_is_up = 0;
+volatile sig_atomic_t stats_wanted = 0;  // SIGUSR1: print the pool's Stats()
 io_uring_sqe* Sqe(Conn* c, uint64_t op) {  // its completion: (c, op)
   io_uring_sqe* sqe;
   while ((sqe = io_uring_get_sqe(&ring)) == nullptr) io_uring_submit(&ring);
@@ -273,6 +276,9 @@ void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping,
 int main(int argc, char** argv) {
   const int port = argc > 1 ? std::atoi(argv[1]) : 6379;
   const int seconds = argc > 2 ? std::atoi(argv[2]) : 0;
+  // Only a flag here; the loop prints (the 100 ms tick wakes it). Set before
+  // "listening on" is printed, so whoever reads that may signal at once.
+  signal(SIGUSR1, [](int) { stats_wanted = 1; });
   auto created_pool = bufpool::BufferPool::Create({.buffer_count = 16384});
   if (!created_pool.ok()) return Fail(created_pool.status());
   pool = created_pool->get();
@@ -298,6 +304,15 @@ int main(int argc, char** argv) {
       stopping = true;
       close(lfd);
       for (Conn* c : live) shutdown(c->fd, SHUT_RDWR);
+    }
+    if (stats_wanted) {
+      stats_wanted = 0;
+      const bufpool::PoolStats st = pool->Stats();
+      std::printf("stats: in_use=%zu cached=%zu high_water=%zu "
+                  "buffer_size=%zu conns=%zu\n",
+                  st.in_use, st.cached, st.high_water, pool->buffer_size(),
+                  live.size());
+      std::fflush(stdout);
     }
     bufs->Refill();
     if (!parked.empty() && (stopping || bufs->ShouldRearm())) {

@@ -2,8 +2,9 @@
 // (Debian's redis-tools) and with raw sockets: the commands' replies, a
 // 1 MiB value, inline and multi-bulk requests pipelined together, malformed
 // input, and a client that sends half a command in small pieces and stalls
-// (it must hold about its bytes, not a buffer per piece). Each test ends the
-// server and checks that every buffer went back to its pool.
+// (it must hold about its bytes, not a buffer per piece), and the pool's
+// counters it prints on SIGUSR1 (bench/run_resp_bench reads them). Each test
+// ends the server and checks that every buffer went back to its pool.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -91,6 +92,27 @@ class RespServerTest : public ::testing::Test {
       got.append(buf, static_cast<size_t>(n));
     }
     return got;
+  }
+
+  struct Stats {
+    size_t in_use = 0, cached = 0, high_water = 0, buffer_size = 0, conns = 0;
+  };
+  // SIGUSR1, then the "stats:" line the server prints for it (lines before
+  // it are skipped; a server that never prints fails by the test's timeout).
+  Stats SignalForStats() {
+    kill(pid_, SIGUSR1);
+    char line[256];
+    Stats s;
+    while (fgets(line, sizeof(line), out_) != nullptr) {
+      if (sscanf(line,
+                 "stats: in_use=%zu cached=%zu high_water=%zu buffer_size=%zu "
+                 "conns=%zu",
+                 &s.in_use, &s.cached, &s.high_water, &s.buffer_size,
+                 &s.conns) == 5)
+        return s;
+    }
+    ADD_FAILURE() << "the server's output ended before a stats line";
+    return s;
   }
 
   pid_t pid_ = -1;
@@ -188,6 +210,26 @@ TEST_F(RespServerTest, AStalledHalfCommandHoldsAboutItsBytes) {
       << last;
   EXPECT_LE(held, 4u) << last;
   close(fd);
+}
+
+TEST_F(RespServerTest, PrintsThePoolsStatsOnSigusr1) {
+  const Stats before = SignalForStats();
+  EXPECT_EQ(before.conns, 0u);
+  EXPECT_GT(before.buffer_size, 0u);
+  EXPECT_GE(before.high_water, before.in_use);
+  int fds[3];
+  for (int& fd : fds) {
+    fd = Connect();
+    send(fd, "PING\r\n", 6, 0);
+    EXPECT_EQ(ReadN(fd, 7), "+PONG\r\n");
+  }
+  const Stats idle = SignalForStats();  // three idle connections
+  EXPECT_EQ(idle.conns, 3u);
+  EXPECT_EQ(idle.buffer_size, before.buffer_size);
+  EXPECT_LE(idle.in_use, before.in_use + 3) << "more than a buffer each";
+  EXPECT_GE(idle.high_water, idle.in_use);
+  for (int fd : fds) close(fd);
+  Stop();  // the stats lines come before "done: 0 buffers in use"
 }
 
 }  // namespace
