@@ -65,7 +65,7 @@ int notify_fd = -1;              // an eventfd the pool writes to when asked
 uint64_t notice = 0;             // what its read reads
 bool notify_armed = false;  // a NotifyWhenFree request and its read pending
 volatile sig_atomic_t time_is_up = 0;
-volatile sig_atomic_t stats_wanted = 0;  // SIGUSR1: print the pool's Stats()
+volatile sig_atomic_t stats_wanted = 0;    // SIGUSR1: print the pool's Stats()
 io_uring_sqe* Sqe(Conn* c, uint64_t op) {  // its completion: (c, op)
   io_uring_sqe* sqe;
   while ((sqe = io_uring_get_sqe(&ring)) == nullptr) io_uring_submit(&ring);
@@ -260,9 +260,7 @@ void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping,
     }
     case kSend: {
       if (!c->send.OnCompletion(cqe)) return;
-      BufferChain rest = c->send.TakeUnsent();  // resumed, then the rest
-      rest.Append(std::move(c->out));
-      c->out = std::move(rest);
+      c->send.ReturnUnsentTo(c->out);  // resumed, then the rest
       if (c->send.result() < 0) c->done = true, c->out.Clear();
       Send(c);
       break;
@@ -308,10 +306,11 @@ int main(int argc, char** argv) {
     if (stats_wanted) {
       stats_wanted = 0;
       const bufpool::PoolStats st = pool->Stats();
-      std::printf("stats: in_use=%zu cached=%zu high_water=%zu "
-                  "buffer_size=%zu conns=%zu\n",
-                  st.in_use, st.cached, st.high_water, pool->buffer_size(),
-                  live.size());
+      std::printf(
+          "stats: in_use=%zu cached=%zu high_water=%zu "
+          "buffer_size=%zu conns=%zu\n",
+          st.in_use, st.cached, st.high_water, pool->buffer_size(),
+          live.size());
       std::fflush(stdout);
     }
     bufs->Refill();

@@ -5,7 +5,7 @@
 // lend enough again; while the pool itself is dry the loop sleeps on the
 // pool's notice (BufferPool::NotifyWhenFree on an eventfd read in the same
 // ring), which comes whichever thread frees a buffer. Short sends are
-// resumed from TakeUnsent().
+// resumed by ReturnUnsentTo().
 //
 //   uring_echo [PORT [SECONDS [BUFFERS]]]
 //     PORT 0 picks one; SECONDS 0: forever; BUFFERS: the pool (4096 of 4 KiB)
@@ -251,9 +251,7 @@ void Server::OnSend(Conn* c, const io_uring_cqe&) {
     return;
   }
   // Resume a short send, then what arrived meanwhile.
-  bufpool::BufferChain rest = c->send.TakeUnsent();
-  rest.Append(std::move(c->out));
-  c->out = std::move(rest);
+  c->send.ReturnUnsentTo(c->out);
   Send(c);
 }
 

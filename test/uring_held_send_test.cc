@@ -136,6 +136,33 @@ TEST(HeldSendTest, UnsentChainIsOfTheSentChainsPool) {
   EXPECT_EQ(f.pool->Stats().in_use, 0u);
 }
 
+// ReturnUnsentTo() puts what a send did not take back in front of the
+// queue, before what was queued meanwhile, and leaves the queue alone when
+// everything was sent.
+TEST(HeldSendTest, ReturnUnsentToPutsTheRestInFrontOfTheQueue) {
+  Fixture f;
+  ASSERT_TRUE(f.ok());
+  HeldSend send;
+  BufferChain queue = f.MakeChain("tail");
+  send.Prepare(io_uring_get_sqe(&f.ring), /*fd=*/-1, f.MakeChain("head"));
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  ASSERT_TRUE(send.OnCompletion(f.Next()));
+  ASSERT_EQ(send.result(), -EBADF);  // nothing sent: all of it comes back
+  send.ReturnUnsentTo(queue);
+  EXPECT_EQ(testing_util::Contents(queue), "headtail");
+  EXPECT_TRUE(send.TakeUnsent().empty());
+  send.Prepare(io_uring_get_sqe(&f.ring), f.server, std::move(queue));
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  ASSERT_TRUE(send.OnCompletion(f.Next()));
+  ASSERT_EQ(send.result(), 8);
+  BufferChain next = f.MakeChain("next");
+  send.ReturnUnsentTo(next);  // all sent: unchanged
+  EXPECT_EQ(testing_util::Contents(next), "next");
+  EXPECT_EQ(f.ReadExactly(8), "headtail");
+  next.Clear();
+  EXPECT_EQ(f.pool->Stats().in_use, 0u);
+}
+
 TEST(HeldSendTest, ZeroCopySendHoldsItsBuffersUntilTheNotification) {
   Fixture f;
   ASSERT_TRUE(f.ok());

@@ -430,10 +430,9 @@ void UringEchoServer::OnSend(Conn* conn, const io_uring_cqe& cqe) {
   if (!conn->send.OnCompletion(cqe)) return;  // a notification is to come
   --conn->ops;
   const int res = conn->send.result();
-  BufferChain rest = conn->send.TakeUnsent();
   conn->sending_buffers = 0;
   if (res < 0) {
-    rest.Clear();
+    conn->send.TakeUnsent().Clear();
     SyncHolding(conn);
     BeginClose(conn);  // EPIPE/ECONNRESET: the peer is gone
     MaybeFinish(conn);
@@ -442,10 +441,7 @@ void UringEchoServer::OnSend(Conn* conn, const io_uring_cqe& cqe) {
   conn->unsent -= static_cast<size_t>(res);
   Counters::Add(counters_->bytes_sent, static_cast<uint64_t>(res));
   // What was not sent goes first, then what arrived meanwhile.
-  if (!rest.empty()) {
-    rest.Append(std::move(conn->queue));
-    conn->queue = std::move(rest);
-  }
+  conn->send.ReturnUnsentTo(conn->queue);
   SyncHolding(conn);
   if (conn->over_limit && conn->unsent <= options_.max_unsent_bytes / 2) {
     conn->over_limit = false;

@@ -662,7 +662,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
 //   ... for every completion with that user_data:
 //   conn->send.OnCompletion(*cqe);
 //   if (conn->send.has_result()) ... result(): bytes sent or -errno;
-//       TakeUnsent() gives back what was not sent
+//       ReturnUnsentTo(queue) puts what was not sent back in front
 //   if (conn->send.done()) ... the held bytes are released; Prepare again
 //
 // A connection's receive and send complete on the same ring, so give them
@@ -722,6 +722,14 @@ class BUFPOOL_EXPORT HeldSend {
   // the next send, as a chain of the sent chain's pool; the sent ones stay
   // held until done().
   BufferChain TakeUnsent();
+  // Puts the bytes the finished send did not take (see TakeUnsent()) back
+  // in front of `queue`, before what the caller queued meanwhile: a short
+  // send resumed in one call. No call at all when everything was sent.
+  // Throws std::bad_alloc, nothing changed, when `queue` must grow its
+  // slice ring and cannot.
+  void ReturnUnsentTo(BufferChain& queue) {
+    if (!unsent_.empty()) PrependUnsent(queue);
+  }
   // Bytes the prepared send asked for: every slice it covers (all of the
   // chain's, up to kMaxIovecs slices).
   size_t requested() const { return requested_; }
@@ -732,6 +740,8 @@ class BUFPOOL_EXPORT HeldSend {
   bool zero_copy() const { return zero_copy_; }
 
  private:
+  void PrependUnsent(BufferChain& queue);
+
   enum class State { kIdle, kSent, kResult, kDone };
   State state_ = State::kIdle;
   bool zero_copy_ = false;

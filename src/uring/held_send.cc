@@ -109,4 +109,12 @@ bool HeldSend::OnCompletion(const io_uring_cqe& cqe) {
 
 BufferChain HeldSend::TakeUnsent() { return std::move(unsent_); }
 
+void HeldSend::PrependUnsent(BufferChain& queue) {
+  // The rest first, then the queue's bytes; both chains' slice rings are
+  // kept (move assignment swaps grown rings), so a connection that resumes
+  // sends allocates only while growing.
+  unsent_.Append(std::move(queue));  // all or nothing
+  queue = std::move(unsent_);
+}
+
 }  // namespace bufpool
