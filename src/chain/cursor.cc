@@ -101,10 +101,22 @@ std::optional<size_t> ChainCursor::Find(absl::string_view needle,
   if (needle.empty()) return 0;
   limit = std::min(limit, remaining());
   if (needle.size() > limit) return std::nullopt;
+  // Within the current slice: one memmem. A match found there is the
+  // first; none there means none starts before its last needle.size() - 1
+  // bytes, and the search goes on from those, across the boundary.
+  size_t at = 0;
+  const size_t here = std::min(limit, static_cast<size_t>(end_ - p_));
+  if (here >= needle.size()) {
+    if (const void* hit = memmem(p_, here, needle.data(), needle.size())) {
+      return static_cast<size_t>(static_cast<const std::byte*>(hit) - p_);
+    }
+    if (here == limit) return std::nullopt;
+    at = here - needle.size() + 1;
+  }
   // Candidates: each place the first byte occurs, leaving room for the rest.
   const size_t last_start = limit - needle.size();
   ChainCursor c = *this;
-  size_t at = 0;
+  c.Skip(at);
   for (;;) {
     std::optional<size_t> hit =
         c.Find(static_cast<std::byte>(needle[0]), last_start - at + 1);
