@@ -1,6 +1,8 @@
 #include "os/thread.h"
 
 #include <linux/membarrier.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,6 +16,17 @@
 namespace bufpool::os {
 
 int CurrentThreadId() { return static_cast<int>(::gettid()); }
+
+ScopedBlockSignals::ScopedBlockSignals() {
+  sigset_t all;
+  ::sigfillset(&all);
+  // Fails only for a bad `how` or a bad address: neither can happen here.
+  ::pthread_sigmask(SIG_BLOCK, &all, &saved_);
+}
+
+ScopedBlockSignals::~ScopedBlockSignals() {
+  ::pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+}
 
 namespace {
 

@@ -256,6 +256,11 @@ struct PoolAccess {
   // a test can commit there as a section that read the count before the
   // stop would.
   static inline void (*after_stop_for_test)(uint32_t cache) = nullptr;
+  // Test seams (nullptr outside tests): called by a sleeping Acquire() just
+  // before and just after it adds itself to the waiter count (drain.cc,
+  // CountedWait), where a signal handler that forks may run.
+  static inline void (*before_count_for_test)(BufferPool& pool) = nullptr;
+  static inline void (*after_count_for_test)(BufferPool& pool) = nullptr;
   // With c.mu held: pops one free slot, refilling from the depot when c is
   // empty; kNoSlot when both are empty. *reshelved: see Depot::Pop.
   static uint32_t PopLocked(BufferPool& p, CpuCache& c, uint32_t* reshelved);
