@@ -13,9 +13,13 @@
 #include <cstring>
 #include <mutex>
 
+#include "os/syscalls.h"
+
 namespace bufpool::os {
 
 int CurrentThreadId() { return static_cast<int>(::gettid()); }
+
+int CurrentCpu() { return Sys().sched_getcpu(); }
 
 ScopedBlockSignals::ScopedBlockSignals() {
   sigset_t all;
@@ -31,7 +35,7 @@ ScopedBlockSignals::~ScopedBlockSignals() {
 namespace {
 
 long Membarrier(int cmd, unsigned flags = 0, int cpu = 0) {
-  return ::syscall(SYS_membarrier, cmd, flags, cpu);
+  return Sys().membarrier(cmd, flags, cpu);
 }
 
 // Older <linux/membarrier.h> lack these (Linux 5.10).

@@ -14,6 +14,11 @@ namespace bufpool::os {
 // The calling thread's kernel id (gettid).
 int CurrentThreadId();
 
+// The CPU this thread runs on, or ran on a moment ago (sched_getcpu: no
+// system call where glibc reads it from the rseq area or the vDSO); -1 on
+// failure.
+int CurrentCpu();
+
 // Makes every store this thread did before the call visible to every other
 // thread of the process before that thread executes any further user code,
 // as if each had executed a full fence (membarrier(2),

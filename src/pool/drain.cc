@@ -69,6 +69,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bufpool/internal/rseq.h"
+#include "os/syscalls.h"
 #include "os/thread.h"
 #include "pool/pool_internal.h"
 
@@ -150,7 +151,7 @@ void WriteEvent(int fd) {
   const uint64_t one = 1;
   ssize_t n;
   do {
-    n = ::write(fd, &one, sizeof(one));
+    n = os::Sys().write(fd, &one, sizeof(one));
   } while (n < 0 && errno == EINTR);
   // Any other error is ignored: EAGAIN means the counter is full, which is
   // readable already; EBADF is the caller's closed fd.

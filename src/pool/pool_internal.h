@@ -29,6 +29,7 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "arena/arena.h"
 #include "bufpool/buffer_pool.h"
 #include "pool/depot.h"
@@ -194,6 +195,10 @@ struct PoolAccess {
   // on a moment ago: a migration only costs locality, the lock makes any
   // cache safe.
   static CpuCache& ThisCpu(BufferPool& p);
+  // Makes s's caches for Create(): the CpuCache array, and the rseq area
+  // (mapped; its failure is the Status) or the locked caches' slots. Throws
+  // std::bad_alloc where `new` does (Create() catches it).
+  static absl::Status InitCaches(SharedState& s, uint32_t cache_capacity);
   static uint32_t CpuCount();
   // The rseq area field that indexes the rseq caches in this process
   // (internal::rseq::kMmCidField or kCpuIdField), or 0 where they are off;
