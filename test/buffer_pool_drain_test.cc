@@ -894,7 +894,10 @@ TEST(WaitersTest, ARemovalWithoutItsAdditionLeavesTheCachesBounded) {
 // back. The child's count must be "no one waits" afterwards: a waiter
 // counted for ever sends every later release in the child to the shared
 // store under the wait lock, and the caches go unused. (The seams stand for
-// the handler: they run at the two points a handler could.)
+// the handler: they run at the two points a handler could. buffer_pool.h
+// forbids a fork from a handler that may interrupt a pool call, since one
+// that interrupts a call holding a lock deadlocks; where Acquire() holds
+// none, as here, the count must still come out right.)
 class ForkedWaiterTest : public testing::TestWithParam<bool> {};
 
 pid_t g_forked_child = -1;

@@ -45,9 +45,19 @@
 //     total (Stats().cached), whatever the number of threads.
 //   * fork(): the child can use every pool; each buffer that no thread held
 //     at the fork is free in the child. A bulk call on another thread is
-//     all before or all after the fork (fork() waits for it to finish), so
-//     do not fork() from a signal handler that interrupted a bulk call, nor
-//     make bulk calls from a pthread_atfork handler.
+//     all before or all after the fork (fork() waits for it to finish).
+//     Do not call fork() from a signal handler that may have interrupted a
+//     call into any pool, in any mode, nor make pool calls from a
+//     pthread_atfork handler: fork()'s prepare handler takes every pool's
+//     locks (the bulk calls' gate, the wait lock, every cache's lock), and
+//     the interrupted call may hold one of them (a bulk call, a sleeping
+//     Acquire(), NotifyWhenFree(), FlushCaches(), and with the locked caches
+//     any acquire or release that reaches its cache; with rseq a refill,
+//     spill or drain), so fork() would wait for it for ever. (glibc's own
+//     fork() resets malloc's locks in the child instead of waiting; a pool
+//     cannot, because the interrupted call's cache would be half moved.) A
+//     handler that forks is fine while no pool call is in flight on its
+//     thread, e.g. when the signal is blocked around the pool calls.
 //   * FlushCaches() moves every CPU's cached buffers to the shared store.
 //   cache_capacity() is min(cache_size, capacity() / 8); set cache_size = 0
 //   to turn the caches off. per_cpu_mode() says how the caches are guarded:

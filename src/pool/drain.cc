@@ -83,7 +83,10 @@ constinit PoolAccess::SharedState* g_pools = nullptr;
 
 // The Acquire() calls of this thread, innermost first (a signal handler may
 // call Acquire() inside another). A fork() child has only the thread that
-// forked, whose calls may be among these (a handler that forks): ForkChild
+// forked, whose calls may be among these (a handler that forks where
+// Acquire() holds no lock: buffer_pool.h forbids forking from a handler
+// that may interrupt a pool call, since where it holds a lock the fork
+// deadlocks, but where it holds none the count stays right): ForkChild
 // counts again those whose addition to the waiter count is done and whose
 // removal is not, so that each removal in the child finds its addition and
 // no addition is counted twice. The addition (or removal) and the flag
