@@ -28,15 +28,21 @@
 // (like std::unique_ptr): hand it over with std::move through your own
 // synchronisation. A thread may use any number of pools, in any order. Do
 // not call into a pool from a signal handler that may interrupt a call into
-// the same pool (the calls are not async-signal-safe); a handler that
-// interrupts a pool call and then sleeps or blocks is fine.
+// the same pool (the calls are not async-signal-safe). A handler that
+// interrupts a pool call and then sleeps or blocks loses no buffer and
+// hands none out twice, but while it sleeps the call keeps what it holds:
+// a cache's lock (locked caches, a refill or spill), or, during a drain of
+// every cache (FlushCaches(), a sleeping Acquire()'s scan, mm_cid), the
+// caches it stopped, so threads that need those caches wait for it.
 //
 // Per-CPU caches. Each pool keeps up to `cache_capacity()` free buffers per
 // CPU in a small cache, so the common acquire/release touches memory of the
 // CPU it runs on only. What a caller can observe:
 //   * TryAcquire() returns an empty handle only when no buffer was free
-//     anywhere during the call: before it gives up it takes buffers from
-//     every CPU's cache. An exhausted pool answers without taking a lock.
+//     anywhere when the call began: every release that happened before the
+//     call is seen (one concurrent with it may be ordered after it; see
+//     src/pool/drain.cc). Before it gives up it takes buffers from every
+//     CPU's cache. An exhausted pool answers without taking a lock.
 //   * Acquire(timeout) sleeps only while every buffer is in use, and a
 //     release on any thread wakes it. Nothing the threads that released
 //     buffers do afterwards (run, block, sleep, stop, exit) can keep a free

@@ -10,12 +10,14 @@
 // whatever the number of threads: a thread owns nothing, and its exit leaves
 // nothing behind.
 //
-// Why the locks suffice. Every read or write of a cache's slots, spare and
-// counts (but the relaxed reads below) happens with its `mu` held: by the
-// thread that runs on that CPU, by one that ran there a moment ago and
-// migrated (sched_getcpu()'s answer may be stale by the time the lock is
-// taken; that costs locality only), or by a drainer on another CPU. So a
-// cache is a plain sequential stack guarded by a mutex, and:
+// Why the locks suffice (the locked caches, used where rseq is off; the
+// rseq caches' argument, the sequences and the stop/fence drain, is in
+// bufpool/internal/rseq.h, their slow paths in rseq.cc). Every read or write of
+// a cache's slots, spare and counts (but the relaxed reads below) happens with
+// its `mu` held: by the thread that runs on that CPU, by one that ran there a
+// moment ago and migrated (sched_getcpu()'s answer may be stale by the time the
+// lock is taken; that costs locality only), or by a drainer on another CPU. So
+// a cache is a plain sequential stack guarded by a mutex, and:
 //   * No slot is handed out twice: a slot leaves a cache only by a pop under
 //     its lock, and leaves the depot only by a successful CAS (depot.h).
 //     Whatever the holder of a lock does while it holds it (preempted,
@@ -27,7 +29,9 @@
 //     state can keep its contents out of reach. A holder that never returns
 //     (a thread stopped for good inside a call) holds one CPU's cache only
 //     for as long as it holds the lock, which a call does for a few hundred
-//     instructions.
+//     instructions. That is true of the locked caches; in rseq mode with
+//     mm_cid, RseqDrainAll holds every cache it stopped across its fence,
+//     so a drainer stopped there holds those (issue 43, item 2, open).
 //   * The relaxed reads of `count` without the lock (Stats(), and the
 //     exhausted-pool check in drain.cc) are statistics or hints: a drain
 //     that matters to a sleeper locks every cache (drain.cc, "Sleeping").

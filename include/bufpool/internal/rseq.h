@@ -78,6 +78,13 @@
 // each cache's own because each would have reached every CPU; the argument
 // per cache is unchanged, since each cache's OR precedes the fence.
 //
+// Why the stop bit lives in the count word and a drain retries, instead of
+// tcmalloc's separate lock field: a section's one load of the count then
+// tests room, emptiness and the stop together (one compare), so the hit
+// reads nothing a drain adds; the price is the retry when a section that
+// read the count before the OR commits after it, which needs a section to
+// straddle the OR and costs one more fence.
+//
 // Waiters. A push also fails while anyone waits (the release limit, read
 // inside the section, is negative: kOneWaiter below), so the slow path
 // sends the slot to the depot with a wake. A waiter lowers the limit by
