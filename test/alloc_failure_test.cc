@@ -29,8 +29,15 @@ namespace {
 thread_local bool g_fail_allocations = false;
 thread_local size_t g_allocations = 0;
 
+// When >= 0: the allocations on this thread that succeed before exactly one
+// fails (the next one), after which they succeed again.
+thread_local long g_fail_one_after = -1;
+
 void* AllocateOrThrow(size_t n) {
   if (g_fail_allocations) throw std::bad_alloc();
+  if (g_fail_one_after >= 0 && g_fail_one_after-- == 0) {
+    throw std::bad_alloc();
+  }
   ++g_allocations;
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
@@ -92,6 +99,37 @@ BufferChain Letters(BufferPool& pool, uint32_t n) {
     c.Append(std::move(b), 1);
   }
   return c;
+}
+
+// Create() answers every failure with a Status: whichever one allocation
+// fails (state bytes, the shared store, the caches, the list of slots), it
+// returns ResourceExhausted and throws nothing; once every allocation it
+// makes succeeds, it makes a pool.
+TEST(BufferPoolTest, CreateReturnsResourceExhaustedWhicheverAllocationFails) {
+  bool made = false;
+  for (long k = 0; k < 10000 && !made; ++k) {
+    absl::StatusOr<std::unique_ptr<BufferPool>> pool =
+        absl::InternalError("not called");
+    bool threw = false;
+    g_fail_one_after = k;
+    try {
+      pool = BufferPool::Create({.buffer_count = 256,
+                                 .huge_pages = HugePages::kNever,
+                                 .populate = false});
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool failed_one = g_fail_one_after < 0;
+    g_fail_one_after = -1;
+    ASSERT_FALSE(threw) << "allocation " << k;
+    if (pool.ok()) {
+      made = !failed_one;  // the allocation to fail came after Create()
+      continue;
+    }
+    EXPECT_EQ(pool.status().code(), absl::StatusCode::kResourceExhausted)
+        << "allocation " << k << ": " << pool.status();
+  }
+  EXPECT_TRUE(made);
 }
 
 TEST(BufferChainTest, ReserveMakesLinkingAllocationFree) {

@@ -887,6 +887,63 @@ TEST(WaitersTest, ARemovalWithoutItsAdditionLeavesTheCachesBounded) {
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
+// A fork() at the wrong moment: a signal handler that forks while Acquire()
+// is about to count itself as a waiter, or has just done so. The child's
+// fork handler counts the calls of the forking thread that are counted;
+// each of them then leaves Acquire() in the child and takes its addition
+// back. The child's count must be "no one waits" afterwards: a waiter
+// counted for ever sends every later release in the child to the shared
+// store under the wait lock, and the caches go unused. (The seams stand for
+// the handler: they run at the two points a handler could. buffer_pool.h
+// forbids a fork from a handler that may interrupt a pool call, since one
+// that interrupts a call holding a lock deadlocks; where Acquire() holds
+// none, as here, the count must still come out right.)
+class ForkedWaiterTest : public testing::TestWithParam<bool> {};
+
+pid_t g_forked_child = -1;
+void ForkOnce(BufferPool&) {
+  if (g_forked_child == -1) g_forked_child = ::fork();
+}
+
+TEST_P(ForkedWaiterTest, TheChildCountsNoWaiterOnceAcquireReturns) {
+  auto pool = MakePool({.buffer_count = 64, .cache_size = 4});
+  std::vector<Buffer> all(64);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 64u);
+  g_forked_child = -1;
+  (GetParam() ? PoolAccess::after_count_for_test
+              : PoolAccess::before_count_for_test) = ForkOnce;
+  const absl::StatusOr<Buffer> none = pool->Acquire(absl::Milliseconds(20));
+  PoolAccess::before_count_for_test = nullptr;
+  PoolAccess::after_count_for_test = nullptr;
+  if (g_forked_child == 0) {
+    // The child: nothing waits, and a release fills this CPU's cache.
+    int bad = none.ok() ? 1 : 0;
+    bad |= PoolAccess::ReleaseLimit(*pool) !=
+                   static_cast<int64_t>(pool->cache_capacity())
+               ? 2
+               : 0;
+    all[0].Reset();
+    bad |= pool->Stats().cached != 1 ? 4 : 0;
+    ::_exit(bad);
+  }
+  ASSERT_GT(g_forked_child, 0) << "fork: " << std::strerror(errno);
+  EXPECT_FALSE(none.ok());
+  int status = 0;
+  ASSERT_EQ(::waitpid(g_forked_child, &status, 0), g_forked_child);
+  ASSERT_TRUE(WIFEXITED(status)) << "signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: Acquire() got a buffer, 2: a waiter is still counted, 4: a "
+         "release did not reach the cache";
+  EXPECT_EQ(PoolAccess::ReleaseLimit(*pool),
+            static_cast<int64_t>(pool->cache_capacity()));
+}
+
+INSTANTIATE_TEST_SUITE_P(BeforeAndAfterTheCount, ForkedWaiterTest,
+                         testing::Bool(), [](const auto& info) {
+                           return info.param ? "ForkAfterCount"
+                                             : "ForkBeforeCount";
+                         });
+
 // ---- Many pools per thread -------------------------------------------------
 
 TEST(ManyPoolsTest, CreatingAndDestroying10000PoolsOnOneThreadDoesNotLeak) {

@@ -28,15 +28,21 @@
 // (like std::unique_ptr): hand it over with std::move through your own
 // synchronisation. A thread may use any number of pools, in any order. Do
 // not call into a pool from a signal handler that may interrupt a call into
-// the same pool (the calls are not async-signal-safe); a handler that
-// interrupts a pool call and then sleeps or blocks is fine.
+// the same pool (the calls are not async-signal-safe). A handler that
+// interrupts a pool call and then sleeps or blocks loses no buffer and
+// hands none out twice, but while it sleeps the call keeps what it holds:
+// a cache's lock (locked caches, a refill or spill), or, during a drain of
+// every cache (FlushCaches(), a sleeping Acquire()'s scan, mm_cid), the
+// caches it stopped, so threads that need those caches wait for it.
 //
 // Per-CPU caches. Each pool keeps up to `cache_capacity()` free buffers per
 // CPU in a small cache, so the common acquire/release touches memory of the
 // CPU it runs on only. What a caller can observe:
 //   * TryAcquire() returns an empty handle only when no buffer was free
-//     anywhere during the call: before it gives up it takes buffers from
-//     every CPU's cache. An exhausted pool answers without taking a lock.
+//     anywhere when the call began: every release that happened before the
+//     call is seen (one concurrent with it may be ordered after it; see
+//     src/pool/drain.cc). Before it gives up it takes buffers from every
+//     CPU's cache. An exhausted pool answers without taking a lock.
 //   * Acquire(timeout) sleeps only while every buffer is in use, and a
 //     release on any thread wakes it. Nothing the threads that released
 //     buffers do afterwards (run, block, sleep, stop, exit) can keep a free
@@ -45,9 +51,19 @@
 //     total (Stats().cached), whatever the number of threads.
 //   * fork(): the child can use every pool; each buffer that no thread held
 //     at the fork is free in the child. A bulk call on another thread is
-//     all before or all after the fork (fork() waits for it to finish), so
-//     do not fork() from a signal handler that interrupted a bulk call, nor
-//     make bulk calls from a pthread_atfork handler.
+//     all before or all after the fork (fork() waits for it to finish).
+//     Do not call fork() from a signal handler that may have interrupted a
+//     call into any pool, in any mode, nor make pool calls from a
+//     pthread_atfork handler: fork()'s prepare handler takes every pool's
+//     locks (the bulk calls' gate, the wait lock, every cache's lock), and
+//     the interrupted call may hold one of them (a bulk call, a sleeping
+//     Acquire(), NotifyWhenFree(), FlushCaches(), and with the locked caches
+//     any acquire or release that reaches its cache; with rseq a refill,
+//     spill or drain), so fork() would wait for it for ever. (glibc's own
+//     fork() resets malloc's locks in the child instead of waiting; a pool
+//     cannot, because the interrupted call's cache would be half moved.) A
+//     handler that forks is fine while no pool call is in flight on its
+//     thread, e.g. when the signal is blocked around the pool calls.
 //   * FlushCaches() moves every CPU's cached buffers to the shared store.
 //   cache_capacity() is min(cache_size, capacity() / 8); set cache_size = 0
 //   to turn the caches off. per_cpu_mode() says how the caches are guarded:
@@ -266,12 +282,16 @@ class BUFPOOL_EXPORT BufferPool {
 
   // in_use, cached and the counters are exact whenever no call into the
   // pool is in flight. high_water is never below the largest in_use there
-  // has been; it is exact with caches off and while one CPU's cache is in
-  // use, and otherwise may exceed the true peak by the free buffers that sat
-  // in other caches at that moment (at most cache_capacity() x CPUs). A Stats()
-  // call that overlaps acquires or releases on other threads reads a moving
-  // picture: its in_use and high_water may be off by the batch being moved
-  // (up to cache_capacity()). Takes no lock: cheap while other threads wait.
+  // has been. It is exact with caches off, and in every mode while one
+  // cache is in use (one thread, or threads taking turns on one CPU):
+  // buffers moving between a cache and the shared store are free, never
+  // in use. With several caches in use it may exceed the true peak by the
+  // free buffers the other caches held (at most cache_capacity() x (caches
+  // in use - 1)): the caches' hits write nothing shared, so no moment sees
+  // every cache at once. A Stats() call that overlaps acquires or releases
+  // on other threads reads a moving picture: its in_use and high_water may
+  // be off by the batch being moved (up to cache_capacity()). Takes no
+  // lock: cheap while other threads wait.
   PoolStats Stats() const;
 
   // The whole arena, page-aligned (2 MiB-aligned with huge pages): for

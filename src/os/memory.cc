@@ -14,13 +14,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "os/error.h"
+#include "os/syscalls.h"
 
 namespace bufpool::os {
 
 absl::StatusOr<void*> MapAnonymous(size_t len, bool hugetlb) {
   int flags = MAP_PRIVATE | MAP_ANONYMOUS;
   if (hugetlb) flags |= MAP_HUGETLB;
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, -1, 0);
+  void* p = Sys().mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, -1, 0);
   if (p == MAP_FAILED) {
     return PosixError(absl::StrCat("mmap of ", len, " bytes",
                                    hugetlb ? " with MAP_HUGETLB" : ""),
@@ -30,7 +31,7 @@ absl::StatusOr<void*> MapAnonymous(size_t len, bool hugetlb) {
 }
 
 void Unmap(void* addr, size_t len) {
-  if (munmap(addr, len) != 0) {
+  if (Sys().munmap(addr, len) != 0) {
     std::fprintf(stderr, "bufpool: munmap(%p, %zu) failed: %s\n", addr, len,
                  std::strerror(errno));
     std::abort();
@@ -38,14 +39,23 @@ void Unmap(void* addr, size_t len) {
 }
 
 absl::Status AdviseHugePages(void* addr, size_t len) {
-  if (madvise(addr, len, MADV_HUGEPAGE) != 0) {
+  if (Sys().madvise(addr, len, MADV_HUGEPAGE) != 0) {
     return PosixError("madvise(MADV_HUGEPAGE)", errno);
   }
   return absl::OkStatus();
 }
 
+absl::Status AdviseNoHugePages(void* addr, size_t len) {
+  if (Sys().madvise(addr, len, MADV_NOHUGEPAGE) != 0) {
+    return PosixError("madvise(MADV_NOHUGEPAGE)", errno);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Prefault(void* addr, size_t len) {
-  if (madvise(addr, len, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
+  if (Sys().madvise(addr, len, MADV_POPULATE_WRITE) == 0) {
+    return absl::OkStatus();
+  }
   if (errno != EINVAL) {  // EINVAL: kernel older than 5.14; touch by hand
     return PosixError(
         absl::StrCat("madvise(MADV_POPULATE_WRITE) of ", len, " bytes"), errno);
@@ -56,7 +66,7 @@ absl::Status Prefault(void* addr, size_t len) {
 }
 
 absl::Status LockMemory(void* addr, size_t len) {
-  if (mlock(addr, len) == 0) return absl::OkStatus();
+  if (Sys().mlock(addr, len) == 0) return absl::OkStatus();
   const int err = errno;
   rlimit lim{};
   std::string limit = "unknown";

@@ -1,6 +1,7 @@
-// Thin OS layer for memory: the only code that calls mmap, madvise, mlock.
-// Every function returns a Status whose message names the call, the size and
-// the system's words.
+// Thin OS layer for memory: the only code that calls mmap, munmap, madvise,
+// mlock, each through the system-call table (os/syscalls.h), so tests can
+// fail them. Every function returns a Status whose message names the call,
+// the size and the system's words.
 #ifndef BUFPOOL_SRC_OS_MEMORY_H_
 #define BUFPOOL_SRC_OS_MEMORY_H_
 
@@ -23,6 +24,10 @@ void Unmap(void* addr, size_t len);  // aborts on failure: a bug, not an error
 
 // madvise(MADV_HUGEPAGE). Fails where THP is compiled out or disabled.
 absl::Status AdviseHugePages(void* addr, size_t len);
+
+// madvise(MADV_NOHUGEPAGE): small pages only (a first write must not bring
+// in 2 MiB where THP is "always").
+absl::Status AdviseNoHugePages(void* addr, size_t len);
 
 // Faults every page of [addr, addr+len) in, writable, so that first use does
 // not pay a page fault: MADV_POPULATE_WRITE, or one write per page on kernels

@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -44,6 +46,9 @@ int RealRenameat2(int olddirfd, const char* from, int newdirfd, const char* to,
 int RealMkdir(const char* path, mode_t mode) { return ::mkdir(path, mode); }
 int RealMknod(const char* path, mode_t mode, dev_t dev) {
   return ::mknod(path, mode, dev);
+}
+long RealMembarrier(int cmd, unsigned flags, int cpu) {
+  return ::syscall(SYS_membarrier, cmd, flags, cpu);
 }
 int RealSocket(int domain, int type, int protocol) {
   return ::socket(domain, type | SOCK_CLOEXEC, protocol);
@@ -114,6 +119,12 @@ constexpr SyscallTable kReal = {
     .epoll_ctl = ::epoll_ctl,
     .epoll_wait = ::epoll_wait,
     .eventfd = ::eventfd,
+    .mmap = ::mmap,
+    .munmap = ::munmap,
+    .madvise = ::madvise,
+    .mlock = ::mlock,
+    .sched_getcpu = ::sched_getcpu,
+    .membarrier = RealMembarrier,
     .uring_create = CreateUring,
     .uring_queue_init_params = ::io_uring_queue_init_params,
     .uring_enable_rings = EnableRings,

@@ -9,9 +9,9 @@
 // Sys().uring_create, so a test reaches its registrations and completions by
 // wrapping the ring it returns.
 //
-// Memory mapping (os/memory.h) and the membarrier fences (os/thread.h) are
-// not in the table: only the core (arena, pool) makes them, directly, and no
-// test replaces them.
+// The core's calls are in the table too: memory mapping (os/memory.h
+// builds on mmap, munmap, madvise, mlock), the CPU a thread runs on, and
+// the membarrier fences (os/thread.h), so that a test can fail each of them.
 //
 // Thread safety: Sys() may be called from any thread. Installing a table with
 // ScopedSyscalls is not synchronised: do it before starting the threads that
@@ -113,6 +113,17 @@ struct SyscallTable {
   int (*epoll_ctl)(int epfd, int op, int fd, epoll_event* event);
   int (*epoll_wait)(int epfd, epoll_event* events, int max, int timeout_ms);
   int (*eventfd)(unsigned initval, int flags);
+
+  // ---- Memory, CPUs and fences (the core: arena, pool) ----
+  void* (*mmap)(void* addr, size_t len, int prot, int flags, int fd,
+                off_t offset);
+  int (*munmap)(void* addr, size_t len);
+  int (*madvise)(void* addr, size_t len, int advice);
+  int (*mlock)(const void* addr, size_t len);
+  int (*sched_getcpu)();
+  // membarrier(2): returns what the system call returns (-1 and errno on
+  // failure).
+  long (*membarrier)(int cmd, unsigned flags, int cpu);
 
   // ---- io_uring ----
   // Creates a ring (see os/uring.h); returns 0 or -errno, not -1.

@@ -1,6 +1,8 @@
 #include "os/thread.h"
 
 #include <linux/membarrier.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -11,14 +13,29 @@
 #include <cstring>
 #include <mutex>
 
+#include "os/syscalls.h"
+
 namespace bufpool::os {
 
 int CurrentThreadId() { return static_cast<int>(::gettid()); }
 
+int CurrentCpu() { return Sys().sched_getcpu(); }
+
+ScopedBlockSignals::ScopedBlockSignals() {
+  sigset_t all;
+  ::sigfillset(&all);
+  // Fails only for a bad `how` or a bad address: neither can happen here.
+  ::pthread_sigmask(SIG_BLOCK, &all, &saved_);
+}
+
+ScopedBlockSignals::~ScopedBlockSignals() {
+  ::pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+}
+
 namespace {
 
 long Membarrier(int cmd, unsigned flags = 0, int cpu = 0) {
-  return ::syscall(SYS_membarrier, cmd, flags, cpu);
+  return Sys().membarrier(cmd, flags, cpu);
 }
 
 // Older <linux/membarrier.h> lack these (Linux 5.10).

@@ -5,12 +5,19 @@
 #ifndef BUFPOOL_SRC_OS_THREAD_H_
 #define BUFPOOL_SRC_OS_THREAD_H_
 
+#include <signal.h>
+
 #include <cstdint>
 
 namespace bufpool::os {
 
 // The calling thread's kernel id (gettid).
 int CurrentThreadId();
+
+// The CPU this thread runs on, or ran on a moment ago (sched_getcpu: no
+// system call where glibc reads it from the rseq area or the vDSO); -1 on
+// failure.
+int CurrentCpu();
 
 // Makes every store this thread did before the call visible to every other
 // thread of the process before that thread executes any further user code,
@@ -33,6 +40,20 @@ bool RegisterRseqFence();
 // every CPU instead. Aborts when the kernel refuses: the pool's drains rely
 // on it.
 void RseqFence(int cpu);
+
+// Blocks every blockable signal on this thread for its scope
+// (pthread_sigmask), so that a handler cannot run between steps that must
+// look like one to it; restores the thread's mask on destruction.
+class ScopedBlockSignals {
+ public:
+  ScopedBlockSignals();
+  ~ScopedBlockSignals();
+  ScopedBlockSignals(const ScopedBlockSignals&) = delete;
+  ScopedBlockSignals& operator=(const ScopedBlockSignals&) = delete;
+
+ private:
+  sigset_t saved_;
+};
 
 // The RseqFence() calls this process has made (relaxed; for tests that
 // check how many fences a drain costs).

@@ -4,17 +4,20 @@
 //
 // Each pool keeps one CpuCache per CPU the system may run
 // (sysconf(_SC_NPROCESSORS_CONF)); a call uses the cache of the CPU that
-// sched_getcpu() names (glibc answers it from the rseq area, or the vDSO: no
-// system call). A cache holds at most cache_capacity() free slots, so what
-// all caches park is at most cache_capacity() x CPUs, whatever the number of
-// threads: a thread owns nothing, and its exit leaves nothing behind.
+// sched_getcpu() names (os::CurrentCpu(); glibc answers it from the rseq
+// area, or the vDSO: no system call). A cache holds at most cache_capacity()
+// free slots, so what all caches park is at most cache_capacity() x CPUs,
+// whatever the number of threads: a thread owns nothing, and its exit leaves
+// nothing behind.
 //
-// Why the locks suffice. Every read or write of a cache's slots, spare and
-// counts (but the relaxed reads below) happens with its `mu` held: by the
-// thread that runs on that CPU, by one that ran there a moment ago and
-// migrated (sched_getcpu()'s answer may be stale by the time the lock is
-// taken; that costs locality only), or by a drainer on another CPU. So a
-// cache is a plain sequential stack guarded by a mutex, and:
+// Why the locks suffice (the locked caches, used where rseq is off; the
+// rseq caches' argument, the sequences and the stop/fence drain, is in
+// bufpool/internal/rseq.h, their slow paths in rseq.cc). Every read or write of
+// a cache's slots, spare and counts (but the relaxed reads below) happens with
+// its `mu` held: by the thread that runs on that CPU, by one that ran there a
+// moment ago and migrated (sched_getcpu()'s answer may be stale by the time the
+// lock is taken; that costs locality only), or by a drainer on another CPU. So
+// a cache is a plain sequential stack guarded by a mutex, and:
 //   * No slot is handed out twice: a slot leaves a cache only by a pop under
 //     its lock, and leaves the depot only by a successful CAS (depot.h).
 //     Whatever the holder of a lock does while it holds it (preempted,
@@ -26,23 +29,25 @@
 //     state can keep its contents out of reach. A holder that never returns
 //     (a thread stopped for good inside a call) holds one CPU's cache only
 //     for as long as it holds the lock, which a call does for a few hundred
-//     instructions.
+//     instructions. That is true of the locked caches; in rseq mode with
+//     mm_cid, RseqDrainAll holds every cache it stopped across its fence,
+//     so a drainer stopped there holds those (issue 43, item 2, open).
 //   * The relaxed reads of `count` without the lock (Stats(), and the
 //     exhausted-pool check in drain.cc) are statistics or hints: a drain
 //     that matters to a sleeper locks every cache (drain.cc, "Sleeping").
 // Memory ordering: the mutex orders everything inside the sections; a slot
 // that moves to the depot is published by the depot's seq_cst CASes. The
 // counts are atomics only so that the lock-free reads are not data races.
-#include <sched.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <new>
 
+#include "absl/strings/str_cat.h"
 #include "bufpool/internal/rseq.h"
+#include "os/memory.h"
+#include "os/thread.h"
 #include "pool/pool_internal.h"
 
 namespace bufpool {
@@ -55,18 +60,21 @@ uint32_t PoolAccess::CpuCount() {
   return count;
 }
 
-void RseqAreaUnmap::operator()(char* p) const { ::munmap(p, bytes); }
+void RseqAreaUnmap::operator()(char* p) const { os::Unmap(p, bytes); }
 
 BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
                            uint32_t n, uint32_t cache_capacity)
     : arena(std::move(a)),
       depot(capacity, batch),
-      ncaches(cache_capacity == 0 ? 0 : n) {
-  if (ncaches == 0) return;
-  caches.reset(new CpuCache[ncaches]);
-  rseq_index = PoolAccess::RseqIndexField();
-  rseq = rseq_index != 0;
-  if (rseq) {
+      ncaches(cache_capacity == 0 ? 0 : n) {}
+
+absl::Status PoolAccess::InitCaches(SharedState& s, uint32_t cache_capacity) {
+  const uint32_t ncaches = s.ncaches;
+  if (ncaches == 0) return absl::OkStatus();
+  s.caches.reset(new CpuCache[ncaches]);
+  s.rseq_index = RseqIndexField();
+  s.rseq = s.rseq_index != 0;
+  if (s.rseq) {
     // The header's line, then the slots, per index (rseq.h); zero: empty.
     // A cache in use writes one page, or two where its slots cross a page
     // boundary. The caches start `skew` bytes into a page, and pools made one
@@ -82,23 +90,28 @@ BufferPool::Shared::Shared(Arena a, uint32_t capacity, uint32_t batch,
                   internal::rseq::kCacheStride);
     // skew < kCacheStride: one page more holds the last cache.
     const size_t bytes = internal::rseq::kCacheStride * (ncaches + 1);
-    void* area = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (area == MAP_FAILED) throw std::bad_alloc();
-    // Small pages: one write must not bring in 2 MiB (THP "always").
-    ::madvise(area, bytes, MADV_NOHUGEPAGE);
-    rseq_area = std::unique_ptr<char, RseqAreaUnmap>(static_cast<char*>(area),
-                                                     RseqAreaUnmap{bytes});
-    rseq_base = rseq_area.get() + skew;
-    return;
+    absl::StatusOr<void*> area = os::MapAnonymous(bytes, /*hugetlb=*/false);
+    if (!area.ok()) {
+      return absl::Status(
+          area.status().code(),
+          absl::StrCat("the per-CPU caches' area: ", area.status().message()));
+    }
+    s.rseq_area = std::unique_ptr<char, RseqAreaUnmap>(
+        static_cast<char*>(*area), RseqAreaUnmap{bytes});
+    // Small pages: one write must not bring in 2 MiB (THP "always"). Advice
+    // only: where it fails (THP compiled out) there are no huge pages.
+    (void)os::AdviseNoHugePages(*area, bytes);
+    s.rseq_base = s.rseq_area.get() + skew;
+    return absl::OkStatus();
   }
   // One entry more than the capacity, for the slot being released when a
   // waiter makes the whole cache go (PushLocked); rounded to a cache line.
   const size_t stride = (size_t{cache_capacity} + 1 + 15) / 16 * 16;
-  cache_slots.reset(new uint32_t[stride * ncaches]);
+  s.cache_slots.reset(new uint32_t[stride * ncaches]);
   for (uint32_t i = 0; i < ncaches; ++i) {
-    caches[i].slots = &cache_slots[stride * i];
+    s.caches[i].slots = &s.cache_slots[stride * i];
   }
+  return absl::OkStatus();
 }
 
 CpuCache& PoolAccess::ThisCpu(BufferPool& p) {
@@ -108,7 +121,7 @@ CpuCache& PoolAccess::ThisCpu(BufferPool& p) {
   // area, no system call.
   const int cpu =
       s.rseq ? static_cast<int>(internal::rseq::CurrentIndex(s.rseq_index))
-             : ::sched_getcpu();
+             : os::CurrentCpu();
   auto i = static_cast<uint32_t>(cpu < 0 ? 0 : cpu);
   if (i >= s.ncaches) i %= s.ncaches;  // CPUs numbered past the count
   return s.caches[i];

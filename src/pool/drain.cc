@@ -69,6 +69,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bufpool/internal/rseq.h"
+#include "os/syscalls.h"
 #include "os/thread.h"
 #include "pool/pool_internal.h"
 
@@ -80,36 +81,66 @@ namespace {
 constinit std::mutex g_pools_mu;
 constinit PoolAccess::SharedState* g_pools = nullptr;
 
-// The Acquire() calls of this thread that count as waiters, innermost first
-// (a signal handler may call Acquire() inside another). A fork() child has
-// only the thread that forked, whose calls may be among these (a handler
-// that forks): ForkChild counts them again, so that their removals on the
-// way out find their additions. Set before the addition and cleared after
-// the removal (a scope around both): a fork in between over-counts, which
-// only sends releases to the depot with a wake, never the reverse. The
-// signal fences keep the list's stores on their side of the count's changes
-// for a handler on this thread.
+// The Acquire() calls of this thread, innermost first (a signal handler may
+// call Acquire() inside another). A fork() child has only the thread that
+// forked, whose calls may be among these (a handler that forks where
+// Acquire() holds no lock: buffer_pool.h forbids forking from a handler
+// that may interrupt a pool call, since where it holds a lock the fork
+// deadlocks, but where it holds none the count stays right): ForkChild
+// counts again those whose addition to the waiter count is done and whose
+// removal is not, so that each removal in the child finds its addition and
+// no addition is counted twice. The addition (or removal) and the flag
+// that says it is done change together with every signal blocked, so a
+// handler, and so a fork() from one, sees both or neither (see Count()).
+// The signal fences keep the list's stores on their side of a handler on
+// this thread.
 class CountedWait;
 constinit thread_local CountedWait* t_counted_waits = nullptr;
 class CountedWait {
  public:
-  explicit CountedWait(const BufferPool* pool)
+  explicit CountedWait(BufferPool* pool)
       : pool_(pool), outer_(t_counted_waits) {
     t_counted_waits = this;
     std::atomic_signal_fence(std::memory_order_seq_cst);
   }
   ~CountedWait() {
+    if (counted_) Uncount();
     std::atomic_signal_fence(std::memory_order_seq_cst);
     t_counted_waits = outer_;
   }
   CountedWait(const CountedWait&) = delete;
   CountedWait& operator=(const CountedWait&) = delete;
+
+  // "Sleeping", step 1: adds this call to the waiter count (seq_cst).
+  void Count() {
+    if (PoolAccess::before_count_for_test != nullptr) [[unlikely]] {
+      PoolAccess::before_count_for_test(*pool_);
+    }
+    {
+      const os::ScopedBlockSignals blocked;
+      PoolAccess::AddWaiters(*pool_, 1, std::memory_order_seq_cst);
+      counted_ = true;
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    }
+    if (PoolAccess::after_count_for_test != nullptr) [[unlikely]] {
+      PoolAccess::after_count_for_test(*pool_);
+    }
+  }
+  // Takes the addition back (a late wake is harmless).
+  void Uncount() {
+    const os::ScopedBlockSignals blocked;
+    PoolAccess::RemoveWaiters(*pool_, 1, std::memory_order_relaxed);
+    counted_ = false;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  }
   const BufferPool* pool() const { return pool_; }
+  bool counted() const { return counted_; }
   const CountedWait* outer() const { return outer_; }
 
  private:
-  const BufferPool* const pool_;
+  BufferPool* const pool_;
   CountedWait* const outer_;
+  bool counted_ = false;
 };
 
 absl::Status DeadlineError(const BufferPool& pool, absl::Duration timeout) {
@@ -123,7 +154,7 @@ void WriteEvent(int fd) {
   const uint64_t one = 1;
   ssize_t n;
   do {
-    n = ::write(fd, &one, sizeof(one));
+    n = os::Sys().write(fd, &one, sizeof(one));
   } while (n < 0 && errno == EINTR);
   // Any other error is ignored: EAGAIN means the counter is full, which is
   // readable already; EBADF is the caller's closed fd.
@@ -266,7 +297,7 @@ void PoolAccess::ForkChild() {
     BufferPool& p = *s->pool;
     int64_t waiters = static_cast<int64_t>(s->notify_fds.size());
     for (const CountedWait* w = t_counted_waits; w != nullptr; w = w->outer()) {
-      waiters += w->pool() == &p ? 1 : 0;
+      waiters += w->pool() == &p && w->counted() ? 1 : 0;
     }
     SetWaiters(p, waiters, std::memory_order_relaxed);
     s->wait_mu.unlock();
@@ -300,8 +331,8 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
       forever ? Clock::time_point::max()
               : Clock::now() + absl::ToChronoNanoseconds(timeout);
   // "Sleeping", step 1.
-  const CountedWait counted(this);
-  PoolAccess::AddWaiters(*this, 1, std::memory_order_seq_cst);
+  CountedWait counted(this);
+  counted.Count();
   for (;;) {
     slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/true, &reshelved);
     if (slot != kNoSlot) break;
@@ -316,8 +347,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
       shared_->wait_cv.wait_until(lock, deadline);
     }
   }
-  // A late wake is harmless.
-  PoolAccess::RemoveWaiters(*this, 1, std::memory_order_relaxed);
+  counted.Uncount();
   // Slots put back may be what another sleeper needs.
   PoolAccess::WakeWaiters(*this, reshelved);
   if (slot != kNoSlot) {

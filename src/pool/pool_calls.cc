@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -86,31 +87,54 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
                                      " bytes): ", arena.status().message()));
   }
 
-  std::unique_ptr<BufferPool> pool(new BufferPool());
-  pool->base_ = arena->data();
-  pool->huge_pages_ = arena->huge_pages();
-  pool->buffer_size_ = size;
-  pool->capacity_ = count;
-  pool->region_bytes_ = count * size;
-  pool->cache_capacity_ = std::min(*cache_size, count / 8);
-  PoolAccess::SetWaiters(*pool, 0, std::memory_order_relaxed);
-  pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
-  pool->scrub_ = options.scrub_on_release;
-  // State bytes: a power of two >= count and >= 64 entries, all "not raw".
-  // Slot i's byte is at (i * kStateMix) & state_mask_, a bijection, so
-  // slots near each other land on different cache lines and two threads
-  // cycling their own slots do not write one line from two cores.
-  size_t states = 64;
-  while (states < count) states *= 2;
-  pool->state_mask_ = static_cast<uint32_t>(states - 1);
-  pool->state_ = std::make_unique<std::atomic<uint8_t>[]>(states);
-  pool->shared_ = std::make_unique<Shared>(
-      std::move(*arena), static_cast<uint32_t>(count),
-      pool->cache_capacity_ == 0 ? 0 : PoolAccess::RefillBatch(*pool),
-      PoolAccess::CpuCount(), static_cast<uint32_t>(pool->cache_capacity_));
+  // Everything Create() allocates, and the caches' area, can fail: each
+  // failure is a Status, never an exception. A pool whose Create() failed
+  // is destroyed without shared_ (see ~BufferPool).
+  auto failed = [&](const absl::Status& why) {
+    return absl::Status(why.code(),
+                        absl::StrCat("BufferPool::Create(", count, " x ", size,
+                                     " bytes): ", why.message()));
+  };
+  std::unique_ptr<BufferPool> pool;
+  std::vector<uint32_t> all;
+  try {
+    all.resize(count);
+    pool.reset(new BufferPool());
+    pool->base_ = arena->data();
+    pool->huge_pages_ = arena->huge_pages();
+    pool->buffer_size_ = size;
+    pool->capacity_ = count;
+    pool->region_bytes_ = count * size;
+    pool->cache_capacity_ = std::min(*cache_size, count / 8);
+    PoolAccess::SetWaiters(*pool, 0, std::memory_order_relaxed);
+    pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
+    pool->scrub_ = options.scrub_on_release;
+    // State bytes: a power of two >= count and >= 64 entries, all "not
+    // raw". Slot i's byte is at (i * kStateMix) & state_mask_, a bijection,
+    // so slots near each other land on different cache lines and two
+    // threads cycling their own slots do not write one line from two cores.
+    size_t states = 64;
+    while (states < count) states *= 2;
+    pool->state_mask_ = static_cast<uint32_t>(states - 1);
+    pool->state_ = std::make_unique<std::atomic<uint8_t>[]>(states);
+    pool->shared_ = std::make_unique<Shared>(
+        std::move(*arena), static_cast<uint32_t>(count),
+        pool->cache_capacity_ == 0 ? 0 : PoolAccess::RefillBatch(*pool),
+        PoolAccess::CpuCount(), static_cast<uint32_t>(pool->cache_capacity_));
+    const absl::Status caches = PoolAccess::InitCaches(
+        *pool->shared_, static_cast<uint32_t>(pool->cache_capacity_));
+    if (!caches.ok()) {
+      pool->shared_.reset();
+      return failed(caches);
+    }
+  } catch (const std::bad_alloc&) {
+    if (pool != nullptr) pool->shared_.reset();
+    return failed(absl::ResourceExhaustedError(
+        "out of memory for the pool's bookkeeping (state bytes, shared store, "
+        "caches)"));
+  }
 
   // Slot 0 on top, so a fresh pool hands buffers out in address order.
-  std::vector<uint32_t> all(count);
   for (uint32_t i = 0; i < count; ++i) all[i] = i;
   pool->shared_->depot.Push(all.data(), static_cast<uint32_t>(count), nullptr);
   pool->shared_->depot_free.store(static_cast<int64_t>(count),
@@ -127,6 +151,7 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
 }
 
 BufferPool::~BufferPool() {
+  if (shared_ == nullptr) return;  // Create() failed before the pool was made
   // Raw pointers out are marked in state_ and can be named; handles are not,
   // so the total comes from the accounting, exact here because nothing may
   // run concurrently with destruction. The scan needs no lock.

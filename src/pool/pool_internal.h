@@ -29,6 +29,7 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "arena/arena.h"
 #include "bufpool/buffer_pool.h"
 #include "pool/depot.h"
@@ -194,6 +195,10 @@ struct PoolAccess {
   // on a moment ago: a migration only costs locality, the lock makes any
   // cache safe.
   static CpuCache& ThisCpu(BufferPool& p);
+  // Makes s's caches for Create(): the CpuCache array, and the rseq area
+  // (mapped; its failure is the Status) or the locked caches' slots. Throws
+  // std::bad_alloc where `new` does (Create() catches it).
+  static absl::Status InitCaches(SharedState& s, uint32_t cache_capacity);
   static uint32_t CpuCount();
   // The rseq area field that indexes the rseq caches in this process
   // (internal::rseq::kMmCidField or kCpuIdField), or 0 where they are off;
@@ -201,6 +206,9 @@ struct PoolAccess {
   static uint64_t RseqIndexField();
   // The free slots CPU i's cache holds (relaxed; either mode).
   static uint32_t CachedCount(const SharedState& s, uint32_t i);
+  // CPU i's low-water mark (accounting.cc, "High water"; relaxed; either
+  // mode).
+  static uint32_t CachedLow(const SharedState& s, uint32_t i);
   // rseq mode: this CPU's slot, or a refill from the depot (one handed out,
   // the rest pushed into whichever cache the thread runs on).
   static uint32_t RseqTake(BufferPool& p, uint32_t* reshelved);
@@ -253,6 +261,11 @@ struct PoolAccess {
   // a test can commit there as a section that read the count before the
   // stop would.
   static inline void (*after_stop_for_test)(uint32_t cache) = nullptr;
+  // Test seams (nullptr outside tests): called by a sleeping Acquire() just
+  // before and just after it adds itself to the waiter count (drain.cc,
+  // CountedWait), where a signal handler that forks may run.
+  static inline void (*before_count_for_test)(BufferPool& pool) = nullptr;
+  static inline void (*after_count_for_test)(BufferPool& pool) = nullptr;
   // With c.mu held: pops one free slot, refilling from the depot when c is
   // empty; kNoSlot when both are empty. *reshelved: see Depot::Pop.
   static uint32_t PopLocked(BufferPool& p, CpuCache& c, uint32_t* reshelved);

@@ -2,7 +2,9 @@
 // the pool's per-CPU caches and checks. Installed because the public header
 // includes it; not API, in namespace bufpool::internal, and may change
 // without notice. The caches themselves, and their correctness argument,
-// are in src/pool/cpu_cache.h.
+// are in src/pool/pool_internal.h (CpuCache), src/pool/cpu_cache.cc (the
+// locked caches) and bufpool/internal/rseq.h with src/pool/rseq.cc (the
+// restartable sequences).
 #ifndef BUFPOOL_INTERNAL_CPU_CACHE_H_
 #define BUFPOOL_INTERNAL_CPU_CACHE_H_
 
