@@ -282,16 +282,12 @@ class BUFPOOL_EXPORT BufferPool {
 
   // in_use, cached and the counters are exact whenever no call into the
   // pool is in flight. high_water is never below the largest in_use there
-  // has been. It is exact with caches off, and in every mode while one
-  // cache is in use (one thread, or threads taking turns on one CPU):
-  // buffers moving between a cache and the shared store are free, never
-  // in use. With several caches in use it may exceed the true peak by the
-  // free buffers the other caches held (at most cache_capacity() x (caches
-  // in use - 1)): the caches' hits write nothing shared, so no moment sees
-  // every cache at once. A Stats() call that overlaps acquires or releases
-  // on other threads reads a moving picture: its in_use and high_water may
-  // be off by the batch being moved (up to cache_capacity()). Takes no
-  // lock: cheap while other threads wait.
+  // has been; it is exact with caches off and while one CPU's cache is in
+  // use, and otherwise may exceed the true peak by the free buffers that sat
+  // in other caches at that moment (at most cache_capacity() x CPUs). A Stats()
+  // call that overlaps acquires or releases on other threads reads a moving
+  // picture: its in_use and high_water may be off by the batch being moved
+  // (up to cache_capacity()). Takes no lock: cheap while other threads wait.
   PoolStats Stats() const;
 
   // The whole arena, page-aligned (2 MiB-aligned with huge pages): for

@@ -17,36 +17,21 @@
 //
 //   capacity - (depot_free just before the change) - low_water(c)
 //
-// and then restarts c's window (low_water = its count). low_water(c) is the
-// lowest count a move to a user left in c since the window began: a pop or
-// a bulk take lowers it; a spill does not (the slots a spill takes out of
-// the count are free, in transit to the depot, so they count as c's until
-// the push lands), and neither does a release. Why the estimate is never
+// and then restarts c's window (low_water = its count). Why it is never
 // below the true peak: take the peak at time t*, and the first change of
-// depot_free after it, made by cache c (or the next Stats()). depot_free
-// did not change between t* and that event, so the value just before the
-// event is D(t*); c's window contains t*, and every slot c held at t*
-// either is still counted by c or left it for a user (lowering the low) or
-// for this very push (transit: still in the low), so low_water(c) <=
-// count(c)(t*). Hence the estimate >= capacity - D(t*) - count(c)(t*) >=
-// in_use(t*). It needs no read of another cache, so no interleaving can
-// make it low.
-//
-// How far above. With caches off, it is exact. With one cache in use (one
-// thread, or threads that take turns on one CPU), it is exact too: no slot
-// in transit counts as in use, a refill's slots are in depot_free until it
-// lowers it, and a spill's stay in the low until the push raises it. With
-// several caches in use it counts the free slots the OTHER caches hold at
-// the event as in use, so it may exceed the peak by them (at most
-// cache_capacity() x (caches in use - 1)). Stats() adds its own estimate
-// from every cache's low_water, so a peak made by cache hits after the last
-// event is seen too; summing lows reached at different moments, that one
-// may exceed the peak by what the other caches' windows dipped.
-//
-// The rseq caches keep the low in their header (rseq.h, word 1): the pop
-// sections lower it before they commit; the slow path restarts it under the
-// cache's lock (RestartWindow, rseq.cc: a CAS, so a lower value a racing
-// pop stored survives) or, stopped, in a drain.
+// depot_free after it, made by cache c (or the next Stats()). depot_free did
+// not change between t* and that event, so the value just before the event
+// is D(t*); c made no move in between, so its window contains t* and
+// low_water(c) <= count(c)(t*). Hence the estimate >= capacity - D(t*) -
+// count(c)(t*) >= in_use(t*). It needs no read of another cache, so no
+// interleaving can make it low. It counts the other caches' free slots as
+// in use, so it may exceed the peak by them (at most cache_capacity() x
+// CPUs); with caches off, or one cache in use, it is exact. Stats() adds its
+// own estimate from every cache's low_water, so a peak made by cache hits
+// after the last event is seen too. The rseq caches keep no low_water (a
+// window restart would be a store outside their sequences): there low is 0
+// throughout, the estimate capacity - D, never below the peak and above it
+// by at most the cached slots.
 //
 // Memory ordering: every counter here is relaxed. They are statistics: each
 // read-modify-write returns the exact value before it, and a reader that
@@ -139,7 +124,8 @@ PoolStats BufferPool::Stats() const {
   for (uint32_t i = 0; i < s.ncaches; ++i) {
     const int64_t count = PoolAccess::CachedCount(s, i);
     cached += count;
-    lows += std::min<int64_t>(count, PoolAccess::CachedLow(s, i));
+    lows += std::min<int64_t>(
+        count, s.caches[i].low_water.load(std::memory_order_relaxed));
   }
   const int64_t cap = static_cast<int64_t>(capacity_);
   // Every cache's window contains any peak since the last event (see "High

@@ -206,9 +206,6 @@ struct PoolAccess {
   static uint64_t RseqIndexField();
   // The free slots CPU i's cache holds (relaxed; either mode).
   static uint32_t CachedCount(const SharedState& s, uint32_t i);
-  // CPU i's low-water mark (accounting.cc, "High water"; relaxed; either
-  // mode).
-  static uint32_t CachedLow(const SharedState& s, uint32_t i);
   // rseq mode: this CPU's slot, or a refill from the depot (one handed out,
   // the rest pushed into whichever cache the thread runs on).
   static uint32_t RseqTake(BufferPool& p, uint32_t* reshelved);

@@ -29,39 +29,6 @@ uint32_t* Slots(const PoolAccess::SharedState& s, uint32_t i) {
   return Header(s, i) + internal::rseq::kSlotsOffset / sizeof(uint32_t);
 }
 
-// Cache i's low-water word (rseq.h): lowered by the pop sections, read and
-// restarted by the slow paths. Relaxed: a statistic (accounting.cc).
-std::atomic_ref<uint32_t> Low(const PoolAccess::SharedState& s, uint32_t i) {
-  return std::atomic_ref<uint32_t>(
-      Header(s, i)[internal::rseq::kLowOffset / sizeof(uint32_t)]);
-}
-
-uint32_t IndexOf(const PoolAccess::SharedState& s, const CpuCache& c) {
-  return static_cast<uint32_t>(&c - s.caches.get());
-}
-
-// Restarts cache i's high-water window at its count (accounting.cc). Run by
-// the thread that holds caches[i].mu, while the thread that runs with index
-// i may pop: the CAS keeps a lower low a pop stored meanwhile, and the
-// second look lowers the low to a count a pop left between the first look
-// and the CAS (a pop after that compares with the new low itself).
-void RestartWindow(const PoolAccess::SharedState& s, uint32_t i) {
-  std::atomic_ref<uint32_t> count(*Header(s, i));
-  const std::atomic_ref<uint32_t> low = Low(s, i);
-  uint32_t seen = low.load(std::memory_order_relaxed);
-  const uint32_t now =
-      count.load(std::memory_order_relaxed) & ~internal::rseq::kStopped;
-  if (!low.compare_exchange_strong(seen, now, std::memory_order_relaxed)) {
-    return;  // a pop lowered it: that pop's count is the window's start
-  }
-  const uint32_t later =
-      count.load(std::memory_order_relaxed) & ~internal::rseq::kStopped;
-  uint32_t cur = now;
-  while (later < cur &&
-         !low.compare_exchange_weak(cur, later, std::memory_order_relaxed)) {
-  }
-}
-
 uint32_t PopHere(const PoolAccess::SharedState& s) {
   return internal::rseq::Pop(s.rseq_base, s.ncaches, s.rseq_index);
 }
@@ -117,11 +84,6 @@ uint32_t PoolAccess::CachedCount(const SharedState& s, uint32_t i) {
          ~internal::rseq::kStopped;
 }
 
-uint32_t PoolAccess::CachedLow(const SharedState& s, uint32_t i) {
-  if (!s.rseq) return s.caches[i].low_water.load(std::memory_order_relaxed);
-  return Low(s, i).load(std::memory_order_relaxed);
-}
-
 void PoolAccess::ParkInCache(BufferPool& p, CpuCache& c, uint32_t* slots,
                              uint32_t n, uint32_t* reshelved) {
   SharedState& s = S(p);
@@ -136,7 +98,7 @@ void PoolAccess::ParkInCache(BufferPool& p, CpuCache& c, uint32_t* slots,
   if (done < n) {
     const uint32_t back = n - done;
     s.depot.Push(slots + done, back, &c.spare);
-    Pushed(p, back, Low(s, IndexOf(s, c)).load(std::memory_order_relaxed));
+    Pushed(p, back, 0);
     *reshelved += back;
   }
 }
@@ -179,10 +141,8 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
   const uint32_t batch = s.depot.batch();
   if (batch != 0 && max >= batch) {
     const uint32_t whole = max / batch * batch;
-    const uint32_t low =
-        Low(s, IndexOf(s, ThisCpu(p))).load(std::memory_order_relaxed);
     n = s.depot.Pop(out, whole, nullptr, reshelved);
-    if (n != 0) Popped(p, n, 0, low, /*handed=*/n);
+    if (n != 0) Popped(p, n, 0, 0, /*handed=*/n);
     if (n < whole) return n;  // the depot is empty
     if (n == max) return n;
   }
@@ -201,19 +161,16 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
   // While someone waits, take no more than the call hands out, so that
   // nothing is parked here that a waiter needs.
   const uint32_t want = Waiting(p) ? rest : std::max(rest, RefillBatch(p));
-  const uint32_t i = IndexOf(s, c);
-  const uint32_t low = Low(s, i).load(std::memory_order_relaxed);
   const uint32_t k = s.depot.Pop(got, want, &c.spare, reshelved);
   if (k == 0) return n;
   const uint32_t handed = std::min(k, rest);
-  Popped(p, k, 0, low, handed);
+  Popped(p, k, 0, 0, handed);
   std::copy(got, got + handed, out + n);
   n += handed;
   if (k > handed) {
     std::reverse(got + handed, got + k);  // got[handed] on top
     ParkInCache(p, c, got + handed, k - handed, reshelved);
   }
-  RestartWindow(s, i);
   return n;
 }
 
@@ -232,11 +189,9 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
     if (push(slot)) return 0;  // a drain made room meanwhile
     // Full: half of it goes to the depot as one batch, taken in one
     // section (a second only when a migration interrupts).
-    // The spill leaves the low water alone: the slots it takes are free,
-    // in transit to the depot, never in use (accounting.cc).
     const uint32_t batch = RefillBatch(p);
     while (k < batch) {
-      const uint32_t m = internal::rseq::PopBatchToSpill(
+      const uint32_t m = internal::rseq::PopBatch(
           s.rseq_base, s.ncaches, s.rseq_index, out + k, batch - k);
       if (m == 0) break;
       k += m;
@@ -245,10 +200,8 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   }
   if (slot != internal::rseq::kNoSlot) out[k++] = slot;
   if (k != 0) {
-    const uint32_t i = IndexOf(s, c);
     s.depot.Push(out, k, &c.spare);
-    Pushed(p, k, Low(s, i).load(std::memory_order_relaxed));
-    RestartWindow(s, i);
+    Pushed(p, k, 0);
   }
   return k;
 }
@@ -258,11 +211,8 @@ uint32_t PoolAccess::RseqGiveBulk(BufferPool& p, const uint32_t* slots,
   // The cache is full (or was, on the CPU the caller's section ran on),
   // stopped by a drainer, or someone waits: the depot, where a waiter or
   // any CPU finds them. No cache's spare is used, so no cache lock either.
-  // Any cache's low water bounds its count at the peak (accounting.cc);
-  // this CPU's is the one at hand.
-  SharedState& s = S(p);
-  s.depot.Push(slots, n, nullptr);
-  Pushed(p, n, Low(s, IndexOf(s, ThisCpu(p))).load(std::memory_order_relaxed));
+  S(p).depot.Push(slots, n, nullptr);
+  Pushed(p, n, 0);
   return n;
 }
 
@@ -313,10 +263,6 @@ uint32_t PoolAccess::TakeStopped(BufferPool& p, uint32_t i, bool take_one,
   uint32_t n = n0;
   uint32_t taken[internal::kMaxCacheSlots];
   std::copy(Slots(s, i), Slots(s, i) + n, taken);
-  // Stopped, so no pop changes the low water: read it, and restart the
-  // window at the count the cache restarts with.
-  const uint32_t low = Low(s, i).load(std::memory_order_relaxed);
-  Low(s, i).store(0, std::memory_order_relaxed);
   // Restart empty (release: the copy above is done before any section may
   // write the slots again); the count falls before the depot's size rises.
   count.store(0, std::memory_order_release);
@@ -324,7 +270,7 @@ uint32_t PoolAccess::TakeStopped(BufferPool& p, uint32_t i, bool take_one,
   if (take_one && n != 0) slot = taken[--n];
   if (n != 0) {
     s.depot.Push(taken, n, &s.caches[i].spare);
-    Pushed(p, n, low);
+    Pushed(p, n, 0);
     *moved += n;
   }
   return slot;

@@ -8,9 +8,6 @@
 //
 //   word 0: count   slots[0, count) are free; kStopped set while a drainer
 //                   owns the cache (the sequences then fail)
-//   word 1: low     the lowest count a pop for a user committed since the
-//                   slow path last restarted the window (high_water's
-//                   low-water mark: src/pool/accounting.cc); a statistic
 //   byte 64: slots  uint32_t[cache_capacity]
 //
 // The index. Where the kernel fills the rseq concurrency id (mm_cid, Linux
@@ -62,13 +59,6 @@
 // kStopped survives one: then no commit came after the OR (each commit
 // clears the bit, and only the drainer sets it), and no section can commit
 // until the drainer stores a count without the bit (release) to restart it.
-// A pop for a user also lowers the low word before its commit, when the new
-// count is below it: a plain store, a statistic. An aborted pop may leave it
-// one lower than any committed count (an estimate one too high, never too
-// low), and a stopped cache fails before the store, so a drainer whose stop
-// held reads a low no section is changing. (The AArch64 sequences leave the
-// low word alone: there it stays at its restart value or 0, which only
-// raises the estimate.)
 // A push writes slots[count] before its commit; an aborted push's write
 // lands above the count, which nothing reads. Draining many caches at once
 // with mm_cid (FlushCaches(), a sleeper's scan): the drainer locks and
@@ -142,7 +132,6 @@ inline constexpr uint32_t kNoSlot = 0xffffffffu;
 // compare fails a push when the cache is full (count >= capacity), stopped
 // (count >= 2^31) or anyone waits (the limit is then negative).
 inline constexpr int64_t kOneWaiter = int64_t{1} << 32;
-inline constexpr unsigned kLowOffset = 4;     // bytes, in the asm below
 inline constexpr unsigned kSlotsOffset = 64;  // bytes, in the asm below
 // Cache i starts at base + (i << kCacheShift): a constant power of two, so
 // that a sequence finds its cache with a shift by an immediate, not a
@@ -231,10 +220,6 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopAt(char* const& base,
                "jle 5f\n\t"  // empty, or kStopped (negative)
                "subl $1, %%ecx\n\t"
                "movl 64(%%rax,%%rcx,4), %[slot]\n\t"
-               "cmpl 4(%%rax), %%ecx\n\t"  // below the low water?
-               "jae 7f\n\t"
-               "movl %%ecx, 4(%%rax)\n\t"
-               "7:\n\t"
                "movl %%ecx, (%%rax)\n\t"  // commit
                "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
                "movl $0xffffffff, %[slot]\n\t"
@@ -319,7 +304,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* const& base,
 // which nothing reads), so the argument above holds unchanged. They return
 // n, 0 where Pop/Push fail. `max` and `count` must be at least 1; ncpu may
 // sit in memory (a cold path).
-template <uint64_t kField, bool kLowWater>
+template <uint64_t kField>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchAt(char* base,
                                                         uint32_t ncpu,
                                                         uint32_t* out,
@@ -336,12 +321,6 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchAt(char* base,
       "cmpl %%ecx, %[n]\n\t"
       "cmoval %%ecx, %[n]\n\t"  // n = min(max, count) >= 1
       "subl %[n], %%ecx\n\t"    // the new count
-      ".if %c[low]\n\t"
-      "cmpl 4(%%rax), %%ecx\n\t"  // below the low water?
-      "jae 7f\n\t"
-      "movl %%ecx, 4(%%rax)\n\t"
-      "7:\n\t"
-      ".endif\n\t"
       "leaq 64(%%rax,%%rcx,4), %[src]\n\t"
       "xorl %k[i], %k[i]\n\t"
       "8:\n\t"
@@ -357,8 +336,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchAt(char* base,
       ".popsection\n\t"
       : [n] "=&r"(n), [v] "=&r"(v), [i] "=&r"(i), [src] "=&r"(src)
       : [off] "r"(__rseq_offset), [field] "i"(kField), [shift] "i"(kCacheShift),
-        [low] "i"(kLowWater ? 1 : 0), [base] "rm"(base), [ncpu] "rm"(ncpu),
-        [out] "r"(out), [max] "rm"(max)
+        [base] "rm"(base), [ncpu] "rm"(ncpu), [out] "r"(out), [max] "rm"(max)
       : "rax", "rcx", "memory", "cc");
   return n;
 }
@@ -408,18 +386,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char* base, uint32_t ncpu,
                                                       uint64_t index,
                                                       uint32_t* out,
                                                       uint32_t max) {
-  return index == kMmCidField
-             ? PopBatchAt<kMmCidField, true>(base, ncpu, out, max)
-             : PopBatchAt<kCpuIdField, true>(base, ncpu, out, max);
-}
-
-// PopBatch for a spill: the slots go to the depot, not to a user, so the
-// low water (kLowOffset) is left alone.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchToSpill(
-    char* base, uint32_t ncpu, uint64_t index, uint32_t* out, uint32_t max) {
-  return index == kMmCidField
-             ? PopBatchAt<kMmCidField, false>(base, ncpu, out, max)
-             : PopBatchAt<kCpuIdField, false>(base, ncpu, out, max);
+  return index == kMmCidField ? PopBatchAt<kMmCidField>(base, ncpu, out, max)
+                              : PopBatchAt<kCpuIdField>(base, ncpu, out, max);
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(
@@ -551,11 +519,6 @@ inline uint32_t PopBatch(char* base, uint32_t ncpu, uint64_t index,
   return n;
 }
 
-inline uint32_t PopBatchToSpill(char* base, uint32_t ncpu, uint64_t index,
-                                uint32_t* out, uint32_t max) {
-  return PopBatch(base, ncpu, index, out, max);
-}
-
 inline uint32_t PushBatch(char* base, uint32_t ncpu, uint64_t index,
                           const void* limit, const uint32_t* in,
                           uint32_t count) {
@@ -597,12 +560,6 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char*, uint32_t, uint64_t,
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char*, uint32_t, uint64_t,
                                                       uint32_t*, uint32_t) {
-  return 0;
-}
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchToSpill(char*, uint32_t,
-                                                             uint64_t,
-                                                             uint32_t*,
-                                                             uint32_t) {
   return 0;
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(char*, uint32_t,
