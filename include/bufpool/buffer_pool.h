@@ -282,9 +282,10 @@ class BUFPOOL_EXPORT BufferPool {
 
   // in_use, cached and the counters are exact whenever no call into the
   // pool is in flight. high_water is never below the largest in_use there
-  // has been; it is exact with caches off and while one CPU's cache is in
-  // use, and otherwise may exceed the true peak by the free buffers that sat
-  // in other caches at that moment (at most cache_capacity() x CPUs). A Stats()
+  // has been; it is exact with caches off, and otherwise may exceed the
+  // true peak by the free buffers the caches parked at that moment (at most
+  // cache_capacity() x CPUs: the rseq caches' hits write nothing shared, so
+  // no low-water mark is kept). A Stats()
   // call that overlaps acquires or releases on other threads reads a moving
   // picture: its in_use and high_water may be off by the batch being moved
   // (up to cache_capacity()). Takes no lock: cheap while other threads wait.
