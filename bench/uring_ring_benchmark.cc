@@ -183,8 +183,8 @@ void BM_RingTakeBuffer(benchmark::State& state) {
 //   kCopy: the bytes are copied into one buffer the loop owns, and the
 //       ring's buffer is re-added (what copy_below does);
 //   kSwap: the filled buffer becomes the loop's and the one it held is
-//       re-added under the completion's id (what Take() does with a chain's
-//       kept buffer), so ids name a table of buffers.
+//       re-added under the completion's id (what TakeBuffer() does), so
+//       ids name a table of buffers.
 enum class RawHow { kPlain, kCopy, kSwap };
 
 template <RawHow kHow>

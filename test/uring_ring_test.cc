@@ -902,6 +902,53 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsArePackedAndRelentAtOnce) {
 namespace bufpool {
 namespace {
 
+// A chain whose pack slice ends where the full pack buffer ends gets a
+// buffer of its own for its next bytes, never a slice that runs on into the
+// next pool buffer (the next pack buffer is often that one, adjacent in the
+// region). Every slice stays inside its buffer, and the bytes are intact.
+TEST(ProvidedBufferRingCopyTest, APackSliceNeverRunsIntoTheNextBuffer) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64, .cache_size = 0});
+  ASSERT_TRUE(pool.ok());
+  const size_t bs = (*pool)->buffer_size();
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 16,
+                                        .initial_buffers = 16,
+                                        .bundles = Bundles::kOff,
+                                        .copy_below = bs,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  (*br)->PrepareRecv(ring.Sqe(), pairs.server[0]);
+  BufferChain q(**pool);
+  std::string model;
+  auto take = [&](const std::string& msg) {
+    model += msg;
+    SendAndTake(ring, **br, pairs.client[0], msg, q, /*refill=*/true);
+  };
+  auto consume = [&](size_t n) {
+    q.Consume(n);
+    model.erase(0, n);
+  };
+  take(std::string(2000, 'a'));
+  consume(1999);
+  take(std::string(bs - 2000, 'b'));  // the pack buffer is now full
+  consume(bs - 2000);
+  take("0123456789");
+  for (size_t i = 0; i < q.slice_count(); ++i) {
+    EXPECT_LE(q.slice(i).offset() + q.slice(i).size(), bs) << i;
+  }
+  EXPECT_EQ(testing_util::Contents(q), model);
+  EXPECT_EQ(q.slice(q.slice_count() - 1).use_count(), 1u);  // its own
+  q.Clear();
+  shutdown(pairs.client[0], SHUT_WR);
+  br->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
 // What a server's connections pin while idle or holding a short partial
 // command (the bounds): 200 connections that each received one
 // 12-byte request and consumed it pin no buffer between them; 200 that

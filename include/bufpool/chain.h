@@ -253,8 +253,9 @@ class BUFPOOL_EXPORT BufferChain {
   // chain holds no buffer at all. A ProvidedBufferRing packs small
   // receives that find no room of the chain's own into one buffer it
   // shares among its connections (as Redis shares its query buffer), so a
-  // connection holding a short partial message pins about its bytes, not a
-  // buffer. Chains built by linking slices (Split, Clone, Append of slices)
+  // connection holding a short partial message usually pins about its
+  // bytes, not a buffer (see ProvidedBufferRing's "Memory" for the worst
+  // case). Chains built by linking slices (Split, Clone, Append of slices)
   // can pin much more; Compact() packs them.
 
   // Buffer bytes this chain keeps out of its pools: the buffer size of each
@@ -337,7 +338,9 @@ class BUFPOOL_EXPORT BufferChain {
   bool ExtendTailAt(const std::byte* at, size_t n) {
     if (count_ == 0) return false;
     SharedBuffer& t = At(count_ - 1);
-    if (t.data_ + t.size_ != at) return false;
+    // Adjacent addresses may be the next buffer's: the tail grows only
+    // inside its own.
+    if (t.data_ + t.size_ != at || t.room() < n) return false;
     t.size_ += n;
     size_ += n;
     return true;

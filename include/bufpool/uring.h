@@ -24,9 +24,9 @@
 // A loop (see examples/uring_echo.cc for a complete server):
 //
 //   io_uring ring;
+//   // Not io_uring_queue_init(n, &ring, 0): see InitServerRing().
 //   absl::StatusOr<bufpool::ServerRingSetup> setup =
-//       bufpool::InitServerRing(&ring);   // not io_uring_queue_init(n, &ring,
-//       0)
+//       bufpool::InitServerRing(&ring);
 //   auto bufs = bufpool::ProvidedBufferRing::Create(&ring, *pool,
 //       {.group_id = 1, .max_buffers = 512});
 //   (*bufs)->PrepareRecv(io_uring_get_sqe(&ring), fd);   // multishot recv
@@ -111,7 +111,7 @@ namespace bufpool {
 // How InitServerRing() creates a ring.
 struct ServerRingOptions {
   unsigned entries = 256;   // submission queue slots (> 0)
-  unsigned cq_entries = 0;  // completion queue slots; 0: 8 x entries
+  unsigned cq_entries = 0;  // completion queue slots; 0: 8 x entries (<= 65536)
   // IORING_SETUP_R_DISABLED: the ring starts disabled, and the thread that
   // will drive it calls EnableServerRing() first (so a ring created on one
   // thread can be single-issuer on another).
@@ -137,13 +137,16 @@ struct BUFPOOL_EXPORT ServerRingSetup {
 // SUBMIT_ALL 5.18, R_DISABLED 5.10, CQSIZE 5.5); the result says which.
 //
 // With these flags only the creating thread (or, with start_disabled, the
-// thread that enables the ring) may submit, and completions are posted
+// thread that enables the ring) may submit or register (so create and
+// destroy ProvidedBufferRing and FixedBuffers on it), and completions are
+// posted
 // only while that thread waits in the kernel (io_uring_submit_and_wait*(),
 // io_uring_wait_cqe*()): a loop that only peeks sees none. A ring shared by
 // several submitting threads wants io_uring_queue_init_params() instead.
 // Release the ring with io_uring_queue_exit() as usual.
 //
-// InvalidArgument for entries == 0 or cq_entries < entries; the kernel's
+// InvalidArgument for entries outside [1, 32768] or cq_entries outside
+// [entries, 65536] (the kernel's limits); the kernel's
 // error otherwise (ENOMEM, EPERM when io_uring is disabled, ENOSYS), the
 // ring then untouched.
 BUFPOOL_EXPORT absl::StatusOr<ServerRingSetup> InitServerRing(
@@ -300,7 +303,10 @@ struct ProvidedBufferRingOptions {
 // completions that bring copy_below bytes or more into a chain without
 // room link their buffers. A pack buffer goes back to the pool when the
 // ring has moved on to another and the last slice of it is gone; while
-// every slice of it is gone, the ring fills it again from its start.
+// every slice of it is gone, the ring fills it again from its start. So a
+// partial that stays while the others around it are consumed pins its
+// whole pack buffer: in the worst case (one stalled partial per pack
+// buffer) a buffer per such connection, as without packing.
 // Chains that the caller splits and clones may pin more;
 // BufferChain::Compact() packs them. With copy_below = 0 every completion
 // pins a whole buffer (up to buffer_size per byte received).
@@ -724,9 +730,9 @@ class BUFPOOL_EXPORT HeldSend {
   BufferChain TakeUnsent();
   // Puts the bytes the finished send did not take (see TakeUnsent()) back
   // in front of `queue`, before what the caller queued meanwhile: a short
-  // send resumed in one call. No call at all when everything was sent.
-  // Throws std::bad_alloc, nothing changed, when `queue` must grow its
-  // slice ring and cannot.
+  // send resumed in one call; `queue` then has the sent chain's pool. No
+  // call at all when everything was sent. Throws std::bad_alloc, nothing
+  // changed, when the slice ring must grow and cannot.
   void ReturnUnsentTo(BufferChain& queue) {
     if (!unsent_.empty()) PrependUnsent(queue);
   }

@@ -401,6 +401,8 @@ bool ProvidedBufferRing::Pack(const std::byte* src, size_t len,
   // one, which no one else can copy): fill it again from its start, warm.
   if (pack_ && pack_.use_count() == 1) pack_used_ = 0;
   if (!pack_ || buffer_size_ - pack_used_ < len) {
+    // The chain's pack buffer is full: its next bytes go to one of its own.
+    if (!out.empty()) return false;
     Buffer fresh = pool_->TryAcquire();
     if (!fresh) return false;
     pack_ = SharedBuffer(std::move(fresh));  // the old one goes with its

@@ -2,6 +2,7 @@
 // back flag by flag on kernels that lack the newer setup flags.
 #include <liburing.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
 
@@ -67,15 +68,21 @@ std::string ServerRingSetup::Describe() const {
 
 absl::StatusOr<ServerRingSetup> InitServerRing(
     io_uring* ring, const ServerRingOptions& options) {
-  if (options.entries == 0) {
-    return absl::InvalidArgumentError("InitServerRing: entries must be > 0");
+  // The kernel's limits (IORING_MAX_ENTRIES, IORING_MAX_CQ_ENTRIES): past
+  // them it says EINVAL, which would read as a refused flag.
+  constexpr unsigned kMaxEntries = 32768, kMaxCqEntries = 65536;
+  if (options.entries == 0 || options.entries > kMaxEntries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("InitServerRing: entries ", options.entries,
+                     " must be 1 to ", kMaxEntries));
   }
   const unsigned cq_entries =
-      options.cq_entries != 0 ? options.cq_entries : 8 * options.entries;
-  if (cq_entries < options.entries) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("InitServerRing: cq_entries ", options.cq_entries,
-                     " is below entries ", options.entries));
+      options.cq_entries != 0 ? options.cq_entries
+                              : std::min(8 * options.entries, kMaxCqEntries);
+  if (cq_entries < options.entries || cq_entries > kMaxCqEntries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "InitServerRing: cq_entries ", options.cq_entries, " must be ",
+        options.entries, " (entries) to ", kMaxCqEntries));
   }
   unsigned wanted = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
                     IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL |
