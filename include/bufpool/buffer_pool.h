@@ -49,6 +49,11 @@
 //     buffer from it.
 //   * Free buffers parked in caches are at most cache_capacity() x CPUs in
 //     total (Stats().cached), whatever the number of threads.
+//   * Plugins: a shared object that calls the inline API (TryAcquire(),
+//     a handle's release) may be dlclose()d while threads that ran its code
+//     live on; nothing to do before unloading. Its buffers and pools must be
+//     gone first, as always (x86-64; on AArch64 a thread's rseq area may
+//     still name the plugin's sequence until the thread's next pool call).
 //   * fork(): the child can use every pool; each buffer that no thread held
 //     at the fork is free in the child. A bulk call on another thread is
 //     all before or all after the fork (fork() waits for it to finish).

@@ -186,6 +186,15 @@ inline constexpr unsigned long kMmCidFeatureSize = 28;
   "jae 5f\n\t"                             \
   "shlq %[shift], %%rax\n\t"               \
   "addq %[base], %%rax\n\t"
+// END: label 2, just past the section, clears rseq_cs, so that no thread
+// keeps a pointer to this descriptor once the sequence is done: an object
+// that inlined the sequence (a plugin) can then be unloaded while threads
+// that ran it live on, since the kernel reads rseq_cs on the next
+// preemption of each (librseq's rseq_prepare_unload() does the same, once
+// per thread). One store to a line the sequence just wrote.
+#define BUFPOOL_RSEQ_X86_END \
+  "2:\n\t"                   \
+  "movq $0, %%fs:8(%[off])\n\t"
 // ABORT: the signature the kernel checks before the abort label (4), which
 // starts over; the failure code (label 5) follows it in the same section.
 #define BUFPOOL_RSEQ_X86_ABORT               \
@@ -221,7 +230,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopAt(char* const& base,
                "subl $1, %%ecx\n\t"
                "movl 64(%%rax,%%rcx,4), %[slot]\n\t"
                "movl %%ecx, (%%rax)\n\t"  // commit
-               "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+               BUFPOOL_RSEQ_X86_END BUFPOOL_RSEQ_X86_ABORT
                "movl $0xffffffff, %[slot]\n\t"
                "jmp 2b\n\t"
                ".popsection\n\t"
@@ -250,7 +259,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool PushAt(char* const& base,
            "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
            "addl $1, %%ecx\n\t"
            "movl %%ecx, (%%rax)\n\t"  // commit
-           "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+           BUFPOOL_RSEQ_X86_END BUFPOOL_RSEQ_X86_ABORT
+           "movq $0, %%fs:8(%[off])\n\t"  // as END does
            "jmp %l[miss]\n\t"
            ".popsection\n\t"
            :
@@ -330,7 +340,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchAt(char* base,
       "cmpl %k[i], %[n]\n\t"
       "jne 8b\n\t"
       "movl %%ecx, (%%rax)\n\t"  // commit
-      "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+      BUFPOOL_RSEQ_X86_END BUFPOOL_RSEQ_X86_ABORT
       "xorl %[n], %[n]\n\t"
       "jmp 2b\n\t"
       ".popsection\n\t"
@@ -370,7 +380,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatchAt(char* base,
       "jne 8b\n\t"
       "addl %k[n], %%ecx\n\t"
       "movl %%ecx, (%%rax)\n\t"  // commit
-      "2:\n\t" BUFPOOL_RSEQ_X86_ABORT
+      BUFPOOL_RSEQ_X86_END BUFPOOL_RSEQ_X86_ABORT
       "xorl %k[n], %k[n]\n\t"
       "jmp 2b\n\t"
       ".popsection\n\t"
