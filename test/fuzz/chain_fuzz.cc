@@ -18,8 +18,8 @@
 //   * for every slot referenced, use_count() equals the references the
 //     fuzzer holds, and each pool's in_use equals the slots referenced;
 //   * a failed Append leaves the chain as it was;
-//   * a chain consumed to empty keeps no buffer (keeps_room() is false and
-//     the pool's in_use counts only the slots slices reference).
+//   * a chain consumed to empty pins no buffer (the pool's in_use counts
+//     only the slots slices reference).
 #include <fuzzer/FuzzedDataProvider.h>
 #include <sys/uio.h>
 
@@ -51,15 +51,6 @@ constexpr size_t kMaxHeld = 16;
 struct Held {
   SharedBuffer slice;
   std::string bytes;
-};
-
-// The model of a chain's kept buffer: whether it keeps one, and which, when
-// the step that made it is known (a splitter's consume is only observed).
-struct Kept {
-  bool on = false;
-  bool known = false;
-  const BufferPool* pool = nullptr;
-  uint32_t slot = 0;
 };
 
 std::string Contents(const BufferChain& c) {
@@ -141,7 +132,6 @@ class Session {
         absl::Status s = c.Append(b);
         if (s.ok()) {
           m += b;
-          if (!b.empty()) FilledKept(i);
         } else {
           FUZZ_CHECK(absl::IsResourceExhausted(s) ||
                          (absl::IsFailedPrecondition(s) && !c.pool()),
@@ -156,7 +146,6 @@ class Session {
         const size_t h =
             in_.ConsumeIntegralInRange<size_t>(0, held_.size() - 1);
         m += held_[h].bytes;
-        if (!held_[h].bytes.empty()) kept_[i] = {};  // linking returns it
         if (in_.ConsumeBool()) {
           c.Append(std::move(held_[h].slice));
           held_.erase(held_.begin() + h);
@@ -167,7 +156,6 @@ class Session {
       }
       case 2: {  // Append another chain (itself: nothing happens)
         const size_t j = PickChain();
-        if (j != i && !chains_[j]->empty()) kept_[i] = {};
         c.Append(std::move(*chains_[j]));
         lines_[j].Reset();
         if (j != i) {
@@ -186,12 +174,10 @@ class Session {
         c.Append(std::move(b), bytes.size());
         FUZZ_CHECK(!b, "Append(Buffer&&) left the handle set");
         m += bytes;
-        if (!bytes.empty()) kept_[i] = {};
         break;
       }
       case 4: {  // Consume
         const size_t n = in_.ConsumeIntegralInRange<size_t>(0, m.size() + 8);
-        kept_[i] = PredictConsume(c, n, i);
         c.Consume(n);
         m.erase(0, std::min(n, m.size()));
         break;
@@ -208,7 +194,6 @@ class Session {
                    Contents(first).c_str(), head.c_str());
         *chains_[j] = std::move(first);
         models_[j] = head;
-        kept_[j] = {};  // move-assignment returned it; `first` kept none
         lines_[j].Reset();
         break;
       }
@@ -228,14 +213,12 @@ class Session {
         const std::string model = m;
         *chains_[j] = std::move(copy);
         models_[j] = model;
-        kept_[j] = {};
         lines_[j].Reset();
         break;
       }
       case 8:  // Clear
         c.Clear();
         m.clear();
-        kept_[i] = {};
         break;
       case 9: {  // FillIovecs
         const size_t k = in_.ConsumeIntegralInRange<size_t>(0, 12);
@@ -279,12 +262,10 @@ class Session {
         if (j == i) {
           *chains_[i] = MakeChain();
           m.clear();
-          kept_[i] = {};
         } else {
           *chains_[i] = std::move(*chains_[j]);
           m = std::move(models_[j]);
           models_[j].clear();
-          kept_[i] = std::exchange(kept_[j], {});  // it moves with the chain
           lines_[j].Reset();
           FUZZ_CHECK(chains_[j]->empty() && chains_[j]->slice_count() == 0,
                      "moved-from chain not empty");
@@ -328,15 +309,13 @@ class Session {
         break;
       case 17:  // the splitters consume or split: observed, not predicted
         LineStep(c, m, lines_[i]);
-        kept_[i] = {.on = c.keeps_room()};
         break;
       case 18:
         LengthPrefixStep(c, m);
-        kept_[i] = {.on = c.keeps_room()};
         break;
       case 19:
         lines_[i].Reset();
-        KeptRoomStep(i);
+        EmptiedStep(i);
         break;
       default: {  // 13: a held slice copied, then reset
         if (held_.empty()) break;
@@ -352,67 +331,16 @@ class Session {
     }
   }
 
-  // What keeps_room() is after c.Consume(n): false, always (an emptied
-  // chain keeps no buffer since 0.4); the model checks that it pins none.
-  Kept PredictConsume(const BufferChain&, size_t, size_t) const { return {}; }
-
-  // Bytes were appended to chain i: a kept buffer is filled first, so it
-  // becomes the first slice.
-  void FilledKept(size_t i) {
-    const Kept k = std::exchange(kept_[i], {});
-    if (!k.on || !k.known) return;
-    const BufferChain& c = *chains_[i];
-    FUZZ_CHECK(c.slice(0).pool() == k.pool && c.slice(0).slot() == k.slot,
-               "Append(bytes) did not fill the kept buffer (slot %u, got %u)",
-               k.slot, c.slice(0).slot());
-  }
-
-  // Consume to empty, then use what was kept: bytes fill it with no pool
-  // traffic, linking a buffer or Clear() gives it back to the pool.
-  void KeptRoomStep(size_t i) {
+  // Consume to empty: the chain pins nothing (Check() then finds the
+  // pool's in_use equal to the slots other slices reference).
+  void EmptiedStep(size_t i) {
     BufferChain& c = *chains_[i];
-    kept_[i] = PredictConsume(c, c.size(), i);
     c.Consume(c.size());
     models_[i].clear();
-    FUZZ_CHECK(c.keeps_room() == kept_[i].on, "chain %zu: keeps_room() %d", i,
-               c.keeps_room());
-    if (!c.keeps_room()) return;
-    BufferPool& pool = *c.pool();
-    const size_t in_use = pool.Stats().in_use;
-    switch (in_.ConsumeIntegralInRange<int>(0, 2)) {
-      case 0: {  // bytes that fit: into the kept buffer
-        std::string b = Bytes(pool.buffer_size());
-        if (b.empty()) b = "k";
-        absl::Status st = c.Append(b);
-        FUZZ_CHECK(st.ok(), "Append of %zu bytes into a kept buffer: %s",
-                   b.size(), st.ToString().c_str());
-        models_[i] = b;
-        FilledKept(i);
-        FUZZ_CHECK(c.slice_count() == 1 && pool.Stats().in_use == in_use,
-                   "Append into the kept buffer took a pool buffer");
-        break;
-      }
-      case 1: {  // a filled buffer linked: the kept one goes back
-        Buffer b = pool.TryAcquire();
-        if (!b) break;
-        std::string bytes = Bytes(b.size());
-        if (bytes.empty()) bytes = "l";
-        std::memcpy(b.data(), bytes.data(), bytes.size());
-        c.Append(std::move(b), bytes.size());
-        models_[i] = bytes;
-        kept_[i] = {};
-        FUZZ_CHECK(!c.keeps_room() && pool.Stats().in_use == in_use,
-                   "linking kept the kept buffer (in_use %zu, was %zu + 1)",
-                   pool.Stats().in_use, in_use);
-        break;
-      }
-      default:
-        c.Clear();
-        kept_[i] = {};
-        FUZZ_CHECK(pool.Stats().in_use + 1 == in_use,
-                   "Clear() kept the kept buffer");
-        break;
-    }
+    FUZZ_CHECK(c.empty() && c.slice_count() == 0 && c.pinned_bytes() == 0 &&
+                   c.tail_room() == 0,
+               "chain %zu emptied still holds %zu slices, pins %zu", i,
+               c.slice_count(), c.pinned_bytes());
   }
 
   // The model's integer of `width` bytes at `at`.
@@ -704,15 +632,6 @@ class Session {
           pinned += s.pool()->buffer_size();
         }
       }
-      // An emptied chain may keep the last buffer it held alone as room
-      // (keeps_room()): pinned, and in use, but no slice's.
-      FUZZ_CHECK(c.keeps_room() == kept_[i].on,
-                 "chain %d: keeps_room() %d, the model says %d", i,
-                 c.keeps_room(), kept_[i].on);
-      if (c.keeps_room()) {
-        FUZZ_CHECK(c.empty(), "chain %d keeps room while holding bytes", i);
-        pinned += c.pool()->buffer_size();
-      }
       FUZZ_CHECK(c.pinned_bytes() == pinned, "chain %d pins %zu, not %zu", i,
                  c.pinned_bytes(), pinned);
     }
@@ -736,9 +655,6 @@ class Session {
     for (const auto& pool : pools_) {
       size_t slots = 0;
       for (const auto& [key, n] : refs) slots += key.first == pool.get();
-      for (int i = 0; i < kChains; ++i) {
-        slots += chains_[i]->keeps_room() && chains_[i]->pool() == pool.get();
-      }
       const size_t in_use = pool->Stats().in_use;
       FUZZ_CHECK(in_use == slots, "pool in_use %zu but %zu slots referenced",
                  in_use, slots);
@@ -750,7 +666,6 @@ class Session {
   // Destroyed before the pools (declared after them).
   std::optional<BufferChain> chains_[kChains];
   std::string models_[kChains];
-  Kept kept_[kChains];
   bufpool::LineSplitter lines_[kChains];
   std::vector<Held> held_;
 };
