@@ -12,7 +12,7 @@
 #include "os/syscalls.h"
 
 // Debian's liburing 2.3 headers may predate some of these; the values are
-// the kernel's (include/uapi/linux/io_uring.h).
+// the kernel's (its uapi header linux/io_uring.h).
 #ifndef IORING_SETUP_SUBMIT_ALL
 #define IORING_SETUP_SUBMIT_ALL (1U << 7)
 #endif
