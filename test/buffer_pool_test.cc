@@ -731,7 +731,7 @@ TEST(BufferPoolTest, StatsCountBuffersHeldAcrossThreads) {
 // One thread, every call shape, caches of several sizes (0: off), with and
 // without scrubbing (every release then takes the slow path): Stats() must
 // match a model exactly. The free count comes from the depot's list depths
-// and the caches' reports (see "Accounting" in src/pool/buffer_pool.cc); any
+// and the caches' reports (see "Accounting" in src/pool/accounting.cc); any
 // drift between them shows here.
 class StatsModelTest : public testing::TestWithParam<std::tuple<size_t, bool>> {
 };

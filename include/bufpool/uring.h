@@ -615,9 +615,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // last is that entry's bid in br_, which the kernel never writes). The
   // ring owns each such slot as a Buffer handle would (TakeSlot(); GiveSlot()
   // makes the handle again): a bare slot, so the inline path moves no
-  // handle. The slot's reference count is 1 while it is lent (stored when
-  // Refill() takes it from the pool or TakeBuffer() takes the caller's
-  // buffer).
+  // handle. Its reference count is not kept while it is lent: every way
+  // out of the ring makes a Buffer handle again (TakeLent()), and a slice
+  // made of the handle stores the count.
   struct Lent {
     std::byte* data = nullptr;
     uint32_t slot = 0;
@@ -814,14 +814,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   return true;
 }
 
-// TakeBuffer(): the caller's buffer and the lent one trade places. A Buffer
-// handle keeps no
-// reference count, so the one coming in gets the count a lent slot has (1,
-// see lent_). Ref()'s relaxed read of the counts pointer is enough: Create()
-// fails unless its first Refill() lent a buffer, and that Refill() read the
-// pointer with acquire (Refs(), allocating it if need be); the pointer never
-// changes after, and a ring handed to another thread carries that
-// happens-before with it.
+// TakeBuffer(): the caller's buffer and the lent one trade places; both are
+// bare slots owned as handles own them (see lent_), so no count is touched.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeBuffer(
     const io_uring_cqe& cqe, Buffer& buffer) noexcept {
   uint32_t id, len;
@@ -836,8 +830,6 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeBuffer(
   }
   Lent& lent = *found;
   const uint32_t mine = internal::SharedAccess::ExchangeSlot(buffer, lent.slot);
-  // Relaxed: the slot is this thread's alone, as in Refill().
-  internal::SharedAccess::Ref(*pool_, mine).store(1, std::memory_order_relaxed);
   std::byte* const data = base_ + size_t{mine} * buffer_size_;
   lent.slot = mine;
   lent.data = data;

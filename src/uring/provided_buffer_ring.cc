@@ -308,9 +308,6 @@ size_t ProvidedBufferRing::Refill() {
     got = pool_->TryAcquireBulk(
         absl::MakeSpan(scratch_.data(), target_ - in_ring_));
   }
-  // A lent slot's count is 1 (see lent_).
-  uint32_t* const refs =
-      got != 0 ? internal::SharedAccess::Refs(*pool_) : nullptr;
   // New entries go after the re-lent ones that wait to be published.
   for (size_t i = 0; i < got; ++i) {
     const uint16_t id = free_ids_.back();
@@ -318,9 +315,6 @@ size_t ProvidedBufferRing::Refill() {
     Lent& lent = lent_[id];
     lent.data = scratch_[i].data();
     lent.slot = internal::SharedAccess::TakeSlot(scratch_[i]);
-    // Relaxed: the slot is this thread's alone, as in SharedBuffer(Buffer&&).
-    std::atomic_ref<uint32_t>(refs[lent.slot])
-        .store(1, std::memory_order_relaxed);
     if (incremental_) filled_[id] = 0;
     AddAt(id, lent.data, next_ + static_cast<uint32_t>(i));
   }

@@ -67,7 +67,7 @@ struct BUFPOOL_EXPORT SharedAccess {
     pool.ReleaseSlot(slot);
   }
 
-  // Out of line (src/pool/buffer_pool.cc): calloc, then publish with a CAS;
+  // Out of line (src/pool/pool_calls.cc): calloc, then publish with a CAS;
   // a thread that loses the race frees its array and uses the winner's.
   // Aborts when calloc fails.
   static uint32_t* AllocateRefs(BufferPool& pool);
