@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -750,6 +752,136 @@ TEST(ChainCompactTest, PinnedBytesCountsEachBufferOnceAndEmptyIsZero) {
   EXPECT_EQ(chain.tail_room(), 0u);  // shared
   clone.Clear();
   chain.Clear();
+}
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+std::span<const std::byte> Bytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+// Short receives of many chains share the pack's buffer: each chain pins
+// about its bytes; a chain's next bytes join its slice; the buffer is
+// filled again from its start once its slices are gone, and goes back to
+// the pool with the pack and its last slice.
+TEST(ReceivePackTest, ChainsShareOneBufferAndItComesBack) {
+  auto pool = testing_util::MakePool(4096, 8);
+  {
+    ReceivePack pack(*pool);
+    EXPECT_FALSE(pack.holds_buffer());
+    std::vector<BufferChain> conns;
+    for (int i = 0; i < 30; ++i) conns.emplace_back(*pool);
+    for (int i = 0; i < 30; ++i) {
+      ASSERT_TRUE(conns[i].AppendPacked(
+          absl::MakeConstSpan(Bytes("conn" + std::to_string(i))), pack));
+    }
+    EXPECT_TRUE(pack.holds_buffer());
+    EXPECT_EQ(InUse(*pool), 1u);  // thirty chains, one buffer
+    // A chain's next bytes: adjacent only for the last one packed.
+    ASSERT_TRUE(conns[29].AppendPacked(absl::MakeConstSpan(Bytes("+")), pack));
+    EXPECT_EQ(conns[29].slice_count(), 1u);
+    EXPECT_EQ(Contents(conns[29]), "conn29+");
+    ASSERT_TRUE(conns[3].AppendPacked(absl::MakeConstSpan(Bytes("+")), pack));
+    EXPECT_EQ(conns[3].slice_count(), 2u);
+    EXPECT_EQ(Contents(conns[3]), "conn3+");
+    EXPECT_EQ(conns[3].tail_room(), 0u);  // shared: never the chain's own
+    // A chain whose tail is not the pack's is refused, unchanged.
+    BufferChain own(*pool);
+    ASSERT_TRUE(own.Append(absl::string_view("abc")).ok());
+    EXPECT_FALSE(own.AppendPacked(absl::MakeConstSpan(Bytes("x")), pack));
+    EXPECT_EQ(Contents(own), "abc");
+    own.Clear();
+    for (auto& c : conns) c.Clear();
+    EXPECT_EQ(InUse(*pool), 1u);  // the pack's own
+    // More slices than one batch of spare references, each dropped at
+    // once: the buffer wraps and is reused, never a second one.
+    BufferChain c(*pool);
+    const std::string part(100, 'q');
+    for (int i = 0; i < 1000; ++i) {
+      ASSERT_TRUE(c.AppendPacked(absl::MakeConstSpan(Bytes(part)), pack));
+      ASSERT_EQ(Contents(c), part);
+      c.Consume(c.size());
+      ASSERT_EQ(InUse(*pool), 1u);
+    }
+    // A slice kept while the buffer fills: the next bytes go to a fresh
+    // pack buffer, and the old one lives on with its slice.
+    ASSERT_TRUE(c.AppendPacked(absl::MakeConstSpan(Bytes("keep")), pack));
+    BufferChain d(*pool);
+    for (int i = 0; i < 50; ++i) {
+      ASSERT_TRUE(d.AppendPacked(absl::MakeConstSpan(Bytes(part)), pack));
+      d.Consume(d.size());
+    }
+    EXPECT_EQ(InUse(*pool), 2u);
+    EXPECT_EQ(Contents(c), "keep");
+    // Bytes longer than a buffer are refused.
+    const std::string big(5000, 'b');
+    EXPECT_FALSE(d.AppendPacked(absl::MakeConstSpan(Bytes(big)), pack));
+    EXPECT_TRUE(d.empty());
+    c.Clear();
+    EXPECT_EQ(InUse(*pool), 1u);
+    ASSERT_TRUE(d.AppendPacked(absl::MakeConstSpan(Bytes("last")), pack));
+  }  // the pack goes first; d's slice keeps the buffer
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+// Slices of one pack buffer dropped on other threads while the pack keeps
+// filling it (and, their slices gone, refilling it from the start): every
+// byte a slice reads is the one packed for it. Run under TSan too.
+TEST(ReceivePackTest, SlicesDroppedOnOtherThreadsWhileThePackRefills) {
+  auto pool = testing_util::MakePool(4096, 64);
+  {
+    ReceivePack pack(*pool);
+    std::mutex mu;
+    std::vector<std::pair<int, BufferChain>> handed;
+    std::atomic<bool> done{false};
+    std::atomic<int> bad{0}, checked{0};
+    std::vector<std::thread> threads;
+    auto message = [](int i) {
+      return std::string(1 + i % 97, static_cast<char>('a' + i % 26));
+    };
+    for (int t = 0; t < 3; ++t) {
+      threads.emplace_back([&] {
+        for (;;) {
+          std::vector<std::pair<int, BufferChain>> mine;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            mine.swap(handed);
+          }
+          if (mine.empty()) {
+            if (done.load()) return;
+            std::this_thread::yield();
+            continue;
+          }
+          for (auto& [i, c] : mine) {
+            if (Contents(c) != message(i)) bad.fetch_add(1);
+            checked.fetch_add(1);
+          }
+        }
+      });
+    }
+    const int kMessages = 20000;
+    for (int i = 0; i < kMessages; ++i) {
+      // The checkers lag behind: wait for them rather than drain the pool.
+      while (InUse(*pool) > 32) std::this_thread::yield();
+      BufferChain c(*pool);
+      const std::string msg = message(i);
+      if (!c.AppendPacked(absl::MakeConstSpan(Bytes(msg)), pack)) {
+        bad.fetch_add(1000000);  // the pool ran dry: a pack buffer leaked
+        break;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      handed.emplace_back(i, std::move(c));
+    }
+    done.store(true);
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_EQ(checked.load(), kMessages);
+  }
+  EXPECT_EQ(InUse(*pool), 0u);
 }
 
 }  // namespace

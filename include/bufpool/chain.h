@@ -51,6 +51,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <utility>
 
@@ -66,6 +67,7 @@
 namespace bufpool {
 
 class BufferChain;
+class ReceivePack;
 
 // A counted reference to bytes [data(), data() + size()) of one pool buffer.
 // Copyable (each copy is one more reference) and movable (no atomic); the
@@ -125,6 +127,7 @@ class BUFPOOL_EXPORT SharedBuffer {
 
  private:
   friend class BufferChain;
+  friend class ReceivePack;
 
   [[noreturn]] void DieBadSlice(size_t offset, size_t length) const;
 
@@ -282,6 +285,23 @@ class BUFPOOL_EXPORT BufferChain {
   // new slice ring cannot be allocated.
   absl::Status Compact();
 
+  // Copies `bytes` (at most the pack's buffer_size) into `pack`'s shared
+  // buffer and links them as a slice of it, or grows the tail slice when
+  // it already ends where they land: for a short partial message that
+  // should pin about its bytes, not a buffer (see ReceivePack). Only into
+  // an empty chain, or one whose tail is a slice of the pack's current
+  // buffer; false, nothing changed, otherwise, and when the pack's buffer
+  // is full for a non-empty chain or its pool has no buffer for a new one.
+  // Throws std::bad_alloc, nothing changed, when the slice ring cannot
+  // grow. Inline for an empty chain while the pack's buffer has room.
+  bool AppendPacked(absl::Span<const std::byte> bytes, ReceivePack& pack) {
+    if (count_ == 0 && AppendPackedInline(bytes.data(), bytes.size(), pack))
+        [[likely]] {
+      return true;
+    }
+    return AppendPackedSlow(bytes.data(), bytes.size(), pack);
+  }
+
  private:
   friend absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
                                          size_t max_bytes);
@@ -345,6 +365,8 @@ class BUFPOOL_EXPORT BufferChain {
     size_ += n;
     return true;
   }
+  bool AppendPackedInline(const std::byte* src, size_t len, ReceivePack& pack);
+  bool AppendPackedSlow(const std::byte* src, size_t len, ReceivePack& pack);
   [[noreturn]] static void DieTooLong(size_t length, size_t size);
   [[noreturn]] void DieBadIndex(size_t i) const;
   // Takes other's slices and storage; *this must be empty, with inline
@@ -361,6 +383,56 @@ class BUFPOOL_EXPORT BufferChain {
   uint32_t head_ = 0;
   uint32_t count_ = 0;
   SharedBuffer inline_[kInlineSegments];
+};
+
+// One buffer that the short partial messages of many chains share, as
+// Redis shares its query buffer among clients: BufferChain::AppendPacked()
+// copies a few bytes into it and links them as a slice, so a connection
+// holding 100 bytes of a half-read command pins 100 bytes of it, not a
+// buffer of its own. A ProvidedBufferRing keeps one for its connections.
+//
+// The pack writes only past the bytes its slices cover, so chains reading
+// their slices on other threads never see a write; once every slice of its
+// buffer is gone it fills it again from the start, and when the buffer is
+// full while slices remain it takes a fresh one from the pool (the old one
+// goes back with its last slice). A buffer is pinned by its longest-lived
+// slice: in the worst case (one stalled partial per pack buffer) that is a
+// buffer per connection, as without packing.
+//
+// Thread safety: one thread at a time (the receiving loop's); the slices it
+// hands out may be used and dropped on any thread.
+class BUFPOOL_EXPORT ReceivePack {
+ public:
+  explicit ReceivePack(BufferPool& pool) noexcept : pool_(&pool) {}
+  ~ReceivePack() { Drop(); }
+  ReceivePack(const ReceivePack&) = delete;
+  ReceivePack& operator=(const ReceivePack&) = delete;
+
+  BufferPool& pool() const { return *pool_; }
+  // Whether the pack holds a buffer now (for tests and statistics).
+  bool holds_buffer() const { return static_cast<bool>(buf_); }
+
+ private:
+  friend class BufferChain;
+
+  // References added to the buffer's count at once and handed to slices
+  // one at a time without an atomic (see AppendPackedInline()).
+  static constexpr uint32_t kRefBatch = 256;
+
+  // Makes the pack's buffer one with room for `len` bytes; false when the
+  // pool has none free.
+  bool MakeRoom(size_t len);
+  // Gives back the buffer's spare references and the pack's own.
+  void Drop() noexcept;
+
+  BufferPool* pool_;
+  // The pack's own reference to the whole buffer, and `spare_` more that
+  // its count already includes and no slice holds yet.
+  SharedBuffer buf_;
+  uint32_t spare_ = 0;
+  // Bytes of the buffer that slices cover (or covered): the pack writes
+  // only past them.
+  uint32_t used_ = 0;
 };
 
 class BufferChain::SpanRange {
@@ -525,6 +597,28 @@ inline SharedBuffer SharedBuffer::Slice(size_t offset, size_t length) const {
   s.data_ += offset;
   s.size_ = length;
   return s;
+}
+
+// An empty chain packed without a call: the slice takes one of the pack's
+// spare references (already in the buffer's count), so no atomic is made.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
+    const std::byte* src, size_t len, ReceivePack& pack) {
+  SharedBuffer& b = pack.buf_;
+  if (pack.spare_ == 0 || b.size_ - pack.used_ < len || len == 0) {
+    return false;
+  }
+  std::byte* const dst = b.data_ + pack.used_;
+  SharedBuffer& s = At(0);  // holds nothing: the chain is empty
+  s.pool_ = b.pool_;
+  s.data_ = dst;
+  s.size_ = len;
+  s.slot_ = b.slot_;
+  --pack.spare_;
+  pack.used_ += static_cast<uint32_t>(len);
+  count_ = 1;
+  size_ = len;
+  std::memcpy(dst, src, len);
+  return true;
 }
 
 }  // namespace bufpool

@@ -92,6 +92,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -644,8 +645,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // its bytes slices cover so far; the ring writes only past pack_used_,
   // where no slice reaches, so chains on other threads reading their
   // slices never see a write.
-  SharedBuffer pack_;
-  size_t pack_used_ = 0;
+  std::optional<ReceivePack> pack_;  // made by TakeOptions()
 };
 
 // ---- Held sends -------------------------------------------------------------
@@ -801,7 +801,16 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   Lent& lent = *found;
   std::byte* const src = lent.data;
   const auto bid = static_cast<uint16_t>(id);
-  if (out.count_ == 0 || copy_below_ == 0) return false;
+  if (out.count_ == 0) {
+    // A short partial of an empty chain: packed (see "Memory").
+    if (len >= copy_below_ || !out.AppendPackedInline(src, len, *pack_)) {
+      return false;
+    }
+    Relend(bid, src);
+    ++copied_;
+    return true;
+  }
+  if (copy_below_ == 0) return false;
   const SharedBuffer& t = out.At(out.count_ - 1);
   if (t.room() < len || t.use_count() != 1) return false;
   std::byte* const dst = t.mutable_data() + t.size();

@@ -399,4 +399,79 @@ absl::Status BufferChain::Compact() {
   return absl::OkStatus();
 }
 
+// ---- ReceivePack ------------------------------------------------------------
+//
+// Counts. The buffer's count is the pack's own reference, plus spare_
+// references added in one relaxed fetch_add (made from the pack's own, so
+// the count cannot reach 0 meanwhile), plus one per live slice, each of
+// which took a spare without an atomic. So every slice of the buffer is
+// gone exactly when the count is 1 + spare_; that load is acquire, pairing
+// with the slices' release subtractions, so their reads of the bytes
+// happen-before the pack writes over them again.
+
+bool ReceivePack::MakeRoom(size_t len) {
+  if (buf_) {
+    if (buf_.size_ - used_ >= len) return true;
+    if (internal::SharedAccess::Ref(*buf_.pool_, buf_.slot_)
+            .load(std::memory_order_acquire) == 1 + spare_) {
+      used_ = 0;  // every slice gone: fill it again, warm
+      return true;
+    }
+  }
+  Buffer fresh = pool_->TryAcquire();
+  if (!fresh || fresh.size() < len) return false;
+  Drop();  // the old buffer goes back with its last slice
+  buf_ = SharedBuffer(std::move(fresh));
+  return true;
+}
+
+void ReceivePack::Drop() noexcept {
+  if (!buf_) return;
+  if (spare_ != 0) {
+    // The pack's own reference stays, so this cannot take the count to 0.
+    internal::SharedAccess::Ref(*buf_.pool_, buf_.slot_)
+        .fetch_sub(spare_, std::memory_order_acq_rel);
+  }
+  buf_.Reset();
+  spare_ = 0;
+  used_ = 0;
+}
+
+bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
+                                   ReceivePack& pack) {
+  if (len == 0 || len > pack.pool_->buffer_size()) return false;
+  SharedBuffer& b = pack.buf_;
+  if (count_ != 0) {
+    // Only onto the chain's own earlier pack bytes, in the current buffer.
+    const SharedBuffer& t = At(count_ - 1);
+    if (!b || t.pool_ != b.pool_ || t.slot_ != b.slot_ ||
+        b.size_ - pack.used_ < len) {
+      return false;
+    }
+  } else if (!pack.MakeRoom(len)) {
+    return false;
+  }
+  Reserve(size_t{count_} + 1);  // the only step that can throw
+  if (pack.spare_ == 0) {
+    internal::SharedAccess::Ref(*b.pool_, b.slot_)
+        .fetch_add(ReceivePack::kRefBatch, std::memory_order_relaxed);
+    pack.spare_ = ReceivePack::kRefBatch;
+  }
+  std::byte* const dst = b.data_ + pack.used_;
+  std::memcpy(dst, src, len);
+  pack.used_ += static_cast<uint32_t>(len);
+  // Bytes past the pack's used ones belong to no slice: the tail grows over
+  // them when it ends where they start (its own earlier pack bytes).
+  if (ExtendTailAt(dst, len)) return true;
+  SharedBuffer s;
+  s.pool_ = b.pool_;
+  s.data_ = dst;
+  s.size_ = len;
+  s.slot_ = b.slot_;
+  --pack.spare_;
+  size_ += len;
+  PushBack(std::move(s));
+  return true;
+}
+
 }  // namespace bufpool

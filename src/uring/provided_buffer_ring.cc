@@ -168,6 +168,7 @@ absl::Status ProvidedBufferRing::TakeOptions(io_uring* ring, BufferPool& pool,
   }
   ring_ = ring;
   pool_ = &pool;
+  pack_.emplace(pool);
   base_ = pool.region().data();
   group_id_ = options.group_id;
   buffer_size_ = static_cast<uint32_t>(pool.buffer_size());
@@ -384,31 +385,7 @@ bool ProvidedBufferRing::Pack(const std::byte* src, size_t len,
   // copy_below in one shared buffer, and a trickle of many connections
   // does not leave each one pinning the pack buffers of all.
   if (out.size() + len >= copy_below_) return false;
-  if (!out.empty()) {
-    const SharedBuffer& tail = out.slice(out.slice_count() - 1);
-    if (!pack_ || tail.pool() != pool_ || tail.slot() != pack_.slot()) {
-      return false;
-    }
-  }
-  out.Reserve(out.slice_count() + 1);  // the only step that can throw
-  // Every slice of the pack buffer gone (the ring's reference is the only
-  // one, which no one else can copy): fill it again from its start, warm.
-  if (pack_ && pack_.use_count() == 1) pack_used_ = 0;
-  if (!pack_ || buffer_size_ - pack_used_ < len) {
-    // The chain's pack buffer is full: its next bytes go to one of its own.
-    if (!out.empty()) return false;
-    Buffer fresh = pool_->TryAcquire();
-    if (!fresh) return false;
-    pack_ = SharedBuffer(std::move(fresh));  // the old one goes with its
-    pack_used_ = 0;                          // last slice
-  }
-  std::byte* const dst = pack_.mutable_data() + pack_used_;
-  std::memcpy(dst, src, len);
-  // Bytes past pack_used_ belong to no slice: out's tail may grow over
-  // them when it ends where they start (its own earlier pack bytes).
-  if (!out.ExtendTailAt(dst, len)) out.Append(pack_.Slice(pack_used_, len));
-  pack_used_ += len;
-  return true;
+  return out.AppendPacked(absl::MakeConstSpan(src, len), *pack_);
 }
 
 absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
