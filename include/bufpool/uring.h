@@ -298,14 +298,12 @@ struct ProvidedBufferRingOptions {
 // arrived (one byte per completion, bundles), and a connection that holds
 // no bytes holds no buffer: completions that find room at the chain's tail
 // are copied there; small ones that find none are packed into the ring's
-// pack buffer, which the small partial messages of many connections share
-// (bytes that continue the chain's own slice of it join that slice), so a
-// connection holding a 100-byte partial pins about 100 bytes; only
-// completions that bring copy_below bytes or more into a chain without
-// room link their buffers. A pack buffer goes back to the pool when the
-// ring has moved on to another and the last slice of it is gone; while
-// every slice of it is gone, the ring fills it again from its start. So a
-// partial that stays while the others around it are consumed pins its
+// pack buffer (a ReceivePack, see bufpool/chain.h), which the small
+// partial messages of many connections share (bytes that continue the
+// chain's own slice of it join that slice), so a connection holding a
+// 100-byte partial pins about 100 bytes; only completions that bring
+// copy_below bytes or more into a chain without room link their buffers.
+// A partial that stays while the others around it are consumed pins its
 // whole pack buffer: in the worst case (one stalled partial per pack
 // buffer) a buffer per such connection, as without packing.
 // Chains that the caller splits and clones may pin more;
