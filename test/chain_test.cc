@@ -886,3 +886,117 @@ TEST(ReceivePackTest, SlicesDroppedOnOtherThreadsWhileThePackRefills) {
 
 }  // namespace
 }  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// The receive primitive against a std::string model, under arrival
+// patterns from 1 byte to a whole buffer, with copying off, on, and on
+// with a pack shared by a second chain: the bytes are the model's, a
+// copied buffer stays the caller's and a linked one is taken, and what the
+// chain pins stays within its bytes plus two buffers (copying on).
+TEST(ReceiveTest, MatchesAStringModelUnderEveryArrivalPattern) {
+  constexpr size_t kBs = 4096;
+  auto pool = testing_util::MakePool(kBs, 256);
+  std::mt19937 rng(7);
+  for (int mode = 0; mode < 3; ++mode) {
+    ReceivePack pack(*pool);
+    const BufferChain::ReceiveOptions opts{
+        .copy_below = mode == 0 ? 0 : kBs / 8,
+        .pack = mode == 2 ? &pack : nullptr};
+    BufferChain chain(*pool), neighbour(*pool);
+    std::string model;
+    for (int step = 0; step < 3000; ++step) {
+      const int pattern = static_cast<int>(rng() % 4);
+      size_t n = pattern == 0   ? 1
+                 : pattern == 1 ? 1 + rng() % 64
+                 : pattern == 2 ? 1 + rng() % kBs
+                                : kBs;
+      if (rng() % 3 == 0) {  // a reader that writes into the room itself
+        const absl::Span<std::byte> room = chain.Preallocate();
+        n = std::min(n, room.size());
+        for (size_t i = 0; i < n; ++i) {
+          room[i] = static_cast<std::byte>('a' + (model.size() + i) % 26);
+        }
+        for (size_t i = 0; i < n; ++i) {
+          model.push_back(static_cast<char>('a' + model.size() % 26));
+        }
+        chain.Postallocate(n);
+      } else {
+        Buffer b = pool->TryAcquire();
+        ASSERT_TRUE(b);
+        for (size_t i = 0; i < n; ++i) {
+          b.data()[i] = static_cast<std::byte>('a' + (model.size() + i) % 26);
+        }
+        for (size_t i = 0; i < n; ++i) {
+          model.push_back(static_cast<char>('a' + model.size() % 26));
+        }
+        const bool taken = chain.Receive(b, n, opts);
+        EXPECT_EQ(taken, !b) << step;
+        if (mode == 0) EXPECT_TRUE(taken) << step;  // copying off: linked
+      }
+      if (mode == 2 && rng() % 4 == 0) {  // another connection's partial
+        Buffer b = pool->TryAcquire();
+        ASSERT_TRUE(b);
+        std::memset(b.data(), 'z', 10);
+        neighbour.Receive(b, 10, opts);
+        if (neighbour.size() > 200) neighbour.Clear();
+      }
+      if (mode != 0) {
+        ASSERT_LE(chain.pinned_bytes(), chain.size() + 2 * kBs) << step;
+      }
+      const size_t eat = rng() % 2 == 0 ? rng() % (chain.size() + 1) : 0;
+      chain.Consume(eat);
+      model.erase(0, eat);
+      ASSERT_EQ(Contents(chain), model) << "mode " << mode << " step " << step;
+      if (model.empty()) {
+        ASSERT_EQ(chain.pinned_bytes(), 0u) << step;  // nothing pinned
+      }
+    }
+  }
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+// A short read into an empty chain with a pack pins no buffer of its own:
+// ten "connections" holding a half command share one buffer.
+TEST(ReceiveTest, ReadFromWithAPackPinsAboutTheBytes) {
+  auto pool = testing_util::MakePool(4096, 64);
+  ReceivePack pack(*pool);
+  std::vector<BufferChain> conns;
+  for (int i = 0; i < 10; ++i) {
+    conns.emplace_back(*pool);
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    ASSERT_EQ(write(fds[1], "*3\r\n$3\r\nSET\r\n$1", 15), 15);
+    absl::StatusOr<size_t> n = ReadFrom(fds[0], conns.back(), 4096,
+                                        {.copy_below = 512, .pack = &pack});
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, 15u);
+    close(fds[0]);
+    close(fds[1]);
+  }
+  EXPECT_EQ(InUse(*pool), 1u);  // the pack's buffer, shared by all ten
+  for (auto& c : conns) EXPECT_EQ(Contents(c), "*3\r\n$3\r\nSET\r\n$1");
+  // Without a pack each would keep the buffer it read into.
+  BufferChain plain(*pool);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], "abc", 3), 3);
+  ASSERT_TRUE(ReadFrom(fds[0], plain, 4096).ok());
+  EXPECT_EQ(plain.pinned_bytes(), 4096u);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+TEST_F(ChainDeathTest, PostallocatePastThePreallocatedRoomAborts) {
+  auto pool = testing_util::MakePool(4096, 4);
+  BufferChain chain(*pool);
+  EXPECT_TRUE(chain.Preallocate().empty());  // no tail: no room
+  EXPECT_DEATH(chain.Postallocate(1), "Postallocate\\(1\\) past the 0 bytes");
+  ASSERT_TRUE(chain.Append(absl::string_view("abc")).ok());
+  EXPECT_EQ(chain.Preallocate().size(), 4093u);
+  EXPECT_DEATH(chain.Postallocate(4094), "Postallocate\\(4094\\)");
+}
+
+}  // namespace
+}  // namespace bufpool

@@ -164,24 +164,27 @@ class AsioReadBuffers {
   }
 
   // Puts the first `n` bytes read into buffers() at the end of `chain` and
-  // returns the buffers left unfilled to their pool. Call once. A read of
-  // less than buffer_size / 8, or one that fits a first buffer while
-  // `chain` has tail_room(), is copied into the chain (its tail's room, or
-  // one fresh buffer that later small reads fill); the rest are linked, no
-  // copy. So memory follows bytes (see the file comment).
+  // returns the buffers left unfilled to their pool. Call once. Each filled
+  // buffer goes through BufferChain::Receive() (copy_below: buffer_size /
+  // 8, unless `options` says otherwise): a read that fits the chain's tail
+  // room is copied there, one that finds some room fills it and a fresh
+  // buffer, and the rest are linked, no copy; with options.pack, a short
+  // read into an empty chain is packed. So memory follows bytes (see the
+  // file comment).
   void CommitTo(BufferChain& chain, size_t n) {
-    if (count_ != 0 && n != 0 && n <= views_[0].size() &&
-        (n < bufs_[0].size() / 8 || chain.tail_room() != 0) &&
-        chain.Append(absl::MakeConstSpan(bufs_[0].data(), n)).ok()) {
-      for (size_t i = 0; i < count_; ++i) bufs_[i].Reset();
-      count_ = 0;
-      return;
-    }  // else (or no pool, or a dry one) linked
-    for (size_t i = 0; i < count_; ++i) {
+    CommitTo(
+        chain, n,
+        {.copy_below = count_ != 0 ? bufs_[0].size() / 8 : 0, .pack = nullptr});
+  }
+  void CommitTo(BufferChain& chain, size_t n,
+                const BufferChain::ReceiveOptions& options) {
+    chain.Reserve(chain.slice_count() + count_ + 1);
+    for (size_t i = 0; i < count_ && n != 0; ++i) {
       const size_t len = n < views_[i].size() ? n : views_[i].size();
-      chain.Append(std::move(bufs_[i]), len);  // len 0: back to the pool
+      chain.Receive(bufs_[i], len, options);  // a copied one goes back below
       n -= len;
     }
+    for (size_t i = 0; i < count_; ++i) bufs_[i].Reset();
     count_ = 0;
   }
 

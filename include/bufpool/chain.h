@@ -245,6 +245,76 @@ class BUFPOOL_EXPORT BufferChain {
       ReserveSlow(slices);
   }
 
+  // ---- Receiving: the one primitive for I/O sources ----
+  //
+  // Every way bytes arrive (ReadFrom(), ProvidedBufferRing::Take(), the
+  // Asio read path, a user's own loop) goes through these, which own the
+  // copy-or-link policy that keeps memory following bytes:
+  //
+  //   auto room = chain.Preallocate();           // where bytes may go now
+  //   n = read(fd, room.data(), room.size());    // (or readv with fresh
+  //   chain.Postallocate(n);                     //  buffers after it)
+  //
+  //   chain.Receive(filled, n, {.copy_below = bs / 8, .pack = &pack});
+  //
+  // Preallocate() is the tail's room (tail_room() bytes after the tail
+  // slice, which only this chain can see), empty when there is none: no
+  // buffer is taken. Postallocate(n) makes the first n bytes written there
+  // part of the chain (n <= Preallocate().size(); aborts otherwise).
+  absl::Span<std::byte> Preallocate() const {
+    const size_t room = TailRoom();
+    if (room == 0) return {};
+    const SharedBuffer& t = At(count_ - 1);
+    return {t.data_ + t.size_, room};
+  }
+  void Postallocate(size_t n) {
+    if (n == 0) return;
+    if (count_ == 0 || n > At(count_ - 1).room()) [[unlikely]] {
+      DieBadPostallocate(n);
+    }
+    At(count_ - 1).size_ += n;
+    size_ += n;
+  }
+
+  struct ReceiveOptions {
+    // Bytes fewer than this are copied rather than linked (0: never copy;
+    // every Receive() links).
+    size_t copy_below = 0;
+    // Where short partials of an empty chain (under copy_below in all) are
+    // packed; nullptr: not packed.
+    ReceivePack* pack = nullptr;
+  };
+  // Takes the first `n` bytes of `buffer`, which a source filled (a read
+  // into a fresh buffer, the kernel into a ring's), by the policy. With
+  // copying on (copy_below != 0): into the tail's room if they fit; else,
+  // for an empty chain (or one whose tail is the pack's) that stays under
+  // copy_below, packed into `pack`; else, when the tail has some room,
+  // into that room and a fresh buffer of pool(), so no room is left empty
+  // inside the chain. Otherwise (copying off, a dry pool, no pool) `buffer`
+  // is linked, no copy, and its room after the n bytes takes the next
+  // small receives. Returns true when the chain took `buffer` (it is empty
+  // now), false when the bytes were copied (`buffer` unchanged: the caller
+  // may reuse it at once) or n is 0; aborts when n > buffer.size(). Throws
+  // std::bad_alloc, nothing changed, when the slice ring must grow and
+  // cannot; never after Reserve(slice_count() + 2).
+  bool Receive(Buffer& buffer, size_t n, const ReceiveOptions& options);
+  // For a source that lends one buffer to many chains (an incremental
+  // ring): when the tail slice ends at `at`, in the same buffer with at
+  // least n bytes of it after, the tail grows over them (no new
+  // reference) and this returns true; false, nothing changed, otherwise.
+  // The caller vouches that those bytes are this chain's next ones and
+  // that no other slice covers them.
+  bool GrowTail(const std::byte* at, size_t n) {
+    if (count_ == 0) return false;
+    SharedBuffer& t = At(count_ - 1);
+    // Adjacent addresses may be the next buffer's: the tail grows only
+    // inside its own.
+    if (t.data_ + t.size_ != at || t.room() < n) return false;
+    t.size_ += n;
+    size_ += n;
+    return true;
+  }
+
   // ---- Memory that follows bytes ----
   //
   // The bound. A chain that holds B bytes received through the library's
@@ -303,16 +373,17 @@ class BUFPOOL_EXPORT BufferChain {
   }
 
  private:
-  friend absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
-                                         size_t max_bytes);
-
   SharedBuffer& At(size_t i) const {
     return segs_[(head_ + static_cast<uint32_t>(i)) & (cap_ - 1)];
   }
   // Room in the tail's buffer that Append() may write (see the file
   // comment): 0 unless the tail is the only reference to its buffer; 0 for
   // an empty chain.
-  size_t TailRoom() const;
+  size_t TailRoom() const {
+    if (count_ == 0) return 0;
+    const SharedBuffer& t = At(count_ - 1);
+    return t.use_count() == 1 ? t.room() : 0;
+  }
   // Links `s` after the tail.
   void PushBack(SharedBuffer&& s) {
     if (count_ == cap_) Grow();
@@ -331,17 +402,6 @@ class BUFPOOL_EXPORT BufferChain {
   void Grow() { GrowTo(cap_ * 2); }
   void GrowTo(uint32_t cap);  // cap: a power of two > cap_
   void ReserveSlow(size_t slices);
-  // For ReadFrom() and the ring: where TailRoom()'s bytes start; the tail
-  // grows by n bytes of that room (TailRoom() >= n, n > 0); a fresh buffer
-  // whose first n bytes hold data joins the end.
-  std::byte* RoomStart() const {
-    const SharedBuffer& t = At(count_ - 1);
-    return t.data_ + t.size_;
-  }
-  void ExtendTail(size_t n) {
-    At(count_ - 1).size_ += n;
-    size_ += n;
-  }
   void AppendFilled(Buffer&& buffer, size_t n) {
     SharedBuffer s(std::move(buffer));
     s.size_ = n;
@@ -351,23 +411,10 @@ class BUFPOOL_EXPORT BufferChain {
   void ConsumeSlow(size_t n);
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
-  // For an incremental ProvidedBufferRing: bytes the kernel wrote right
-  // after the tail slice, in the same buffer, and handed to this chain
-  // alone, join the tail slice (no new slice, no reference).
-  friend class ProvidedBufferRing;
-  bool ExtendTailAt(const std::byte* at, size_t n) {
-    if (count_ == 0) return false;
-    SharedBuffer& t = At(count_ - 1);
-    // Adjacent addresses may be the next buffer's: the tail grows only
-    // inside its own.
-    if (t.data_ + t.size_ != at || t.room() < n) return false;
-    t.size_ += n;
-    size_ += n;
-    return true;
-  }
   bool AppendPackedInline(const std::byte* src, size_t len, ReceivePack& pack);
   bool AppendPackedSlow(const std::byte* src, size_t len, ReceivePack& pack);
   [[noreturn]] static void DieTooLong(size_t length, size_t size);
+  [[noreturn]] void DieBadPostallocate(size_t n) const;
   [[noreturn]] void DieBadIndex(size_t i) const;
   // Takes other's slices and storage; *this must be empty, with inline
   // storage.
@@ -504,6 +551,13 @@ inline BufferChain::SpanRange BufferChain::spans() const {
 // FailedPrecondition for a chain without a pool.
 BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
                                                size_t max_bytes);
+// The same, each fresh buffer the read filled taken by
+// BufferChain::Receive() with `options`: with a ReceivePack and copy_below,
+// a short read into an empty chain (a half-sent command) pins about its
+// bytes, not a buffer; the buffer goes straight back.
+BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(
+    int fd, BufferChain& chain, size_t max_bytes,
+    const BufferChain::ReceiveOptions& options);
 
 // Writes `chain` to `fd` (sendmsg with MSG_NOSIGNAL on a socket, writev
 // with SIGPIPE blocked on anything else), at most 256 slices per call,

@@ -541,15 +541,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // false, nothing changed, for TakeSlow() to handle.
   bool TakeInline(const io_uring_cqe& cqe, BufferChain& out);
   absl::Status TakeSlow(const io_uring_cqe& cqe, BufferChain& out);
-  // Copies a one-buffer completion of `len` bytes into `out` and lends its
-  // buffer again; false (nothing changed) when `out` cannot take the copy.
-  bool TakeByCopy(uint16_t id, size_t len, BufferChain& out);
-  // Copies `len` (< buffer_size_) bytes into the pack buffer and links them
-  // to `out` as a slice of it (or extends out's tail slice when it ends
-  // where they land); false, nothing changed, when the pool has no buffer
-  // for a new pack buffer. May throw std::bad_alloc (out's slice ring)
-  // before changing anything.
-  bool Pack(const std::byte* src, size_t len, BufferChain& out);
+  // Take() of a one-buffer completion of `len` bytes: BufferChain::Receive()
+  // copies it (the buffer is lent again at once) or links it.
+  absl::Status TakeOne(uint16_t id, size_t len, BufferChain& out);
   // TakeBuffer() into an empty handle: the ring's buffer under `id` leaves
   // the ring.
   void TakeOut(uint16_t id, Buffer& buffer) noexcept;
@@ -799,9 +793,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   Lent& lent = *found;
   std::byte* const src = lent.data;
   const auto bid = static_cast<uint16_t>(id);
-  if (out.count_ == 0) {
+  if (out.empty()) {
     // A short partial of an empty chain: packed (see "Memory").
-    if (len >= copy_below_ || !out.AppendPackedInline(src, len, *pack_)) {
+    if (len >= copy_below_ ||
+        !out.AppendPacked(absl::MakeConstSpan(src, len), *pack_)) {
       return false;
     }
     Relend(bid, src);
@@ -809,12 +804,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
     return true;
   }
   if (copy_below_ == 0) return false;
-  const SharedBuffer& t = out.At(out.count_ - 1);
-  if (t.room() < len || t.use_count() != 1) return false;
-  std::byte* const dst = t.mutable_data() + t.size();
+  const absl::Span<std::byte> room = out.Preallocate();
+  if (room.size() < len) return false;
+  std::byte* const dst = room.data();
   // The bookkeeping first, so the copy is the last step (nothing to reload
   // after the call).
-  out.ExtendTail(len);
+  out.Postallocate(len);
   Relend(bid, src);
   ++copied_;
   std::memcpy(dst, src, len);

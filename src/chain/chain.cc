@@ -121,10 +121,39 @@ void BufferChain::Clear() {
   size_ = 0;
 }
 
-size_t BufferChain::TailRoom() const {
-  if (count_ == 0) return 0;
-  const SharedBuffer& tail = At(count_ - 1);
-  return tail.use_count() == 1 ? tail.room() : 0;
+void BufferChain::DieBadPostallocate(size_t n) const {
+  std::fprintf(stderr,
+               "bufpool: BufferChain::Postallocate(%zu) past the %zu bytes "
+               "of room Preallocate() gave\n",
+               n, count_ == 0 ? size_t{0} : At(count_ - 1).room());
+  std::abort();
+}
+
+bool BufferChain::Receive(Buffer& buffer, size_t n,
+                          const ReceiveOptions& options) {
+  if (n == 0) return false;
+  if (n > buffer.size()) DieTooLong(n, buffer.size());
+  const std::byte* const src = buffer.data();
+  if (options.copy_below != 0) {
+    const size_t room = TailRoom();
+    if (room >= n) {
+      std::memcpy(At(count_ - 1).data_ + At(count_ - 1).size_, src, n);
+      Postallocate(n);
+      return false;
+    }
+    // A short partial: packed, pinning about its bytes.
+    if (room == 0 && options.pack != nullptr &&
+        size_ + n < options.copy_below &&
+        AppendPacked(absl::MakeConstSpan(src, n), *options.pack)) {
+      return false;
+    }
+    // Room left empty inside the chain would let what it pins grow past
+    // its bytes plus two buffers: fill it, and a fresh buffer the rest.
+    if (room != 0 && Append(absl::MakeConstSpan(src, n)).ok()) return false;
+  }
+  Reserve(size_t{count_} + 1);
+  AppendFilled(std::move(buffer), n);
+  return true;
 }
 
 absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
@@ -462,7 +491,7 @@ bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
   pack.used_ += static_cast<uint32_t>(len);
   // Bytes past the pack's used ones belong to no slice: the tail grows over
   // them when it ends where they start (its own earlier pack bytes).
-  if (ExtendTailAt(dst, len)) return true;
+  if (GrowTail(dst, len)) return true;
   SharedBuffer s;
   s.pool_ = b.pool_;
   s.data_ = dst;

@@ -21,6 +21,11 @@ constexpr size_t kMaxWriteIov = 256;
 }  // namespace
 
 absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes) {
+  return ReadFrom(fd, chain, max_bytes, BufferChain::ReceiveOptions());
+}
+
+absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes,
+                                const BufferChain::ReceiveOptions& options) {
   if (max_bytes == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("ReadFrom(fd ", fd, "): max_bytes must be > 0"));
@@ -32,8 +37,9 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes) {
   }
   iovec iov[kMaxIov + 1];
   int cnt = 0;
-  const size_t room = std::min(chain.TailRoom(), max_bytes);
-  if (room != 0) iov[cnt++] = {chain.RoomStart(), room};
+  const absl::Span<std::byte> tail = chain.Preallocate();
+  const size_t room = std::min(tail.size(), max_bytes);
+  if (room != 0) iov[cnt++] = {tail.data(), room};
   const size_t bs = pool->buffer_size();
   const size_t want =
       std::min<size_t>((max_bytes - room + bs - 1) / bs, kMaxIov);
@@ -69,12 +75,14 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes) {
   size_t left = *n;
   const size_t in_room = std::min(left, room);
   if (in_room != 0) {
-    chain.ExtendTail(in_room);
+    chain.Postallocate(in_room);
     left -= in_room;
   }
+  // Room for every slice first, so nothing below throws.
+  chain.Reserve(chain.slice_count() + (left + bs - 1) / bs + 1);
   for (size_t i = 0; left != 0; ++i) {
     const size_t len = std::min(left, bs);
-    chain.AppendFilled(std::move(fresh[i]), len);
+    chain.Receive(fresh[i], len, options);  // a copied one goes back
     left -= len;
   }
   return *n;

@@ -360,32 +360,25 @@ SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
   return shared_[id];
 }
 
-bool ProvidedBufferRing::TakeByCopy(uint16_t id, size_t len, BufferChain& out) {
-  // What TakeInline() left: a short partial without room of its own is
-  // packed; else Append() fills the tail's room and the fresh buffer the
-  // rest needs.
-  std::byte* src = lent_[id].data;
-  if (out.tail_room() != 0 || !Pack(src, len, out)) {
-    // Room for one more slice first, so a throw leaves everything as it
-    // was; Append() itself is all or nothing (a dry pool, no pool: link
-    // instead).
-    out.Reserve(out.slice_count() + 1);
-    if (!out.Append(absl::MakeConstSpan(src, len)).ok()) return false;
+absl::Status ProvidedBufferRing::TakeOne(uint16_t id, size_t len,
+                                         BufferChain& out) {
+  out.Reserve(out.slice_count() + 2);  // then Receive() cannot throw
+  Lent& lent = lent_[id];
+  std::byte* const data = lent.data;
+  // A handle of the lent slot for Receive(); the ring keeps the slot
+  // unless the chain takes the handle.
+  Buffer buffer = internal::SharedAccess::GiveSlot(*pool_, lent.slot);
+  if (out.Receive(buffer, len, {.copy_below = copy_below_, .pack = &*pack_})) {
+    lent.data = nullptr;
+    free_ids_.push_back(id);  // reserved for every id: never reallocates
+    --in_ring_;
+    if (in_ring_ < target_ / 4) ran_low_ = true;
+  } else {
+    internal::SharedAccess::TakeSlot(buffer);  // still the ring's
+    Relend(id, data);
+    ++copied_;
   }
-  Relend(id, src);
-  ++copied_;
-  return true;
-}
-
-bool ProvidedBufferRing::Pack(const std::byte* src, size_t len,
-                              BufferChain& out) {
-  // Only a short partial message is packed, and only into one pack buffer:
-  // a chain that grows past copy_below, or whose pack buffer the ring has
-  // left, fills buffers of its own. So a chain's packed bytes stay under
-  // copy_below in one shared buffer, and a trickle of many connections
-  // does not leave each one pinning the pack buffers of all.
-  if (out.size() + len >= copy_below_) return false;
-  return out.AppendPacked(absl::MakeConstSpan(src, len), *pack_);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
@@ -458,10 +451,8 @@ absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
     if (res <= 0) return res < 0 ? ReceiveError(res) : absl::OkStatus();
     return TakeIncremental(cqe, id, out);
   }
-  if (n == 1 && total != 0 && copy_below_ != 0 &&
-      (total < copy_below_ || out.tail_room() != 0) &&
-      TakeByCopy(static_cast<uint16_t>(id), total, out)) {
-    return absl::OkStatus();
+  if (n == 1 && total != 0) {
+    return TakeOne(static_cast<uint16_t>(id), total, out);
   }
   // A bundle linked after a tail with room would leave that room empty
   // inside the chain, one partly filled buffer per bundle: what the chain
@@ -494,22 +485,23 @@ absl::Status ProvidedBufferRing::TakeBundleByCopy(uint32_t id, size_t n,
     left -= len;
     std::byte* const data = lent_[b].data;
     if (copying && data != nullptr) {
-      const size_t room = std::min(len, out.TailRoom());
+      const absl::Span<std::byte> room = out.Preallocate();
+      const size_t in_room = std::min(len, room.size());
       Buffer fresh;
-      if (room < len) {
-        if (out.pool_ != nullptr) fresh = out.pool_->TryAcquire();
+      if (in_room < len) {
+        if (out.pool() != nullptr) fresh = out.pool()->TryAcquire();
         // A dry pool (or none, or smaller buffers): this buffer and the
         // rest are linked, in order.
-        copying = fresh && fresh.size() >= len - room;
+        copying = fresh && fresh.size() >= len - in_room;
       }
       if (copying) {
-        if (room != 0) {
-          std::memcpy(out.RoomStart(), data, room);
-          out.ExtendTail(room);
+        if (in_room != 0) {
+          std::memcpy(room.data(), data, in_room);
+          out.Postallocate(in_room);
         }
-        if (room < len) {
-          std::memcpy(fresh.data(), data + room, len - room);
-          out.AppendFilled(std::move(fresh), len - room);
+        if (in_room < len) {
+          std::memcpy(fresh.data(), data + in_room, len - in_room);
+          out.Append(std::move(fresh), len - in_room);
         }
         Relend(b, data);  // lent again at once, in_ring_ unchanged
         copied_first = copied_first || i == 0;
@@ -602,10 +594,10 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
     // The bytes right after the chain's tail slice join it; else small
     // ones are copied (as a ring without incremental mode does); else
     // linked as a slice of the buffer.
-    if (start != 0 && out.ExtendTailAt(data, len)) {
+    if (start != 0 && out.GrowTail(data, len)) {
       // joined
-    } else if (copy_below_ != 0 && out.tail_room() == 0 &&
-               Pack(data, len, out)) {
+    } else if (out.tail_room() == 0 && out.size() + len < copy_below_ &&
+               out.AppendPacked(absl::MakeConstSpan(data, len), *pack_)) {
       ++copied_;
     } else if (copy_below_ != 0 &&
                (len < inc_copy_below || out.tail_room() != 0) &&
