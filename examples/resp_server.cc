@@ -6,9 +6,9 @@
 // inline ones; HeldSend sends replies. A large value (SET of 1 MiB) stays in
 // the buffers it arrived in and is linked into replies, never copied; a
 // partial command in many part-filled buffers is packed into full ones.
-// Receives that run out of buffers are parked; while the ring cannot lend
-// enough the loop asks the pool for a notice (BufferPool::NotifyWhenFree on
-// an eventfd read in the same ring), so a free buffer wakes it at once.
+// Receives that run out of buffers are parked (ParkedReceives); while the
+// ring cannot lend enough, the pool's notice, read in the same ring, wakes
+// the loop as soon as a buffer is free.
 // SIGUSR1 prints the pool's counters on stdout (bench/run_resp_bench reads
 // them): "stats: in_use=N cached=N high_water=N buffer_size=N conns=N".
 //
@@ -17,7 +17,6 @@
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -57,13 +56,11 @@ struct Conn {
 io_uring ring;
 bufpool::BufferPool* pool;
 std::unique_ptr<bufpool::ProvidedBufferRing> bufs;
+std::unique_ptr<bufpool::ParkedReceives> parked;  // out of ring buffers
 std::unordered_set<Conn*> live;
 // Values: copied, or over kLinkAbove kept as slices (`second`, if not empty).
 std::unordered_map<std::string, std::pair<std::string, BufferChain>> store;
 size_t max_partial_buffers = 0;  // reported at exit
-int notify_fd = -1;              // an eventfd the pool writes to when asked
-uint64_t notice = 0;             // what its read reads
-bool notify_armed = false;  // a NotifyWhenFree request and its read pending
 volatile sig_atomic_t time_is_up = 0;
 volatile sig_atomic_t stats_wanted = 0;    // SIGUSR1: print the pool's Stats()
 io_uring_sqe* Sqe(Conn* c, uint64_t op) {  // its completion: (c, op)
@@ -223,16 +220,15 @@ int Listen(int port) {
 void Accept(int lfd) {
   io_uring_prep_multishot_accept(Sqe(nullptr, kAccept), lfd, 0, 0, 0);
 }
-// One completion; `parked` collects receives that ran out of buffers.
-void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping,
-                  std::vector<Conn*>& parked) {
+// One completion.
+void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping) {
   auto* c = reinterpret_cast<Conn*>(cqe.user_data & ~uint64_t{7});
   const bool more = cqe.flags & IORING_CQE_F_MORE;
   switch (cqe.user_data & 7) {
     case 0:  // a cancel's own completion
       return;
     case kNotify:  // a buffer is free: the next Refill() lends it
-      notify_armed = false;
+      parked->OnNotice();
       return;
     case kAccept:
       if (cqe.res >= 0) {
@@ -251,7 +247,7 @@ void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping,
       } else if (s.ok() && cqe.res > 0) {
         Process(c);
       } else if (absl::IsResourceExhausted(s)) {
-        if (!more) c->parked = true, parked.push_back(c);
+        if (!more) c->parked = true, parked->Park(c);
       } else {
         c->done = true;  // end of stream or an error
       }
@@ -282,8 +278,6 @@ int main(int argc, char** argv) {
   pool = created_pool->get();
   const int lfd = Listen(port);
   if (lfd < 0) return 1;
-  notify_fd = eventfd(0, EFD_CLOEXEC);
-  if (notify_fd < 0) return std::perror("resp_server: eventfd"), 1;
   // One thread drives the ring: task work runs when it waits, not by IPI.
   absl::StatusOr<bufpool::ServerRingSetup> setup =
       bufpool::InitServerRing(&ring, {.entries = 512});
@@ -292,11 +286,13 @@ int main(int argc, char** argv) {
       &ring, *pool, {.group_id = 1, .max_buffers = 2048});
   if (!created.ok()) return Fail(created.status());
   bufs = *std::move(created);
+  auto created_parked = bufpool::ParkedReceives::Create(*bufs);
+  if (!created_parked.ok()) return Fail(created_parked.status());
+  parked = *std::move(created_parked);
   Accept(lfd);
   bool stopping = false;
   signal(SIGALRM, [](int) { time_is_up = 1; });
-  alarm(seconds);             // 0: never
-  std::vector<Conn*> parked;  // out of buffers: re-armed when the ring refills
+  alarm(seconds);  // 0: never
   while (!stopping || !live.empty()) {
     if (!stopping && time_is_up) {
       stopping = true;
@@ -314,20 +310,15 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     bufs->Refill();
-    if (!parked.empty() && (stopping || bufs->ShouldRearm())) {
-      for (Conn* c : parked) {
-        c->parked = false;
-        stopping ? (c->done = true, MaybeClose(c)) : Receive(c);
-      }
-      parked.clear();
-    }
-    // Still parked: the pool is too dry for the ring; wake when it is not.
-    if (!parked.empty() && !notify_armed &&
-        pool->NotifyWhenFree(notify_fd).ok()) {
-      io_uring_prep_read(Sqe(nullptr, kNotify), notify_fd, &notice,
-                         sizeof(notice), 0);
-      notify_armed = true;
-    }
+    // Parked receives re-armed once the ring can lend again; while some
+    // stay parked, the pool's notice is read in the ring.
+    auto rearm = [stopping](void* who) {
+      Conn* c = static_cast<Conn*>(who);
+      c->parked = false;
+      stopping ? (c->done = true, MaybeClose(c)) : Receive(c);
+    };
+    if (stopping) parked->RearmAll(rearm);
+    parked->Rearm(&ring, kNotify, rearm);
     // The tick is for the deadline only; buffers come by the notice.
     __kernel_timespec tick{0, 100 * 1000 * 1000};
     io_uring_cqe* cqe;
@@ -335,15 +326,14 @@ int main(int argc, char** argv) {
     unsigned head, n = 0;
     io_uring_for_each_cqe(&ring, head, cqe) {
       ++n;
-      OnCompletion(*cqe, lfd, stopping, parked);
+      OnCompletion(*cqe, lfd, stopping);
     }
     io_uring_cq_advance(&ring, n);
   }
-  store.clear(), bufs.reset();  // every buffer back, before the ring goes
-  io_uring_queue_exit(&ring);
+  store.clear();
+  io_uring_queue_exit(&ring);    // no read of the notice in flight after this
+  parked.reset(), bufs.reset();  // every buffer back
   std::printf("done: %zu buffers in use; a partial command held at most %zu\n",
               pool->Stats().in_use, max_partial_buffers);
-  created_pool->reset();  // no notice can come after this
-  close(notify_fd);
   return 0;
 }

@@ -1,11 +1,11 @@
 // An io_uring echo server written with nothing but libbufpool's public
 // headers and liburing: receives land in pool buffers lent to a provided-
 // buffer ring, come back as BufferChains, and are echoed with HeldSend.
-// Running out of buffers (-ENOBUFS) parks a connection until the ring can
-// lend enough again; while the pool itself is dry the loop sleeps on the
-// pool's notice (BufferPool::NotifyWhenFree on an eventfd read in the same
-// ring), which comes whichever thread frees a buffer. Short sends are
-// resumed by ReturnUnsentTo().
+// Running out of buffers (-ENOBUFS) parks a connection (ParkedReceives)
+// until the ring can lend enough again; while the pool itself is dry the
+// loop sleeps on the pool's notice, which ParkedReceives reads through the
+// same ring and which comes whichever thread frees a buffer. Short sends
+// are resumed by ReturnUnsentTo().
 //
 //   uring_echo [PORT [SECONDS [BUFFERS]]]
 //     PORT 0 picks one; SECONDS 0: forever; BUFFERS: the pool (4096 of 4 KiB)
@@ -18,7 +18,6 @@
 #include <liburing.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -58,15 +57,17 @@ struct Conn {
 
 class Server {
  public:
-  Server(bufpool::BufferPool& pool, int listen_fd, int event_fd)
-      : pool_(pool), lfd_(listen_fd), efd_(event_fd) {}
+  Server(bufpool::BufferPool& pool, int listen_fd)
+      : pool_(pool), lfd_(listen_fd) {}
   bool Start();
   // Runs until `seconds` have passed (0: forever) and every connection is
   // shut down and closed.
   void Run(int seconds);
   void Stop() {  // destroys the ring's objects, then the ring
-    bufs_.reset();
     io_uring_queue_exit(&ring_);
+    wakes_ = parked_->notices();
+    parked_.reset();
+    bufs_.reset();
   }
   uint64_t parks() const { return parks_; }
   uint64_t wakes() const { return wakes_; }
@@ -113,13 +114,11 @@ class Server {
 
   bufpool::BufferPool& pool_;
   const int lfd_;
-  const int efd_;  // an eventfd the pool writes to when asked
   io_uring ring_;
   std::unique_ptr<bufpool::ProvidedBufferRing> bufs_;
+  // Receives out of buffers, re-armed when the ring can lend again.
+  std::unique_ptr<bufpool::ParkedReceives> parked_;
   std::unordered_set<Conn*> live_;
-  std::vector<Conn*> parked_;  // out of buffers: re-armed when the ring can
-  uint64_t notice_ = 0;        // the eventfd read's target
-  bool notify_armed_ = false;  // a NotifyWhenFree request and its read
   bool stopping_ = false, accepting_ = true, said_waiting_ = false;
   uint64_t parks_ = 0, wakes_ = 0;
 };
@@ -140,6 +139,12 @@ bool Server::Start() {
     return false;
   }
   bufs_ = *std::move(created);
+  auto parked = bufpool::ParkedReceives::Create(*bufs_);
+  if (!parked.ok()) {
+    std::fprintf(stderr, "%s\n", parked.status().ToString().c_str());
+    return false;
+  }
+  parked_ = *std::move(parked);
   Accept();
   return true;
 }
@@ -153,13 +158,12 @@ void Server::BeginStopping() {
   for (Conn* c : live_) shutdown(c->fd, SHUT_RDWR);
 }
 
-// Re-arms parked receives once the ring holds enough buffers again. If the
-// pool is too dry for that, asks it for a notice: the eventfd read then
-// completes when a buffer is free, and the next turn's Refill() lends it.
+// Re-arms parked receives once the ring holds enough buffers again (all
+// of them when stopping); while some stay parked, ParkedReceives has asked
+// the pool for a notice, whose read completes when a buffer is free.
 void Server::RearmParked() {
-  while (!parked_.empty() && (stopping_ || bufs_->ShouldRearm())) {
-    Conn* c = parked_.back();
-    parked_.pop_back();
+  auto rearm = [this](void* who) {
+    Conn* c = static_cast<Conn*>(who);
     c->parked = false;
     if (!c->done && !stopping_) {
       Receive(c);
@@ -167,13 +171,9 @@ void Server::RearmParked() {
       c->done = true;
       MaybeClose(c);
     }
-  }
-  if (parked_.empty() || notify_armed_) return;
-  if (!pool_.NotifyWhenFree(efd_).ok()) return;  // the tick re-checks
-  io_uring_sqe* sqe = Sqe();
-  io_uring_prep_read(sqe, efd_, &notice_, sizeof(notice_), 0);
-  Tag(sqe, nullptr, kNotify);
-  notify_armed_ = true;
+  };
+  if (stopping_) parked_->RearmAll(rearm);
+  parked_->Rearm(&ring_, kNotify, rearm);
 }
 
 void Server::Run(int seconds) {
@@ -191,7 +191,7 @@ void Server::Run(int seconds) {
     io_uring_cqe* cqe;
     const int rc =
         io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &tick, nullptr);
-    if (rc == -ETIME && notify_armed_ && !said_waiting_) {
+    if (rc == -ETIME && parked_->notice_pending() && !said_waiting_) {
       said_waiting_ = true;
       std::fprintf(stderr, "uring_echo: waiting for a free buffer\n");
     }
@@ -214,8 +214,7 @@ void Server::OnCompletion(const io_uring_cqe& cqe) {
       accepting_ = more || !stopping_;
       return;
     case kNotify:  // a buffer is free: Refill() lends it next turn
-      notify_armed_ = false;
-      ++wakes_;
+      parked_->OnNotice();
       return;
     case kRecv:
       OnRecv(c, cqe, more);
@@ -237,7 +236,7 @@ void Server::OnRecv(Conn* c, const io_uring_cqe& cqe, bool more) {
     c->out.Append(*std::move(got));  // links the buffers, no copy
     Send(c);
   } else if (!got.ok() && absl::IsResourceExhausted(got.status())) {
-    if (!more) c->parked = true, parked_.push_back(c), ++parks_;
+    if (!more) c->parked = true, parked_->Park(c), ++parks_;
   } else {
     c->done = true;  // end of stream or an error
   }
@@ -297,16 +296,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "uring_echo: %s\n", pool.status().ToString().c_str());
     return 1;
   }
-  // Blocking: the ring's read of it waits inside the kernel.
-  const int efd = eventfd(0, EFD_CLOEXEC);
   int bound = 0;
   const int lfd = Listen(port, &bound);
-  if (efd < 0 || lfd < 0) return 1;
+  if (lfd < 0) return 1;
   std::printf("listening on 127.0.0.1:%d\n", bound);
   std::fflush(stdout);
   signal(SIGINT, RequestStop);
   signal(SIGTERM, RequestStop);
-  Server server(**pool, lfd, efd);
+  Server server(**pool, lfd);
   if (!server.Start()) return 1;
   server.Run(seconds);
   server.Stop();
@@ -314,8 +311,6 @@ int main(int argc, char** argv) {
   std::printf("parked %llu times, woken by the pool %llu times\n",
               static_cast<unsigned long long>(server.parks()),
               static_cast<unsigned long long>(server.wakes()));
-  pool->reset();  // drops a request still pending, before the eventfd goes
-  close(efd);
   close(lfd);
   return 0;
 }

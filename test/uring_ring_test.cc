@@ -1887,3 +1887,91 @@ TEST(IncrementalTest, ProbeMatchesTheKernel) {
 
 }  // namespace
 }  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// A receive that ran out of ring buffers is parked; while the pool is dry
+// Rearm() leaves it parked and reads the pool's notice in the ring, which
+// completes when a buffer is freed; after the notice and a Refill(), the
+// next Rearm() re-arms it. Remove() takes a closing connection off.
+TEST_F(TakeBufferTest, ParkedReceivesWaitForThePoolsNoticeAndRearm) {
+  ASSERT_NO_FATAL_FAILURE(Open(2));
+  std::vector<Buffer> hog;  // everything the ring does not hold
+  while (Buffer b = (*pool)->TryAcquire()) hog.push_back(std::move(b));
+  auto parked = ParkedReceives::Create(**br);
+  ASSERT_TRUE(parked.ok()) << parked.status();
+  std::vector<Buffer> kept;
+  bool armed = true;
+  for (const char* msg : {"one", "two"}) {
+    if (!armed) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+    ASSERT_TRUE(Send(msg));
+    io_uring_cqe* cqe = NextCompletion(ring);
+    ASSERT_NE(cqe, nullptr);
+    Buffer b;
+    ASSERT_TRUE((*br)->TakeBuffer(*cqe, b));  // the ring's buffer leaves
+    armed = cqe->flags & IORING_CQE_F_MORE;
+    io_uring_cqe_seen(ring.get(), cqe);
+    kept.push_back(std::move(b));
+  }
+  if (!armed) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  ASSERT_TRUE(Send("three"));
+  io_uring_cqe* cqe = NextCompletion(ring);
+  ASSERT_NE(cqe, nullptr);
+  ASSERT_EQ(cqe->res, -ENOBUFS);
+  ASSERT_FALSE(cqe->flags & IORING_CQE_F_MORE);
+  io_uring_cqe_seen(ring.get(), cqe);
+  int conn = 0;
+  (*parked)->Park(&conn);
+  constexpr uint64_t kNotice = 99;
+  int rearmed = 0;
+  auto rearm = [&](void* who) {
+    EXPECT_EQ(who, &conn);
+    ++rearmed;
+    (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  };
+  // The pool is dry: nothing to lend, nothing re-armed, the notice asked.
+  EXPECT_EQ((*br)->Refill(), 0u);
+  EXPECT_EQ((*parked)->Rearm(ring.get(), kNotice, rearm), 0u);
+  EXPECT_EQ(rearmed, 0);
+  EXPECT_TRUE((*parked)->notice_pending());
+  EXPECT_EQ((*parked)->size(), 1u);
+  io_uring_submit(ring.get());
+  EXPECT_NE(io_uring_peek_cqe(ring.get(), &cqe), 0);  // the read waits
+  EXPECT_EQ((*parked)->Rearm(ring.get(), kNotice, rearm), 0u);  // asks once
+  hog.pop_back();  // a buffer is free: the pool writes the eventfd
+  cqe = NextCompletion(ring);
+  ASSERT_NE(cqe, nullptr);
+  EXPECT_EQ(cqe->user_data, kNotice);
+  io_uring_cqe_seen(ring.get(), cqe);
+  (*parked)->OnNotice();
+  EXPECT_FALSE((*parked)->notice_pending());
+  EXPECT_EQ((*parked)->notices(), 1u);
+  EXPECT_EQ((*br)->Refill(), 1u);
+  EXPECT_EQ((*parked)->Rearm(ring.get(), kNotice, rearm), 1u);
+  EXPECT_EQ(rearmed, 1);
+  EXPECT_TRUE((*parked)->empty());
+  EXPECT_FALSE((*parked)->notice_pending());  // nothing parked: not asked
+  cqe = NextCompletion(ring);  // the re-armed receive gets "three"
+  ASSERT_NE(cqe, nullptr);
+  absl::StatusOr<BufferChain> got = (*br)->Take(*cqe);
+  io_uring_cqe_seen(ring.get(), cqe);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(testing_util::Contents(*got), "three");
+  // Remove() and RearmAll().
+  int a = 0, b = 0;
+  (*parked)->Park(&a);
+  (*parked)->Park(&b);
+  EXPECT_TRUE((*parked)->Remove(&a));
+  EXPECT_FALSE((*parked)->Remove(&a));
+  std::vector<void*> order;
+  EXPECT_EQ((*parked)->RearmAll([&](void* who) { order.push_back(who); }), 1u);
+  EXPECT_EQ(order, std::vector<void*>{&b});
+  EXPECT_TRUE((*parked)->empty());
+  got->Clear();
+  kept.clear();
+  hog.clear();
+}
+
+}  // namespace
+}  // namespace bufpool

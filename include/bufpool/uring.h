@@ -44,7 +44,8 @@
 // (enobufs()). The connection is healthy: park it, and re-arm its receive
 // once ShouldRearm() (available() >= rearm_threshold(), by default a quarter
 // of the buffers the ring has been lent) after a Refill(). Re-arming at once
-// would fail the same way.
+// would fail the same way. ParkedReceives does both, and reads the pool's
+// notice in the ring while the pool is too dry for the ring to refill.
 //
 // Backpressure: bound what one connection holds (received, not yet sent or
 // consumed) to about `limit` bytes, as the bundled echo server does. Cap
@@ -638,6 +639,100 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // where no slice reaches, so chains on other threads reading their
   // slices never see a write.
   std::optional<ReceivePack> pack_;  // made by TakeOptions()
+};
+
+// ---- Parked receives -------------------------------------------------------
+
+// Receives that ended because the ring had no buffer (Take() said
+// ResourceExhausted on a completion without IORING_CQE_F_MORE), waiting to
+// be made again once the ring can lend enough (ShouldRearm()); and, while
+// the pool is too dry for the ring to refill, the pool's notice
+// (BufferPool::NotifyWhenFree() on an eventfd of its own, read through the
+// caller's ring) that wakes the loop when a buffer is free, so no timer
+// polls. The sequence every loop turn:
+//
+//   auto parked = bufpool::ParkedReceives::Create(**bufs);
+//   ...
+//   if (IsResourceExhausted(s) && !more) (*parked)->Park(conn);
+//   ...
+//   (*bufs)->Refill();
+//   (*parked)->Rearm(&ring, kNoticeTag, [&](void* c) { Receive(c); });
+//   ...
+//   case kNoticeTag: (*parked)->OnNotice(); break;  // its completion
+//
+// Parked receives are re-armed in the order they were parked. Remove() a
+// connection that closes while parked.
+//
+// Thread safety and lifetime: one thread, the ring's. The eventfd read in
+// flight writes into this object: destroy it after that read completed
+// (notice_pending() false) or after the ring is gone (io_uring_queue_exit).
+// The pool may still write to the eventfd of a pending notice, so a
+// destructor that finds one pending leaves the eventfd open (one descriptor)
+// rather than let the pool's write land on a reused descriptor number.
+class BUFPOOL_EXPORT ParkedReceives {
+ public:
+  // The eventfd's error (EMFILE, ...) when it cannot be created.
+  static absl::StatusOr<std::unique_ptr<ParkedReceives>> Create(
+      ProvidedBufferRing& ring);
+  ~ParkedReceives();
+  ParkedReceives(const ParkedReceives&) = delete;
+  ParkedReceives& operator=(const ParkedReceives&) = delete;
+
+  // Parks a receive of `who` (the caller's connection). Allocates while the
+  // list grows; throws std::bad_alloc, nothing changed, when it cannot.
+  void Park(void* who) { parked_.push_back(who); }
+  // Takes `who` off the list (a connection that closes); false when it was
+  // not parked. O(parked).
+  bool Remove(void* who);
+  bool empty() const { return parked_.empty(); }
+  size_t size() const { return parked_.size(); }
+  // Whether the pool's notice is asked for and its read not yet complete.
+  bool notice_pending() const { return notice_pending_; }
+
+  // Call every loop turn after ProvidedBufferRing::Refill(). When the ring
+  // should re-arm (ShouldRearm()), calls rearm(who) for every parked
+  // receive, oldest first, and empties the list; while receives stay
+  // parked, asks the pool for a notice and prepares its read on `uring`
+  // (an sqe with user_data `notice_user_data`; submitted by the caller's
+  // next submit). Returns the receives re-armed. `rearm` may Park() again.
+  template <typename Fn>
+  size_t Rearm(io_uring* uring, uint64_t notice_user_data, Fn&& rearm) {
+    const size_t n = ring_->ShouldRearm() ? RearmAll(rearm) : 0;
+    if (!parked_.empty() && !notice_pending_) {
+      AskForNotice(uring, notice_user_data);
+    }
+    return n;
+  }
+  // Re-arms (or, say, closes) every parked receive now, whatever the ring
+  // holds: for a loop that is stopping.
+  template <typename Fn>
+  size_t RearmAll(Fn&& rearm) {
+    batch_.swap(parked_);  // both keep their capacity: no allocation
+    for (void* who : batch_) rearm(who);
+    const size_t n = batch_.size();
+    batch_.clear();
+    return n;
+  }
+  // The notice read's completion (any result): a buffer was free; the next
+  // Refill() lends it, and the next Rearm() re-arms.
+  void OnNotice() {
+    notice_pending_ = false;
+    ++notices_;
+  }
+  // Notices that completed so far.
+  uint64_t notices() const { return notices_; }
+
+ private:
+  ParkedReceives(ProvidedBufferRing& ring, int efd) : ring_(&ring), efd_(efd) {}
+  void AskForNotice(io_uring* uring, uint64_t notice_user_data);
+
+  ProvidedBufferRing* ring_;
+  int efd_;
+  bool notice_pending_ = false;
+  uint64_t notices_ = 0;
+  uint64_t value_ = 0;  // where the eventfd read writes
+  std::vector<void*> parked_;
+  std::vector<void*> batch_;  // RearmAll()'s list while it calls out
 };
 
 // ---- Held sends -------------------------------------------------------------
