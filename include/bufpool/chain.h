@@ -152,19 +152,33 @@ class BUFPOOL_EXPORT BufferChain {
 
   // A chain with no pool: it can link slices, but Append(bytes) beyond the
   // tail's room and ReadFrom() fail with FailedPrecondition.
-  BufferChain() noexcept;
-  explicit BufferChain(BufferPool& pool) noexcept;
+  BufferChain() noexcept : segs_(inline_) {}
+  explicit BufferChain(BufferPool& pool) noexcept
+      : pool_(&pool), segs_(inline_) {}
   // A moved-from chain is empty (and keeps its pool). Move assignment drops
   // the target's slices first and frees no grown slice ring: when both
   // chains have one they swap them (`other` keeps the target's, empty);
   // when only the target has one it keeps it and takes `other`'s slices
   // into it. So a chain moved back and forth between two owners (a queue
   // and a send) allocates only while growing.
-  BufferChain(BufferChain&& other) noexcept;
-  BufferChain& operator=(BufferChain&& other) noexcept;
+  // An empty chain is constructed, moved and destroyed without a call.
+  BufferChain(BufferChain&& other) noexcept
+      : pool_(other.pool_), segs_(inline_) {
+    if (other.count_ != 0 || other.segs_ != other.inline_) StealFrom(other);
+  }
+  BufferChain& operator=(BufferChain&& other) noexcept {
+    if (count_ == 0 && other.count_ == 0 && segs_ == inline_ &&
+        other.segs_ == other.inline_) {
+      pool_ = other.pool_;
+      return *this;
+    }
+    return MoveAssignSlow(other);
+  }
   BufferChain(const BufferChain&) = delete;
   BufferChain& operator=(const BufferChain&) = delete;
-  ~BufferChain();
+  ~BufferChain() {
+    if (count_ != 0 || segs_ != inline_) DestroySlow();
+  }
 
   BufferPool* pool() const { return pool_; }
   size_t size() const { return size_; }
@@ -419,6 +433,8 @@ class BUFPOOL_EXPORT BufferChain {
   // Takes other's slices and storage; *this must be empty, with inline
   // storage.
   void StealFrom(BufferChain& other) noexcept;
+  BufferChain& MoveAssignSlow(BufferChain& other) noexcept;
+  void DestroySlow() noexcept;
   void FreeHeap() noexcept;
 
   BufferPool* pool_ = nullptr;

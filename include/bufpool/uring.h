@@ -781,7 +781,10 @@ class BUFPOOL_EXPORT HeldSend {
   HeldSend& operator=(const HeldSend&) = delete;
   // Aborts, naming the fault, while busy(): the kernel may still read the
   // bytes.
-  ~HeldSend();
+  ~HeldSend() {
+    if (busy()) [[unlikely]]
+      DieBusy();
+  }
 
   // Takes `chain` (which must not be empty; it is left empty, and moves
   // storage as BufferChain's move assignment does, so a connection's queue
@@ -834,6 +837,7 @@ class BUFPOOL_EXPORT HeldSend {
 
  private:
   void PrependUnsent(BufferChain& queue);
+  [[noreturn]] static void DieBusy();
 
   enum class State { kIdle, kSent, kResult, kDone };
   State state_ = State::kIdle;

@@ -31,17 +31,7 @@ void SharedBuffer::DieBadSlice(size_t offset, size_t length) const {
 // ---- BufferChain
 // -------------------------------------------------------------
 
-BufferChain::BufferChain() noexcept : segs_(inline_) {}
-
-BufferChain::BufferChain(BufferPool& pool) noexcept
-    : pool_(&pool), segs_(inline_) {}
-
-BufferChain::BufferChain(BufferChain&& other) noexcept
-    : pool_(other.pool_), segs_(inline_) {
-  StealFrom(other);
-}
-
-BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
+BufferChain& BufferChain::MoveAssignSlow(BufferChain& other) noexcept {
   if (this == &other) return *this;
   Clear();
   pool_ = other.pool_;
@@ -68,7 +58,7 @@ BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
   return *this;
 }
 
-BufferChain::~BufferChain() {
+void BufferChain::DestroySlow() noexcept {
   Clear();
   FreeHeap();
 }

@@ -10,13 +10,11 @@
 
 namespace bufpool {
 
-HeldSend::~HeldSend() {
-  if (busy()) {
-    std::fprintf(stderr,
-                 "bufpool: HeldSend destroyed while the kernel may still "
-                 "read its bytes (wait for done())\n");
-    std::abort();
-  }
+void HeldSend::DieBusy() {
+  std::fprintf(stderr,
+               "bufpool: HeldSend destroyed while the kernel may still "
+               "read its bytes (wait for done())\n");
+  std::abort();
 }
 
 void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
