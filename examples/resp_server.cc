@@ -38,6 +38,9 @@
 #include "bufpool/cursor.h"
 #include "bufpool/uring.h"
 
+// Defined only when linked with bench/echo_alloc_counter.cc.
+extern "C" uint64_t BufpoolEchoHeapAllocations() __attribute__((weak));
+
 namespace {
 
 using bufpool::BufferChain;
@@ -177,9 +180,15 @@ void Process(Conn* c) {  // runs every complete command in c->in
     auto line = c->inline_lines.NextView(c->in);
     if (!line.ok()) ProtocolError(c, "too big inline request");
     if (!line.ok() || !line->has_value()) break;
-    std::vector<std::string> args =
-        absl::StrSplit(**line, ' ', absl::SkipEmpty());
-    if (BufferChain none; !args.empty()) Execute(c, args, none);
+    std::vector<std::string>& args = c->args;  // reused: no allocation
+    size_t n = 0;
+    for (absl::string_view word :
+         absl::StrSplit(**line, ' ', absl::SkipEmpty())) {
+      if (args.size() <= n) args.emplace_back();
+      args[n++].assign(word.data(), word.size());
+    }
+    args.resize(n);
+    if (BufferChain none; n != 0) Execute(c, args, none);
   }
   const size_t bs = pool->buffer_size();
   if (!c->done && c->in.slice_count() * bs > 2 * c->in.size() + 2 * bs) {
@@ -304,9 +313,17 @@ int main(int argc, char** argv) {
       const bufpool::PoolStats st = pool->Stats();
       std::printf(
           "stats: in_use=%zu cached=%zu high_water=%zu "
-          "buffer_size=%zu conns=%zu\n",
+          "buffer_size=%zu conns=%zu",
           st.in_use, st.cached, st.high_water, pool->buffer_size(),
           live.size());
+      // Built with bench/echo_alloc_counter.cc (resp_server-counting): the
+      // process's heap allocations so far.
+      if (BufpoolEchoHeapAllocations != nullptr) {
+        std::printf(
+            " heap_allocations=%llu",
+            static_cast<unsigned long long>(BufpoolEchoHeapAllocations()));
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
     bufs->Refill();
