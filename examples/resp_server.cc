@@ -3,8 +3,9 @@
 // (inline and multi-bulk requests, pipelined). Receives land in pool buffers
 // lent to a ProvidedBufferRing and join each connection's input (Take(cqe,
 // in)); ChainCursor parses multi-bulk requests across slices, LineSplitter
-// inline ones; HeldSend sends replies. A large value (SET of 1 MiB) stays in
-// the buffers it arrived in and is linked into replies, never copied; a
+// inline ones; HeldSend sends replies, one send per connection per loop
+// turn with every reply the turn produced. A large value (SET of 1 MiB) stays
+// in the buffers it arrived in and is linked into replies, never copied; a
 // partial command in many part-filled buffers is packed into full ones.
 // Receives that run out of buffers are parked (ParkedReceives); while the
 // ring cannot lend enough, the pool's notice, read in the same ring, wakes
@@ -55,6 +56,7 @@ struct Conn {
   std::vector<std::string> args;  // of the command being parsed
   bufpool::HeldSend send;
   bool receiving = false, parked = false, done = false;
+  bool send_queued = false;  // in `sending`: its replies go at the turn's end
 };
 io_uring ring;
 bufpool::BufferPool* pool;
@@ -80,8 +82,17 @@ void Send(Conn* c) {
   if (!c->send.busy() && !c->out.empty())
     c->send.Prepare(Sqe(c, kSend), c->fd, std::move(c->out));
 }
+// Replies wait for the end of the loop turn, so all a turn's completions of
+// one connection go out in one send.
+std::vector<Conn*> sending;
+void QueueSend(Conn* c) {
+  if (c->send_queued || c->send.busy() || c->out.empty()) return;
+  c->send_queued = true;
+  sending.push_back(c);
+}
 void MaybeClose(Conn* c) {
-  if (!c->done || c->receiving || c->send.busy() || c->parked) return;
+  if (!c->done || c->receiving || c->send.busy() || c->parked || c->send_queued)
+    return;
   close(c->fd);
   live.erase(c);
   delete c;
@@ -203,7 +214,7 @@ void Process(Conn* c) {  // runs every complete command in c->in
     io_uring_prep_cancel64(Sqe(nullptr, 0),
                            reinterpret_cast<uint64_t>(c) | kRecv, 0);
   }
-  Send(c);
+  QueueSend(c);
 }
 int Fail(const absl::Status& s) {
   return std::fprintf(stderr, "resp_server: %s\n", s.ToString().c_str()), 1;
@@ -267,7 +278,7 @@ void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping) {
       if (!c->send.OnCompletion(cqe)) return;
       c->send.ReturnUnsentTo(c->out);  // resumed, then the rest
       if (c->send.result() < 0) c->done = true, c->out.Clear();
-      Send(c);
+      QueueSend(c);
       break;
     }
   }
@@ -346,6 +357,13 @@ int main(int argc, char** argv) {
       OnCompletion(*cqe, lfd, stopping);
     }
     io_uring_cq_advance(&ring, n);
+    // One send per connection per turn, of every reply the turn produced.
+    for (Conn* c : sending) {
+      c->send_queued = false;
+      Send(c);
+      MaybeClose(c);
+    }
+    sending.clear();  // keeps its capacity
   }
   store.clear();
   io_uring_queue_exit(&ring);    // no read of the notice in flight after this
