@@ -206,3 +206,43 @@ TEST_F(InitServerRingTest, OtherErrorsAreReturnedAtOnce) {
 
 }  // namespace
 }  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// A ring's objects destroyed on another thread than a SINGLE_ISSUER ring's
+// own: the kernel refuses to unregister the buffer group, so the lent
+// buffers stay out of the pool (the kernel may still write them), and the
+// destructor says why in one line instead of handing them out again.
+TEST(ServerRingTest, ARingDestroyedOffItsThreadKeepsItsLentBuffersOut) {
+  io_uring ring;
+  absl::StatusOr<ServerRingSetup> setup = InitServerRing(&ring);
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  if (!(setup->flags & IORING_SETUP_SINGLE_ISSUER)) {
+    io_uring_queue_exit(&ring);
+    GTEST_SKIP() << "no SINGLE_ISSUER here: " << setup->Describe();
+  }
+  // Never destroyed: it keeps buffers the kernel could still write.
+  static BufferPool* const pool = [] {
+    auto p = BufferPool::Create({.buffer_count = 64});
+    return p.ok() ? p->release() : nullptr;
+  }();
+  ASSERT_NE(pool, nullptr);
+  auto br = ProvidedBufferRing::Create(
+      &ring, *pool, {.max_buffers = 8, .initial_buffers = 8});
+  ASSERT_TRUE(br.ok()) << br.status();
+  EXPECT_EQ(pool->Stats().in_use, 8u);
+  testing::internal::CaptureStderr();
+  std::thread([&] { br->reset(); }).join();
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("io_uring_unregister_buf_ring failed"), std::string::npos)
+      << said;
+  EXPECT_NE(said.find("its 8 lent buffers stay out of the pool"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(pool->Stats().in_use, 8u);  // none handed out under the kernel
+  io_uring_queue_exit(&ring);
+}
+
+}  // namespace
+}  // namespace bufpool

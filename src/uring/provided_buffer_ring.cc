@@ -32,7 +32,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bufpool/uring.h"
@@ -237,7 +239,35 @@ absl::Status ProvidedBufferRing::Register(uint16_t flags) {
 ProvidedBufferRing::~ProvidedBufferRing() {
   // After this the kernel selects no buffer of the group, so every lent
   // buffer (lent_, and shared_ as it is destroyed) is ours to return.
-  if (registered_) io_uring_unregister_buf_ring(ring_, group_id_);
+  const int rc =
+      registered_ ? io_uring_unregister_buf_ring(ring_, group_id_) : 0;
+  if (rc < 0) [[unlikely]] {
+    // The kernel still holds the group (on a SINGLE_ISSUER ring, this is
+    // not the ring's thread: EEXIST) and may write any lent buffer: they
+    // stay out of the pool, with the ring's entries, rather than be handed
+    // out again under the kernel's writes.
+    size_t kept = 0;
+    for (const Lent& l : lent_) kept += l.data != nullptr;
+    for (const SharedBuffer& b : shared_) kept += static_cast<bool>(b);
+    std::fprintf(stderr,
+                 "bufpool: ~ProvidedBufferRing (buffer group %u): "
+                 "io_uring_unregister_buf_ring failed (%s%s); its %zu lent "
+                 "buffers stay out of the pool, as the kernel may still "
+                 "write them\n",
+                 static_cast<unsigned>(group_id_), std::strerror(-rc),
+                 rc == -EEXIST ? ": on a SINGLE_ISSUER ring, destroy the "
+                                 "ring's objects on its thread"
+                               : "",
+                 kept);
+    // Kept for good (never destroyed, so never returned), reachable.
+    static auto* const mu = new std::mutex;
+    static auto* const kept_from_the_kernel = new std::vector<SharedBuffer>;
+    std::lock_guard<std::mutex> lock(*mu);
+    for (SharedBuffer& b : shared_) {
+      if (b) kept_from_the_kernel->push_back(std::move(b));
+    }
+    return;  // br_ stays mapped: the kernel reads its entries
+  }
   for (uint32_t id = 0; id < lent_.size(); ++id) {
     if (lent_[id].data != nullptr) TakeLent(static_cast<uint16_t>(id));
   }
