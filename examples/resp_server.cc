@@ -26,11 +26,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
-#include "absl/strings/ascii.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -53,7 +53,8 @@ struct Conn {
   int fd;
   BufferChain in, out;
   bufpool::LineSplitter inline_lines{{.max_line = 64 << 10}};
-  std::vector<std::string> args;  // of the command being parsed
+  std::vector<std::string> args;         // of the command being parsed
+  std::vector<absl::string_view> views;  // the arguments Execute() gets
   bufpool::HeldSend send;
   bool receiving = false, parked = false, done = false;
   bool send_queued = false;  // in `sending`: its replies go at the turn's end
@@ -64,7 +65,7 @@ std::unique_ptr<bufpool::ProvidedBufferRing> bufs;
 std::unique_ptr<bufpool::ParkedReceives> parked;  // out of ring buffers
 std::unordered_set<Conn*> live;
 // Values: copied, or over kLinkAbove kept as slices (`second`, if not empty).
-std::unordered_map<std::string, std::pair<std::string, BufferChain>> store;
+absl::flat_hash_map<std::string, std::pair<std::string, BufferChain>> store;
 size_t max_partial_buffers = 0;  // reported at exit
 volatile sig_atomic_t time_is_up = 0;
 volatile sig_atomic_t stats_wanted = 0;    // SIGUSR1: print the pool's Stats()
@@ -112,30 +113,80 @@ void ProtocolError(Conn* c, const std::string& what) {
   Reply(c, "-ERR Protocol error: " + what + "\r\n");
   c->done = true;  // as Redis does: answer, then close
 }
+// c->args as views, in c->views (reused: no allocation).
+absl::Span<const absl::string_view> Views(Conn* c) {
+  c->views.assign(c->args.begin(), c->args.end());
+  return c->views;
+}
 // Runs args[0]; `big`: the last argument as slices, when too large to copy.
-void Execute(Conn* c, std::vector<std::string>& args, BufferChain& big) {
-  const std::string cmd = absl::AsciiStrToUpper(args[0]);
+void Execute(Conn* c, absl::Span<const absl::string_view> args,
+             BufferChain& big) {
+  const absl::string_view cmd = args[0];
   const size_t n = args.size();
-  if (cmd == "PING" && n <= 2) {
+  if (absl::EqualsIgnoreCase(cmd, "PING") && n <= 2) {
     n == 1 ? Reply(c, "+PONG\r\n") : Bulk(c, args[1]);
-  } else if (cmd == "ECHO" && n == 2) {
+  } else if (absl::EqualsIgnoreCase(cmd, "ECHO") && n == 2) {
     big.empty() ? Bulk(c, args[1]) : BulkChain(c, std::move(big));
-  } else if (cmd == "SET" && n == 3) {
-    store[args[1]] = {std::move(args[2]), std::move(big)};
+  } else if (absl::EqualsIgnoreCase(cmd, "SET") && n == 3) {
+    auto it = store.find(args[1]);  // a new key allocates, an old one not
+    if (it == store.end()) it = store.try_emplace(std::string(args[1])).first;
+    it->second.first.assign(args[2].data(), args[2].size());
+    it->second.second = std::move(big);
     Reply(c, "+OK\r\n");
-  } else if (cmd == "GET" && n == 2) {
+  } else if (absl::EqualsIgnoreCase(cmd, "GET") && n == 2) {
     auto it = store.find(args[1]);
     if (it == store.end()) return Reply(c, "$-1\r\n");
     if (it->second.second.empty()) return Bulk(c, it->second.first);
     BulkChain(c, it->second.second.Clone());
-  } else if (cmd == "DEL" && n >= 2) {
+  } else if (absl::EqualsIgnoreCase(cmd, "DEL") && n >= 2) {
     size_t gone = 0;
     for (size_t i = 1; i < n; ++i) gone += store.erase(args[i]);
     Reply(c, absl::StrCat(":", gone, "\r\n"));
   } else {
-    Reply(c, "-ERR unknown command or wrong number of arguments for '" +
-                 args[0] + "'\r\n");
+    Reply(c, absl::StrCat(
+                 "-ERR unknown command or wrong number of arguments for '",
+                 args[0], "'\r\n"));
   }
+}
+// The common case: a whole multi-bulk command inside the input's first
+// slice, parsed where it lies (its arguments views of the slice). Returns
+// false, having done nothing, for anything else (a command that crosses
+// slices, is incomplete, malformed or carries a large value), which
+// MultiBulk() then handles.
+bool MultiBulkInSlice(Conn* c) {
+  const bufpool::SharedBuffer& front = c->in.slice(0);
+  const char* const begin = reinterpret_cast<const char*>(front.data());
+  const char* const end = begin + front.size();
+  const char* p = begin;
+  // "<prefix><digits>\r\n": its number, or -1.
+  auto number = [&](char prefix) -> long long {
+    if (p == end || *p++ != prefix) return -1;
+    long long v = 0;
+    const char* const digits = p;
+    while (p != end && *p >= '0' && *p <= '9' && p - digits < 18) {
+      v = v * 10 + (*p++ - '0');
+    }
+    if (p == digits || end - p < 2 || p[0] != '\r' || p[1] != '\n') return -1;
+    p += 2;
+    return v;
+  };
+  const long long n = number('*');
+  if (n < 1) return false;
+  std::vector<absl::string_view>& args = c->views;  // reused: no allocation
+  args.clear();
+  for (long long i = 0; i < n; ++i) {
+    const long long len = number('$');
+    if (len < 0 || static_cast<size_t>(len) > kLinkAbove || end - p < len + 2 ||
+        p[len] != '\r' || p[len + 1] != '\n') {
+      return false;
+    }
+    args.emplace_back(p, static_cast<size_t>(len));
+    p += len + 2;
+  }
+  BufferChain none;
+  Execute(c, args, none);
+  c->in.Consume(static_cast<size_t>(p - begin));
+  return true;
 }
 // Reads a "<prefix><digits>\r\n" line: its number; -1 incomplete; -2 bad.
 long long ReadNumberLine(ChainCursor& cur, char prefix) {
@@ -179,13 +230,13 @@ bool MultiBulk(Conn* c) {
   BufferChain big;
   c->in.Consume(big_len != 0 ? big_at : cur.position());
   if (big_len != 0) big = c->in.Split(big_len), c->in.Consume(2);
-  Execute(c, args, big);
+  Execute(c, Views(c), big);
   return true;
 }
 void Process(Conn* c) {  // runs every complete command in c->in
   while (!c->in.empty() && !c->done) {
     if (*ChainCursor(c->in).PeekLE<uint8_t>() == '*') {
-      if (!MultiBulk(c)) break;
+      if (!MultiBulkInSlice(c) && !MultiBulk(c)) break;
       continue;
     }
     auto line = c->inline_lines.NextView(c->in);
@@ -199,7 +250,7 @@ void Process(Conn* c) {  // runs every complete command in c->in
       args[n++].assign(word.data(), word.size());
     }
     args.resize(n);
-    if (BufferChain none; n != 0) Execute(c, args, none);
+    if (BufferChain none; n != 0) Execute(c, Views(c), none);
   }
   const size_t bs = pool->buffer_size();
   if (!c->done && c->in.slice_count() * bs > 2 * c->in.size() + 2 * bs) {
@@ -365,9 +416,9 @@ int main(int argc, char** argv) {
     }
     sending.clear();  // keeps its capacity
   }
-  store.clear();
-  io_uring_queue_exit(&ring);    // no read of the notice in flight after this
-  parked.reset(), bufs.reset();  // every buffer back
+  store.clear(), bufs.reset();  // every buffer back, before the ring goes
+  io_uring_queue_exit(&ring);   // no read of the notice in flight after this
+  parked.reset();
   std::printf("done: %zu buffers in use; a partial command held at most %zu\n",
               pool->Stats().in_use, max_partial_buffers);
   return 0;

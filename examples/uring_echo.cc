@@ -63,11 +63,11 @@ class Server {
   // Runs until `seconds` have passed (0: forever) and every connection is
   // shut down and closed.
   void Run(int seconds);
-  void Stop() {  // destroys the ring's objects, then the ring
-    io_uring_queue_exit(&ring_);
+  void Stop() {     // destroys the ring's objects, then the ring
+    bufs_.reset();  // every lent buffer back, before the ring goes
+    io_uring_queue_exit(&ring_);  // no read of the notice in flight after it
     wakes_ = parked_->notices();
     parked_.reset();
-    bufs_.reset();
   }
   uint64_t parks() const { return parks_; }
   uint64_t wakes() const { return wakes_; }

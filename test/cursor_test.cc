@@ -568,12 +568,45 @@ TEST_F(CursorTest, LengthPrefixSplitterWithEveryCutAndOption) {
               }
               ASSERT_EQ(got, want);
               ASSERT_TRUE(in.empty());
+              // The same through ForEachFrame(): views, crossing frames
+              // copied into the scratch string.
+              BufferChain in2(*small_);
+              std::vector<std::string> got2;
+              std::string scratch;
+              for (size_t k = 0; k < whole.slice_count(); ++k) {
+                in2.Append(whole.slice(k));
+                auto n = opt.ForEachFrame(
+                    in2, scratch,
+                    [&](absl::string_view f) { got2.emplace_back(f); });
+                ASSERT_TRUE(n.ok()) << n.status();
+              }
+              ASSERT_EQ(got2, want);
+              ASSERT_TRUE(in2.empty());
             });
           }
         }
       }
     }
   }
+}
+
+// ForEachFrame() hands out the frames before a bad one, then reports it
+// with the bad frame and the rest left in the input.
+TEST_F(CursorTest, ForEachFrameStopsAtATooLongFrame) {
+  LengthPrefixSplitter opt{.strip_bytes = 4, .max_frame = 100};
+  BufferChain in(*page_);
+  ASSERT_TRUE(AppendBE(in, 2, 4).ok());
+  ASSERT_TRUE(in.Append("ok").ok());
+  ASSERT_TRUE(AppendBE(in, 97, 4).ok());  // 101 bytes in all
+  ASSERT_TRUE(in.Append("abc").ok());
+  std::vector<std::string> got;
+  std::string scratch;
+  auto n = opt.ForEachFrame(in, scratch,
+                            [&](absl::string_view f) { got.emplace_back(f); });
+  ASSERT_FALSE(n.ok());
+  EXPECT_TRUE(absl::IsOutOfRange(n.status())) << n.status();
+  EXPECT_EQ(got, std::vector<std::string>{"ok"});
+  EXPECT_EQ(in.size(), 7u);  // the bad header and what followed it
 }
 
 TEST_F(CursorTest, LengthPrefixSplitterTooLongLeavesTheInput) {

@@ -349,7 +349,103 @@ struct BUFPOOL_EXPORT LengthPrefixSplitter {
   size_t max_frame = 16 << 20;
 
   absl::StatusOr<std::optional<BufferChain>> Next(BufferChain& in) const;
+
+  // Calls fn(absl::string_view frame) for every complete frame in `in`, in
+  // order (the bytes Next() would return, after strip_bytes), and removes
+  // them: for a handler that is done with each frame when fn returns. A
+  // frame inside one slice is a view of it (no chain made, no reference
+  // counted, the frames of a slice removed together); one that crosses
+  // slices is copied into `scratch` (the caller's, kept across calls: it
+  // grows to the longest such frame). A view is valid during its call; fn
+  // must not change `in`. Returns the frames handed out, or Next()'s error
+  // (the frames before it handed out and removed, the rest unchanged).
+  template <class Fn>
+  absl::StatusOr<size_t> ForEachFrame(BufferChain& in, std::string& scratch,
+                                      Fn&& fn) const;
+
+ private:
+  // The size of the frame at the front of `in` (header included), nullopt
+  // while `in` does not hold all of it; Next()'s errors.
+  absl::StatusOr<std::optional<size_t>> Measure(const BufferChain& in) const;
+  // The front frame copied into `scratch` and removed from `in`, as a view
+  // past strip_bytes; nullopt while incomplete; Next()'s errors.
+  absl::StatusOr<std::optional<absl::string_view>> CopyCrossing(
+      BufferChain& in, std::string& scratch) const;
+  // The field at `p` (length_bytes of 1, 2, 4 or 8; 0 for any other, which
+  // the slow path reads or refuses).
+  uint64_t LoadField(const std::byte* p) const {
+    uint64_t v = 0;
+    switch (length_bytes) {
+      case 1:
+        return static_cast<uint8_t>(*p);
+      case 2: {
+        uint16_t x;
+        std::memcpy(&x, p, 2);
+        v = big_endian ? __builtin_bswap16(x) : x;
+        return v;
+      }
+      case 4: {
+        uint32_t x;
+        std::memcpy(&x, p, 4);
+        v = big_endian ? __builtin_bswap32(x) : x;
+        return v;
+      }
+      case 8: {
+        uint64_t x;
+        std::memcpy(&x, p, 8);
+        return big_endian ? __builtin_bswap64(x) : x;
+      }
+      default:
+        return 0;
+    }
+  }
 };
+
+template <class Fn>
+absl::StatusOr<size_t> LengthPrefixSplitter::ForEachFrame(BufferChain& in,
+                                                          std::string& scratch,
+                                                          Fn&& fn) const {
+  size_t count = 0;
+  const bool fast = (length_bytes == 1 || length_bytes == 2 ||
+                     length_bytes == 4 || length_bytes == 8) &&
+                    length_offset <= 64 && length_adjustment == 0;
+  const size_t header = length_offset + length_bytes;
+  while (!in.empty()) {
+    // Frames inside the front slice: read in place, removed together.
+    size_t pos = 0;
+    if (fast) {
+      const SharedBuffer& front = in.slice(0);
+      const std::byte* const p = front.data();
+      const size_t avail = front.size();
+      while (avail - pos >= header) {
+        const uint64_t field = LoadField(p + pos + length_offset);
+        // Anything odd (too long, shorter than strip_bytes, past the slice)
+        // goes to the general path below, which reports it.
+        if (field > max_frame || header + field > max_frame ||
+            header + field < strip_bytes || header + field > avail - pos) {
+          break;
+        }
+        const size_t size = header + static_cast<size_t>(field);
+        fn(absl::string_view(
+            reinterpret_cast<const char*>(p) + pos + strip_bytes,
+            size - strip_bytes));
+        pos += size;
+        ++count;
+      }
+    }
+    if (pos != 0) {
+      in.Consume(pos);
+      continue;
+    }
+    absl::StatusOr<std::optional<absl::string_view>> crossing =
+        CopyCrossing(in, scratch);
+    if (!crossing.ok()) return crossing.status();
+    if (!crossing->has_value()) break;
+    fn(**crossing);
+    ++count;
+  }
+  return count;
+}
 
 // Appends the low `bytes` (1 to 8) bytes of `value` to `out`, little- or
 // big-endian, as BufferChain::Append(bytes) does (into the tail's room or a

@@ -336,7 +336,10 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // Unregisters the group and returns every buffer still lent (in the ring
   // or consumed but not taken) to the pool. Chains already taken stay
   // valid. Completions still in the CQ that name this group's buffers must
-  // not be passed to Take() afterwards (it is gone).
+  // not be passed to Take() afterwards (it is gone). Destroy it on the
+  // ring's thread, before io_uring_queue_exit() where you can: when the
+  // kernel refuses to unregister (a SINGLE_ISSUER ring, another thread) the
+  // lent buffers stay out of the pool for good, and it says so on stderr.
   ~ProvidedBufferRing();
   ProvidedBufferRing(const ProvidedBufferRing&) = delete;
   ProvidedBufferRing& operator=(const ProvidedBufferRing&) = delete;

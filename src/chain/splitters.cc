@@ -124,8 +124,8 @@ uint64_t ReadField(ChainCursor& c, size_t bytes, bool big_endian) {
 
 }  // namespace
 
-absl::StatusOr<std::optional<BufferChain>> LengthPrefixSplitter::Next(
-    BufferChain& in) const {
+absl::StatusOr<std::optional<size_t>> LengthPrefixSplitter::Measure(
+    const BufferChain& in) const {
   if (length_bytes != 1 && length_bytes != 2 && length_bytes != 3 &&
       length_bytes != 4 && length_bytes != 8) [[unlikely]] {
     return absl::InvalidArgumentError(
@@ -164,8 +164,46 @@ absl::StatusOr<std::optional<BufferChain>> LengthPrefixSplitter::Next(
   }
   const size_t size = static_cast<size_t>(frame);
   if (in.size() < size) return std::nullopt;
+  return size;
+}
+
+absl::StatusOr<std::optional<BufferChain>> LengthPrefixSplitter::Next(
+    BufferChain& in) const {
+  // The common case: a whole frame inside the front slice, its field read
+  // in place (as ForEachFrame() does); anything else is measured in full.
+  if ((length_bytes == 1 || length_bytes == 2 || length_bytes == 4 ||
+       length_bytes == 8) &&
+      length_adjustment == 0 && length_offset <= 64 && !in.empty()) {
+    const SharedBuffer& front = in.slice(0);
+    const size_t header = length_offset + length_bytes;
+    if (front.size() >= header) {
+      const uint64_t field = LoadField(front.data() + length_offset);
+      if (field <= max_frame && header + field <= max_frame &&
+          header + field >= strip_bytes && header + field <= front.size()) {
+        const size_t size = header + static_cast<size_t>(field);
+        in.Consume(strip_bytes);
+        return in.Split(size - strip_bytes);
+      }
+    }
+  }
+  absl::StatusOr<std::optional<size_t>> size = Measure(in);
+  if (!size.ok()) return size.status();
+  if (!size->has_value()) return std::nullopt;
   in.Consume(strip_bytes);
-  return in.Split(size - strip_bytes);
+  return in.Split(**size - strip_bytes);
+}
+
+absl::StatusOr<std::optional<absl::string_view>>
+LengthPrefixSplitter::CopyCrossing(BufferChain& in,
+                                   std::string& scratch) const {
+  absl::StatusOr<std::optional<size_t>> size = Measure(in);
+  if (!size.ok()) return size.status();
+  if (!size->has_value()) return std::nullopt;
+  scratch.resize(**size);
+  in.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(scratch.data()),
+                           scratch.size()));
+  in.Consume(**size);
+  return absl::string_view(scratch).substr(strip_bytes);
 }
 
 }  // namespace bufpool

@@ -241,7 +241,9 @@ ProvidedBufferRing::~ProvidedBufferRing() {
   // buffer (lent_, and shared_ as it is destroyed) is ours to return.
   const int rc =
       registered_ ? io_uring_unregister_buf_ring(ring_, group_id_) : 0;
-  if (rc < 0) [[unlikely]] {
+  // EBADF: the ring was exited first (io_uring_queue_exit), which cancelled
+  // its receives; the kernel holds the group no more.
+  if (rc < 0 && rc != -EBADF) [[unlikely]] {
     // The kernel still holds the group (on a SINGLE_ISSUER ring, this is
     // not the ring's thread: EEXIST) and may write any lent buffer: they
     // stay out of the pool, with the ring's entries, rather than be handed
