@@ -583,6 +583,29 @@ static void* work(void* arg) {
   return NULL;
 }
 
+/* The metrics text, snprintf-style: the length of the whole, a truncated
+ * copy with a NUL, the pool's numbers and label. */
+static void test_write_metrics(void) {
+  bufpool_pool* pool = make_pool(16, 0);
+  void* held = bufpool_try_acquire(pool);
+  REQUIRE(held != NULL);
+  const size_t need = bufpool_write_metrics(pool, "rx", NULL, 0);
+  CHECK(need > 100);
+  char small[16];
+  CHECK(bufpool_write_metrics(pool, "rx", small, sizeof(small)) == need);
+  CHECK(strlen(small) == sizeof(small) - 1);
+  char* text = malloc(need + 1);
+  REQUIRE(text != NULL);
+  CHECK(bufpool_write_metrics(pool, "rx", text, need + 1) == need);
+  CHECK(strlen(text) == need);
+  CHECK(contains(text, "bufpool_pool_buffers{pool=\"rx\",state=\"in_use\"} 1\n"));
+  CHECK(contains(text, "bufpool_pool_capacity_buffers{pool=\"rx\"} 16\n"));
+  CHECK(contains(text, "# TYPE bufpool_pool_acquire_failures_total counter\n"));
+  free(text);
+  bufpool_release(pool, held);
+  bufpool_destroy(pool);
+}
+
 static void test_eight_threads(void) {
   struct shared s;
   s.pool = make_pool(kPoolCount, 64);
@@ -637,6 +660,7 @@ static const struct {
     {"release_checks_abort_with_message",
      test_release_checks_abort_with_message},
     {"eight_threads", test_eight_threads},
+    {"write_metrics", test_write_metrics},
 };
 
 int main(int argc, char** argv) {

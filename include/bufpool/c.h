@@ -198,6 +198,16 @@ static inline void bufpool_get_stats(const bufpool_pool* pool,
 BUFPOOL_EXPORT void bufpool_region(const bufpool_pool* pool, void** base,
                                    size_t* length) BUFPOOL_C_NOEXCEPT;
 
+/* The pool's metrics in the Prometheus text format (bufpool/metrics.h),
+ * with the label pool="name" on every sample (name NULL or "": none), as
+ * snprintf() writes: at most size - 1 bytes and a NUL into buf (buf may be
+ * NULL when size is 0). Returns the length of the whole text, without the
+ * NUL: call again with a larger buffer when it is >= size. 0 when memory
+ * for the text cannot be had. Any thread. */
+BUFPOOL_EXPORT size_t bufpool_write_metrics(const bufpool_pool* pool,
+                                            const char* name, char* buf,
+                                            size_t size) BUFPOOL_C_NOEXCEPT;
+
 /* The pool's buffer_size and buffer_count. */
 BUFPOOL_EXPORT size_t bufpool_buffer_size(const bufpool_pool* pool)
     BUFPOOL_C_NOEXCEPT;

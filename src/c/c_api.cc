@@ -14,6 +14,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,7 @@
 #include "absl/time/time.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/c.h"
+#include "bufpool/metrics.h"
 
 namespace {
 
@@ -202,6 +204,23 @@ int bufpool_notify_when_free(bufpool_pool* pool, int event_fd,
   if (s.ok()) return 0;
   StoreError(err, s);
   return -1;
+}
+
+size_t bufpool_write_metrics(const bufpool_pool* pool, const char* name,
+                             char* buf, size_t size) noexcept {
+  std::string text;
+  try {
+    bufpool::WriteMetrics(*Pool(pool), &text,
+                          {.name = name != nullptr ? name : ""});
+  } catch (const std::bad_alloc&) {
+    return 0;
+  }
+  if (size != 0) {
+    const size_t n = std::min(text.size(), size - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+  return text.size();
 }
 
 void bufpool_flush_caches(bufpool_pool* pool) noexcept {

@@ -1,0 +1,57 @@
+// libbufpool: metrics in the Prometheus text exposition format (0.0.4).
+//
+//   std::string body;
+//   bufpool::WriteMetrics(*pool, &body, {.name = "rx"});
+//   bufpool::WriteMetrics(*ring, &body, {.name = "rx"});  // on its thread
+//   // serve `body` as text/plain; version=0.0.4
+//
+// Families (every one with HELP and TYPE lines; `pool` and `group` labels):
+//   bufpool_pool_buffers{state="in_use|cached|free"}   gauge
+//   bufpool_pool_capacity_buffers, bufpool_pool_buffer_size_bytes,
+//   bufpool_pool_high_water_buffers                    gauges
+//   bufpool_pool_acquire_failures_total,
+//   bufpool_pool_acquire_timeouts_total                counters
+//   bufpool_ring_lent_buffers, bufpool_ring_target_buffers,
+//   bufpool_ring_max_buffers                           gauges
+//   bufpool_ring_utilization_ratio    share of the ring's target the kernel
+//                                     has consumed and not given back (0-1)
+//   bufpool_ring_enobufs_total, bufpool_ring_copied_total   counters
+// Values are PoolStats and the ring's accessors, read once per call.
+//
+// One exposition holds each family once: write one pool and its rings per
+// body (the families of several pools would repeat their HELP lines; give
+// each pool its own body or endpoint).
+//
+// Thread safety: the pool's metrics may be written from any thread (they
+// are BufferPool::Stats()); a ring's only on the ring's thread, as every
+// ring call.
+#ifndef BUFPOOL_METRICS_H_
+#define BUFPOOL_METRICS_H_
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "bufpool/buffer_pool.h"
+#include "bufpool/export.h"
+
+namespace bufpool {
+
+class ProvidedBufferRing;
+
+struct MetricsOptions {
+  // The `pool` label's value on every sample ("" leaves the label out).
+  // Letters, digits, '_', '-', '.' and ':'; others are written as '_'.
+  absl::string_view name = "";
+};
+
+// Appends the pool's families to *out.
+BUFPOOL_EXPORT void WriteMetrics(const BufferPool& pool, std::string* out,
+                                 const MetricsOptions& options = {});
+// Appends the ring's families to *out (labels: pool, group).
+BUFPOOL_EXPORT void WriteMetrics(const ProvidedBufferRing& ring,
+                                 std::string* out,
+                                 const MetricsOptions& options = {});
+
+}  // namespace bufpool
+
+#endif  // BUFPOOL_METRICS_H_

@@ -1,0 +1,146 @@
+// WriteMetrics (bufpool/metrics.h): the text parsed by Debian's
+// python3-prometheus-client, every family present with the values Stats()
+// and the ring report.
+#include "bufpool/metrics.h"
+
+#include <liburing.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bufpool/uring.h"
+#include "gtest/gtest.h"
+
+namespace bufpool {
+namespace {
+
+// Runs Debian's python3 (not a pyenv one on PATH, which lacks the
+// package) on the text: prints "family|labels|value" per sample, or
+// fails the test when the parser refuses the text (or is missing).
+std::string ParseWithPrometheusClient(const std::string& text) {
+  char path[] = "/tmp/bufpool_metrics_XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  if (fd < 0) return "";
+  EXPECT_EQ(write(fd, text.data(), text.size()),
+            static_cast<ssize_t>(text.size()));
+  close(fd);
+  const std::string cmd = std::string(
+                              "/usr/bin/python3 -c '"
+                              "import sys\n"
+                              "from prometheus_client.parser import "
+                              "text_string_to_metric_families as f\n"
+                              "for fam in f(open(sys.argv[1]).read()):\n"
+                              "  for s in fam.samples:\n"
+                              "    l = \",\".join(k + \"=\" + v for k, v in "
+                              "sorted(s.labels.items()))\n"
+                              "    print(fam.type + \"|\" + s.name + \"|\" + l "
+                              "+ \"|\" + repr(s.value))\n"
+                              "' ") +
+                          path + " 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  if (p == nullptr) return "";
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  unlink(path);
+  return out;
+}
+
+bool Has(const std::string& parsed, const std::string& line) {
+  return parsed.find(line + "\n") != std::string::npos;
+}
+
+TEST(MetricsTest, PoolFamiliesParseAndMatchStats) {
+  auto pool = BufferPool::Create({.buffer_count = 64, .cache_size = 0});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::vector<Buffer> held;
+  for (int i = 0; i < 5; ++i) held.push_back((*pool)->TryAcquire());
+  std::vector<Buffer> all;
+  while (Buffer b = (*pool)->TryAcquire()) all.push_back(std::move(b));
+  EXPECT_FALSE((*pool)->TryAcquire());  // one failure counted
+  all.clear();
+  std::string text;
+  WriteMetrics(**pool, &text, {.name = "rx pool"});
+  const PoolStats st = (*pool)->Stats();
+  const std::string parsed = ParseWithPrometheusClient(text);
+  EXPECT_TRUE(
+      Has(parsed, "gauge|bufpool_pool_buffers|pool=rx_pool,state=in_use|5.0"))
+      << parsed;
+  EXPECT_TRUE(
+      Has(parsed, "gauge|bufpool_pool_buffers|pool=rx_pool,state=cached|" +
+                      std::to_string(st.cached) + ".0"))
+      << parsed;
+  EXPECT_TRUE(
+      Has(parsed, "gauge|bufpool_pool_buffers|pool=rx_pool,state=free|" +
+                      std::to_string(64 - 5 - st.cached) + ".0"))
+      << parsed;
+  EXPECT_TRUE(
+      Has(parsed, "gauge|bufpool_pool_capacity_buffers|pool=rx_pool|64.0"))
+      << parsed;
+  EXPECT_TRUE(Has(parsed, "gauge|bufpool_pool_buffer_size_bytes|pool=rx_pool|" +
+                              std::to_string((*pool)->buffer_size()) + ".0"))
+      << parsed;
+  EXPECT_TRUE(
+      Has(parsed, "gauge|bufpool_pool_high_water_buffers|pool=rx_pool|" +
+                      std::to_string(st.high_water) + ".0"))
+      << parsed;
+  EXPECT_TRUE(
+      Has(parsed, "counter|bufpool_pool_acquire_failures_total|pool=rx_pool|" +
+                      std::to_string(st.acquire_failures) + ".0"))
+      << parsed;
+  EXPECT_GE(st.acquire_failures, 1u);
+  EXPECT_TRUE(Has(
+      parsed, "counter|bufpool_pool_acquire_timeouts_total|pool=rx_pool|0.0"))
+      << parsed;
+  // Without a name: no labels but the state.
+  text.clear();
+  WriteMetrics(**pool, &text);
+  EXPECT_TRUE(Has(ParseWithPrometheusClient(text),
+                  "gauge|bufpool_pool_capacity_buffers||64.0"));
+  held.clear();
+}
+
+TEST(MetricsTest, RingFamiliesParseAndMatchTheRing) {
+  io_uring ring;
+  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  ASSERT_TRUE(pool.ok());
+  auto br = ProvidedBufferRing::Create(
+      &ring, **pool, {.group_id = 7, .max_buffers = 16, .initial_buffers = 8});
+  ASSERT_TRUE(br.ok()) << br.status();
+  std::string text;
+  WriteMetrics(**pool, &text, {.name = "p"});
+  WriteMetrics(**br, &text, {.name = "p"});
+  const std::string parsed = ParseWithPrometheusClient(text);
+  EXPECT_TRUE(Has(parsed, "gauge|bufpool_ring_lent_buffers|group=7,pool=p|8.0"))
+      << parsed;
+  EXPECT_TRUE(
+      Has(parsed, "gauge|bufpool_ring_target_buffers|group=7,pool=p|8.0"))
+      << parsed;
+  EXPECT_TRUE(Has(parsed, "gauge|bufpool_ring_max_buffers|group=7,pool=p|16.0"))
+      << parsed;
+  EXPECT_TRUE(
+      Has(parsed, "gauge|bufpool_ring_utilization_ratio|group=7,pool=p|0.0"))
+      << parsed;
+  EXPECT_TRUE(
+      Has(parsed, "counter|bufpool_ring_enobufs_total|group=7,pool=p|0.0"))
+      << parsed;
+  EXPECT_TRUE(
+      Has(parsed, "counter|bufpool_ring_copied_total|group=7,pool=p|0.0"))
+      << parsed;
+  EXPECT_TRUE(Has(parsed, "gauge|bufpool_pool_buffers|pool=p,state=in_use|8.0"))
+      << parsed;
+  br->reset();
+  io_uring_queue_exit(&ring);
+}
+
+}  // namespace
+}  // namespace bufpool
