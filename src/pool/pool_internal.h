@@ -232,9 +232,9 @@ struct PoolAccess {
                           uint32_t n, uint32_t* reshelved);
   // rseq mode: releases `slot`; the slots it pushed to the depot.
   static uint32_t RseqGive(BufferPool& p, uint32_t slot);
-  // rseq mode, for the part of a bulk release that this CPU's cache did not
-  // take (PushBatch): slots[0, n) to the depot in one push; returns n, the
-  // slots pushed there.
+  // For the part of a bulk release that this CPU's cache did not take
+  // (PushBatch), or a release whose cache a drainer holds (either mode):
+  // slots[0, n) to the depot in one push; returns n, the slots pushed there.
   static uint32_t RseqGiveBulk(BufferPool& p, const uint32_t* slots,
                                uint32_t n);
   // rseq mode, with caches[i].mu held: stops CPU i's cache, takes one slot
@@ -247,16 +247,22 @@ struct PoolAccess {
   static uint32_t TakeStopped(BufferPool& p, uint32_t i, bool take_one,
                               uint32_t* moved);
   // rseq mode, holding no cache's lock: RseqDrain of every cache that holds
-  // slots, all stopped under their locks before one fence of every CPU
-  // (the caches that lost their stop to a late commit go round again
+  // slots and whose lock it gets (try-lock), all stopped before one fence of
+  // every CPU (the caches that lost their stop to a late commit go round again
   // alone); takes one slot if `take_one` (returned; kNoSlot otherwise or
   // when all are empty). For mm_cid, where each cache's own fence would
   // reach every CPU anyway.
-  static uint32_t RseqDrainAll(BufferPool& p, bool take_one, uint32_t* moved);
+  // Busy caches are skipped and tried again kBusyRounds times; *busy_left
+  // (when given) says whether some were still busy at the end.
+  static uint32_t RseqDrainAll(BufferPool& p, bool take_one, uint32_t* moved,
+                               bool* busy_left = nullptr);
+  // How many times a drain comes back to caches whose lock was busy.
+  static constexpr uint32_t kBusyRounds = 3;
   // Test seam (nullptr outside tests): called with the cache's index each
   // time a drainer has set kStopped on an rseq cache and not yet fenced, so
   // a test can commit there as a section that read the count before the
-  // stop would.
+  // stop would; with the locked caches, each time a drainer has locked a
+  // cache and not yet emptied it.
   static inline void (*after_stop_for_test)(uint32_t cache) = nullptr;
   // Test seams (nullptr outside tests): called by a sleeping Acquire() just
   // before and just after it adds itself to the waiter count (drain.cc,
@@ -284,9 +290,11 @@ struct PoolAccess {
 
   // Takes one free slot from anywhere: this CPU's cache, the depot, other
   // CPUs' caches. `lock_all`: lock every cache, even those that look empty
-  // (for a caller about to sleep; see drain.cc). kNoSlot when none.
+  // (for a caller about to sleep; see drain.cc). kNoSlot when none. A
+  // cache whose lock is busy is tried again kBusyRounds times, then
+  // skipped; *busy_left (when given) says whether one was.
   static uint32_t TakeAnywhere(BufferPool& p, bool lock_all,
-                               uint32_t* reshelved);
+                               uint32_t* reshelved, bool* busy_left = nullptr);
   // Empties every CPU's cache into the depot; the slots moved. Wakes no one.
   static uint32_t DrainAll(BufferPool& p);
   // Called after `pushed` slots reached the depot: wakes sleepers and fires
