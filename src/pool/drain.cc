@@ -198,8 +198,14 @@ static uint32_t TakeHere(BufferPool& p, uint32_t* reshelved) {
   CpuCache& mine = PoolAccess::ThisCpu(p);
   // Held by a drainer (or a thread sharing the CPU's cache): the depot,
   // without waiting ("No thread waits for a drainer").
-  const std::unique_lock<std::mutex> lock(mine.mu, std::try_to_lock);
-  if (!lock.owns_lock()) return PoolAccess::TakeFromDepot(p, reshelved);
+  std::unique_lock<std::mutex> lock(mine.mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    PoolAccess::SharedState& s = PoolAccess::S(p);
+    if (const PassBy pass(s.passing, s.forking); pass.ok()) {
+      return PoolAccess::TakeFromDepot(p, reshelved);
+    }
+    lock.lock();  // a fork() holds it
+  }
   return PoolAccess::PopLocked(p, mine, reshelved);
 }
 
@@ -350,6 +356,11 @@ void PoolAccess::ForkPrepare() {
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     s->bulk_gate.Lock();  // before wait_mu: a bulk call may wake waiters
     s->wait_mu.lock();
+    // No single call between its cache and the depot (PassBy) from here on.
+    s->forking.store(true, std::memory_order_seq_cst);
+    while (s->passing.load(std::memory_order_seq_cst) != 0) {
+      std::this_thread::yield();
+    }
     for (uint32_t i = 0; i < s->ncaches; ++i) s->caches[i].mu.lock();
   }
 }
@@ -357,6 +368,8 @@ void PoolAccess::ForkPrepare() {
 void PoolAccess::ForkParent() {
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     for (uint32_t i = s->ncaches; i > 0; --i) s->caches[i - 1].mu.unlock();
+    s->forking.store(false,
+                     std::memory_order_relaxed);  // callers pass by again
     s->wait_mu.unlock();
     s->bulk_gate.Unlock();
   }
@@ -366,6 +379,9 @@ void PoolAccess::ForkParent() {
 void PoolAccess::ForkChild() {
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     for (uint32_t i = s->ncaches; i > 0; --i) s->caches[i - 1].mu.unlock();
+    // The parent's other threads are not here: none passes by.
+    s->passing.store(0, std::memory_order_relaxed);
+    s->forking.store(false, std::memory_order_relaxed);
     // The parent's sleepers are not here: a fresh condition variable, and
     // the waiters counted are the pending eventfd requests and this
     // thread's own Acquire() calls on the pool.

@@ -256,9 +256,15 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
   {
     // Held by a drainer (or another thread on this CPU): the depot,
     // without waiting (drain.cc, "No thread waits for a drainer").
-    const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
-    pushed = lock.owns_lock() ? PoolAccess::PushLocked(*this, c, slot)
-                              : PoolAccess::RseqGiveBulk(*this, &slot, 1);
+    std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      if (const PassBy pass(shared_->passing, shared_->forking); pass.ok()) {
+        pushed = PoolAccess::RseqGiveBulk(*this, &slot, 1);
+      } else {
+        lock.lock();  // a fork() holds it
+      }
+    }
+    if (lock.owns_lock()) pushed = PoolAccess::PushLocked(*this, c, slot);
   }
   PoolAccess::WakeWaiters(*this, pushed);
 }

@@ -105,6 +105,32 @@ class SharedForkGate {
   ForkGate& g_;
 };
 
+// A call whose own cache's lock is busy (drain.cc, "No thread waits for a
+// drainer"): ok() when it may go to the depot instead, counted in
+// Shared::passing for its scope; false while a fork() is being prepared,
+// whose handler holds (or is about to take) the lock: then the caller waits
+// for the lock, since fork() waits for every call anyway.
+class PassBy {
+ public:
+  explicit PassBy(std::atomic<uint32_t>& passing, std::atomic<bool>& forking)
+      : passing_(passing) {
+    passing_.fetch_add(1, std::memory_order_seq_cst);
+    ok_ = !forking.load(std::memory_order_seq_cst);
+    if (!ok_) passing_.fetch_sub(1, std::memory_order_release);
+  }
+  ~PassBy() {
+    // release: the depot moves are done before the handler goes on.
+    if (ok_) passing_.fetch_sub(1, std::memory_order_release);
+  }
+  PassBy(const PassBy&) = delete;
+  PassBy& operator=(const PassBy&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  std::atomic<uint32_t>& passing_;
+  bool ok_ = false;
+};
+
 // Unmaps Shared::rseq_area (cpu_cache.cc).
 struct RseqAreaUnmap {
   size_t bytes = 0;
@@ -136,6 +162,15 @@ struct BufferPool::Shared {
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> timeouts{0};
   ForkGate bulk_gate;  // held shared by the bulk calls (see ForkGate)
+  // A single call whose own cache is busy moves slots between itself and
+  // the depot outside every lock (PassBy); opening a magazine there is two
+  // steps, which a fork() must not split. `passing` counts those calls,
+  // `forking` is set by the fork() prepare handler, which waits for
+  // passing == 0 before it locks the caches (seq_cst both ways: either the
+  // call sees forking and waits for its cache's lock as before, or the
+  // handler sees the call and waits for it).
+  std::atomic<uint32_t> passing{0};
+  std::atomic<bool> forking{false};
   // The wait paths (drain.cc): Acquire()'s sleep and the eventfd requests.
   std::mutex wait_mu;
   std::condition_variable wait_cv;

@@ -154,11 +154,14 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
   // A drainer holds this cache (or another thread that shares the index
   // refills or spills it): the depot alone, without waiting for the lock
   // (drain.cc, "No thread waits for a drainer").
-  const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+  std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
   if (!lock.owns_lock()) {
-    const uint32_t k = s.depot.Pop(out + n, rest, nullptr, reshelved);
-    if (k != 0) Popped(p, k, 0, 0, /*handed=*/k);
-    return n + k;
+    if (const PassBy pass(s.passing, s.forking); pass.ok()) {
+      const uint32_t k = s.depot.Pop(out + n, rest, nullptr, reshelved);
+      if (k != 0) Popped(p, k, 0, 0, /*handed=*/k);
+      return n + k;
+    }
+    lock.lock();  // a fork() holds it
   }
   const uint32_t here =  // refilled while we waited for the lock?
       internal::rseq::PopBatch(s.rseq_base, s.ncaches, s.rseq_index, out + n,
@@ -193,8 +196,13 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   CpuCache& c = ThisCpu(p);
   // Busy (a drainer, or a slow path of another thread on this index): the
   // slot goes to the depot, and the caller wakes whoever waits.
-  const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
-  if (!lock.owns_lock()) return RseqGiveBulk(p, &slot, 1);
+  std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    if (const PassBy pass(s.passing, s.forking); pass.ok()) {
+      return RseqGiveBulk(p, &slot, 1);
+    }
+    lock.lock();  // a fork() holds it
+  }
   uint32_t out[internal::kMaxCacheSlots + 1];
   uint32_t k = 0;
   if (!Waiting(p)) {
