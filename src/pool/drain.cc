@@ -30,7 +30,13 @@
 // (nothing enters a cache but under its lock or in its section). A drainer
 // that finds a cache busy skips it and comes back after a yield,
 // kBusyRounds times; it never waits either. So a drainer stopped anywhere
-// delays only the slots it holds, and its own call.
+// delays only the slots it holds, and its own call. The one wait left is
+// for fork(): a single call that passes its cache by is counted (PassBy,
+// pool_internal.h), the prepare handler waits for those before it locks
+// the caches, and a call that comes while it prepares waits for its
+// cache's lock as before, so a fork() never splits a depot pop that opens
+// a magazine (two steps) outside every lock.
+//
 // Sleeping. A thread that is about to sleep must not miss a release that
 // comes after its last look. The pool counts sleepers and pending
 // NotifyWhenFree() requests in release_limit_ (the cache capacity minus
@@ -77,10 +83,12 @@
 // and glibc's condition variable would wait for them) and resets the count to
 // the pending eventfd requests. What is left outside every lock is one
 // slot at a time: a single acquire or release with caches off is one CAS
-// on the depot, and a slot popped by any single acquire belongs to that
-// call from the pop on. So at a fork each buffer is in the depot, in a
-// cache, or held by a thread (its handle or pointer, or the call that is
-// returning it): the child finds every buffer no other thread held.
+// on the depot (with caches on, one that passed its busy cache by is done
+// before the caches are locked: PassBy), and a slot popped by any single
+// acquire belongs to that call from the pop on. So at a fork each buffer is in
+// the depot, in a cache, or held by a thread (its handle or pointer, or the
+// call that is returning it): the child finds every buffer no other thread
+// held.
 #include <pthread.h>
 #include <unistd.h>
 
