@@ -29,11 +29,11 @@
 // synchronisation. A thread may use any number of pools, in any order. Do
 // not call into a pool from a signal handler that may interrupt a call into
 // the same pool (the calls are not async-signal-safe). A handler that
-// interrupts a pool call and then sleeps or blocks loses no buffer and
-// hands none out twice, but while it sleeps the call keeps what it holds:
-// a cache's lock (locked caches, a refill or spill), or, during a drain of
-// every cache (FlushCaches(), a sleeping Acquire()'s scan, mm_cid), the
-// caches it stopped, so threads that need those caches wait for it.
+// interrupts a pool call and then sleeps or blocks loses no buffer, hands
+// none out twice and makes no other thread wait: the caches the call holds
+// (its own in a refill or spill, those a drain took) are passed by, and
+// the buffers in them stay out of reach until the handler returns
+// (src/pool/drain.cc, "No thread waits for a drainer").
 //
 // Per-CPU caches. Each pool keeps up to `cache_capacity()` free buffers per
 // CPU in a small cache, so the common acquire/release touches memory of the
@@ -41,8 +41,10 @@
 //   * TryAcquire() returns an empty handle only when no buffer was free
 //     anywhere when the call began: every release that happened before the
 //     call is seen (one concurrent with it may be ordered after it; see
-//     src/pool/drain.cc). Before it gives up it takes buffers from every
-//     CPU's cache. An exhausted pool answers without taking a lock.
+//     src/pool/drain.cc), but for buffers in a cache that another call
+//     holds throughout (a drain moving them, or the cache's own thread).
+//     Before it gives up it takes buffers from every CPU's cache. An
+//     exhausted pool answers without taking a lock.
 //   * Acquire(timeout) sleeps only while every buffer is in use, and a
 //     release on any thread wakes it. Nothing the threads that released
 //     buffers do afterwards (run, block, sleep, stop, exit) can keep a free
@@ -243,7 +245,8 @@ class BUFPOOL_EXPORT BufferPool {
 
   // Writes 1 to the eventfd `event_fd` (eventfd(2); any fd a write(2) of
   // eight bytes signals) once a buffer is free at or after this call: at
-  // once when one is free now, else at the next release. One-shot: call it
+  // once when one is free now (or may be: a cache another call holds
+  // counts as one), else at the next release. One-shot: call it
   // again for the next notice. The pool does not own the fd; keep it open
   // until the notice came (a pool destroyed first drops the request).
   // InvalidArgument for a negative fd; the write's error, if any, is
@@ -253,7 +256,8 @@ class BUFPOOL_EXPORT BufferPool {
   absl::Status NotifyWhenFree(int event_fd);
 
   // Moves every CPU's cached free buffers of this pool to the shared store
-  // (and wakes waiters): O(CPUs), one lock each. The caches refill on use.
+  // (and wakes waiters): O(CPUs), one try-lock each; a cache another call
+  // holds throughout is passed by. The caches refill on use.
   void FlushCaches();
 
   // Raw pointers, checked (see "Safety" above): each must come back exactly

@@ -21,17 +21,16 @@
 //   * No slot is handed out twice: a slot leaves a cache only by a pop under
 //     its lock, and leaves the depot only by a successful CAS (depot.h).
 //     Whatever the holder of a lock does while it holds it (preempted,
-//     interrupted by a signal whose handler sleeps, stopped, faulted), every
-//     other thread that wants the cache waits for the lock; none acts on a
-//     stale picture.
-//   * No free slot is stranded: a drainer takes each cache's lock in turn
+//     interrupted by a signal whose handler sleeps, stopped, faulted), no
+//     other thread acts on a stale picture: one that wants the cache finds
+//     the lock busy and goes to the depot instead (drain.cc, "No thread
+//     waits for a drainer").
+//   * No free slot is stranded: a drainer try-locks each cache in turn
 //     (O(CPUs)) and empties it; no cache belongs to a thread, so no thread's
 //     state can keep its contents out of reach. A holder that never returns
-//     (a thread stopped for good inside a call) holds one CPU's cache only
-//     for as long as it holds the lock, which a call does for a few hundred
-//     instructions. That is true of the locked caches; in rseq mode with
-//     mm_cid, RseqDrainAll holds every cache it stopped across its fence,
-//     so a drainer stopped there holds those (issue 43, item 2, open).
+//     (a thread stopped for good inside a call) keeps only the slots in the
+//     caches it holds (one, but for the mm_cid drain of every cache), and
+//     no other thread waits for it.
 //   * The relaxed reads of `count` without the lock (Stats(), and the
 //     exhausted-pool check in drain.cc) are statistics or hints: a drain
 //     that matters to a sleeper locks every cache (drain.cc, "Sleeping").

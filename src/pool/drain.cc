@@ -2,17 +2,40 @@
 // sleeping Acquire(), NotifyWhenFree(), FlushCaches(), the wake-ups, and the
 // fork() handlers that keep every pool usable in a child.
 //
-// Draining. A drainer locks one CPU's cache at a time and moves its slots
-// out: O(CPUs) lock acquisitions, whatever any thread is doing, since no
+// Draining. A drainer try-locks one CPU's cache at a time and moves its
+// slots out: O(CPUs) lock attempts, whatever any thread is doing, since no
 // cache belongs to a thread (cpu_cache.cc). The one exception is the rseq
 // drain of every cache with mm_cid (RseqDrainAll, rseq.cc), which holds the
-// locks of the caches it stops across its one fence, taken in index order.
-// TryAcquire() drains before it answers empty; it skips caches whose count
-// reads 0 without the lock, so an exhausted pool costs O(CPUs) loads and no
-// lock. That skip is sound for an answer that does not sleep: a release that
-// happened before the call is seen (coherence: a store that happens-before
-// a load is what the load reads, or later), and one concurrent with it may
-// be ordered after it.
+// caches it try-locked and stopped across its one fence. TryAcquire() drains
+// before it answers empty; it skips caches whose count reads 0 without the
+// lock, so an exhausted pool costs O(CPUs) loads and no lock. That skip is
+// sound for an answer that does not sleep: a release that happened before
+// the call is seen (coherence: a store that happens-before a load is what
+// the load reads, or later), and one concurrent with it may be ordered
+// after it. A cache whose lock stays busy through kBusyRounds yields is
+// passed by too: what it holds is in another call's hands (a drainer moving
+// it to the depot, or the cache's own thread), so TryAcquire() may answer
+// empty while such a cache holds a free slot.
+//
+// No thread waits for a drainer. Every lock of a cache's mu is a try-lock,
+// but the fork() prepare handler's (fork() waits for every call anyway). A
+// thread whose own cache is busy (a drainer holds it, stopped in a handler
+// or preempted, or another thread on the same CPU or index is in its slow
+// path) passes the cache by: an acquire pops from the depot, a release
+// pushes there and wakes waiters as every push does (TakeHere; RseqTakeBulk
+// and RseqGive, rseq.cc; BufferPool::ReleaseSlow and the bulk calls,
+// pool_calls.cc). Passing by moves slots only between the caller and the
+// depot, by the depot's CASes, and leaves the cache as its holder sees it,
+// so no slot is handed out twice or lost, and the caches' bound holds
+// (nothing enters a cache but under its lock or in its section). A drainer
+// that finds a cache busy skips it and comes back after a yield,
+// kBusyRounds times; it never waits either. So a drainer stopped anywhere
+// delays only the slots it holds, and its own call. The one wait left is
+// for fork(): a single call that passes its cache by is counted (PassBy,
+// pool_internal.h), the prepare handler waits for those before it locks
+// the caches, and a call that comes while it prepares waits for its
+// cache's lock as before, so a fork() never splits a depot pop that opens
+// a magazine (two steps) outside every lock.
 //
 // Sleeping. A thread that is about to sleep must not miss a release that
 // comes after its last look. The pool counts sleepers and pending
@@ -29,7 +52,15 @@
 //      either precedes the sleeper's (its slot is in X, or went to the depot
 //      before the sleeper looks there) or follows it, and then the mutex
 //      orders the raise before that section's load of the limit, which sends
-//      the slot to the depot with a wake;
+//      the slot to the depot with a wake. A cache whose lock stays busy
+//      ("No thread waits for a drainer") is not covered: its holder may
+//      have read the limit before the raise (a failed try-lock orders
+//      nothing) and leave a slot there. So a scan that skipped a busy cache
+//      does not count as step 2: the sleeper sleeps at most 1 ms and goes
+//      through step 2 again, until a scan gets every lock. A holder that
+//      keeps X (a drainer stopped in a handler) keeps X's slots from the
+//      sleeper only while it holds them; any other release still reaches
+//      the sleeper through steps 2 and 3;
 //   3. under wait_mu, looks at the depot again, then sleeps on wait_cv,
 //      which releases wait_mu atomically. A push onto the depot is a seq_cst
 //      CAS followed by a seq_cst load of the limit (WakeWaiters), and the
@@ -45,17 +76,19 @@
 // exclusive (it waits for the bulk calls in flight and holds off new ones),
 // then wait_mu and then every cache's lock (the order every other path
 // uses: the gate before wait_mu before a cache's lock, and several caches'
-// locks only in index order, by RseqDrainAll), so no cache move, no depot move
+// locks only by RseqDrainAll, which try-locks), so no cache move, no depot move
 // made under a lock and no bulk call is half done when the address space is
 // copied; the child's handler releases them (a fresh gate: see ForkGate),
 // rebuilds the condition variable (the parent's sleepers are not in the child,
 // and glibc's condition variable would wait for them) and resets the count to
 // the pending eventfd requests. What is left outside every lock is one
 // slot at a time: a single acquire or release with caches off is one CAS
-// on the depot, and a slot popped by any single acquire belongs to that
-// call from the pop on. So at a fork each buffer is in the depot, in a
-// cache, or held by a thread (its handle or pointer, or the call that is
-// returning it): the child finds every buffer no other thread held.
+// on the depot (with caches on, one that passed its busy cache by is done
+// before the caches are locked: PassBy), and a slot popped by any single
+// acquire belongs to that call from the pop on. So at a fork each buffer is in
+// the depot, in a cache, or held by a thread (its handle or pointer, or the
+// call that is returning it): the child finds every buffer no other thread
+// held.
 #include <pthread.h>
 #include <unistd.h>
 
@@ -65,6 +98,7 @@
 #include <cstdint>
 #include <mutex>
 #include <new>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -170,12 +204,22 @@ static uint32_t TakeHere(BufferPool& p, uint32_t* reshelved) {
   }
   if (PoolAccess::S(p).rseq) return PoolAccess::RseqTake(p, reshelved);
   CpuCache& mine = PoolAccess::ThisCpu(p);
-  const std::lock_guard<std::mutex> lock(mine.mu);
+  // Held by a drainer (or a thread sharing the CPU's cache): the depot,
+  // without waiting ("No thread waits for a drainer").
+  std::unique_lock<std::mutex> lock(mine.mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    PoolAccess::SharedState& s = PoolAccess::S(p);
+    if (const PassBy pass(s.passing, s.forking); pass.ok()) {
+      return PoolAccess::TakeFromDepot(p, reshelved);
+    }
+    lock.lock();  // a fork() holds it
+  }
   return PoolAccess::PopLocked(p, mine, reshelved);
 }
 
 uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
-                                  uint32_t* reshelved) {
+                                  uint32_t* reshelved, bool* busy_left) {
+  if (busy_left != nullptr) *busy_left = false;
   uint32_t slot = TakeHere(p, reshelved);
   if (slot != BufferPool::kNoSlot) return slot;
   BufferPool::Shared& s = S(p);
@@ -185,24 +229,48 @@ uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
   if (s.rseq && lock_all && s.ncaches != 0) os::RseqFence(-1);
   if (s.rseq && lock_all && s.rseq_index == internal::rseq::kMmCidField) {
     // mm_cid: every cache's fence reaches every CPU, so all at once.
-    slot = RseqDrainAll(p, /*take_one=*/true, reshelved);
+    slot = RseqDrainAll(p, /*take_one=*/true, reshelved, busy_left);
     if (slot != BufferPool::kNoSlot) return slot;
     return TakeHere(p, reshelved);
   }
+  // One cache at a time, try-locked; busy ones again after a yield.
+  uint64_t pending[kMaxCaches / 64] = {};  // ncaches <= kMaxCaches (clamped)
   for (uint32_t i = 0; i < s.ncaches; ++i) {
-    CpuCache& c = s.caches[i];
-    if ((!lock_all || s.rseq) && CachedCount(s, i) == 0) continue;
-    const std::lock_guard<std::mutex> lock(c.mu);
-    if (s.rseq) {
-      slot = RseqDrain(p, i, /*take_one=*/true, reshelved);
-      if (slot != BufferPool::kNoSlot) return slot;
-      continue;
+    pending[i / 64] |= uint64_t{1} << (i % 64);
+  }
+  for (uint32_t round = 0;; ++round) {
+    bool left = false;
+    for (uint32_t i = 0; i < s.ncaches; ++i) {
+      if ((pending[i / 64] >> (i % 64) & 1) == 0) continue;
+      CpuCache& c = s.caches[i];
+      if ((!lock_all || s.rseq) && CachedCount(s, i) == 0) {
+        pending[i / 64] &= ~(uint64_t{1} << (i % 64));
+        continue;
+      }
+      const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+      if (!lock.owns_lock()) {
+        left = true;
+        continue;
+      }
+      pending[i / 64] &= ~(uint64_t{1} << (i % 64));
+      if (s.rseq) {
+        slot = RseqDrain(p, i, /*take_one=*/true, reshelved);
+        if (slot != BufferPool::kNoSlot) return slot;
+        continue;
+      }
+      if (after_stop_for_test != nullptr) [[unlikely]]
+        after_stop_for_test(i);
+      if (c.count.load(std::memory_order_relaxed) == 0) continue;
+      // One for us; the rest to the depot, where every CPU finds them.
+      slot = PopLocked(p, c, reshelved);
+      *reshelved += Evict(p, c);
+      return slot;
     }
-    if (c.count.load(std::memory_order_relaxed) == 0) continue;
-    // One for us; the rest to the depot, where every CPU finds them.
-    slot = PopLocked(p, c, reshelved);
-    *reshelved += Evict(p, c);
-    return slot;
+    if (!left || round == kBusyRounds) {
+      if (busy_left != nullptr) *busy_left = left;
+      break;
+    }
+    std::this_thread::yield();
   }
   // A release may have reached the depot while we looked at the caches.
   return TakeHere(p, reshelved);
@@ -215,15 +283,37 @@ uint32_t PoolAccess::DrainAll(BufferPool& p) {
     RseqDrainAll(p, /*take_one=*/false, &moved);  // one fence for all
     return moved;
   }
+  // One cache at a time, try-locked; busy ones again after a yield (their
+  // holder is a drainer that empties them, or their own thread's call).
+  uint64_t pending[kMaxCaches / 64] = {};  // ncaches <= kMaxCaches (clamped)
   for (uint32_t i = 0; i < s.ncaches; ++i) {
-    CpuCache& c = s.caches[i];
-    if (s.rseq && CachedCount(s, i) == 0) continue;
-    const std::lock_guard<std::mutex> lock(c.mu);
-    if (s.rseq) {
-      RseqDrain(p, i, /*take_one=*/false, &moved);
-    } else {
-      moved += Evict(p, c);
+    pending[i / 64] |= uint64_t{1} << (i % 64);
+  }
+  for (uint32_t round = 0;; ++round) {
+    bool left = false;
+    for (uint32_t i = 0; i < s.ncaches; ++i) {
+      if ((pending[i / 64] >> (i % 64) & 1) == 0) continue;
+      CpuCache& c = s.caches[i];
+      if (s.rseq && CachedCount(s, i) == 0) {
+        pending[i / 64] &= ~(uint64_t{1} << (i % 64));
+        continue;
+      }
+      const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+      if (!lock.owns_lock()) {
+        left = true;
+        continue;
+      }
+      pending[i / 64] &= ~(uint64_t{1} << (i % 64));
+      if (s.rseq) {
+        RseqDrain(p, i, /*take_one=*/false, &moved);
+      } else {
+        if (after_stop_for_test != nullptr) [[unlikely]]
+          after_stop_for_test(i);
+        moved += Evict(p, c);
+      }
     }
+    if (!left || round == kBusyRounds) break;
+    std::this_thread::yield();
   }
   return moved;
 }
@@ -274,6 +364,11 @@ void PoolAccess::ForkPrepare() {
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     s->bulk_gate.Lock();  // before wait_mu: a bulk call may wake waiters
     s->wait_mu.lock();
+    // No single call between its cache and the depot (PassBy) from here on.
+    s->forking.store(true, std::memory_order_seq_cst);
+    while (s->passing.load(std::memory_order_seq_cst) != 0) {
+      std::this_thread::yield();
+    }
     for (uint32_t i = 0; i < s->ncaches; ++i) s->caches[i].mu.lock();
   }
 }
@@ -281,6 +376,8 @@ void PoolAccess::ForkPrepare() {
 void PoolAccess::ForkParent() {
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     for (uint32_t i = s->ncaches; i > 0; --i) s->caches[i - 1].mu.unlock();
+    s->forking.store(false,
+                     std::memory_order_relaxed);  // callers pass by again
     s->wait_mu.unlock();
     s->bulk_gate.Unlock();
   }
@@ -290,6 +387,9 @@ void PoolAccess::ForkParent() {
 void PoolAccess::ForkChild() {
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     for (uint32_t i = s->ncaches; i > 0; --i) s->caches[i - 1].mu.unlock();
+    // The parent's other threads are not here: none passes by.
+    s->passing.store(0, std::memory_order_relaxed);
+    s->forking.store(false, std::memory_order_relaxed);
     // The parent's sleepers are not here: a fresh condition variable, and
     // the waiters counted are the pending eventfd requests and this
     // thread's own Acquire() calls on the pool.
@@ -334,14 +434,22 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   CountedWait counted(this);
   counted.Count();
   for (;;) {
-    slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/true, &reshelved);
+    bool busy_left = false;
+    slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/true, &reshelved,
+                                    &busy_left);
     if (slot != kNoSlot) break;
     std::unique_lock<std::mutex> lock(shared_->wait_mu);
     // Step 3: the depot again (the caches' releases go there now).
     slot = TakeHere(*this, &reshelved);
     if (slot != kNoSlot) break;
-    if (Clock::now() >= deadline) break;
-    if (forever) {
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) break;
+    if (busy_left) {
+      // Step 2 skipped a cache whose lock stayed busy: look again soon
+      // ("No thread waits for a drainer").
+      shared_->wait_cv.wait_until(
+          lock, std::min(deadline, now + std::chrono::milliseconds(1)));
+    } else if (forever) {
       shared_->wait_cv.wait(lock);
     } else {
       shared_->wait_cv.wait_until(lock, deadline);
@@ -385,8 +493,11 @@ absl::Status BufferPool::NotifyWhenFree(int event_fd) {
       free_now = PoolAccess::CachedCount(s, i) != 0;
       continue;
     }
-    const std::lock_guard<std::mutex> lock(s.caches[i].mu);
-    free_now = s.caches[i].count.load(std::memory_order_relaxed) != 0;
+    // A busy cache may hold a free slot that its holder keeps there: fire
+    // now rather than wait for the holder.
+    const std::unique_lock<std::mutex> lock(s.caches[i].mu, std::try_to_lock);
+    free_now = !lock.owns_lock() ||
+               s.caches[i].count.load(std::memory_order_relaxed) != 0;
   }
   if (!free_now) free_now = !s.depot.SeenEmpty();
   if (!free_now) return absl::OkStatus();  // the next release fires it

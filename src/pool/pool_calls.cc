@@ -254,8 +254,17 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
   CpuCache& c = PoolAccess::ThisCpu(*this);
   uint32_t pushed;
   {
-    const std::lock_guard<std::mutex> lock(c.mu);
-    pushed = PoolAccess::PushLocked(*this, c, slot);
+    // Held by a drainer (or another thread on this CPU): the depot,
+    // without waiting (drain.cc, "No thread waits for a drainer").
+    std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      if (const PassBy pass(shared_->passing, shared_->forking); pass.ok()) {
+        pushed = PoolAccess::RseqGiveBulk(*this, &slot, 1);
+      } else {
+        lock.lock();  // a fork() holds it
+      }
+    }
+    if (lock.owns_lock()) pushed = PoolAccess::PushLocked(*this, c, slot);
   }
   PoolAccess::WakeWaiters(*this, pushed);
 }
@@ -291,8 +300,10 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
     }
   } else if (shared_->ncaches != 0) {
     CpuCache& c = PoolAccess::ThisCpu(*this);
-    {
-      const std::lock_guard<std::mutex> lock(c.mu);
+    // Held by a drainer: straight to the loop below, whose first stop is
+    // the depot.
+    if (const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+        lock.owns_lock()) {
       while (got < want) {
         uint32_t n = c.count.load(std::memory_order_relaxed);
         if (n == 0) {
@@ -384,8 +395,9 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
                                                       k - cached);
     } else {
       CpuCache& c = PoolAccess::ThisCpu(*this);
-      const std::lock_guard<std::mutex> lock(c.mu);
-      pushed = PoolAccess::PushManyLocked(*this, c, slots, k);
+      const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+      pushed = lock.owns_lock() ? PoolAccess::PushManyLocked(*this, c, slots, k)
+                                : PoolAccess::RseqGiveBulk(*this, slots, k);
     }
     PoolAccess::WakeWaiters(*this, pushed);
   };

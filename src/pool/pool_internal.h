@@ -105,6 +105,32 @@ class SharedForkGate {
   ForkGate& g_;
 };
 
+// A call whose own cache's lock is busy (drain.cc, "No thread waits for a
+// drainer"): ok() when it may go to the depot instead, counted in
+// Shared::passing for its scope; false while a fork() is being prepared,
+// whose handler holds (or is about to take) the lock: then the caller waits
+// for the lock, since fork() waits for every call anyway.
+class PassBy {
+ public:
+  explicit PassBy(std::atomic<uint32_t>& passing, std::atomic<bool>& forking)
+      : passing_(passing) {
+    passing_.fetch_add(1, std::memory_order_seq_cst);
+    ok_ = !forking.load(std::memory_order_seq_cst);
+    if (!ok_) passing_.fetch_sub(1, std::memory_order_release);
+  }
+  ~PassBy() {
+    // release: the depot moves are done before the handler goes on.
+    if (ok_) passing_.fetch_sub(1, std::memory_order_release);
+  }
+  PassBy(const PassBy&) = delete;
+  PassBy& operator=(const PassBy&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  std::atomic<uint32_t>& passing_;
+  bool ok_ = false;
+};
+
 // Unmaps Shared::rseq_area (cpu_cache.cc).
 struct RseqAreaUnmap {
   size_t bytes = 0;
@@ -136,6 +162,15 @@ struct BufferPool::Shared {
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> timeouts{0};
   ForkGate bulk_gate;  // held shared by the bulk calls (see ForkGate)
+  // A single call whose own cache is busy moves slots between itself and
+  // the depot outside every lock (PassBy); opening a magazine there is two
+  // steps, which a fork() must not split. `passing` counts those calls,
+  // `forking` is set by the fork() prepare handler, which waits for
+  // passing == 0 before it locks the caches (seq_cst both ways: either the
+  // call sees forking and waits for its cache's lock as before, or the
+  // handler sees the call and waits for it).
+  std::atomic<uint32_t> passing{0};
+  std::atomic<bool> forking{false};
   // The wait paths (drain.cc): Acquire()'s sleep and the eventfd requests.
   std::mutex wait_mu;
   std::condition_variable wait_cv;
@@ -232,9 +267,9 @@ struct PoolAccess {
                           uint32_t n, uint32_t* reshelved);
   // rseq mode: releases `slot`; the slots it pushed to the depot.
   static uint32_t RseqGive(BufferPool& p, uint32_t slot);
-  // rseq mode, for the part of a bulk release that this CPU's cache did not
-  // take (PushBatch): slots[0, n) to the depot in one push; returns n, the
-  // slots pushed there.
+  // For the part of a bulk release that this CPU's cache did not take
+  // (PushBatch), or a release whose cache a drainer holds (either mode):
+  // slots[0, n) to the depot in one push; returns n, the slots pushed there.
   static uint32_t RseqGiveBulk(BufferPool& p, const uint32_t* slots,
                                uint32_t n);
   // rseq mode, with caches[i].mu held: stops CPU i's cache, takes one slot
@@ -247,16 +282,22 @@ struct PoolAccess {
   static uint32_t TakeStopped(BufferPool& p, uint32_t i, bool take_one,
                               uint32_t* moved);
   // rseq mode, holding no cache's lock: RseqDrain of every cache that holds
-  // slots, all stopped under their locks before one fence of every CPU
-  // (the caches that lost their stop to a late commit go round again
+  // slots and whose lock it gets (try-lock), all stopped before one fence of
+  // every CPU (the caches that lost their stop to a late commit go round again
   // alone); takes one slot if `take_one` (returned; kNoSlot otherwise or
   // when all are empty). For mm_cid, where each cache's own fence would
   // reach every CPU anyway.
-  static uint32_t RseqDrainAll(BufferPool& p, bool take_one, uint32_t* moved);
+  // Busy caches are skipped and tried again kBusyRounds times; *busy_left
+  // (when given) says whether some were still busy at the end.
+  static uint32_t RseqDrainAll(BufferPool& p, bool take_one, uint32_t* moved,
+                               bool* busy_left = nullptr);
+  // How many times a drain comes back to caches whose lock was busy.
+  static constexpr uint32_t kBusyRounds = 3;
   // Test seam (nullptr outside tests): called with the cache's index each
   // time a drainer has set kStopped on an rseq cache and not yet fenced, so
   // a test can commit there as a section that read the count before the
-  // stop would.
+  // stop would; with the locked caches, each time a drainer has locked a
+  // cache and not yet emptied it.
   static inline void (*after_stop_for_test)(uint32_t cache) = nullptr;
   // Test seams (nullptr outside tests): called by a sleeping Acquire() just
   // before and just after it adds itself to the waiter count (drain.cc,
@@ -284,9 +325,11 @@ struct PoolAccess {
 
   // Takes one free slot from anywhere: this CPU's cache, the depot, other
   // CPUs' caches. `lock_all`: lock every cache, even those that look empty
-  // (for a caller about to sleep; see drain.cc). kNoSlot when none.
+  // (for a caller about to sleep; see drain.cc). kNoSlot when none. A
+  // cache whose lock is busy is tried again kBusyRounds times, then
+  // skipped; *busy_left (when given) says whether one was.
   static uint32_t TakeAnywhere(BufferPool& p, bool lock_all,
-                               uint32_t* reshelved);
+                               uint32_t* reshelved, bool* busy_left = nullptr);
   // Empties every CPU's cache into the depot; the slots moved. Wakes no one.
   static uint32_t DrainAll(BufferPool& p);
   // Called after `pushed` slots reached the depot: wakes sleepers and fires

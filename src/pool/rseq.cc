@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "os/thread.h"
 #include "pool/pool_internal.h"
@@ -149,8 +150,19 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
   // Less than a magazine is left: refill this CPU's cache with one batch
   // and hand the caller its part of it (RseqTake's refill, max 1).
   CpuCache& c = ThisCpu(p);
-  const std::lock_guard<std::mutex> lock(c.mu);
   uint32_t rest = max - n;
+  // A drainer holds this cache (or another thread that shares the index
+  // refills or spills it): the depot alone, without waiting for the lock
+  // (drain.cc, "No thread waits for a drainer").
+  std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    if (const PassBy pass(s.passing, s.forking); pass.ok()) {
+      const uint32_t k = s.depot.Pop(out + n, rest, nullptr, reshelved);
+      if (k != 0) Popped(p, k, 0, 0, /*handed=*/k);
+      return n + k;
+    }
+    lock.lock();  // a fork() holds it
+  }
   const uint32_t here =  // refilled while we waited for the lock?
       internal::rseq::PopBatch(s.rseq_base, s.ncaches, s.rseq_index, out + n,
                                rest);
@@ -182,7 +194,15 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   };
   if (push(slot)) return 0;
   CpuCache& c = ThisCpu(p);
-  const std::lock_guard<std::mutex> lock(c.mu);
+  // Busy (a drainer, or a slow path of another thread on this index): the
+  // slot goes to the depot, and the caller wakes whoever waits.
+  std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    if (const PassBy pass(s.passing, s.forking); pass.ok()) {
+      return RseqGiveBulk(p, &slot, 1);
+    }
+    lock.lock();  // a fork() holds it
+  }
   uint32_t out[internal::kMaxCacheSlots + 1];
   uint32_t k = 0;
   if (!Waiting(p)) {
@@ -282,37 +302,61 @@ uint32_t PoolAccess::RseqDrain(BufferPool& p, uint32_t i, bool take_one,
   return TakeStopped(p, i, take_one, moved);
 }
 
-uint32_t PoolAccess::RseqDrainAll(BufferPool& p, bool take_one,
-                                  uint32_t* moved) {
+uint32_t PoolAccess::RseqDrainAll(BufferPool& p, bool take_one, uint32_t* moved,
+                                  bool* busy_left) {
   SharedState& s = S(p);
-  // Lock and stop every cache that holds slots, in index order (the order
-  // ForkPrepare takes them in, so holding several cannot deadlock), then
-  // one fence of every CPU for all of them: with mm_cid, each cache's own
-  // fence would reach every CPU anyway.
-  uint64_t stopped[kMaxCaches / 64] = {};  // ncaches <= kMaxCaches (clamped)
-  bool any = false;
+  // Try-lock and stop every cache that holds slots, then one fence of every CPU
+  // for all of them: with mm_cid, each cache's own fence would reach every CPU
+  // anyway. A cache whose lock is busy is skipped and tried again after a
+  // yield, kBusyRounds times at most; its holder is another drainer (which
+  // empties it into the depot and wakes) or a thread's own slow path (which
+  // reads the waiter count under that lock; drain.cc, "No thread waits for a
+  // drainer"). Only try-locks are taken while holding several, so no one waits
+  // for them: threads whose caches are held here go to the depot.
+  uint64_t pending[kMaxCaches / 64] = {};  // ncaches <= kMaxCaches (clamped)
   for (uint32_t i = 0; i < s.ncaches; ++i) {
-    if (CachedCount(s, i) == 0) continue;
-    s.caches[i].mu.lock();
-    SetStopped(s, i);
-    if (after_stop_for_test != nullptr) [[unlikely]]
-      after_stop_for_test(i);
-    stopped[i / 64] |= uint64_t{1} << (i % 64);
-    any = true;
+    pending[i / 64] |= uint64_t{1} << (i % 64);
   }
-  if (!any) return BufferPool::kNoSlot;
-  os::RseqFence(-1);
+  bool left = false;
   uint32_t slot = BufferPool::kNoSlot;
-  for (uint32_t i = 0; i < s.ncaches; ++i) {
-    if ((stopped[i / 64] >> (i % 64) & 1) == 0) continue;
-    // A section that read the count before the OR and committed after it
-    // cleared the bit: this cache alone goes round again.
-    if (!StopHeld(s, i)) StopCache(s, i);
-    const uint32_t got =
-        TakeStopped(p, i, take_one && slot == BufferPool::kNoSlot, moved);
-    if (got != BufferPool::kNoSlot) slot = got;
-    s.caches[i].mu.unlock();
+  for (uint32_t round = 0;; ++round) {
+    uint64_t stopped[kMaxCaches / 64] = {};
+    bool any = false;
+    left = false;
+    for (uint32_t i = 0; i < s.ncaches; ++i) {
+      if ((pending[i / 64] >> (i % 64) & 1) == 0) continue;
+      if (CachedCount(s, i) == 0) {
+        pending[i / 64] &= ~(uint64_t{1} << (i % 64));
+        continue;
+      }
+      if (!s.caches[i].mu.try_lock()) {
+        left = true;
+        continue;
+      }
+      pending[i / 64] &= ~(uint64_t{1} << (i % 64));
+      SetStopped(s, i);
+      if (after_stop_for_test != nullptr) [[unlikely]]
+        after_stop_for_test(i);
+      stopped[i / 64] |= uint64_t{1} << (i % 64);
+      any = true;
+    }
+    if (any) {
+      os::RseqFence(-1);
+      for (uint32_t i = 0; i < s.ncaches; ++i) {
+        if ((stopped[i / 64] >> (i % 64) & 1) == 0) continue;
+        // A section that read the count before the OR and committed after
+        // it cleared the bit: this cache alone goes round again.
+        if (!StopHeld(s, i)) StopCache(s, i);
+        const uint32_t got =
+            TakeStopped(p, i, take_one && slot == BufferPool::kNoSlot, moved);
+        if (got != BufferPool::kNoSlot) slot = got;
+        s.caches[i].mu.unlock();
+      }
+    }
+    if (!left || round == kBusyRounds) break;
+    std::this_thread::yield();
   }
+  if (busy_left != nullptr) *busy_left = left;
   return slot;
 }
 

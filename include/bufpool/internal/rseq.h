@@ -61,7 +61,7 @@
 // until the drainer stores a count without the bit (release) to restart it.
 // A push writes slots[count] before its commit; an aborted push's write
 // lands above the count, which nothing reads. Draining many caches at once
-// with mm_cid (FlushCaches(), a sleeper's scan): the drainer locks and
+// with mm_cid (FlushCaches(), a sleeper's scan): the drainer try-locks and
 // stops each cache that holds slots, fences every CPU once, and then takes
 // each cache whose stop survived that fence; a cache whose bit a late
 // commit cleared goes through OR + fence again alone. One fence stands for
