@@ -127,6 +127,18 @@ void KernelWrite(void* dst, const void* src, size_t n) {
   kernel_copy(dst, src, n);
 }
 
+// One 64 KiB read of `stream` into 16 fresh pool buffers, linked to `in`.
+void ReadInto(FrameStream& stream, bufpool::BufferPool& pool,
+              bufpool::BufferChain& in) {
+  const char* src = stream.Next();
+  for (size_t off = 0; off < kRead; off += kBuffer) {
+    bufpool::Buffer b = pool.TryAcquire();
+    if (!b) std::abort();
+    KernelWrite(b.data(), src + off, kBuffer);
+    in.Append(std::move(b), kBuffer);
+  }
+}
+
 void BM_LengthFrames_Bufpool(benchmark::State& state) {
   FrameStream stream;
   bufpool::BufferPool& pool = Pool();
@@ -134,13 +146,7 @@ void BM_LengthFrames_Bufpool(benchmark::State& state) {
   const bufpool::LengthPrefixSplitter frames{.max_frame = 1 << 20};
   uint64_t sum = 0, count = 0;
   auto read = [&] {
-    const char* src = stream.Next();
-    for (size_t off = 0; off < kRead; off += kBuffer) {
-      bufpool::Buffer b = pool.TryAcquire();
-      if (!b) std::abort();
-      KernelWrite(b.data(), src + off, kBuffer);
-      in.Append(std::move(b), kBuffer);
-    }
+    ReadInto(stream, pool, in);
     for (;;) {
       absl::StatusOr<std::optional<bufpool::BufferChain>> f = frames.Next(in);
       if (!f.ok()) std::abort();
@@ -171,13 +177,7 @@ void BM_LengthFrames_BufpoolViews(benchmark::State& state) {
   std::string scratch;
   uint64_t sum = 0, count = 0;
   auto read = [&] {
-    const char* src = stream.Next();
-    for (size_t off = 0; off < kRead; off += kBuffer) {
-      bufpool::Buffer b = pool.TryAcquire();
-      if (!b) std::abort();
-      KernelWrite(b.data(), src + off, kBuffer);
-      in.Append(std::move(b), kBuffer);
-    }
+    ReadInto(stream, pool, in);
     absl::StatusOr<size_t> n =
         frames.ForEachFrame(in, scratch, [&](absl::string_view f) {
           uint64_t v;

@@ -267,6 +267,22 @@ void Process(Conn* c) {  // runs every complete command in c->in
   }
   QueueSend(c);
 }
+// SIGUSR1's line (bench/run_resp_bench reads it).
+void PrintStats() {
+  const bufpool::PoolStats st = pool->Stats();
+  std::printf(
+      "stats: in_use=%zu cached=%zu high_water=%zu "
+      "buffer_size=%zu conns=%zu",
+      st.in_use, st.cached, st.high_water, pool->buffer_size(), live.size());
+  // Built with bench/echo_alloc_counter.cc (resp_server-counting): the
+  // process's heap allocations so far.
+  if (BufpoolEchoHeapAllocations != nullptr) {
+    std::printf(" heap_allocations=%llu",
+                static_cast<unsigned long long>(BufpoolEchoHeapAllocations()));
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
 int Fail(const absl::Status& s) {
   return std::fprintf(stderr, "resp_server: %s\n", s.ToString().c_str()), 1;
 }
@@ -370,24 +386,7 @@ int main(int argc, char** argv) {
       close(lfd);
       for (Conn* c : live) shutdown(c->fd, SHUT_RDWR);
     }
-    if (stats_wanted) {
-      stats_wanted = 0;
-      const bufpool::PoolStats st = pool->Stats();
-      std::printf(
-          "stats: in_use=%zu cached=%zu high_water=%zu "
-          "buffer_size=%zu conns=%zu",
-          st.in_use, st.cached, st.high_water, pool->buffer_size(),
-          live.size());
-      // Built with bench/echo_alloc_counter.cc (resp_server-counting): the
-      // process's heap allocations so far.
-      if (BufpoolEchoHeapAllocations != nullptr) {
-        std::printf(
-            " heap_allocations=%llu",
-            static_cast<unsigned long long>(BufpoolEchoHeapAllocations()));
-      }
-      std::printf("\n");
-      std::fflush(stdout);
-    }
+    if (stats_wanted) stats_wanted = 0, PrintStats();
     bufs->Refill();
     // Parked receives re-armed once the ring can lend again; while some
     // stay parked, the pool's notice is read in the ring.

@@ -933,7 +933,9 @@ TEST(ReceiveTest, MatchesAStringModelUnderEveryArrivalPattern) {
         }
         const bool taken = chain.Receive(b, n, opts);
         EXPECT_EQ(taken, !b) << step;
-        if (mode == 0) EXPECT_TRUE(taken) << step;  // copying off: linked
+        if (mode == 0) {
+          EXPECT_TRUE(taken) << step;  // copying off: linked
+        }
       }
       if (mode == 2 && rng() % 4 == 0) {  // another connection's partial
         Buffer b = pool->TryAcquire();

@@ -111,6 +111,38 @@ namespace bufpool {
 
 namespace {
 
+// Visits caches 0 .. n-1 once each under their lock without ever waiting
+// for one (see "No thread waits for a drainer"): a cache that empty(i)
+// says holds nothing is passed over unlocked; one whose lock is busy is
+// tried again after a yield, for at most `busy_rounds` more rounds.
+// visit(i) runs with cache i's lock held and returns true to stop at once.
+// Returns whether a cache was still busy (skipped) at the end.
+template <typename MutexOf, typename Empty, typename Visit>
+bool TryLockEachCache(uint32_t n, uint32_t busy_rounds, MutexOf&& mutex_of,
+                      Empty&& empty, Visit&& visit) {
+  uint64_t pending[kMaxCaches / 64] = {};  // n <= kMaxCaches (clamped)
+  for (uint32_t i = 0; i < n; ++i) pending[i / 64] |= uint64_t{1} << (i % 64);
+  for (uint32_t round = 0;; ++round) {
+    bool left = false;
+    for (uint32_t i = 0; i < n; ++i) {
+      if ((pending[i / 64] >> (i % 64) & 1) == 0) continue;
+      if (empty(i)) {
+        pending[i / 64] &= ~(uint64_t{1} << (i % 64));
+        continue;
+      }
+      const std::unique_lock<std::mutex> lock(mutex_of(i), std::try_to_lock);
+      if (!lock.owns_lock()) {
+        left = true;
+        continue;
+      }
+      pending[i / 64] &= ~(uint64_t{1} << (i % 64));
+      if (visit(i)) return false;
+    }
+    if (!left || round == busy_rounds) return left;
+    std::this_thread::yield();
+  }
+}
+
 // Every live pool's Shared, for the fork() handlers.
 constinit std::mutex g_pools_mu;
 constinit PoolAccess::SharedState* g_pools = nullptr;
@@ -234,44 +266,28 @@ uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
     return TakeHere(p, reshelved);
   }
   // One cache at a time, try-locked; busy ones again after a yield.
-  uint64_t pending[kMaxCaches / 64] = {};  // ncaches <= kMaxCaches (clamped)
-  for (uint32_t i = 0; i < s.ncaches; ++i) {
-    pending[i / 64] |= uint64_t{1} << (i % 64);
-  }
-  for (uint32_t round = 0;; ++round) {
-    bool left = false;
-    for (uint32_t i = 0; i < s.ncaches; ++i) {
-      if ((pending[i / 64] >> (i % 64) & 1) == 0) continue;
-      CpuCache& c = s.caches[i];
-      if ((!lock_all || s.rseq) && CachedCount(s, i) == 0) {
-        pending[i / 64] &= ~(uint64_t{1} << (i % 64));
-        continue;
-      }
-      const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
-      if (!lock.owns_lock()) {
-        left = true;
-        continue;
-      }
-      pending[i / 64] &= ~(uint64_t{1} << (i % 64));
-      if (s.rseq) {
-        slot = RseqDrain(p, i, /*take_one=*/true, reshelved);
-        if (slot != BufferPool::kNoSlot) return slot;
-        continue;
-      }
-      if (after_stop_for_test != nullptr) [[unlikely]]
-        after_stop_for_test(i);
-      if (c.count.load(std::memory_order_relaxed) == 0) continue;
-      // One for us; the rest to the depot, where every CPU finds them.
-      slot = PopLocked(p, c, reshelved);
-      *reshelved += Evict(p, c);
-      return slot;
-    }
-    if (!left || round == kBusyRounds) {
-      if (busy_left != nullptr) *busy_left = left;
-      break;
-    }
-    std::this_thread::yield();
-  }
+  const bool left = TryLockEachCache(
+      s.ncaches, kBusyRounds,
+      [&](uint32_t i) -> std::mutex& { return s.caches[i].mu; },
+      [&](uint32_t i) {
+        return (!lock_all || s.rseq) && CachedCount(s, i) == 0;
+      },
+      [&](uint32_t i) {
+        if (s.rseq) {
+          slot = RseqDrain(p, i, /*take_one=*/true, reshelved);
+          return slot != BufferPool::kNoSlot;
+        }
+        CpuCache& c = s.caches[i];
+        if (after_stop_for_test != nullptr) [[unlikely]]
+          after_stop_for_test(i);
+        if (c.count.load(std::memory_order_relaxed) == 0) return false;
+        // One for us; the rest to the depot, where every CPU finds them.
+        slot = PopLocked(p, c, reshelved);
+        *reshelved += Evict(p, c);
+        return true;
+      });
+  if (slot != BufferPool::kNoSlot) return slot;
+  if (busy_left != nullptr) *busy_left = left;
   // A release may have reached the depot while we looked at the caches.
   return TakeHere(p, reshelved);
 }
@@ -285,36 +301,20 @@ uint32_t PoolAccess::DrainAll(BufferPool& p) {
   }
   // One cache at a time, try-locked; busy ones again after a yield (their
   // holder is a drainer that empties them, or their own thread's call).
-  uint64_t pending[kMaxCaches / 64] = {};  // ncaches <= kMaxCaches (clamped)
-  for (uint32_t i = 0; i < s.ncaches; ++i) {
-    pending[i / 64] |= uint64_t{1} << (i % 64);
-  }
-  for (uint32_t round = 0;; ++round) {
-    bool left = false;
-    for (uint32_t i = 0; i < s.ncaches; ++i) {
-      if ((pending[i / 64] >> (i % 64) & 1) == 0) continue;
-      CpuCache& c = s.caches[i];
-      if (s.rseq && CachedCount(s, i) == 0) {
-        pending[i / 64] &= ~(uint64_t{1} << (i % 64));
-        continue;
-      }
-      const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
-      if (!lock.owns_lock()) {
-        left = true;
-        continue;
-      }
-      pending[i / 64] &= ~(uint64_t{1} << (i % 64));
-      if (s.rseq) {
-        RseqDrain(p, i, /*take_one=*/false, &moved);
-      } else {
-        if (after_stop_for_test != nullptr) [[unlikely]]
-          after_stop_for_test(i);
-        moved += Evict(p, c);
-      }
-    }
-    if (!left || round == kBusyRounds) break;
-    std::this_thread::yield();
-  }
+  TryLockEachCache(
+      s.ncaches, kBusyRounds,
+      [&](uint32_t i) -> std::mutex& { return s.caches[i].mu; },
+      [&](uint32_t i) { return s.rseq && CachedCount(s, i) == 0; },
+      [&](uint32_t i) {
+        if (s.rseq) {
+          RseqDrain(p, i, /*take_one=*/false, &moved);
+        } else {
+          if (after_stop_for_test != nullptr) [[unlikely]]
+            after_stop_for_test(i);
+          moved += Evict(p, s.caches[i]);
+        }
+        return false;
+      });
   return moved;
 }
 
