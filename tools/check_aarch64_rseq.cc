@@ -4,7 +4,8 @@
 // sequences' failure path for an unregistered thread, then writes a CPU id
 // into the area itself and runs their bodies straight through (nothing can
 // restart them under qemu, so the restarts are not exercised), and checks
-// the descriptor and signature the kernel would read.
+// that each leaves rseq_cs cleared and the descriptors and signature the
+// kernel would read.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,10 @@
 #endif
 
 namespace rs = bufpool::internal::rseq;
+
+// The linker's bounds of the section the sequences' descriptors live in.
+extern "C" const uint64_t __start___rseq_cs[];
+extern "C" const uint64_t __stop___rseq_cs[];
 
 namespace {
 
@@ -81,18 +86,29 @@ int main() {
   Expect(rs::Pop(base, 1, rs::kCpuIdField) == rs::kNoSlot,
          "an index at or above ncpu fails");
   Expect(rs::Pop(base, 2, rs::kCpuIdField) == 7, "Pop by cpu_id");
-  // The descriptor the last sequence stored, as the kernel reads it.
+  // Every sequence clears rseq_cs on its way out (a plugin that ran one
+  // can be unloaded).
   uint64_t cs;
   std::memcpy(&cs, area + 8, 8);
-  const auto* d = reinterpret_cast<const uint64_t*>(cs);
-  const uint64_t start = d[1], post = d[2], abort_ip = d[3];
-  uint32_t sig;
-  std::memcpy(&sig, reinterpret_cast<const void*>(abort_ip - 4), 4);
-  Expect(cs % 32 == 0 && d[0] == 0, "descriptor: aligned, version 0");
-  Expect(post > 0 && post < 64, "descriptor: a short section");
-  Expect(abort_ip < start || abort_ip >= start + post,
-         "descriptor: abort outside the section");
-  Expect(sig == 0xd428bc00u, "RSEQ_SIG before the abort label");
+  Expect(cs == 0, "rseq_cs cleared after a sequence");
+  // The descriptors, as the kernel reads them: the linker's bounds of the
+  // __rseq_cs section that the sequences put them in.
+  int descriptors = 0;
+  for (const uint64_t* d = __start___rseq_cs; d + 4 <= __stop___rseq_cs;
+       d += 4) {
+    if (d[1] == 0) continue;  // .balign padding
+    ++descriptors;
+    const uint64_t start = d[1], post = d[2], abort_ip = d[3];
+    uint32_t sig;
+    std::memcpy(&sig, reinterpret_cast<const void*>(abort_ip - 4), 4);
+    Expect(reinterpret_cast<uintptr_t>(d) % 32 == 0 && d[0] == 0,
+           "descriptor: aligned, version 0");
+    Expect(post > 0 && post < 64, "descriptor: a short section");
+    Expect(abort_ip < start || abort_ip >= start + post,
+           "descriptor: abort outside the section");
+    Expect(sig == 0xd428bc00u, "RSEQ_SIG before the abort label");
+  }
+  Expect(descriptors > 0, "descriptors found in __rseq_cs");
   std::printf("%d failure(s)\n", failures);
   return failures == 0 ? 0 : 1;
 }

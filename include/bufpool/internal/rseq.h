@@ -413,17 +413,18 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(
 
 #elif BUFPOOL_HAVE_RSEQ  // AArch64, little endian
 
-// The same sequences, step for step (see the x86-64 ones). Two differences:
-// the area's address (thread pointer + __rseq_offset) is computed in C, and
-// the failure code sits inline after the commit, jumped over on success:
-// AArch64's conditional branches reach +-1 MiB (tbnz +-32 KiB), not a
-// section the linker may place anywhere. Only the abort handler, which the
-// kernel jumps to and which leaves with an unconditional branch (+-128 MiB,
-// with a veneer beyond), is in __rseq_failure. The signature is glibc's
-// RSEQ_SIG for AArch64 (0xd428bc00, BRK #0x45E0), an instruction word before
-// the abort label. Loads and stores are plain: the drain's argument rests
-// on the membarrier fence, a full barrier on every CPU it reaches, and the
-// commit's store depends on the count the section loaded.
+// The same sequences, step for step (see the x86-64 ones); both ways out
+// clear rseq_cs where they join, as BUFPOOL_RSEQ_X86_END does. Two
+// differences: the area's address (thread pointer + __rseq_offset) is
+// computed in C, and the failure code sits inline after the commit, jumped
+// over on success: AArch64's conditional branches reach +-1 MiB (tbnz
+// +-32 KiB), not a section the linker may place anywhere. Only the abort
+// handler, which the kernel jumps to and which leaves with an unconditional
+// branch (+-128 MiB, with a veneer beyond), is in __rseq_failure. The signature
+// is glibc's RSEQ_SIG for AArch64 (0xd428bc00, BRK #0x45E0), an instruction
+// word before the abort label. Loads and stores are plain: the drain's argument
+// rests on the membarrier fence, a full barrier on every CPU it reaches, and
+// the commit's store depends on the count the section loaded.
 #define BUFPOOL_RSEQ_A64_START               \
   ".pushsection __rseq_cs, \"aw?\"\n\t"      \
   ".balign 32\n\t"                           \
@@ -469,6 +470,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint32_t ncpu,
                "5:\n\t"
                "mov %w[slot], #-1\n\t"
                "8:\n\t"
+               "str xzr, [%[area], #8]\n\t"  // rseq_cs cleared
                : [slot] "=&r"(slot), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
                : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
                  [shift] "i"(kCacheShift), [ncpu] "r"(ncpu)
@@ -496,6 +498,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint32_t ncpu,
                "5:\n\t"
                "mov %w[ok], #0\n\t"
                "8:\n\t"
+               "str xzr, [%[area], #8]\n\t"  // rseq_cs cleared, as in Pop
                : [ok] "=&r"(ok), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
                : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
                  [shift] "i"(kCacheShift), [ncpu] "r"(ncpu), [limit] "r"(limit),
