@@ -5,7 +5,10 @@
 // or none) and on up to 16 slices held apart from them: Append of bytes, of a
 // slice (moved or copied), of another chain, of a filled Buffer; Consume,
 // Split, Clone, Clear, CopyTo, FillIovecs, spans(), move-assignment, Slice(),
-// Compact() (same bytes, all or nothing) and tail_room(); and reads a chain
+// Compact() (same bytes, all or nothing) and tail_room(); the receive
+// primitive (Receive() of a filled buffer of either pool with every
+// copy_below and with or without a ReceivePack, Preallocate/Postallocate,
+// GrowTail, AppendPacked, a pack dropped); and reads a chain
 // with a ChainCursor (integers of every width and order, Skip, Read,
 // Contiguous, Find of a byte and of a string, from a position) and cuts
 // frames off it with a LineSplitter (one per chain, whose state survives
@@ -19,7 +22,9 @@
 //     fuzzer holds, and each pool's in_use equals the slots referenced;
 //   * a failed Append leaves the chain as it was;
 //   * a chain consumed to empty pins no buffer (the pool's in_use counts
-//     only the slots slices reference).
+//     only the slots slices reference, plus a pack's buffer);
+//   * Receive() took the buffer (the handle is empty) or left it as it was,
+//     and a failed AppendPacked left the chain as it was.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <sys/uio.h>
 
@@ -77,6 +82,9 @@ class Session {
       FUZZ_CHECK(p.ok(), "Create: %s", p.status().ToString().c_str());
       pool = std::move(*p);
     }
+    for (int k = 0; k < 2; ++k) {
+      packs_[k] = std::make_unique<bufpool::ReceivePack>(*pools_[k]);
+    }
     for (int i = 0; i < kChains; ++i) {
       chains_[i] = MakeChain();
       // Fixed per chain, so they take no input bytes away from the steps.
@@ -92,6 +100,7 @@ class Session {
     for (auto& c : chains_) c.reset();
     for (auto& l : lines_) l.Reset();  // views hold buffers too
     held_.clear();
+    for (auto& p : packs_) p.reset();
     for (auto& pool : pools_) {
       FUZZ_CHECK(pool->Stats().in_use == 0,
                  "in_use %zu after every chain "
@@ -122,7 +131,7 @@ class Session {
     const size_t i = PickChain();
     BufferChain& c = *chains_[i];
     std::string& m = models_[i];
-    const int op = in_.ConsumeIntegralInRange<int>(0, 19);
+    const int op = in_.ConsumeIntegralInRange<int>(0, 22);
     // The line splitters' state is valid while their chain only grows.
     if (op >= 4 && op != 6 && op != 9 && op < 15) lines_[i].Reset();
     switch (op) {
@@ -317,6 +326,15 @@ class Session {
         lines_[i].Reset();
         EmptiedStep(i);
         break;
+      case 20:
+        ReceiveStep(c, m);
+        break;
+      case 21:
+        RoomStep(c, m);
+        break;
+      case 22:
+        PackStep(c, m);
+        break;
       default: {  // 13: a held slice copied, then reset
         if (held_.empty()) break;
         Held& h =
@@ -341,6 +359,81 @@ class Session {
                    c.tail_room() == 0,
                "chain %zu emptied still holds %zu slices, pins %zu", i,
                c.slice_count(), c.pinned_bytes());
+  }
+
+  // A buffer of either pool filled with n bytes, handed to Receive() with
+  // options the input picks. The chain grows by exactly those bytes,
+  // whether it linked the buffer or copied them.
+  void ReceiveStep(BufferChain& c, std::string& m) {
+    BufferPool& from = *pools_[in_.ConsumeIntegralInRange<int>(0, 1)];
+    Buffer b = from.TryAcquire();
+    if (!b) return;
+    const std::string bytes = Bytes(b.size());
+    std::memcpy(b.data(), bytes.data(), bytes.size());
+    const size_t bs = c.pool() != nullptr ? c.pool()->buffer_size() : b.size();
+    static constexpr size_t kDivisors[] = {0, 8, 2, 1};
+    const size_t d = kDivisors[in_.ConsumeIntegralInRange<int>(0, 3)];
+    BufferChain::ReceiveOptions options;
+    options.copy_below = d == 0 ? 0 : bs / d;
+    const int pack = in_.ConsumeIntegralInRange<int>(-1, 1);
+    if (pack >= 0) options.pack = packs_[pack].get();
+    std::byte* const data = b.data();
+    const size_t size = b.size();
+    const bool took = c.Receive(b, bytes.size(), options);
+    if (took) {
+      FUZZ_CHECK(!b && bytes.size() != 0, "Receive took the buffer: %s",
+                 b ? "handle still set" : "0 bytes");
+    } else {
+      FUZZ_CHECK(b && b.data() == data && b.size() == size,
+                 "Receive copied but changed the buffer");
+    }
+    m += bytes;
+  }
+
+  // Preallocate/Postallocate: bytes written into the tail's room become the
+  // chain's. Or GrowTail over them, which refuses any other address.
+  void RoomStep(BufferChain& c, std::string& m) {
+    const absl::Span<std::byte> room = c.Preallocate();
+    FUZZ_CHECK(room.size() == c.tail_room(), "Preallocate %zu, tail_room %zu",
+               room.size(), c.tail_room());
+    if (room.empty()) {
+      FUZZ_CHECK(!c.empty() || !c.GrowTail(nullptr, 1),
+                 "GrowTail of an empty chain");
+      return;
+    }
+    const std::string bytes = Bytes(room.size());
+    std::memcpy(room.data(), bytes.data(), bytes.size());
+    if (in_.ConsumeBool()) {
+      c.Postallocate(bytes.size());
+    } else if (!bytes.empty()) {
+      FUZZ_CHECK(!c.GrowTail(room.data() + 1, bytes.size()),
+                 "GrowTail at a gap");
+      FUZZ_CHECK(c.GrowTail(room.data(), bytes.size()),
+                 "GrowTail over the tail's room");
+    }
+    m += bytes;
+  }
+
+  // AppendPacked of a few bytes, or a pack dropped (its buffer goes back
+  // with its last slice).
+  void PackStep(BufferChain& c, std::string& m) {
+    const int k = in_.ConsumeIntegralInRange<int>(0, 1);
+    if (in_.ConsumeIntegralInRange<int>(0, 7) == 0) {
+      packs_[k] = std::make_unique<bufpool::ReceivePack>(*pools_[k]);
+      return;
+    }
+    const std::string bytes = Bytes(in_.ConsumeBool() ? 16 : 300);
+    const size_t slices = c.slice_count(), size = c.size();
+    if (c.AppendPacked(
+            absl::MakeConstSpan(
+                reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
+            *packs_[k])) {
+      FUZZ_CHECK(!bytes.empty(), "AppendPacked of nothing said yes");
+      m += bytes;
+    } else {
+      FUZZ_CHECK(c.slice_count() == slices && c.size() == size,
+                 "a failed AppendPacked changed the chain");
+    }
   }
 
   // The model's integer of `width` bytes at `at`.
@@ -647,17 +740,31 @@ class Session {
         any.push_back(&h.slice);
       }
     }
+    // A pack holds its buffer's references beyond its slices': at most one
+    // slot of each pool counts more than the fuzzer holds, and only while
+    // that pool's pack holds a buffer.
+    std::map<std::pair<BufferPool*, uint32_t>, bool> extra;
     for (const SharedBuffer* s : any) {
       const uint32_t want = refs[{s->pool(), s->slot()}];
-      FUZZ_CHECK(s->use_count() == want, "slot %u: use_count %u, held %u",
+      FUZZ_CHECK(s->use_count() >= want, "slot %u: use_count %u, held %u",
                  s->slot(), s->use_count(), want);
+      if (s->use_count() > want) extra[{s->pool(), s->slot()}] = true;
     }
-    for (const auto& pool : pools_) {
-      size_t slots = 0;
-      for (const auto& [key, n] : refs) slots += key.first == pool.get();
+    for (int k = 0; k < 2; ++k) {
+      BufferPool* pool = pools_[k].get();
+      size_t slots = 0, extras = 0;
+      for (const auto& [key, n] : refs) slots += key.first == pool;
+      for (const auto& [key, yes] : extra) extras += key.first == pool;
+      const bool packed = packs_[k]->holds_buffer();
+      FUZZ_CHECK(extras <= (packed ? 1u : 0u),
+                 "%zu slots of pool %d count references nobody holds", extras,
+                 k);
       const size_t in_use = pool->Stats().in_use;
-      FUZZ_CHECK(in_use == slots, "pool in_use %zu but %zu slots referenced",
-                 in_use, slots);
+      // The pack's buffer is out either way; slices may reference it.
+      FUZZ_CHECK(
+          in_use == slots || (packed && extras == 0 && in_use == slots + 1),
+          "pool %d in_use %zu but %zu slots referenced (pack %s)", k, in_use,
+          slots, packed ? "holds a buffer" : "empty");
     }
   }
 
@@ -668,6 +775,8 @@ class Session {
   std::string models_[kChains];
   bufpool::LineSplitter lines_[kChains];
   std::vector<Held> held_;
+  // One per pool; destroyed before the pools.
+  std::unique_ptr<bufpool::ReceivePack> packs_[2];
 };
 
 }  // namespace
