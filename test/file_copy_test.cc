@@ -665,6 +665,20 @@ class FaultyRing final : public os::Uring {
     if (g.submit_errno != 0) return -g.submit_errno;
     return real_->SubmitAndWait(wait_nr);
   }
+  bool Supports(Op op) override { return real_->Supports(op); }
+  bool PrepareOpenat(int dirfd, const char* path, int flags, mode_t mode,
+                     uint64_t ud) override {
+    return real_->PrepareOpenat(dirfd, path, flags, mode, ud);
+  }
+  bool PrepareStatx(int dirfd, const char* path, int flags, unsigned mask,
+                    struct statx* out, uint64_t ud) override {
+    return real_->PrepareStatx(dirfd, path, flags, mask, out, ud);
+  }
+  bool PrepareClose(int fd, uint64_t ud) override {
+    return real_->PrepareClose(fd, ud);
+  }
+  void LinkLast(Link link) override { real_->LinkLast(link); }
+  unsigned SubmissionSpace() override { return real_->SubmissionSpace(); }
   bool PopCompletion(Completion* out) override {
     if (!real_->PopCompletion(out)) return false;
     const bool write = out->user_data & kWriteTag;

@@ -114,6 +114,9 @@ struct CopyProgress {
   uint64_t bytes_done = 0;   // data bytes written so far
   uint64_t bytes_total = 0;  // data bytes expected; 0 when unknown (/proc)
   absl::Duration elapsed;
+  // CopyTree only: regular files copied so far (bytes_done then counts the
+  // whole tree's bytes and bytes_total stays 0).
+  uint64_t files_done = 0;
 };
 
 struct CopyOptions {
@@ -225,6 +228,11 @@ struct TreeStats {
   // system's words>"; the other entries were still copied.
   std::vector<std::string> errors;
   absl::Duration elapsed;
+  // Whether small files went through the io_uring tree copy (see CopyTree);
+  // when not, why not (e.g. "io_uring: the kernel has no IORING_OP_STATX").
+  bool ring = false;
+  bool ring_fixed_buffers = false;  // its buffers were registered
+  std::string ring_fallback;
 };
 
 // Copies the directory `src_dir` and everything below it to `dst` (or to
@@ -237,11 +245,19 @@ struct TreeStats {
 // entry. A failing entry is reported in TreeStats::errors and the rest
 // continue; the Status is an error only when nothing could be copied
 // (`src_dir` is no directory, `dst` is inside it, the root cannot be made).
-// Regular files are copied by a few worker threads at once, drawing on one
-// pool (options.pool, or a private one for the whole tree); `progress` is
-// not called. Directory modes and times are set after their contents.
-// Thread safety as CopyFile; every worker is joined before the call
-// returns.
+// Regular files of at most one buffer going into directories the call
+// creates are copied on the calling thread through one io_uring ring, many
+// at once (statx, openat both, read, write, close both as ring operations,
+// the destination created with O_EXCL and the mode CopyFile gives it);
+// every other file by CopyFile on a few worker threads. All of them draw on
+// one pool (options.pool, or a private one for the whole tree), so memory
+// is bounded by the pool whatever the tree's size. The ring is not used
+// (TreeStats::ring_fallback says why) when io_uring or one of those
+// operations is missing, and for kAtomic, O_DIRECT or fsync. `progress`,
+// when set, is called on the calling thread at most every 100 ms and at the
+// end, with files_done and bytes_done of the whole tree. Directory modes and
+// times are set after their contents. Thread safety as CopyFile; every
+// worker is joined before the call returns.
 BUFPOOL_EXPORT absl::StatusOr<TreeStats> CopyTree(
     absl::string_view src_dir, absl::string_view dst,
     const CopyOptions& options = {});
