@@ -98,11 +98,26 @@ std::string StatsJson(const bufpool::CopyStats& s) {
       ", \"peak_rss_bytes\": ", PeakRssBytes(), "}");
 }
 
-// -r: one directory SRC; every entry's error on its own line.
+struct Progress;
+void EndProgressLine(const Progress* progress);
+
+// -r: one directory SRC; every entry's error on its own line (after the
+// progress line is ended, when one was drawn).
 int CopyDirectory(const std::string& src, const std::string& target,
-                  const bufpool::CopyOptions& options, bool json) {
+                  const bufpool::CopyOptions& options, bool json, bool verbose,
+                  const Progress* progress) {
   absl::StatusOr<bufpool::TreeStats> t =
       bufpool::CopyTree(src, target, options);
+  EndProgressLine(progress);
+  if (verbose && t.ok()) {
+    std::fprintf(stderr, "bufpool-copy: %s: %s\n", src.c_str(),
+                 t->ring ? (t->ring_fixed_buffers
+                                ? "small files through one io_uring ring "
+                                  "(fixed buffers), larger ones with CopyFile"
+                                : "small files through one io_uring ring, "
+                                  "larger ones with CopyFile")
+                         : t->ring_fallback.c_str());
+  }
   if (!t.ok()) {
     Fail(std::string(t.status().message()));
     return kExitFailure;
@@ -144,7 +159,11 @@ struct Progress {
     const double secs = std::max(1e-9, absl::ToDoubleSeconds(p.elapsed));
     const double rate = p.bytes_done / secs;
     std::string line;
-    if (p.bytes_total > 0) {
+    if (p.files_done > 0 && p.bytes_total == 0) {
+      line = absl::StrFormat("%llu files  %s  %s/s",
+                             static_cast<unsigned long long>(p.files_done),
+                             HumanBytes(p.bytes_done), HumanBytes(rate));
+    } else if (p.bytes_total > 0) {
       const double left = rate > 0 ? (p.bytes_total - p.bytes_done) / rate : 0;
       line = absl::StrFormat("%3.0f%%  %s / %s  %s/s  %.0fs left",
                              100.0 * p.bytes_done / p.bytes_total,
@@ -158,6 +177,10 @@ struct Progress {
     drew = true;
   }
 };
+
+void EndProgressLine(const Progress* progress) {
+  if (progress != nullptr && progress->drew) std::fputc('\n', stderr);
+}
 
 // One run of the tool over its sources.
 class CopyRun {
@@ -201,10 +224,12 @@ class CopyRun {
     if (!cmd_.recursive) {
       Fail(absl::StrCat("-r not specified; omitting directory '", src, "'"));
       status_ = kExitFailure;
-    } else if (CopyDirectory(src, cmd_.target, options_, cmd_.json) !=
-               kExitSuccess) {
-      status_ = kExitFailure;
+      return;
     }
+    progress_ = Progress();
+    const int rc = CopyDirectory(src, cmd_.target, options_, cmd_.json,
+                                 cmd_.verbose, &progress_);
+    if (rc != kExitSuccess) status_ = kExitFailure;
   }
 
   void File(const std::string& src) {

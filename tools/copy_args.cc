@@ -147,7 +147,8 @@ void AddIoOptions(CLI::App& app, CopyCommand& c) {
                "(default: off)");
 }
 
-// What the tool reports, and the operands: --progress, --verify, --json.
+// What the tool reports, and the operands: --progress, --verify, --verbose,
+// --json.
 void AddReportOptions(CLI::App& app, CopyCommand& c, RawCopyFlags& raw) {
   raw.progress_flag =
       app.add_flag("--progress,!--no-progress", raw.progress,
@@ -156,6 +157,10 @@ void AddReportOptions(CLI::App& app, CopyCommand& c, RawCopyFlags& raw) {
   app.add_flag("--verify", c.verify,
                "after copying, re-read both files and compare them\n"
                "(regular destinations; a device or FIFO is not read back)\n"
+               "(default: off)");
+  app.add_flag("--verbose", c.verbose,
+               "say on stderr how each file or tree is copied: the\n"
+               "method auto picked and why, the tree's walker\n"
                "(default: off)");
   app.add_flag("--json", c.json,
                "print each copy's statistics on stdout, one JSON\n"
