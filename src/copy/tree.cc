@@ -13,6 +13,13 @@
 //     unavailable (no io_uring, an operation missing from the kernel's
 //     probe): then the walk is the threaded one alone.
 //
+// Order: directories are created as their parent is listed and listed
+// later, a few at a time; the regular files of the listed directories are
+// handed out one from each in turn. Creating a file takes its directory's
+// lock, so files in flight from several directories are created in
+// parallel where files of one directory would wait for each other. Memory
+// is a few directories' names plus the directories not yet listed.
+//
 // Threads: the walking thread (the caller, which also drives the ring) and
 // the workers. What they share (the queue of files, TreeStats) is guarded by
 // one mutex each; nothing is read without it, so the mutexes give all the
@@ -26,6 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -56,6 +64,8 @@ namespace {
 constexpr size_t kFileWorkers = 4;
 // Files the walk may queue ahead of the workers (bounds the memory).
 constexpr size_t kMaxQueuedFiles = 4096;
+// Directories whose files are handed out in turn (see "Order").
+constexpr size_t kOpenDirectories = 4;
 
 // Whether files of a tree copied with `options` may take the ring: it
 // writes new files in place, buffered, without fsync.
@@ -84,10 +94,14 @@ class TreeCopier final : private TreeRing::Sink {
   // Makes the ring for small files; without it (the reason goes to
   // TreeStats::ring_fallback) every file goes through CopyFile.
   void StartRing(BufferPool& pool, bool wanted);
-  // Copies the directory `src` (whose lstat is `st`) to `dst`; its mode and
-  // times wait for FinishDirectories.
+  // Creates the directory `dst` for `src` (whose lstat is `st`) and queues
+  // `src` to be listed by Walk; its mode and times wait for
+  // FinishDirectories.
   void Directory(const std::string& src, const struct stat& st,
                  const std::string& dst);
+  // Lists the queued directories and copies their entries, until none is
+  // left (see "Order" at the top of this file).
+  void Walk();
   // Waits for every queued file, then stops the workers.
   void FinishFiles();
   // Sets the modes and times of the directories made, deepest first.
@@ -98,6 +112,18 @@ class TreeCopier final : private TreeRing::Sink {
     std::string dst;
     struct stat st;
     bool created;
+  };
+  // A directory made, not yet listed.
+  struct ToList {
+    std::string src, dst;
+    bool created;
+  };
+  // A listed directory whose regular files are being handed out.
+  struct OpenDirectory {
+    std::string src, dst;
+    bool fresh;
+    std::vector<std::string> files;
+    size_t next = 0;
   };
   // An entry of a directory: `fresh` when the walk created that directory
   // (every name in it is new), `type` its readdir d_type.
@@ -162,6 +188,8 @@ class TreeCopier final : private TreeRing::Sink {
   TreeStats& stats_;          // guarded by stats_mu_ while workers run
   absl::Status first_error_;  // guarded by stats_mu_
   std::vector<PendingDirectory> directories_;  // walking thread only
+  std::vector<ToList> to_list_;                // walking thread only
+  std::deque<OpenDirectory> open_;             // walking thread only
   std::function<void(const CopyProgress&)> progress_;
   absl::Time start_;
   absl::Time last_progress_ = absl::InfinitePast();  // walking thread only
@@ -294,6 +322,7 @@ void TreeCopier::FinishFiles() {
     ring_->Drain();
     if (revisits_.empty()) break;
     Revisits();
+    Walk();  // a revisited directory is listed here
   }
   std::unique_lock<std::mutex> lock(queue_mu_);
   closed_ = true;
@@ -311,7 +340,13 @@ void TreeCopier::FinishFiles() {
 }
 
 void TreeCopier::FinishDirectories() {
-  // Post-order: every directory comes after the ones inside it.
+  // Deepest first (more slashes in the path), so every directory comes
+  // after the ones inside it.
+  std::stable_sort(directories_.begin(), directories_.end(),
+                   [](const PendingDirectory& a, const PendingDirectory& b) {
+                     return std::count(a.dst.begin(), a.dst.end(), '/') >
+                            std::count(b.dst.begin(), b.dst.end(), '/');
+                   });
   for (const PendingDirectory& d : directories_) {
     const mode_t mode = d.st.st_mode & 0777;
     if (d.created && (mode & S_IRWXU) != S_IRWXU) {
@@ -369,14 +404,44 @@ void TreeCopier::Directory(const std::string& src, const struct stat& st,
     created = false;  // merged into, as cp does; its mode stays
   }
   Count(&TreeStats::directories);
-  std::vector<std::pair<std::string, unsigned char>> names;
-  if (List(src, names)) {
-    for (const auto& [name, type] : names) {
-      Entry(absl::StrCat(src, "/", name), absl::StrCat(dst, "/", name), created,
-            type);
+  directories_.push_back({dst, st, created});
+  to_list_.push_back({src, dst, created});
+}
+
+void TreeCopier::Walk() {
+  while (!to_list_.empty() || !open_.empty()) {
+    // Keep kOpenDirectories directories listed: their other entries are
+    // made at once (subdirectories queued for listing), their regular files
+    // kept to hand out.
+    while (open_.size() < kOpenDirectories && !to_list_.empty()) {
+      ToList d = std::move(to_list_.back());
+      to_list_.pop_back();
+      std::vector<std::pair<std::string, unsigned char>> names;
+      if (!List(d.src, names)) continue;
+      OpenDirectory o{d.src, d.dst, d.created, {}};
+      for (auto& [name, type] : names) {
+        if (type == DT_REG) {
+          o.files.push_back(std::move(name));
+        } else {
+          Entry(absl::StrCat(d.src, "/", name), absl::StrCat(d.dst, "/", name),
+                d.created, type);
+        }
+      }
+      if (!o.files.empty()) open_.push_back(std::move(o));
+    }
+    // One regular file from each listed directory in turn.
+    for (size_t i = 0; i < open_.size();) {
+      OpenDirectory& o = open_[i];
+      const std::string& name = o.files[o.next];
+      Entry(absl::StrCat(o.src, "/", name), absl::StrCat(o.dst, "/", name),
+            o.fresh, DT_REG);
+      if (++o.next == o.files.size()) {
+        open_.erase(open_.begin() + static_cast<ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
     }
   }
-  directories_.push_back({dst, st, created});
 }
 
 void TreeCopier::Entry(const std::string& src, const std::string& dst,
@@ -504,6 +569,7 @@ absl::StatusOr<TreeStats> CopyTree(absl::string_view src_view,
     copier.StartWorkers();
     copier.StartRing(*file_options.pool, RingCopies(options));
     copier.Directory(src, st, dst);
+    copier.Walk();
     copier.FinishFiles();
     copier.FinishDirectories();
     // The root could not be made: nothing was copied.
