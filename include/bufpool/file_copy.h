@@ -71,8 +71,9 @@
 //   * `preserve_*` (cp -p) apply to the copy after the data: owner and group
 //     where permitted, mode, access and modification times.
 //   * Memory is bounded by the buffers used (queue_depth * batch_buffers
-//     buffers: by default 128 KiB for kReadWrite and kKernel, 512 KiB for
-//     kUring, 4 MiB with O_DIRECT), whatever the file size.
+//     buffers: by default 128 KiB for kReadWrite, 512 KiB for kUring, 4 MiB
+//     with O_DIRECT), whatever the file size. kKernel takes none (nor a
+//     private pool) unless it falls back to readwrite, then 128 KiB.
 //
 // Errors: absl::Status whose message reads "<what failed>: <path>: <the
 // system's words>", e.g. "open source: /x: No such file or directory".

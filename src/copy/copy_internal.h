@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,11 @@ struct Context {
   const CopyOptions* options = nullptr;
   uint64_t total = 0;  // expected data bytes (0: unknown)
   absl::Time start;
+
+  // Takes the buffers into `buffers` when the copy started without them
+  // (the kernel mover needs none until it falls back to readwrite); unset
+  // when they were taken up front.
+  std::function<absl::Status()> take_buffers;
 
   // Counts `n` more bytes written and reports progress.
   void Advance(uint64_t n);

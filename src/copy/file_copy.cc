@@ -349,11 +349,22 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   const Plan plan = ChoosePlan(options, st, target, stats);
   absl::StatusOr<uint64_t> final_size;
   {
+    // The kernel method moves the bytes without buffers: they are taken
+    // only if it falls back to readwrite (a private pool per file would
+    // cost more than a small file's copy).
     Buffers held;
-    if (absl::Status s = TakeBuffers(options, plan.want, dst, held); !s.ok()) {
-      return s;
+    auto take = [&]() -> absl::Status {
+      if (absl::Status s = TakeBuffers(options, plan.want, dst, held);
+          !s.ok()) {
+        return s;
+      }
+      stats.buffer_bytes = held.buffers.size() * held.pool->buffer_size();
+      return absl::OkStatus();
+    };
+    const bool lazy = plan.method == CopyMethod::kKernel;
+    if (!lazy) {
+      if (absl::Status s = take(); !s.ok()) return s;
     }
-    stats.buffer_bytes = held.buffers.size() * held.pool->buffer_size();
 
     Context ctx;
     ctx.in_fd = job.in;
@@ -364,6 +375,13 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
     ctx.dst_path = dst;
     ctx.pool = held.pool;
     ctx.buffers = &held.buffers;
+    if (lazy) {
+      ctx.take_buffers = [&]() -> absl::Status {
+        if (absl::Status s = take(); !s.ok()) return s;
+        ctx.pool = held.pool;
+        return absl::OkStatus();
+      };
+    }
     ctx.batch = plan.batch;
     ctx.queue_depth = plan.depth;
     ctx.stats = &stats;
