@@ -108,6 +108,10 @@ int CopyDirectory(const std::string& src, const std::string& target,
                   const Progress* progress) {
   absl::StatusOr<bufpool::TreeStats> t =
       bufpool::CopyTree(src, target, options);
+  if (t.ok() && options.progress) {
+    // The final count, drawn whatever the drawer's rate limit.
+    options.progress({t->bytes_copied, 0, t->elapsed, t->files});
+  }
   EndProgressLine(progress);
   if (verbose && t.ok()) {
     std::fprintf(stderr, "bufpool-copy: %s: %s\n", src.c_str(),
@@ -148,10 +152,16 @@ int CopyDirectory(const std::string& src, const std::string& target,
 struct Progress {
   absl::Time last = absl::InfinitePast();
   bool drew = false;
+  uint64_t last_files = 0, last_bytes = 0;
 
   void Draw(const bufpool::CopyProgress& p) {
     const absl::Time now = absl::Now();
-    if (now - last < absl::Milliseconds(200) &&
+    // A tree's final count repeats the last one seen: always drawn.
+    const bool tree_end = p.files_done > 0 && p.files_done == last_files &&
+                          p.bytes_done == last_bytes;
+    last_files = p.files_done;
+    last_bytes = p.bytes_done;
+    if (now - last < absl::Milliseconds(200) && !tree_end &&
         (p.bytes_total == 0 || p.bytes_done < p.bytes_total)) {
       return;
     }
@@ -256,6 +266,15 @@ class CopyRun {
     }
     bufpool::CopyStats stats = *std::move(s);
     created_.insert(dst);
+    if (cmd_.verbose) {
+      // How the copy ran: the method and why, then each fallback taken.
+      std::fprintf(stderr, "bufpool-copy: '%s' -> '%s': %s\n", src.c_str(),
+                   stats.destination.c_str(), stats.method_reason.c_str());
+      for (const std::string& f : stats.fallbacks) {
+        std::fprintf(stderr, "bufpool-copy: '%s': fallback: %s\n", src.c_str(),
+                     f.c_str());
+      }
+    }
     if (cmd_.verify) {
       absl::StatusOr<bool> verified =
           bufpool::VerifyCopy(src, stats.destination);

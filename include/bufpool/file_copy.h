@@ -27,9 +27,13 @@
 //   kKernel     copy_file_range, then sendfile; falls back to kReadWrite on
 //               EXDEV, EINVAL, ENOSYS, EOPNOTSUPP, EBADF and for files whose
 //               size the kernel reports as 0 (/proc).
-//   kAuto       kKernel for a regular file of nonzero size (copy_file_range
-//               keeps the bytes in the kernel), kReadWrite for anything else;
-//               CopyStats::method says which one ran.
+//   kAuto       kKernel for a regular file of nonzero size written to a
+//               regular file (copy_file_range keeps the bytes in the kernel;
+//               between two file systems, where copy_file_range is refused,
+//               it starts with sendfile), kReadWrite for anything else: the
+//               fastest here of kernel, readwrite and uring on ext4 and
+//               tmpfs, 4 KiB to 512 MiB (docs/benchmarks.md).
+//               CopyStats::method says which one ran, method_reason why.
 // Every fallback is recorded in CopyStats::fallbacks.
 //
 // Semantics, the same for every method:
@@ -174,7 +178,10 @@ struct CopyStats {
   bool direct_io = false;      // O_DIRECT was in effect for the data
   bool fixed_buffers = false;  // io_uring used registered (fixed) buffers
   std::vector<std::string> fallbacks;  // one line per fallback taken, why
-  std::string destination;             // the path written (dst or dst/name)
+  // Why this method: "auto: kernel: ..." with the facts kAuto chose on, or
+  // "<method>: as asked".
+  std::string method_reason;
+  std::string destination;  // the path written (dst or dst/name)
   // How the destination was written: kAtomic when a temporary file was
   // renamed into place (Replace::kAtomic, also for a new file); kInPlace for
   // Replace::kInPlace and for a non-regular destination whatever was asked.

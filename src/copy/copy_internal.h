@@ -62,7 +62,8 @@ struct Context {
   size_t queue_depth = 1;
   CopyStats* stats = nullptr;
   const CopyOptions* options = nullptr;
-  uint64_t total = 0;  // expected data bytes (0: unknown)
+  uint64_t total = 0;           // expected data bytes (0: unknown)
+  bool sendfile_first = false;  // the kernel mover skips copy_file_range
   absl::Time start;
 
   // Takes the buffers into `buffers` when the copy started without them

@@ -22,7 +22,8 @@ bool KernelRefuses(int err) {
 
 class KernelMover final : public Mover {
  public:
-  explicit KernelMover(Context& ctx) : ctx_(ctx) {}
+  explicit KernelMover(Context& ctx)
+      : ctx_(ctx), mode_(ctx.sendfile_first ? kSendfile : kCopyFileRange) {}
 
   absl::StatusOr<uint64_t> Copy(uint64_t offset, uint64_t len) override {
     uint64_t pos = offset;
@@ -90,7 +91,7 @@ class KernelMover final : public Mover {
   }
 
   Context& ctx_;
-  Mode mode_ = kCopyFileRange;
+  Mode mode_;
   std::unique_ptr<Mover> fallback_;
 };
 
