@@ -135,6 +135,7 @@ class RingFiles final : public TreeRing {
     const unsigned i = free_.back();
     free_.pop_back();
     Slot& s = slots_[i];
+    current_ = i;
     std::byte* buf = s.buf;
     s = Slot{};
     s.buf = buf;
@@ -142,7 +143,9 @@ class RingFiles final : public TreeRing {
     s.dst = std::move(dst);
     ++active_;
     Room(1);
+    if (broken_) return Handoff(s);
     s.pending = 1;
+    s.queued_at = submits_;
     ring_->PrepareStatx(AT_FDCWD, s.src.c_str(), AT_SYMLINK_NOFOLLOW,
                         STATX_BASIC_STATS, &s.stx, Data(i, kStatx));
     if (++queued_ >= kSubmitBatch) Pump(0);
@@ -158,7 +161,8 @@ class RingFiles final : public TreeRing {
     std::string src, dst;
     struct statx stx {};
     struct stat st {};
-    unsigned pending = 0;  // operations of the current round in flight
+    unsigned pending = 0;    // operations of the current round in flight
+    uint64_t queued_at = 0;  // submits_ when they were queued
     int in = -1, out = -1;
     int res[kCloseOut + 1] = {};
   };
@@ -180,7 +184,10 @@ class RingFiles final : public TreeRing {
     queued_ = 0;
     for (int tries = 0;; ++tries) {
       const int rc = ring_->SubmitAndWait(wait);
-      if (rc >= 0) return;
+      if (rc >= 0) {
+        ++submits_;
+        return;
+      }
       if ((rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) && tries < 1000) {
         continue;
       }
@@ -189,18 +196,28 @@ class RingFiles final : public TreeRing {
     }
   }
 
+  // The ring failed. A file whose current operations were queued after the
+  // last submit that worked never reached the kernel: CopyFile copies it
+  // (over the destination made here, if any, in place). A file with
+  // operations in the kernel is reported: they may still run.
   void Break(int err) {
     broken_ = true;
     for (unsigned i = 0; i < slots_.size(); ++i) {
       Slot& s = slots_[i];
-      if (s.src.empty()) continue;
-      // Operations may still be in flight on these descriptors' files; the
-      // descriptors themselves are ours to close.
-      Fail(s, IoError("io_uring submit", s.src, err), s.out >= 0);
+      // The slot being worked on is handed off by its caller.
+      if (s.src.empty() || i == current_) continue;
+      if (s.queued_at == submits_) {
+        CloseNow(s.in);
+        CloseNow(s.out);
+        Handoff(s);
+        continue;
+      }
+      Fail(s, IoError("io_uring submit", s.src, err), false);
     }
   }
 
   void Pump(unsigned wait) {
+    current_ = ~0u;  // no slot is half-way through being queued
     Submit(wait);
     os::Uring::Completion c;
     while (!broken_ && ring_->PopCompletion(&c)) Complete(c);
@@ -210,6 +227,7 @@ class RingFiles final : public TreeRing {
     const unsigned i = static_cast<unsigned>(c.user_data >> kKindBits);
     const Kind kind = static_cast<Kind>(c.user_data & ((1u << kKindBits) - 1));
     Slot& s = slots_[i];
+    current_ = i;
     s.res[kind] = c.res;
     if (kind == kOpenIn && c.res >= 0) s.in = c.res;
     if (kind == kOpenOut && c.res >= 0) s.out = c.res;
@@ -242,6 +260,8 @@ class RingFiles final : public TreeRing {
     }
     const mode_t mode = s.st.st_mode & (options_.preserve_mode ? 07777 : 0777);
     Room(2);
+    if (broken_) return Handoff(s);
+    s.queued_at = submits_;
     s.pending = 1;
     ring_->PrepareOpenat(AT_FDCWD, s.dst.c_str(),
                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode,
@@ -279,6 +299,12 @@ class RingFiles final : public TreeRing {
       return Fail(s, IoError("open source", s.src, in_err), true);
     }
     Room(4);
+    if (broken_) {
+      CloseNow(s.in);
+      CloseNow(s.out);
+      return Handoff(s);
+    }
+    s.queued_at = submits_;
     s.pending = 0;
     const int index = fixed_ ? static_cast<int>(i) : -1;
     const unsigned n = static_cast<unsigned>(size);
@@ -412,7 +438,9 @@ class RingFiles final : public TreeRing {
   unsigned queued_ = 0;         // operations queued since the last submit
   bool preserve_ = false;
   bool fixed_ = false;
-  bool broken_ = false;  // the ring failed: everything goes to CopyFile
+  bool broken_ = false;     // the ring failed: everything goes to CopyFile
+  uint64_t submits_ = 0;    // submits that worked
+  unsigned current_ = ~0u;  // the slot Add or Complete is working on
 };
 
 }  // namespace
