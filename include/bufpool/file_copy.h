@@ -165,6 +165,10 @@ struct CopyOptions {
   bool preserve_ownership = false;
   // Give the copy the source's access and modification times.
   bool preserve_timestamps = false;
+  // CopyTree: copy small files through io_uring where the kernel has the
+  // operations (see CopyTree); false: every file by CopyFile on worker
+  // threads.
+  bool tree_ring = true;
   // Called on the calling thread after each batch is written.
   std::function<void(const CopyProgress&)> progress;
 };

@@ -70,7 +70,8 @@ constexpr size_t kOpenDirectories = 4;
 // Whether files of a tree copied with `options` may take the ring: it
 // writes new files in place, buffered, without fsync.
 bool RingCopies(const CopyOptions& options) {
-  return options.replace == CopyOptions::Replace::kInPlace && !options.fsync &&
+  return options.tree_ring &&
+         options.replace == CopyOptions::Replace::kInPlace && !options.fsync &&
          !options.direct_io && options.method != CopyMethod::kDirect;
 }
 
@@ -225,8 +226,8 @@ void TreeCopier::StartWorkers() {
 void TreeCopier::StartRing(BufferPool& pool, bool wanted) {
   if (!wanted) {
     stats_.ring_fallback =
-        "the ring copies new files in place, buffered, without fsync: "
-        "CopyFile for every file";
+        "the ring is off (tree_ring) or the options ask for what it does "
+        "not do (kAtomic, O_DIRECT, fsync): CopyFile for every file";
     return;
   }
   absl::StatusOr<std::unique_ptr<TreeRing>> ring =
