@@ -199,7 +199,11 @@ class RingFiles final : public TreeRing {
   // The ring failed. A file whose current operations were queued after the
   // last submit that worked never reached the kernel: CopyFile copies it
   // (over the destination made here, if any, in place). A file with
-  // operations in the kernel is reported: they may still run.
+  // operations in the kernel is reported: they may still run until the ring
+  // is destroyed, which cancels them (as for the single-file mover, a read
+  // still in flight then may land in its slot's buffer after the buffer is
+  // back in the pool; a ring whose io_uring_enter fails for good is the
+  // only way there).
   void Break(int err) {
     broken_ = true;
     for (unsigned i = 0; i < slots_.size(); ++i) {
