@@ -101,6 +101,29 @@ TEST_F(CopyCliTest, CopiesAndPrintsJsonWithEveryMethodInBothForms) {
   }
 }
 
+// --verbose says how each copy ran; -r --progress draws files and bytes
+// when asked even though stderr is no terminal, and by default not.
+TEST_F(CopyCliTest, VerboseAndTreeProgress) {
+  Write("a", std::string(5000, 'v'));
+  Result r = Run({"--verbose", Path("a"), Path("b")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(
+      r.err.find("'" + Path("a") + "' -> '" + Path("b") + "': auto: kernel: "),
+      std::string::npos)
+      << r.err;
+  ASSERT_EQ(mkdir(Path("tree").c_str(), 0755), 0);
+  for (int i = 0; i < 30; ++i) Write("tree/f" + std::to_string(i), "12345");
+  r = Run({"-r", "--progress", "--verbose", Path("tree"), Path("copy")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("30 files  150 B"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(Path("tree") + ": small files through one io_uring"),
+            std::string::npos)
+      << r.err;
+  r = Run({"-r", Path("tree"), Path("copy2")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+}
+
 TEST_F(CopyCliTest, BufferFlagsInBothFormsReachTheCopy) {
   Write("a", std::string(1 << 20, 'q'));
   // 8 buffers of 64 KiB per operation, 2 in flight: the copy holds 1 MiB.

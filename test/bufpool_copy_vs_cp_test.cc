@@ -90,7 +90,9 @@ struct Case {
   // Makes the inputs in `dir` (as root). `as_nobody`: the run that follows
   // is unprivileged.
   std::function<void(const std::string& dir, bool as_nobody)> setup;
-  std::vector<std::string> args;   // "@" at the start is the case directory
+  // "@" at the start is the case directory; "+" at the start: an argument
+  // for bufpool-copy only.
+  std::vector<std::string> args;
   std::string watch;               // whose inode is checked kept or not
   std::vector<std::string> words;  // in both tools' stderr
   std::string fifo;                // read while the tool runs, compared
@@ -200,27 +202,30 @@ std::vector<Case> Cases() {
                "sub/dst",
                {},
                ""});
-  c.push_back({"7_recursive_tree",
-               [=](const std::string& d, bool n) {
-                 const std::string s = d + "/tree";
-                 ASSERT_EQ(mkdir(s.c_str(), 0755), 0);
-                 ASSERT_EQ(mkdir((s + "/a").c_str(), 0750), 0);
-                 ASSERT_EQ(mkdir((s + "/a/b").c_str(), 0555), 0);
-                 Write(s + "/a/f", "file", 0640);
-                 Write(s + "/with space", "", 0600);
-                 Write(s + "/new\nline", "x", 0644);
-                 ASSERT_EQ(symlink("a/f", (s + "/rel").c_str()), 0);
-                 ASSERT_EQ(symlink("/etc/hostname", (s + "/abs").c_str()), 0);
-                 ASSERT_EQ(symlink("nowhere", (s + "/dangling").c_str()), 0);
-                 ASSERT_EQ(symlink("a", (s + "/todir").c_str()), 0);
-                 ASSERT_EQ(mkfifo((s + "/fifo").c_str(), 0640), 0);
-                 ASSERT_EQ(link((s + "/a/f").c_str(), (s + "/hard").c_str()),
-                           0);
-                 Write(s + "/sparse", "", 0644);
-                 ASSERT_EQ(truncate((s + "/sparse").c_str(), 5 << 20), 0);
-                 chown_for(d, n);
-               },
-               {"-r", "@/tree", "@/copy"},
+  auto tree = [=](const std::string& d, bool n) {
+    const std::string s = d + "/tree";
+    ASSERT_EQ(mkdir(s.c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((s + "/a").c_str(), 0750), 0);
+    ASSERT_EQ(mkdir((s + "/a/b").c_str(), 0555), 0);
+    Write(s + "/a/f", "file", 0640);
+    Write(s + "/with space", "", 0600);
+    Write(s + "/new\nline", "x", 0644);
+    ASSERT_EQ(symlink("a/f", (s + "/rel").c_str()), 0);
+    ASSERT_EQ(symlink("/etc/hostname", (s + "/abs").c_str()), 0);
+    ASSERT_EQ(symlink("nowhere", (s + "/dangling").c_str()), 0);
+    ASSERT_EQ(symlink("a", (s + "/todir").c_str()), 0);
+    ASSERT_EQ(mkfifo((s + "/fifo").c_str(), 0640), 0);
+    ASSERT_EQ(link((s + "/a/f").c_str(), (s + "/hard").c_str()), 0);
+    Write(s + "/sparse", "", 0644);
+    ASSERT_EQ(truncate((s + "/sparse").c_str(), 5 << 20), 0);
+    chown_for(d, n);
+  };
+  // The tree as the io_uring walker copies it, and as the threaded one.
+  c.push_back(
+      {"7_recursive_tree", tree, {"-r", "@/tree", "@/copy"}, "", {}, ""});
+  c.push_back({"7_recursive_tree_threaded_walker",
+               tree,
+               {"+--walker=threads", "-r", "@/tree", "@/copy"},
                "",
                {},
                ""});
@@ -284,6 +289,10 @@ class VsCpTest : public testing::TestWithParam<Param> {
         !c.watch.empty() && lstat((dir + "/" + c.watch).c_str(), &before) == 0;
     std::vector<std::string> args;
     for (const std::string& a : c.args) {
+      if (a[0] == '+') {
+        if (tool != kCp) args.push_back(a.substr(1));
+        continue;
+      }
       args.push_back(a[0] == '@' ? dir + a.substr(1) : a);
     }
     std::thread reader;

@@ -50,6 +50,22 @@ TEST(CopyArgsTest, DefaultsAreCopyOptionsDefaults) {
   EXPECT_FALSE(r.command.verify);
   EXPECT_FALSE(r.command.json);
   EXPECT_FALSE(r.command.progress.has_value());
+  EXPECT_EQ(r.command.copy.tree_ring, defaults.tree_ring);
+  EXPECT_FALSE(r.command.verbose);
+}
+
+TEST(CopyArgsTest, WalkerAndVerbose) {
+  ParsedArgs<CopyCommand> r =
+      Parse({"--walker", "threads", "--verbose", "-r", "a", "b"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_FALSE(r.command.copy.tree_ring);
+  EXPECT_TRUE(r.command.verbose);
+  r = Parse({"--walker=ring", "-r", "a", "b"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_TRUE(r.command.copy.tree_ring);
+  EXPECT_EQ(UsageError({"--walker=fast", "a", "b"}),
+            "bufpool-copy: --walker: fast not in {ring,threads}; see "
+            "'bufpool-copy --help'");
 }
 
 TEST(CopyArgsTest, ValueOptionsTakeBothForms) {

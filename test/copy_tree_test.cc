@@ -15,13 +15,17 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "bufpool/file_copy.h"
 #include "gtest/gtest.h"
 #include "os/file.h"
 #include "os/syscalls.h"
+#include "os/uring.h"
 #include "test_util.h"
 
 namespace bufpool {
@@ -424,6 +428,467 @@ TEST_F(WalkSeamTest, ReadOnlyDirectoryModeFailure) {
   t_.mkdir = os::RealSyscalls().mkdir;
   ExpectOneError(
       Run(), "set mode of: " + Path("dst/sub") + ": Input/output error", "");
+}
+
+// ---- The io_uring tree copy and the threaded fallback -------------------
+
+// Descriptors this process has open.
+int OpenFds() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // the one opendir holds
+}
+
+// What a tree holds, entry by entry: type, mode, size, contents or target.
+std::map<std::string, std::string> Describe(const std::string& root) {
+  std::map<std::string, std::string> out;
+  std::function<void(const std::string&, const std::string&)> walk =
+      [&](const std::string& dir, const std::string& rel) {
+        DIR* d = opendir(dir.c_str());
+        if (d == nullptr) return;
+        std::vector<std::string> names;
+        while (dirent* e = readdir(d)) {
+          const std::string n = e->d_name;
+          if (n != "." && n != "..") names.push_back(n);
+        }
+        closedir(d);
+        for (const std::string& n : names) {
+          const std::string p = dir + "/" + n;
+          const std::string r = rel + "/" + n;
+          const struct stat st = Lstat(p);
+          std::ostringstream desc;
+          desc << std::oct << st.st_mode << std::dec << " " << st.st_size;
+          if (S_ISREG(st.st_mode)) {
+            desc << " " << std::hash<std::string>()(ReadFileOrDie(p))
+                 << " blocks " << (st.st_blocks > 0);
+          }
+          if (S_ISLNK(st.st_mode)) desc << " -> " << Link(p);
+          out[r] = desc.str();
+          if (S_ISDIR(st.st_mode)) walk(p, r);
+        }
+      };
+  walk(root, "");
+  return out;
+}
+
+// The two ways a tree's files are copied; the test seam picks one.
+enum class Walker { kRing, kThreads, kThreadsNoStatx };
+
+// Wraps the real ring; makes the kernel fail one operation of the first
+// file that reaches it (a bad descriptor, so that links behave as for a
+// real failure), then reports `err` for it. A failed close still closes.
+struct RingFaults {
+  Walker walker = Walker::kRing;
+  std::string fail;  // "statx", "open src", "open dst", "read", "write",
+                     // "close dst", or empty
+  int err = EIO;
+  bool done = false;  // the one failure was injected
+} f;
+
+class FaultRing final : public os::Uring {
+ public:
+  explicit FaultRing(std::unique_ptr<os::Uring> real)
+      : real_(std::move(real)) {}
+  int RegisterBuffers(const iovec* iov, unsigned n) override {
+    return real_->RegisterBuffers(iov, n);
+  }
+  int UnregisterBuffers() override { return real_->UnregisterBuffers(); }
+  bool PrepareRead(int fd, void* buf, unsigned len, uint64_t off, int index,
+                   uint64_t ud) override {
+    if (Inject("read"))
+      return real_->PrepareRead(-1, buf, len, off, -1, ud | kTag);
+    return real_->PrepareRead(fd, buf, len, off, index, ud);
+  }
+  bool PrepareWrite(int fd, const void* buf, unsigned len, uint64_t off,
+                    int index, uint64_t ud) override {
+    if (Inject("write")) {
+      return real_->PrepareWrite(-1, buf, len, off, -1, ud | kTag);
+    }
+    return real_->PrepareWrite(fd, buf, len, off, index, ud);
+  }
+  int SubmitAndWait(unsigned wait_nr) override {
+    // "submit": io_uring_enter fails from the second call on.
+    if (f.fail == "submit" && ++submits_ > 1) {
+      f.done = true;
+      return -f.err;
+    }
+    return real_->SubmitAndWait(wait_nr);
+  }
+  bool PopCompletion(Completion* out) override {
+    if (!real_->PopCompletion(out)) return false;
+    if (out->user_data & kTag) out->res = -f.err;
+    if ((out->user_data & kWritable) && out->res >= 0)
+      writable_.push_back(out->res);
+    out->user_data &= ~(kTag | kWritable);
+    return true;
+  }
+  bool Supports(Op op) override {
+    if (f.walker == Walker::kThreadsNoStatx && op == Op::kStatx) return false;
+    return real_->Supports(op);
+  }
+  bool PrepareOpenat(int dirfd, const char* path, int flags, mode_t mode,
+                     uint64_t ud) override {
+    const bool dst = (flags & O_ACCMODE) != O_RDONLY;
+    if (Inject(dst ? "open dst" : "open src")) {
+      return real_->PrepareOpenat(-1, "fault", flags, mode, ud | kTag);
+    }
+    return real_->PrepareOpenat(dirfd, path, flags, mode,
+                                dst ? ud | kWritable : ud);
+  }
+  bool PrepareStatx(int dirfd, const char* path, int flags, unsigned mask,
+                    struct statx* out, uint64_t ud) override {
+    if (Inject("statx")) {
+      return real_->PrepareStatx(-1, "fault", flags, mask, out, ud | kTag);
+    }
+    return real_->PrepareStatx(dirfd, path, flags, mask, out, ud);
+  }
+  bool PrepareClose(int fd, uint64_t ud) override {
+    const bool dst =
+        std::find(writable_.begin(), writable_.end(), fd) != writable_.end();
+    if (dst) writable_.erase(std::find(writable_.begin(), writable_.end(), fd));
+    // The real close runs; only its result is replaced.
+    return real_->PrepareClose(fd, dst && Inject("close dst") ? ud | kTag : ud);
+  }
+  void LinkLast(Link link) override { real_->LinkLast(link); }
+  unsigned SubmissionSpace() override { return real_->SubmissionSpace(); }
+
+ private:
+  static constexpr uint64_t kTag = uint64_t{1} << 62;
+  static constexpr uint64_t kWritable = uint64_t{1} << 61;
+  static bool Inject(const char* what) {
+    if (f.done || f.fail != what) return false;
+    f.done = true;
+    return true;
+  }
+  std::unique_ptr<os::Uring> real_;
+  std::vector<int> writable_;  // descriptors opened for writing
+  int submits_ = 0;
+};
+
+int FaultUringCreate(unsigned entries, std::unique_ptr<os::Uring>* out) {
+  if (f.walker == Walker::kThreads) return -ENOSYS;
+  std::unique_ptr<os::Uring> real;
+  if (const int rc = os::CreateUring(entries, &real); rc < 0) return rc;
+  *out = std::make_unique<FaultRing>(std::move(real));
+  return 0;
+}
+
+class RingTreeTest : public TreeTest,
+                     public testing::WithParamInterface<Walker> {
+ protected:
+  void SetUp() override {
+    TreeTest::SetUp();
+    f = RingFaults{};
+    f.walker = GetParam();
+    t_ = os::RealSyscalls();
+    t_.uring_create = FaultUringCreate;
+    // Is there a ring at all here (io_uring may be disabled)?
+    std::unique_ptr<os::Uring> probe;
+    if (GetParam() == Walker::kRing && os::CreateUring(4, &probe) < 0) {
+      GTEST_SKIP() << "io_uring is not available here";
+    }
+  }
+  absl::StatusOr<TreeStats> Run(const std::string& dst, CopyOptions o = {}) {
+    os::ScopedSyscalls seam(&t_);
+    return CopyTree(src_, dst, o);
+  }
+  // The walker the parameter asked for is the one that ran.
+  void ExpectWalker(const TreeStats& t) {
+    switch (GetParam()) {
+      case Walker::kRing:
+        EXPECT_TRUE(t.ring) << t.ring_fallback;
+        EXPECT_EQ(t.ring_fallback, "");
+        break;
+      case Walker::kThreads:
+        EXPECT_FALSE(t.ring);
+        EXPECT_NE(t.ring_fallback.find("io_uring setup"), std::string::npos)
+            << t.ring_fallback;
+        break;
+      case Walker::kThreadsNoStatx:
+        EXPECT_FALSE(t.ring);
+        EXPECT_NE(t.ring_fallback.find("no IORING_OP_STATX"), std::string::npos)
+            << t.ring_fallback;
+        break;
+    }
+  }
+  // Small files in a few directories, one of each other kind beside them.
+  void MakeMixedTree() {
+    for (int d = 0; d < 4; ++d) {
+      const std::string dir = S("d" + std::to_string(d));
+      ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+      for (int i = 0; i < 50; ++i) {
+        WriteFileOrDie(dir + "/f" + std::to_string(i),
+                       testing_util::RandomBytes(1 + (i * 97) % 4096, i),
+                       i % 3 == 0 ? 0600 : 0644);
+      }
+    }
+    WriteFileOrDie(S("large"), testing_util::RandomBytes(300000, 7));
+    WriteFileOrDie(S("exactly one buffer"), testing_util::RandomBytes(4096, 8));
+    WriteFileOrDie(S("one more"), testing_util::RandomBytes(4097, 9));
+    WriteFileOrDie(S("empty"), "", 0640);
+    WriteFileOrDie(S("setuid"), "s", 04755);
+    WriteFileOrDie(S("new\nline"), "newline");
+    WriteFileOrDie(S("sparse"), "");
+    ASSERT_EQ(truncate(S("sparse").c_str(), 3000), 0);
+    ASSERT_EQ(symlink("d0/f1", S("link").c_str()), 0);
+    ASSERT_EQ(mkfifo(S("fifo").c_str(), 0640), 0);
+    ASSERT_EQ(mkdir(S("ro").c_str(), 0755), 0);
+    WriteFileOrDie(S("ro/inside"), "read-only directory");
+    ASSERT_EQ(chmod(S("ro").c_str(), 0555), 0);
+  }
+  os::SyscallTable t_;
+};
+
+TEST_P(RingTreeTest, CopiesEveryEntryAsTheOtherWalkerDoes) {
+  MakeMixedTree();
+  const int fds = OpenFds();
+  absl::StatusOr<TreeStats> r = Run(Path("dst"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->errors.empty()) << r->errors[0];
+  ExpectWalker(*r);
+  EXPECT_EQ(r->files, 208u);
+  EXPECT_EQ(OpenFds(), fds);
+  std::map<std::string, std::string> want = Describe(src_);
+  // New files lose set-user-ID, as cp gives them.
+  EXPECT_EQ(want.erase("/setuid"), 1u);
+  std::map<std::string, std::string> got = Describe(Path("dst"));
+  EXPECT_EQ(Lstat(Path("dst/setuid")).st_mode & 07777, 0755u);
+  got.erase("/setuid");
+  EXPECT_EQ(got, want);
+  // Run again into the copy: every file now exists (CopyFile writes them
+  // in place), and nothing changes.
+  r = Run(Path("dst/"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(OpenFds(), fds);
+}
+
+TEST_P(RingTreeTest, PreserveAppliesToRingFiles) {
+  WriteFileOrDie(S("f"), "bytes", 02751);
+  WriteFileOrDie(S("empty"), "", 0600);
+  const struct timespec t[2] = {{1000000000, 0}, {1100000000, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, S("f").c_str(), t, 0), 0);
+  ASSERT_EQ(utimensat(AT_FDCWD, S("empty").c_str(), t, 0), 0);
+  CopyOptions o;
+  o.preserve_mode = o.preserve_timestamps = o.preserve_ownership = true;
+  absl::StatusOr<TreeStats> r = Run(Path("dst"), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->errors.empty()) << r->errors[0];
+  ExpectWalker(*r);
+  for (const char* n : {"f", "empty"}) {
+    const struct stat st = Lstat(Path(std::string("dst/") + n));
+    EXPECT_EQ(st.st_mtim.tv_sec, 1100000000) << n;
+    EXPECT_EQ(st.st_mode & 07777, Lstat(S(n)).st_mode & 07777) << n;
+  }
+}
+
+TEST_P(RingTreeTest, ProgressCountsFilesAndBytesOnTheCallingThread) {
+  for (int i = 0; i < 20; ++i) WriteFileOrDie(S(std::to_string(i)), "12345");
+  CopyOptions o;
+  CopyProgress last;
+  int calls = 0;
+  const std::thread::id me = std::this_thread::get_id();
+  bool other_thread = false;
+  o.progress = [&](const CopyProgress& p) {
+    last = p;
+    ++calls;
+    other_thread |= std::this_thread::get_id() != me;
+  };
+  absl::StatusOr<TreeStats> r = Run(Path("dst"), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(calls, 1);
+  EXPECT_FALSE(other_thread);
+  EXPECT_EQ(last.files_done, 20u);
+  EXPECT_EQ(last.bytes_done, 100u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Walkers, RingTreeTest,
+                         testing::Values(Walker::kRing, Walker::kThreads,
+                                         Walker::kThreadsNoStatx),
+                         [](const testing::TestParamInfo<Walker>& p) {
+                           switch (p.param) {
+                             case Walker::kRing:
+                               return "Ring";
+                             case Walker::kThreads:
+                               return "NoRing";
+                             default:
+                               return "NoStatx";
+                           }
+                         });
+
+// Each operation of the ring's chain failing for one file: one line naming
+// it, the file's copy removed, every other file copied, nothing left open.
+struct OpFault {
+  const char* op;
+  int err;
+  const char* words;  // the line's start; the path follows
+  bool names_dst;     // the line names the destination, not the source
+};
+
+class RingFaultTest : public TreeTest,
+                      public testing::WithParamInterface<OpFault> {};
+
+TEST_P(RingFaultTest, OneFileFailsAndTheRestIsCopied) {
+  std::unique_ptr<os::Uring> probe;
+  if (os::CreateUring(4, &probe) < 0) GTEST_SKIP() << "no io_uring here";
+  for (int i = 0; i < 10; ++i) {
+    WriteFileOrDie(S("f" + std::to_string(i)), "data " + std::to_string(i));
+  }
+  f = RingFaults{};
+  f.fail = GetParam().op;
+  f.err = GetParam().err;
+  os::SyscallTable t = os::RealSyscalls();
+  t.uring_create = FaultUringCreate;
+  const int fds = OpenFds();
+  absl::StatusOr<TreeStats> r;
+  {
+    os::ScopedSyscalls seam(&t);
+    r = CopyTree(src_, Path("dst"));
+  }
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ring) << r->ring_fallback;
+  EXPECT_TRUE(f.done);
+  ASSERT_EQ(r->errors.size(), 1u);
+  const std::string& line = r->errors[0];
+  EXPECT_EQ(line.rfind(GetParam().words, 0), 0u) << line;
+  EXPECT_NE(line.find(": " + std::string(strerror(GetParam().err))),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(r->files, 9u);
+  EXPECT_EQ(OpenFds(), fds);
+  int copied = 0;
+  for (int i = 0; i < 10; ++i) {
+    const std::string n = "f" + std::to_string(i);
+    struct stat st;
+    if (lstat(Path("dst/" + n).c_str(), &st) != 0) {
+      // The failed one: named in the line, its copy removed.
+      EXPECT_NE(line.find((GetParam().names_dst ? Path("dst/") : S("")) + n),
+                std::string::npos)
+          << line;
+      continue;
+    }
+    EXPECT_EQ(ReadFileOrDie(Path("dst/" + n)), "data " + std::to_string(i));
+    ++copied;
+  }
+  EXPECT_EQ(copied, 9);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, RingFaultTest,
+    testing::Values(OpFault{"statx", EIO, "stat: ", false},
+                    OpFault{"open src", EACCES, "open source: ", false},
+                    OpFault{"open dst", EIO, "create: ", true},
+                    OpFault{"read", EIO, "read: ", false},
+                    OpFault{"write", ENOSPC, "write: ", true},
+                    OpFault{"close dst", EIO, "close: ", true}),
+    [](const testing::TestParamInfo<OpFault>& p) {
+      std::string n = p.param.op;
+      std::replace(n.begin(), n.end(), ' ', '_');
+      return n;
+    });
+
+// The ring itself failing (io_uring_enter refused) part-way: the files
+// whose operations the kernel had are reported, every other one is copied
+// by CopyFile; nothing is left open.
+TEST_F(TreeTest, ARingThatFailsHandsTheRestToCopyFile) {
+  std::unique_ptr<os::Uring> probe;
+  if (os::CreateUring(4, &probe) < 0) GTEST_SKIP() << "no io_uring here";
+  for (int d = 0; d < 3; ++d) {
+    ASSERT_EQ(mkdir(S("d" + std::to_string(d)).c_str(), 0755), 0);
+    for (int i = 0; i < 40; ++i) {
+      WriteFileOrDie(S("d" + std::to_string(d) + "/f" + std::to_string(i)),
+                     "data " + std::to_string(i));
+    }
+  }
+  f = RingFaults{};
+  f.fail = "submit";
+  os::SyscallTable t = os::RealSyscalls();
+  t.uring_create = FaultUringCreate;
+  const int fds = OpenFds();
+  absl::StatusOr<TreeStats> r;
+  {
+    os::ScopedSyscalls seam(&t);
+    r = CopyTree(src_, Path("dst"));
+  }
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(f.done);
+  EXPECT_EQ(OpenFds(), fds);
+  size_t missing = 0;
+  for (int d = 0; d < 3; ++d) {
+    for (int i = 0; i < 40; ++i) {
+      const std::string n = "d" + std::to_string(d) + "/f" + std::to_string(i);
+      struct stat st;
+      if (lstat(Path("dst/" + n).c_str(), &st) != 0) {
+        ++missing;
+        continue;
+      }
+      // A file reported may have been written all the same; one not
+      // reported must be whole.
+      bool reported = false;
+      for (const std::string& e : r->errors) {
+        reported |= e == "io_uring submit: " + S(n) + ": Input/output error";
+      }
+      if (!reported) {
+        EXPECT_EQ(ReadFileOrDie(Path("dst/" + n)), "data " + std::to_string(i))
+            << n;
+      }
+    }
+  }
+  for (const std::string& e : r->errors) {
+    EXPECT_EQ(e.rfind("io_uring submit: ", 0), 0u) << e;
+  }
+  EXPECT_LE(missing, r->errors.size());
+  EXPECT_EQ(r->files + r->errors.size(), 120u);
+}
+
+// A destination file system that fills up in the middle of the tree: each
+// file that did not fit is one line, every file that is there is whole.
+TEST_F(TreeTest, ADestinationThatFillsUpLosesNothingSilently) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting tmpfs needs root";
+  const std::string mnt = Path("small");
+  ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+  if (std::system(
+          ("mount -t tmpfs -o size=256k tmpfs '" + mnt + "' 2>/dev/null")
+              .c_str()) != 0) {
+    GTEST_SKIP() << "cannot mount tmpfs here";
+  }
+  for (int d = 0; d < 4; ++d) {
+    ASSERT_EQ(mkdir(S("d" + std::to_string(d)).c_str(), 0755), 0);
+    for (int i = 0; i < 40; ++i) {
+      WriteFileOrDie(S("d" + std::to_string(d) + "/f" + std::to_string(i)),
+                     testing_util::RandomBytes(4096, d * 100 + i));
+    }
+  }
+  WriteFileOrDie(S("large"), testing_util::RandomBytes(100000, 5));
+  const int fds = OpenFds();
+  absl::StatusOr<TreeStats> r = CopyTree(src_, mnt + "/dst");
+  const int fds_after = OpenFds();
+  std::map<std::string, std::string> src = Describe(src_);
+  std::map<std::string, std::string> dst = Describe(mnt + "/dst");
+  ASSERT_EQ(std::system(("umount '" + mnt + "'").c_str()), 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(fds_after, fds);
+  ASSERT_FALSE(r->errors.empty());
+  for (const std::string& e : r->errors) {
+    EXPECT_NE(e.find("No space left on device"), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  // Every regular file there is whole; every one missing was reported.
+  size_t missing = 0;
+  for (const auto& [name, desc] : src) {
+    auto it = dst.find(name);
+    if (it == dst.end()) {
+      ++missing;
+      continue;
+    }
+    if (desc[0] == '1' && desc[1] == '0') {
+      EXPECT_EQ(it->second, desc) << name;
+    }
+  }
+  EXPECT_EQ(missing, r->errors.size());
+  EXPECT_EQ(r->files + missing, 161u);
 }
 
 }  // namespace

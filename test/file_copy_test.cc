@@ -390,6 +390,52 @@ TEST_F(CopyTest, MissingSourceNamesPathAndSystemWords) {
   EXPECT_EQ(stats.status().code(), absl::StatusCode::kNotFound);
 }
 
+// kAuto says what it chose and why; between file systems it starts with
+// sendfile instead of a copy_file_range the kernel would refuse.
+TEST_F(CopyTest, AutoExplainsItsChoice) {
+  const std::string data = RandomBytes(100000, 3);
+  WriteFileOrDie(Path("src"), data);
+  absl::StatusOr<CopyStats> r = CopyFile(Path("src"), Path("same"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->method, CopyMethod::kKernel);
+  EXPECT_EQ(r->method_reason.rfind("auto: kernel: ", 0), 0u)
+      << r->method_reason;
+  EXPECT_EQ(r->buffer_bytes, 0u);  // copy_file_range needs none
+  EXPECT_EQ(ReadFileOrDie(Path("same")), data);
+
+  r = CopyFile("/proc/version", Path("proc"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->method, CopyMethod::kReadWrite);
+  EXPECT_EQ(r->method_reason.rfind("auto: readwrite: the source reports no", 0),
+            0u)
+      << r->method_reason;
+
+  CopyOptions asked;
+  asked.method = CopyMethod::kUring;
+  r = CopyFile(Path("src"), Path("asked"), asked);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->method_reason, "uring: as asked");
+
+  // /dev/shm is another file system than the test's directory, where there
+  // is one.
+  struct stat a, b;
+  if (stat("/dev/shm", &a) != 0 || stat(dir_.c_str(), &b) != 0 ||
+      a.st_dev == b.st_dev) {
+    GTEST_SKIP() << "no second file system at /dev/shm";
+  }
+  const std::string other =
+      "/dev/shm/bufpool_auto_test." + std::to_string(getpid());
+  r = CopyFile(Path("src"), other);
+  const std::string copied = ReadFileOrDie(other);
+  unlink(other.c_str());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->method, CopyMethod::kKernel);
+  EXPECT_EQ(r->method_reason.rfind("auto: kernel (sendfile): ", 0), 0u)
+      << r->method_reason;
+  EXPECT_TRUE(r->fallbacks.empty()) << r->fallbacks[0];
+  EXPECT_EQ(copied, data);
+}
+
 TEST_F(CopyTest, MethodNamesRoundTrip) {
   for (const MethodCase& m : kMethods) {
     EXPECT_EQ(ParseCopyMethod(CopyMethodName(m.method)), m.method);
@@ -665,6 +711,20 @@ class FaultyRing final : public os::Uring {
     if (g.submit_errno != 0) return -g.submit_errno;
     return real_->SubmitAndWait(wait_nr);
   }
+  bool Supports(Op op) override { return real_->Supports(op); }
+  bool PrepareOpenat(int dirfd, const char* path, int flags, mode_t mode,
+                     uint64_t ud) override {
+    return real_->PrepareOpenat(dirfd, path, flags, mode, ud);
+  }
+  bool PrepareStatx(int dirfd, const char* path, int flags, unsigned mask,
+                    struct statx* out, uint64_t ud) override {
+    return real_->PrepareStatx(dirfd, path, flags, mask, out, ud);
+  }
+  bool PrepareClose(int fd, uint64_t ud) override {
+    return real_->PrepareClose(fd, ud);
+  }
+  void LinkLast(Link link) override { real_->LinkLast(link); }
+  unsigned SubmissionSpace() override { return real_->SubmissionSpace(); }
   bool PopCompletion(Completion* out) override {
     if (!real_->PopCompletion(out)) return false;
     const bool write = out->user_data & kWriteTag;

@@ -98,11 +98,30 @@ std::string StatsJson(const bufpool::CopyStats& s) {
       ", \"peak_rss_bytes\": ", PeakRssBytes(), "}");
 }
 
-// -r: one directory SRC; every entry's error on its own line.
+struct Progress;
+void EndProgressLine(const Progress* progress);
+
+// -r: one directory SRC; every entry's error on its own line (after the
+// progress line is ended, when one was drawn).
 int CopyDirectory(const std::string& src, const std::string& target,
-                  const bufpool::CopyOptions& options, bool json) {
+                  const bufpool::CopyOptions& options, bool json, bool verbose,
+                  const Progress* progress) {
   absl::StatusOr<bufpool::TreeStats> t =
       bufpool::CopyTree(src, target, options);
+  if (t.ok() && options.progress) {
+    // The final count, drawn whatever the drawer's rate limit.
+    options.progress({t->bytes_copied, 0, t->elapsed, t->files});
+  }
+  EndProgressLine(progress);
+  if (verbose && t.ok()) {
+    std::fprintf(stderr, "bufpool-copy: %s: %s\n", src.c_str(),
+                 t->ring ? (t->ring_fixed_buffers
+                                ? "small files through one io_uring ring "
+                                  "(fixed buffers), larger ones with CopyFile"
+                                : "small files through one io_uring ring, "
+                                  "larger ones with CopyFile")
+                         : t->ring_fallback.c_str());
+  }
   if (!t.ok()) {
     Fail(std::string(t.status().message()));
     return kExitFailure;
@@ -133,10 +152,16 @@ int CopyDirectory(const std::string& src, const std::string& target,
 struct Progress {
   absl::Time last = absl::InfinitePast();
   bool drew = false;
+  uint64_t last_files = 0, last_bytes = 0;
 
   void Draw(const bufpool::CopyProgress& p) {
     const absl::Time now = absl::Now();
-    if (now - last < absl::Milliseconds(200) &&
+    // A tree's final count repeats the last one seen: always drawn.
+    const bool tree_end = p.files_done > 0 && p.files_done == last_files &&
+                          p.bytes_done == last_bytes;
+    last_files = p.files_done;
+    last_bytes = p.bytes_done;
+    if (now - last < absl::Milliseconds(200) && !tree_end &&
         (p.bytes_total == 0 || p.bytes_done < p.bytes_total)) {
       return;
     }
@@ -144,7 +169,11 @@ struct Progress {
     const double secs = std::max(1e-9, absl::ToDoubleSeconds(p.elapsed));
     const double rate = p.bytes_done / secs;
     std::string line;
-    if (p.bytes_total > 0) {
+    if (p.files_done > 0 && p.bytes_total == 0) {
+      line = absl::StrFormat("%llu files  %s  %s/s",
+                             static_cast<unsigned long long>(p.files_done),
+                             HumanBytes(p.bytes_done), HumanBytes(rate));
+    } else if (p.bytes_total > 0) {
       const double left = rate > 0 ? (p.bytes_total - p.bytes_done) / rate : 0;
       line = absl::StrFormat("%3.0f%%  %s / %s  %s/s  %.0fs left",
                              100.0 * p.bytes_done / p.bytes_total,
@@ -158,6 +187,10 @@ struct Progress {
     drew = true;
   }
 };
+
+void EndProgressLine(const Progress* progress) {
+  if (progress != nullptr && progress->drew) std::fputc('\n', stderr);
+}
 
 // One run of the tool over its sources.
 class CopyRun {
@@ -201,10 +234,12 @@ class CopyRun {
     if (!cmd_.recursive) {
       Fail(absl::StrCat("-r not specified; omitting directory '", src, "'"));
       status_ = kExitFailure;
-    } else if (CopyDirectory(src, cmd_.target, options_, cmd_.json) !=
-               kExitSuccess) {
-      status_ = kExitFailure;
+      return;
     }
+    progress_ = Progress();
+    const int rc = CopyDirectory(src, cmd_.target, options_, cmd_.json,
+                                 cmd_.verbose, &progress_);
+    if (rc != kExitSuccess) status_ = kExitFailure;
   }
 
   void File(const std::string& src) {
@@ -231,6 +266,15 @@ class CopyRun {
     }
     bufpool::CopyStats stats = *std::move(s);
     created_.insert(dst);
+    if (cmd_.verbose) {
+      // How the copy ran: the method and why, then each fallback taken.
+      std::fprintf(stderr, "bufpool-copy: '%s' -> '%s': %s\n", src.c_str(),
+                   stats.destination.c_str(), stats.method_reason.c_str());
+      for (const std::string& f : stats.fallbacks) {
+        std::fprintf(stderr, "bufpool-copy: '%s': fallback: %s\n", src.c_str(),
+                     f.c_str());
+      }
+    }
     if (cmd_.verify) {
       absl::StatusOr<bool> verified =
           bufpool::VerifyCopy(src, stats.destination);

@@ -69,6 +69,7 @@ struct RawCopyFlags {
   std::string preserve;
   bool progress = false;
   CLI::Option* progress_flag = nullptr;
+  std::string walker = "ring";
   std::vector<std::string> operands;
 };
 
@@ -147,7 +148,8 @@ void AddIoOptions(CLI::App& app, CopyCommand& c) {
                "(default: off)");
 }
 
-// What the tool reports, and the operands: --progress, --verify, --json.
+// What the tool reports, and the operands: --progress, --verify, --verbose,
+// --json.
 void AddReportOptions(CLI::App& app, CopyCommand& c, RawCopyFlags& raw) {
   raw.progress_flag =
       app.add_flag("--progress,!--no-progress", raw.progress,
@@ -156,6 +158,17 @@ void AddReportOptions(CLI::App& app, CopyCommand& c, RawCopyFlags& raw) {
   app.add_flag("--verify", c.verify,
                "after copying, re-read both files and compare them\n"
                "(regular destinations; a device or FIFO is not read back)\n"
+               "(default: off)");
+  app.add_option("--walker", raw.walker,
+                 "-r: how a tree's files are copied: ring (small\n"
+                 "files through one io_uring ring, where the kernel\n"
+                 "has it) or threads (every file by a worker thread)\n"
+                 "(default: ring)")
+      ->option_text("ring|threads")
+      ->check(CLI::IsMember({"ring", "threads"}));
+  app.add_flag("--verbose", c.verbose,
+               "say on stderr how each file or tree is copied: the\n"
+               "method auto picked and why, the tree's walker\n"
                "(default: off)");
   app.add_flag("--json", c.json,
                "print each copy's statistics on stdout, one JSON\n"
@@ -248,6 +261,7 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
   if (raw.atomic) c.copy.replace = CopyOptions::Replace::kAtomic;
   std::optional<std::string> error = ApplyPreserve(raw, c.copy);
   if (raw.progress_flag->count() > 0) c.progress = raw.progress;
+  c.copy.tree_ring = raw.walker != "threads";
   if (!error) error = CheckOperands(raw.operands);
   if (!error) error = CheckBytesPerOperation(c.copy);
   if (error) {

@@ -36,6 +36,7 @@ struct CopyCommand {
   bool recursive = false;  // -r, -R: directories with CopyTree
   bool verify = false;
   bool json = false;
+  bool verbose = false;  // --verbose: how each copy ran, on stderr
   // --progress / --no-progress, the last one given; nullopt when neither
   // was (then: show progress when stderr is a terminal).
   std::optional<bool> progress;

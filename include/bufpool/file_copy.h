@@ -27,9 +27,13 @@
 //   kKernel     copy_file_range, then sendfile; falls back to kReadWrite on
 //               EXDEV, EINVAL, ENOSYS, EOPNOTSUPP, EBADF and for files whose
 //               size the kernel reports as 0 (/proc).
-//   kAuto       kKernel for a regular file of nonzero size (copy_file_range
-//               keeps the bytes in the kernel), kReadWrite for anything else;
-//               CopyStats::method says which one ran.
+//   kAuto       kKernel for a regular file of nonzero size written to a
+//               regular file (copy_file_range keeps the bytes in the kernel;
+//               between two file systems, where copy_file_range is refused,
+//               it starts with sendfile), kReadWrite for anything else: the
+//               fastest here of kernel, readwrite and uring on ext4 and
+//               tmpfs, 4 KiB to 512 MiB (docs/benchmarks.md).
+//               CopyStats::method says which one ran, method_reason why.
 // Every fallback is recorded in CopyStats::fallbacks.
 //
 // Semantics, the same for every method:
@@ -71,8 +75,9 @@
 //   * `preserve_*` (cp -p) apply to the copy after the data: owner and group
 //     where permitted, mode, access and modification times.
 //   * Memory is bounded by the buffers used (queue_depth * batch_buffers
-//     buffers: by default 128 KiB for kReadWrite and kKernel, 512 KiB for
-//     kUring, 4 MiB with O_DIRECT), whatever the file size.
+//     buffers: by default 128 KiB for kReadWrite, 512 KiB for kUring, 4 MiB
+//     with O_DIRECT), whatever the file size. kKernel takes none (nor a
+//     private pool) unless it falls back to readwrite, then 128 KiB.
 //
 // Errors: absl::Status whose message reads "<what failed>: <path>: <the
 // system's words>", e.g. "open source: /x: No such file or directory".
@@ -114,6 +119,9 @@ struct CopyProgress {
   uint64_t bytes_done = 0;   // data bytes written so far
   uint64_t bytes_total = 0;  // data bytes expected; 0 when unknown (/proc)
   absl::Duration elapsed;
+  // CopyTree only: regular files copied so far (bytes_done then counts the
+  // whole tree's bytes and bytes_total stays 0).
+  uint64_t files_done = 0;
 };
 
 struct CopyOptions {
@@ -157,6 +165,10 @@ struct CopyOptions {
   bool preserve_ownership = false;
   // Give the copy the source's access and modification times.
   bool preserve_timestamps = false;
+  // CopyTree: copy small files through io_uring where the kernel has the
+  // operations (see CopyTree); false: every file by CopyFile on worker
+  // threads.
+  bool tree_ring = true;
   // Called on the calling thread after each batch is written.
   std::function<void(const CopyProgress&)> progress;
 };
@@ -170,7 +182,10 @@ struct CopyStats {
   bool direct_io = false;      // O_DIRECT was in effect for the data
   bool fixed_buffers = false;  // io_uring used registered (fixed) buffers
   std::vector<std::string> fallbacks;  // one line per fallback taken, why
-  std::string destination;             // the path written (dst or dst/name)
+  // Why this method: "auto: kernel: ..." with the facts kAuto chose on, or
+  // "<method>: as asked".
+  std::string method_reason;
+  std::string destination;  // the path written (dst or dst/name)
   // How the destination was written: kAtomic when a temporary file was
   // renamed into place (Replace::kAtomic, also for a new file); kInPlace for
   // Replace::kInPlace and for a non-regular destination whatever was asked.
@@ -225,6 +240,11 @@ struct TreeStats {
   // system's words>"; the other entries were still copied.
   std::vector<std::string> errors;
   absl::Duration elapsed;
+  // Whether small files went through the io_uring tree copy (see CopyTree);
+  // when not, why not (e.g. "io_uring: the kernel has no IORING_OP_STATX").
+  bool ring = false;
+  bool ring_fixed_buffers = false;  // its buffers were registered
+  std::string ring_fallback;
 };
 
 // Copies the directory `src_dir` and everything below it to `dst` (or to
@@ -237,11 +257,19 @@ struct TreeStats {
 // entry. A failing entry is reported in TreeStats::errors and the rest
 // continue; the Status is an error only when nothing could be copied
 // (`src_dir` is no directory, `dst` is inside it, the root cannot be made).
-// Regular files are copied by a few worker threads at once, drawing on one
-// pool (options.pool, or a private one for the whole tree); `progress` is
-// not called. Directory modes and times are set after their contents.
-// Thread safety as CopyFile; every worker is joined before the call
-// returns.
+// Regular files of at most one buffer going into directories the call
+// creates are copied on the calling thread through one io_uring ring, many
+// at once (statx, openat both, read, write, close both as ring operations,
+// the destination created with O_EXCL and the mode CopyFile gives it);
+// every other file by CopyFile on a few worker threads. All of them draw on
+// one pool (options.pool, or a private one for the whole tree), so memory
+// is bounded by the pool whatever the tree's size. The ring is not used
+// (TreeStats::ring_fallback says why) when io_uring or one of those
+// operations is missing, and for kAtomic, O_DIRECT or fsync. `progress`,
+// when set, is called on the calling thread at most every 100 ms and at the
+// end, with files_done and bytes_done of the whole tree. Directory modes and
+// times are set after their contents. Thread safety as CopyFile; every
+// worker is joined before the call returns.
 BUFPOOL_EXPORT absl::StatusOr<TreeStats> CopyTree(
     absl::string_view src_dir, absl::string_view dst,
     const CopyOptions& options = {});

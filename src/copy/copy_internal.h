@@ -3,7 +3,9 @@
 // range of the destination's temporary file.
 //
 // Who uses whom, one way only (each file calls only those below it):
-//   tree.cc          CopyTree: walks the tree, calls CopyFile per file
+//   tree.cc          CopyTree: walks the tree, calls CopyFile per file or
+//                    hands small files to TreeRing
+//   tree_ring.cc     TreeRing: small files as io_uring operations
 //   file_copy.cc     CopyFile: opens, picks a mover, copies, finishes
 //   destination.cc   Target: the destination rules
 //   kernel_copy.cc   the kernel mover, falling back to the readwrite one
@@ -16,6 +18,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,8 +62,14 @@ struct Context {
   size_t queue_depth = 1;
   CopyStats* stats = nullptr;
   const CopyOptions* options = nullptr;
-  uint64_t total = 0;  // expected data bytes (0: unknown)
+  uint64_t total = 0;           // expected data bytes (0: unknown)
+  bool sendfile_first = false;  // the kernel mover skips copy_file_range
   absl::Time start;
+
+  // Takes the buffers into `buffers` when the copy started without them
+  // (the kernel mover needs none until it falls back to readwrite); unset
+  // when they were taken up front.
+  std::function<absl::Status()> take_buffers;
 
   // Counts `n` more bytes written and reports progress.
   void Advance(uint64_t n);
@@ -152,6 +161,43 @@ absl::StatusOr<std::unique_ptr<Mover>> MakeUringMover(Context& ctx,
                                                       bool direct);
 // copy_file_range, then sendfile, then readwrite.
 std::unique_ptr<Mover> MakeKernelMover(Context& ctx);
+
+// The io_uring side of CopyTree (tree_ring.cc): regular files of at most
+// one buffer, into directories the walk created, copied as ring operations
+// on the walking thread, many files in flight at once.
+class TreeRing {
+ public:
+  // Where each file's outcome goes. Called on the walking thread from
+  // inside Add() and Drain().
+  class Sink {
+   public:
+    virtual ~Sink() = default;
+    virtual void FileDone(uint64_t bytes) = 0;
+    virtual void FileFailed(const absl::Status& status) = 0;
+    // Not for the ring (larger than a buffer, sparse, an existing
+    // destination, changed meanwhile): copy it with CopyFile.
+    virtual void Handoff(std::string src, std::string dst) = 0;
+    // No longer a regular file: walk the entry again.
+    virtual void Revisit(std::string src, std::string dst) = 0;
+  };
+
+  // A ring through Sys().uring_create and up to 64 buffers of `pool`
+  // (half its capacity at most), held until destruction. An error when no
+  // ring can be made, the kernel lacks one of the operations (asked once,
+  // IORING_REGISTER_PROBE) or the pool has no free buffer: the caller then
+  // copies every file with CopyFile.
+  static absl::StatusOr<std::unique_ptr<TreeRing>> Create(
+      const CopyOptions& options, BufferPool& pool, Sink& sink);
+  // Drains (see Drain), then gives the buffers back.
+  virtual ~TreeRing() = default;
+  // Copies `src` (a regular file when the walk listed it) to `dst`, a new
+  // name; waits for a free slot first when every one is in use.
+  virtual void Add(std::string src, std::string dst) = 0;
+  // Waits until every file added has its outcome.
+  virtual void Drain() = 0;
+  // Whether the slots' buffers are registered with the ring.
+  virtual bool fixed() const = 0;
+};
 
 }  // namespace bufpool::copy_internal
 

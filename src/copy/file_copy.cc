@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,12 +59,55 @@ struct Job {
   int in = -1, in_direct = -1, out_direct = -1;
 };
 
-// The method kAuto runs. For a file in the page cache on one file system,
-// copy_file_range (in-kernel, no copy to user space) was the fastest in
-// bench/run_copy_bench; it falls back by itself where the kernel refuses.
-CopyMethod ChooseAuto(const struct stat& st) {
-  return S_ISREG(st.st_mode) && st.st_size > 0 ? CopyMethod::kKernel
-                                               : CopyMethod::kReadWrite;
+// The method kAuto runs, and why (CopyStats::method_reason). Measured on
+// ext4 and tmpfs (docs/benchmarks.md, issue 45): for regular files from
+// 4 KiB to 512 MiB the kernel method was the fastest of kernel, readwrite
+// and uring, on one file system (copy_file_range: one copy in the kernel,
+// no buffers) and across two (sendfile, since copy_file_range refuses
+// copies between file systems with EXDEV: starting there saves the refused
+// call). A source without a size (/proc, a pipe) or a destination that is
+// not a regular file is read to end of file with readwrite.
+struct AutoChoice {
+  CopyMethod method = CopyMethod::kReadWrite;
+  bool sendfile_first = false;
+  std::string why;
+};
+AutoChoice ChooseAuto(const struct stat& st, const Target& target) {
+  AutoChoice c;
+  if (!S_ISREG(st.st_mode) || st.st_size == 0) {
+    c.why =
+        "auto: readwrite: the source reports no size (not a regular file, or "
+        "/proc): read to end of file";
+    return c;
+  }
+  if (!target.regular) {
+    c.why =
+        "auto: readwrite: the destination is not a regular file: written "
+        "from one sequential read";
+    return c;
+  }
+  c.method = CopyMethod::kKernel;
+  struct stat out;
+  const bool other_fs =
+      os::Sys().fstat(target.fd, &out) == 0 && out.st_dev != st.st_dev;
+  if (other_fs) {
+    c.sendfile_first = true;
+    c.why = absl::StrCat(
+        "auto: kernel (sendfile): source (device ", major(st.st_dev), ":",
+        minor(st.st_dev), ") and destination (device ", major(out.st_dev), ":",
+        minor(out.st_dev),
+        ") are on different file systems, where copy_file_range is "
+        "refused; sendfile keeps the bytes in the kernel, the fastest here "
+        "(tmpfs to ext4, 512 MiB: ahead of readwrite and uring)");
+  } else {
+    c.why =
+        "auto: kernel: a regular file on the destination's file system: "
+        "copy_file_range keeps the bytes in the kernel (one copy, or shared "
+        "blocks where the file system can) and needs no buffers, the "
+        "fastest here (ext4, 4 KiB to 512 MiB: ahead of readwrite and "
+        "uring)";
+  }
+  return c;
 }
 
 // Opens the O_DIRECT descriptors; false (with a fallback noted) when a file
@@ -182,6 +226,7 @@ struct Plan {
   size_t batch = 1;           // buffers per call or operation
   size_t depth = 1;           // operations in flight
   size_t want = 1;            // buffers in all
+  bool sendfile_first = false;  // kKernel: start with sendfile
 };
 
 // Chooses the method and the buffer counts. A device or FIFO is written at
@@ -190,8 +235,16 @@ Plan ChoosePlan(const CopyOptions& options, const struct stat& st,
                 const Target& target, CopyStats& stats) {
   Plan plan;
   plan.sized = S_ISREG(st.st_mode) && st.st_size > 0 && target.regular;
-  plan.method =
-      options.method == CopyMethod::kAuto ? ChooseAuto(st) : options.method;
+  if (options.method == CopyMethod::kAuto) {
+    AutoChoice c = ChooseAuto(st, target);
+    plan.method = c.method;
+    plan.sendfile_first = c.sendfile_first;
+    stats.method_reason = std::move(c.why);
+  } else {
+    plan.method = options.method;
+    stats.method_reason =
+        absl::StrCat(CopyMethodName(options.method), ": as asked");
+  }
   if (!plan.sized && plan.method != CopyMethod::kReadWrite) {
     stats.fallbacks.push_back(absl::StrCat(
         CopyMethodName(plan.method),
@@ -349,11 +402,22 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
   const Plan plan = ChoosePlan(options, st, target, stats);
   absl::StatusOr<uint64_t> final_size;
   {
+    // The kernel method moves the bytes without buffers: they are taken
+    // only if it falls back to readwrite (a private pool per file would
+    // cost more than a small file's copy).
     Buffers held;
-    if (absl::Status s = TakeBuffers(options, plan.want, dst, held); !s.ok()) {
-      return s;
+    auto take = [&]() -> absl::Status {
+      if (absl::Status s = TakeBuffers(options, plan.want, dst, held);
+          !s.ok()) {
+        return s;
+      }
+      stats.buffer_bytes = held.buffers.size() * held.pool->buffer_size();
+      return absl::OkStatus();
+    };
+    const bool lazy = plan.method == CopyMethod::kKernel;
+    if (!lazy) {
+      if (absl::Status s = take(); !s.ok()) return s;
     }
-    stats.buffer_bytes = held.buffers.size() * held.pool->buffer_size();
 
     Context ctx;
     ctx.in_fd = job.in;
@@ -364,11 +428,19 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
     ctx.dst_path = dst;
     ctx.pool = held.pool;
     ctx.buffers = &held.buffers;
+    if (lazy) {
+      ctx.take_buffers = [&]() -> absl::Status {
+        if (absl::Status s = take(); !s.ok()) return s;
+        ctx.pool = held.pool;
+        return absl::OkStatus();
+      };
+    }
     ctx.batch = plan.batch;
     ctx.queue_depth = plan.depth;
     ctx.stats = &stats;
     ctx.options = &options;
     ctx.total = plan.sized ? static_cast<uint64_t>(st.st_size) : 0;
+    ctx.sendfile_first = plan.sendfile_first;
     ctx.start = start;
 
     if (absl::Status s = TruncateForWriting(target); !s.ok()) return s;

@@ -22,7 +22,8 @@ bool KernelRefuses(int err) {
 
 class KernelMover final : public Mover {
  public:
-  explicit KernelMover(Context& ctx) : ctx_(ctx) {}
+  explicit KernelMover(Context& ctx)
+      : ctx_(ctx), mode_(ctx.sendfile_first ? kSendfile : kCopyFileRange) {}
 
   absl::StatusOr<uint64_t> Copy(uint64_t offset, uint64_t len) override {
     uint64_t pos = offset;
@@ -52,7 +53,7 @@ class KernelMover final : public Mover {
       if (n < 0) err = errno;
       if (n < 0 && err == EINTR) continue;
       if (n < 0 && KernelRefuses(err)) {
-        Demote(err);
+        if (absl::Status s = Demote(err); !s.ok()) return s;
         continue;
       }
       if (n < 0) {
@@ -69,11 +70,16 @@ class KernelMover final : public Mover {
  private:
   enum Mode { kCopyFileRange, kSendfile, kReadWrite };
 
-  void Demote(int err) {
+  // The next way down; readwrite takes its buffers now when the copy
+  // started without them.
+  absl::Status Demote(int err) {
     const char* from = mode_ == kCopyFileRange ? "copy_file_range" : "sendfile";
     if (mode_ == kCopyFileRange) {
       mode_ = kSendfile;
     } else {
+      if (ctx_.take_buffers) {
+        if (absl::Status s = ctx_.take_buffers(); !s.ok()) return s;
+      }
       mode_ = kReadWrite;
       fallback_ = MakeReadWriteMover(ctx_);
       ctx_.stats->method = CopyMethod::kReadWrite;
@@ -81,10 +87,11 @@ class KernelMover final : public Mover {
     ctx_.stats->fallbacks.push_back(
         absl::StrCat(from, " refused (", std::strerror(err), "): using ",
                      mode_ == kSendfile ? "sendfile" : "readwrite"));
+    return absl::OkStatus();
   }
 
   Context& ctx_;
-  Mode mode_ = kCopyFileRange;
+  Mode mode_;
   std::unique_ptr<Mover> fallback_;
 };
 

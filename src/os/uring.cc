@@ -1,8 +1,10 @@
 #include "os/uring.h"
 
+#include <fcntl.h>
 #include <liburing.h>
 
 #include <cerrno>
+#include <utility>
 
 namespace bufpool::os {
 namespace {
@@ -17,8 +19,57 @@ class LiburingRing final : public Uring {
   int Init(unsigned entries) {
     const int rc = io_uring_queue_init(entries, &ring_, 0);
     initialised_ = rc == 0;
+    if (initialised_) {
+      // One probe per ring: which operations this kernel has.
+      if (io_uring_probe* probe = io_uring_get_probe_ring(&ring_)) {
+        for (const auto& [op, code] : kOpcodes) {
+          if (io_uring_opcode_supported(probe, code)) {
+            supported_ |= 1u << static_cast<unsigned>(op);
+          }
+        }
+        io_uring_free_probe(probe);
+      }
+    }
     return rc;
   }
+
+  bool Supports(Op op) override {
+    return (supported_ & (1u << static_cast<unsigned>(op))) != 0;
+  }
+
+  bool PrepareOpenat(int dirfd, const char* path, int flags, mode_t mode,
+                     uint64_t user_data) override {
+    io_uring_sqe* sqe = Next();
+    if (sqe == nullptr) return false;
+    io_uring_prep_openat(sqe, dirfd, path, flags | O_CLOEXEC, mode);
+    io_uring_sqe_set_data64(sqe, user_data);
+    return true;
+  }
+
+  bool PrepareStatx(int dirfd, const char* path, int flags, unsigned mask,
+                    struct statx* out, uint64_t user_data) override {
+    io_uring_sqe* sqe = Next();
+    if (sqe == nullptr) return false;
+    io_uring_prep_statx(sqe, dirfd, path, flags, mask, out);
+    io_uring_sqe_set_data64(sqe, user_data);
+    return true;
+  }
+
+  bool PrepareClose(int fd, uint64_t user_data) override {
+    io_uring_sqe* sqe = Next();
+    if (sqe == nullptr) return false;
+    io_uring_prep_close(sqe, fd);
+    io_uring_sqe_set_data64(sqe, user_data);
+    return true;
+  }
+
+  void LinkLast(Link link) override {
+    if (last_ != nullptr) {
+      last_->flags |= link == Link::kHard ? IOSQE_IO_HARDLINK : IOSQE_IO_LINK;
+    }
+  }
+
+  unsigned SubmissionSpace() override { return io_uring_sq_space_left(&ring_); }
 
   int RegisterBuffers(const iovec* iov, unsigned n) override {
     return io_uring_register_buffers(&ring_, iov, n);
@@ -30,7 +81,7 @@ class LiburingRing final : public Uring {
 
   bool PrepareRead(int fd, void* buf, unsigned len, uint64_t offset,
                    int buf_index, uint64_t user_data) override {
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    io_uring_sqe* sqe = Next();
     if (sqe == nullptr) return false;
     if (buf_index >= 0) {
       io_uring_prep_read_fixed(sqe, fd, buf, len, offset, buf_index);
@@ -43,7 +94,7 @@ class LiburingRing final : public Uring {
 
   bool PrepareWrite(int fd, const void* buf, unsigned len, uint64_t offset,
                     int buf_index, uint64_t user_data) override {
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    io_uring_sqe* sqe = Next();
     if (sqe == nullptr) return false;
     if (buf_index >= 0) {
       io_uring_prep_write_fixed(sqe, fd, buf, len, offset, buf_index);
@@ -68,7 +119,27 @@ class LiburingRing final : public Uring {
   }
 
  private:
+  static constexpr std::pair<Op, int> kOpcodes[] = {
+      {Op::kRead, IORING_OP_READ},
+      {Op::kWrite, IORING_OP_WRITE},
+      {Op::kReadFixed, IORING_OP_READ_FIXED},
+      {Op::kWriteFixed, IORING_OP_WRITE_FIXED},
+      {Op::kOpenat, IORING_OP_OPENAT},
+      {Op::kStatx, IORING_OP_STATX},
+      {Op::kClose, IORING_OP_CLOSE}};
+
+  // A fresh submission entry (remembered for LinkLast), or null when the
+  // queue is full. The prep functions clear its flags; LinkLast sets them
+  // after.
+  io_uring_sqe* Next() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    last_ = sqe;
+    return sqe;
+  }
+
   io_uring ring_{};
+  io_uring_sqe* last_ = nullptr;
+  unsigned supported_ = 0;
   bool initialised_ = false;
 };
 

@@ -9,6 +9,8 @@
 #ifndef BUFPOOL_SRC_OS_URING_H_
 #define BUFPOOL_SRC_OS_URING_H_
 
+#include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -45,6 +47,41 @@ class Uring {
   // Submits what is queued and waits until `wait_nr` completions are ready.
   // Returns the number submitted or -errno (-EINTR: call again).
   virtual int SubmitAndWait(unsigned wait_nr) = 0;
+
+  // ---- File operations (the tree copy) ----
+  // The operations a caller may ask the kernel whether it has.
+  enum class Op {
+    kRead,
+    kWrite,
+    kReadFixed,
+    kWriteFixed,
+    kOpenat,
+    kStatx,
+    kClose
+  };
+  // Whether the kernel runs `op` (IORING_REGISTER_PROBE, asked once when the
+  // ring is made; false when the probe itself is refused).
+  virtual bool Supports(Op op) = 0;
+  // Queue openat(dirfd, path, flags, mode), statx(dirfd, path, flags, mask,
+  // out) and close(fd). `path` and `out` must stay valid until the
+  // operation completes. The completion's res is the new descriptor, 0, or
+  // -errno. Each returns false when the submission queue is full.
+  virtual bool PrepareOpenat(int dirfd, const char* path, int flags,
+                             mode_t mode, uint64_t user_data) = 0;
+  virtual bool PrepareStatx(int dirfd, const char* path, int flags,
+                            unsigned mask, struct statx* out,
+                            uint64_t user_data) = 0;
+  virtual bool PrepareClose(int fd, uint64_t user_data) = 0;
+  // Links the operation prepared last to the one prepared next, which then
+  // starts only after it. kSoft: when the linked operation fails (a read or
+  // write that moves fewer bytes than asked counts as failing), every later
+  // operation of the chain completes with -ECANCELED. kHard: the next one
+  // runs whatever the result. A chain must be submitted whole: check
+  // SubmissionSpace() before preparing it.
+  enum class Link { kSoft, kHard };
+  virtual void LinkLast(Link link) = 0;
+  // Free submission slots.
+  virtual unsigned SubmissionSpace() = 0;
   // Takes one ready completion; false when none is ready.
   virtual bool PopCompletion(Completion* out) = 0;
 };
