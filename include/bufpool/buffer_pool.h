@@ -314,10 +314,12 @@ class BUFPOOL_EXPORT BufferPool {
   // to finish. Allocates (a list of the free slots); 0 if that fails.
   size_t Trim(size_t keep_free = 0);
   // trim_after_idle's tick, for a caller whose process makes no pool calls
-  // while idle (the slow paths tick too): trims what stayed free for a
-  // whole trim_after_idle window once one has passed (within one to two
-  // windows of going idle). Never blocks; cheap when nothing is due.
-  // Returns the bytes given back; 0 without trim_after_idle.
+  // while idle (the slow paths tick too): once a trim_after_idle window has
+  // passed, trims the free buffers the shared store held throughout it (the
+  // fewest it was seen holding), and those idle in the caches (it flushes
+  // them first): so memory goes back within one to two windows of going
+  // idle. Never blocks; cheap when nothing is due (a clock read). Returns
+  // the bytes given back; 0 without trim_after_idle.
   size_t TrimIdle();
   // Backs at least `buffers` more buffers now (whole steps, at most up to
   // the ceiling), for a caller that expects a burst. ResourceExhausted when

@@ -424,12 +424,17 @@ size_t PoolAccess::IdleTick(BufferPool& p) {
   if (now - g->window_start.load(std::memory_order_relaxed) < g->idle_ns) {
     return 0;  // another tick closed the window meanwhile
   }
-  // Slots free throughout the window: the fewest seen free. Those are
-  // trimmed; what was dipped into stays.
+  // Slots free throughout the window: the fewest the depot was seen
+  // holding. What was dipped into (depot - low) stays backed; the rest is
+  // trimmed, and so are the caches' buffers: a window with no slow path on
+  // any CPU is idle for them too, and without this a few cached buffers
+  // would keep their huge pages. A cache in use refills from the depot.
+  const int64_t depot_now = DepotSize(p);
   const int64_t low =
-      std::min(g->window_low.load(std::memory_order_relaxed), DepotSize(p));
-  const int64_t keep = std::max<int64_t>(0, DepotSize(p) - low);
-  const size_t bytes = low > 0 ? TrimLocked(p, static_cast<size_t>(keep)) : 0;
+      std::min(g->window_low.load(std::memory_order_relaxed), depot_now);
+  const int64_t keep = std::max<int64_t>(0, depot_now - low);
+  WakeWaiters(p, DrainAll(p));
+  const size_t bytes = TrimLocked(p, static_cast<size_t>(keep));
   g->window_start.store(NowNs(), std::memory_order_relaxed);
   g->window_low.store(DepotSize(p), std::memory_order_relaxed);
   return bytes;
