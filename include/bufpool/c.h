@@ -97,7 +97,7 @@ typedef struct bufpool_options {
   int lock_memory;      /* mlock the region (RLIMIT_MEMLOCK); default 0 */
   int scrub_on_release; /* zero a buffer on release; default 0 */
   size_t cache_size;    /* per-CPU cache, <= 512, 0: none; default 64 */
-  /* An elastic pool (since 0.5; see "Elastic pools" in buffer_pool.h).
+  /* An elastic pool (since 0.3; see "Elastic pools" in buffer_pool.h).
    * A caller whose struct_size ends before these gets their defaults. */
   size_t max_buffer_count;    /* the ceiling; 0: a fixed pool; default 0 */
   size_t grow_step;           /* buffers per growth step; default 512 */
@@ -124,7 +124,7 @@ typedef struct bufpool_stats {
                                 timed out */
   size_t cached;             /* free buffers parked in the per-CPU caches
                                 (since 0.3) */
-  size_t committed;          /* buffers backed by memory now (since 0.5) */
+  size_t committed;          /* buffers backed by memory now (since 0.3) */
   uint64_t grows;            /* growth steps taken */
   uint64_t trims;            /* trims that gave memory back */
   uint64_t grow_failures;    /* growth steps the system refused */

@@ -121,7 +121,7 @@ absl::Status ToPoolOptions(const bufpool_options* in,
   out->lock_memory = in->lock_memory != 0;
   out->scrub_on_release = in->scrub_on_release != 0;
   out->cache_size = in->cache_size;
-  // The elastic fields (0.5), where the caller's struct has them.
+  // The elastic fields (0.3), where the caller's struct has them.
   auto has = [in](size_t offset, size_t size) {
     return in->struct_size >= offset + size;
   };
