@@ -42,7 +42,8 @@
 //     anywhere when the call began: every release that happened before the
 //     call is seen (one concurrent with it may be ordered after it; see
 //     src/pool/drain.cc), but for buffers in a cache that another call
-//     holds throughout (a drain moving them, or the cache's own thread).
+//     holds throughout (a drain moving them, or the cache's own thread),
+//     and for those a Trim() holds while it looks them over.
 //     Before it gives up it takes buffers from every CPU's cache. An
 //     exhausted pool answers without taking a lock.
 //   * Acquire(timeout) sleeps only while every buffer is in use, and a
@@ -261,16 +262,19 @@ class BUFPOOL_EXPORT BufferPool {
   // An empty Buffer only when no buffer was free anywhere in the pool
   // during the call (counted in acquire_failures): this CPU's cache, the
   // shared store, then every other CPU's cache, which it empties into the
-  // shared store. Never waits.
+  // shared store. An elastic pool below its ceiling then grows one step
+  // (or waits for the thread growing it) before it reports empty. Never
+  // waits for a release.
   ABSL_ATTRIBUTE_ALWAYS_INLINE Buffer TryAcquire() {
     const uint32_t slot = TryAcquireSlot();
     return slot != kNoSlot ? Buffer(this, slot) : Buffer();
   }
-  // Returns a buffer as soon as one is free anywhere in the pool. Otherwise
-  // sleeps until one is released (on any thread) or `timeout` passes:
-  // DeadlineExceeded, counted in acquire_timeouts. A timeout of zero or less
-  // does not sleep (a failure is counted in acquire_failures). A timeout
-  // beyond a century waits forever. While it sleeps, releases skip the
+  // Returns a buffer as soon as one is free anywhere in the pool (an
+  // elastic pool grows first). Otherwise sleeps until one is released (on
+  // any thread) or `timeout` passes: DeadlineExceeded, counted in
+  // acquire_timeouts, naming a refused growth when there was one. A timeout of
+  // zero or less does not sleep (a failure is counted in acquire_failures). A
+  // timeout beyond a century waits forever. While it sleeps, releases skip the
   // caches and go to the shared store, so the one it needs reaches it.
   absl::StatusOr<Buffer> Acquire(absl::Duration timeout);
   // Fills out[0, n) with buffers and returns n <= out.size(); n is smaller
