@@ -305,12 +305,14 @@ class BUFPOOL_EXPORT BufferPool {
 
   // ---- Elastic pools (PoolOptions::max_buffer_count) ----
 
-  // Gives the memory of free buffers back to the kernel (MADV_DONTNEED)
-  // until at most `keep_free` free buffers in the shared store stay backed;
-  // returns the bytes given back. Only buffers free in the shared store are
-  // trimmed, whole chunks of them (the highest first): never a buffer in
-  // use, and never one parked in a per-CPU cache (at most cache_capacity()
-  // x CPUs; FlushCaches() first to include them). Their slots return to the
+  // Gives the memory of free buffers back to the kernel (MADV_DONTNEED),
+  // whole chunks of them, the highest first, as long as at least
+  // `keep_free` free buffers of the shared store stay backed (so between
+  // keep_free and keep_free + a chunk's buffers stay, plus free buffers
+  // that share a chunk with one in use); returns the bytes given back. Only
+  // buffers free in the shared store are trimmed: never a buffer in use,
+  // and never one parked in a per-CPU cache (at most cache_capacity() x
+  // CPUs; FlushCaches() first to include them). Their slots return to the
   // reserve, and growth backs them again when they are needed. Returns 0 for
   // a fixed pool, while a thread sleeps in Acquire(), and while FixedBuffers
   // are registered for the pool (the kernel holds its pages). Serialized
