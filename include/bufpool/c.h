@@ -107,9 +107,11 @@ typedef struct bufpool_options {
 /* The C++ defaults (PoolOptions{}); the library checks at compile time that
  * they still match. An initializer: bufpool_options o = BUFPOOL_OPTIONS_INIT;
  */
-#define BUFPOOL_OPTIONS_INIT \
-  { sizeof(bufpool_options), 4096, 1024, BUFPOOL_HUGE_PAGES_TRY, 1, 0, 0, 64, \
-    0, 512, 0 }
+#define BUFPOOL_OPTIONS_INIT                                                  \
+  {                                                                           \
+    sizeof(bufpool_options), 4096, 1024, BUFPOOL_HUGE_PAGES_TRY, 1, 0, 0, 64, \
+        0, 512, 0                                                             \
+  }
 
 /* A snapshot of a pool's counters; see PoolStats and BufferPool::Stats() in
  * bufpool/buffer_pool.h for when each is exact. */
