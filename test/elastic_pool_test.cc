@@ -424,6 +424,55 @@ TEST(ElasticPoolTest, AChildForkedAfterGrowthUsesTheGrownPool) {
   EXPECT_EQ(pool->Stats().in_use, 200u);
 }
 
+// Trim() racing with threads that acquire, write a pattern of their own,
+// check it and release: a buffer trimmed while in use would read zeroes (or
+// another thread's pattern), and growth must keep up with what Trim() takes.
+TEST(ElasticPoolTest, TrimRacingAcquiresNeverTakesABufferInUse) {
+  auto pool = *BufferPool::Create(Elastic(64, 4096, 64));
+  const int ops = testing_util::kSanitized ? 3000 : 30000;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<Buffer> mine;
+      for (int i = 0; i < ops; ++i) {
+        if (mine.size() < 200 && (i % 3 != 2 || mine.empty())) {
+          Buffer b = pool->TryAcquire();
+          if (!b) continue;
+          std::memset(b.data(), 0x10 + t, 64);
+          std::memset(b.data() + 4032, 0x10 + t, 64);
+          mine.push_back(std::move(b));
+        } else {
+          Buffer& b = mine.back();
+          if (b.data()[0] != static_cast<std::byte>(0x10 + t) ||
+              b.data()[4095] != static_cast<std::byte>(0x10 + t)) {
+            bad.fetch_add(1);
+          }
+          mine.pop_back();
+        }
+      }
+    });
+  }
+  std::thread trimmer([&] {
+    while (!stop.load()) {
+      pool->Trim(0);
+      pool->FlushCaches();
+      std::this_thread::yield();
+    }
+  });
+  for (std::thread& th : threads) th.join();
+  stop = true;
+  trimmer.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GE(pool->Stats().trims, 1u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  // Everything comes back: up to the ceiling, each slot once.
+  std::vector<Buffer> all(4096);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 4096u);
+  EXPECT_EQ(pool->Stats().committed, 4096u);
+}
+
 TEST(ElasticPoolTest, IdleBuffersAreTrimmedAfterTrimAfterIdle) {
   PoolOptions o = Elastic(256, 4096, 256);
   o.trim_after_idle = absl::Milliseconds(20);
