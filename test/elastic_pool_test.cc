@@ -473,6 +473,30 @@ TEST(ElasticPoolTest, TrimRacingAcquiresNeverTakesABufferInUse) {
   EXPECT_EQ(pool->Stats().committed, 4096u);
 }
 
+// No tick at all: the acquire slow path (every acquire, with the caches
+// off) closes the window and trims what stayed free in it.
+TEST(ElasticPoolTest, TheSlowPathTicksTheIdleTrim) {
+  PoolOptions o = Elastic(256, 4096, 256);
+  o.cache_size = 0;
+  o.trim_after_idle = absl::Milliseconds(20);
+  auto pool = *BufferPool::Create(o);
+  {
+    std::vector<Buffer> burst(4096);
+    ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(burst)), 4096u);
+  }
+  // A trickle of one buffer at a time: free throughout, the rest is idle.
+  // A deadline for the loop, not a threshold: it ends on the first trim.
+  for (int i = 0; i < 1000 && pool->Stats().trims == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    Buffer b = pool->TryAcquire();
+    ASSERT_TRUE(b);
+  }
+  const PoolStats st = pool->Stats();
+  EXPECT_GE(st.trims, 1u);
+  EXPECT_LT(st.committed, 4096u);
+  EXPECT_EQ(st.in_use, 0u);
+}
+
 TEST(ElasticPoolTest, IdleBuffersAreTrimmedAfterTrimAfterIdle) {
   PoolOptions o = Elastic(256, 4096, 256);
   o.trim_after_idle = absl::Milliseconds(20);
