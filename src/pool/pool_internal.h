@@ -157,6 +157,7 @@ struct Growth {
   // True while Trim() holds free slots outside the depot (seq_cst both
   // ways; growth.cc, "Exhaustion").
   std::atomic<bool> trimming{false};
+  // Counters for Stats(); relaxed, like the pool's other statistics.
   std::atomic<uint64_t> grows{0};
   std::atomic<uint64_t> trims{0};
   std::atomic<uint64_t> grow_failures{0};
@@ -167,7 +168,9 @@ struct Growth {
   // The most recent growth failure, for Acquire()'s error; under mu.
   absl::Status last_error;
   // FixedBuffers registrations of this pool alive now: Trim() gives back
-  // nothing while the kernel holds the pages (see growth.cc).
+  // nothing while the kernel holds the pages. Raised under `mu` (so never
+  // during a Trim()), read by Trim() under `mu`; acq_rel/acquire for the
+  // unpin, which comes without the lock (BufferPool::PinRegion).
   std::atomic<uint32_t> pinned{0};
 };
 
