@@ -15,6 +15,7 @@ namespace {
 int Register() {
   RegisterAll<PoolBuffer<kPoolCache>>("libbufpool_buffer");
   RegisterAll<PoolRaw>("libbufpool_raw");
+  RegisterAll<PoolElastic>("libbufpool_elastic");  // max_buffer_count
   RegisterAll<PoolCacheOff>("libbufpool_cache_off");
   RegisterAll<PoolC>("libbufpool_c");  // bufpool/c.h
   // The locked caches, which run where rseq is missing, exist only in a

@@ -293,6 +293,33 @@ struct PoolBuffer {  // the Buffer handle
   bufpool::BufferPool& pool_ = SharedPool<kCache>();
 };
 
+// The same handle calls on an elastic pool (max_buffer_count, issue 42):
+// 8,192 buffers backed of a 65,536 ceiling, so that growth is reachable but
+// the workloads run inside what is backed, as the fixed pool's do. Its hot
+// pair and working set must match libbufpool_buffer's.
+struct PoolElastic {
+  using Item = bufpool::Buffer;
+  static bufpool::BufferPool& Shared() {
+    static bufpool::BufferPool* pool = [] {
+      auto p = bufpool::BufferPool::Create({.buffer_size = kBufferSize,
+                                            .buffer_count = 8192,
+                                            .cache_size = kPoolCache,
+                                            .max_buffer_count = 65536});
+      if (!p.ok()) Die("BufferPool::Create (elastic)");
+      return p->release();
+    }();
+    return *pool;
+  }
+  BENCH_INLINE Item Get() {
+    bufpool::Buffer b = pool_.TryAcquire();
+    if (!b) Die("pool empty");
+    return b;
+  }
+  BENCH_INLINE static std::byte* Data(const Item& b) { return b.data(); }
+  BENCH_INLINE void Put(Item& b) { b.Reset(); }
+  bufpool::BufferPool& pool_ = Shared();
+};
+
 struct PoolRaw {  // TryAcquireRaw / ReleaseRaw
   using Item = std::byte*;
   BENCH_INLINE Item Get() {

@@ -7,8 +7,10 @@
 // same ring and which comes whichever thread frees a buffer. Short sends
 // are resumed by ReturnUnsentTo().
 //
-//   uring_echo [PORT [SECONDS [BUFFERS]]]
-//     PORT 0 picks one; SECONDS 0: forever; BUFFERS: the pool (4096 of 4 KiB)
+//   uring_echo [PORT [SECONDS [BUFFERS [MAX_BUFFERS]]]]
+//     PORT 0 picks one; SECONDS 0: forever; BUFFERS: the pool (4096 of 4 KiB);
+//     MAX_BUFFERS: a ceiling the pool grows to under load (0: fixed), giving
+//     memory back after a second idle (the loop's tick calls TrimIdle())
 //
 // SIGINT or SIGTERM stops it as the deadline does. At the end it prints how
 // many buffers are still out (0), and how often a connection was parked and
@@ -191,6 +193,8 @@ void Server::Run(int seconds) {
     io_uring_cqe* cqe;
     const int rc =
         io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &tick, nullptr);
+    // An elastic pool's idle trim: the tick is the caller's tick.
+    if (rc == -ETIME) pool_.TrimIdle();
     if (rc == -ETIME && parked_->notice_pending() && !said_waiting_) {
       said_waiting_ = true;
       std::fprintf(stderr, "uring_echo: waiting for a free buffer\n");
@@ -291,7 +295,24 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto pool = bufpool::BufferPool::Create({.buffer_count = buffers});
+  size_t max_buffers = 0;  // a fixed pool
+  if (argc > 4) {
+    char* end = nullptr;
+    max_buffers = std::strtoul(argv[4], &end, 10);
+    if (end == argv[4] || *end != '\0' ||
+        (max_buffers != 0 && max_buffers < buffers)) {
+      std::fprintf(stderr,
+                   "uring_echo: MAX_BUFFERS must be 0 or at least BUFFERS "
+                   "(%zu), got '%s'\n",
+                   buffers, argv[4]);
+      return 2;
+    }
+  }
+  auto pool = bufpool::BufferPool::Create(
+      {.buffer_count = buffers,
+       .max_buffer_count = max_buffers,
+       .trim_after_idle =
+           max_buffers != 0 ? absl::Seconds(1) : absl::ZeroDuration()});
   if (!pool.ok()) {
     std::fprintf(stderr, "uring_echo: %s\n", pool.status().ToString().c_str());
     return 1;
@@ -311,6 +332,14 @@ int main(int argc, char** argv) {
   std::printf("parked %llu times, woken by the pool %llu times\n",
               static_cast<unsigned long long>(server.parks()),
               static_cast<unsigned long long>(server.wakes()));
+  if (max_buffers != 0) {
+    const bufpool::PoolStats st = (*pool)->Stats();
+    std::printf(
+        "pool grew %llu times, trimmed %llu times, %zu of %zu "
+        "buffers backed\n",
+        static_cast<unsigned long long>(st.grows),
+        static_cast<unsigned long long>(st.trims), st.committed, st.capacity);
+  }
   close(lfd);
   return 0;
 }

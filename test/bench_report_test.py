@@ -305,5 +305,38 @@ class RoundArithmetic(unittest.TestCase):
                         rows)
 
 
+    def test_elastic_rounds(self):
+        lines = []
+        for rss, trim, p99, burst, fixed in ((1.5, 90.0, 0.4, 30.0, 40.0),
+                                              (2.0, 110.0, 1.2, 50.0, 30.0),
+                                              (5.0, 100.0, 0.5, 45.0, 40.0)):
+            lines.append({"contender": "elastic_create",
+                          "rss_above_empty_mib": rss})
+            lines.append({"contender": "elastic_burst", "trim_ms": trim,
+                          "rss_after_trim_above_empty_mib": rss,
+                          "grow_step_p99_ms": p99, "elastic_burst_ms": burst,
+                          "fixed_burst_ms": fixed})
+        with open(os.path.join(self.dir, "elastic.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(x) for x in lines) + "\n")
+        e = report.load_elastic(self.dir)
+        self.assertEqual(e["elastic_create.rss_above_empty_mib"],
+                         {1: 1.5, 2: 2.0, 3: 5.0})
+        goals = {x["label"]: x for x in
+                 report.goals(self.values, self.counters, {}, {}, {}, e)}
+        rss = goals["elastic: RSS after Create(512 of a 262,144 ceiling) <= "
+                    "4 MiB above an empty process (MiB)"]
+        self.assertEqual((rss["median"], rss["meeting"], rss["met"]),
+                         (2.0, 2, True))
+        p99 = goals["elastic: one growth step (512 buffers) p99 <= 1 ms (ms)"]
+        self.assertEqual((p99["meeting"], p99["met"]), (2, True))
+        ratio = goals["elastic: the burst / the same from a fixed pool of the "
+                      "ceiling <= 1.5 (time ratio)"]
+        self.assertAlmostEqual(ratio["median"], 1.125)
+        self.assertEqual((ratio["meeting"], ratio["met"]), (2, True))
+        # No idle lines, no libbufpool_elastic rows: no such goal rows.
+        self.assertFalse(any("trim_after_idle" in k for k in goals))
+        self.assertFalse(any("hot pair / fixed" in k for k in goals))
+
+
 if __name__ == "__main__":
     unittest.main()

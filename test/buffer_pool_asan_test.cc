@@ -2,6 +2,7 @@
 // buffer is an ASan report. Runs in the asan build; skipped elsewhere.
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "absl/base/config.h"
 #include "bufpool/buffer_pool.h"
@@ -61,6 +62,35 @@ TEST_P(PoisonDeathTest, RawPairPoisonsOnReleaseAndUnpoisonsOnEveryHit) {
   volatile std::byte* released = raw[0];
   EXPECT_DEATH(released[pool_->buffer_size() - 1] = std::byte{1},
                "use-after-poison");
+}
+
+// An elastic pool: a buffer of a grown part is poisoned until handed out,
+// and a trimmed one stays poisoned (its slot is in the reserve, not free):
+// touching either through a stale pointer is a report, not a silent read of
+// zeroes.
+TEST_P(PoisonDeathTest, GrownAndTrimmedBuffersArePoisoned) {
+  auto pool = *BufferPool::Create({.buffer_count = 64,
+                                   .huge_pages = HugePages::kNever,
+                                   .cache_size = GetParam(),
+                                   .max_buffer_count = 1024,
+                                   .grow_step = 64});
+  std::vector<Buffer> all(100);  // one growth step past the first 64
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 100u);
+  for (Buffer& b : all) std::memset(b.data(), 0x33, b.size());  // no report
+  volatile std::byte* grown_unused =
+      pool->region().data() + 120 * pool->buffer_size();
+  EXPECT_DEATH((void)grown_unused[0], "use-after-poison");
+  volatile std::byte* stale = all[90].data();
+  all.clear();
+  pool->FlushCaches();
+  ASSERT_GT(pool->Trim(0), 0u);
+  ASSERT_EQ(pool->Stats().committed, 0u);
+  EXPECT_DEATH((void)stale[0], "use-after-poison");
+  EXPECT_DEATH(stale[10] = std::byte{1}, "use-after-poison");
+  // Grown again and handed out: usable whole.
+  Buffer again = pool->TryAcquire();
+  ASSERT_TRUE(again);
+  std::memset(again.data(), 0x44, again.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, PoisonDeathTest, testing::Values(0, 64),

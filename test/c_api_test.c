@@ -86,6 +86,9 @@ static void test_options_defaults(void) {
   CHECK(macro.lock_memory == 0);
   CHECK(macro.scrub_on_release == 0);
   CHECK(macro.cache_size == 64);
+  CHECK(macro.max_buffer_count == 0);
+  CHECK(macro.grow_step == 512);
+  CHECK(macro.trim_after_idle_ns == 0);
 
   /* A caller with an older, shorter struct: only its bytes are written. */
   unsigned char raw[sizeof(bufpool_options) + 8];
@@ -373,6 +376,47 @@ static void test_stats_respect_the_callers_size(void) {
   bufpool_destroy(pool);
 }
 
+/* An elastic pool through C: the ceiling, growth, trim and their counts; a
+ * caller whose struct ends before the elastic fields gets a fixed pool. */
+static void test_elastic_pool(void) {
+  bufpool_options o = BUFPOOL_OPTIONS_INIT;
+  o.buffer_count = 64;
+  o.huge_pages = BUFPOOL_HUGE_PAGES_NEVER;
+  o.max_buffer_count = 1024;
+  o.grow_step = 64;
+  char* err = NULL;
+  bufpool_pool* pool = bufpool_create(&o, &err);
+  REQUIRE(pool != NULL);
+  CHECK(bufpool_capacity(pool) == 1024);
+  CHECK(stats_of(pool).committed == 64);
+  void* out[200];
+  CHECK(bufpool_try_acquire_bulk(pool, out, 200) == 200);
+  bufpool_stats st = stats_of(pool);
+  CHECK(st.committed == 256);
+  CHECK(st.grows == 3);
+  bufpool_release_bulk(pool, out, 200);
+  bufpool_flush_caches(pool);
+  CHECK(bufpool_trim(pool, 0) > 0);
+  st = stats_of(pool);
+  CHECK(st.trims == 1);
+  CHECK(st.committed == 0);
+  CHECK(bufpool_grow(pool, 2048, &err) == 0); /* up to the ceiling */
+  CHECK(bufpool_grow(pool, 1, &err) == -1);
+  REQUIRE(err != NULL);
+  CHECK(contains(err, "ceiling"));
+  bufpool_free_error(err);
+  bufpool_destroy(pool);
+
+  /* An older struct: the elastic fields are not read. */
+  o.struct_size = offsetof(bufpool_options, max_buffer_count);
+  err = NULL;
+  pool = bufpool_create(&o, &err);
+  REQUIRE(pool != NULL);
+  CHECK(bufpool_capacity(pool) == 64);
+  CHECK(bufpool_trim(pool, 0) == 0);
+  bufpool_destroy(pool);
+}
+
 /* ---- Abort messages ------------------------------------------------------ */
 
 /* Runs fn in a child with stderr into a pipe; it must die of SIGABRT and
@@ -648,6 +692,7 @@ static const struct {
   void (*fn)(void);
 } kTests[] = {
     {"options_defaults", test_options_defaults},
+    {"elastic_pool", test_elastic_pool},
     {"create_reports_geometry", test_create_reports_geometry},
     {"create_errors_name_field_and_value",
      test_create_errors_name_field_and_value},

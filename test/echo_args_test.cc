@@ -99,6 +99,18 @@ TEST(EchoArgsTest, ValueOptionsTakeBothForms) {
             "localhost:0");
 }
 
+TEST(EchoArgsTest, MaxBuffersMakesAnElasticPoolThatTrimsWhenIdle) {
+  ParsedArgs<EchoCommand> r =
+      Echo({"--buffer-count=512", "--max-buffers=262144"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_EQ(r.command.pool.buffer_count, 512u);
+  EXPECT_EQ(r.command.pool.max_buffer_count, 262144u);
+  EXPECT_GT(r.command.pool.trim_after_idle, absl::ZeroDuration());
+  r = Echo({});
+  EXPECT_EQ(r.command.pool.max_buffer_count, 0u);
+  EXPECT_EQ(r.command.pool.trim_after_idle, absl::ZeroDuration());
+}
+
 TEST(EchoArgsTest, BadValuesNameTheFlag) {
   struct Case {
     std::vector<std::string> args;
@@ -123,6 +135,9 @@ TEST(EchoArgsTest, BadValuesNameTheFlag) {
            {{"--buffer-size=32"}, "--buffer-size"},
            {{"--buffer-size=8388608"}, "--buffer-size"},
            {{"--max-unsent=0"}, "--max-unsent: 0 is out of range"},
+           {{"--max-buffers=100", "--buffer-count=200"},
+            "--max-buffers: 100 is below --buffer-count (200)"},
+           {{"--max-buffers=4294967295"}, "--max-buffers"},
            {{"--max-unsent=-1"}, "--max-unsent"},
            {{"--frobnicate=1"}, "--frobnicate"},
            {{"extra"}, "extra"},
@@ -156,7 +171,7 @@ TEST(EchoArgsTest, HelpListsEveryFlagWithItsDefault) {
   EXPECT_EQ(r.text.rfind("usage: bufpool-echo [OPTIONS]\n", 0), 0u) << r.text;
   for (const char* flag :
        {"--listen HOST:PORT", "--engine ENGINE", "--buffer-count, --buffers N",
-        "--buffer-size BYTES", "--max-unsent BYTES"}) {
+        "--buffer-size BYTES", "--max-unsent BYTES", "--max-buffers N"}) {
     ExpectListedWithDefault(r.text, flag);
   }
   for (const char* word :

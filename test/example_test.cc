@@ -172,6 +172,59 @@ TEST(UringEchoExampleTest, ParksOnADryPoolAndIsWokenByItsNotice) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// The same jam with a ceiling (BUFFERS 16, MAX_BUFFERS 64): the pool grows
+// to the ceiling before the loop waits, and every byte still comes back.
+TEST(UringEchoExampleTest, AnElasticPoolGrowsToItsCeilingBeforeItParks) {
+  int out[2], err[2];
+  ASSERT_EQ(pipe(out), 0);
+  ASSERT_EQ(pipe(err), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    execl(BUFPOOL_EXAMPLE_URING_ECHO, "uring_echo", "0", "0", "16", "64",
+          nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  FILE* f = fdopen(out[0], "r");
+  FILE* e = fdopen(err[0], "r");
+  char line[256] = {};
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  int port = 0;
+  ASSERT_EQ(sscanf(line, "listening on 127.0.0.1:%d", &port), 1) << line;
+  {
+    Flood flood(port);
+    ASSERT_TRUE(flood.ok());
+    ASSERT_NE(fgets(line, sizeof(line), e), nullptr);  // blocks until jammed
+    EXPECT_STREQ(line, "uring_echo: waiting for a free buffer\n");
+    EXPECT_TRUE(flood.StopAndReadBack());
+  }
+  EXPECT_EQ(Echo(port, "after the jam"), "after the jam");
+  kill(pid, SIGTERM);
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  EXPECT_STREQ(line, "done: 0 buffers in use\n");
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);  // parked ...
+  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
+  unsigned long long grows = 0, trims = 0;
+  size_t backed = 0, ceiling = 0;
+  ASSERT_EQ(sscanf(line,
+                   "pool grew %llu times, trimmed %llu times, %zu of %zu "
+                   "buffers backed",
+                   &grows, &trims, &backed, &ceiling),
+            4)
+      << line;
+  EXPECT_GE(grows, 1u);
+  EXPECT_EQ(ceiling, 64u);
+  fclose(f);
+  fclose(e);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
 #if defined(BUFPOOL_EXAMPLE_ASIO_ECHO) && defined(BUFPOOL_ECHO_LOAD)
 // examples/asio_echo under bufpool-echo-load with messages of 1 to 65,536
 // bytes on 8 connections: every byte comes back (the load checks them) and

@@ -108,6 +108,41 @@ TEST(MetricsTest, PoolFamiliesParseAndMatchStats) {
   held.clear();
 }
 
+TEST(MetricsTest, ElasticFamiliesCountGrowthAndTrims) {
+  auto pool = BufferPool::Create({.buffer_count = 64,
+                                  .huge_pages = HugePages::kNever,
+                                  .cache_size = 0,
+                                  .max_buffer_count = 1024,
+                                  .grow_step = 64});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  {
+    std::vector<Buffer> burst(200);  // three growth steps
+    ASSERT_EQ((*pool)->TryAcquireBulk(absl::MakeSpan(burst)), 200u);
+  }
+  ASSERT_GT((*pool)->Trim(100), 0u);
+  Buffer held = (*pool)->TryAcquire();
+  std::string text;
+  WriteMetrics(**pool, &text, {.name = "p"});
+  const PoolStats st = (*pool)->Stats();
+  const std::string parsed = ParseWithPrometheusClient(text);
+  EXPECT_TRUE(Has(parsed, "gauge|bufpool_pool_committed_buffers|pool=p|" +
+                              std::to_string(st.committed) + ".0"))
+      << parsed;
+  EXPECT_EQ(st.committed, 100u);
+  EXPECT_TRUE(Has(parsed, "counter|bufpool_pool_grows_total|pool=p|3.0"))
+      << parsed;
+  EXPECT_TRUE(Has(parsed, "counter|bufpool_pool_trims_total|pool=p|1.0"))
+      << parsed;
+  EXPECT_TRUE(
+      Has(parsed, "counter|bufpool_pool_grow_failures_total|pool=p|0.0"))
+      << parsed;
+  // Free is what is backed and not held: not the unbacked reserve.
+  EXPECT_TRUE(Has(parsed, "gauge|bufpool_pool_buffers|pool=p,state=free|99.0"))
+      << parsed;
+  EXPECT_TRUE(Has(parsed, "gauge|bufpool_pool_capacity_buffers|pool=p|1024.0"))
+      << parsed;
+}
+
 TEST(MetricsTest, RingFamiliesParseAndMatchTheRing) {
   io_uring ring;
   ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);

@@ -162,5 +162,62 @@ TEST(FixedBuffersTest, MemlockLimitIsNamedBeforeRegistering) {
               "needs 1048576 bytes .*RLIMIT_MEMLOCK is 64 KiB.*ulimit -l 1024");
 }
 
+// An elastic pool: a sparse table whose entries IndexOf() fills in, so a
+// buffer the pool grew into after Register() is read into like any other,
+// and no Trim() takes pages the kernel holds.
+TEST(FixedBuffersTest, ReadFixedIntoABufferOfAGrownPartOfAnElasticPool) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_size = 4096,
+                                  .buffer_count = 64,
+                                  .huge_pages = HugePages::kNever,
+                                  .max_buffer_count = 16384,
+                                  .grow_step = 64});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto fixed = FixedBuffers::Register(ring.get(), **pool);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->count(), (*pool)->region().size() / (*pool)->chunk_bytes());
+  std::vector<Buffer> held(1000);  // grows well past what was registered
+  ASSERT_EQ((*pool)->TryAcquireBulk(absl::MakeSpan(held)), 1000u);
+  ASSERT_GE((*pool)->Stats().grows, 1u);
+
+  std::string data(4096, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 13);
+  const int fd = TempFileWith(data);
+  ASSERT_GE(fd, 0);
+  for (Buffer* b : {&held[10], &held[999]}) {  // the first part; a grown one
+    std::memset(b->data(), 0, 4096);
+    const int index = fixed->IndexOf(b->data());
+    ASSERT_GE(index, 0);
+    EXPECT_EQ(static_cast<size_t>(index),
+              (b->data() - (*pool)->region().data()) / (*pool)->chunk_bytes());
+    io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
+    io_uring_prep_read_fixed(sqe, fd, b->data(), 4096, 0, index);
+    ASSERT_EQ(io_uring_submit_and_wait(ring.get(), 1), 1);
+    io_uring_cqe* cqe = nullptr;
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    EXPECT_EQ(cqe->res, 4096);
+    io_uring_cqe_seen(ring.get(), cqe);
+    EXPECT_EQ(std::memcmp(b->data(), data.data(), 4096), 0);
+  }
+  // An entry not filled in yet is empty: the kernel refuses it.
+  io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
+  io_uring_prep_read_fixed(sqe, fd, held[500].data(), 4096, 0,
+                           static_cast<int>(fixed->count() - 1));
+  ASSERT_EQ(io_uring_submit_and_wait(ring.get(), 1), 1);
+  io_uring_cqe* cqe = nullptr;
+  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+  EXPECT_LT(cqe->res, 0);
+  io_uring_cqe_seen(ring.get(), cqe);
+  close(fd);
+
+  // Registered: nothing is trimmed; unregistered: the free part goes.
+  held.resize(100);
+  (*pool)->FlushCaches();
+  EXPECT_EQ((*pool)->Trim(0), 0u);
+  fixed->Unregister();
+  EXPECT_GT((*pool)->Trim(0), 0u);
+}
+
 }  // namespace
 }  // namespace bufpool

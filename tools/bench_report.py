@@ -7,6 +7,8 @@ Reads, from the run's directory:
   gb/r<N>/*.json      Google Benchmark output of round N, one file per
                       contender (one process each)
   cold_start.jsonl    one JSON line per fresh-process cold-start measurement
+  elastic.jsonl       bench/elastic_pool's lines (create, burst, idle), one
+                      of each per round
   java.jsonl          the seed experiment in Java, when java was present
   skipped.txt         contenders that could not run here, one per line
   run_copy_bench/copy_bench.csv, run_echo_bench/echo_bench.json
@@ -214,6 +216,27 @@ def load_cold(run_dir):
     return cold, faults
 
 
+def load_elastic(run_dir):
+    """{"<contender>.<field>": {round: value}} from elastic.jsonl; the k-th
+    line of a contender is its round k."""
+    out, seen = {}, {}
+    path = os.path.join(run_dir, "elastic.jsonl")
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            r = json.loads(line)
+            c = r.pop("contender")
+            seen[c] = seen.get(c, 0) + 1
+            for k, v in r.items():
+                if isinstance(v, (int, float)):
+                    out.setdefault(f"{c}.{k}", {})[seen[c]] = v
+    return out
+
+
 def load_copy(run_dir):
     """{contender: {round: seconds}} from run_copy_bench's copy_bench.csv."""
     path = os.path.join(run_dir, "run_copy_bench", "copy_bench.csv")
@@ -411,7 +434,7 @@ def headline_table(rows):
     return out
 
 
-def goals(values, counters, cold, copy, echo):
+def goals(values, counters, cold, copy, echo, elastic=None):
     """The goal rows that this run has the figures for."""
     g = []
     V = lambda w, c, t=1: values.get((w, c, t), {})
@@ -547,6 +570,7 @@ def goals(values, counters, cold, copy, echo):
                   "pool (time ratio)",
                   per_round(V("UringCopy", "pool_1GiB"),
                             V("UringCopy", "pool_2MiB"), div), 1.10, True))
+    g.extend(elastic_goals(values, elastic or {}))
     if "libbufpool" in cold:
         g.append(goal("cold start of 10,000 ready buffers <= 5 ms",
                       cold["libbufpool"], 5, True))
@@ -602,6 +626,45 @@ def goals(values, counters, cold, copy, echo):
                            if r in m and u[r].get(cpu) is not None
                            and m[r].get(cpu)}, 1 - 1e-9, True))
     return [x for x in g if x]
+
+
+def elastic_goals(values, e):
+    """The elastic pool's rows (issue 42): bench/elastic_pool and the
+    libbufpool_elastic contender beside the fixed pool."""
+    V = lambda w, c, t=1: values.get((w, c, t), {})
+    div = lambda a, b: a / b
+    E = lambda k: e.get(k, {})
+    return [
+        goal("elastic: RSS after Create(512 of a 262,144 ceiling) <= 4 MiB "
+             "above an empty process (MiB)",
+             E("elastic_create.rss_above_empty_mib"), 4, True),
+        goal("elastic: RSS after a burst to 200,000 in use, their release and "
+             "Trim() <= 4 MiB above an empty process (MiB)",
+             E("elastic_burst.rss_after_trim_above_empty_mib"), 4, True),
+        goal("elastic: that Trim() <= 1 s (ms)", E("elastic_burst.trim_ms"),
+             1000, True),
+        goal("elastic: trim_after_idle (200 ms, a 10 ms TrimIdle() tick) "
+             "back within 4 MiB, ms after the release",
+             E("elastic_idle.back_after_ms"), None, True),
+        goal("elastic: one growth step (512 buffers) p99 <= 1 ms (ms)",
+             E("elastic_burst.grow_step_p99_ms"), 1, True),
+        goal("elastic: the burst / the same from a fixed pool of the ceiling "
+             "<= 1.5 (time ratio)",
+             per_round(E("elastic_burst.elastic_burst_ms"),
+                       E("elastic_burst.fixed_burst_ms"), div), 1.5, True),
+        goal("elastic: the burst / a fixed pool's Create() (pre-faulting "
+             "the 1 GiB) + its burst (time ratio)",
+             per_round(E("elastic_burst.elastic_burst_ms"),
+                       {r: v + E("elastic_burst.fixed_create_ms").get(r, 0)
+                        for r, v in E("elastic_burst.fixed_burst_ms").items()},
+                       div), None, True),
+        goal("elastic: hot pair / fixed pool's (time ratio, within noise)",
+             per_round(V("Pair", "libbufpool_elastic"), V("Pair", REFERENCE),
+                       div), None, True),
+        goal("elastic: working set / fixed pool's (time ratio, within noise)",
+             per_round(V("WorkingSet", "libbufpool_elastic"),
+                       V("WorkingSet", REFERENCE), div), None, True),
+    ]
 
 
 def goals_table(rows):
@@ -681,7 +744,7 @@ def main(run_dir):
                     "variants are represented by the one with the lowest "
                     "median.")
 
-    g = goals(values, counters, cold, copy, echo)
+    g = goals(values, counters, cold, copy, echo, load_elastic(run_dir))
     if g:
         text.append("\n## Goals\n")
         text.append("A goal is met when the median over rounds of its "

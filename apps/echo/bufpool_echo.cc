@@ -58,6 +58,10 @@ std::string Summary(const bufpool::EchoServer& server,
       " data_buffers_high_water=", s.buffers_holding_data_high_water,
       " pool_dry_stalls=", s.pool_dry_stalls,
       " unsent_limit_stalls=", s.unsent_limit_stalls);
+  if (p.committed != p.capacity || p.grows != 0) {  // an elastic pool
+    absl::StrAppend(&line, " pool_committed=", p.committed,
+                    " pool_grows=", p.grows, " pool_trims=", p.trims);
+  }
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const uint64_t cpu_us =
@@ -108,9 +112,22 @@ int main(int argc, char** argv) {
     run_status = (*server)->Run();
     if (!run_status.ok()) ::kill(::getpid(), SIGTERM);  // wake main
   });
+  // An elastic pool (--max-buffers): this thread is the idle trim's tick
+  // (once a second), so memory goes back even while the server makes no
+  // pool calls at all.
+  const bool elastic = parsed.command.pool.max_buffer_count != 0;
   for (;;) {
     int sig = 0;
-    if (sigwait(&signals, &sig) != 0) continue;
+    if (elastic) {
+      const timespec tick{1, 0};
+      sig = sigtimedwait(&signals, nullptr, &tick);
+      if (sig < 0) {
+        (*pool)->TrimIdle();
+        continue;
+      }
+    } else if (sigwait(&signals, &sig) != 0) {
+      continue;
+    }
     if (sig == SIGUSR1) {
       std::printf("stats: %s\n", Summary(**server, **pool).c_str());
       std::fflush(stdout);

@@ -5,6 +5,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace bufpool::tools {
 namespace {
@@ -61,6 +62,14 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
       ->type_name("N")
       ->option_text("N")
       ->transform(NumberIn(1, kMaxEchoBuffers));
+  app.add_option("--max-buffers", c.pool.max_buffer_count,
+                 absl::StrCat("an elastic pool: start with --buffer-count, "
+                              "grow up to\nthis many under load, give memory "
+                              "back when\nidle; 0 or --buffer-count to ",
+                              kMaxEchoBuffers, " (default: 0, a fixed pool)"))
+      ->type_name("N")
+      ->option_text("N")
+      ->transform(NumberIn(0, kMaxEchoBuffers));
   app.add_option("--buffer-size", c.pool.buffer_size,
                  absl::StrCat("bytes per buffer, a power of two from 64 to\n",
                               kMaxToolBufferSize,
@@ -79,6 +88,17 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
   result.action = RunParser(app, argc, argv, &result.text);
   if (result.action == ParseAction::kRun) {
     c.server.engine = *ParseEchoEngine(engine);  // checked by the validator
+    if (c.pool.max_buffer_count != 0 &&
+        c.pool.max_buffer_count < c.pool.buffer_count) {
+      result.action = ParseAction::kUsageError;
+      result.text =
+          absl::StrCat(kTool, ": --max-buffers: ", c.pool.max_buffer_count,
+                       " is below --buffer-count (", c.pool.buffer_count,
+                       "); use 0 for a fixed pool; see '", kTool, " --help'");
+    } else if (c.pool.max_buffer_count != 0) {
+      // Idle memory goes back on its own: main() ticks the idle trim.
+      c.pool.trim_after_idle = absl::Seconds(1);
+    }
   }
   return result;
 }

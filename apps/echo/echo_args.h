@@ -19,8 +19,10 @@ struct EchoCommand {
   // listen (IPv4 HOST:PORT, port 0 allowed), engine and max_unsent_bytes
   // (>= 1); pool is left null for main() to fill.
   EchoServerOptions server;
-  // buffer_count (1 to kMaxEchoBuffers, default 4096) and buffer_size (a
-  // power of two from 64 to kMaxToolBufferSize); the rest as PoolOptions'.
+  // buffer_count (1 to kMaxEchoBuffers, default 4096), buffer_size (a
+  // power of two from 64 to kMaxToolBufferSize) and max_buffer_count (0, or
+  // buffer_count to kMaxEchoBuffers; with it, trim_after_idle 1 s); the rest
+  // as PoolOptions'.
   PoolOptions pool;
 };
 

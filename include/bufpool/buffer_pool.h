@@ -42,7 +42,8 @@
 //     anywhere when the call began: every release that happened before the
 //     call is seen (one concurrent with it may be ordered after it; see
 //     src/pool/drain.cc), but for buffers in a cache that another call
-//     holds throughout (a drain moving them, or the cache's own thread).
+//     holds throughout (a drain moving them, or the cache's own thread),
+//     and for those a Trim() holds while it looks them over.
 //     Before it gives up it takes buffers from every CPU's cache. An
 //     exhausted pool answers without taking a lock.
 //   * Acquire(timeout) sleeps only while every buffer is in use, and a
@@ -94,6 +95,22 @@
 // its old owner looks legitimate; and two threads releasing the same pointer
 // at the same instant may race past it.
 //
+// Elastic pools. With PoolOptions::max_buffer_count, Create() reserves the
+// whole ceiling as one region (address space only: MAP_NORESERVE) and backs
+// buffer_count buffers; capacity() and region() are the ceiling's. When an
+// acquire finds no buffer free anywhere (the depot and every cache empty),
+// it backs the next step of buffers (pre-faulted, mlocked with lock_memory)
+// before it reports empty (TryAcquire*()) or sleeps (Acquire()); concurrent
+// growers wait on one lock and grow once. The hit path, the caches and the
+// drain are those of a fixed pool. A step the system refuses is not fatal:
+// the pool serves what it has (Grow() returns the refusal; Acquire() names
+// it in its error; Stats().grow_failures counts it). Trim() gives free
+// buffers' memory back; their slots go back to the reserve and are backed
+// again by a later growth, so a buffer handed out is always backed. Memory
+// grows and is trimmed in chunks: whole pages (2 MiB with huge pages) and
+// whole buffers, at least 1/16384 of the region (the io_uring fixed-buffer
+// table's limit, so that each chunk can be one registered buffer).
+//
 // Destruction. Destroy a pool only after every call into it on other threads
 // has returned, as with any object.
 #ifndef BUFPOOL_BUFFER_POOL_H_
@@ -132,6 +149,23 @@ struct PoolOptions {
   // when set (not kUseCacheSize) it is used instead of cache_size.
   static constexpr size_t kUseCacheSize = ~size_t{0};
   size_t thread_cache_size = kUseCacheSize;
+
+  // ---- An elastic pool (see "Elastic pools" on BufferPool) ----
+  // The ceiling. 0 (the default) keeps a fixed pool of buffer_count.
+  // Otherwise buffer_count buffers are ready at Create() and the pool grows,
+  // in steps of grow_step buffers, up to max_buffer_count when it would
+  // otherwise report exhaustion. The whole range is reserved at Create() as
+  // one contiguous region, so addresses never move and region() spans it.
+  // >= buffer_count, < 2^32 - 1.
+  size_t max_buffer_count = 0;
+  // Buffers per growth step, >= 1; rounded up to whole chunks (a chunk is
+  // a whole number of pages, of huge pages when the pool uses them, and of
+  // buffers; see BufferPool::Grow()).
+  size_t grow_step = 512;
+  // Trim free buffers the pool has not handed out for this long, checked on
+  // the slow paths and by TrimIdle(). 0: only Trim() trims. Needs
+  // max_buffer_count.
+  absl::Duration trim_after_idle = absl::ZeroDuration();
 };
 
 // How the per-CPU caches are guarded (BufferPool::per_cpu_mode()).
@@ -156,6 +190,12 @@ struct PoolStats {
   // Free buffers parked in the per-CPU caches: at most cache_capacity() x
   // CPUs; counted as free, not in in_use.
   size_t cached;
+  // ---- Elastic pools (max_buffer_count); a fixed pool reports committed =
+  // capacity and zero counts.
+  size_t committed;  // buffers backed by memory now (<= capacity)
+  uint64_t grows;    // growth steps taken
+  uint64_t trims;    // Trim() calls (and idle trims) that gave back memory
+  uint64_t grow_failures;  // steps the system refused (see BufferPool::Grow)
 };
 
 class BufferPool;
@@ -222,16 +262,19 @@ class BUFPOOL_EXPORT BufferPool {
   // An empty Buffer only when no buffer was free anywhere in the pool
   // during the call (counted in acquire_failures): this CPU's cache, the
   // shared store, then every other CPU's cache, which it empties into the
-  // shared store. Never waits.
+  // shared store. An elastic pool below its ceiling then grows one step
+  // (or waits for the thread growing it) before it reports empty. Never
+  // waits for a release.
   ABSL_ATTRIBUTE_ALWAYS_INLINE Buffer TryAcquire() {
     const uint32_t slot = TryAcquireSlot();
     return slot != kNoSlot ? Buffer(this, slot) : Buffer();
   }
-  // Returns a buffer as soon as one is free anywhere in the pool. Otherwise
-  // sleeps until one is released (on any thread) or `timeout` passes:
-  // DeadlineExceeded, counted in acquire_timeouts. A timeout of zero or less
-  // does not sleep (a failure is counted in acquire_failures). A timeout
-  // beyond a century waits forever. While it sleeps, releases skip the
+  // Returns a buffer as soon as one is free anywhere in the pool (an
+  // elastic pool grows first). Otherwise sleeps until one is released (on
+  // any thread) or `timeout` passes: DeadlineExceeded, counted in
+  // acquire_timeouts, naming a refused growth when there was one. A timeout of
+  // zero or less does not sleep (a failure is counted in acquire_failures). A
+  // timeout beyond a century waits forever. While it sleeps, releases skip the
   // caches and go to the shared store, so the one it needs reaches it.
   absl::StatusOr<Buffer> Acquire(absl::Duration timeout);
   // Fills out[0, n) with buffers and returns n <= out.size(); n is smaller
@@ -260,6 +303,49 @@ class BUFPOOL_EXPORT BufferPool {
   // holds throughout is passed by. The caches refill on use.
   void FlushCaches();
 
+  // ---- Elastic pools (PoolOptions::max_buffer_count) ----
+
+  // Gives the memory of free buffers back to the kernel (MADV_DONTNEED),
+  // whole chunks of them, the highest first, as long as at least
+  // `keep_free` free buffers of the shared store stay backed (so between
+  // keep_free and keep_free + a chunk's buffers stay, plus free buffers
+  // that share a chunk with one in use); returns the bytes given back. Only
+  // buffers free in the shared store are trimmed: never a buffer in use,
+  // and never one parked in a per-CPU cache (at most cache_capacity() x
+  // CPUs; FlushCaches() first to include them). Their slots return to the
+  // reserve, and growth backs them again when they are needed. Returns 0 for
+  // a fixed pool, while a thread sleeps in Acquire(), and while FixedBuffers
+  // are registered for the pool (the kernel holds its pages). Serialized
+  // with growth; an acquire that finds the pool empty meanwhile waits for it
+  // to finish. Allocates (a list of the free slots); 0 if that fails.
+  size_t Trim(size_t keep_free = 0);
+  // trim_after_idle's tick, for a caller whose process makes no pool calls
+  // while idle (the slow paths tick too): once a trim_after_idle window has
+  // passed, trims the free buffers the shared store held throughout it (the
+  // fewest it was seen holding), and those idle in the caches (it flushes
+  // them first): so memory goes back within one to two windows of going
+  // idle. Never blocks; cheap when nothing is due (a clock read). Returns
+  // the bytes given back; 0 without trim_after_idle.
+  size_t TrimIdle();
+  // Backs at least `buffers` more buffers now (whole steps, at most up to
+  // the ceiling), for a caller that expects a burst. ResourceExhausted when
+  // the pool is at its ceiling or the system refused (mmap, madvise, mlock
+  // under RLIMIT_MEMLOCK: the message names the call and the limit); what
+  // was backed before a refusal stays usable. FailedPrecondition for a
+  // fixed pool.
+  absl::Status Grow(size_t buffers);
+  // The granule in which an elastic pool backs and trims its region: a
+  // power of two, a whole number of pages and of buffers, at least
+  // region().size() / 16384. A fixed pool: 0.
+  size_t chunk_bytes() const;
+  // For a registration that makes the kernel hold the region's pages
+  // (io_uring fixed buffers, RDMA): while any pin is held, Trim() gives
+  // nothing back (a trimmed page would stay pinned, and the kernel would
+  // keep using it after the pool backed the address with a new one).
+  // Growth goes on. Counted; each PinRegion() needs one UnpinRegion().
+  void PinRegion();
+  void UnpinRegion();
+
   // Raw pointers, checked (see "Safety" above): each must come back exactly
   // once, through ReleaseRaw(), ReleaseRawBulk() or Adopt(). ReleaseRaw()
   // aborts on a pointer that is not out as a raw pointer of this pool.
@@ -280,6 +366,7 @@ class BUFPOOL_EXPORT BufferPool {
   Buffer Adopt(std::byte* p);
 
   size_t buffer_size() const { return buffer_size_; }
+  // buffer_count; an elastic pool's ceiling, max_buffer_count.
   size_t capacity() const { return capacity_; }
   // Free buffers one CPU's cache may hold (see the file comment).
   size_t cache_capacity() const { return cache_capacity_; }
@@ -301,7 +388,8 @@ class BUFPOOL_EXPORT BufferPool {
   PoolStats Stats() const;
 
   // The whole arena, page-aligned (2 MiB-aligned with huge pages): for
-  // io_uring / RDMA registration. Valid for the pool's lifetime.
+  // io_uring / RDMA registration. Valid for the pool's lifetime. An elastic
+  // pool's spans its ceiling, of which Stats().committed buffers are backed.
   absl::Span<std::byte> region() const { return {base_, region_bytes_}; }
   // True when `p` points anywhere inside region().
   bool Contains(const void* p) const {

@@ -97,13 +97,21 @@ typedef struct bufpool_options {
   int lock_memory;      /* mlock the region (RLIMIT_MEMLOCK); default 0 */
   int scrub_on_release; /* zero a buffer on release; default 0 */
   size_t cache_size;    /* per-CPU cache, <= 512, 0: none; default 64 */
+  /* An elastic pool (since 0.3; see "Elastic pools" in buffer_pool.h).
+   * A caller whose struct_size ends before these gets their defaults. */
+  size_t max_buffer_count;    /* the ceiling; 0: a fixed pool; default 0 */
+  size_t grow_step;           /* buffers per growth step; default 512 */
+  int64_t trim_after_idle_ns; /* trim what stayed free this long; 0: off */
 } bufpool_options;
 
 /* The C++ defaults (PoolOptions{}); the library checks at compile time that
  * they still match. An initializer: bufpool_options o = BUFPOOL_OPTIONS_INIT;
  */
-#define BUFPOOL_OPTIONS_INIT \
-  { sizeof(bufpool_options), 4096, 1024, BUFPOOL_HUGE_PAGES_TRY, 1, 0, 0, 64 }
+#define BUFPOOL_OPTIONS_INIT                                                  \
+  {                                                                           \
+    sizeof(bufpool_options), 4096, 1024, BUFPOOL_HUGE_PAGES_TRY, 1, 0, 0, 64, \
+        0, 512, 0                                                             \
+  }
 
 /* A snapshot of a pool's counters; see PoolStats and BufferPool::Stats() in
  * bufpool/buffer_pool.h for when each is exact. */
@@ -118,6 +126,10 @@ typedef struct bufpool_stats {
                                 timed out */
   size_t cached;             /* free buffers parked in the per-CPU caches
                                 (since 0.3) */
+  size_t committed;          /* buffers backed by memory now (since 0.3) */
+  uint64_t grows;            /* growth steps taken */
+  uint64_t trims;            /* trims that gave memory back */
+  uint64_t grow_failures;    /* growth steps the system refused */
 } bufpool_stats;
 
 /* Fills the first `options_size` bytes of *options with BUFPOOL_OPTIONS_INIT
@@ -208,7 +220,22 @@ BUFPOOL_EXPORT size_t bufpool_write_metrics(const bufpool_pool* pool,
                                             const char* name, char* buf,
                                             size_t size) BUFPOOL_C_NOEXCEPT;
 
-/* The pool's buffer_size and buffer_count. */
+/* An elastic pool (max_buffer_count): gives the memory of free buffers in
+ * the shared store back to the kernel until at most keep_free stay backed,
+ * never a buffer in use or cached; returns the bytes given back (0 for a
+ * fixed pool). See BufferPool::Trim(). */
+BUFPOOL_EXPORT size_t bufpool_trim(bufpool_pool* pool,
+                                   size_t keep_free) BUFPOOL_C_NOEXCEPT;
+/* trim_after_idle's tick (BufferPool::TrimIdle()): never blocks; returns the
+ * bytes given back. */
+BUFPOOL_EXPORT size_t bufpool_trim_idle(bufpool_pool* pool) BUFPOOL_C_NOEXCEPT;
+/* Backs at least `buffers` more buffers now (BufferPool::Grow()). Returns 0,
+ * or -1 with the message in *err: at the ceiling, the system refused (its
+ * words and limit), or a fixed pool. */
+BUFPOOL_EXPORT int bufpool_grow(bufpool_pool* pool, size_t buffers,
+                                char** err) BUFPOOL_C_NOEXCEPT;
+
+/* The pool's buffer_size and buffer_count (an elastic pool: its ceiling). */
 BUFPOOL_EXPORT size_t bufpool_buffer_size(const bufpool_pool* pool)
     BUFPOOL_C_NOEXCEPT;
 BUFPOOL_EXPORT size_t bufpool_capacity(const bufpool_pool* pool)

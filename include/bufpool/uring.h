@@ -176,6 +176,17 @@ BUFPOOL_EXPORT absl::Status EnableServerRing(io_uring* ring);
 //
 // A ring has one table of fixed buffers: Register() fails (EBUSY) when the
 // ring already has one. Movable; destroying it unregisters the table.
+//
+// An elastic pool (PoolOptions::max_buffer_count) is registered as a sparse
+// table (io_uring_register_buffers_sparse, Linux 5.19) with one entry per
+// chunk of the region (BufferPool::chunk_bytes(), at most 16384 entries):
+// registered buffer i covers [region + i x chunk, region + (i + 1) x
+// chunk). Only what is used is pinned: IndexOf() of a buffer in a chunk not
+// yet registered (one the pool grew into since) registers that chunk first
+// (io_uring_register_buffers_update_tag, one system call on this ring's
+// thread, pinning chunk_bytes()). While registered the pool is pinned
+// (BufferPool::PinRegion()): Trim() gives nothing back, since the kernel
+// would keep the trimmed pages; growth goes on.
 class BUFPOOL_EXPORT FixedBuffers {
  public:
   // Bytes one registered buffer covers at most.
@@ -193,15 +204,22 @@ class BUFPOOL_EXPORT FixedBuffers {
   // The buf_index for io_uring_prep_read_fixed / write_fixed /
   // send_zc_fixed of bytes starting at `p`, or -1 when `p` is outside the
   // region. [p, p + len) must not cross a 1 GiB boundary of the region (no
-  // pool buffer does).
+  // pool buffer does; with an elastic pool, a chunk boundary: no buffer
+  // does). An elastic pool's chunk not registered yet is registered here
+  // (pass buffers you hold); -1 if the kernel refuses (RLIMIT_MEMLOCK).
   int IndexOf(const void* p) const {
     const uintptr_t off =
         reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base_);
-    return off < bytes_ ? static_cast<int>(off >> 30) : -1;
+    if (off >= bytes_) return -1;
+    const auto index = static_cast<unsigned>(off >> shift_);
+    if (registered_.empty() || ((registered_[index >> 6] >> (index & 63)) & 1))
+      return static_cast<int>(index);
+    return RegisterChunk(index);
   }
-  // Registered buffers (iovecs) in the table.
+  // Registered buffers (iovecs) in the table; an elastic pool's table
+  // entries, registered or still empty.
   unsigned count() const { return count_; }
-  // Bytes registered: the pool's whole region.
+  // Bytes the table covers: the pool's whole region.
   size_t size() const { return bytes_; }
 
   // Unregisters now; the object becomes empty (IndexOf() is -1 for all).
@@ -210,11 +228,18 @@ class BUFPOOL_EXPORT FixedBuffers {
  private:
   FixedBuffers(io_uring* ring, std::byte* base, size_t bytes, unsigned count)
       : ring_(ring), base_(base), bytes_(bytes), count_(count) {}
+  // An elastic pool's chunk: registers it (out of line); its index or -1.
+  int RegisterChunk(unsigned index) const;
 
   io_uring* ring_ = nullptr;  // nullptr: nothing to unregister
   std::byte* base_ = nullptr;
   size_t bytes_ = 0;
   unsigned count_ = 0;
+  unsigned shift_ = 30;  // log2 of the bytes one entry covers
+  // Elastic pools: bit i set once entry i is registered (empty: a fixed
+  // pool's table, all registered). Mutable: IndexOf() fills entries in.
+  mutable std::vector<uint64_t> registered_;
+  BufferPool* pinned_ = nullptr;  // the pool pinned while registered
 };
 
 // ---- Provided-buffer ring ---------------------------------------------------

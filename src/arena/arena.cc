@@ -1,5 +1,6 @@
 #include "arena/arena.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -15,9 +16,11 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 // Maps `len` bytes (a multiple of 2 MiB) at a 2 MiB boundary, so that
 // transparent huge pages can back all of it: over-map by one huge page, then
 // trim the unaligned head and the tail.
-absl::StatusOr<std::byte*> MapHugeAligned(size_t len) {
+absl::StatusOr<std::byte*> MapHugeAligned(size_t len, bool noreserve) {
   const size_t over = len + os::kHugePageSize;
-  absl::StatusOr<void*> raw = os::MapAnonymous(over, /*hugetlb=*/false);
+  absl::StatusOr<void*> raw =
+      noreserve ? os::ReserveAnonymous(over, /*hugetlb=*/false)
+                : os::MapAnonymous(over, /*hugetlb=*/false);
   if (!raw.ok()) return raw.status();
   const auto start = reinterpret_cast<uintptr_t>(*raw);
   const uintptr_t aligned = RoundUp(start, os::kHugePageSize);
@@ -33,10 +36,18 @@ absl::StatusOr<std::byte*> MapHugeAligned(size_t len) {
 absl::StatusOr<Arena> Arena::Map(const ArenaOptions& options) {
   Arena arena;
   arena.size_ = options.size;
+  // The whole mapping: the reserve when one is asked for (MAP_NORESERVE),
+  // of which only `size` is backed below.
+  const bool elastic = options.reserve > options.size;
+  const size_t want = elastic ? options.reserve : options.size;
+  auto map = [elastic](size_t len, bool hugetlb) {
+    return elastic ? os::ReserveAnonymous(len, hugetlb)
+                   : os::MapAnonymous(len, hugetlb);
+  };
   switch (options.huge_pages) {
     case HugePages::kRequire: {
-      arena.mapped_ = RoundUp(options.size, os::kHugePageSize);
-      absl::StatusOr<void*> p = os::MapAnonymous(arena.mapped_, true);
+      arena.mapped_ = RoundUp(want, os::kHugePageSize);
+      absl::StatusOr<void*> p = map(arena.mapped_, true);
       if (!p.ok()) {
         const long reserved = os::ReservedHugePages();
         return absl::UnavailableError(absl::StrCat(
@@ -51,9 +62,9 @@ absl::StatusOr<Arena> Arena::Map(const ArenaOptions& options) {
       break;
     }
     case HugePages::kTry:
-      if (options.size >= os::kHugePageSize) {
-        arena.mapped_ = RoundUp(options.size, os::kHugePageSize);
-        absl::StatusOr<std::byte*> p = MapHugeAligned(arena.mapped_);
+      if (want >= os::kHugePageSize) {
+        arena.mapped_ = RoundUp(want, os::kHugePageSize);
+        absl::StatusOr<std::byte*> p = MapHugeAligned(arena.mapped_, elastic);
         if (!p.ok()) {
           return absl::ResourceExhaustedError(p.status().message());
         }
@@ -65,31 +76,68 @@ absl::StatusOr<Arena> Arena::Map(const ArenaOptions& options) {
       }
       [[fallthrough]];  // too small for a huge page
     case HugePages::kNever: {
-      arena.mapped_ = RoundUp(options.size, os::kPageSize);
-      absl::StatusOr<void*> p = os::MapAnonymous(arena.mapped_, false);
+      arena.mapped_ = RoundUp(want, os::kPageSize);
+      absl::StatusOr<void*> p = map(arena.mapped_, false);
       if (!p.ok()) return absl::ResourceExhaustedError(p.status().message());
       arena.base_ = static_cast<std::byte*>(*p);
       break;
     }
   }
+  arena.lock_memory_ = options.lock_memory;
+  // A fixed arena backs all it maps; an elastic one its first `size` bytes,
+  // in whole commit units.
+  const size_t backed =
+      elastic
+          ? std::min(arena.mapped_, RoundUp(options.size, arena.commit_unit()))
+          : arena.mapped_;
   if (options.populate) {
-    if (absl::Status s = os::Prefault(arena.base_, arena.mapped_); !s.ok()) {
+    if (absl::Status s = os::Prefault(arena.base_, backed); !s.ok()) {
       return absl::ResourceExhaustedError(s.message());
     }
   }
   if (options.lock_memory) {
-    if (absl::Status s = os::LockMemory(arena.base_, arena.mapped_); !s.ok()) {
+    if (absl::Status s = os::LockMemory(arena.base_, backed); !s.ok()) {
       return absl::ResourceExhaustedError(s.message());
     }
   }
   return arena;
 }
 
+size_t Arena::commit_unit() const {
+  return huge_pages_ ? os::kHugePageSize : os::kPageSize;
+}
+
+absl::Status Arena::Commit(size_t offset, size_t len) {
+  // Always populated, whatever `populate` said at Map(): growth runs on the
+  // slow path, and a step's page faults belong there rather than on the
+  // first writes into the new buffers. Hugetlb pages come from the reserved
+  // pool here (the mapping reserved none), so running out is this Status.
+  if (absl::Status s = os::Prefault(base_ + offset, len); !s.ok()) {
+    return absl::ResourceExhaustedError(s.message());
+  }
+  if (lock_memory_) {
+    if (absl::Status s = os::LockMemory(base_ + offset, len); !s.ok()) {
+      return absl::ResourceExhaustedError(s.message());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Arena::Decommit(size_t offset, size_t len) {
+  if (lock_memory_) {  // MADV_DONTNEED refuses locked pages (EINVAL)
+    if (absl::Status s = os::UnlockMemory(base_ + offset, len); !s.ok()) {
+      return s;
+    }
+  }
+  return os::Decommit(base_ + offset, len);
+}
+
 Arena::Arena(Arena&& other) noexcept
     : base_(std::exchange(other.base_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       mapped_(std::exchange(other.mapped_, 0)),
-      huge_pages_(std::exchange(other.huge_pages_, false)) {}
+      huge_pages_(std::exchange(other.huge_pages_, false)),
+      lock_memory_(other.lock_memory_) {}
 
 Arena& Arena::operator=(Arena&& other) noexcept {
   if (this != &other) {

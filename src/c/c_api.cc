@@ -41,6 +41,10 @@ static_assert(kCDefaults.populate == kCppDefaults.populate);
 static_assert(kCDefaults.lock_memory == kCppDefaults.lock_memory);
 static_assert(kCDefaults.scrub_on_release == kCppDefaults.scrub_on_release);
 static_assert(kCDefaults.cache_size == kCppDefaults.cache_size);
+static_assert(kCDefaults.max_buffer_count == kCppDefaults.max_buffer_count);
+static_assert(kCDefaults.grow_step == kCppDefaults.grow_step);
+static_assert(kCDefaults.trim_after_idle_ns == 0 &&
+              kCppDefaults.trim_after_idle == absl::ZeroDuration());
 static_assert(BUFPOOL_HUGE_PAGES_NEVER ==
               static_cast<int>(bufpool::HugePages::kNever));
 static_assert(BUFPOOL_HUGE_PAGES_TRY ==
@@ -117,6 +121,19 @@ absl::Status ToPoolOptions(const bufpool_options* in,
   out->lock_memory = in->lock_memory != 0;
   out->scrub_on_release = in->scrub_on_release != 0;
   out->cache_size = in->cache_size;
+  // The elastic fields (0.3), where the caller's struct has them.
+  auto has = [in](size_t offset, size_t size) {
+    return in->struct_size >= offset + size;
+  };
+  if (has(offsetof(bufpool_options, max_buffer_count), sizeof(size_t))) {
+    out->max_buffer_count = in->max_buffer_count;
+  }
+  if (has(offsetof(bufpool_options, grow_step), sizeof(size_t))) {
+    out->grow_step = in->grow_step;
+  }
+  if (has(offsetof(bufpool_options, trim_after_idle_ns), sizeof(int64_t))) {
+    out->trim_after_idle = absl::Nanoseconds(in->trim_after_idle_ns);
+  }
   return absl::OkStatus();
 }
 
@@ -238,6 +255,10 @@ void bufpool_get_stats_sized(const bufpool_pool* pool, bufpool_stats* stats,
   out.acquire_failures = s.acquire_failures;
   out.acquire_timeouts = s.acquire_timeouts;
   out.cached = s.cached;
+  out.committed = s.committed;
+  out.grows = s.grows;
+  out.trims = s.trims;
+  out.grow_failures = s.grow_failures;
   const size_t n = std::min(stats_size, sizeof(out));
   out.struct_size = n;
   std::memcpy(stats, &out, n);
@@ -248,6 +269,21 @@ void bufpool_region(const bufpool_pool* pool, void** base,
   const absl::Span<std::byte> r = Pool(pool)->region();
   if (base != nullptr) *base = r.data();
   if (length != nullptr) *length = r.size();
+}
+
+size_t bufpool_trim(bufpool_pool* pool, size_t keep_free) noexcept {
+  return Pool(pool)->Trim(keep_free);
+}
+
+size_t bufpool_trim_idle(bufpool_pool* pool) noexcept {
+  return Pool(pool)->TrimIdle();
+}
+
+int bufpool_grow(bufpool_pool* pool, size_t buffers, char** err) noexcept {
+  const absl::Status s = Pool(pool)->Grow(buffers);
+  if (s.ok()) return 0;
+  StoreError(err, s);
+  return -1;
 }
 
 size_t bufpool_buffer_size(const bufpool_pool* pool) noexcept {

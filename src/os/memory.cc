@@ -18,16 +18,38 @@
 
 namespace bufpool::os {
 
-absl::StatusOr<void*> MapAnonymous(size_t len, bool hugetlb) {
-  int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+namespace {
+
+absl::StatusOr<void*> MapWithFlags(size_t len, bool hugetlb, int extra) {
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | extra;
   if (hugetlb) flags |= MAP_HUGETLB;
   void* p = Sys().mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, -1, 0);
   if (p == MAP_FAILED) {
-    return PosixError(absl::StrCat("mmap of ", len, " bytes",
-                                   hugetlb ? " with MAP_HUGETLB" : ""),
-                      errno);
+    return PosixError(
+        absl::StrCat("mmap of ", len, " bytes",
+                     (extra & MAP_NORESERVE) != 0 ? " with MAP_NORESERVE" : "",
+                     hugetlb ? " with MAP_HUGETLB" : ""),
+        errno);
   }
   return p;
+}
+
+}  // namespace
+
+absl::StatusOr<void*> MapAnonymous(size_t len, bool hugetlb) {
+  return MapWithFlags(len, hugetlb, 0);
+}
+
+absl::StatusOr<void*> ReserveAnonymous(size_t len, bool hugetlb) {
+  return MapWithFlags(len, hugetlb, MAP_NORESERVE);
+}
+
+absl::Status Decommit(void* addr, size_t len) {
+  if (Sys().madvise(addr, len, MADV_DONTNEED) != 0) {
+    return PosixError(absl::StrCat("madvise(MADV_DONTNEED) of ", len, " bytes"),
+                      errno);
+  }
+  return absl::OkStatus();
 }
 
 void Unmap(void* addr, size_t len) {
@@ -80,6 +102,13 @@ absl::Status LockMemory(void* addr, size_t len) {
                    "; raise it with `ulimit -l` or run without "
                    "lock_memory)"),
       err);
+}
+
+absl::Status UnlockMemory(void* addr, size_t len) {
+  if (Sys().munlock(addr, len) != 0) {
+    return PosixError(absl::StrCat("munlock of ", len, " bytes"), errno);
+  }
+  return absl::OkStatus();
 }
 
 namespace {

@@ -22,6 +22,17 @@ inline constexpr size_t kHugePageSize = size_t{2} << 20;
 absl::StatusOr<void*> MapAnonymous(size_t len, bool hugetlb);
 void Unmap(void* addr, size_t len);  // aborts on failure: a bug, not an error
 
+// MapAnonymous with MAP_NORESERVE: address space for a pool's ceiling that
+// costs no memory (and, under the default overcommit policy, no commit
+// charge) until a page is written or populated. With `hugetlb`, no huge
+// pages are reserved either: they are taken when Prefault() populates them,
+// which then fails (a Status) instead of a later write faulting.
+absl::StatusOr<void*> ReserveAnonymous(size_t len, bool hugetlb);
+
+// madvise(MADV_DONTNEED): gives [addr, addr+len) back to the kernel now; the
+// range stays mapped, read and write, and reads zero until written again.
+absl::Status Decommit(void* addr, size_t len);
+
 // madvise(MADV_HUGEPAGE). Fails where THP is compiled out or disabled.
 absl::Status AdviseHugePages(void* addr, size_t len);
 
@@ -36,6 +47,9 @@ absl::Status Prefault(void* addr, size_t len);
 
 // mlock; the error names RLIMIT_MEMLOCK and its current value.
 absl::Status LockMemory(void* addr, size_t len);
+// munlock (before Decommit of a locked range: MADV_DONTNEED refuses locked
+// pages).
+absl::Status UnlockMemory(void* addr, size_t len);
 
 // Whether the kernel lets this process pin `bytes` (io_uring buffer
 // registration, mlock): always with CAP_IPC_LOCK, else when RLIMIT_MEMLOCK

@@ -123,6 +123,7 @@ constexpr SyscallTable kReal = {
     .munmap = ::munmap,
     .madvise = ::madvise,
     .mlock = ::mlock,
+    .munlock = ::munlock,
     .sched_getcpu = ::sched_getcpu,
     .membarrier = RealMembarrier,
     .uring_create = CreateUring,

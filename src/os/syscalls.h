@@ -120,6 +120,7 @@ struct SyscallTable {
   int (*munmap)(void* addr, size_t len);
   int (*madvise)(void* addr, size_t len, int advice);
   int (*mlock)(const void* addr, size_t len);
+  int (*munlock)(const void* addr, size_t len);
   int (*sched_getcpu)();
   // membarrier(2): returns what the system call returns (-1 and errno on
   // failure).

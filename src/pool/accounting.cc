@@ -3,14 +3,18 @@
 //
 // The free slots are those in the depot and in the CPU caches:
 //
-//   in_use = capacity - D - sum over caches of count(c)
+//   in_use = committed - D - sum over caches of count(c)
 //
-// exact whenever no call is in flight. D is the depot's size: with caches
-// off the depot is a single list whose links carry depths (exact at every
-// pop, no counter); with caches on, `Shared::depot_free`, updated by one
-// atomic add per batch moved. Moves keep an order so that a slot in transit
-// counts as in use, never as free twice: a pop lowers depot_free before the
-// cache's count rises, a push raises it after the count fell.
+// exact whenever no call is in flight. `committed` (Shared::committed) is
+// the capacity of a fixed pool; an elastic pool raises it before grown
+// slots reach the depot and lowers it after Trim() took slots out, so those
+// moves, like the others, only ever count a slot in transit as in use. D is the
+// depot's size: with caches off the depot is a single list whose links carry
+// depths (exact at every pop, no counter); with caches on,
+// `Shared::depot_free`, updated by one atomic add per batch moved. Moves keep
+// an order so that a slot in transit counts as in use, never as free twice: a
+// pop lowers depot_free before the cache's count rises, a push raises it after
+// the count fell.
 //
 // High water. Every change of depot_free is an event made by one cache (or
 // by a call without one, low = 0): it raises high_water to
@@ -73,17 +77,18 @@ void PoolAccess::Popped(BufferPool& p, uint32_t n, uint32_t left, uint32_t low,
       p.cache_capacity_ != 0
           ? s.depot_free.fetch_sub(n, std::memory_order_relaxed)
           : int64_t{left} + n;
+  const size_t committed = s.committed.load(std::memory_order_relaxed);
   UpdateMax(s.high_water,
-            static_cast<int64_t>(p.capacity_) - before - low + handed,
-            p.capacity_);
+            static_cast<int64_t>(committed) - before - low + handed, committed);
 }
 
 void PoolAccess::Pushed(BufferPool& p, uint32_t n, uint32_t low) {
   if (p.cache_capacity_ == 0) return;  // a push never raises in_use
   BufferPool::Shared& s = S(p);
   const int64_t before = s.depot_free.fetch_add(n, std::memory_order_relaxed);
-  UpdateMax(s.high_water, static_cast<int64_t>(p.capacity_) - before - low,
-            p.capacity_);
+  const size_t committed = s.committed.load(std::memory_order_relaxed);
+  UpdateMax(s.high_water, static_cast<int64_t>(committed) - before - low,
+            committed);
 }
 
 int64_t PoolAccess::DepotSize(const BufferPool& p) {
@@ -127,7 +132,9 @@ PoolStats BufferPool::Stats() const {
     lows += std::min<int64_t>(
         count, s.caches[i].low_water.load(std::memory_order_relaxed));
   }
-  const int64_t cap = static_cast<int64_t>(capacity_);
+  // Backed slots: the capacity of a fixed pool (see the top).
+  const int64_t cap =
+      static_cast<int64_t>(s.committed.load(std::memory_order_relaxed));
   // Every cache's window contains any peak since the last event (see "High
   // water"), so the sum of their lows bounds the free slots then. Not
   // stored: read while another thread moves a batch, this picture can count
@@ -143,6 +150,16 @@ PoolStats BufferPool::Stats() const {
       .acquire_failures = s.failures.load(std::memory_order_relaxed),
       .acquire_timeouts = s.timeouts.load(std::memory_order_relaxed),
       .cached = static_cast<size_t>(std::clamp<int64_t>(cached, 0, cap)),
+      .committed = static_cast<size_t>(cap),
+      .grows = s.growth == nullptr
+                   ? 0
+                   : s.growth->grows.load(std::memory_order_relaxed),
+      .trims = s.growth == nullptr
+                   ? 0
+                   : s.growth->trims.load(std::memory_order_relaxed),
+      .grow_failures = s.growth == nullptr ? 0
+                                           : s.growth->grow_failures.load(
+                                                 std::memory_order_relaxed),
   };
 }
 

@@ -209,11 +209,13 @@ class CountedWait {
   bool counted_ = false;
 };
 
-absl::Status DeadlineError(const BufferPool& pool, absl::Duration timeout) {
+absl::Status DeadlineError(const BufferPool& pool, absl::Duration timeout,
+                           const absl::Status& grow_error) {
   return absl::DeadlineExceededError(absl::StrCat(
       "BufferPool::Acquire: no buffer became free within ",
       absl::FormatDuration(timeout), " (capacity ", pool.capacity(), " x ",
-      pool.buffer_size(), " bytes, all in use)"));
+      pool.buffer_size(), " bytes, all in use", grow_error.ok() ? "" : "; ",
+      grow_error.message(), ")"));
 }
 
 void WriteEvent(int fd) {
@@ -363,6 +365,9 @@ void PoolAccess::ForkPrepare() {
   g_pools_mu.lock();
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     s->bulk_gate.Lock();  // before wait_mu: a bulk call may wake waiters
+    // No growth or Trim() half done (growth.cc): after the gate, which a
+    // bulk call holds while it grows, before wait_mu, which they take.
+    if (s->growth != nullptr) s->growth->mu.lock();
     s->wait_mu.lock();
     // No single call between its cache and the depot (PassBy) from here on.
     s->forking.store(true, std::memory_order_seq_cst);
@@ -379,6 +384,7 @@ void PoolAccess::ForkParent() {
     s->forking.store(false,
                      std::memory_order_relaxed);  // callers pass by again
     s->wait_mu.unlock();
+    if (s->growth != nullptr) s->growth->mu.unlock();
     s->bulk_gate.Unlock();
   }
   g_pools_mu.unlock();
@@ -401,6 +407,7 @@ void PoolAccess::ForkChild() {
     }
     SetWaiters(p, waiters, std::memory_order_relaxed);
     s->wait_mu.unlock();
+    if (s->growth != nullptr) s->growth->mu.unlock();
     s->bulk_gate.Reset();
   }
   g_pools_mu.unlock();
@@ -415,6 +422,11 @@ void BufferPool::FlushCaches() {
 absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   uint32_t reshelved = 0;
   uint32_t slot = PoolAccess::TakeAnywhere(*this, false, &reshelved);
+  // An elastic pool grows before it waits (growth.cc).
+  absl::Status grow_error;
+  if (slot == kNoSlot && shared_->growth != nullptr) {
+    slot = PoolAccess::GrowAndTake(*this, &reshelved, &grow_error);
+  }
   if (slot != kNoSlot || timeout <= absl::ZeroDuration()) {
     PoolAccess::WakeWaiters(*this, reshelved);
     if (slot != kNoSlot) {
@@ -422,7 +434,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
       return Buffer(this, slot);
     }
     shared_->failures.fetch_add(1, std::memory_order_relaxed);
-    return DeadlineError(*this, timeout);
+    return DeadlineError(*this, timeout, grow_error);
   }
   using Clock = std::chrono::steady_clock;
   // Beyond a century is forever (and would overflow the clock's arithmetic).
@@ -437,6 +449,10 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
     bool busy_left = false;
     slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/true, &reshelved,
                                     &busy_left);
+    if (slot == kNoSlot && shared_->growth != nullptr) {
+      // A Trim() may have taken what a release freed ("Sleepers").
+      slot = PoolAccess::GrowAndTake(*this, &reshelved, &grow_error);
+    }
     if (slot != kNoSlot) break;
     std::unique_lock<std::mutex> lock(shared_->wait_mu);
     // Step 3: the depot again (the caches' releases go there now).
@@ -463,7 +479,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
     return Buffer(this, slot);
   }
   shared_->timeouts.fetch_add(1, std::memory_order_relaxed);
-  return DeadlineError(*this, timeout);
+  return DeadlineError(*this, timeout, grow_error);
 }
 
 absl::Status BufferPool::NotifyWhenFree(int event_fd) {

@@ -52,7 +52,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <new>
 
 namespace bufpool {
 
@@ -60,12 +62,17 @@ class FreeList {
  public:
   static constexpr uint32_t kNoSlot = 0xffffffffu;
 
-  // An empty stack for slots [0, capacity); capacity < kNoSlot.
+  // An empty stack for slots [0, capacity); capacity < kNoSlot. The links
+  // come zeroed from calloc, Link(0, 0): slot 0, in bounds (invariant 3),
+  // and a large array's pages stay untouched until their slots are first
+  // pushed, so an elastic pool's ceiling costs no memory here. Throws
+  // std::bad_alloc when calloc fails.
   explicit FreeList(uint32_t capacity)
-      : link_(new std::atomic<uint64_t>[capacity]) {
-    for (uint32_t i = 0; i < capacity; ++i) {
-      link_[i].store(Link(kNoSlot, 0), std::memory_order_relaxed);
-    }
+      : link_(static_cast<std::atomic<uint64_t>*>(std::calloc(
+            capacity == 0 ? 1 : capacity, sizeof(std::atomic<uint64_t>)))) {
+    static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) &&
+                  std::atomic<uint64_t>::is_always_lock_free);
+    if (link_ == nullptr) throw std::bad_alloc();
   }
 
   // Pushes slots[0, n) with one CAS (n >= 1); slots[0] becomes the new top.
@@ -167,7 +174,10 @@ class FreeList {
     return BelowOf(link_[top].load(std::memory_order_relaxed)) + 1;
   }
 
-  std::unique_ptr<std::atomic<uint64_t>[]> link_;
+  struct Free {
+    void operator()(std::atomic<uint64_t>* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::atomic<uint64_t>[], Free> link_;
   alignas(64) std::atomic<uint64_t> head_{Pack(kNoSlot, 0)};
 };
 

@@ -45,8 +45,10 @@ void WriteMetrics(const BufferPool& pool, std::string* out,
   const PoolStats st = pool.Stats();
   const std::string labels = internal::MetricsLabels(options.name);
   // A snapshot of counters read one by one: never report a negative free.
-  const size_t free_buffers = st.in_use + st.cached < st.capacity
-                                  ? st.capacity - st.in_use - st.cached
+  // Free: backed and in the depot (an elastic pool's unbacked reserve is
+  // not free until it grows).
+  const size_t free_buffers = st.in_use + st.cached < st.committed
+                                  ? st.committed - st.in_use - st.cached
                                   : 0;
   absl::StrAppend(out,
                   "# HELP bufpool_pool_buffers Buffers of the pool by state: "
@@ -78,6 +80,21 @@ void WriteMetrics(const BufferPool& pool, std::string* out,
                           "Acquire calls with a positive timeout that timed "
                           "out.",
                           labels, "", absl::StrCat(st.acquire_timeouts));
+  // Elastic pools (max_buffer_count); a fixed pool: committed = capacity.
+  internal::MetricsFamily(out, "bufpool_pool_committed_buffers", "gauge",
+                          "Buffers backed by memory now (an elastic pool "
+                          "grows toward its capacity and trims back).",
+                          labels, "", absl::StrCat(st.committed));
+  internal::MetricsFamily(out, "bufpool_pool_grows_total", "counter",
+                          "Growth steps an elastic pool took.", labels, "",
+                          absl::StrCat(st.grows));
+  internal::MetricsFamily(out, "bufpool_pool_grow_failures_total", "counter",
+                          "Growth steps the system refused (mmap, madvise, "
+                          "mlock).",
+                          labels, "", absl::StrCat(st.grow_failures));
+  internal::MetricsFamily(out, "bufpool_pool_trims_total", "counter",
+                          "Trims that gave memory back to the kernel.", labels,
+                          "", absl::StrCat(st.trims));
 }
 
 }  // namespace bufpool

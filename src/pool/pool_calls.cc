@@ -74,13 +74,19 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     const PoolOptions& options) {
   const absl::StatusOr<size_t> cache_size = CheckedCacheSize(options, kNoSlot);
   if (!cache_size.ok()) return cache_size.status();
+  if (absl::Status s = PoolAccess::CheckGrowthOptions(options); !s.ok()) {
+    return s;
+  }
   const size_t size = options.buffer_size;
   const size_t count = options.buffer_count;
-  absl::StatusOr<Arena> arena =
-      Arena::Map({.size = size * count,
-                  .huge_pages = options.huge_pages,
-                  .populate = options.populate,
-                  .lock_memory = options.lock_memory});
+  // Slots: the ceiling of an elastic pool (growth.cc), all reserved now.
+  const size_t ceiling =
+      options.max_buffer_count != 0 ? options.max_buffer_count : count;
+  absl::StatusOr<Arena> arena = Arena::Map({.size = size * count,
+                                            .huge_pages = options.huge_pages,
+                                            .populate = options.populate,
+                                            .lock_memory = options.lock_memory,
+                                            .reserve = size * ceiling});
   if (!arena.ok()) {
     return absl::Status(arena.status().code(),
                         absl::StrCat("BufferPool::Create(", count, " x ", size,
@@ -97,14 +103,14 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   };
   std::unique_ptr<BufferPool> pool;
   std::vector<uint32_t> all;
+  size_t ready = count;  // slots free at once: rounded up when elastic
   try {
-    all.resize(count);
     pool.reset(new BufferPool());
     pool->base_ = arena->data();
     pool->huge_pages_ = arena->huge_pages();
     pool->buffer_size_ = size;
-    pool->capacity_ = count;
-    pool->region_bytes_ = count * size;
+    pool->capacity_ = ceiling;
+    pool->region_bytes_ = ceiling * size;
     pool->cache_capacity_ = std::min(*cache_size, count / 8);
     PoolAccess::SetWaiters(*pool, 0, std::memory_order_relaxed);
     pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
@@ -114,11 +120,11 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     // so slots near each other land on different cache lines and two
     // threads cycling their own slots do not write one line from two cores.
     size_t states = 64;
-    while (states < count) states *= 2;
+    while (states < ceiling) states *= 2;
     pool->state_mask_ = static_cast<uint32_t>(states - 1);
     pool->state_ = std::make_unique<std::atomic<uint8_t>[]>(states);
     pool->shared_ = std::make_unique<Shared>(
-        std::move(*arena), static_cast<uint32_t>(count),
+        std::move(*arena), static_cast<uint32_t>(ceiling),
         pool->cache_capacity_ == 0 ? 0 : PoolAccess::RefillBatch(*pool),
         PoolAccess::CpuCount(), static_cast<uint32_t>(pool->cache_capacity_));
     const absl::Status caches = PoolAccess::InitCaches(
@@ -127,6 +133,14 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
       pool->shared_.reset();
       return failed(caches);
     }
+    const absl::StatusOr<size_t> backed =
+        PoolAccess::InitGrowth(*pool, *pool->shared_, options);
+    if (!backed.ok()) {
+      pool->shared_.reset();
+      return failed(backed.status());
+    }
+    ready = *backed;
+    all.resize(ready);
   } catch (const std::bad_alloc&) {
     if (pool != nullptr) pool->shared_.reset();
     return failed(absl::ResourceExhaustedError(
@@ -135,11 +149,11 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   }
 
   // Slot 0 on top, so a fresh pool hands buffers out in address order.
-  for (uint32_t i = 0; i < count; ++i) all[i] = i;
-  pool->shared_->depot.Push(all.data(), static_cast<uint32_t>(count), nullptr);
-  pool->shared_->depot_free.store(static_cast<int64_t>(count),
+  for (uint32_t i = 0; i < ready; ++i) all[i] = i;
+  pool->shared_->depot.Push(all.data(), static_cast<uint32_t>(ready), nullptr);
+  pool->shared_->depot_free.store(static_cast<int64_t>(ready),
                                   std::memory_order_relaxed);
-  BUFPOOL_INTERNAL_POISON(pool->base_, size * count);
+  BUFPOOL_INTERNAL_POISON(pool->base_, size * ready);
   if (pool->shared_->rseq) {
     pool->rseq_base_ = pool->shared_->rseq_base;
     pool->rseq_cpus_ = pool->shared_->ncaches;
@@ -167,10 +181,12 @@ BufferPool::~BufferPool() {
   if (raw > 8) absl::StrAppend(&where, ", ...");
   const int64_t free_now =
       PoolAccess::DepotSize(*this) + PoolAccess::Cached(*this);
-  const size_t out =
-      std::max<size_t>(raw, static_cast<size_t>(std::clamp<int64_t>(
-                                static_cast<int64_t>(capacity_) - free_now, 0,
-                                static_cast<int64_t>(capacity_))));
+  // Backed slots (the capacity, or what an elastic pool has grown to).
+  const auto backed =
+      static_cast<int64_t>(shared_->committed.load(std::memory_order_relaxed));
+  const size_t out = std::max<size_t>(
+      raw,
+      static_cast<size_t>(std::clamp<int64_t>(backed - free_now, 0, backed)));
   if (out != 0) {
     if (out > raw) {
       absl::StrAppend(&where, raw == 0 ? "" : " as raw pointers; ", out - raw,
@@ -224,8 +240,12 @@ uint32_t BufferPool::AcquireSlow() noexcept {
     }
   }
   uint32_t reshelved = 0;
-  const uint32_t slot =
+  uint32_t slot =
       PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
+  if (shared_->growth != nullptr) [[unlikely]] {  // elastic (growth.cc)
+    if (slot == kNoSlot) slot = PoolAccess::GrowAndTake(*this, &reshelved);
+    PoolAccess::IdleTick(*this);
+  }
   PoolAccess::WakeWaiters(*this, reshelved);
   if (slot == kNoSlot) {
     shared_->failures.fetch_add(1, std::memory_order_relaxed);
@@ -347,6 +367,12 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
       PoolAccess::Popped(*this, n, left, 0, /*handed=*/n);
       for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
     }
+  }
+  // Everything free is taken: an elastic pool grows for the rest.
+  while (got < want && shared_->growth != nullptr) {
+    const uint32_t slot = PoolAccess::GrowAndTake(*this, &reshelved);
+    if (slot == kNoSlot) break;
+    hand_out(slot);
   }
 #ifdef BUFPOOL_FUZZ_PLANT
   // Planted defect for test/fuzz/pool_fuzz: a fill short by one buffer is

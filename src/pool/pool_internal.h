@@ -9,6 +9,8 @@
 //   accounting.cc  in_use, cached, high_water, the counters, Stats()
 //   pool_calls.cc  BufferPool's own calls: Create, the destructor, the
 //                  single, bulk and raw paths, the checks
+//   growth.cc      an elastic pool (max_buffer_count): the reserve, growing
+//                  on the slow path, Trim() and the idle trim
 //
 // Free slots live in exactly one place: the depot (pool/depot.h), or one
 // CPU's cache (CpuCache). A slot in transit between the two is counted as in
@@ -131,6 +133,47 @@ class PassBy {
   bool ok_ = false;
 };
 
+// An elastic pool's growth state (growth.cc). The region is cut into chunks
+// of `chunk_slots` slots (chunk_bytes each: a whole number of commit units
+// and of buffers); a chunk is backed (its slots are free in the depot or a
+// cache, or in use) or unbacked (its slots are in no free store: the
+// reserve). Growth backs the lowest unbacked chunks; Trim() unbacks free
+// ones, the highest first.
+struct Growth {
+  size_t chunk_bytes = 0;
+  uint32_t chunk_slots = 0;  // slots per chunk (the last may have fewer)
+  uint32_t chunks = 0;       // in the region
+  uint32_t step_chunks = 0;  // chunks per growth step
+  int64_t idle_ns = 0;       // trim_after_idle; 0: off
+  // Serializes growth and Trim() (and so every change of `unbacked`).
+  // Taken after a bulk call's fork gate and before wait_mu; the fork()
+  // prepare handler takes it after the gate.
+  std::mutex mu;
+  std::vector<uint64_t> unbacked;  // bit c: chunk c unbacked; under mu
+  uint32_t scan_from = 0;          // no unbacked chunk below it; under mu
+  // Unbacked chunks. seq_cst: an exhausted caller's load of it and of
+  // `trimming` pairs with a sleeping Acquire()'s count (see growth.cc).
+  std::atomic<uint32_t> unbacked_chunks{0};
+  // True while Trim() holds free slots outside the depot (seq_cst both
+  // ways; growth.cc, "Exhaustion").
+  std::atomic<bool> trimming{false};
+  // Counters for Stats(); relaxed, like the pool's other statistics.
+  std::atomic<uint64_t> grows{0};
+  std::atomic<uint64_t> trims{0};
+  std::atomic<uint64_t> grow_failures{0};
+  // The idle trim: the window's start (steady-clock ns) and the fewest free
+  // slots the depot was seen holding in it (relaxed: a heuristic).
+  std::atomic<int64_t> window_start{0};
+  std::atomic<int64_t> window_low{0};
+  // The most recent growth failure, for Acquire()'s error; under mu.
+  absl::Status last_error;
+  // FixedBuffers registrations of this pool alive now: Trim() gives back
+  // nothing while the kernel holds the pages. Raised under `mu` (so never
+  // during a Trim()), read by Trim() under `mu`; acq_rel/acquire for the
+  // unpin, which comes without the lock (BufferPool::PinRegion).
+  std::atomic<uint32_t> pinned{0};
+};
+
 // Unmaps Shared::rseq_area (cpu_cache.cc).
 struct RseqAreaUnmap {
   size_t bytes = 0;
@@ -159,6 +202,12 @@ struct BufferPool::Shared {
   // statistic, and each read-modify-write returns the exact value before it.
   alignas(64) std::atomic<int64_t> depot_free{0};
   std::atomic<size_t> high_water{0};
+  // Backed slots: the capacity of a fixed pool; for an elastic one, raised
+  // by growth before the new slots reach the depot and lowered by Trim()
+  // after it took them out, so a slot in transit counts as in use (see
+  // accounting.cc). Relaxed: a statistic like the counts beside it.
+  std::atomic<size_t> committed{0};
+  std::unique_ptr<Growth> growth;  // elastic pools only (max_buffer_count)
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> timeouts{0};
   ForkGate bulk_gate;  // held shared by the bulk calls (see ForkGate)
@@ -343,6 +392,35 @@ struct PoolAccess {
   static void ForkPrepare();
   static void ForkParent();
   static void ForkChild();
+
+  // ---- growth.cc
+
+  // The elastic options' errors, before anything is mapped: InvalidArgument
+  // naming the field, the value and the limit.
+  static absl::Status CheckGrowthOptions(const PoolOptions& options);
+  // Validates the elastic options and, for an elastic pool, makes s.growth
+  // with the first `committed_slots` slots backed; their number, rounded up
+  // to whole chunks, is returned (the capacity for a fixed pool).
+  static absl::StatusOr<size_t> InitGrowth(BufferPool& p, SharedState& s,
+                                           const PoolOptions& options);
+  // For a caller that found no free slot anywhere (TakeAnywhere gave
+  // kNoSlot): grows an elastic pool by one step (or waits out a Trim() or
+  // a concurrent grower) and takes one slot; kNoSlot at the ceiling or when
+  // growing failed (then *error, when given, is the failure). Fixed pools:
+  // kNoSlot at once.
+  static uint32_t GrowAndTake(BufferPool& p, uint32_t* reshelved,
+                              absl::Status* error = nullptr);
+  // With growth->mu held: backs at least one step's chunks (more steps for
+  // `min_slots`), the lowest unbacked first, and pushes their slots to the
+  // depot. The slots pushed; 0 at the ceiling or when the system refused
+  // the first chunk (then *error, when given, says why).
+  static uint32_t GrowLocked(BufferPool& p, size_t min_slots,
+                             absl::Status* error);
+  // With growth->mu held: Trim(keep_free); the bytes given back.
+  static size_t TrimLocked(BufferPool& p, size_t keep_free);
+  // trim_after_idle: samples the depot and trims what stayed free for the
+  // whole window once it has passed. Cheap when not due; never blocks.
+  static size_t IdleTick(BufferPool& p);
 
   // ---- accounting.cc
 

@@ -1,0 +1,256 @@
+// The elastic pool's goals (issue 42), one fresh process per measurement so
+// that resident memory starts from an empty process each time:
+//
+//   elastic_pool create   RSS after Create() with buffer_count 512 and a
+//                         ceiling of 262,144 x 4 KiB (1 GiB), above the same
+//                         process before it
+//   elastic_pool burst    a burst to 200,000 buffers in use (TryAcquire one
+//                         by one), their release, then FlushCaches() and
+//                         Trim(): RSS above the
+//                         empty process after the trim, and how long it took;
+//                         the burst's time against the same acquisitions
+//                         from a fixed pool of 262,144 (its Create(), which
+//                         pre-faults the 1 GiB, timed apart), and the time
+//                         of each acquire that grew the pool (one step is
+//                         512 buffers)
+//   elastic_pool idle     the same burst with trim_after_idle 200 ms and a
+//                         10 ms caller's tick (TrimIdle()): how long after the
+//                         release until RSS is back
+//
+// Prints one JSON line. tools/bench runs each once per round and
+// tools/bench_report.py turns them into goal rows.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bufpool/buffer_pool.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kStart = 512;
+constexpr size_t kCeiling = 262144;
+constexpr size_t kBurst = 200000;
+constexpr size_t kStep = 512;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "elastic_pool: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// Resident bytes of this process (/proc/self/statm, field 2).
+size_t Rss() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) Die("cannot open /proc/self/statm");
+  unsigned long size = 0, resident = 0;
+  if (std::fscanf(f, "%lu %lu", &size, &resident) != 2) Die("statm");
+  std::fclose(f);
+  return resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+double Ms(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+std::unique_ptr<bufpool::BufferPool> MakeElastic(absl::Duration idle) {
+  auto pool = bufpool::BufferPool::Create({.buffer_size = 4096,
+                                           .buffer_count = kStart,
+                                           .max_buffer_count = kCeiling,
+                                           .grow_step = kStep,
+                                           .trim_after_idle = idle});
+  if (!pool.ok()) Die(std::string(pool.status().message()));
+  return *std::move(pool);
+}
+
+// Acquires kBurst buffers one by one, touching each (a write, as a user
+// would); the time of each acquire that grew the pool goes to `steps`.
+double Burst(bufpool::BufferPool& pool, std::vector<bufpool::Buffer>& held,
+             std::vector<double>* steps) {
+  held.clear();
+  held.reserve(kBurst);
+  uint64_t grows = pool.Stats().grows;
+  const Clock::time_point t0 = Clock::now();
+  for (size_t i = 0; i < kBurst; ++i) {
+    const Clock::time_point a = Clock::now();
+    bufpool::Buffer b = pool.TryAcquire();
+    if (!b) Die("the burst ran dry");
+    b.data()[0] = std::byte{1};
+    held.push_back(std::move(b));
+    if (steps != nullptr) {
+      const uint64_t now = pool.Stats().grows;
+      if (now != grows) {
+        steps->push_back(Ms(Clock::now() - a));
+        grows = now;
+      }
+    }
+  }
+  return Ms(Clock::now() - t0);
+}
+
+// The burst's acquisitions without the Stats() probe, for the time ratio.
+double PlainBurst(bufpool::BufferPool& pool,
+                  std::vector<bufpool::Buffer>& held) {
+  held.clear();
+  held.reserve(kBurst);
+  const Clock::time_point t0 = Clock::now();
+  for (size_t i = 0; i < kBurst; ++i) {
+    bufpool::Buffer b = pool.TryAcquire();
+    if (!b) Die("the burst ran dry");
+    b.data()[0] = std::byte{1};
+    held.push_back(std::move(b));
+  }
+  return Ms(Clock::now() - t0);
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * v.size()));
+  return v[i];
+}
+
+int Create() {
+  const size_t before = Rss();
+  auto pool = MakeElastic(absl::ZeroDuration());
+  const size_t after = Rss();
+  std::printf(
+      "{\"contender\": \"elastic_create\", \"rss_above_empty_mib\": %.3f, "
+      "\"committed\": %zu, \"region_mib\": %.1f}\n",
+      MiB(static_cast<double>(after) - static_cast<double>(before)),
+      pool->Stats().committed, MiB(pool->region().size()));
+  return 0;
+}
+
+int BurstAndTrim() {
+  std::vector<bufpool::Buffer> held;
+  held.reserve(kBurst);  // the vector's own pages, before the baseline
+  std::memset(static_cast<void*>(held.data()), 0,
+              kBurst * sizeof(bufpool::Buffer));
+  const size_t empty = Rss();
+  auto pool = MakeElastic(absl::ZeroDuration());
+  // The time of each acquire that grew the pool (one step each).
+  std::vector<double> steps;
+  const double burst_ms = Burst(*pool, held, &steps);
+  const size_t peak = Rss();
+  held.clear();
+  // Trim() gives back what is free in the shared store; FlushCaches()
+  // first puts the caches' buffers there too (at most 64 x CPUs here, but
+  // each may hold a 2 MiB huge page).
+  const Clock::time_point t0 = Clock::now();
+  pool->FlushCaches();
+  const size_t trimmed = pool->Trim(0);
+  const double trim_ms = Ms(Clock::now() - t0);
+  const size_t after = Rss();
+  const bufpool::PoolStats st = pool->Stats();
+  // The elastic burst again, without the per-acquire probe (from the
+  // trimmed pool: it grows again), and the fixed pool of the ceiling.
+  const double elastic_plain_ms = PlainBurst(*pool, held);
+  held.clear();
+  pool.reset();
+  const Clock::time_point c0 = Clock::now();
+  auto fixed = bufpool::BufferPool::Create(
+      {.buffer_size = 4096, .buffer_count = kCeiling});
+  if (!fixed.ok()) Die(std::string(fixed.status().message()));
+  const double fixed_create_ms = Ms(Clock::now() - c0);  // pre-faults 1 GiB
+  const double fixed_ms = PlainBurst(**fixed, held);
+  held.clear();
+  std::printf(
+      "{\"contender\": \"elastic_burst\", \"burst_ms\": %.3f, "
+      "\"peak_rss_above_empty_mib\": %.1f, \"trim_ms\": %.3f, "
+      "\"trimmed_mib\": %.1f, \"rss_after_trim_above_empty_mib\": %.3f, "
+      "\"in_use_after\": %zu, \"committed_after\": %zu, \"grows\": %llu, "
+      "\"grow_step_p50_ms\": %.4f, \"grow_step_p99_ms\": %.4f, "
+      "\"grow_step_max_ms\": %.4f, \"elastic_burst_ms\": %.3f, "
+      "\"fixed_burst_ms\": %.3f, \"fixed_create_ms\": %.3f}\n",
+      burst_ms, MiB(static_cast<double>(peak) - static_cast<double>(empty)),
+      trim_ms, MiB(static_cast<double>(trimmed)),
+      MiB(static_cast<double>(after) - static_cast<double>(empty)), st.in_use,
+      st.committed, static_cast<unsigned long long>(st.grows),
+      Percentile(steps, 0.5), Percentile(steps, 0.99), Percentile(steps, 1.0),
+      elastic_plain_ms, fixed_ms, fixed_create_ms);
+  return 0;
+}
+
+int Idle() {
+  std::vector<bufpool::Buffer> held;
+  held.reserve(kBurst);
+  std::memset(static_cast<void*>(held.data()), 0,
+              kBurst * sizeof(bufpool::Buffer));
+  const size_t empty = Rss();
+  constexpr auto kIdle = absl::Milliseconds(200);
+  auto pool = MakeElastic(kIdle);
+  PlainBurst(*pool, held);
+  held.clear();
+  // The caller's tick, every 10 ms, until RSS is back within 4 MiB of the
+  // empty process (or 5 s).
+  const Clock::time_point t0 = Clock::now();
+  size_t rss = Rss();
+  while (static_cast<double>(rss) - static_cast<double>(empty) >
+             4.0 * 1024 * 1024 &&
+         Clock::now() - t0 < std::chrono::seconds(5)) {
+    ::usleep(10000);
+    pool->TrimIdle();
+    rss = Rss();
+  }
+  std::printf(
+      "{\"contender\": \"elastic_idle\", \"trim_after_idle_ms\": 200, "
+      "\"tick_ms\": 10, \"back_after_ms\": %.1f, "
+      "\"rss_above_empty_mib\": %.3f, \"trims\": %llu}\n",
+      Ms(Clock::now() - t0),
+      MiB(static_cast<double>(rss) - static_cast<double>(empty)),
+      static_cast<unsigned long long>(pool->Stats().trims));
+  return 0;
+}
+
+// Grow(512) from the reserve 256 times, each timed alone: a growth step
+// without the acquire around it. `hp`: the pool's huge-page mode.
+int Steps(bufpool::HugePages hp, const char* name) {
+  auto pool = bufpool::BufferPool::Create({.buffer_size = 4096,
+                                           .buffer_count = kStart,
+                                           .huge_pages = hp,
+                                           .max_buffer_count = kCeiling,
+                                           .grow_step = kStep});
+  if (!pool.ok()) Die(std::string(pool.status().message()));
+  std::vector<double> steps;
+  for (int i = 0; i < 256; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    if (absl::Status s = (*pool)->Grow(kStep); !s.ok()) {
+      Die(std::string(s.message()));
+    }
+    steps.push_back(Ms(Clock::now() - t0));
+  }
+  std::printf(
+      "{\"contender\": \"elastic_steps_%s\", \"step_p50_ms\": %.4f, "
+      "\"step_p99_ms\": %.4f, \"step_max_ms\": %.4f}\n",
+      name, Percentile(steps, 0.5), Percentile(steps, 0.99),
+      Percentile(steps, 1.0));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "";
+  if (what == "create") return Create();
+  if (what == "burst") return BurstAndTrim();
+  if (what == "idle") return Idle();
+  if (what == "steps") return Steps(bufpool::HugePages::kTry, "thp");
+  if (what == "steps_small") {
+    return Steps(bufpool::HugePages::kNever, "small_pages");
+  }
+  std::fprintf(stderr,
+               "usage: elastic_pool create|burst|idle|steps|steps_small\n");
+  return 2;
+}
