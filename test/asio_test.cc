@@ -134,21 +134,21 @@ TEST_F(AsioTest, AsyncEchoOverTcp) {
   read_more = [&] {
     auto rb = std::make_shared<AsioReadBuffers>(*pool_, 16384);
     ASSERT_FALSE(rb->empty());
-    server.async_read_some(rb->buffers(),
-                           [&, rb](asio::error_code ec, size_t n) {
-                             if (ec == asio::error::eof) {
-                               eof = true;
-                               write_more();
-                               return;
-                             }
-                             ASSERT_FALSE(ec) << ec.message();
-                             // The chain an async_write is sending stays
-                             // unchanged until it completes; what arrives
-                             // meanwhile waits in `incoming`.
-                             rb->CommitTo(writing ? incoming : pending, n);
-                             write_more();
-                             read_more();
-                           });
+    server.async_read_some(
+        rb->buffers(), [&, rb](asio::error_code ec, size_t n) {
+          if (ec == asio::error::eof) {
+            eof = true;
+            write_more();
+            return;
+          }
+          ASSERT_FALSE(ec) << ec.message();
+          // The chain an async_write is sending stays
+          // unchanged until it completes; what arrives
+          // meanwhile waits in `incoming`.
+          ASSERT_TRUE(rb->CommitTo(writing ? incoming : pending, n).ok());
+          write_more();
+          read_more();
+        });
   };
   read_more();
 
@@ -356,7 +356,7 @@ TEST_P(AsioTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     rd[i]->async_read_some(rb->buffers(),
                            [&, i, rb](asio::error_code ec, size_t n) {
                              ASSERT_FALSE(ec) << ec.message();
-                             rb->CommitTo(chain[i], n);
+                             ASSERT_TRUE(rb->CommitTo(chain[i], n).ok());
                              if (chain[i].size() < kLine) read_more(i);
                            });
   };

@@ -59,7 +59,10 @@
 // ~BufferPool does for buffers), and must be destroyed before its pool (its
 // reserve is buffers of the pool: ~BufferPool aborts "still in use" while
 // a budget with a reservation lives). An empty chain bound to a destroyed
-// budget may be destroyed but not used.
+// budget may be destroyed but not used. Split() and Clone() of a bound chain
+// are bound too; bytes meant to outlive the budget's owner leave it when
+// appended to an unbound chain (BufferChain::Append(BufferChain&&) moves the
+// charge with the slices).
 //
 // Thread safety. A budget and the chains bound to it are used by one thread
 // at a time (the connection's loop), like a chain: charges are single-writer
