@@ -10,13 +10,16 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bufpool/chain.h"
+#include "bufpool/metrics.h"
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
 
@@ -352,6 +355,44 @@ TEST(BudgetTest, ReservationsMayNotOverCommitThePool) {
       pool->CreateBudget(
               {.name = "b", .max_bytes = 48 * kBs, .reserved_bytes = 30 * kBs})
           .ok());
+}
+
+// Stats() and WriteMetrics() read a budget from any thread while its own
+// thread charges it, and budgets come and go on several threads at once
+// (run under TSan by the tsan preset).
+TEST(BudgetTest, StatsReadWhileOtherThreadsChargeAndCreate) {
+  auto pool = MakePool(256);
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 200; ++round) {
+        auto b = MakeBudget(*pool, {.name = "t" + std::to_string(t) + "/" +
+                                            std::to_string(round),
+                                    .max_bytes = 8 * kBs,
+                                    .reserved_bytes = kBs});
+        if (b == nullptr) return;
+        BufferChain c(*b);
+        for (int i = 0; i < 8; ++i) {
+          EXPECT_TRUE(c.Append(Bytes(kBs / 2, 'x')).ok());
+        }
+        EXPECT_EQ(b->pinned_bytes(), 4 * kBs);
+        c.Consume(c.size());
+      }
+    });
+  }
+  std::thread reader([&] {
+    std::string text;
+    while (!done.load()) {
+      text.clear();
+      WriteMetrics(*pool, &text);
+      EXPECT_NE(text.find("bufpool_budget_pinned_bytes"), std::string::npos);
+    }
+  });
+  for (auto& t : threads) t.join();
+  done = true;
+  reader.join();
+  EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
 TEST(BudgetDeathTest, DestroyedWhileItsChainsPinBuffers) {
