@@ -4,11 +4,16 @@
 //
 // The first line on stdout is "listening on HOST:PORT". SIGINT or SIGTERM
 // stops it gracefully and prints a one-line summary; SIGUSR1 prints the same
-// line without stopping.
+// line without stopping. --metrics-every SECONDS prints WriteMetrics() of
+// the pool (with the connections' budgets) on stdout, the same stream, each
+// exposition ended by "# EOF".
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <time.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bufpool/buffer_pool.h"
+#include "bufpool/metrics.h"
 #include "echo/echo_server.h"
 #include "echo_args.h"
 
@@ -108,9 +114,28 @@ int main(int argc, char** argv) {
     run_status = (*server)->Run();
     if (!run_status.ok()) ::kill(::getpid(), SIGTERM);  // wake main
   });
+  const double every = parsed.command.metrics_every_seconds;
+  timespec period{};
+  period.tv_sec = static_cast<time_t>(every);
+  period.tv_nsec = static_cast<long>((every - std::floor(every)) * 1e9);
   for (;;) {
     int sig = 0;
-    if (sigwait(&signals, &sig) != 0) continue;
+    if (every > 0) {
+      // Waits for a signal or the next print of the metrics.
+      sig = sigtimedwait(&signals, nullptr, &period);
+      if (sig < 0) {
+        if (errno == EAGAIN) {
+          std::string text;
+          bufpool::WriteMetrics(**pool, &text, {.name = "echo"});
+          std::fwrite(text.data(), 1, text.size(), stdout);
+          std::fputs("# EOF\n", stdout);
+          std::fflush(stdout);
+        }
+        continue;
+      }
+    } else if (sigwait(&signals, &sig) != 0) {
+      continue;
+    }
     if (sig == SIGUSR1) {
       std::printf("stats: %s\n", Summary(**server, **pool).c_str());
       std::fflush(stdout);

@@ -22,6 +22,9 @@ struct EchoCommand {
   // buffer_count (1 to kMaxEchoBuffers, default 4096) and buffer_size (a
   // power of two from 64 to kMaxToolBufferSize); the rest as PoolOptions'.
   PoolOptions pool;
+  // --metrics-every: seconds between two prints of the pool's metrics
+  // (bufpool/metrics.h) on stdout; 0: never.
+  double metrics_every_seconds = 0;
 };
 
 // Parses bufpool-echo's argv. Never exits, prints or opens a socket.
