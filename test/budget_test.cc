@@ -551,6 +551,25 @@ TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
   EXPECT_EQ(Contents(chain), sent);
   chain.Consume(chain.size());
   EXPECT_EQ(budget->pinned_bytes(), 0u);
+  // A budget at its limit (another of its chains pins it all): a small
+  // receive into an empty chain still pins the pack's buffer, so it is
+  // kept and reported.
+  BufferChain other(*budget);
+  ASSERT_TRUE(other.Append(Bytes(4 * kBs, 'o')).ok());
+  ASSERT_EQ(budget->room_bytes(), 0u);
+  ASSERT_EQ(write(sv[0], "tiny", 4), 4);
+  io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
+  (*br)->PrepareRecv(sqe, sv[1], {.multishot = false, .bundle = false});
+  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+  io_uring_cqe* cqe;
+  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+  const absl::Status s = (*br)->Take(*cqe, chain);
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(Contents(chain), "tiny");
+  EXPECT_EQ(budget->pinned_bytes(), 5 * kBs);
+  chain.Clear();
+  other.Clear();
   close(sv[0]);
   close(sv[1]);
 }

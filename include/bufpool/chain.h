@@ -451,6 +451,8 @@ class BUFPOOL_EXPORT BufferChain {
   static bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b) {
     return a.pool_ == b.pool_ && a.slot_ == b.slot_;
   }
+  // Inline (below): a bound chain's receive and consume paths call them
+  // once per buffer.
   void ChargeLink(const SharedBuffer& s);
   void PopFrontBudgeted();
   void PopBackBudgeted();
@@ -730,9 +732,8 @@ inline SharedBuffer SharedBuffer::Slice(size_t offset, size_t length) const {
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
     const std::byte* src, size_t len, ReceivePack& pack) {
   SharedBuffer& b = pack.buf_;
-  if (pack.spare_ == 0 || b.size_ - pack.used_ < len || len == 0 ||
-      budget_ != nullptr) {
-    return false;  // AppendPackedSlow() (which also charges a budget)
+  if (pack.spare_ == 0 || b.size_ - pack.used_ < len || len == 0) {
+    return false;
   }
   std::byte* const dst = b.data_ + pack.used_;
   SharedBuffer& s = At(0);  // holds nothing: the chain is empty
@@ -744,8 +745,39 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
   pack.used_ += static_cast<uint32_t>(len);
   count_ = 1;
   size_ = len;
+  // The chain was empty: the slice starts a run, a buffer pinned.
+  if (budget_ != nullptr) [[unlikely]]
+    internal::BudgetAccess::Charge(*budget_, b.pool_->buffer_size());
   std::memcpy(dst, src, len);
   return true;
+}
+
+inline void BufferChain::ChargeLink(const SharedBuffer& s) {
+  if (count_ == 0 || !SameBuffer(At(count_ - 1), s)) {
+    internal::BudgetAccess::Charge(*budget_, s.pool_->buffer_size());
+  }
+}
+
+// The slice is dropped before the budget hears of it, so that a budget
+// refilling its reserve finds the buffer back in the pool.
+inline void BufferChain::PopFrontBudgeted() {
+  SharedBuffer& f = segs_[head_];
+  const size_t bs =
+      count_ == 1 || !SameBuffer(f, At(1)) ? f.pool_->buffer_size() : 0;
+  f.Reset();
+  head_ = (head_ + 1) & (cap_ - 1);
+  --count_;
+  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
+}
+
+inline void BufferChain::PopBackBudgeted() {
+  SharedBuffer& t = At(count_ - 1);
+  const size_t bs = count_ == 1 || !SameBuffer(At(count_ - 2), t)
+                        ? t.pool_->buffer_size()
+                        : 0;
+  t.Reset();
+  --count_;
+  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
 }
 
 }  // namespace bufpool

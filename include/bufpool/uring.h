@@ -915,8 +915,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   std::byte* const src = lent.data;
   const auto bid = static_cast<uint16_t>(id);
   if (out.empty()) {
-    // A short partial of an empty chain: packed (see "Memory").
+    // A short partial of an empty chain: packed (see "Memory"). It pins a
+    // buffer: a bound chain whose budget has no room for one goes to
+    // TakeSlow(), which takes the bytes and reports the budget's limit.
     if (len >= copy_below_ ||
+        (out.budget() != nullptr &&
+         out.budget()->room_bytes() < buffer_size_) ||
         !out.AppendPacked(absl::MakeConstSpan(src, len), *pack_)) {
       return false;
     }

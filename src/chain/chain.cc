@@ -343,34 +343,6 @@ BufferChain BufferChain::Clone() const {
 
 // ---- Budgets (bufpool/budget.h) ---------------------------------------------
 
-void BufferChain::ChargeLink(const SharedBuffer& s) {
-  if (count_ == 0 || !SameBuffer(At(count_ - 1), s)) {
-    internal::BudgetAccess::Charge(*budget_, s.pool_->buffer_size());
-  }
-}
-
-// The slice is dropped before the budget hears of it, so that a budget
-// refilling its reserve finds the buffer back in the pool.
-void BufferChain::PopFrontBudgeted() {
-  SharedBuffer& f = segs_[head_];
-  const size_t bs =
-      count_ == 1 || !SameBuffer(f, At(1)) ? f.pool_->buffer_size() : 0;
-  f.Reset();
-  head_ = (head_ + 1) & (cap_ - 1);
-  --count_;
-  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
-}
-
-void BufferChain::PopBackBudgeted() {
-  SharedBuffer& t = At(count_ - 1);
-  const size_t bs = count_ == 1 || !SameBuffer(At(count_ - 2), t)
-                        ? t.pool_->buffer_size()
-                        : 0;
-  t.Reset();
-  --count_;
-  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
-}
-
 void BufferChain::ReleaseAll() {
   for (uint32_t i = 0; i < count_; ++i) {
     const SharedBuffer& s = At(i);
