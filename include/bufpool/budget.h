@@ -177,20 +177,21 @@ class BUFPOOL_EXPORT BufferBudget {
     if (p > high_water_.load(std::memory_order_relaxed)) {
       high_water_.store(p, std::memory_order_relaxed);
     }
-    if (p >= high_mark_ && !above_high_) [[unlikely]]
-      CrossHigh();
-    if (reserve_size_ != 0 && p + reserve_size_ * buffer_size_ > floor_)
-        [[unlikely]]
-      TrimReserve();
+    if (p >= charge_event_) [[unlikely]]
+      OnChargeEvent(p);
   }
   void Release(size_t bytes) {
     const size_t p = pinned_.load(std::memory_order_relaxed) - bytes;
     pinned_.store(p, std::memory_order_relaxed);
-    if (above_high_ && p <= low_mark_) [[unlikely]]
-      CrossLow();
-    if (p < floor_) [[unlikely]]
-      RefillReserve();
+    if (p < release_below_) [[unlikely]]
+      OnReleaseEvent(p);
   }
+  // The rare steps, one compare each on the charge and release paths:
+  // crossing a watermark, trimming or refilling the reserve.
+  void OnChargeEvent(size_t p);
+  void OnReleaseEvent(size_t p);
+  // Sets charge_event_ and release_below_ from the state (see there).
+  void Rearm();
   // A fresh buffer for a chain: from the reserve while it has one, else
   // from the pool; empty when both are dry.
   Buffer TakeFresh() {
@@ -219,6 +220,13 @@ class BUFPOOL_EXPORT BufferBudget {
   size_t floor_ = 0;  // the reservation in bytes
   size_t reserved_buffers_ = 0;
   bool above_high_ = false;
+  // Charge() calls OnChargeEvent() once pinned reaches charge_event_ (the
+  // high mark while below it; the point past which the reserve is
+  // surplus), Release() calls OnReleaseEvent() below release_below_ (past
+  // the low mark while above high; the point below which the reserve is
+  // short). SIZE_MAX and 0: nothing to do.
+  size_t charge_event_ = ~size_t{0};
+  size_t release_below_ = 0;
   std::function<void()> on_high_, on_low_;
   // The reserve: reserve_size_ buffers in reserve_[0, reserve_size_).
   std::vector<Buffer> reserve_;

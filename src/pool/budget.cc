@@ -161,6 +161,7 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
   }
   b->reserve_size_ = reserve;
   b->reserve_count_.store(reserve, std::memory_order_relaxed);
+  b->Rearm();
   c.reserved += reserve;
   c.budgets.push_back(b.get());
   return b;
@@ -203,6 +204,30 @@ absl::Status BufferBudget::Refuse(absl::string_view what, size_t wanted,
       then.empty() ? "" : "; ", then));
 }
 
+void BufferBudget::Rearm() {
+  const size_t held = reserve_size_ * buffer_size_;  // <= floor_
+  charge_event_ = above_high_ ? ~size_t{0} : high_mark_;
+  if (reserve_size_ != 0) {
+    charge_event_ = std::min(charge_event_, floor_ - held + 1);
+  }
+  release_below_ = above_high_ ? low_mark_ + 1 : 0;
+  release_below_ = std::max(release_below_, floor_ - held);
+}
+
+void BufferBudget::OnChargeEvent(size_t p) {
+  if (!above_high_ && p >= high_mark_) CrossHigh();
+  if (reserve_size_ != 0 && p + reserve_size_ * buffer_size_ > floor_) {
+    TrimReserve();
+  }
+  Rearm();
+}
+
+void BufferBudget::OnReleaseEvent(size_t p) {
+  if (above_high_ && p <= low_mark_) CrossLow();
+  if (p + reserve_size_ * buffer_size_ < floor_) RefillReserve();
+  Rearm();
+}
+
 void BufferBudget::CrossHigh() {
   above_high_ = true;
   if (on_high_) on_high_();
@@ -216,6 +241,7 @@ void BufferBudget::CrossLow() {
 Buffer BufferBudget::TakeReserved() {
   --reserve_size_;
   reserve_count_.store(reserve_size_, std::memory_order_relaxed);
+  Rearm();
   return std::move(reserve_[reserve_size_]);
 }
 
@@ -225,6 +251,7 @@ void BufferBudget::GiveBack(Buffer&& b) {
   if (b.pool() == pool_ && p + reserve_size_ * buffer_size_ < floor_) {
     reserve_[reserve_size_++] = std::move(b);
     reserve_count_.store(reserve_size_, std::memory_order_relaxed);
+    Rearm();
     return;
   }
   b.Reset();
