@@ -14,9 +14,14 @@
 //                       a std::string. Both send with one gather write per
 //                       64 KiB (FramingPerFrame/: one write per frame).
 //
-// Items are references (Share, Slice) or frames (Framing); the counter
-// allocs_per_item counts heap allocations (operator new, replaced in this
-// binary) inside the timed loop.
+//   Append/budget:<0|1> Append() of 100-byte pieces into a chain, consumed
+//                       whole every 4 KiB (so each round takes and drops
+//                       buffers): an unbound chain (0) against one bound to
+//                       a budget it never reaches (1), what charging costs.
+//
+// Items are references (Share, Slice), pieces (Append) or frames (Framing); the
+// counter allocs_per_item counts heap allocations (operator new, replaced in
+// this binary) inside the timed loop.
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -31,6 +36,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
 
@@ -287,6 +293,30 @@ BENCHMARK(BM_Framing_Bufpool)->Name("Framing/libbufpool");
 BENCHMARK(BM_Framing_String)->Name("Framing/std_string");
 BENCHMARK(BM_FramingPerFrame_Bufpool)->Name("FramingPerFrame/libbufpool");
 BENCHMARK(BM_FramingPerFrame_String)->Name("FramingPerFrame/std_string");
+
+void BM_Append(benchmark::State& state) {
+  auto pool = bufpool::BufferPool::Create({.buffer_count = 64});
+  if (!pool.ok()) return state.SkipWithError("pool failed");
+  auto budget = (*pool)->CreateBudget(
+      {.name = "bench", .max_bytes = 64 * (*pool)->buffer_size()});
+  if (!budget.ok()) return state.SkipWithError("budget failed");
+  {
+    bufpool::BufferChain chain = state.range(0) != 0
+                                     ? bufpool::BufferChain(**budget)
+                                     : bufpool::BufferChain(**pool);
+    char piece[100];
+    std::memset(piece, 'p', sizeof(piece));
+    const absl::string_view bytes(piece, sizeof(piece));
+    for (auto _ : state) {
+      for (int i = 0; i < 41; ++i) {
+        if (!chain.Append(bytes).ok()) std::abort();
+      }
+      chain.Consume(chain.size());
+    }
+    state.SetItemsProcessed(state.iterations() * 41);
+  }
+}
+BENCHMARK(BM_Append)->ArgName("budget")->Arg(0)->Arg(1);
 
 }  // namespace
 

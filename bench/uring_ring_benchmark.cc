@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "benchmark/benchmark.h"
+#include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
 #include "bufpool/uring.h"
@@ -83,7 +84,18 @@ using Clock = std::chrono::steady_clock;
 // completion's bytes in place (Visit(), Take() for what it leaves);
 // BM_RingTakeBuffer owns each message as one Buffer (TakeBuffer(), which
 // swaps the held buffer into the ring; Take() for what it leaves).
-enum class Handling { kNewChain, kInto, kIntoPairs, kVisit, kTakeBuffer };
+// BM_RingIntoBudget and BM_RingIntoPairsBudget are BM_RingInto and
+// BM_RingIntoPairs with the queue bound to a budget (bufpool/budget.h),
+// whose limit the load never reaches: what charging costs.
+enum class Handling {
+  kNewChain,
+  kInto,
+  kIntoPairs,
+  kIntoBudget,
+  kIntoPairsBudget,
+  kVisit,
+  kTakeBuffer
+};
 
 template <Handling kHow>
 void RingLoop(benchmark::State& state) {
@@ -101,7 +113,14 @@ void RingLoop(benchmark::State& state) {
   if (!bufs.ok()) return state.SkipWithError("ring failed");
   // As a loop holds its ring: no StatusOr check per completion.
   bufpool::ProvidedBufferRing& ring = **bufs;
-  bufpool::BufferChain queue(*s.pool);
+  constexpr bool kBudget =
+      kHow == Handling::kIntoBudget || kHow == Handling::kIntoPairsBudget;
+  auto budget = s.pool->CreateBudget(
+      {.name = "bench",
+       .max_bytes = s.pool->capacity() * s.pool->buffer_size()});
+  if (!budget.ok()) return state.SkipWithError("budget failed");
+  bufpool::BufferChain queue =
+      kBudget ? bufpool::BufferChain(**budget) : bufpool::BufferChain(*s.pool);
   // kTakeBuffer: the message the loop owns, swapped with each completion's.
   bufpool::Buffer held;
   if constexpr (kHow == Handling::kTakeBuffer) {
@@ -139,9 +158,12 @@ void RingLoop(benchmark::State& state) {
           queue.Clear();
         }
       } else if constexpr (kHow == Handling::kInto ||
-                           kHow == Handling::kIntoPairs) {
+                           kHow == Handling::kIntoPairs ||
+                           kHow == Handling::kIntoBudget ||
+                           kHow == Handling::kIntoPairsBudget) {
         // kIntoPairs: n counts this completion, consumed after the even ones.
-        const bool consume = kHow == Handling::kInto || n % 2 == 0;
+        const bool consume = kHow == Handling::kInto ||
+                             kHow == Handling::kIntoBudget || n % 2 == 0;
         if (ring.Take(*cqe, queue).ok() && consume && !queue.empty()) {
           sum += static_cast<uint8_t>(queue.slice(0).data()[0]);
           queue.Consume(queue.size());
@@ -160,9 +182,16 @@ void RingLoop(benchmark::State& state) {
   }
   benchmark::DoNotOptimize(sum);
   state.SetItemsProcessed(state.iterations() * kBatch);
+  queue.Clear();  // before the budget
 }
 
 void BM_Ring(benchmark::State& state) { RingLoop<Handling::kNewChain>(state); }
+void BM_RingIntoBudget(benchmark::State& state) {
+  RingLoop<Handling::kIntoBudget>(state);
+}
+void BM_RingIntoPairsBudget(benchmark::State& state) {
+  RingLoop<Handling::kIntoPairsBudget>(state);
+}
 void BM_RingInto(benchmark::State& state) { RingLoop<Handling::kInto>(state); }
 void BM_RingIntoPairs(benchmark::State& state) {
   RingLoop<Handling::kIntoPairs>(state);
@@ -428,6 +457,16 @@ BENCHMARK(BM_RingInto)
     ->UseManualTime()
     ->Iterations(20000);
 BENCHMARK(BM_RingIntoPairs)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {256}})
+    ->UseManualTime()
+    ->Iterations(20000);
+BENCHMARK(BM_RingIntoBudget)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {256, 2048}})
+    ->UseManualTime()
+    ->Iterations(20000);
+BENCHMARK(BM_RingIntoPairsBudget)
     ->ArgNames({"handling", "bytes"})
     ->ArgsProduct({{0, 1}, {256}})
     ->UseManualTime()

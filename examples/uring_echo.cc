@@ -5,7 +5,11 @@
 // until the ring can lend enough again; while the pool itself is dry the
 // loop sleeps on the pool's notice, which ParkedReceives reads through the
 // same ring and which comes whichever thread frees a buffer. Short sends
-// are resumed by ReturnUnsentTo().
+// are resumed by ReturnUnsentTo(). Each connection's unsent bytes are
+// capped by a budget (bufpool/budget.h): its receive is cancelled when they
+// pin kMaxUnsent (the budget's high watermark) and armed again once sends
+// have drained them to a quarter of it (the low one), so a client that
+// sends without reading holds at most about kMaxUnsent of the pool.
 //
 //   uring_echo [PORT [SECONDS [BUFFERS [MAX_BUFFERS]]]]
 //     PORT 0 picks one; SECONDS 0: forever; BUFFERS: the pool (4096 of 4 KiB);
@@ -30,6 +34,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
 #include "bufpool/uring.h"
@@ -49,12 +55,19 @@ enum Op : uint64_t {
   kNotify = 5,  // the read of the pool's eventfd
 };
 
+// Per connection: the most unsent bytes it may pin before its receive stops.
+constexpr size_t kMaxUnsent = 256 * 1024;
+
 struct Conn {
   explicit Conn(int f) : fd(f) {}
   int fd;
+  // The budget that `out` (and the send it moves into) charges; declared
+  // first, so that it outlives them.
+  std::unique_ptr<bufpool::BufferBudget> budget;
   bufpool::BufferChain out;  // received, not yet sent
   bufpool::HeldSend send;
   bool receiving = false, parked = false, done = false;
+  bool paused = false;  // over the budget's high watermark, not yet low
 };
 
 class Server {
@@ -87,6 +100,26 @@ class Server {
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_multishot_accept(sqe, lfd_, nullptr, nullptr, SOCK_CLOEXEC);
     Tag(sqe, nullptr, kAccept);
+  }
+  // A connection with its budget; nullptr when the budget cannot be made.
+  Conn* NewConn(int fd) {
+    auto* c = new Conn(fd);
+    auto budget = pool_.CreateBudget(
+        {.name = absl::StrCat("conn ", fd),
+         .max_bytes = kMaxUnsent + 16 * pool_.buffer_size(),  // + one recv
+         .high_watermark = kMaxUnsent,
+         .low_watermark = kMaxUnsent / 4,
+         .on_high = [c] { c->paused = true; },    // acted on in OnRecv
+         .on_low = [c] { c->paused = false; }});  // and in OnSend
+    if (!budget.ok()) {
+      std::fprintf(stderr, "uring_echo: %s\n",
+                   budget.status().ToString().c_str());
+      delete c;
+      return nullptr;
+    }
+    c->budget = *std::move(budget);
+    c->out = bufpool::BufferChain(*c->budget);
+    return c;
   }
   void Receive(Conn* c) {
     io_uring_sqe* sqe = Sqe();
@@ -134,7 +167,7 @@ bool Server::Start() {
     return false;
   }
   auto created = bufpool::ProvidedBufferRing::Create(
-      &ring_, pool_, {.group_id = 1, .max_buffers = 512});
+      &ring_, pool_, {.group_id = 1});  // up to 512 buffers
   if (!created.ok()) {
     std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
     io_uring_queue_exit(&ring_);
@@ -213,7 +246,13 @@ void Server::OnCompletion(const io_uring_cqe& cqe) {
   const bool more = cqe.flags & IORING_CQE_F_MORE;
   switch (cqe.user_data & 7) {
     case kAccept:
-      if (cqe.res >= 0) Receive(*live_.insert(new Conn(cqe.res)).first);
+      if (cqe.res >= 0) {
+        if (Conn* c = NewConn(cqe.res)) {
+          Receive(*live_.insert(c).first);
+        } else {
+          close(cqe.res);
+        }
+      }
       if (!more && !stopping_) Accept();
       accepting_ = more || !stopping_;
       return;
@@ -235,16 +274,24 @@ void Server::OnCompletion(const io_uring_cqe& cqe) {
 
 void Server::OnRecv(Conn* c, const io_uring_cqe& cqe, bool more) {
   if (!more) c->receiving = false;
-  absl::StatusOr<bufpool::BufferChain> got = bufs_->Take(cqe);
-  if (got.ok() && !got->empty()) {
-    c->out.Append(*std::move(got));  // links the buffers, no copy
+  // Into the connection's chain, charged to its budget. A ResourceExhausted
+  // that carries bytes (res > 0) is the budget's: they are in `out` all the
+  // same.
+  const absl::Status got = bufs_->Take(cqe, c->out);
+  if (cqe.res > 0 && (got.ok() || absl::IsResourceExhausted(got))) {
     Send(c);
-  } else if (!got.ok() && absl::IsResourceExhausted(got.status())) {
+    if (c->paused && more) {  // stop the multishot receive
+      io_uring_sqe* sqe = Sqe();
+      io_uring_prep_cancel64(sqe, reinterpret_cast<uint64_t>(c) | kRecv, 0);
+      Tag(sqe, nullptr, kCancel);
+    }
+  } else if (absl::IsResourceExhausted(got)) {
     if (!more) c->parked = true, parked_->Park(c), ++parks_;
-  } else {
-    c->done = true;  // end of stream or an error
+  } else if (!got.ok() || cqe.res == 0) {
+    c->done = true;  // end of stream or an error (a cancel: -ECANCELED)
+    if (cqe.res == -ECANCELED && !stopping_) c->done = false;
   }
-  if (!more && !c->done && !c->parked) Receive(c);
+  if (!more && !c->done && !c->parked && !c->paused) Receive(c);
 }
 
 void Server::OnSend(Conn* c, const io_uring_cqe&) {
@@ -256,6 +303,10 @@ void Server::OnSend(Conn* c, const io_uring_cqe&) {
   // Resume a short send, then what arrived meanwhile.
   c->send.ReturnUnsentTo(c->out);
   Send(c);
+  // Drained to the low watermark: receive again.
+  if (!c->paused && !c->receiving && !c->parked && !c->done && !stopping_) {
+    Receive(c);
+  }
 }
 
 // A listening socket on 127.0.0.1:port (0 picks one), or -1.

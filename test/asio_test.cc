@@ -96,6 +96,45 @@ TEST_F(AsioTest, ReadWithNoFreeBufferIsNoBufferSpace) {
   EXPECT_TRUE(in.empty());
 }
 
+// A chain bound to a budget: AsioReadSome() reads only into the buffers the
+// budget allows and, at the limit, reads nothing (no_buffer_space; the
+// bytes stay in the socket); CommitTo() of a read made without the budget
+// keeps the bytes and reports the limit.
+TEST_F(AsioTest, ReadsIntoABoundChainStopAtTheBudgetAndLoseNothing) {
+  asio::io_context io;
+  asio::local::stream_protocol::socket a(io), b(io);
+  asio::local::connect_pair(a, b);
+  const size_t bs = pool_->buffer_size();
+  auto budget = pool_->CreateBudget({.name = "asio", .max_bytes = 2 * bs});
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  const std::string data = RandomBytes(5 * bs, 3);
+  asio::write(a, asio::buffer(data));
+  std::string got;
+  {
+    BufferChain in(**budget);
+    asio::error_code ec;
+    EXPECT_EQ(AsioReadSome(b, in, 16 * bs, ec), 2 * bs);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ((*budget)->pinned_bytes(), 2 * bs);
+    EXPECT_EQ(AsioReadSome(b, in, 16 * bs, ec), 0u);  // at the limit
+    EXPECT_EQ(ec, asio::error::no_buffer_space);
+    got += Contents(in);
+    in.Consume(in.size());
+    // A read into buffers taken without the budget: kept, reported.
+    AsioReadBuffers rb(*pool_, 3 * bs);
+    const size_t n = b.read_some(rb.buffers(), ec);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_EQ(n, 3 * bs);
+    const absl::Status s = rb.CommitTo(in, n);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_NE(s.message().find("budget \"asio\""), std::string::npos) << s;
+    got += Contents(in);
+    EXPECT_EQ((*budget)->Stats().refusals, 1u);
+  }
+  EXPECT_EQ(got, data);  // every byte, in order
+  EXPECT_EQ((*budget)->pinned_bytes(), 0u);
+}
+
 // An async echo over TCP loopback: the server reads into fresh pool buffers,
 // links them into a chain and async_writes the chain back.
 TEST_F(AsioTest, AsyncEchoOverTcp) {
@@ -134,21 +173,21 @@ TEST_F(AsioTest, AsyncEchoOverTcp) {
   read_more = [&] {
     auto rb = std::make_shared<AsioReadBuffers>(*pool_, 16384);
     ASSERT_FALSE(rb->empty());
-    server.async_read_some(rb->buffers(),
-                           [&, rb](asio::error_code ec, size_t n) {
-                             if (ec == asio::error::eof) {
-                               eof = true;
-                               write_more();
-                               return;
-                             }
-                             ASSERT_FALSE(ec) << ec.message();
-                             // The chain an async_write is sending stays
-                             // unchanged until it completes; what arrives
-                             // meanwhile waits in `incoming`.
-                             rb->CommitTo(writing ? incoming : pending, n);
-                             write_more();
-                             read_more();
-                           });
+    server.async_read_some(
+        rb->buffers(), [&, rb](asio::error_code ec, size_t n) {
+          if (ec == asio::error::eof) {
+            eof = true;
+            write_more();
+            return;
+          }
+          ASSERT_FALSE(ec) << ec.message();
+          // The chain an async_write is sending stays
+          // unchanged until it completes; what arrives
+          // meanwhile waits in `incoming`.
+          ASSERT_TRUE(rb->CommitTo(writing ? incoming : pending, n).ok());
+          write_more();
+          read_more();
+        });
   };
   read_more();
 
@@ -356,7 +395,7 @@ TEST_P(AsioTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     rd[i]->async_read_some(rb->buffers(),
                            [&, i, rb](asio::error_code ec, size_t n) {
                              ASSERT_FALSE(ec) << ec.message();
-                             rb->CommitTo(chain[i], n);
+                             ASSERT_TRUE(rb->CommitTo(chain[i], n).ok());
                              if (chain[i].size() < kLine) read_more(i);
                            });
   };

@@ -191,6 +191,53 @@ TEST_F(EchoCliTest, EchoUsageErrorsExitTwo) {
                    "--buffer-size: '100' is not a power of two");
   ExpectUsageError(kEcho, {"--max-unsent=0"}, "--max-unsent");
   ExpectUsageError(kEcho, {"--listen"}, "--listen");
+  ExpectUsageError(kEcho, {"--metrics-every=0"}, "--metrics-every");
+  ExpectUsageError(kEcho, {"--metrics-every", "soon"}, "--metrics-every");
+}
+
+// --metrics-every prints WriteMetrics() of the pool on stdout, each print
+// ended by "# EOF", with a budget sample per open connection.
+TEST_F(EchoCliTest, MetricsEveryPrintsThePoolAndItsConnectionsBudgets) {
+  Server s = StartEcho(
+      {"--engine=epoll", "--buffer-count=64", "--metrics-every=0.02"});
+  ASSERT_GT(s.pid, 0);
+  const size_t colon = s.address.rfind(':');
+  const int port = std::stoi(s.address.substr(colon + 1));
+  const int fd = bufpool::testing_util::ConnectToLoopback(port);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "hello", 5), 5);  // never read back: the bytes stay
+  // Expositions until one shows the connection's budget (each print is a
+  // fresh one; the count bounds the wait, not a clock).
+  std::string print, seen;
+  bool found = false;
+  for (int prints = 0; prints < 500 && !found;) {
+    const std::string line = ReadLine(s.out);
+    if (line.empty()) break;  // the server died
+    if (line != "# EOF\n") {
+      print += line;
+      continue;
+    }
+    ++prints;
+    found = print.find(
+                "bufpool_budget_pinned_bytes{pool=\"echo\",budget=\"conn ") !=
+            std::string::npos;
+    seen = std::move(print);
+    print.clear();
+  }
+  EXPECT_TRUE(found) << seen;
+  EXPECT_NE(seen.find("bufpool_pool_capacity_buffers{pool=\"echo\"} 64\n"),
+            std::string::npos)
+      << seen;
+  EXPECT_NE(seen.find("# TYPE bufpool_budget_refusals_total counter\n"),
+            std::string::npos)
+      << seen;
+  close(fd);
+  kill(s.pid, SIGTERM);
+  int status = 0;
+  waitpid(s.pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  fclose(s.out);
+  servers_.clear();
 }
 
 TEST_F(EchoCliTest, EchoHelpListsEveryFlagAndTheExitCodes) {
@@ -201,9 +248,10 @@ TEST_F(EchoCliTest, EchoHelpListsEveryFlagAndTheExitCodes) {
     for (const char* word :
          {"usage: bufpool-echo", "--listen HOST:PORT", "--engine ENGINE",
           "--buffer-count, --buffers N", "--buffer-size BYTES",
-          "--max-unsent BYTES", "(default: 127.0.0.1:0)", "(default: uring)",
-          "(default: 4096)", "(default: 262144)", "  0  success",
-          "  1  the work failed", "  2  usage error"}) {
+          "--max-unsent BYTES", "--metrics-every SECONDS",
+          "(default: 127.0.0.1:0)", "(default: uring)", "(default: 4096)",
+          "(default: 262144)", "  0  success", "  1  the work failed",
+          "  2  usage error"}) {
       EXPECT_NE(r.out.find(word), std::string::npos) << word;
     }
   }

@@ -10,8 +10,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "bufpool/budget.h"
+#include "bufpool/chain.h"
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
 
@@ -175,6 +178,64 @@ TEST(MetricsTest, RingFamiliesParseAndMatchTheRing) {
       << parsed;
   br->reset();
   io_uring_queue_exit(&ring);
+}
+
+TEST(MetricsTest, BudgetFamiliesParseAndMatchStats) {
+  auto pool = BufferPool::Create({.buffer_count = 64, .cache_size = 0});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const size_t bs = (*pool)->buffer_size();
+  // Empty families (no budget yet) still parse.
+  std::string text;
+  WriteMetrics(**pool, &text, {.name = "p"});
+  EXPECT_NE(text.find("# TYPE bufpool_budget_pinned_bytes gauge"),
+            std::string::npos);
+  ParseWithPrometheusClient(text);
+  auto a = (*pool)->CreateBudget(
+      {.name = "conn a", .max_bytes = 3 * bs, .reserved_bytes = 2 * bs});
+  ASSERT_TRUE(a.ok()) << a.status();
+  // A name the exposition format must escape.
+  auto b = (*pool)->CreateBudget({.name = "say \"hi\"", .max_bytes = bs});
+  ASSERT_TRUE(b.ok()) << b.status();
+  BufferChain ca(**a), cb(**b);
+  ASSERT_TRUE(ca.Append(std::string(2 * bs + 1, 'a')).ok());
+  ca.Consume(bs);
+  EXPECT_FALSE(ca.Append(std::string(2 * bs, 'a')).ok());  // one refusal
+  ASSERT_TRUE(cb.Append(std::string(10, 'b')).ok());
+  text.clear();
+  WriteMetrics(**pool, &text, {.name = "p"});
+  const std::string parsed = ParseWithPrometheusClient(text);
+  const BudgetStats sa = (*a)->Stats();
+  const BudgetStats sb = (*b)->Stats();
+  EXPECT_EQ(sa.pinned_bytes, 2 * bs);
+  EXPECT_EQ(sa.high_water_bytes, 3 * bs);
+  EXPECT_EQ(sa.refusals, 1u);
+  auto line = [](const std::string& type, const std::string& name,
+                 const std::string& budget, size_t v) {
+    return type + "|" + name + "|budget=" + budget + ",pool=p|" +
+           std::to_string(v) + ".0";
+  };
+  for (const auto& [budget, st, max, reserved] :
+       {std::tuple<std::string, BudgetStats, size_t, size_t>{"conn a", sa,
+                                                             3 * bs, 2 * bs},
+        {"say \"hi\"", sb, bs, 0}}) {
+    EXPECT_TRUE(Has(parsed, line("gauge", "bufpool_budget_pinned_bytes", budget,
+                                 st.pinned_bytes)))
+        << parsed;
+    EXPECT_TRUE(Has(parsed, line("gauge", "bufpool_budget_high_water_bytes",
+                                 budget, st.high_water_bytes)))
+        << parsed;
+    EXPECT_TRUE(
+        Has(parsed, line("gauge", "bufpool_budget_max_bytes", budget, max)))
+        << parsed;
+    EXPECT_TRUE(Has(parsed, line("gauge", "bufpool_budget_reserved_bytes",
+                                 budget, reserved)))
+        << parsed;
+    EXPECT_TRUE(Has(parsed, line("counter", "bufpool_budget_refusals_total",
+                                 budget, st.refusals)))
+        << parsed;
+  }
+  ca.Clear();
+  cb.Clear();
 }
 
 }  // namespace

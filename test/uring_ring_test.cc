@@ -642,13 +642,17 @@ TEST(ProvidedBufferRingTest, BadOptionsAndTakenGroupsAreRefused) {
   ASSERT_TRUE(ring.ok());
   auto pool = BufferPool::Create({.buffer_count = 64});
   ASSERT_TRUE(pool.ok());
-  auto bad = ProvidedBufferRing::Create(ring.get(), **pool, {.max_buffers = 0});
+  auto bad =
+      ProvidedBufferRing::Create(ring.get(), **pool, {.max_buffers = 40000});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  bad = ProvidedBufferRing::Create(ring.get(), **pool, {.max_buffers = 40000});
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  auto first = ProvidedBufferRing::Create(ring.get(), **pool, {.group_id = 4});
+  // More than the pool has (see also budget_test).
+  bad = ProvidedBufferRing::Create(ring.get(), **pool, {.max_buffers = 65});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kResourceExhausted);
+  auto first = ProvidedBufferRing::Create(ring.get(), **pool,
+                                          {.group_id = 4, .max_buffers = 16});
   ASSERT_TRUE(first.ok()) << first.status();
-  auto second = ProvidedBufferRing::Create(ring.get(), **pool, {.group_id = 4});
+  auto second = ProvidedBufferRing::Create(ring.get(), **pool,
+                                           {.group_id = 4, .max_buffers = 16});
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find("already registered"),
             std::string::npos)
@@ -1871,7 +1875,7 @@ TEST(IncrementalTest, ProbeMatchesTheKernel) {
   ASSERT_TRUE(ring.ok());
   auto pool = BufferPool::Create({.buffer_count = 256});
   ASSERT_TRUE(pool.ok());
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {});
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {.max_buffers = 64});
   ASSERT_TRUE(br.ok()) << br.status();
   utsname u{};
   ASSERT_EQ(uname(&u), 0);
@@ -1880,7 +1884,8 @@ TEST(IncrementalTest, ProbeMatchesTheKernel) {
   EXPECT_EQ((*br)->incremental(), major > 6 || (major == 6 && minor >= 12))
       << u.release;
   auto off = ProvidedBufferRing::Create(
-      ring.get(), **pool, {.group_id = 1, .incremental = Incremental::kOff});
+      ring.get(), **pool,
+      {.group_id = 1, .max_buffers = 64, .incremental = Incremental::kOff});
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_FALSE((*off)->incremental());
 }

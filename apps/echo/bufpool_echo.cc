@@ -4,11 +4,16 @@
 //
 // The first line on stdout is "listening on HOST:PORT". SIGINT or SIGTERM
 // stops it gracefully and prints a one-line summary; SIGUSR1 prints the same
-// line without stopping.
+// line without stopping. --metrics-every SECONDS prints WriteMetrics() of
+// the pool (with the connections' budgets) on stdout, the same stream, each
+// exposition ended by "# EOF".
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <time.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bufpool/buffer_pool.h"
+#include "bufpool/metrics.h"
 #include "echo/echo_server.h"
 #include "echo_args.h"
 
@@ -112,17 +118,40 @@ int main(int argc, char** argv) {
     run_status = (*server)->Run();
     if (!run_status.ok()) ::kill(::getpid(), SIGTERM);  // wake main
   });
-  // An elastic pool (--max-buffers): this thread is the idle trim's tick
-  // (once a second), so memory goes back even while the server makes no
-  // pool calls at all.
+  // This thread wakes on a tick when there is periodic work: an elastic
+  // pool (--max-buffers) trims idle memory once a second, so memory goes
+  // back even while the server makes no pool calls at all, and
+  // --metrics-every prints the metrics.
   const bool elastic = parsed.command.pool.max_buffer_count != 0;
+  const double every = parsed.command.metrics_every_seconds;
+  using Clock = std::chrono::steady_clock;
+  const auto period = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(every));
+  Clock::time_point next_metrics = Clock::now() + period;
   for (;;) {
     int sig = 0;
-    if (elastic) {
-      const timespec tick{1, 0};
+    if (elastic || every > 0) {
+      Clock::duration wait = std::chrono::seconds(1);
+      if (every > 0) {
+        const Clock::duration left =
+            std::max(Clock::duration::zero(), next_metrics - Clock::now());
+        wait = elastic ? std::min(wait, left) : left;
+      }
+      const auto ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+      const timespec tick{static_cast<time_t>(ns / 1'000'000'000),
+                          static_cast<long>(ns % 1'000'000'000)};
       sig = sigtimedwait(&signals, nullptr, &tick);
       if (sig < 0) {
-        (*pool)->TrimIdle();
+        if (elastic) (*pool)->TrimIdle();
+        if (every > 0 && Clock::now() >= next_metrics) {
+          std::string text;
+          bufpool::WriteMetrics(**pool, &text, {.name = "echo"});
+          std::fwrite(text.data(), 1, text.size(), stdout);
+          std::fputs("# EOF\n", stdout);
+          std::fflush(stdout);
+          next_metrics += period;
+        }
         continue;
       }
     } else if (sigwait(&signals, &sig) != 0) {

@@ -17,7 +17,9 @@ constexpr char kUsage[] = R"(usage: bufpool-echo [OPTIONS]
 A TCP echo server whose receive buffers are libbufpool pool slots. Prints
 'listening on HOST:PORT' first. SIGINT/SIGTERM: stop, print a summary line
 ('stopped: ...'), exit 0. SIGUSR1: print the summary ('stats: ...') and go
-on.
+on. --metrics-every SECONDS: print the pool's metrics (Prometheus text,
+its per-connection budgets included) on stdout every SECONDS, each print
+closed by a line '# EOF'.
 
 )";
 
@@ -84,6 +86,13 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
       ->type_name("BYTES")
       ->option_text("BYTES")
       ->transform(NumberIn(1, std::numeric_limits<size_t>::max()));
+
+  app.add_option("--metrics-every", c.metrics_every_seconds,
+                 "print the pool's metrics (Prometheus text) on stdout\n"
+                 "every SECONDS, 0.001 to 86400 (default: never)")
+      ->type_name("SECONDS")
+      ->option_text("SECONDS")
+      ->check(CLI::Range(0.001, 86400.0));
 
   result.action = RunParser(app, argc, argv, &result.text);
   if (result.action == ParseAction::kRun) {

@@ -24,6 +24,9 @@ struct EchoCommand {
   // buffer_count to kMaxEchoBuffers; with it, trim_after_idle 1 s); the rest
   // as PoolOptions'.
   PoolOptions pool;
+  // --metrics-every: seconds between two prints of the pool's metrics
+  // (bufpool/metrics.h) on stdout; 0: never.
+  double metrics_every_seconds = 0;
 };
 
 // Parses bufpool-echo's argv. Never exits, prints or opens a socket.

@@ -4,10 +4,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "bufpool/budget.h"
 #include "bufpool/chain.h"
 #include "echo/echo_server.h"
 
@@ -59,6 +63,28 @@ inline size_t BuffersHoldingData(const BufferChain& chain) {
     }
   }
   return n;
+}
+
+// A connection's backpressure (the pooled engines): a budget of
+// max_unsent_bytes rounded up to whole buffers (at least one), whose high
+// watermark is that limit and low watermark half of it, so on_high runs
+// when the connection's unsent bytes pin the limit (stop reading) and
+// on_low once they have drained to half (read again). The callbacks only
+// set flags: they run inside the connection's chain calls.
+inline absl::StatusOr<std::unique_ptr<BufferBudget>> MakeConnectionBudget(
+    BufferPool& pool, size_t max_unsent_bytes, int fd,
+    std::function<void()> on_high, std::function<void()> on_low) {
+  const size_t bs = pool.buffer_size();
+  const size_t limit =
+      std::max<size_t>(bs, max_unsent_bytes > ~size_t{0} - bs
+                               ? ~size_t{0} / bs * bs
+                               : (max_unsent_bytes + bs - 1) / bs * bs);
+  return pool.CreateBudget({.name = absl::StrCat("conn ", fd),
+                            .max_bytes = limit,
+                            .high_watermark = limit,
+                            .low_watermark = limit / 2,
+                            .on_high = std::move(on_high),
+                            .on_low = std::move(on_low)});
 }
 
 // Engines are subclasses of EchoServer; Create() fills in the listening

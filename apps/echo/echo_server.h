@@ -26,7 +26,11 @@
 // Backpressure. A connection whose unsent bytes (received, not yet echoed)
 // reach `max_unsent_bytes` is not read from until they drain to half of it,
 // so a client that sends but never reads cannot make the server buffer
-// without bound. A read takes at most the room left rounded up to whole
+// without bound. kUring and kEpoll count them as the buffers they pin, in a
+// budget per connection (bufpool/budget.h: max_unsent_bytes rounded up to
+// whole buffers, its watermarks the limit and half of it), so the pool's
+// metrics (bufpool-echo --metrics-every) show each connection's share;
+// kMalloc counts bytes. A read takes at most the room left rounded up to whole
 // pool buffers, so a stalled connection holds at most about
 // max_unsent_bytes / buffer_size + 1 buffers (kMalloc holds allocations
 // instead, up to kEchoReadBuffers buffer sizes per read). Other clients keep

@@ -5,8 +5,11 @@
 //
 // One thread, level-triggered epoll. A connection's interest set is
 //   EPOLLIN   while it may read: not at end of stream, not over the unsent
-//             limit (paused at max_unsent_bytes, resumed at half of it), and
-//             not waiting for the pool to give a buffer;
+//             limit (paused at max_unsent_bytes, resumed at half of it: for
+//             kEpoll the watermarks of the connection's budget, which its
+//             chain charges for the buffers it pins, see bufpool/budget.h;
+//             for kMalloc a byte counter), and not waiting for the pool to
+//             give a buffer;
 //   EPOLLOUT  while its queue is not empty and the last write would block,
 // so a stalled connection costs nothing until something changes: no spin.
 #include <netinet/in.h>
@@ -116,12 +119,17 @@ class MallocQueue {
 struct Conn {
   explicit Conn(BufferPool& pool) : chain(pool) {}
   int fd = -1;
-  BufferChain chain;        // kEpoll: received, not yet echoed
-  MallocQueue blocks;       // kMalloc: the same
-  size_t unsent = 0;        // bytes queued
-  bool read_eof = false;    // the peer finished sending
-  bool over_limit = false;  // unsent reached max_unsent_bytes
-  bool starved = false;     // the last read found no buffer
+  // kEpoll: the connection's budget (see Accept()), which `chain` charges;
+  // declared first so that it outlives the chain.
+  std::unique_ptr<BufferBudget> budget;
+  BufferChain chain;      // kEpoll: received, not yet echoed
+  MallocQueue blocks;     // kMalloc: the same
+  size_t unsent = 0;      // kMalloc: bytes queued
+  bool read_eof = false;  // the peer finished sending
+  // Past max_unsent_bytes until drained to half (kEpoll: set and cleared
+  // by the budget's watermark callbacks).
+  bool over_limit = false;
+  bool starved = false;  // the last read found no buffer
   bool write_blocked = false;
   uint32_t events = 0;  // the interest set registered with epoll
 };
@@ -254,6 +262,24 @@ void EpollEchoServer::Accept() {
     (void)os::SetSockOptInt(*fd, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
     auto* conn = new Conn(*pool_);
     conn->fd = *fd;
+    if (pooled_) {
+      // The chain charges the connection's budget (its watermarks are the
+      // unsent limit).
+      absl::StatusOr<std::unique_ptr<BufferBudget>> b = MakeConnectionBudget(
+          *pool_, options_.max_unsent_bytes, *fd,
+          [this, conn] {
+            conn->over_limit = true;
+            Counters::Add(counters_->unsent_limit_stalls, 1);
+          },
+          [conn] { conn->over_limit = false; });
+      if (!b.ok()) {  // no reservation asked, so never: refuse the peer
+        (void)os::CloseSocket(*fd);
+        delete conn;
+        continue;
+      }
+      conn->budget = *std::move(b);
+      conn->chain = BufferChain(*conn->budget);
+    }
     conn->events = EPOLLIN;
     if (!os::EpollCtl(epoll_fd_, EPOLL_CTL_ADD, *fd, EPOLLIN, conn).ok()) {
       (void)os::CloseSocket(*fd);
@@ -284,19 +310,20 @@ void EpollEchoServer::OnEvent(Conn* conn, uint32_t events) {
 }
 
 void EpollEchoServer::Read(Conn* conn) {
-  // As many buffers as the unsent limit leaves room for (at least one).
-  const size_t bs = pool_->buffer_size();
-  const size_t room = options_.max_unsent_bytes - conn->unsent;
-  const size_t max =
-      pooled_ ? std::clamp<size_t>((room + bs - 1) / bs * bs, bs, read_size_)
-              : read_size_;
+  // kEpoll: ReadFrom() takes only the buffers the connection's budget
+  // allows (and the tail's room), so it never reads past the limit.
   const size_t before = Holding(conn);
-  absl::StatusOr<size_t> n = pooled_ ? ReadFrom(conn->fd, conn->chain, max)
-                                     : conn->blocks.Read(conn->fd, max);
+  absl::StatusOr<size_t> n = pooled_
+                                 ? ReadFrom(conn->fd, conn->chain, read_size_)
+                                 : conn->blocks.Read(conn->fd, read_size_);
   Account(conn, before);
   if (!n.ok()) {
     switch (n.status().code()) {
       case absl::StatusCode::kResourceExhausted:  // no buffer: wait for one
+        if (conn->over_limit) {  // the budget's, not the pool's: wait to send
+          UpdateInterest(conn);
+          return;
+        }
         conn->starved = true;
         starved_.push_back(conn);
         Counters::Add(counters_->pool_dry_stalls, 1);
@@ -315,21 +342,22 @@ void EpollEchoServer::Read(Conn* conn) {
     Flush(conn);
     return;
   }
-  conn->unsent += *n;
   Counters::Add(counters_->bytes_received, *n);
-  if (conn->unsent >= options_.max_unsent_bytes) {
-#ifdef BUFPOOL_FUZZ_PLANT
-    // Planted defect for test/fuzz/echo_fuzz: the read that takes a
-    // connection to its unsent limit loses its last byte.
-    if (pooled_ && !conn->chain.empty()) {
-      BufferChain kept = conn->chain.Split(conn->chain.size() - 1);
-      conn->chain = std::move(kept);
-      conn->unsent -= 1;
+  if (!pooled_) {
+    conn->unsent += *n;
+    if (conn->unsent >= options_.max_unsent_bytes) {
+      conn->over_limit = true;
+      Counters::Add(counters_->unsent_limit_stalls, 1);
     }
-#endif
-    conn->over_limit = true;
-    Counters::Add(counters_->unsent_limit_stalls, 1);
   }
+#ifdef BUFPOOL_FUZZ_PLANT
+  // Planted defect for test/fuzz/echo_fuzz: the read that takes a
+  // connection to its unsent limit loses its last byte.
+  if (pooled_ && conn->over_limit && !conn->chain.empty()) {
+    BufferChain kept = conn->chain.Split(conn->chain.size() - 1);
+    conn->chain = std::move(kept);
+  }
+#endif
   Flush(conn);  // may close conn
 }
 
@@ -346,12 +374,14 @@ void EpollEchoServer::Flush(Conn* conn) {
       return;
     }
     const size_t sent = n.ok() ? *n : 0;
-    conn->unsent -= sent;
+    if (!pooled_) conn->unsent -= sent;
     Counters::Add(counters_->bytes_sent, sent);
     // WriteTo stops early only when the socket would block.
     if (!QueueEmpty(conn)) conn->write_blocked = true;
   }
-  if (conn->over_limit && conn->unsent <= options_.max_unsent_bytes / 2) {
+  // kEpoll's budget cleared over_limit in WriteTo() when it drained to half.
+  if (!pooled_ && conn->over_limit &&
+      conn->unsent <= options_.max_unsent_bytes / 2) {
     conn->over_limit = false;
   }
   if (released) WakeStarved();

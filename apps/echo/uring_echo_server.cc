@@ -13,9 +13,12 @@
 // plus cancels of the recv (backpressure, close), which may overlap.
 // A connection is freed once none of its operations is in flight.
 //
-// Backpressure, on the toolkit's public calls (the pattern in uring.h): a
-// recv's RecvOptions::max_bytes is the room left under max_unsent_bytes,
-// rounded up to whole slots; where the kernel caps multishot receives
+// Backpressure, on the toolkit's public calls (the pattern in uring.h):
+// each connection's queue and send charge a budget (bufpool/budget.h) of
+// max_unsent_bytes rounded up to whole slots, whose watermarks (the limit,
+// and half of it) stop and resume its receives; a recv's
+// RecvOptions::max_bytes is the budget's room; where the kernel caps
+// multishot receives
 // (ProvidedBufferRing::multishot_cap(), Linux 6.17+) the recv ends by
 // itself there, elsewhere it is an uncapped multishot recv cancelled past
 // half the limit and then single-shot capped ones. Past max_unsent_bytes
@@ -63,9 +66,11 @@ constexpr uint64_t kOpMask = 7;
 
 struct Conn {
   int fd = -1;
+  // What the queue and the send in flight pin (the send's chain keeps the
+  // queue's binding); declared first so that it outlives both.
+  std::unique_ptr<BufferBudget> budget;
   BufferChain queue;  // received, not yet handed to a send
   HeldSend send;
-  size_t unsent = 0;   // bytes received and not yet sent
   size_t holding = 0;  // buffers counted in buffers_holding_data
   // The send in flight: the distinct buffers it holds bytes of, and its
   // last slice's buffer (which the queue's first slice may share).
@@ -81,6 +86,8 @@ struct Conn {
   bool wants_bundle = false;
   uint8_t small_recvs = 0;  // bundle receives in a row of one slot or less
   bool read_eof = false;
+  // Set by the budget's on_high (the limit reached), cleared by its on_low
+  // (drained to half): no recv is armed meanwhile.
   bool over_limit = false;
   bool parked = false;  // waiting in the FIFO for ring buffers
   bool closing = false;
@@ -196,21 +203,22 @@ void UringEchoServer::ArmAccept() {
 
 void UringEchoServer::ArmRecv(Conn* conn) {
   io_uring_sqe* sqe = Sqe();
-  const bool below_half = conn->unsent < options_.max_unsent_bytes / 2;
+  const bool below_half =
+      conn->budget->pinned_bytes() < conn->budget->max_bytes() / 2;
   const bool cap = bufs_->multishot_cap();
   ProvidedBufferRing::RecvOptions ro;
-  // The receive may deliver the room left under the limit, rounded up to
-  // whole slots (a slot holds as much memory for one byte as for its
-  // size), so a connection never holds more than max_unsent_bytes plus one
-  // slot however fast the kernel fills them, and a limit below a slot
-  // still moves a slot per recv. Where the kernel caps multishot receives
-  // that cap ends the receive by itself; elsewhere PrepareRecv() makes a
-  // capped receive single-shot, so below half the limit the recv is an
-  // uncapped multishot one, cancelled at half (OnRecv).
+  // The receive may deliver the budget's room (whole slots: a slot holds
+  // as much memory for one byte as for its size), so a connection never
+  // pins more than its limit plus one slot however fast the kernel fills
+  // them, and a limit below a slot still moves a slot per recv. Where the
+  // kernel caps multishot receives that cap ends the receive by itself;
+  // elsewhere PrepareRecv() makes a capped receive single-shot, so below
+  // half the limit the recv is an uncapped multishot one, cancelled at half
+  // (OnRecv).
   const size_t slot = pool_->buffer_size();
-  const size_t room = options_.max_unsent_bytes - conn->unsent;
+  const size_t room = std::max(conn->budget->room_bytes(), slot);
   ro.multishot = cap || below_half;
-  if (cap || !below_half) ro.max_bytes = (room + slot - 1) / slot * slot;
+  if (cap || !below_half) ro.max_bytes = room;
   // A bundle only for a peer that sends more than a slot at a time: for
   // one-slot messages the kernel's peek at several ring entries per receive
   // is pure cost (io_ring_buffers_peek in profiles of 4 KiB messages).
@@ -324,7 +332,23 @@ void UringEchoServer::OnAccept(const io_uring_cqe& cqe) {
           .IgnoreError();
       auto* conn = new Conn;
       conn->fd = cqe.res;
-      conn->queue = BufferChain(*pool_);
+      // The callbacks run inside the queue's and the send's chain calls:
+      // they only set the flag (and count), OnRecv/OnSend act on it.
+      absl::StatusOr<std::unique_ptr<BufferBudget>> budget =
+          net::MakeConnectionBudget(
+              *pool_, options_.max_unsent_bytes, cqe.res,
+              [this, conn] {
+                conn->over_limit = true;
+                Counters::Add(counters_->unsent_limit_stalls, 1);
+              },
+              [conn] { conn->over_limit = false; });
+      if (!budget.ok()) {  // no reservation asked, so never
+        os::CloseSocket(cqe.res).IgnoreError();
+        delete conn;
+        return;
+      }
+      conn->budget = *std::move(budget);
+      conn->queue = BufferChain(*conn->budget);
       conn->next = conns_;
       if (conns_ != nullptr) conns_->prev = conn;
       conns_ = conn;
@@ -376,20 +400,22 @@ void UringEchoServer::OnRecv(Conn* conn, const io_uring_cqe& cqe) {
     got = bufs_->Take(cqe, conn->queue);
     n = conn->queue.size() - queued;
   }
-  if (got.ok() && n > 0) {
-    conn->unsent += n;
+  // ResourceExhausted with bytes is the budget's: they are queued all the
+  // same (see ProvidedBufferRing::Take), and on_high has stopped reading.
+  const bool kept =
+      got.ok() ||
+      (got.code() == absl::StatusCode::kResourceExhausted && cqe.res > 0);
+  if (kept && n > 0) {
     Counters::Add(counters_->bytes_received, n);
     SyncHolding(conn);
     if (bufs_->bundles()) NoteRecvSize(conn, cqe, more);
-    if (!conn->over_limit && conn->unsent >= options_.max_unsent_bytes) {
-      conn->over_limit = true;
-      Counters::Add(counters_->unsent_limit_stalls, 1);
+    if (conn->over_limit) {
       if (more) CancelRecv(conn);
     } else if (!bufs_->multishot_cap() && more &&
-               conn->unsent >= options_.max_unsent_bytes / 2) {
+               conn->budget->pinned_bytes() >= conn->budget->max_bytes() / 2) {
       CancelRecv(conn);  // re-armed single-shot when this recv ends
     }
-  } else if (got.ok()) {
+  } else if (kept) {
     if (cqe.res == 0) conn->read_eof = true;  // echo what is queued, close
   } else if (got.code() == absl::StatusCode::kResourceExhausted) {
     if (!conn->closing && !more) Park(conn);
@@ -438,15 +464,13 @@ void UringEchoServer::OnSend(Conn* conn, const io_uring_cqe& cqe) {
     MaybeFinish(conn);
     return;
   }
-  conn->unsent -= static_cast<size_t>(res);
   Counters::Add(counters_->bytes_sent, static_cast<uint64_t>(res));
-  // What was not sent goes first, then what arrived meanwhile.
+  // What was not sent goes first, then what arrived meanwhile. The sent
+  // bytes' buffers left the budget as the send consumed them (on_low, at
+  // half, cleared over_limit).
   conn->send.ReturnUnsentTo(conn->queue);
   SyncHolding(conn);
-  if (conn->over_limit && conn->unsent <= options_.max_unsent_bytes / 2) {
-    conn->over_limit = false;
-    MaybeArmRecv(conn);
-  }
+  MaybeArmRecv(conn);
   StartSend(conn);
   if (conn->read_eof && conn->queue.empty() && !conn->send.busy()) {
     BeginClose(conn);

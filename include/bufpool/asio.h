@@ -143,19 +143,27 @@ class AsioReadBuffers {
   // Takes the buffers max_bytes needs (at most kMaxBuffers) that `pool` has
   // free now; empty() when it has none.
   AsioReadBuffers(BufferPool& pool, size_t max_bytes) {
-    const size_t bs = pool.buffer_size();
-    size_t want = (max_bytes + bs - 1) / bs;
-    if (want > kMaxBuffers) want = kMaxBuffers;
-    for (; count_ < want; ++count_) {
-      bufs_[count_] = pool.TryAcquire();
-      if (!bufs_[count_]) break;
-      const size_t len =
-          max_bytes - count_ * bs < bs ? max_bytes - count_ * bs : bs;
-      views_[count_] = asio_ns::asio::mutable_buffer(bufs_[count_].data(), len);
+    Take(pool, nullptr, max_bytes);
+  }
+  // For a read into `chain`: its pool's buffers, and when the chain is
+  // bound to a budget (bufpool/budget.h) only as many as the budget may
+  // still pin, drawn as the chain draws them (the budget's reserve first);
+  // empty() when the budget is at its limit (then nothing is read, and
+  // nothing is lost: the bytes stay in the socket) or the pool is dry. The
+  // chain must be the one CommitTo() is given.
+  AsioReadBuffers(BufferChain& chain, size_t max_bytes) {
+    if (chain.pool() == nullptr) return;
+    BufferBudget* const budget = chain.budget();
+    if (budget != nullptr) {
+      const size_t most = budget->room_bytes() / chain.pool()->buffer_size() *
+                          chain.pool()->buffer_size();
+      if (max_bytes > most) max_bytes = most;
     }
+    Take(*chain.pool(), budget, max_bytes);
   }
   AsioReadBuffers(const AsioReadBuffers&) = delete;
   AsioReadBuffers& operator=(const AsioReadBuffers&) = delete;
+  ~AsioReadBuffers() { GiveBackAll(); }
 
   bool empty() const { return count_ == 0; }
   // The MutableBufferSequence to read into.
@@ -171,24 +179,67 @@ class AsioReadBuffers {
   // buffer, and the rest are linked, no copy; with options.pack, a short
   // read into an empty chain is packed. So memory follows bytes (see the
   // file comment).
-  void CommitTo(BufferChain& chain, size_t n) {
-    CommitTo(
+  //
+  // Returns OK, or, for a chain bound to a budget that these bytes took
+  // past its max_bytes (a read made into buffers taken without the budget:
+  // AsioReadBuffers(pool, ...)), ResourceExhausted naming the budget: the
+  // bytes are in the chain all the same (nothing is lost); stop reading
+  // until it drains.
+  absl::Status CommitTo(BufferChain& chain, size_t n) {
+    return CommitTo(
         chain, n,
         {.copy_below = count_ != 0 ? bufs_[0].size() / 8 : 0, .pack = nullptr});
   }
-  void CommitTo(BufferChain& chain, size_t n,
-                const BufferChain::ReceiveOptions& options) {
+  absl::Status CommitTo(BufferChain& chain, size_t n,
+                        const BufferChain::ReceiveOptions& options) {
+    BufferBudget* const budget = chain.budget();
+    const size_t before = budget != nullptr ? budget->pinned_bytes() : 0;
     chain.Reserve(chain.slice_count() + count_ + 1);
     for (size_t i = 0; i < count_ && n != 0; ++i) {
       const size_t len = n < views_[i].size() ? n : views_[i].size();
       chain.Receive(bufs_[i], len, options);  // a copied one goes back below
       n -= len;
     }
-    for (size_t i = 0; i < count_; ++i) bufs_[i].Reset();
-    count_ = 0;
+    GiveBackAll();
+    if (budget != nullptr && budget->pinned_bytes() > before &&
+        budget->pinned_bytes() > budget->max_bytes()) [[unlikely]] {
+      return internal::BudgetAccess::Refuse(
+          *budget, "AsioReadBuffers::CommitTo", 0,
+          "the bytes read were kept in the chain: stop reading until it "
+          "drains");
+    }
+    return absl::OkStatus();
   }
 
  private:
+  void Take(BufferPool& pool, BufferBudget* budget, size_t max_bytes) {
+    budget_ = budget;
+    const size_t bs = pool.buffer_size();
+    size_t want = (max_bytes + bs - 1) / bs;
+    if (want > kMaxBuffers) want = kMaxBuffers;
+    for (; count_ < want; ++count_) {
+      bufs_[count_] = budget != nullptr
+                          ? internal::BudgetAccess::TakeFresh(*budget)
+                          : pool.TryAcquire();
+      if (!bufs_[count_]) break;
+      const size_t len =
+          max_bytes - count_ * bs < bs ? max_bytes - count_ * bs : bs;
+      views_[count_] = asio_ns::asio::mutable_buffer(bufs_[count_].data(), len);
+    }
+  }
+  // The buffers no chain took go back: to the budget they came from (its
+  // reserve), or the pool.
+  void GiveBackAll() {
+    for (size_t i = 0; i < count_; ++i) {
+      if (budget_ != nullptr) {
+        internal::BudgetAccess::GiveBack(*budget_, std::move(bufs_[i]));
+      }
+      bufs_[i].Reset();
+    }
+    count_ = 0;
+  }
+
+  BufferBudget* budget_ = nullptr;
   Buffer bufs_[kMaxBuffers];
   asio_ns::asio::mutable_buffer views_[kMaxBuffers];
   size_t count_ = 0;
@@ -206,7 +257,8 @@ size_t AsioWrite(SyncWriteStream& stream, BufferChain& chain,
 
 // One read_some of up to max_bytes into fresh buffers of chain.pool(),
 // put at the end of `chain` as CommitTo() does. Returns the bytes read; with
-// none free, sets `ec` to asio::error::no_buffer_space and reads nothing.
+// none free, or the chain's budget at its limit (see AsioReadBuffers(chain,
+// max_bytes)), sets `ec` to asio::error::no_buffer_space and reads nothing.
 template <typename SyncReadStream>
 size_t AsioReadSome(SyncReadStream& stream, BufferChain& chain,
                     size_t max_bytes, asio_ns::error_code& ec) {
@@ -214,13 +266,13 @@ size_t AsioReadSome(SyncReadStream& stream, BufferChain& chain,
     ec = asio_ns::asio::error::invalid_argument;
     return 0;
   }
-  AsioReadBuffers rb(*chain.pool(), max_bytes);
+  AsioReadBuffers rb(chain, max_bytes);
   if (rb.empty()) {
     ec = asio_ns::asio::error::no_buffer_space;
     return 0;
   }
   const size_t n = stream.read_some(rb.buffers(), ec);
-  rb.CommitTo(chain, n);
+  (void)rb.CommitTo(chain, n);  // within the budget: never refused
   return n;
 }
 

@@ -199,6 +199,8 @@ struct PoolStats {
 };
 
 class BufferPool;
+struct BudgetOptions;  // bufpool/budget.h
+class BufferBudget;
 
 namespace internal {
 struct SharedAccess;  // bufpool/internal/shared_access.h (SharedBuffer)
@@ -364,6 +366,16 @@ class BUFPOOL_EXPORT BufferPool {
   // Buffer::Detach() into a handle, which then owns it.
   // Aborts if `p` is not out as a raw pointer of this pool.
   Buffer Adopt(std::byte* p);
+
+  // A named share of this pool with a byte limit, watermarks and an
+  // optional reservation, for chains to charge (bufpool/budget.h, which
+  // says what each option does). InvalidArgument for bad options;
+  // ResourceExhausted, naming the numbers, when the reservation plus the
+  // pool's other reservations and ring lending exceed its capacity, or its
+  // buffers are not free now. The budget must be destroyed before the pool.
+  // Any thread.
+  absl::StatusOr<std::unique_ptr<BufferBudget>> CreateBudget(
+      const BudgetOptions& options);
 
   size_t buffer_size() const { return buffer_size_; }
   // buffer_count; an elastic pool's ceiling, max_buffer_count.

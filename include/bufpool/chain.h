@@ -60,6 +60,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/export.h"
 #include "bufpool/internal/shared_access.h"
@@ -155,7 +156,19 @@ class BUFPOOL_EXPORT BufferChain {
   BufferChain() noexcept : segs_(inline_) {}
   explicit BufferChain(BufferPool& pool) noexcept
       : pool_(&pool), segs_(inline_) {}
-  // A moved-from chain is empty (and keeps its pool). Move assignment drops
+  // A chain bound to `budget` (bufpool/budget.h): it draws fresh buffers
+  // from the budget's pool (its reserve first) and charges the budget for
+  // every buffer it pins, by the rule of pinned_bytes(), until it drops
+  // them. Append(bytes) and ReadFrom() refuse, with ResourceExhausted
+  // naming the budget, what would pin a buffer past its max_bytes; linking
+  // slices (Append of a SharedBuffer, Buffer or chain) never refuses and is
+  // charged past the limit. The budget must outlive the chain while it
+  // holds bytes, and the chain is used on the budget's thread.
+  explicit BufferChain(BufferBudget& budget) noexcept
+      : pool_(&budget.pool()), budget_(&budget), segs_(inline_) {}
+  // A moved-from chain is empty (and keeps its pool and budget: the slices
+  // move with the charge they made, so the binding moves with them; a move
+  // assignment takes `other`'s pool and budget). Move assignment drops
   // the target's slices first and frees no grown slice ring: when both
   // chains have one they swap them (`other` keeps the target's, empty);
   // when only the target has one it keeps it and takes `other`'s slices
@@ -163,13 +176,14 @@ class BUFPOOL_EXPORT BufferChain {
   // and a send) allocates only while growing.
   // An empty chain is constructed, moved and destroyed without a call.
   BufferChain(BufferChain&& other) noexcept
-      : pool_(other.pool_), segs_(inline_) {
+      : pool_(other.pool_), budget_(other.budget_), segs_(inline_) {
     if (other.count_ != 0 || other.segs_ != other.inline_) StealFrom(other);
   }
   BufferChain& operator=(BufferChain&& other) noexcept {
     if (count_ == 0 && other.count_ == 0 && segs_ == inline_ &&
         other.segs_ == other.inline_) {
       pool_ = other.pool_;
+      budget_ = other.budget_;
       return *this;
     }
     return MoveAssignSlow(other);
@@ -181,6 +195,8 @@ class BUFPOOL_EXPORT BufferChain {
   }
 
   BufferPool* pool() const { return pool_; }
+  // The budget this chain charges, or nullptr.
+  BufferBudget* budget() const { return budget_; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   size_t slice_count() const { return count_; }
@@ -199,9 +215,10 @@ class BUFPOOL_EXPORT BufferChain {
 
   // Copies `bytes` to the end: into the tail buffer's room while the chain
   // holds the only reference to it, then into fresh buffers from pool(). All
-  // or nothing: when the pool cannot supply every buffer needed, returns
-  // ResourceExhausted and the chain is unchanged (buffers taken meanwhile go
-  // back).
+  // or nothing: when the pool cannot supply every buffer needed, or the
+  // chain's budget would pass its max_bytes (the message names the budget
+  // and its limit), returns ResourceExhausted and the chain is unchanged
+  // (buffers taken meanwhile go back).
   absl::Status Append(absl::Span<const std::byte> bytes);
   absl::Status Append(absl::string_view bytes) {
     return Append(absl::MakeConstSpan(
@@ -240,14 +257,18 @@ class BUFPOOL_EXPORT BufferChain {
     ConsumeSlow(n);
   }
   // Removes the first min(n, size()) bytes and returns them as a chain with
-  // the same pool, without copying: whole slices move, and a slice cut in
-  // two becomes two references to its buffer.
+  // the same pool and budget (charged for the buffers it pins), without
+  // copying: whole slices move, and a slice cut in two becomes two
+  // references to its buffer. Bytes kept beyond the budget's owner (a value
+  // a server stores) leave the budget when appended to an unbound chain:
+  // BufferChain kept(pool); kept.Append(chain.Split(n));
   BufferChain Split(size_t n);
   // Copies the first min(size(), out.size()) bytes into `out`; returns how
   // many. The chain is not changed.
   size_t CopyTo(absl::Span<std::byte> out) const;
   // A second chain over the same bytes: one more reference per slice, no
-  // copy.
+  // copy; bound to the same budget, which it charges again for the
+  // buffers it pins (never refused).
   BufferChain Clone() const;
   // Drops every slice (keeps the slice ring's capacity).
   void Clear();
@@ -399,19 +420,51 @@ class BUFPOOL_EXPORT BufferChain {
     return t.use_count() == 1 ? t.room() : 0;
   }
   // Links `s` after the tail.
+  // A bound chain charges its budget a buffer for a slice that starts a
+  // run (see pinned_bytes()) and releases it when the run's last slice
+  // goes; an unbound one pays one branch.
   void PushBack(SharedBuffer&& s) {
     if (count_ == cap_) Grow();
+    if (budget_ != nullptr) [[unlikely]]
+      ChargeLink(s);
     At(count_) = std::move(s);
     ++count_;
   }
   void PopFront() {
+    if (budget_ != nullptr) [[unlikely]] {
+      PopFrontBudgeted();
+      return;
+    }
     segs_[head_].Reset();
     head_ = (head_ + 1) & (cap_ - 1);
     --count_;
   }
   void PopBack() {
+    if (budget_ != nullptr) [[unlikely]] {
+      PopBackBudgeted();
+      return;
+    }
     At(count_ - 1).Reset();
     --count_;
+  }
+  // Whether slices a and b are of one buffer.
+  static bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b) {
+    return a.pool_ == b.pool_ && a.slot_ == b.slot_;
+  }
+  // Inline (below): a bound chain's receive and consume paths call them
+  // once per buffer.
+  void ChargeLink(const SharedBuffer& s);
+  void PopFrontBudgeted();
+  void PopBackBudgeted();
+  // Releases budget_'s charge for every run of this chain's slices: for
+  // slices that leave in bulk.
+  void ReleaseAll();
+  // A fresh buffer for Append() and Compact(): the budget's (its reserve
+  // first) when bound, else the pool's.
+  Buffer TakeFresh() {
+    if (budget_ != nullptr) [[unlikely]]
+      return internal::BudgetAccess::TakeFresh(*budget_);
+    return pool_->TryAcquire();
   }
   void Grow() { GrowTo(cap_ * 2); }
   void GrowTo(uint32_t cap);  // cap: a power of two > cap_
@@ -438,6 +491,7 @@ class BUFPOOL_EXPORT BufferChain {
   void FreeHeap() noexcept;
 
   BufferPool* pool_ = nullptr;
+  BufferBudget* budget_ = nullptr;  // charged for the buffers pinned
   size_t size_ = 0;
   // The slices are At(0) .. At(count_ - 1); every other entry holds
   // nothing.
@@ -551,7 +605,10 @@ inline BufferChain::SpanRange BufferChain::spans() const {
 //                        the chain is unchanged.
 //   kFailedPrecondition  the connection is gone: the peer closed it or reset
 //                        it (EPIPE, ECONNRESET). SIGPIPE is never raised.
-//   kResourceExhausted   (ReadFrom) the pool has no free buffer.
+//   kResourceExhausted   (ReadFrom) the pool has no free buffer, or the
+//                        chain's budget allows none more and the tail has
+//                        no room (the message names the budget and its
+//                        limit; nothing was read).
 //   kInvalidArgument     a bad descriptor (EBADF), or max_bytes == 0.
 //   others               the system's error (EIO, ...); the message names
 //                        the call and the system's words.
@@ -561,10 +618,11 @@ inline BufferChain::SpanRange BufferChain::spans() const {
 // room (when the chain holds the only reference to the tail buffer) and
 // then into fresh buffers from chain.pool() (at most 64 per call), appended
 // to `chain`. Returns the bytes read, 0 at end of file. Buffers the read did
-// not fill go straight back. When the pool has fewer buffers than max_bytes
-// needs, it reads into those it has; ResourceExhausted only when it has
-// none (and there is no room). InvalidArgument for max_bytes == 0,
-// FailedPrecondition for a chain without a pool.
+// not fill go straight back. When the pool (or the chain's budget) has
+// fewer buffers than max_bytes needs, it reads into those it has;
+// ResourceExhausted only when it has none (and there is no room).
+// InvalidArgument for max_bytes == 0, FailedPrecondition for a chain without a
+// pool.
 BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
                                                size_t max_bytes);
 // The same, each fresh buffer the read filled taken by
@@ -687,8 +745,39 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
   pack.used_ += static_cast<uint32_t>(len);
   count_ = 1;
   size_ = len;
+  // The chain was empty: the slice starts a run, a buffer pinned.
+  if (budget_ != nullptr) [[unlikely]]
+    internal::BudgetAccess::Charge(*budget_, b.pool_->buffer_size());
   std::memcpy(dst, src, len);
   return true;
+}
+
+inline void BufferChain::ChargeLink(const SharedBuffer& s) {
+  if (count_ == 0 || !SameBuffer(At(count_ - 1), s)) {
+    internal::BudgetAccess::Charge(*budget_, s.pool_->buffer_size());
+  }
+}
+
+// The slice is dropped before the budget hears of it, so that a budget
+// refilling its reserve finds the buffer back in the pool.
+inline void BufferChain::PopFrontBudgeted() {
+  SharedBuffer& f = segs_[head_];
+  const size_t bs =
+      count_ == 1 || !SameBuffer(f, At(1)) ? f.pool_->buffer_size() : 0;
+  f.Reset();
+  head_ = (head_ + 1) & (cap_ - 1);
+  --count_;
+  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
+}
+
+inline void BufferChain::PopBackBudgeted() {
+  SharedBuffer& t = At(count_ - 1);
+  const size_t bs = count_ == 1 || !SameBuffer(At(count_ - 2), t)
+                        ? t.pool_->buffer_size()
+                        : 0;
+  t.Reset();
+  --count_;
+  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
 }
 
 }  // namespace bufpool

@@ -11,20 +11,27 @@
 //   bufpool_pool_high_water_buffers                    gauges
 //   bufpool_pool_acquire_failures_total,
 //   bufpool_pool_acquire_timeouts_total                counters
+//   bufpool_budget_pinned_bytes, bufpool_budget_high_water_bytes,
+//   bufpool_budget_max_bytes, bufpool_budget_reserved_bytes   gauges
+//   bufpool_budget_refusals_total                      counter
+//       one sample per live budget of the pool (bufpool/budget.h), labelled
+//       budget="<its name>" (give budgets distinct names); the families'
+//       HELP and TYPE lines are written even when the pool has none
 //   bufpool_ring_lent_buffers, bufpool_ring_target_buffers,
 //   bufpool_ring_max_buffers                           gauges
 //   bufpool_ring_utilization_ratio    share of the ring's target the kernel
 //                                     has consumed and not given back (0-1)
 //   bufpool_ring_enobufs_total, bufpool_ring_copied_total   counters
-// Values are PoolStats and the ring's accessors, read once per call.
+// Values are PoolStats, BudgetStats and the ring's accessors, read once
+// per call.
 //
 // One exposition holds each family once: write one pool and its rings per
 // body (the families of several pools would repeat their HELP lines; give
 // each pool its own body or endpoint).
 //
-// Thread safety: the pool's metrics may be written from any thread (they
-// are BufferPool::Stats()); a ring's only on the ring's thread, as every
-// ring call.
+// Thread safety: the pool's metrics, its budgets' included, may be written
+// from any thread (they are BufferPool::Stats() and BufferBudget::Stats());
+// a ring's only on the ring's thread, as every ring call.
 #ifndef BUFPOOL_METRICS_H_
 #define BUFPOOL_METRICS_H_
 

@@ -253,8 +253,12 @@ struct ProvidedBufferRingOptions {
   uint16_t group_id = 0;
   // The most pool buffers lent to the ring at once (<= 32768, the kernel's
   // limit on ring entries). Rounded up to a power of two for the ring's
-  // entries; the ring lends at most this many.
-  size_t max_buffers = 512;
+  // entries; the ring lends at most this many. Create() refuses a value
+  // that, with what the pool's other rings may lend and its budgets
+  // reserve, exceeds the pool's capacity. kAutoMaxBuffers (the default):
+  // 512, or what the pool has not promised elsewhere if that is fewer.
+  static constexpr size_t kAutoMaxBuffers = 0;
+  size_t max_buffers = kAutoMaxBuffers;
   // Buffers lent at Create(). The ring starts small and doubles what it
   // keeps lent, up to max_buffers, whenever a Refill() finds it had fallen
   // below a quarter of that (or a receive ran out): the ring is a FIFO, so
@@ -354,7 +358,10 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // lends options.initial_buffers free buffers of `pool`. Errors:
   // InvalidArgument for bad options; the kernel's words when registration
   // fails (EEXIST: the group is taken; EINVAL: a kernel before 5.19);
-  // ResourceExhausted when the pool has no free buffer at all.
+  // ResourceExhausted when the pool has no free buffer at all, or when
+  // max_buffers plus what the pool's other rings may lend plus its budgets'
+  // reservations (bufpool/budget.h) exceed its capacity (the message names
+  // the numbers): a ring may not promise buffers the pool cannot have.
   static absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> Create(
       io_uring* ring, BufferPool& pool, const Options& options);
 
@@ -436,7 +443,15 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // The same, appending the bytes to `out` (say, a connection's input
   // queue) instead of returning a new chain: no chain is made, moved or
   // destroyed per completion. `out` is unchanged unless the status is OK
-  // (with res == 0 it is unchanged too). `out` may belong to another pool.
+  // (with res == 0 it is unchanged too), with one exception: when `out` is
+  // bound to a budget (bufpool/budget.h) and taking the bytes pinned a
+  // buffer past its max_bytes, the bytes are in `out` all the same (the
+  // kernel has already written them; nothing is lost) and the status is
+  // ResourceExhausted naming the budget and its limit, counted in its
+  // refusals: stop receiving (do not re-arm, cancel a multishot receive)
+  // until the chain drains. A ResourceExhausted with cqe.res > 0 is always
+  // this one; -ENOBUFS (below) carries no bytes. `out` may belong to
+  // another pool.
   // When `out` must grow its slice ring and that allocation throws
   // std::bad_alloc, nothing has changed (`out`, the ring): the same
   // completion may be taken again.
@@ -570,6 +585,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // false, nothing changed, for TakeSlow() to handle.
   bool TakeInline(const io_uring_cqe& cqe, BufferChain& out);
   absl::Status TakeSlow(const io_uring_cqe& cqe, BufferChain& out);
+  // TakeSlow() without a look at out's budget.
+  absl::Status TakeAny(const io_uring_cqe& cqe, BufferChain& out);
   // Take() of a one-buffer completion of `len` bytes: BufferChain::Receive()
   // copies it (the buffer is lent again at once) or links it.
   absl::Status TakeOne(uint16_t id, size_t len, BufferChain& out);
@@ -630,6 +647,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   mutable uint64_t refused_ = 0;
   size_t copy_below_ = 0;
   uint64_t copied_ = 0;
+  // Buffers committed as this ring's lending (internal::CommitLending).
+  size_t committed_ = 0;
   // Per buffer id: the pool buffer lent under it, as its bytes and its
   // slot (data nullptr when the id is free or, on an incremental ring, when
   // shared_ holds the buffer), and the ring position it was added at, side
@@ -921,8 +940,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   std::byte* const src = lent.data;
   const auto bid = static_cast<uint16_t>(id);
   if (out.empty()) {
-    // A short partial of an empty chain: packed (see "Memory").
+    // A short partial of an empty chain: packed (see "Memory"). It pins a
+    // buffer: a bound chain whose budget has no room for one goes to
+    // TakeSlow(), which takes the bytes and reports the budget's limit.
     if (len >= copy_below_ ||
+        (out.budget() != nullptr &&
+         out.budget()->room_bytes() < buffer_size_) ||
         !out.AppendPacked(absl::MakeConstSpan(src, len), *pack_)) {
       return false;
     }

@@ -35,6 +35,7 @@ BufferChain& BufferChain::MoveAssignSlow(BufferChain& other) noexcept {
   if (this == &other) return *this;
   Clear();
   pool_ = other.pool_;
+  budget_ = other.budget_;  // the slices keep the charge they made there
   if (segs_ == inline_) {
     StealFrom(other);
   } else if (other.segs_ != other.inline_) {
@@ -160,10 +161,15 @@ absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
     }
     const size_t bs = pool_->buffer_size();
     const size_t need = (rest + bs - 1) / bs;
+    // Each fresh buffer starts a run: need * bs more pinned.
+    if (budget_ != nullptr && need * bs > budget_->room_bytes()) {
+      return internal::BudgetAccess::Refuse(*budget_, "BufferChain::Append",
+                                            need * bs);
+    }
     // Take every buffer first, as empty slices, so a dry pool leaves the
     // chain as it was.
     for (size_t got = 0; got < need; ++got) {
-      Buffer b = pool_->TryAcquire();
+      Buffer b = TakeFresh();
       if (!b) {
         while (count_ != tail) PopBack();
         return absl::ResourceExhaustedError(absl::StrCat(
@@ -231,7 +237,21 @@ void BufferChain::Append(BufferChain&& other) {
   if (&other == this) return;
   if (other.count_ == 0) return;
   Reserve(size_t{count_} + other.count_);  // then nothing below can throw
-  for (size_t i = 0; i < other.count_; ++i) PushBack(std::move(other.At(i)));
+  if (budget_ != nullptr && budget_ == other.budget_) {
+    // One budget: the charge stays, less a buffer whose run the two
+    // chains' slices now continue.
+    const size_t joined = count_ != 0 && SameBuffer(At(count_ - 1), other.At(0))
+                              ? other.At(0).pool_->buffer_size()
+                              : 0;
+    BufferBudget* const b = budget_;
+    budget_ = nullptr;  // no charge per slice
+    for (size_t i = 0; i < other.count_; ++i) PushBack(std::move(other.At(i)));
+    budget_ = b;
+    if (joined != 0) internal::BudgetAccess::Release(*b, joined);
+  } else {
+    if (other.budget_ != nullptr) other.ReleaseAll();
+    for (size_t i = 0; i < other.count_; ++i) PushBack(std::move(other.At(i)));
+  }
   size_ += other.size_;
   other.count_ = 0;
   other.head_ = 0;
@@ -265,6 +285,7 @@ void BufferChain::ConsumeSlow(size_t n) {
 BufferChain BufferChain::Split(size_t n) {
   BufferChain first;
   first.pool_ = pool_;
+  first.budget_ = budget_;
   n = std::min(n, size_);
   size_ -= n;
   first.size_ = n;
@@ -283,9 +304,17 @@ BufferChain BufferChain::Split(size_t n) {
       break;
     }
     n -= front.size_;
+    // The slice leaves this chain's run (a buffer released when it was
+    // the run's last) before it joins `first`'s (charged when it starts
+    // one).
+    const bool ends = count_ == 1 || !SameBuffer(front, At(1));
+    const size_t bs = front.pool_->buffer_size();
     first.PushBack(std::move(front));
     head_ = (head_ + 1) & (cap_ - 1);
     --count_;
+    if (ends && budget_ != nullptr) {
+      internal::BudgetAccess::Release(*budget_, bs);
+    }
   }
   return first;
 }
@@ -304,6 +333,7 @@ size_t BufferChain::CopyTo(absl::Span<std::byte> out) const {
 BufferChain BufferChain::Clone() const {
   BufferChain copy;
   copy.pool_ = pool_;
+  copy.budget_ = budget_;
   for (uint32_t i = 0; i < count_; ++i) copy.PushBack(SharedBuffer(At(i)));
   copy.size_ = size_;
   return copy;
@@ -311,13 +341,16 @@ BufferChain BufferChain::Clone() const {
 
 // ---- Memory that follows bytes ---------------------------------------------
 
-namespace {
+// ---- Budgets (bufpool/budget.h) ---------------------------------------------
 
-bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b) {
-  return a.pool() == b.pool() && a.slot() == b.slot();
+void BufferChain::ReleaseAll() {
+  for (uint32_t i = 0; i < count_; ++i) {
+    const SharedBuffer& s = At(i);
+    if (i == 0 || !SameBuffer(At(i - 1), s)) {
+      internal::BudgetAccess::Release(*budget_, s.pool_->buffer_size());
+    }
+  }
 }
-
-}  // namespace
 
 size_t BufferChain::pinned_bytes() const {
   size_t total = 0;
@@ -373,7 +406,12 @@ absl::Status BufferChain::Compact() {
         "BufferChain::Compact: slices to copy but the chain has no pool");
   }
   std::vector<Buffer> fresh(need);
-  const size_t got = pool_->TryAcquireBulk(absl::MakeSpan(fresh));
+  size_t got = 0;
+  if (budget_ == nullptr) {
+    got = pool_->TryAcquireBulk(absl::MakeSpan(fresh));
+  } else {
+    while (got < need && (fresh[got] = TakeFresh())) ++got;
+  }
   if (got < need) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "BufferChain::Compact: the pool has no free buffer (", need,
@@ -381,6 +419,7 @@ absl::Status BufferChain::Compact() {
   }
   // Pass 2: nothing below fails or throws (the ring is reserved first).
   BufferChain packed(*pool_);
+  packed.budget_ = budget_;  // charged meanwhile; *this releases below
   packed.Reserve(size_t{count_} + need);
   SharedBuffer cur;  // the open fresh buffer's slice
   size_t next = 0;

@@ -41,8 +41,18 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes,
   const size_t room = std::min(tail.size(), max_bytes);
   if (room != 0) iov[cnt++] = {tail.data(), room};
   const size_t bs = pool->buffer_size();
-  const size_t want =
-      std::min<size_t>((max_bytes - room + bs - 1) / bs, kMaxIov);
+  size_t want = std::min<size_t>((max_bytes - room + bs - 1) / bs, kMaxIov);
+  BufferBudget* const budget = chain.budget();
+  if (budget != nullptr) {
+    // Each fresh buffer pins one more: read only into those the budget
+    // allows, and refuse before reading when it allows none (the bytes stay
+    // in the socket).
+    want = std::min(want, budget->room_bytes() / bs);
+    if (want == 0 && room == 0) {
+      return internal::BudgetAccess::Refuse(
+          *budget, absl::StrCat("ReadFrom(fd ", fd, ")"), bs);
+    }
+  }
   // Handles constructed only for the buffers taken (most reads need a few
   // of the 64), and destroyed by `fresh` on every return: the ones linked
   // into the chain are empty by then, the rest go back to the pool.
@@ -53,13 +63,21 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes,
       Buffer b;
     } slot[kMaxIov];
     size_t got = 0;
+    BufferBudget* budget = nullptr;  // takes back what it gave (its reserve)
     ~Fresh() {
-      for (size_t i = 0; i < got; ++i) slot[i].b.~Buffer();
+      for (size_t i = 0; i < got; ++i) {
+        if (budget != nullptr) {
+          internal::BudgetAccess::GiveBack(*budget, std::move(slot[i].b));
+        }
+        slot[i].b.~Buffer();
+      }
     }
     Buffer& operator[](size_t i) { return slot[i].b; }
   } fresh;
+  fresh.budget = budget;
   for (; fresh.got < want; ++fresh.got) {
-    Buffer b = pool->TryAcquire();
+    Buffer b = budget != nullptr ? internal::BudgetAccess::TakeFresh(*budget)
+                                 : pool->TryAcquire();
     if (!b) break;
     const size_t len = std::min(bs, max_bytes - room - fresh.got * bs);
     iov[cnt++] = {b.data(), len};

@@ -2,8 +2,10 @@
 #include "bufpool/metrics.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bufpool/budget.h"
 
 namespace bufpool {
 namespace internal {
@@ -39,6 +41,75 @@ void MetricsFamily(std::string* out, absl::string_view family,
 }
 
 }  // namespace internal
+
+namespace {
+
+// A label value as the exposition format quotes it: \\, \" and \n escaped.
+std::string LabelValue(absl::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The budgets' families: each family's HELP and TYPE, then one sample per
+// budget (none when the pool has none), from one Stats() per budget.
+void WriteBudgetMetrics(const BufferPool& pool, absl::string_view labels,
+                        std::string* out) {
+  struct Row {
+    std::string label;
+    BudgetStats st;
+    size_t max_bytes, reserved_bytes;
+  };
+  std::vector<Row> rows;
+  internal::ForEachBudget(pool, [&](const BufferBudget& b) {
+    rows.push_back(
+        {absl::StrCat(labels.empty() ? "{" : absl::StrCat(labels, ","),
+                      "budget=\"", LabelValue(b.name()), "\"}"),
+         b.Stats(), b.max_bytes(), b.reserved_bytes()});
+  });
+  struct Family {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*value)(const Row&);
+  };
+  static constexpr Family kFamilies[] = {
+      {"bufpool_budget_pinned_bytes", "gauge",
+       "Pool bytes the budget's chains pin now (whole buffers).",
+       [](const Row& r) { return static_cast<double>(r.st.pinned_bytes); }},
+      {"bufpool_budget_high_water_bytes", "gauge",
+       "The most bytes the budget's chains have pinned at once.",
+       [](const Row& r) { return static_cast<double>(r.st.high_water_bytes); }},
+      {"bufpool_budget_max_bytes", "gauge",
+       "The budget's limit (whole buffers).",
+       [](const Row& r) { return static_cast<double>(r.max_bytes); }},
+      {"bufpool_budget_reserved_bytes", "gauge",
+       "Bytes of the pool reserved for the budget.",
+       [](const Row& r) { return static_cast<double>(r.reserved_bytes); }},
+      {"bufpool_budget_refusals_total", "counter",
+       "Receives and appends refused (or reported) for passing the limit.",
+       [](const Row& r) { return static_cast<double>(r.st.refusals); }},
+  };
+  for (const Family& f : kFamilies) {
+    absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,
+                    " ", f.type, "\n");
+    for (const Row& r : rows) {
+      absl::StrAppend(out, f.name, r.label, " ", f.value(r), "\n");
+    }
+  }
+}
+
+}  // namespace
 
 void WriteMetrics(const BufferPool& pool, std::string* out,
                   const MetricsOptions& options) {
@@ -95,6 +166,7 @@ void WriteMetrics(const BufferPool& pool, std::string* out,
   internal::MetricsFamily(out, "bufpool_pool_trims_total", "counter",
                           "Trims that gave memory back to the kernel.", labels,
                           "", absl::StrCat(st.trims));
+  WriteBudgetMetrics(pool, labels, out);
 }
 
 }  // namespace bufpool

@@ -151,10 +151,10 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
 
 absl::Status ProvidedBufferRing::TakeOptions(io_uring* ring, BufferPool& pool,
                                              const Options& options) {
-  if (options.max_buffers == 0 || options.max_buffers > kMaxBuffers) {
+  if (options.max_buffers > kMaxBuffers) {
     return absl::InvalidArgumentError(
         absl::StrCat("ProvidedBufferRing: max_buffers ", options.max_buffers,
-                     " is not in [1, ", kMaxBuffers, "]"));
+                     " is not in [1, ", kMaxBuffers, "] (or kAutoMaxBuffers)"));
   }
   if (pool.buffer_size() > 0xffffffffu) {
     return absl::InvalidArgumentError(
@@ -175,6 +175,10 @@ absl::Status ProvidedBufferRing::TakeOptions(io_uring* ring, BufferPool& pool,
   group_id_ = options.group_id;
   buffer_size_ = static_cast<uint32_t>(pool.buffer_size());
   max_buffers_ = options.max_buffers;
+  if (max_buffers_ == Options::kAutoMaxBuffers) {
+    max_buffers_ = std::max<size_t>(
+        1, std::min<size_t>(512, internal::UncommittedBuffers(pool)));
+  }
   rearm_option_ = options.rearm_threshold;
   switch (options.bundles) {
     case Options::Bundles::kProbe:
@@ -191,6 +195,15 @@ absl::Status ProvidedBufferRing::TakeOptions(io_uring* ring, BufferPool& pool,
   entries_ = 1;
   while (entries_ < max_buffers_) entries_ <<= 1;
   mask_ = entries_ - 1;
+  // The pool's lending and reservations may not exceed it (released by the
+  // destructor, which runs when a later step fails too).
+  if (absl::Status s = internal::CommitLending(
+          pool, max_buffers_,
+          absl::StrCat("ProvidedBufferRing (buffer group ", group_id_, ")"));
+      !s.ok()) {
+    return s;
+  }
+  committed_ = max_buffers_;
   return absl::OkStatus();
 }
 
@@ -237,6 +250,7 @@ absl::Status ProvidedBufferRing::Register(uint16_t flags) {
 }
 
 ProvidedBufferRing::~ProvidedBufferRing() {
+  if (committed_ != 0) internal::UncommitLending(*pool_, committed_);
   // After this the kernel selects no buffer of the group, so every lent
   // buffer (lent_, and shared_ as it is destroyed) is ours to return.
   const int rc =
@@ -457,10 +471,33 @@ absl::Status ProvidedBufferRing::TakeWithoutBuffer(int res) {
                    " bytes carries no buffer (not a buffer-select receive)"));
 }
 
-// Every completion that TakeInline() did not take: among them small ones
-// into a chain without room (packed), and incremental rings' completions.
+// A chain bound to a budget: the bytes are kept whatever the budget says
+// (the kernel has written them; the ring buffer is used), and a completion
+// that pinned a buffer past the budget's limit is reported all the same,
+// so that the caller stops receiving until the chain drains. (TakeInline()
+// charges nothing: it copies into the tail's room, and leaves an empty
+// bound chain's packing, which pins a buffer, to this path.)
 absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
                                           BufferChain& out) {
+  BufferBudget* const budget = out.budget();
+  if (budget == nullptr) return TakeAny(cqe, out);
+  const size_t before = budget->pinned_bytes();
+  absl::Status s = TakeAny(cqe, out);
+  const size_t after = budget->pinned_bytes();
+  if (s.ok() && after > before && after > budget->max_bytes()) {
+    return internal::BudgetAccess::Refuse(
+        *budget,
+        absl::StrCat("ProvidedBufferRing::Take (buffer group ", group_id_, ")"),
+        0,
+        absl::StrCat("the completion's ", cqe.res,
+                     " bytes were kept in the chain: stop receiving until "
+                     "it drains"));
+  }
+  return s;
+}
+
+absl::Status ProvidedBufferRing::TakeAny(const io_uring_cqe& cqe,
+                                         BufferChain& out) {
   const int res = cqe.res;
   if ((cqe.flags & IORING_CQE_F_BUFFER) == 0) [[unlikely]] {
     return TakeWithoutBuffer(res);

@@ -1,0 +1,278 @@
+// BufferBudget and the pool's commitments (bufpool/budget.h).
+//
+// What a pool has promised (reservations, ring lending) and which budgets
+// it has live are kept beside the pool, in one process-wide table keyed by
+// the pool, rather than in BufferPool itself: they change only when a
+// budget or ring is made or destroyed, and the pool's hot paths never look
+// at them. An entry goes when its pool's last budget and ring have gone.
+#include "bufpool/budget.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace bufpool {
+namespace {
+
+struct Commitments {
+  size_t reserved = 0;  // buffers held in budgets' reservations
+  size_t lending = 0;   // the most buffers rings may lend at once
+  std::vector<const BufferBudget*> budgets;
+  bool empty() const {
+    return reserved == 0 && lending == 0 && budgets.empty();
+  }
+};
+
+std::mutex& BookMutex() {
+  static std::mutex* const mu = new std::mutex;  // never destroyed
+  return *mu;
+}
+
+// Guarded by BookMutex().
+std::unordered_map<const BufferPool*, Commitments>& Book() {
+  static auto* const book =
+      new std::unordered_map<const BufferPool*, Commitments>;
+  return *book;
+}
+
+void DropIfEmpty(const BufferPool* pool) {
+  auto it = Book().find(pool);
+  if (it != Book().end() && it->second.empty()) Book().erase(it);
+}
+
+std::string Promised(const Commitments& c) {
+  return absl::StrCat(c.reserved, " reserved by budgets and ", c.lending,
+                      " lent to rings");
+}
+
+}  // namespace
+
+namespace internal {
+
+absl::Status CommitLending(BufferPool& pool, size_t buffers,
+                           absl::string_view who) {
+  std::lock_guard<std::mutex> lock(BookMutex());
+  Commitments& c = Book()[&pool];
+  if (buffers > pool.capacity() ||
+      c.reserved + c.lending > pool.capacity() - buffers) {
+    std::string msg = absl::StrCat(who, ": lending up to ", buffers,
+                                   " buffers would over-commit the pool (",
+                                   pool.capacity(), " buffers, ", Promised(c),
+                                   "); lower max_buffers or the reservations");
+    DropIfEmpty(&pool);
+    return absl::ResourceExhaustedError(std::move(msg));
+  }
+  c.lending += buffers;
+  return absl::OkStatus();
+}
+
+void UncommitLending(BufferPool& pool, size_t buffers) {
+  std::lock_guard<std::mutex> lock(BookMutex());
+  Commitments& c = Book()[&pool];
+  c.lending -= std::min(c.lending, buffers);
+  DropIfEmpty(&pool);
+}
+
+size_t UncommittedBuffers(const BufferPool& pool) {
+  std::lock_guard<std::mutex> lock(BookMutex());
+  auto it = Book().find(&pool);
+  if (it == Book().end()) return pool.capacity();
+  const size_t promised = it->second.reserved + it->second.lending;
+  return promised < pool.capacity() ? pool.capacity() - promised : 0;
+}
+
+void ForEachBudget(const BufferPool& pool,
+                   const std::function<void(const BufferBudget&)>& fn) {
+  std::lock_guard<std::mutex> lock(BookMutex());
+  auto it = Book().find(&pool);
+  if (it == Book().end()) return;
+  for (const BufferBudget* b : it->second.budgets) fn(*b);
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
+    const BudgetOptions& o) {
+  const size_t bs = buffer_size();
+  const std::string who = absl::StrCat("CreateBudget(\"", o.name, "\")");
+  if (o.max_bytes < bs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": max_bytes ", o.max_bytes,
+                     " is less than one buffer (", bs, " bytes)"));
+  }
+  if (o.high_watermark != 0 &&
+      (o.low_watermark >= o.high_watermark || o.high_watermark > o.max_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": watermarks must satisfy low < high <= max_bytes (low ",
+        o.low_watermark, ", high ", o.high_watermark, ", max_bytes ",
+        o.max_bytes, ")"));
+  }
+  if (o.high_watermark == 0 && o.low_watermark != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": low_watermark ", o.low_watermark, " without a high_watermark"));
+  }
+  if (o.reserved_bytes > o.max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": reserved_bytes ", o.reserved_bytes,
+                     " exceeds max_bytes ", o.max_bytes));
+  }
+  const size_t reserve = o.reserved_bytes / bs + (o.reserved_bytes % bs != 0);
+
+  std::unique_ptr<BufferBudget> b(new BufferBudget);
+  b->pool_ = this;
+  b->name_ = o.name;
+  b->buffer_size_ = bs;
+  b->max_bytes_ =
+      o.max_bytes == ~size_t{0} ? o.max_bytes : o.max_bytes / bs * bs;
+  if (o.high_watermark != 0) {
+    b->high_mark_ = o.high_watermark;
+    b->low_mark_ = o.low_watermark;
+  }
+  b->on_high_ = o.on_high;
+  b->on_low_ = o.on_low;
+  b->reserved_buffers_ = reserve;
+  b->floor_ = reserve * bs;
+  b->reserve_.resize(reserve);
+
+  std::lock_guard<std::mutex> lock(BookMutex());
+  Commitments& c = Book()[this];
+  if (reserve > capacity() || c.reserved + c.lending > capacity() - reserve) {
+    std::string msg = absl::StrCat(who, ": reserving ", reserve,
+                                   " buffers would over-commit the pool (",
+                                   capacity(), " buffers, ", Promised(c), ")");
+    DropIfEmpty(this);
+    return absl::ResourceExhaustedError(std::move(msg));
+  }
+  if (reserve != 0) {
+    const size_t got = TryAcquireBulk(absl::MakeSpan(b->reserve_));
+    if (got < reserve) {
+      for (Buffer& r : b->reserve_) r.Reset();
+      DropIfEmpty(this);
+      return absl::ResourceExhaustedError(
+          absl::StrCat(who, ": the pool has ", got, " free buffers of the ",
+                       reserve, " to reserve (", capacity(), " buffers, ",
+                       Stats().in_use, " in use)"));
+    }
+  }
+  b->reserve_size_ = reserve;
+  b->reserve_count_.store(reserve, std::memory_order_relaxed);
+  b->Rearm();
+  c.reserved += reserve;
+  c.budgets.push_back(b.get());
+  return b;
+}
+
+BufferBudget::~BufferBudget() {
+  const size_t pinned = pinned_.load(std::memory_order_relaxed);
+  if (pinned != 0) {
+    std::fprintf(stderr,
+                 "bufpool: budget \"%s\" destroyed while its chains pin %zu "
+                 "bytes (destroy or empty them first)\n",
+                 name_.c_str(), pinned);
+    std::abort();
+  }
+  for (size_t i = 0; i < reserve_size_; ++i) reserve_[i].Reset();
+  if (pool_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(BookMutex());
+  Commitments& c = Book()[pool_];
+  c.reserved -= std::min(c.reserved, reserved_buffers_);
+  auto it = std::find(c.budgets.begin(), c.budgets.end(), this);
+  if (it != c.budgets.end()) c.budgets.erase(it);
+  DropIfEmpty(pool_);
+}
+
+BudgetStats BufferBudget::Stats() const {
+  return {pinned_.load(std::memory_order_relaxed),
+          high_water_.load(std::memory_order_relaxed),
+          refusals_.load(std::memory_order_relaxed)};
+}
+
+absl::Status BufferBudget::Refuse(absl::string_view what, size_t wanted,
+                                  absl::string_view then) {
+  // relaxed: a statistic; the one writer is this budget's thread.
+  refusals_.store(refusals_.load(std::memory_order_relaxed) + 1,
+                  std::memory_order_relaxed);
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, ": budget \"", name_, "\" is at its limit of ", max_bytes_,
+      " bytes (its chains pin ", pinned_bytes(),
+      wanted != 0 ? absl::StrCat(", ", wanted, " more needed") : "", ")",
+      then.empty() ? "" : "; ", then));
+}
+
+void BufferBudget::Rearm() {
+  const size_t held = reserve_size_ * buffer_size_;  // <= floor_
+  charge_event_ = above_high_ ? ~size_t{0} : high_mark_;
+  if (reserve_size_ != 0) {
+    charge_event_ = std::min(charge_event_, floor_ - held + 1);
+  }
+  release_below_ = above_high_ ? low_mark_ + 1 : 0;
+  release_below_ = std::max(release_below_, floor_ - held);
+}
+
+void BufferBudget::OnChargeEvent(size_t p) {
+  if (!above_high_ && p >= high_mark_) CrossHigh();
+  if (reserve_size_ != 0 && p + reserve_size_ * buffer_size_ > floor_) {
+    TrimReserve();
+  }
+  Rearm();
+}
+
+void BufferBudget::OnReleaseEvent(size_t p) {
+  if (above_high_ && p <= low_mark_) CrossLow();
+  if (p + reserve_size_ * buffer_size_ < floor_) RefillReserve();
+  Rearm();
+}
+
+void BufferBudget::CrossHigh() {
+  above_high_ = true;
+  if (on_high_) on_high_();
+}
+
+void BufferBudget::CrossLow() {
+  above_high_ = false;
+  if (on_low_) on_low_();
+}
+
+Buffer BufferBudget::TakeReserved() {
+  --reserve_size_;
+  reserve_count_.store(reserve_size_, std::memory_order_relaxed);
+  Rearm();
+  return std::move(reserve_[reserve_size_]);
+}
+
+void BufferBudget::GiveBack(Buffer&& b) {
+  if (!b) return;
+  const size_t p = pinned_.load(std::memory_order_relaxed);
+  if (b.pool() == pool_ && p + reserve_size_ * buffer_size_ < floor_) {
+    reserve_[reserve_size_++] = std::move(b);
+    reserve_count_.store(reserve_size_, std::memory_order_relaxed);
+    Rearm();
+    return;
+  }
+  b.Reset();
+}
+
+void BufferBudget::TrimReserve() {
+  const size_t p = pinned_.load(std::memory_order_relaxed);
+  while (reserve_size_ != 0 && p + reserve_size_ * buffer_size_ > floor_) {
+    reserve_[--reserve_size_].Reset();
+  }
+  reserve_count_.store(reserve_size_, std::memory_order_relaxed);
+}
+
+void BufferBudget::RefillReserve() {
+  const size_t p = pinned_.load(std::memory_order_relaxed);
+  while (p + reserve_size_ * buffer_size_ < floor_) {
+    Buffer b = pool_->TryAcquire();
+    if (!b) break;  // a later release tries again
+    reserve_[reserve_size_++] = std::move(b);
+  }
+  reserve_count_.store(reserve_size_, std::memory_order_relaxed);
+}
+
+}  // namespace bufpool

@@ -1,0 +1,578 @@
+// Budgets (bufpool/budget.h): what chains charge, refusals that lose
+// nothing (Append, ReadFrom on a socket pair, ring Take), watermarks with
+// hysteresis, reservations that hold while another budget drains the pool
+// (the 160-buffer length-prefixed server), and pools that refuse to be
+// over-committed by reservations and ring lending.
+#include "bufpool/budget.h"
+
+#include <liburing.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bufpool/chain.h"
+#include "bufpool/metrics.h"
+#include "bufpool/uring.h"
+#include "gtest/gtest.h"
+
+namespace bufpool {
+namespace {
+
+constexpr size_t kBs = 4096;
+
+std::unique_ptr<BufferPool> MakePool(size_t count) {
+  auto pool = BufferPool::Create(
+      {.buffer_size = kBs, .buffer_count = count, .cache_size = 0});
+  EXPECT_TRUE(pool.ok()) << pool.status();
+  return pool.ok() ? std::move(*pool) : nullptr;
+}
+
+std::unique_ptr<BufferBudget> MakeBudget(BufferPool& pool,
+                                         const BudgetOptions& o) {
+  auto b = pool.CreateBudget(o);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? std::move(*b) : nullptr;
+}
+
+std::string Bytes(size_t n, char seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(seed + i * 7);
+  return s;
+}
+
+std::string Contents(const BufferChain& c) {
+  std::string s(c.size(), '\0');
+  c.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(s.data()), s.size()));
+  return s;
+}
+
+TEST(BudgetTest, CreateRefusesBadOptions) {
+  auto pool = MakePool(16);
+  auto small = pool->CreateBudget({.name = "a", .max_bytes = 100});
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(small.status().message().find("max_bytes 100"), std::string::npos)
+      << small.status();
+  auto marks = pool->CreateBudget({.name = "b",
+                                   .max_bytes = 4 * kBs,
+                                   .high_watermark = kBs,
+                                   .low_watermark = 2 * kBs});
+  ASSERT_FALSE(marks.ok());
+  EXPECT_NE(marks.status().message().find("low 8192, high 4096"),
+            std::string::npos)
+      << marks.status();
+  auto reserve = pool->CreateBudget(
+      {.name = "c", .max_bytes = kBs, .reserved_bytes = 2 * kBs});
+  ASSERT_FALSE(reserve.ok());
+  EXPECT_EQ(reserve.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BudgetTest, ChargesWhatItsChainsPinAndReleasesOnConsume) {
+  auto pool = MakePool(64);
+  auto budget = MakeBudget(*pool, {.name = "conn", .max_bytes = 32 * kBs});
+  {
+    BufferChain in(*budget), out(*budget);
+    ASSERT_TRUE(in.Append(Bytes(100, 'a')).ok());
+    EXPECT_EQ(budget->pinned_bytes(), kBs);
+    ASSERT_TRUE(in.Append(Bytes(kBs, 'b')).ok());  // fills the tail, then one
+    EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
+    EXPECT_EQ(in.pinned_bytes(), 2 * kBs);
+    // Split and Clone: chains of the same budget, charged for what they pin.
+    BufferChain head = in.Split(50);
+    EXPECT_EQ(head.budget(), budget.get());
+    EXPECT_EQ(budget->pinned_bytes(), in.pinned_bytes() + head.pinned_bytes());
+    BufferChain copy = in.Clone();
+    EXPECT_EQ(budget->pinned_bytes(),
+              in.pinned_bytes() + head.pinned_bytes() + copy.pinned_bytes());
+    // Appending a chain of the same budget: the joined run is counted once.
+    out.Append(std::move(head));
+    out.Append(std::move(copy));
+    EXPECT_EQ(budget->pinned_bytes(), in.pinned_bytes() + out.pinned_bytes());
+    // A chain of no budget moved in is charged; one moved out releases.
+    BufferChain loose(*pool);
+    ASSERT_TRUE(loose.Append(Bytes(10, 'c')).ok());
+    out.Append(std::move(loose));
+    EXPECT_EQ(budget->pinned_bytes(), in.pinned_bytes() + out.pinned_bytes());
+    BufferChain elsewhere(*pool);
+    elsewhere.Append(std::move(out));
+    EXPECT_EQ(budget->pinned_bytes(), in.pinned_bytes());
+    in.Consume(in.size());
+    EXPECT_EQ(budget->pinned_bytes(), 0u);
+    ASSERT_TRUE(in.Append(Bytes(3 * kBs, 'd')).ok());
+    EXPECT_EQ(budget->pinned_bytes(), 3 * kBs);
+    BufferChain moved = std::move(in);  // the charge moves with the slices
+    EXPECT_EQ(moved.budget(), budget.get());
+    EXPECT_EQ(budget->pinned_bytes(), 3 * kBs);
+    ASSERT_TRUE(moved.Compact().ok());
+    EXPECT_EQ(budget->pinned_bytes(), moved.pinned_bytes());
+  }  // destroyed: everything released
+  EXPECT_EQ(budget->pinned_bytes(), 0u);
+  EXPECT_EQ(budget->Stats().high_water_bytes, 5 * kBs);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
+TEST(BudgetTest, AppendPastTheLimitIsRefusedAndChangesNothing) {
+  auto pool = MakePool(16);
+  auto budget = MakeBudget(*pool, {.name = "conn 7", .max_bytes = 2 * kBs});
+  BufferChain chain(*budget);
+  const std::string first = Bytes(kBs + 10, 'x');
+  ASSERT_TRUE(chain.Append(first).ok());
+  const absl::Status s = chain.Append(Bytes(kBs, 'y'));
+  ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("budget \"conn 7\" is at its limit of 8192"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(Contents(chain), first);  // unchanged
+  EXPECT_EQ(budget->Stats().refusals, 1u);
+  EXPECT_EQ(pool->Stats().in_use, 2u);
+  // What fits the tail's room is taken without a new buffer.
+  ASSERT_TRUE(chain.Append(Bytes(kBs - 10, 'z')).ok());
+  EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
+  // Linking a slice cannot fail: it is charged past the limit.
+  BufferChain other(*pool);
+  ASSERT_TRUE(other.Append(Bytes(5, 'q')).ok());
+  chain.Append(std::move(other));
+  EXPECT_EQ(budget->pinned_bytes(), 3 * kBs);
+  EXPECT_EQ(budget->room_bytes(), 0u);
+}
+
+TEST(BudgetTest, ReadFromPastTheLimitLeavesTheBytesInTheSocket) {
+  auto pool = MakePool(32);
+  auto budget = MakeBudget(*pool, {.name = "reader", .max_bytes = 2 * kBs});
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  const std::string sent = Bytes(5 * kBs + 123, 's');
+  ASSERT_EQ(write(sv[0], sent.data(), sent.size()),
+            static_cast<ssize_t>(sent.size()));
+  BufferChain chain(*budget);
+  std::string got;
+  int refusals = 0;
+  while (got.size() + chain.size() < sent.size()) {
+    absl::StatusOr<size_t> n = ReadFrom(sv[1], chain, 64 * kBs);
+    if (!n.ok()) {
+      ASSERT_EQ(n.status().code(), absl::StatusCode::kResourceExhausted)
+          << n.status();
+      EXPECT_NE(n.status().message().find("budget \"reader\""),
+                std::string::npos);
+      EXPECT_NE(n.status().message().find("limit of 8192"), std::string::npos);
+      ++refusals;
+      // The application drains what it holds, then reads again.
+      got += Contents(chain);
+      chain.Consume(chain.size());
+      continue;
+    }
+    ASSERT_GT(*n, 0u);
+    EXPECT_LE(budget->pinned_bytes(), 2 * kBs);
+  }
+  got += Contents(chain);
+  EXPECT_EQ(got, sent);  // every byte, in order: nothing lost
+  EXPECT_GE(refusals, 2);
+  EXPECT_EQ(budget->Stats().refusals, static_cast<uint64_t>(refusals));
+  EXPECT_EQ(budget->Stats().high_water_bytes, 2 * kBs);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+TEST(BudgetTest, WatermarksFireOnceEachWay) {
+  auto pool = MakePool(32);
+  int highs = 0, lows = 0;
+  auto budget = MakeBudget(*pool, {.name = "w",
+                                   .max_bytes = 8 * kBs,
+                                   .high_watermark = 4 * kBs,
+                                   .low_watermark = kBs,
+                                   .on_high = [&] { ++highs; },
+                                   .on_low = [&] { ++lows; }});
+  BufferChain chain(*budget);
+  ASSERT_TRUE(chain.Append(Bytes(3 * kBs, 'a')).ok());
+  EXPECT_EQ(highs, 0);
+  ASSERT_TRUE(chain.Append(Bytes(kBs, 'b')).ok());  // reaches 4 buffers
+  EXPECT_EQ(highs, 1);
+  // Up and down between the marks: neither fires again.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(chain.Append(Bytes(kBs, 'c')).ok());
+    chain.Consume(kBs);
+    chain.Consume(kBs);
+    ASSERT_TRUE(chain.Append(Bytes(kBs, 'd')).ok());
+  }
+  EXPECT_EQ(highs, 1);
+  EXPECT_EQ(lows, 0);
+  chain.Consume(2 * kBs);  // 2 buffers: above low
+  EXPECT_EQ(lows, 0);
+  chain.Consume(kBs);  // 1 buffer: at low
+  EXPECT_EQ(lows, 1);
+  chain.Consume(chain.size());
+  ASSERT_TRUE(chain.Append(Bytes(3 * kBs, 'e')).ok());
+  EXPECT_EQ(lows, 1);
+  EXPECT_EQ(highs, 1);
+  ASSERT_TRUE(chain.Append(Bytes(kBs, 'f')).ok());  // up again: fires again
+  EXPECT_EQ(highs, 2);
+  chain.Clear();
+  EXPECT_EQ(lows, 2);
+}
+
+TEST(BudgetTest, ReservationHoldsWhileAnotherBudgetDrainsThePool) {
+  auto pool = MakePool(160);
+  auto hog = MakeBudget(*pool, {.name = "hog", .max_bytes = ~size_t{0}});
+  auto replies = MakeBudget(
+      *pool,
+      {.name = "replies", .max_bytes = 4 * kBs, .reserved_bytes = 2 * kBs});
+  EXPECT_EQ(replies->reserve_buffers(), 2u);
+  BufferChain hoard(*hog);
+  while (hoard.Append(Bytes(kBs, 'h')).ok()) {
+  }
+  EXPECT_EQ(hoard.size(), 158 * kBs);  // all but the reservation
+  EXPECT_FALSE(pool->TryAcquire());
+  for (int round = 0; round < 50; ++round) {
+    BufferChain reply(*replies);
+    const std::string msg = Bytes(2 * kBs, static_cast<char>('a' + round));
+    ASSERT_TRUE(reply.Append(msg).ok()) << "round " << round;
+    EXPECT_EQ(Contents(reply), msg);
+    // Past the reservation the dry pool is what says no.
+    const absl::Status s = reply.Append(Bytes(kBs, 'x'));
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_NE(s.message().find("the pool has no free buffer"),
+              std::string::npos)
+        << s;
+    // The hog tries to take what the reply gives back, and cannot.
+    reply.Consume(reply.size());
+    EXPECT_EQ(replies->reserve_buffers(), 2u);
+    EXPECT_FALSE(hoard.Append(Bytes(kBs, 'h')).ok());
+  }
+  hoard.Clear();
+  EXPECT_EQ(pool->Stats().in_use, 2u);  // the reserve
+  replies.reset();
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
+// The server of issue 41: length-prefixed frames (4-byte length, then the
+// payload) on a pool of 160 buffers, every connection holding a partial
+// frame when another consumer takes the rest of the pool. Each connection's
+// budget reserves one frame plus its reply, so every frame completes and
+// every reply is built; without reservations the same load is stuck.
+// Returns how many of the connections got their reply.
+size_t RunLengthPrefixedServer(bool reserve) {
+  constexpr size_t kConns = 20;
+  constexpr size_t kFrame = 6 * kBs;  // header included
+  auto pool = MakePool(160);
+  std::vector<std::unique_ptr<BufferBudget>> budgets;
+  std::vector<BufferChain> in;
+  std::vector<std::array<int, 2>> fds(kConns);
+  for (size_t i = 0; i < kConns; ++i) {
+    budgets.push_back(
+        MakeBudget(*pool, {.name = "conn " + std::to_string(i),
+                           .max_bytes = kFrame + 2 * kBs,
+                           .reserved_bytes = reserve ? kFrame + kBs : 0}));
+    in.emplace_back(*budgets.back());
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds[i].data()), 0);
+  }
+  // Every client sends all but the last buffer of its frame; the server
+  // reads what there is.
+  std::vector<std::string> frames;
+  for (size_t i = 0; i < kConns; ++i) {
+    std::string f = Bytes(kFrame, static_cast<char>(i));
+    const uint32_t len = kFrame - 4;
+    std::memcpy(f.data(), &len, 4);
+    frames.push_back(f);
+    EXPECT_EQ(write(fds[i][0], f.data(), kFrame - kBs),
+              static_cast<ssize_t>(kFrame - kBs));
+    (void)ReadFrom(fds[i][1], in[i], kFrame);
+  }
+  // Another consumer drains the pool.
+  auto other = MakeBudget(*pool, {.name = "other", .max_bytes = ~size_t{0}});
+  BufferChain hoard(*other);
+  while (hoard.Append(Bytes(kBs, 'h')).ok()) {
+  }
+  EXPECT_FALSE(pool->TryAcquire());
+  // The rest of every frame arrives; each connection reads, and when it
+  // holds a whole frame, answers it with a reply of one buffer.
+  size_t replied = 0;
+  for (size_t i = 0; i < kConns; ++i) {
+    EXPECT_EQ(write(fds[i][0], frames[i].data() + kFrame - kBs, kBs),
+              static_cast<ssize_t>(kBs));
+    for (int tries = 0; tries < 4 && in[i].size() < kFrame; ++tries) {
+      if (!ReadFrom(fds[i][1], in[i], kFrame - in[i].size()).ok()) break;
+    }
+    if (in[i].size() < kFrame) continue;  // stuck: no buffer to read into
+    EXPECT_EQ(Contents(in[i]), frames[i]);
+    BufferChain reply(*budgets[i]);
+    if (!reply.Append(Bytes(kBs, 'r')).ok()) continue;
+    in[i].Consume(kFrame);
+    EXPECT_TRUE(WriteTo(fds[i][1], reply).ok());
+    ++replied;
+  }
+  hoard.Clear();
+  in.clear();
+  for (auto& f : fds) {
+    close(f[0]);
+    close(f[1]);
+  }
+  return replied;
+}
+
+TEST(BudgetTest, LengthPrefixedServerOn160BuffersAlwaysReplies) {
+  EXPECT_EQ(RunLengthPrefixedServer(/*reserve=*/true), 20u);
+  // The control: the same load without reservations gets stuck.
+  EXPECT_EQ(RunLengthPrefixedServer(/*reserve=*/false), 0u);
+}
+
+TEST(BudgetTest, ReservationsMayNotOverCommitThePool) {
+  auto pool = MakePool(64);
+  auto a = MakeBudget(
+      *pool, {.name = "a", .max_bytes = 48 * kBs, .reserved_bytes = 40 * kBs});
+  auto b = pool->CreateBudget(
+      {.name = "b", .max_bytes = 48 * kBs, .reserved_bytes = 30 * kBs});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(b.status().message().find(
+                "reserving 30 buffers would over-commit the pool (64 buffers, "
+                "40 reserved by budgets and 0 lent to rings)"),
+            std::string::npos)
+      << b.status();
+  // Free buffers are needed too: the reservation is taken at creation.
+  std::vector<Buffer> held;
+  for (int i = 0; i < 20; ++i) held.push_back(pool->TryAcquire());
+  auto c = pool->CreateBudget(
+      {.name = "c", .max_bytes = 8 * kBs, .reserved_bytes = 8 * kBs});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("has 4 free buffers of the 8"),
+            std::string::npos)
+      << c.status();
+  held.clear();
+  EXPECT_TRUE(
+      pool->CreateBudget(
+              {.name = "c", .max_bytes = 8 * kBs, .reserved_bytes = 8 * kBs})
+          .ok());
+  a.reset();
+  EXPECT_TRUE(
+      pool->CreateBudget(
+              {.name = "b", .max_bytes = 48 * kBs, .reserved_bytes = 30 * kBs})
+          .ok());
+}
+
+// Stats() and WriteMetrics() read a budget from any thread while its own
+// thread charges it, and budgets come and go on several threads at once
+// (run under TSan by the tsan preset).
+TEST(BudgetTest, StatsReadWhileOtherThreadsChargeAndCreate) {
+  auto pool = MakePool(256);
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 200; ++round) {
+        auto b = MakeBudget(*pool, {.name = "t" + std::to_string(t) + "/" +
+                                            std::to_string(round),
+                                    .max_bytes = 8 * kBs,
+                                    .reserved_bytes = kBs});
+        if (b == nullptr) return;
+        BufferChain c(*b);
+        for (int i = 0; i < 8; ++i) {
+          EXPECT_TRUE(c.Append(Bytes(kBs / 2, 'x')).ok());
+        }
+        EXPECT_EQ(b->pinned_bytes(), 4 * kBs);
+        c.Consume(c.size());
+      }
+    });
+  }
+  std::thread reader([&] {
+    std::string text;
+    while (!done.load()) {
+      text.clear();
+      WriteMetrics(*pool, &text);
+      EXPECT_NE(text.find("bufpool_budget_pinned_bytes"), std::string::npos);
+    }
+  });
+  for (auto& t : threads) t.join();
+  done = true;
+  reader.join();
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
+TEST(BudgetDeathTest, DestroyedWhileItsChainsPinBuffers) {
+  EXPECT_DEATH(
+      {
+        auto pool = MakePool(8);
+        auto budget = MakeBudget(*pool, {.name = "early", .max_bytes = kBs});
+        auto* chain = new BufferChain(*budget);
+        (void)chain->Append(Bytes(10, 'a'));
+        budget.reset();
+      },
+      "budget \"early\" destroyed while its chains pin 4096 bytes");
+}
+
+// ---- The ring ---------------------------------------------------------------
+
+class Ring {
+ public:
+  Ring() { ok_ = io_uring_queue_init(64, &ring_, 0) == 0; }
+  ~Ring() {
+    if (ok_) io_uring_queue_exit(&ring_);
+  }
+  io_uring* get() { return &ring_; }
+  bool ok() const { return ok_; }
+
+ private:
+  io_uring ring_{};
+  bool ok_ = false;
+};
+
+TEST(BudgetRingTest, OverCommittedRingIsRefused) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = MakePool(64);
+  auto big =
+      ProvidedBufferRing::Create(ring.get(), *pool, {.max_buffers = 128});
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(big.status().message().find(
+                "lending up to 128 buffers would over-commit the pool (64 "
+                "buffers, 0 reserved by budgets and 0 lent to rings)"),
+            std::string::npos)
+      << big.status();
+  auto budget = MakeBudget(
+      *pool, {.name = "r", .max_bytes = 40 * kBs, .reserved_bytes = 40 * kBs});
+  auto r = ProvidedBufferRing::Create(
+      ring.get(), *pool, {.max_buffers = 32, .initial_buffers = 4});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("40 reserved by budgets"),
+            std::string::npos)
+      << r.status();
+  auto fits = ProvidedBufferRing::Create(
+      ring.get(), *pool, {.max_buffers = 16, .initial_buffers = 4});
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  auto more = pool->CreateBudget(
+      {.name = "s", .max_bytes = 16 * kBs, .reserved_bytes = 16 * kBs});
+  ASSERT_FALSE(more.ok());
+  EXPECT_NE(more.status().message().find("16 lent to rings"), std::string::npos)
+      << more.status();
+  fits->reset();  // its lending is given back
+  EXPECT_TRUE(
+      pool->CreateBudget(
+              {.name = "s", .max_bytes = 16 * kBs, .reserved_bytes = 16 * kBs})
+          .ok());
+}
+
+TEST(BudgetRingTest, TakePastTheLimitKeepsTheBytesAndSaysSo) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = MakePool(64);
+  auto budget = MakeBudget(*pool, {.name = "ring conn", .max_bytes = 2 * kBs});
+  // copy_below 0: every completion links its buffer, one buffer each.
+  auto br = ProvidedBufferRing::Create(
+      ring.get(), *pool,
+      {.max_buffers = 8,
+       .initial_buffers = 8,
+       .copy_below = 0,
+       .incremental = ProvidedBufferRingOptions::Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  BufferChain chain(*budget);
+  std::string sent;
+  std::vector<absl::Status> results;
+  for (int i = 0; i < 4; ++i) {
+    const std::string msg = Bytes(1000, static_cast<char>('a' + i));
+    sent += msg;
+    ASSERT_EQ(write(sv[0], msg.data(), msg.size()),
+              static_cast<ssize_t>(msg.size()));
+    io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
+    (*br)->PrepareRecv(sqe, sv[1], {.multishot = false, .bundle = false});
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    io_uring_cqe* cqe;
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    ASSERT_EQ(cqe->res, 1000);
+    results.push_back((*br)->Take(*cqe, chain));
+    io_uring_cqe_seen(ring.get(), cqe);
+    (*br)->Refill();
+  }
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+  for (int i = 2; i < 4; ++i) {
+    EXPECT_EQ(results[i].code(), absl::StatusCode::kResourceExhausted)
+        << results[i];
+    EXPECT_NE(results[i].message().find(
+                  "budget \"ring conn\" is at its limit of 8192"),
+              std::string::npos)
+        << results[i];
+    EXPECT_NE(results[i].message().find("1000 bytes were kept in the chain"),
+              std::string::npos)
+        << results[i];
+  }
+  EXPECT_EQ(Contents(chain), sent);  // nothing lost
+  EXPECT_EQ(budget->pinned_bytes(), 4 * kBs);
+  EXPECT_EQ(budget->Stats().refusals, 2u);
+  chain.Consume(chain.size());
+  EXPECT_EQ(budget->pinned_bytes(), 0u);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = MakePool(64);
+  auto budget = MakeBudget(*pool, {.name = "small", .max_bytes = 4 * kBs});
+  auto br = ProvidedBufferRing::Create(
+      ring.get(), *pool,
+      {.max_buffers = 8,
+       .initial_buffers = 8,
+       .incremental = ProvidedBufferRingOptions::Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  BufferChain chain(*budget);
+  std::string sent;
+  for (int i = 0; i < 6; ++i) {
+    const std::string msg = Bytes(100, static_cast<char>('a' + i));
+    sent += msg;
+    ASSERT_EQ(write(sv[0], msg.data(), msg.size()), 100);
+    io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
+    (*br)->PrepareRecv(sqe, sv[1], {.multishot = false, .bundle = false});
+    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    io_uring_cqe* cqe;
+    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    const absl::Status s = (*br)->Take(*cqe, chain);
+    io_uring_cqe_seen(ring.get(), cqe);
+    ASSERT_TRUE(s.ok()) << s;
+    (*br)->Refill();
+    // Small receives share one buffer (the ring's pack): one charged, until
+    // the chain holds copy_below (512) bytes; then the ring's buffer is
+    // linked, a second.
+    EXPECT_EQ(budget->pinned_bytes(), i < 5 ? kBs : 2 * kBs) << "receive " << i;
+    EXPECT_EQ(budget->pinned_bytes(), chain.pinned_bytes()) << "receive " << i;
+  }
+  EXPECT_EQ(Contents(chain), sent);
+  chain.Consume(chain.size());
+  EXPECT_EQ(budget->pinned_bytes(), 0u);
+  // A budget at its limit (another of its chains pins it all): a small
+  // receive into an empty chain still pins the pack's buffer, so it is
+  // kept and reported.
+  BufferChain other(*budget);
+  ASSERT_TRUE(other.Append(Bytes(4 * kBs, 'o')).ok());
+  ASSERT_EQ(budget->room_bytes(), 0u);
+  ASSERT_EQ(write(sv[0], "tiny", 4), 4);
+  io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
+  (*br)->PrepareRecv(sqe, sv[1], {.multishot = false, .bundle = false});
+  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+  io_uring_cqe* cqe;
+  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+  const absl::Status s = (*br)->Take(*cqe, chain);
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(Contents(chain), "tiny");
+  EXPECT_EQ(budget->pinned_bytes(), 5 * kBs);
+  chain.Clear();
+  other.Clear();
+  close(sv[0]);
+  close(sv[1]);
+}
+
+}  // namespace
+}  // namespace bufpool
