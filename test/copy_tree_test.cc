@@ -843,6 +843,29 @@ TEST_F(TreeTest, ARingThatFailsHandsTheRestToCopyFile) {
   EXPECT_EQ(r->files + r->errors.size(), 120u);
 }
 
+// A caller's pool of one buffer is left to CopyFile (the ring would hold it
+// for the whole tree, and a file copied with readwrite would wait for it).
+TEST_F(TreeTest, APoolOfOneBufferIsLeftToCopyFile) {
+  WriteFileOrDie(S("small"), "small");
+  WriteFileOrDie(S("large"), testing_util::RandomBytes(100000, 4));
+  PoolOptions po;
+  po.buffer_count = 1;
+  po.cache_size = 0;
+  absl::StatusOr<std::unique_ptr<BufferPool>> pool = BufferPool::Create(po);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  CopyOptions o;
+  o.pool = pool->get();
+  o.method = CopyMethod::kReadWrite;
+  absl::StatusOr<TreeStats> r = CopyTree(src_, Path("dst"), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->errors.empty()) << r->errors[0];
+  EXPECT_FALSE(r->ring);
+  EXPECT_NE(r->ring_fallback.find("no free buffer"), std::string::npos)
+      << r->ring_fallback;
+  EXPECT_EQ(ReadFileOrDie(Path("dst/large")), ReadFileOrDie(S("large")));
+  EXPECT_EQ(ReadFileOrDie(Path("dst/small")), "small");
+}
+
 // A destination file system that fills up in the middle of the tree: each
 // file that did not fit is one line, every file that is there is whole.
 TEST_F(TreeTest, ADestinationThatFillsUpLosesNothingSilently) {

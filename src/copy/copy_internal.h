@@ -182,7 +182,8 @@ class TreeRing {
   };
 
   // A ring through Sys().uring_create and up to 64 buffers of `pool`
-  // (half its capacity at most), held until destruction. An error when no
+  // (half its capacity at most, so none from a pool of one), held until
+  // destruction. An error when no
   // ring can be made, the kernel lacks one of the operations (asked once,
   // IORING_REGISTER_PROBE) or the pool has no free buffer: the caller then
   // copies every file with CopyFile.

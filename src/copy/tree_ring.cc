@@ -464,9 +464,9 @@ absl::StatusOr<std::unique_ptr<TreeRing>> TreeRing::Create(
           absl::StrCat("io_uring: the kernel has no IORING_OP_", name));
     }
   }
-  // Half the pool at most: CopyFile's movers draw on it too.
-  std::vector<Buffer> buffers(
-      std::min<size_t>(kSlots, std::max<size_t>(pool.capacity() / 2, 1)));
+  // Half the pool at most (none from a pool of one buffer): CopyFile's
+  // movers draw on it too.
+  std::vector<Buffer> buffers(std::min<size_t>(kSlots, pool.capacity() / 2));
   buffers.resize(pool.TryAcquireBulk(absl::MakeSpan(buffers)));
   if (buffers.empty()) {
     return absl::ResourceExhaustedError("io_uring: no free buffer in the pool");
