@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "bufpool/internal/rseq.h"
 #include "bufpool/internal/shared_access.h"
+#include "pool/holders.h"
 #include "pool/pool_internal.h"
 
 namespace bufpool {
@@ -74,6 +75,8 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     const PoolOptions& options) {
   const absl::StatusOr<size_t> cache_size = CheckedCacheSize(options, kNoSlot);
   if (!cache_size.ok()) return cache_size.status();
+  const absl::StatusOr<TrackHolders> track = ResolveTrackHolders(options);
+  if (!track.ok()) return track.status();
   const size_t size = options.buffer_size;
   const size_t count = options.buffer_count;
   absl::StatusOr<Arena> arena =
@@ -127,11 +130,15 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
       pool->shared_.reset();
       return failed(caches);
     }
+    if (*track != TrackHolders::kOff) {
+      pool->holders_ = std::make_unique<HolderTable>(
+          *track, options.holder_sample_every, count);
+    }
   } catch (const std::bad_alloc&) {
     if (pool != nullptr) pool->shared_.reset();
     return failed(absl::ResourceExhaustedError(
         "out of memory for the pool's bookkeeping (state bytes, shared store, "
-        "caches)"));
+        "caches, holder records)"));
   }
 
   // Slot 0 on top, so a fresh pool hands buffers out in address order.
@@ -145,6 +152,14 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     pool->rseq_cpus_ = pool->shared_->ncaches;
     pool->rseq_index_ = static_cast<uint32_t>(pool->shared_->rseq_index);
     pool->rseq_release_cpus_ = pool->scrub_ ? 0 : pool->rseq_cpus_;
+  }
+  if (pool->holders_ != nullptr) {
+    // Every single acquire and release fails its inline sequence at the
+    // index check and comes out of line, to AcquireTracked() and
+    // ReleaseTracked() (holders.cc), which run the same sequences with the
+    // real cache count.
+    pool->rseq_cpus_ = 0;
+    pool->rseq_release_cpus_ = 0;
   }
   PoolAccess::Register(*pool);
   return pool;
@@ -180,6 +195,9 @@ BufferPool::~BufferPool() {
                  "bufpool: BufferPool destroyed while %zu buffer(s) still in "
                  "use (%s); not unmapping memory that is held\n",
                  out, where.c_str());
+    // Who holds them: acquire sites when tracked, else counts and the
+    // switch that turns tracking on (holders.cc).
+    std::fputs(Report(20, out).c_str(), stderr);
     std::abort();
   }
   PoolAccess::Unregister(*this);
@@ -215,9 +233,17 @@ uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
 // ---- Single buffers ---------------------------------------------------------
 
 uint32_t BufferPool::AcquireSlow() noexcept {
+  if (holders_ != nullptr) [[unlikely]] {
+    return AcquireTracked();
+  }
+  return AcquireUntracked();
+}
+
+uint32_t BufferPool::AcquireUntracked() noexcept {
   if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
+    // shared_->ncaches, not rseq_cpus_, which is 0 in a tracked pool.
     const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, rseq_cpus_, rseq_index_);
+        internal::rseq::Pop(rseq_base_, shared_->ncaches, rseq_index_);
     if (slot != internal::rseq::kNoSlot) [[likely]] {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
       return slot;
@@ -236,6 +262,13 @@ uint32_t BufferPool::AcquireSlow() noexcept {
 }
 
 void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
+  if (holders_ != nullptr) [[unlikely]] {
+    return ReleaseTracked(slot);
+  }
+  ReleaseUntracked(slot);
+}
+
+void BufferPool::ReleaseUntracked(uint32_t slot) noexcept {
   if (scrub_) std::memset(SlotData(slot), 0, buffer_size_);
   BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
   if (shared_->ncaches == 0) {
@@ -244,7 +277,7 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
     return;
   }
   if (rseq_base_ != nullptr) {
-    if (internal::rseq::Push(rseq_base_, rseq_cpus_, rseq_index_,
+    if (internal::rseq::Push(rseq_base_, shared_->ncaches, rseq_index_,
                              &release_limit_, slot)) [[likely]] {
       return;  // the hit: one sequence
     }
@@ -286,6 +319,9 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
   uint32_t reshelved = 0;  // as in Depot::Pop
   auto hand_out = [&](uint32_t slot) {
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+    if (holders_ != nullptr) [[unlikely]] {
+      holders_->Acquired(*this, slot);
+    }
     emit(got++, slot);
   };
   if (shared_->rseq) {  // a chunk per turn: a section, the depot, a drain
@@ -379,6 +415,9 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
   auto give = [this](uint32_t* slots, uint32_t k) {
     if (k == 0) return;
     for (uint32_t i = 0; i < k; ++i) {
+      if (holders_ != nullptr) [[unlikely]] {
+        holders_->Released(slots[i]);
+      }
       if (scrub_) std::memset(SlotData(slots[i]), 0, buffer_size_);
       BUFPOOL_INTERNAL_POISON(SlotData(slots[i]), buffer_size_);
     }
@@ -389,7 +428,7 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
       // This CPU's cache in one section while it has room; the rest to
       // the depot in one push.
       const uint32_t cached = internal::rseq::PushBatch(
-          rseq_base_, rseq_cpus_, rseq_index_, &release_limit_, slots, k);
+          rseq_base_, shared_->ncaches, rseq_index_, &release_limit_, slots, k);
       pushed = cached == k ? 0
                            : PoolAccess::RseqGiveBulk(*this, slots + cached,
                                                       k - cached);

@@ -98,6 +98,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline Buffer& Buffer::operator=(
   return *this;
 }
 
+inline void Buffer::Touch(absl::string_view label) const {
+  if (pool_ != nullptr && pool_->holders_ != nullptr) [[unlikely]] {
+    pool_->TouchSlot(index_, label);
+  }
+}
+
 inline std::byte* Buffer::Detach() {
   if (pool_ == nullptr) return nullptr;
   pool_->State(index_).store(BufferPool::kSlotRaw, std::memory_order_relaxed);
