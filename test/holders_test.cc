@@ -1,8 +1,12 @@
 // Holder tracking: who holds a pool's buffers (bufpool/holders.h).
+#include <liburing.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -12,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
+#include "bufpool/uring.h"
 #include "gtest/gtest.h"
 #include "testing/no_holders.h"
 
@@ -278,6 +283,99 @@ TEST(HoldersTest, NoHoldersFailsNamingTheSite) {
   EXPECT_TRUE(absl::StrContains(result.message(), "PlantLeak"))
       << result.message();
   kept.clear();
+  EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
+std::map<std::string, size_t> Kinds(const BufferPool& pool) {
+  std::map<std::string, size_t> kinds;
+  for (const Holder& h : pool.Holders()) ++kinds[h.held_by];
+  return kinds;
+}
+
+// Buffers lent to a provided-buffer ring are labelled with its group, as
+// lent rather than leaked; one taken out of the ring is a handle's again,
+// and the handle's buffer it traded places with is the ring's.
+TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
+  io_uring ring;
+  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
+  auto pool = MakePool(TrackHolders::kAll, 16);
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+  {
+    auto br = ProvidedBufferRing::Create(
+        &ring, *pool,
+        {.group_id = 7,
+         .max_buffers = 4,
+         .initial_buffers = 4,
+         .incremental = ProvidedBufferRingOptions::Incremental::kOff});
+    ASSERT_TRUE(br.ok()) << br.status();
+    Buffer held = pool->TryAcquire();
+    const uint32_t mine = held.slot();
+    EXPECT_EQ(Kinds(*pool),
+              (std::map<std::string, size_t>{{"ring 7", 4}, {"Buffer", 1}}));
+    const std::string report = pool->HoldersReport();
+    EXPECT_TRUE(absl::StrContains(report, "4 ring 7 (lent, not leaked)"))
+        << report;
+
+    (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[1]);
+    ASSERT_EQ(send(fds[0], "hello", 5, 0), 5);
+    io_uring_cqe* cqe = nullptr;
+    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
+    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
+              0);
+    ASSERT_NE(cqe, nullptr);
+    ASSERT_TRUE((*br)->TakeBuffer(*cqe, held));
+    io_uring_cqe_seen(&ring, cqe);
+    ASSERT_NE(held.slot(), mine);
+    for (const Holder& h : pool->Holders()) {
+      EXPECT_EQ(h.held_by, h.slot == held.slot() ? "Buffer" : "ring 7")
+          << h.slot;
+    }
+    Buffer out;  // an empty handle: the filled buffer leaves the ring
+    ASSERT_EQ(send(fds[0], "again", 5, 0), 5);
+    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
+              0);
+    ASSERT_TRUE((*br)->TakeBuffer(*cqe, out));
+    io_uring_cqe_seen(&ring, cqe);
+    EXPECT_EQ(Kinds(*pool),
+              (std::map<std::string, size_t>{{"ring 7", 3}, {"Buffer", 2}}));
+    held.Reset();
+    out.Reset();
+    br->reset();
+  }
+  io_uring_queue_exit(&ring);
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
+// A HeldSend's chain is "send in flight" from Prepare() until the kernel is
+// done; then its buffers go back.
+TEST(HoldersTest, HeldSendSlotsAreInFlightUntilDone) {
+  io_uring ring;
+  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
+  auto pool = MakePool(TrackHolders::kAll, 16);
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  {
+    BufferChain chain(*pool);
+    ASSERT_TRUE(chain.Append(std::string(5000, 'x')).ok());  // two buffers
+    HeldSend send;
+    send.Prepare(io_uring_get_sqe(&ring), fds[0], std::move(chain));
+    EXPECT_EQ(Kinds(*pool),
+              (std::map<std::string, size_t>{{"send in flight", 2}}));
+    io_uring_cqe* cqe = nullptr;
+    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
+    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
+              0);
+    ASSERT_NE(cqe, nullptr);
+    EXPECT_TRUE(send.OnCompletion(*cqe));
+    io_uring_cqe_seen(&ring, cqe);
+    EXPECT_EQ(send.result(), 5000);
+  }
+  io_uring_queue_exit(&ring);
+  close(fds[0]);
+  close(fds[1]);
   EXPECT_TRUE(testing::NoHolders(*pool));
 }
 

@@ -90,6 +90,21 @@ struct BUFPOOL_EXPORT SharedAccess {
                                                     uint16_t group) {
     NoteHeld(pool, slot, kHeldLent | uint32_t{group} << 8);
   }
+  // A ring's trade (ProvidedBufferRing::TakeBuffer): `lent` goes into the
+  // ring, `back` comes out of it as a handle. One branch when untracked.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static void NoteTraded(const BufferPool& pool,
+                                                      uint32_t lent,
+                                                      uint32_t back,
+                                                      uint16_t group) {
+    if (pool.holders_ != nullptr) [[unlikely]] {
+      pool.NoteHolder(lent, kHeldLent | uint32_t{group} << 8);
+      pool.NoteHolder(back, kHeldAsAcquired);
+    }
+  }
+  // Whether `pool` keeps holder records (then the notes above are kept).
+  static bool Tracked(const BufferPool& pool) {
+    return pool.holders_ != nullptr;
+  }
 
   // Out of line (src/pool/pool_calls.cc): calloc, then publish with a CAS;
   // a thread that loses the race frees its array and uses the winner's.
