@@ -84,6 +84,13 @@ enum {
   BUFPOOL_HUGE_PAGES_REQUIRE = 2 /* MAP_HUGETLB, or bufpool_create fails */
 };
 
+/* Values of bufpool_options.track_holders (bufpool/holders.h). */
+enum {
+  BUFPOOL_TRACK_HOLDERS_OFF = 0,     /* nothing recorded: free */
+  BUFPOOL_TRACK_HOLDERS_SAMPLED = 1, /* 1 in holder_sample_every acquires */
+  BUFPOOL_TRACK_HOLDERS_ALL = 2      /* every acquire (tests, leak hunts) */
+};
+
 /* What bufpool_create() builds. Start from BUFPOOL_OPTIONS_INIT (or
  * bufpool_options_init()), which sets struct_size and the C++ defaults, then
  * change the fields you need. Boolean fields: 0 is false, anything else
@@ -97,13 +104,21 @@ typedef struct bufpool_options {
   int lock_memory;      /* mlock the region (RLIMIT_MEMLOCK); default 0 */
   int scrub_on_release; /* zero a buffer on release; default 0 */
   size_t cache_size;    /* per-CPU cache, <= 512, 0: none; default 64 */
+  /* Holder tracking (since 0.4; a struct_size that ends before a field
+     keeps its default). BUFPOOL_TRACK_HOLDERS in the environment
+     overrides it. */
+  int track_holders;             /* BUFPOOL_TRACK_HOLDERS_*; default _OFF */
+  uint32_t holder_sample_every;  /* _SAMPLED: 1 in this many; default 128 */
 } bufpool_options;
 
 /* The C++ defaults (PoolOptions{}); the library checks at compile time that
  * they still match. An initializer: bufpool_options o = BUFPOOL_OPTIONS_INIT;
  */
-#define BUFPOOL_OPTIONS_INIT \
-  { sizeof(bufpool_options), 4096, 1024, BUFPOOL_HUGE_PAGES_TRY, 1, 0, 0, 64 }
+#define BUFPOOL_OPTIONS_INIT                                               \
+  {                                                                        \
+    sizeof(bufpool_options), 4096, 1024, BUFPOOL_HUGE_PAGES_TRY, 1, 0, 0, \
+        64, BUFPOOL_TRACK_HOLDERS_OFF, 128                                 \
+  }
 
 /* A snapshot of a pool's counters; see PoolStats and BufferPool::Stats() in
  * bufpool/buffer_pool.h for when each is exact. */
@@ -207,6 +222,16 @@ BUFPOOL_EXPORT void bufpool_region(const bufpool_pool* pool, void** base,
 BUFPOOL_EXPORT size_t bufpool_write_metrics(const bufpool_pool* pool,
                                             const char* name, char* buf,
                                             size_t size) BUFPOOL_C_NOEXCEPT;
+
+/* Who holds the pool's buffers (BufferPool::HoldersReport(), at most
+ * max_holders acquire sites), as bufpool_write_metrics() writes: at most
+ * size - 1 bytes and a NUL into buf (NULL when size is 0); returns the
+ * length of the whole text, 0 when memory for it cannot be had. With
+ * tracking off, the counts per kind of holder and how to turn tracking on.
+ * Any thread; symbolizes stacks, so it may take milliseconds. */
+BUFPOOL_EXPORT size_t bufpool_holders_report(const bufpool_pool* pool,
+                                             size_t max_holders, char* buf,
+                                             size_t size) BUFPOOL_C_NOEXCEPT;
 
 /* The pool's buffer_size and buffer_count. */
 BUFPOOL_EXPORT size_t bufpool_buffer_size(const bufpool_pool* pool)

@@ -41,6 +41,16 @@ static_assert(kCDefaults.populate == kCppDefaults.populate);
 static_assert(kCDefaults.lock_memory == kCppDefaults.lock_memory);
 static_assert(kCDefaults.scrub_on_release == kCppDefaults.scrub_on_release);
 static_assert(kCDefaults.cache_size == kCppDefaults.cache_size);
+static_assert(kCDefaults.track_holders ==
+              static_cast<int>(kCppDefaults.track_holders));
+static_assert(kCDefaults.holder_sample_every ==
+              kCppDefaults.holder_sample_every);
+static_assert(BUFPOOL_TRACK_HOLDERS_OFF ==
+              static_cast<int>(bufpool::TrackHolders::kOff));
+static_assert(BUFPOOL_TRACK_HOLDERS_SAMPLED ==
+              static_cast<int>(bufpool::TrackHolders::kSampled));
+static_assert(BUFPOOL_TRACK_HOLDERS_ALL ==
+              static_cast<int>(bufpool::TrackHolders::kAll));
 static_assert(BUFPOOL_HUGE_PAGES_NEVER ==
               static_cast<int>(bufpool::HugePages::kNever));
 static_assert(BUFPOOL_HUGE_PAGES_TRY ==
@@ -117,6 +127,29 @@ absl::Status ToPoolOptions(const bufpool_options* in,
   out->lock_memory = in->lock_memory != 0;
   out->scrub_on_release = in->scrub_on_release != 0;
   out->cache_size = in->cache_size;
+  // Since 0.4: read only where the caller's struct has them.
+  if (in->struct_size >=
+      offsetof(bufpool_options, track_holders) + sizeof(int)) {
+    switch (in->track_holders) {
+      case BUFPOOL_TRACK_HOLDERS_OFF:
+      case BUFPOOL_TRACK_HOLDERS_SAMPLED:
+      case BUFPOOL_TRACK_HOLDERS_ALL:
+        out->track_holders =
+            static_cast<bufpool::TrackHolders>(in->track_holders);
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("bufpool_create: bufpool_options.track_holders is ",
+                         in->track_holders,
+                         "; use BUFPOOL_TRACK_HOLDERS_OFF (0), "
+                         "BUFPOOL_TRACK_HOLDERS_SAMPLED "
+                         "(1) or BUFPOOL_TRACK_HOLDERS_ALL (2)"));
+    }
+  }
+  if (in->struct_size >=
+      offsetof(bufpool_options, holder_sample_every) + sizeof(uint32_t)) {
+    out->holder_sample_every = in->holder_sample_every;
+  }
   return absl::OkStatus();
 }
 
@@ -212,6 +245,22 @@ size_t bufpool_write_metrics(const bufpool_pool* pool, const char* name,
   try {
     bufpool::WriteMetrics(*Pool(pool), &text,
                           {.name = name != nullptr ? name : ""});
+  } catch (const std::bad_alloc&) {
+    return 0;
+  }
+  if (size != 0) {
+    const size_t n = std::min(text.size(), size - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+  return text.size();
+}
+
+size_t bufpool_holders_report(const bufpool_pool* pool, size_t max_holders,
+                              char* buf, size_t size) noexcept {
+  std::string text;
+  try {
+    text = Pool(pool)->HoldersReport(max_holders);
   } catch (const std::bad_alloc&) {
     return 0;
   }
