@@ -366,6 +366,7 @@ class BUFPOOL_EXPORT BufferPool {
   // Hot paths (internal/buffer_pool_inl.h).
   uint32_t TryAcquireSlot();
   void ReleaseSlot(uint32_t slot);
+  void CountSample(uint32_t slot);  // kSampled pools (holders.cc)
   // Out of line (src/pool/pool_calls.cc): the caches, the shared store and
   // draining. noexcept, so that a caller that is noexcept itself, such as
   // the C API, can still call them as tail calls; they allocate nothing,
@@ -388,6 +389,9 @@ class BUFPOOL_EXPORT BufferPool {
   // Holder tracking, out of line (src/pool/holders.cc); called only where
   // holders_ is set. AcquireSlow()/ReleaseSlow() of a tracked pool.
   uint32_t AcquireTracked() noexcept;
+  // kSampled: `slot` was handed out inline and this thread's countdown
+  // reached 0: records it and restarts the countdown.
+  void AcquireSampled(uint32_t slot) noexcept;
   void ReleaseTracked(uint32_t slot) noexcept;
   // The untracked single-buffer slow paths (the hit on this CPU's cache,
   // then the depot and the other caches).
@@ -424,6 +428,12 @@ class BUFPOOL_EXPORT BufferPool {
   uint32_t rseq_index_ = 0;  // the rseq area field that indexes them
   // rseq_cpus_ for release: 0 also when the pool scrubs (out of line).
   uint32_t rseq_release_cpus_ = 0;
+  // kSampled holder tracking (src/pool/holders.h): one byte per slot, 1
+  // while the slot's acquire was recorded; nullptr in every other pool.
+  // Where set, an inline acquire counts down this thread's
+  // internal::t_holder_countdown and an inline release of a recorded slot
+  // goes out of line (a load and a branch each where it is nullptr).
+  std::atomic<uint8_t>* holder_marks_ = nullptr;
   unsigned shift_ = 0;
   bool scrub_ = false;
   bool huge_pages_ = false;

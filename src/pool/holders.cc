@@ -30,25 +30,17 @@ namespace bufpool {
 
 namespace {
 
-// kSampled: acquires left on this thread before the next one is recorded;
-// 0 until the thread's first tracked acquire sets it. One countdown per
-// thread for every pool (each pool's sample_every restarts it): what is
-// sampled is 1 in N of the thread's tracked acquires. initial-exec: a
-// thread_local of a shared library is otherwise reached through
-// __tls_get_addr on every acquire.
-__attribute__((
-    tls_model("initial-exec"))) thread_local uint32_t t_sample_countdown = 0;
-
 pid_t ThisThreadId() { return static_cast<pid_t>(::syscall(SYS_gettid)); }
 
-// The first countdown of a thread: spread over [1, every] by its id, so
-// threads that acquire in lockstep do not all record the same acquire.
-uint32_t FirstCountdown(uint32_t every) {
-  const auto tid = static_cast<uint32_t>(ThisThreadId());
-  return 1 + (tid * 0x9E3779B1u) % every;
-}
-
 }  // namespace
+
+// kSampled: acquires of sampled pools left on this thread before the next
+// one is recorded. One countdown per thread for every sampled pool (the
+// recording pool's sample_every restarts it): what is recorded is 1 in N
+// of the thread's sampled acquires, starting with its first. A plain
+// thread-local, read and written only by its thread.
+__thread uint32_t internal::t_holder_countdown
+    __attribute__((tls_model("initial-exec"))) = 1;
 
 // ---- The table --------------------------------------------------------------
 
@@ -57,6 +49,7 @@ BufferPool::HolderTable::HolderTable(TrackHolders mode, uint32_t sample_every,
     : mode_(mode),
       sample_every_(sample_every),
       entries_(new Entry[capacity]),
+      marks_(new std::atomic<uint8_t>[capacity]()),
       capacity_(capacity) {}
 
 uint32_t BufferPool::HolderTable::Lock(Entry& e) noexcept {
@@ -78,14 +71,15 @@ uint32_t BufferPool::HolderTable::Lock(Entry& e) noexcept {
 __attribute__((noinline)) void BufferPool::HolderTable::Acquired(
     const BufferPool& pool, uint32_t slot) noexcept {
   if (mode_ == TrackHolders::kSampled) {
-    uint32_t left = t_sample_countdown;
-    if (left == 0) left = FirstCountdown(sample_every_);
-    if (--left != 0) {
-      t_sample_countdown = left;
-      return;
-    }
-    t_sample_countdown = sample_every_;
+    if (--internal::t_holder_countdown != 0) return;
+    internal::t_holder_countdown = sample_every_;
   }
+  Record(pool, slot);
+}
+
+__attribute__((noinline)) void BufferPool::HolderTable::Sampled(
+    const BufferPool& pool, uint32_t slot) noexcept {
+  internal::t_holder_countdown = sample_every_;
   Record(pool, slot);
 }
 
@@ -116,9 +110,11 @@ __attribute__((noinline)) void BufferPool::HolderTable::Record(
   e.touch_count.store(0, std::memory_order_relaxed);
   e.live.store(1, std::memory_order_relaxed);
   Unlock(e, locked);
+  marks_[slot].store(1, std::memory_order_relaxed);  // see Released()
 }
 
-void BufferPool::HolderTable::Clear(Entry& e) noexcept {
+void BufferPool::HolderTable::Clear(Entry& e, uint32_t slot) noexcept {
+  marks_[slot].store(0, std::memory_order_relaxed);
   const uint32_t locked = Lock(e);
   e.live.store(0, std::memory_order_relaxed);
   e.note.store(kNoNote, std::memory_order_relaxed);
@@ -215,6 +211,10 @@ absl::StatusOr<TrackHolders> ResolveTrackHolders(const PoolOptions& options) {
                "all; ignored\n",
                v);
   return options.track_holders;
+}
+
+void BufferPool::AcquireSampled(uint32_t slot) noexcept {
+  holders_->Sampled(*this, slot);
 }
 
 uint32_t BufferPool::AcquireTracked() noexcept {

@@ -75,17 +75,25 @@ class BufferPool::HolderTable {
   TrackHolders mode() const { return mode_; }
   uint32_t sample_every() const { return sample_every_; }
 
-  // After `slot` was handed out by a tracked pool: records it (kAll, or
-  // this thread's 1 in sample_every with kSampled). Not inlined, so that the
-  // stack's first frames are the pool's, which the report leaves out.
+  // After `slot` was handed out by a tracked pool's slow path: records it
+  // (kAll, or when this thread's countdown reaches 0 with kSampled). Not
+  // inlined, so that the stack's first frames are the pool's, which the
+  // report leaves out.
   void Acquired(const BufferPool& pool, uint32_t slot) noexcept;
+  // kSampled, when this thread's countdown reached 0: restarts it and
+  // records `slot`.
+  void Sampled(const BufferPool& pool, uint32_t slot) noexcept;
   // Before `slot` goes back: clears its record, if any.
   void Released(uint32_t slot) noexcept {
-    Entry& e = entries_[slot];
-    // relaxed: `live` is written only by holders of the slot, and this
+    // relaxed: the mark is written only by holders of the slot, and this
     // thread holds it (see the file comment).
-    if (e.live.load(std::memory_order_relaxed) != 0) Clear(e);
+    if (marks_[slot].load(std::memory_order_relaxed) != 0) {
+      Clear(entries_[slot], slot);
+    }
   }
+  // One byte per slot, 1 while its entry is live: what a kSampled pool's
+  // inline release reads (BufferPool::holder_marks_).
+  std::atomic<uint8_t>* marks() const { return marks_.get(); }
   void Touch(uint32_t slot, absl::string_view label) noexcept;
   void Note(uint32_t slot, uint32_t note) noexcept;
 
@@ -94,7 +102,7 @@ class BufferPool::HolderTable {
 
  private:
   void Record(const BufferPool& pool, uint32_t slot) noexcept;
-  void Clear(Entry& e) noexcept;
+  void Clear(Entry& e, uint32_t slot) noexcept;
   static uint32_t Lock(Entry& e) noexcept;
   static void Unlock(Entry& e, uint32_t locked) noexcept {
     // release: the fields' stores happen-before a reader's acquire load
@@ -105,6 +113,7 @@ class BufferPool::HolderTable {
   const TrackHolders mode_;
   const uint32_t sample_every_;
   const std::unique_ptr<Entry[]> entries_;
+  const std::unique_ptr<std::atomic<uint8_t>[]> marks_;
   const size_t capacity_;
 };
 

@@ -154,12 +154,18 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     pool->rseq_release_cpus_ = pool->scrub_ ? 0 : pool->rseq_cpus_;
   }
   if (pool->holders_ != nullptr) {
-    // Every single acquire and release fails its inline sequence at the
-    // index check and comes out of line, to AcquireTracked() and
-    // ReleaseTracked() (holders.cc), which run the same sequences with the
-    // real cache count.
-    pool->rseq_cpus_ = 0;
-    pool->rseq_release_cpus_ = 0;
+    if (*track == TrackHolders::kAll) {
+      // Every single acquire and release fails its inline sequence at the
+      // index check and comes out of line, to AcquireTracked() and
+      // ReleaseTracked() (holders.cc), which run the same sequences with
+      // the real cache count and record each acquire.
+      pool->rseq_cpus_ = 0;
+      pool->rseq_release_cpus_ = 0;
+    } else {
+      // kSampled stays inline: a countdown on each acquire, a mark read on
+      // each release (internal/buffer_pool_inl.h).
+      pool->holder_marks_ = pool->holders_->marks();
+    }
   }
   PoolAccess::Register(*pool);
   return pool;
