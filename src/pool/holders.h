@@ -52,7 +52,7 @@ class BufferPool::HolderTable {
     std::atomic<uint32_t> live{0};  // 1 while out and recorded
     std::atomic<uint32_t> note{kNoNote};
     std::atomic<uint32_t> touch_count{0};  // touches made, all time
-    std::atomic<int64_t> acquired_ns{0};   // absl::GetCurrentTimeNanos()
+    std::atomic<int64_t> acquired_ns{0};   // CLOCK_MONOTONIC_COARSE
     std::atomic<int32_t> tid{0};
     std::atomic<uint32_t> depth{0};
     std::atomic<uintptr_t> pcs[kMaxFrames];
