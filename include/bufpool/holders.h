@@ -16,18 +16,26 @@
 // option for every pool the process creates (read at each Create()), so a
 // leak in a deployed program can be found without rebuilding it.
 //
-// What each level costs (the hot pair: TryAcquire() and the handle's
-// release, one thread, measured with bench/holders_benchmark on a shared
-// 2-core x86-64 VM; docs/benchmarks.md has the rounds):
-//   kOff      nothing: the inline paths are the untracked ones, and no
-//             per-slot record exists (the pool allocates none).
-//   kSampled  every acquire and release of the pool goes out of line (a
-//             call each); 1 in holder_sample_every acquires (per thread)
-//             also records its stack. About 1.3x the untracked pair.
-//   kAll      every acquire records its stack (absl::GetStackTrace) and
-//             the time: about 0.5-1 us per acquire, ~100-300x the
-//             untracked pair. For tests and for hunting a leak, not for
-//             production traffic.
+// What each level costs the hot pair (TryAcquire(), write a byte, the
+// handle's release; one thread; bench/holders_benchmark, interleaved rounds
+// on a shared 2-core x86-64 VM, docs/benchmarks.md):
+//   kOff      the untracked pair: no record exists; the inline paths read
+//             one pool field more (holder_marks_, nullptr) on each side,
+//             no atomic read-modify-write, no store.
+//   kSampled  stays inline: each acquire counts down a per-thread counter,
+//             each release reads the slot's one-byte mark; 1 acquire in
+//             holder_sample_every (per thread, starting with its first) is
+//             recorded out of line. About 1.1-1.4x the untracked pair.
+//   kAll      every acquire and release goes out of line and every acquire
+//             records its stack: about 45-60 ns per pair against 2.5-4
+//             (12-15x). For tests and for hunting a leak.
+// A record is the stack (absl::GetStackTrace, ~15 ns: it unwinds by frame
+// pointers, so frames beyond the acquiring function need
+// -fno-omit-frame-pointer in the caller's code; the library is built with
+// it), the thread id (cached per thread) and the time
+// (CLOCK_MONOTONIC_COARSE: a holder's age is good to the kernel's tick).
+// Reports symbolize (absl::Symbolize): milliseconds, never on the acquire
+// path.
 //
 // Thread safety. Holders() and HoldersReport() may be called from any
 // thread at any time, concurrently with acquires and releases on others
