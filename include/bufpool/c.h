@@ -104,7 +104,7 @@ typedef struct bufpool_options {
   int lock_memory;      /* mlock the region (RLIMIT_MEMLOCK); default 0 */
   int scrub_on_release; /* zero a buffer on release; default 0 */
   size_t cache_size;    /* per-CPU cache, <= 512, 0: none; default 64 */
-  /* Holder tracking (since 0.4; a struct_size that ends before a field
+  /* Holder tracking (since 0.3; a struct_size that ends before a field
      keeps its default). BUFPOOL_TRACK_HOLDERS in the environment
      overrides it. */
   int track_holders;             /* BUFPOOL_TRACK_HOLDERS_*; default _OFF */

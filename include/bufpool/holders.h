@@ -35,7 +35,9 @@
 // it), the thread id (cached per thread) and the time
 // (CLOCK_MONOTONIC_COARSE: a holder's age is good to the kernel's tick).
 // Reports symbolize (absl::Symbolize): milliseconds, never on the acquire
-// path.
+// path. Memory: with tracking on, Create() allocates a record of about 350
+// bytes per buffer (the stack, four touch labels) and a byte per buffer;
+// nothing with kOff.
 //
 // Thread safety. Holders() and HoldersReport() may be called from any
 // thread at any time, concurrently with acquires and releases on others

@@ -127,7 +127,7 @@ absl::Status ToPoolOptions(const bufpool_options* in,
   out->lock_memory = in->lock_memory != 0;
   out->scrub_on_release = in->scrub_on_release != 0;
   out->cache_size = in->cache_size;
-  // Since 0.4: read only where the caller's struct has them.
+  // Since 0.3: read only where the caller's struct has them.
   if (in->struct_size >=
       offsetof(bufpool_options, track_holders) + sizeof(int)) {
     switch (in->track_holders) {

@@ -330,9 +330,12 @@ std::string BufferPool::HeldBy(uint32_t slot, uint32_t note) const {
   if (State(slot).load(std::memory_order_relaxed) == kSlotRaw) {
     return "raw pointer";
   }
-  if (const uint32_t* refs = shared_refs_.load(std::memory_order_acquire);
-      refs != nullptr && std::atomic_ref<const uint32_t>(refs[slot])
-                                 .load(std::memory_order_relaxed) != 0) {
+  // The counts are atomics wherever they are used (atomic_ref); the
+  // pointer never changes once published.
+  if (uint32_t* refs = shared_refs_.load(std::memory_order_acquire);
+      refs != nullptr &&
+      std::atomic_ref<uint32_t>(refs[slot]).load(std::memory_order_relaxed) !=
+          0) {
     return "chain";
   }
   return "Buffer";
