@@ -20,7 +20,7 @@ set(BUFPOOL_ROOMS
   "base     include/bufpool/export.h include/bufpool/options.h |"
   "os       src/os                                          | base"
   "arena    src/arena                                       | os"
-  "pool     src/pool include/bufpool/buffer_pool.h include/bufpool/budget.h include/bufpool/metrics.h include/bufpool/internal | arena"
+  "pool     src/pool include/bufpool/buffer_pool.h include/bufpool/budget.h include/bufpool/holders.h include/bufpool/metrics.h include/bufpool/internal | arena"
   "c        src/c include/bufpool/c.h                       | pool"
   "chain    src/chain include/bufpool/chain.h include/bufpool/cursor.h include/bufpool/asio.h | pool"
   "uring    src/uring include/bufpool/uring.h               | chain"

@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "os/memory.h"
 #include "test_util.h"
+#include "testing/no_holders.h"
 
 namespace bufpool {
 namespace {
@@ -35,8 +36,8 @@ using testing_util::ScopedPin;
 // high_water is exact with caches off and, in the locked mode, while one
 // CPU's cache is in use; the rseq caches keep no low-water marks, so there
 // it may exceed the peak by what the caches park.
-testing::AssertionResult HighWaterIs(const BufferPool& pool, size_t high_water,
-                                     size_t peak) {
+::testing::AssertionResult HighWaterIs(const BufferPool& pool,
+                                       size_t high_water, size_t peak) {
   const size_t slack =
       pool.per_cpu_mode() == PerCpuMode::kRseq ||
               pool.per_cpu_mode() == PerCpuMode::kRseqMmCid
@@ -44,10 +45,11 @@ testing::AssertionResult HighWaterIs(const BufferPool& pool, size_t high_water,
                 static_cast<size_t>(::sysconf(_SC_NPROCESSORS_CONF))
           : 0;
   if (high_water >= peak && high_water <= peak + slack) {
-    return testing::AssertionSuccess();
+    return ::testing::AssertionSuccess();
   }
-  return testing::AssertionFailure() << "high_water " << high_water << ", peak "
-                                     << peak << ", slack " << slack;
+  return ::testing::AssertionFailure()
+         << "high_water " << high_water << ", peak " << peak << ", slack "
+         << slack;
 }
 
 // A thread that calls Acquire() on an empty pool and expects a buffer within
@@ -148,7 +150,7 @@ TEST(BufferPoolTest, CreateNamesMemlockLimitWhenLockingFails) {
 #if defined(ABSL_HAVE_ADDRESS_SANITIZER) || defined(ABSL_HAVE_THREAD_SANITIZER)
   GTEST_SKIP() << "the sanitizer turns mlock into a no-op that succeeds";
 #endif
-  EXPECT_EXIT(LockWithoutPrivilegeAndReport(), testing::ExitedWithCode(0),
+  EXPECT_EXIT(LockWithoutPrivilegeAndReport(), ::testing::ExitedWithCode(0),
               "RLIMIT_MEMLOCK.*ulimit -l");
 }
 
@@ -201,7 +203,7 @@ TEST(BufferPoolTest, SmallBuffersAreSlicedWithoutGaps) {
 
 // ---- 3. Exact capacity -----------------------------------------------------
 
-class CapacityTest : public testing::TestWithParam<size_t> {};
+class CapacityTest : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(CapacityTest, ExhaustsAtExactCapacity) {
   auto pool = MakePool({.buffer_count = 200, .cache_size = GetParam()});
@@ -226,7 +228,7 @@ TEST_P(CapacityTest, ExactCapacityAgainAfterEverythingCameBack) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, CapacityTest, testing::Values(0, 64),
+INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, CapacityTest, ::testing::Values(0, 64),
                          [](const auto& info) {
                            return info.param ? "CacheOn" : "CacheOff";
                          });
@@ -288,7 +290,7 @@ TEST(BufferPoolTest, AcquireTimesOutWithDeadlineExceeded) {
   EXPECT_EQ(pool->Stats().acquire_failures, 0u);
 }
 
-class WaitTest : public testing::TestWithParam<size_t> {};
+class WaitTest : public ::testing::TestWithParam<size_t> {};
 
 // The waiter is woken by the release itself: if it were not, it would sleep
 // for the whole (long) timeout and fail.
@@ -328,7 +330,7 @@ TEST_P(WaitTest, ManyWaitersAllGetBuffers) {
   EXPECT_EQ(got.load(), 6);
 }
 
-INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, WaitTest, testing::Values(0, 64),
+INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, WaitTest, ::testing::Values(0, 64),
                          [](const auto& info) {
                            return info.param ? "CacheOn" : "CacheOff";
                          });
@@ -350,7 +352,7 @@ TEST(BufferPoolTest, APollOnAnEmptyPoolFailsAtOnce) {
 
 // ---- 7. Scrubbing ----------------------------------------------------------
 
-class ScrubTest : public testing::TestWithParam<size_t> {};
+class ScrubTest : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(ScrubTest, ScrubOnReleaseZeroesBeforeAnyoneElseGetsIt) {
   auto pool = MakePool({.buffer_size = 256,
@@ -382,7 +384,7 @@ TEST(BufferPoolTest, WithoutScrubContentsSurviveReuse) {
   EXPECT_EQ(again.data()[0], std::byte{0xab});
 }
 
-INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, ScrubTest, testing::Values(0, 64),
+INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, ScrubTest, ::testing::Values(0, 64),
                          [](const auto& info) {
                            return info.param ? "CacheOn" : "CacheOff";
                          });
@@ -394,7 +396,7 @@ TEST(BufferPoolTest, BufferReleasedOnAnotherThreadComesBack) {
   std::vector<Buffer> held(64);
   ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(held)), 64u);
   std::thread([moved = std::move(held)]() mutable { moved.clear(); }).join();
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
   std::vector<Buffer> again(64);
   EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 64u);
 }
@@ -487,7 +489,7 @@ TEST(BufferPoolTest, BulkReleaseWhileAThreadWaitsHandsOverAndKeepsTheRest) {
   std::thread waiter = StartSleepingAcquire(*pool);
   pool->ReleaseBulk(absl::MakeSpan(all));
   waiter.join();
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
   std::vector<Buffer> again(64);
   EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 64u);
 }
@@ -583,7 +585,7 @@ TEST(BufferPoolTest, BulkCallsTakeFromTheCacheThenTheDepotAndSpillTheRest) {
       pool->ReleaseBulk(absl::MakeSpan(held).subspan(first, n));
       first += n;
     }
-    EXPECT_EQ(pool->Stats().in_use, 0u);
+    EXPECT_TRUE(testing::NoHolders(*pool));
     EXPECT_LE(pool->Stats().cached, bound);
   }
   const PerCpuMode mode = pool->per_cpu_mode();
@@ -627,7 +629,7 @@ TEST(BufferPoolTest, CacheOffBulkReleaseReturnsEveryBufferAndWakesAWaiter) {
   for (const Buffer& b : all) EXPECT_FALSE(b);
   EXPECT_EQ(pool->Stats().in_use, 1u);
   kept.Reset();
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
   std::vector<Buffer> again(100);
   EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 100u);
   std::set<uint32_t> slots;
@@ -712,7 +714,7 @@ TEST(BufferPoolTest, HighWaterCatchesAPeakBetweenStatsCalls) {
     for (int i = 0; i < 10 + round * 5; ++i) held.push_back(pool->TryAcquire());
   }
   EXPECT_TRUE(HighWaterIs(*pool, pool->Stats().high_water, 20));
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
 TEST(BufferPoolTest, StatsCountBuffersHeldAcrossThreads) {
@@ -733,8 +735,8 @@ TEST(BufferPoolTest, StatsCountBuffersHeldAcrossThreads) {
 // match a model exactly. The free count comes from the depot's list depths
 // and the caches' reports (see "Accounting" in src/pool/accounting.cc); any
 // drift between them shows here.
-class StatsModelTest : public testing::TestWithParam<std::tuple<size_t, bool>> {
-};
+class StatsModelTest
+    : public ::testing::TestWithParam<std::tuple<size_t, bool>> {};
 
 TEST_P(StatsModelTest, InUseAndHighWaterMatchAModel) {
   const ScopedPin pin;
@@ -807,13 +809,13 @@ TEST_P(StatsModelTest, InUseAndHighWaterMatchAModel) {
   }
   held.clear();
   pool->ReleaseRawBulk(absl::MakeSpan(raw));
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
   EXPECT_EQ(pool->Stats().high_water, peak);
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheSizes, StatsModelTest,
-                         testing::Combine(testing::Values(0, 1, 4, 16, 64),
-                                          testing::Bool()),
+                         ::testing::Combine(::testing::Values(0, 1, 4, 16, 64),
+                                            ::testing::Bool()),
                          [](const auto& info) {
                            return "Cache" +
                                   std::to_string(std::get<0>(info.param)) +
@@ -842,7 +844,7 @@ TEST(BufferPoolTest, ThreadExitKeepsTheAccountingExact) {
   EXPECT_EQ(s.in_use, 10u);
   EXPECT_TRUE(HighWaterIs(*pool, s.high_water, 110));
   given.clear();
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
 // Caches off: main releases 32 in one call while thread A takes 40 in one
@@ -904,7 +906,7 @@ TEST(BufferPoolTest, CachesOffBulkAcquireSeesTheTruePeakUnderRaces) {
 // catches with caches on: a cache's total read twice with a ReleaseBulk
 // landing in between (80 for a true 40), and a picture taken inside a
 // refill, spill or fold.
-class MonitorTest : public testing::TestWithParam<size_t> {};
+class MonitorTest : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(MonitorTest, StatsFromAnotherThreadKeepsHighWaterAtTheTruePeak) {
   const ScopedPin pin;
@@ -928,11 +930,11 @@ TEST_P(MonitorTest, StatsFromAnotherThreadKeepsHighWaterAtTheTruePeak) {
   }
   done = true;
   monitor.join();
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
   EXPECT_TRUE(HighWaterIs(*pool, pool->Stats().high_water, 40));
 }
 
-INSTANTIATE_TEST_SUITE_P(CacheSizes, MonitorTest, testing::Values(0, 16, 64),
+INSTANTIATE_TEST_SUITE_P(CacheSizes, MonitorTest, ::testing::Values(0, 16, 64),
                          [](const auto& info) {
                            return "Cache" + std::to_string(info.param);
                          });
@@ -1018,7 +1020,7 @@ TEST(BufferTest, DetachedPointerComesBackThroughAdoptOrReleaseRaw) {
   EXPECT_EQ(back.slot(), slot);
   std::byte* q = back.Detach();
   pool->ReleaseRaw(q);
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
 TEST(BufferTest, EmptyBulkCallsDoNothing) {
@@ -1027,7 +1029,7 @@ TEST(BufferTest, EmptyBulkCallsDoNothing) {
   pool->ReleaseBulk({});  // no data() behind the span (UBSan checks memset)
   EXPECT_EQ(pool->TryAcquireRawBulk({}), 0u);
   pool->ReleaseRawBulk({});
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
 TEST(BufferTest, BulkAcquireStopsShortWhenThePoolRunsOut) {
@@ -1058,7 +1060,7 @@ TEST(BufferTest, RawBulkHandsOutDistinctAlignedBuffersAndTakesThemBack) {
     std::memset(p, 0xab, pool->buffer_size());  // writable, whole
   }
   pool->ReleaseRawBulk(absl::MakeSpan(batch));
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
   // Every buffer is free again, whichever path takes it.
   std::vector<Buffer> all(64);
   EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 64u);
@@ -1076,7 +1078,7 @@ TEST(BufferTest, RawBulkStopsShortAndClearsTheRest) {
   // from either API go back through either.
   pool->ReleaseRawBulk(absl::MakeSpan(more));
   for (std::byte* p : batch) pool->Adopt(p).Reset();
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
 TEST(BufferTest, RawBulkReleaseLargerThanTheCacheSpillsToTheDepot) {
@@ -1085,14 +1087,14 @@ TEST(BufferTest, RawBulkReleaseLargerThanTheCacheSpillsToTheDepot) {
   std::vector<std::byte*> batch(200);
   ASSERT_EQ(pool->TryAcquireRawBulk(absl::MakeSpan(batch)), 200u);
   pool->ReleaseRawBulk(absl::MakeSpan(batch));
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
   std::thread([&] {  // another thread finds them in the depot
     std::vector<std::byte*> other(240);
     EXPECT_EQ(pool->TryAcquireRawBulk(absl::MakeSpan(other)), 240u);
     pool->ReleaseRawBulk(absl::MakeSpan(other));
   })
       .join();
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
 }  // namespace

@@ -89,6 +89,8 @@ static void test_options_defaults(void) {
   CHECK(macro.max_buffer_count == 0);
   CHECK(macro.grow_step == 512);
   CHECK(macro.trim_after_idle_ns == 0);
+  CHECK(macro.track_holders == BUFPOOL_TRACK_HOLDERS_OFF);
+  CHECK(macro.holder_sample_every == 128);
 
   /* A caller with an older, shorter struct: only its bytes are written. */
   unsigned char raw[sizeof(bufpool_options) + 8];
@@ -167,6 +169,9 @@ static void test_create_errors_name_field_and_value(void) {
   o = (bufpool_options)BUFPOOL_OPTIONS_INIT;
   o.huge_pages = 7;
   expect_create_error(&o, (const char*[]){"huge_pages", "7", NULL});
+  o = (bufpool_options)BUFPOOL_OPTIONS_INIT;
+  o.track_holders = 9;
+  expect_create_error(&o, (const char*[]){"track_holders", "9", NULL});
 
   o = (bufpool_options)BUFPOOL_OPTIONS_INIT;
   o.struct_size = 8; /* older than the first version */
@@ -650,6 +655,51 @@ static void test_write_metrics(void) {
   bufpool_destroy(pool);
 }
 
+/* Keeps one raw buffer: the leak the report names. */
+__attribute__((noinline)) static void* plant_leak(bufpool_pool* pool) {
+  void* p = bufpool_try_acquire(pool);
+  __asm__ volatile("" ::: "memory"); /* not a tail call: this frame stays */
+  return p;
+}
+
+/* The holders report, snprintf-style, names the acquiring function with
+ * tracking on; a caller's struct that ends before track_holders gets the
+ * default (off), whose report says how to turn it on. */
+static void test_holders_report(void) {
+  bufpool_options o = BUFPOOL_OPTIONS_INIT;
+  o.buffer_count = 16;
+  o.track_holders = BUFPOOL_TRACK_HOLDERS_ALL;
+  char* err = NULL;
+  bufpool_pool* pool = bufpool_create(&o, &err);
+  REQUIRE(pool != NULL);
+  void* held = plant_leak(pool);
+  REQUIRE(held != NULL);
+  const size_t need = bufpool_holders_report(pool, 20, NULL, 0);
+  char small[8];
+  CHECK(bufpool_holders_report(pool, 20, small, sizeof(small)) == need);
+  CHECK(strlen(small) == sizeof(small) - 1);
+  char* text = malloc(need + 1);
+  REQUIRE(text != NULL);
+  CHECK(bufpool_holders_report(pool, 20, text, need + 1) == need);
+  CHECK(contains(text, "1 of 16 buffer(s) out (tracking all): 1 raw pointer"));
+  CHECK(contains(text, "plant_leak"));
+  free(text);
+  bufpool_release(pool, held);
+  bufpool_destroy(pool);
+
+  o.struct_size = offsetof(bufpool_options, track_holders);
+  pool = bufpool_create(&o, &err);
+  REQUIRE(pool != NULL);
+  held = bufpool_try_acquire(pool);
+  char line[512];
+  bufpool_holders_report(pool, 20, line, sizeof(line));
+  if (getenv("BUFPOOL_TRACK_HOLDERS") == NULL) {
+    CHECK(contains(line, "BUFPOOL_TRACK_HOLDERS=all"));
+  }
+  bufpool_release(pool, held);
+  bufpool_destroy(pool);
+}
+
 static void test_eight_threads(void) {
   struct shared s;
   s.pool = make_pool(kPoolCount, 64);
@@ -706,6 +756,7 @@ static const struct {
      test_release_checks_abort_with_message},
     {"eight_threads", test_eight_threads},
     {"write_metrics", test_write_metrics},
+    {"holders_report", test_holders_report},
 };
 
 int main(int argc, char** argv) {

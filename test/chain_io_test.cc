@@ -22,6 +22,7 @@
 #include "os/socket.h"
 #include "os/syscalls.h"
 #include "test_util.h"
+#include "testing/no_holders.h"
 
 namespace bufpool {
 namespace {
@@ -59,7 +60,7 @@ void TcpPair(Pair& p) {
   ::close(l);
 }
 
-class ChainIoTest : public testing::Test {
+class ChainIoTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(::signal(SIGPIPE, SIG_DFL), SIG_DFL);
@@ -71,11 +72,14 @@ class ChainIoTest : public testing::Test {
     auto pool = BufferPool::Create({.buffer_size = 4096,
                                     .buffer_count = 512,
                                     .huge_pages = HugePages::kNever,
-                                    .populate = false});
+                                    .populate = false,
+                                    // TearDown() names any buffer left out
+                                    // by where it was acquired.
+                                    .track_holders = TrackHolders::kAll});
     ASSERT_TRUE(pool.ok()) << pool.status();
     pool_ = *std::move(pool);
   }
-  void TearDown() override { EXPECT_EQ(pool_->Stats().in_use, 0u); }
+  void TearDown() override { EXPECT_TRUE(testing::NoHolders(*pool_)); }
 
   // Sends `data` from fd `from` with WriteTo (waiting when it would block)
   // and reads it at `to` with ReadFrom, on two threads; returns what arrived.
@@ -477,7 +481,7 @@ namespace {
 // time on each of `connections` non-blocking socketpairs, never consumed.
 // Each chain pins at most B + 2 * buffer_size; the pool at most that per
 // connection plus the buffers one ReadFrom() takes for the read it makes.
-class ReadFromTrickleTest : public testing::TestWithParam<size_t> {};
+class ReadFromTrickleTest : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   const size_t conns = GetParam();
@@ -535,15 +539,15 @@ TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     close(wr[i]);
   }
   chain.clear();
-  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
 // 100 connections make 2 million one-byte sends: the plain build only.
 INSTANTIATE_TEST_SUITE_P(Connections, ReadFromTrickleTest,
-                         testing::ValuesIn(testing_util::kSanitized
-                                               ? std::vector<size_t>{1, 5}
-                                               : std::vector<size_t>{1, 5,
-                                                                     100}));
+                         ::testing::ValuesIn(testing_util::kSanitized
+                                                 ? std::vector<size_t>{1, 5}
+                                                 : std::vector<size_t>{1, 5,
+                                                                       100}));
 
 }  // namespace
 }  // namespace bufpool

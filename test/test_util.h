@@ -364,15 +364,15 @@ inline int ReadListeningPort(const Child& child, const char* format) {
 }
 
 // Waits for `pid` and says whether it exited with status 0.
-inline testing::AssertionResult ExitedCleanly(pid_t pid) {
+inline ::testing::AssertionResult ExitedCleanly(pid_t pid) {
   int status = 0;
   if (::waitpid(pid, &status, 0) != pid) {
-    return testing::AssertionFailure() << "waitpid: " << std::strerror(errno);
+    return ::testing::AssertionFailure() << "waitpid: " << std::strerror(errno);
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-    return testing::AssertionSuccess();
+    return ::testing::AssertionSuccess();
   }
-  return testing::AssertionFailure() << "wait status " << status;
+  return ::testing::AssertionFailure() << "wait status " << status;
 }
 
 // ---- Trickle tests ----

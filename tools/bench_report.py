@@ -51,6 +51,8 @@ WORKLOADS = [
      "ns/buffer", REFERENCE),
     ("ManyPools", "Hot pair alternating over 1, 2 and 4 pools", "ns/buffer",
      "libbufpool_1pool"),
+    ("HolderPair", "Hot pair with holder tracking off, sampled (1 in 128) "
+     "and all (bufpool/holders.h)", "ns/buffer", "off"),
     ("SharedObject", "Hot pair called from the executable and from a -fPIC "
      "shared object (64 pairs per call)", "ns/buffer", "libbufpool_exe"),
     ("Reclaim", "Acquire() of a buffer parked in another CPU's cache (a "

@@ -120,13 +120,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/attributes.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "bufpool/export.h"
+#include "bufpool/holders.h"
 #include "bufpool/internal/cpu_cache.h"
 #include "bufpool/internal/rseq.h"
 #include "bufpool/options.h"
@@ -166,6 +170,12 @@ struct PoolOptions {
   // the slow paths and by TrimIdle(). 0: only Trim() trims. Needs
   // max_buffer_count.
   absl::Duration trim_after_idle = absl::ZeroDuration();
+  // Holder tracking (bufpool/holders.h, which says what each level costs):
+  // who acquired each buffer that is out, for Holders(), HoldersReport()
+  // and the report a pool destroyed with buffers out prints.
+  // BUFPOOL_TRACK_HOLDERS=off|sampled|all in the environment overrides it.
+  TrackHolders track_holders = TrackHolders::kOff;
+  uint32_t holder_sample_every = 128;  // kSampled: 1 in this many, >= 1
 };
 
 // How the per-CPU caches are guarded (BufferPool::per_cpu_mode()).
@@ -230,6 +240,12 @@ class Buffer {
   BufferPool* pool() const { return pool_; }
 
   void Reset();  // return the buffer now; the handle becomes empty
+  // Adds `label` (its first 31 bytes) to the buffer's holder record, which
+  // keeps the last 4, oldest first (Holder::touches): mark where a buffer
+  // went ("parsed", "queued for send") so that a leak report says how far
+  // it got. Nothing when the handle is empty or its pool does not track
+  // this buffer (kOff, or kSampled and not sampled): a load and a branch.
+  void Touch(absl::string_view label) const;
   // Give up ownership without returning the buffer: it is now out as a raw
   // pointer, and must come back through BufferPool::ReleaseRaw(),
   // ReleaseRawBulk() or Adopt(). nullptr when empty.
@@ -376,6 +392,17 @@ class BUFPOOL_EXPORT BufferPool {
   // Any thread.
   absl::StatusOr<std::unique_ptr<BufferBudget>> CreateBudget(
       const BudgetOptions& options);
+  // Holder tracking (bufpool/holders.h). Holders(): every buffer out now
+  // that the pool tracked (with kSampled, the sampled ones; empty with
+  // kOff), oldest first; symbolizes their stacks. HoldersReport(): the same
+  // grouped by acquire site, largest group first, at most `max_holders`
+  // groups, after a line of counts per kind of holder; with kOff, the
+  // counts and the line that turns tracking on. Both allocate and may be
+  // slow (symbolization: milliseconds); any thread, any time.
+  std::vector<Holder> Holders() const;
+  std::string HoldersReport(size_t max_holders = 20) const;
+  // The level in force (the option or BUFPOOL_TRACK_HOLDERS).
+  TrackHolders track_holders() const;
 
   size_t buffer_size() const { return buffer_size_; }
   // buffer_count; an elastic pool's ceiling, max_buffer_count.
@@ -425,6 +452,7 @@ class BUFPOOL_EXPORT BufferPool {
   struct Shared;             // slow-path state: depot, caches, waiters
   // SharedBuffer's reference counts (bufpool/internal/shared_access.h).
   friend struct internal::SharedAccess;
+  class HolderTable;  // src/pool/holders.h
 
   // A slot's state byte: kSlotRaw while it is out as a raw pointer.
   enum : uint8_t { kSlotNotRaw = 0, kSlotRaw = 1 };
@@ -437,6 +465,7 @@ class BUFPOOL_EXPORT BufferPool {
   // Hot paths (internal/buffer_pool_inl.h).
   uint32_t TryAcquireSlot();
   void ReleaseSlot(uint32_t slot);
+  void CountSample(uint32_t slot);  // kSampled pools (holders.cc)
   // Out of line (src/pool/pool_calls.cc): the caches, the shared store and
   // draining. noexcept, so that a caller that is noexcept itself, such as
   // the C API, can still call them as tail calls; they allocate nothing,
@@ -456,6 +485,26 @@ class BUFPOOL_EXPORT BufferPool {
   void ReleaseRawSlow(const std::byte* p) noexcept;
   [[noreturn]] void DieNotFromPool(const void* p) const;
   [[noreturn]] void DieNotRaw(const char* call, uint32_t slot) const;
+  // Holder tracking, out of line (src/pool/holders.cc); called only where
+  // holders_ is set. AcquireSlow()/ReleaseSlow() of a tracked pool.
+  uint32_t AcquireTracked() noexcept;
+  // kSampled: `slot` was handed out inline and this thread's countdown
+  // reached 0: records it and restarts the countdown.
+  void AcquireSampled(uint32_t slot) noexcept;
+  void ReleaseTracked(uint32_t slot) noexcept;
+  // The untracked single-buffer slow paths (the hit on this CPU's cache,
+  // then the depot and the other caches).
+  uint32_t AcquireUntracked() noexcept;
+  void ReleaseUntracked(uint32_t slot) noexcept;
+  void TouchSlot(uint32_t slot, absl::string_view label) const noexcept;
+  // What holds `slot` now, for the reports (internal::SharedAccess notes).
+  void NoteHolder(uint32_t slot, uint32_t note) const noexcept;
+  std::string HeldBy(uint32_t slot, uint32_t note) const;
+  // Holders(), and each one's acquire site (its first frame's address)
+  // into *sites when given.
+  std::vector<Holder> HoldersAndSites(std::vector<uintptr_t>* sites) const;
+  // HoldersReport() with `out_now` buffers out (the destructor counts them).
+  std::string Report(size_t max_holders, size_t out_now) const;
 
   uint64_t SlotOrHuge(const void* p) const {
     return internal::SlotOrHuge(p, base_, shift_);
@@ -478,6 +527,12 @@ class BUFPOOL_EXPORT BufferPool {
   uint32_t rseq_index_ = 0;  // the rseq area field that indexes them
   // rseq_cpus_ for release: 0 also when the pool scrubs (out of line).
   uint32_t rseq_release_cpus_ = 0;
+  // kSampled holder tracking (src/pool/holders.h): one byte per slot, 1
+  // while the slot's acquire was recorded; nullptr in every other pool.
+  // Where set, an inline acquire counts down this thread's
+  // internal::t_holder_countdown and an inline release of a recorded slot
+  // goes out of line (a load and a branch each where it is nullptr).
+  std::atomic<uint8_t>* holder_marks_ = nullptr;
   unsigned shift_ = 0;
   bool scrub_ = false;
   bool huge_pages_ = false;
@@ -494,6 +549,10 @@ class BUFPOOL_EXPORT BufferPool {
   // std::atomic_ref), calloc'd on the first SharedBuffer made from this pool
   // and published once; see bufpool/internal/shared_access.h.
   std::atomic<uint32_t*> shared_refs_{nullptr};
+  // Holder records (src/pool/holders.h), or nullptr with tracking off.
+  // Where it is set, rseq_cpus_ and rseq_release_cpus_ are 0, so every
+  // single acquire and release goes out of line, where it is recorded.
+  std::unique_ptr<HolderTable> holders_;
 };
 
 }  // namespace bufpool

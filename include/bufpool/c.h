@@ -84,6 +84,13 @@ enum {
   BUFPOOL_HUGE_PAGES_REQUIRE = 2 /* MAP_HUGETLB, or bufpool_create fails */
 };
 
+/* Values of bufpool_options.track_holders (bufpool/holders.h). */
+enum {
+  BUFPOOL_TRACK_HOLDERS_OFF = 0,     /* nothing recorded: free */
+  BUFPOOL_TRACK_HOLDERS_SAMPLED = 1, /* 1 in holder_sample_every acquires */
+  BUFPOOL_TRACK_HOLDERS_ALL = 2      /* every acquire (tests, leak hunts) */
+};
+
 /* What bufpool_create() builds. Start from BUFPOOL_OPTIONS_INIT (or
  * bufpool_options_init()), which sets struct_size and the C++ defaults, then
  * change the fields you need. Boolean fields: 0 is false, anything else
@@ -102,6 +109,11 @@ typedef struct bufpool_options {
   size_t max_buffer_count;    /* the ceiling; 0: a fixed pool; default 0 */
   size_t grow_step;           /* buffers per growth step; default 512 */
   int64_t trim_after_idle_ns; /* trim what stayed free this long; 0: off */
+  /* Holder tracking (since 0.3; a struct_size that ends before a field
+     keeps its default). BUFPOOL_TRACK_HOLDERS in the environment
+     overrides it. */
+  int track_holders;             /* BUFPOOL_TRACK_HOLDERS_*; default _OFF */
+  uint32_t holder_sample_every;  /* _SAMPLED: 1 in this many; default 128 */
 } bufpool_options;
 
 /* The C++ defaults (PoolOptions{}); the library checks at compile time that
@@ -110,7 +122,7 @@ typedef struct bufpool_options {
 #define BUFPOOL_OPTIONS_INIT                                                  \
   {                                                                           \
     sizeof(bufpool_options), 4096, 1024, BUFPOOL_HUGE_PAGES_TRY, 1, 0, 0, 64, \
-        0, 512, 0                                                             \
+        0, 512, 0, BUFPOOL_TRACK_HOLDERS_OFF, 128                             \
   }
 
 /* A snapshot of a pool's counters; see PoolStats and BufferPool::Stats() in
@@ -236,6 +248,17 @@ BUFPOOL_EXPORT int bufpool_grow(bufpool_pool* pool, size_t buffers,
                                 char** err) BUFPOOL_C_NOEXCEPT;
 
 /* The pool's buffer_size and buffer_count (an elastic pool: its ceiling). */
+/* Who holds the pool's buffers (BufferPool::HoldersReport(), at most
+ * max_holders acquire sites), as bufpool_write_metrics() writes: at most
+ * size - 1 bytes and a NUL into buf (NULL when size is 0); returns the
+ * length of the whole text, 0 when memory for it cannot be had. With
+ * tracking off, the counts per kind of holder and how to turn tracking on.
+ * Any thread; symbolizes stacks, so it may take milliseconds. */
+BUFPOOL_EXPORT size_t bufpool_holders_report(const bufpool_pool* pool,
+                                             size_t max_holders, char* buf,
+                                             size_t size) BUFPOOL_C_NOEXCEPT;
+
+/* The pool's buffer_size and buffer_count. */
 BUFPOOL_EXPORT size_t bufpool_buffer_size(const bufpool_pool* pool)
     BUFPOOL_C_NOEXCEPT;
 BUFPOOL_EXPORT size_t bufpool_capacity(const bufpool_pool* pool)

@@ -982,6 +982,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeBuffer(
   }
   Lent& lent = *found;
   const uint32_t mine = internal::SharedAccess::ExchangeSlot(buffer, lent.slot);
+  internal::SharedAccess::NoteTraded(*pool_, mine, lent.slot, group_id_);
   std::byte* const data = base_ + size_t{mine} * buffer_size_;
   lent.slot = mine;
   lent.data = data;

@@ -45,6 +45,16 @@ static_assert(kCDefaults.max_buffer_count == kCppDefaults.max_buffer_count);
 static_assert(kCDefaults.grow_step == kCppDefaults.grow_step);
 static_assert(kCDefaults.trim_after_idle_ns == 0 &&
               kCppDefaults.trim_after_idle == absl::ZeroDuration());
+static_assert(kCDefaults.track_holders ==
+              static_cast<int>(kCppDefaults.track_holders));
+static_assert(kCDefaults.holder_sample_every ==
+              kCppDefaults.holder_sample_every);
+static_assert(BUFPOOL_TRACK_HOLDERS_OFF ==
+              static_cast<int>(bufpool::TrackHolders::kOff));
+static_assert(BUFPOOL_TRACK_HOLDERS_SAMPLED ==
+              static_cast<int>(bufpool::TrackHolders::kSampled));
+static_assert(BUFPOOL_TRACK_HOLDERS_ALL ==
+              static_cast<int>(bufpool::TrackHolders::kAll));
 static_assert(BUFPOOL_HUGE_PAGES_NEVER ==
               static_cast<int>(bufpool::HugePages::kNever));
 static_assert(BUFPOOL_HUGE_PAGES_TRY ==
@@ -133,6 +143,29 @@ absl::Status ToPoolOptions(const bufpool_options* in,
   }
   if (has(offsetof(bufpool_options, trim_after_idle_ns), sizeof(int64_t))) {
     out->trim_after_idle = absl::Nanoseconds(in->trim_after_idle_ns);
+  }
+  // Since 0.3: read only where the caller's struct has them.
+  if (in->struct_size >=
+      offsetof(bufpool_options, track_holders) + sizeof(int)) {
+    switch (in->track_holders) {
+      case BUFPOOL_TRACK_HOLDERS_OFF:
+      case BUFPOOL_TRACK_HOLDERS_SAMPLED:
+      case BUFPOOL_TRACK_HOLDERS_ALL:
+        out->track_holders =
+            static_cast<bufpool::TrackHolders>(in->track_holders);
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("bufpool_create: bufpool_options.track_holders is ",
+                         in->track_holders,
+                         "; use BUFPOOL_TRACK_HOLDERS_OFF (0), "
+                         "BUFPOOL_TRACK_HOLDERS_SAMPLED "
+                         "(1) or BUFPOOL_TRACK_HOLDERS_ALL (2)"));
+    }
+  }
+  if (in->struct_size >=
+      offsetof(bufpool_options, holder_sample_every) + sizeof(uint32_t)) {
+    out->holder_sample_every = in->holder_sample_every;
   }
   return absl::OkStatus();
 }
@@ -229,6 +262,22 @@ size_t bufpool_write_metrics(const bufpool_pool* pool, const char* name,
   try {
     bufpool::WriteMetrics(*Pool(pool), &text,
                           {.name = name != nullptr ? name : ""});
+  } catch (const std::bad_alloc&) {
+    return 0;
+  }
+  if (size != 0) {
+    const size_t n = std::min(text.size(), size - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+  return text.size();
+}
+
+size_t bufpool_holders_report(const bufpool_pool* pool, size_t max_holders,
+                              char* buf, size_t size) noexcept {
+  std::string text;
+  try {
+    text = Pool(pool)->HoldersReport(max_holders);
   } catch (const std::bad_alloc&) {
     return 0;
   }

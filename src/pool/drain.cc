@@ -105,6 +105,7 @@
 #include "bufpool/internal/rseq.h"
 #include "os/syscalls.h"
 #include "os/thread.h"
+#include "pool/holders.h"
 #include "pool/pool_internal.h"
 
 namespace bufpool {
@@ -431,6 +432,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
     PoolAccess::WakeWaiters(*this, reshelved);
     if (slot != kNoSlot) {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+      if (holders_ != nullptr) holders_->Acquired(*this, slot);
       return Buffer(this, slot);
     }
     shared_->failures.fetch_add(1, std::memory_order_relaxed);
@@ -476,6 +478,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
   PoolAccess::WakeWaiters(*this, reshelved);
   if (slot != kNoSlot) {
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+    if (holders_ != nullptr) holders_->Acquired(*this, slot);
     return Buffer(this, slot);
   }
   shared_->timeouts.fetch_add(1, std::memory_order_relaxed);

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "bufpool/internal/rseq.h"
 #include "bufpool/internal/shared_access.h"
+#include "pool/holders.h"
 #include "pool/pool_internal.h"
 
 namespace bufpool {
@@ -77,6 +78,8 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   if (absl::Status s = PoolAccess::CheckGrowthOptions(options); !s.ok()) {
     return s;
   }
+  const absl::StatusOr<TrackHolders> track = ResolveTrackHolders(options);
+  if (!track.ok()) return track.status();
   const size_t size = options.buffer_size;
   const size_t count = options.buffer_count;
   // Slots: the ceiling of an elastic pool (growth.cc), all reserved now.
@@ -141,11 +144,15 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     }
     ready = *backed;
     all.resize(ready);
+    if (*track != TrackHolders::kOff) {
+      pool->holders_ = std::make_unique<HolderTable>(
+          *track, options.holder_sample_every, ceiling);
+    }
   } catch (const std::bad_alloc&) {
     if (pool != nullptr) pool->shared_.reset();
     return failed(absl::ResourceExhaustedError(
         "out of memory for the pool's bookkeeping (state bytes, shared store, "
-        "caches)"));
+        "caches, holder records)"));
   }
 
   // Slot 0 on top, so a fresh pool hands buffers out in address order.
@@ -159,6 +166,20 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     pool->rseq_cpus_ = pool->shared_->ncaches;
     pool->rseq_index_ = static_cast<uint32_t>(pool->shared_->rseq_index);
     pool->rseq_release_cpus_ = pool->scrub_ ? 0 : pool->rseq_cpus_;
+  }
+  if (pool->holders_ != nullptr) {
+    if (*track == TrackHolders::kAll) {
+      // Every single acquire and release fails its inline sequence at the
+      // index check and comes out of line, to AcquireTracked() and
+      // ReleaseTracked() (holders.cc), which run the same sequences with
+      // the real cache count and record each acquire.
+      pool->rseq_cpus_ = 0;
+      pool->rseq_release_cpus_ = 0;
+    } else {
+      // kSampled stays inline: a countdown on each acquire, a mark read on
+      // each release (internal/buffer_pool_inl.h).
+      pool->holder_marks_ = pool->holders_->marks();
+    }
   }
   PoolAccess::Register(*pool);
   return pool;
@@ -196,6 +217,9 @@ BufferPool::~BufferPool() {
                  "bufpool: BufferPool destroyed while %zu buffer(s) still in "
                  "use (%s); not unmapping memory that is held\n",
                  out, where.c_str());
+    // Who holds them: acquire sites when tracked, else counts and the
+    // switch that turns tracking on (holders.cc).
+    std::fputs(Report(20, out).c_str(), stderr);
     std::abort();
   }
   PoolAccess::Unregister(*this);
@@ -231,9 +255,17 @@ uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
 // ---- Single buffers ---------------------------------------------------------
 
 uint32_t BufferPool::AcquireSlow() noexcept {
+  if (holders_ != nullptr) [[unlikely]] {
+    return AcquireTracked();
+  }
+  return AcquireUntracked();
+}
+
+uint32_t BufferPool::AcquireUntracked() noexcept {
   if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
+    // shared_->ncaches, not rseq_cpus_, which is 0 in a tracked pool.
     const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, rseq_cpus_, rseq_index_);
+        internal::rseq::Pop(rseq_base_, shared_->ncaches, rseq_index_);
     if (slot != internal::rseq::kNoSlot) [[likely]] {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
       return slot;
@@ -256,6 +288,13 @@ uint32_t BufferPool::AcquireSlow() noexcept {
 }
 
 void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
+  if (holders_ != nullptr) [[unlikely]] {
+    return ReleaseTracked(slot);
+  }
+  ReleaseUntracked(slot);
+}
+
+void BufferPool::ReleaseUntracked(uint32_t slot) noexcept {
   if (scrub_) std::memset(SlotData(slot), 0, buffer_size_);
   BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
   if (shared_->ncaches == 0) {
@@ -264,7 +303,7 @@ void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
     return;
   }
   if (rseq_base_ != nullptr) {
-    if (internal::rseq::Push(rseq_base_, rseq_cpus_, rseq_index_,
+    if (internal::rseq::Push(rseq_base_, shared_->ncaches, rseq_index_,
                              &release_limit_, slot)) [[likely]] {
       return;  // the hit: one sequence
     }
@@ -306,6 +345,9 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
   uint32_t reshelved = 0;  // as in Depot::Pop
   auto hand_out = [&](uint32_t slot) {
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+    if (holders_ != nullptr) [[unlikely]] {
+      holders_->Acquired(*this, slot);
+    }
     emit(got++, slot);
   };
   if (shared_->rseq) {  // a chunk per turn: a section, the depot, a drain
@@ -405,6 +447,9 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
   auto give = [this](uint32_t* slots, uint32_t k) {
     if (k == 0) return;
     for (uint32_t i = 0; i < k; ++i) {
+      if (holders_ != nullptr) [[unlikely]] {
+        holders_->Released(slots[i]);
+      }
       if (scrub_) std::memset(SlotData(slots[i]), 0, buffer_size_);
       BUFPOOL_INTERNAL_POISON(SlotData(slots[i]), buffer_size_);
     }
@@ -415,7 +460,7 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
       // This CPU's cache in one section while it has room; the rest to
       // the depot in one push.
       const uint32_t cached = internal::rseq::PushBatch(
-          rseq_base_, rseq_cpus_, rseq_index_, &release_limit_, slots, k);
+          rseq_base_, shared_->ncaches, rseq_index_, &release_limit_, slots, k);
       pushed = cached == k ? 0
                            : PoolAccess::RseqGiveBulk(*this, slots + cached,
                                                       k - cached);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "bufpool/internal/shared_access.h"
 #include "bufpool/uring.h"
 
 namespace bufpool {
@@ -15,6 +16,20 @@ void HeldSend::DieBusy() {
                "bufpool: HeldSend destroyed while the kernel may still "
                "read its bytes (wait for done())\n");
   std::abort();
+}
+
+// Holder tracking (bufpool/holders.h): the slots of `chain` are held as
+// `note` says (in a send in flight, or no longer). Nothing where the pool
+// keeps no records.
+static void NoteSlices(const BufferChain& chain, uint32_t note) {
+  if (chain.pool() == nullptr ||
+      !internal::SharedAccess::Tracked(*chain.pool())) {
+    return;
+  }
+  for (size_t i = 0; i < chain.slice_count(); ++i) {
+    const SharedBuffer& s = chain.slice(i);
+    internal::SharedAccess::NoteHeld(*s.pool(), s.slot(), note);
+  }
 }
 
 void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
@@ -42,6 +57,7 @@ void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
   zero_copy_ = options.zero_copy;
   await_notif_ = false;
   const size_t k = chain_.FillIovecs(absl::MakeSpan(iov_.get(), iov_cap_));
+  NoteSlices(chain_, internal::kHeldSending);
   requested_ = 0;
   for (size_t i = 0; i < k; ++i) requested_ += iov_[i].iov_len;
   if (k == 1) {
@@ -75,6 +91,7 @@ bool HeldSend::OnCompletion(const io_uring_cqe& cqe) {
   if ((cqe.flags & IORING_CQE_F_NOTIF) != 0) {
     // The kernel no longer references the pages: drop what was sent.
     if (state_ == State::kResult && await_notif_) {
+      NoteSlices(chain_, internal::kHeldAsAcquired);
       chain_.Clear();
       state_ = State::kDone;
     }
@@ -94,11 +111,14 @@ bool HeldSend::OnCompletion(const io_uring_cqe& cqe) {
     unsent_ = std::move(chain_);
     chain_ = BufferChain();
   }
+  NoteSlices(unsent_, internal::kHeldAsAcquired);
+  NoteSlices(chain_, internal::kHeldSending);  // a slot split between them
   state_ = State::kResult;
   // A zero-copy send whose first completion has F_MORE has a notification
   // to come; until it does, the network stack may still read the pages.
   await_notif_ = zero_copy_ && (cqe.flags & IORING_CQE_F_MORE) != 0;
   if (!await_notif_) {
+    NoteSlices(chain_, internal::kHeldAsAcquired);
     chain_.Clear();
     state_ = State::kDone;
   }

@@ -362,6 +362,7 @@ size_t ProvidedBufferRing::Refill() {
     Lent& lent = lent_[id];
     lent.data = scratch_[i].data();
     lent.slot = internal::SharedAccess::TakeSlot(scratch_[i]);
+    internal::SharedAccess::NoteLent(*pool_, lent.slot, group_id_);
     if (incremental_) filled_[id] = 0;
     AddAt(id, lent.data, next_ + static_cast<uint32_t>(i));
   }
@@ -391,6 +392,8 @@ Buffer ProvidedBufferRing::TakeLent(uint16_t id) {
     std::abort();
   }
   lent_[id].data = nullptr;
+  internal::SharedAccess::NoteHeld(*pool_, lent_[id].slot,
+                                   internal::kHeldAsAcquired);
   return internal::SharedAccess::GiveSlot(*pool_, lent_[id].slot);
 }
 
@@ -415,6 +418,8 @@ absl::Status ProvidedBufferRing::TakeOne(uint16_t id, size_t len,
   // unless the chain takes the handle.
   Buffer buffer = internal::SharedAccess::GiveSlot(*pool_, lent.slot);
   if (out.Receive(buffer, len, {.copy_below = copy_below_, .pack = &*pack_})) {
+    internal::SharedAccess::NoteHeld(*pool_, lent.slot,
+                                     internal::kHeldAsAcquired);
     lent.data = nullptr;
     free_ids_.push_back(id);  // reserved for every id: never reallocates
     --in_ring_;

@@ -8,6 +8,23 @@
 
 namespace bufpool {
 
+namespace internal {
+// kSampled holder tracking: acquires of sampled pools left on this thread
+// before the next one is recorded (src/pool/holders.cc). initial-exec: two
+// loads from any module, no __tls_get_addr.
+BUFPOOL_EXPORT extern __thread uint32_t t_holder_countdown
+    __attribute__((tls_model("initial-exec")));
+}  // namespace internal
+
+// A kSampled pool's inline acquire counts this thread's acquires down and
+// records the one that reaches 0 (out of line); nothing in other pools.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::CountSample(
+    uint32_t slot) {
+  if (holder_marks_ != nullptr) [[unlikely]] {
+    if (--internal::t_holder_countdown == 0) AcquireSampled(slot);
+  }
+}
+
 // The single-buffer paths. The cache hit is one restartable sequence
 // (bufpool/internal/rseq.h) where the pool runs them (x86-64, glibc's rseq
 // area, not a sanitizer build); every miss, and the locked caches of other
@@ -24,6 +41,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
       [[likely]] {
     std::byte* const data = SlotData(slot);
     BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
+    CountSample(slot);
     // relaxed: see ReleaseRaw.
     State(slot).store(kSlotRaw, std::memory_order_relaxed);
     return data;
@@ -38,6 +56,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
   if (internal::rseq::TryPop(rseq_base_, rseq_cpus_, rseq_index_, &slot))
       [[likely]] {
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
+    CountSample(slot);
     return slot;
   }
 #endif
@@ -48,6 +67,14 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
     uint32_t slot) {
 #if BUFPOOL_HAVE_RSEQ
   BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+  // A kSampled pool's recorded slot: out of line, where the record is
+  // cleared. relaxed: the mark is written only by the slot's holders, and
+  // this thread holds it (src/pool/holders.h).
+  if (holder_marks_ != nullptr) [[unlikely]] {
+    if (holder_marks_[slot].load(std::memory_order_relaxed) != 0) {
+      return ReleaseSlow(slot);
+    }
+  }
   // rseq_release_cpus_ is 0 for a scrubbing pool, which zeroes the buffer
   // out of line before it is published.
   if (internal::rseq::Push(rseq_base_, rseq_release_cpus_, rseq_index_,
@@ -96,6 +123,12 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline Buffer& Buffer::operator=(
     index_ = other.index_;
   }
   return *this;
+}
+
+inline void Buffer::Touch(absl::string_view label) const {
+  if (pool_ != nullptr && pool_->holders_ != nullptr) [[unlikely]] {
+    pool_->TouchSlot(index_, label);
+  }
 }
 
 inline std::byte* Buffer::Detach() {

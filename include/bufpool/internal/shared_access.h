@@ -31,6 +31,14 @@
 
 namespace bufpool::internal {
 
+// What holds a slot, where the pool alone cannot tell (BufferPool's holder
+// records, src/pool/holders.h): the low byte a kind, a ring's group above.
+enum HolderNote : uint32_t {
+  kHeldAsAcquired = 0,  // as the pool sees it: handle, raw pointer, chain
+  kHeldLent = 1,        // lent to a ProvidedBufferRing; group in bits 8..23
+  kHeldSending = 2,     // in a HeldSend the kernel may still read
+};
+
 struct BUFPOOL_EXPORT SharedAccess {
   // The counts array of `pool`, allocated on first use.
   ABSL_ATTRIBUTE_ALWAYS_INLINE static uint32_t* Refs(BufferPool& pool) {
@@ -65,6 +73,37 @@ struct BUFPOOL_EXPORT SharedAccess {
   ABSL_ATTRIBUTE_ALWAYS_INLINE static void ReleaseSlot(BufferPool& pool,
                                                        uint32_t slot) {
     pool.ReleaseSlot(slot);
+  }
+
+  // Holder notes (bufpool/holders.h): `slot`, which the caller holds, is
+  // now held as `note` says. A load and a branch where the pool does not
+  // track holders; the note is kept only for a recorded slot.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static void NoteHeld(const BufferPool& pool,
+                                                    uint32_t slot,
+                                                    uint32_t note) {
+    if (pool.holders_ != nullptr) [[unlikely]] {
+      pool.NoteHolder(slot, note);
+    }
+  }
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static void NoteLent(const BufferPool& pool,
+                                                    uint32_t slot,
+                                                    uint16_t group) {
+    NoteHeld(pool, slot, kHeldLent | uint32_t{group} << 8);
+  }
+  // A ring's trade (ProvidedBufferRing::TakeBuffer): `lent` goes into the
+  // ring, `back` comes out of it as a handle. One branch when untracked.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static void NoteTraded(const BufferPool& pool,
+                                                      uint32_t lent,
+                                                      uint32_t back,
+                                                      uint16_t group) {
+    if (pool.holders_ != nullptr) [[unlikely]] {
+      pool.NoteHolder(lent, kHeldLent | uint32_t{group} << 8);
+      pool.NoteHolder(back, kHeldAsAcquired);
+    }
+  }
+  // Whether `pool` keeps holder records (then the notes above are kept).
+  static bool Tracked(const BufferPool& pool) {
+    return pool.holders_ != nullptr;
   }
 
   // Out of line (src/pool/pool_calls.cc): calloc, then publish with a CAS;

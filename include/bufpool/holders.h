@@ -1,0 +1,89 @@
+// libbufpool: who holds a pool's buffers (holder tracking and leak reports).
+//
+// A pool made with PoolOptions::track_holders other than kOff records, for
+// the acquires it tracks, the acquiring thread, the time and the call stack
+// (raw return addresses from absl::GetStackTrace; they are symbolized with
+// absl::Symbolize only when a report is made, never on the acquire path).
+// BufferPool::Holders() lists what is out now, BufferPool::HoldersReport()
+// groups it by acquire site, and destroying a pool with buffers out prints
+// the report before it aborts.
+//
+//   auto pool = BufferPool::Create({.track_holders = TrackHolders::kAll});
+//   ...
+//   std::fputs((*pool)->HoldersReport().c_str(), stderr);
+//
+// BUFPOOL_TRACK_HOLDERS=off|sampled|all in the environment overrides the
+// option for every pool the process creates (read at each Create()), so a
+// leak in a deployed program can be found without rebuilding it.
+//
+// What each level costs the hot pair (TryAcquire(), write a byte, the
+// handle's release; one thread; bench/holders_benchmark, interleaved rounds
+// on a shared 2-core x86-64 VM, docs/benchmarks.md):
+//   kOff      no record exists; the inline paths read one pool field more
+//             (holder_marks_, nullptr) on each side, no atomic
+//             read-modify-write, no store: 2.57 ns per pair against 2.24
+//             without the check (1.15x, quiet machine).
+//   kSampled  stays inline: each acquire counts down a per-thread counter,
+//             each release reads the slot's one-byte mark; 1 acquire in
+//             holder_sample_every (per thread, starting with its first) is
+//             recorded out of line: 2.95 ns per pair, 1.19x kOff.
+//   kAll      every acquire and release goes out of line and every acquire
+//             records its stack: 29 ns per pair, 12x kOff (about 50 ns on
+//             a loaded machine). For tests and for hunting a leak.
+// A record is the stack (absl::GetStackTrace, ~15 ns: it unwinds by frame
+// pointers, so frames beyond the acquiring function need
+// -fno-omit-frame-pointer in the caller's code; the library is built with
+// it), the thread id (cached per thread) and the time
+// (CLOCK_MONOTONIC_COARSE: a holder's age is good to the kernel's tick).
+// Reports symbolize (absl::Symbolize): milliseconds, never on the acquire
+// path. Memory: with tracking on, Create() allocates a record of about 350
+// bytes per buffer (the stack, four touch labels) and a byte per buffer;
+// nothing with kOff.
+//
+// Thread safety. Holders() and HoldersReport() may be called from any
+// thread at any time, concurrently with acquires and releases on others
+// (they read each slot's record under a per-slot sequence count and skip
+// one that changes while read). What they return is a snapshot: a buffer
+// released during the call may be listed, one acquired during it may not.
+// Buffer::Touch() is called by the handle's owner, as any handle call.
+#ifndef BUFPOOL_HOLDERS_H_
+#define BUFPOOL_HOLDERS_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace bufpool {
+
+// PoolOptions::track_holders.
+enum class TrackHolders {
+  kOff,      // nothing recorded; the leak report counts holders by kind
+  kSampled,  // 1 in PoolOptions::holder_sample_every acquires recorded
+  kAll,      // every acquire recorded
+};
+
+// One buffer that is out (BufferPool::Holders()).
+struct Holder {
+  uint32_t slot = 0;
+  absl::Duration age;  // since it was acquired
+  pid_t thread = 0;    // the thread that acquired it (gettid())
+  // What holds it now: "Buffer" (a handle), "raw pointer" (TryAcquireRaw,
+  // Detach, the C API), "chain" (SharedBuffer slices, chains), "ring <group>"
+  // (lent to a ProvidedBufferRing: lent, not leaked), "send in flight" (a
+  // HeldSend the kernel has not finished with).
+  std::string held_by;
+  // Symbolized frames of the acquire, innermost first, starting at the
+  // caller of the pool (the pool's own frames are left out). A frame that
+  // cannot be symbolized is its address in hex.
+  std::vector<std::string> stack;
+  // Labels from Buffer::Touch(), oldest first (the last 4).
+  std::vector<std::string> touches;
+};
+
+}  // namespace bufpool
+
+#endif  // BUFPOOL_HOLDERS_H_

@@ -1,0 +1,467 @@
+// Holder tracking: the per-slot records (holders.h), the tracked slow
+// paths, Holders() and the reports, including the one a pool destroyed with
+// buffers out prints.
+#include "pool/holders.h"
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/debugging/stacktrace.h"
+#include "absl/debugging/symbolize.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bufpool/internal/shared_access.h"
+#include "pool/pool_internal.h"
+
+namespace bufpool {
+
+namespace {
+
+// This thread's id, cached: gettid() is a system call (~80 ns here), and
+// a kAll pool records one per acquire. 0 until the thread's first record;
+// reset in a fork() child, whose thread has a new id.
+__thread pid_t t_thread_id __attribute__((tls_model("initial-exec"))) = 0;
+
+pid_t ThisThreadId() {
+  if (t_thread_id == 0) {
+    static const bool registered = [] {
+      ::pthread_atfork(nullptr, nullptr, [] { t_thread_id = 0; });
+      return true;
+    }();
+    (void)registered;
+    t_thread_id = static_cast<pid_t>(::syscall(SYS_gettid));
+  }
+  return t_thread_id;
+}
+
+// Nanoseconds on the coarse monotonic clock (the kernel's tick, 1-10 ms):
+// enough for a holder's age, and read without a system call (the precise
+// clocks cost 30-80 ns on this kind of VM, the coarse one 10).
+int64_t CoarseNanos() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+// kSampled: acquires of sampled pools left on this thread before the next
+// one is recorded. One countdown per thread for every sampled pool (the
+// recording pool's sample_every restarts it): what is recorded is 1 in N
+// of the thread's sampled acquires, starting with its first. A plain
+// thread-local, read and written only by its thread.
+__thread uint32_t internal::t_holder_countdown
+    __attribute__((tls_model("initial-exec"))) = 1;
+
+// ---- The table --------------------------------------------------------------
+
+BufferPool::HolderTable::HolderTable(TrackHolders mode, uint32_t sample_every,
+                                     size_t capacity)
+    : mode_(mode),
+      sample_every_(sample_every),
+      entries_(new Entry[capacity]),
+      marks_(new std::atomic<uint8_t>[capacity]()),
+      capacity_(capacity) {}
+
+uint32_t BufferPool::HolderTable::Lock(Entry& e) noexcept {
+  uint32_t s = e.seq.load(std::memory_order_relaxed);
+  for (;;) {
+    if ((s & 1) != 0) {  // another holder writes (a shared slice): brief
+      s = e.seq.load(std::memory_order_relaxed);
+      continue;
+    }
+    // acquire: this writer's field stores stay after the count turns odd,
+    // and it sees the previous writer's stores.
+    if (e.seq.compare_exchange_weak(s, s + 1, std::memory_order_acquire,
+                                    std::memory_order_relaxed)) {
+      return s + 1;
+    }
+  }
+}
+
+__attribute__((noinline)) void BufferPool::HolderTable::Acquired(
+    const BufferPool& pool, uint32_t slot) noexcept {
+  if (mode_ == TrackHolders::kSampled) {
+    if (--internal::t_holder_countdown != 0) return;
+    internal::t_holder_countdown = sample_every_;
+  }
+  Record(pool, slot);
+}
+
+__attribute__((noinline)) void BufferPool::HolderTable::Sampled(
+    const BufferPool& pool, uint32_t slot) noexcept {
+  internal::t_holder_countdown = sample_every_;
+  Record(pool, slot);
+}
+
+__attribute__((noinline)) void BufferPool::HolderTable::Record(
+    const BufferPool& pool, uint32_t slot) noexcept {
+  void* pcs[kMaxFrames];
+  const int depth = absl::GetStackTrace(pcs, kMaxFrames, /*skip_count=*/1);
+  const int64_t now = CoarseNanos();
+  const pid_t tid = ThisThreadId();
+  // A SharedBuffer's last holder returns its slot without clearing the
+  // count, so a count left from before would make this slot look like a
+  // chain's. relaxed: the slot is this thread's alone now (as in
+  // SharedBuffer's constructor).
+  if (uint32_t* refs = pool.shared_refs_.load(std::memory_order_acquire)) {
+    std::atomic_ref<uint32_t>(refs[slot]).store(0, std::memory_order_relaxed);
+  }
+  Entry& e = entries_[slot];
+  const uint32_t locked = Lock(e);
+  for (int i = 0; i < depth; ++i) {
+    e.pcs[i].store(reinterpret_cast<uintptr_t>(pcs[i]),
+                   std::memory_order_relaxed);
+  }
+  e.depth.store(static_cast<uint32_t>(std::max(depth, 0)),
+                std::memory_order_relaxed);
+  e.acquired_ns.store(now, std::memory_order_relaxed);
+  e.tid.store(tid, std::memory_order_relaxed);
+  e.note.store(kNoNote, std::memory_order_relaxed);
+  e.touch_count.store(0, std::memory_order_relaxed);
+  e.live.store(1, std::memory_order_relaxed);
+  Unlock(e, locked);
+  marks_[slot].store(1, std::memory_order_relaxed);  // see Released()
+}
+
+void BufferPool::HolderTable::Clear(Entry& e, uint32_t slot) noexcept {
+  marks_[slot].store(0, std::memory_order_relaxed);
+  const uint32_t locked = Lock(e);
+  e.live.store(0, std::memory_order_relaxed);
+  e.note.store(kNoNote, std::memory_order_relaxed);
+  Unlock(e, locked);
+}
+
+void BufferPool::HolderTable::Touch(uint32_t slot,
+                                    absl::string_view label) noexcept {
+  Entry& e = entries_[slot];
+  if (e.live.load(std::memory_order_relaxed) == 0) return;  // not sampled
+  uint64_t words[kLabelWords] = {};
+  std::memcpy(words, label.data(),
+              std::min(label.size(), sizeof(words) - 1));  // NUL-terminated
+  const uint32_t locked = Lock(e);
+  const uint32_t n = e.touch_count.load(std::memory_order_relaxed);
+  for (size_t w = 0; w < kLabelWords; ++w) {
+    e.touches[n % kMaxTouches][w].store(words[w], std::memory_order_relaxed);
+  }
+  e.touch_count.store(n + 1, std::memory_order_relaxed);
+  Unlock(e, locked);
+}
+
+void BufferPool::HolderTable::Note(uint32_t slot, uint32_t note) noexcept {
+  Entry& e = entries_[slot];
+  if (e.live.load(std::memory_order_relaxed) == 0) return;  // not sampled
+  const uint32_t locked = Lock(e);
+  e.note.store(note, std::memory_order_relaxed);
+  Unlock(e, locked);
+}
+
+std::vector<BufferPool::HolderTable::Snapshot> BufferPool::HolderTable::Live()
+    const {
+  std::vector<Snapshot> out;
+  for (size_t slot = 0; slot < capacity_; ++slot) {
+    const Entry& e = entries_[slot];
+    // A writer holds an entry for a few dozen stores; a few tries see it
+    // stable unless the slot keeps changing hands, and then it was not
+    // out for the whole call anyway.
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      const uint32_t before = e.seq.load(std::memory_order_acquire);
+      if ((before & 1) != 0) continue;
+      if (e.live.load(std::memory_order_relaxed) == 0) {
+        // Stable and not live; nothing to copy.
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (e.seq.load(std::memory_order_relaxed) == before) break;
+        continue;
+      }
+      Snapshot s;
+      s.slot = static_cast<uint32_t>(slot);
+      s.note = e.note.load(std::memory_order_relaxed);
+      s.acquired_ns = e.acquired_ns.load(std::memory_order_relaxed);
+      s.tid = e.tid.load(std::memory_order_relaxed);
+      s.depth = std::min<uint32_t>(e.depth.load(std::memory_order_relaxed),
+                                   kMaxFrames);
+      for (uint32_t i = 0; i < s.depth; ++i) {
+        s.pcs[i] = e.pcs[i].load(std::memory_order_relaxed);
+      }
+      const uint32_t made = e.touch_count.load(std::memory_order_relaxed);
+      const uint32_t kept = std::min(made, kMaxTouches);
+      for (uint32_t t = made - kept; t < made; ++t) {
+        uint64_t words[kLabelWords];
+        for (size_t w = 0; w < kLabelWords; ++w) {
+          words[w] =
+              e.touches[t % kMaxTouches][w].load(std::memory_order_relaxed);
+        }
+        const char* text = reinterpret_cast<const char*>(words);
+        s.touches.emplace_back(text, strnlen(text, sizeof(words)));
+      }
+      // acquire: the loads above are done before the count is read again,
+      // so an unchanged even count means no writer overlapped them.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (e.seq.load(std::memory_order_relaxed) != before) continue;
+      out.push_back(std::move(s));
+      break;
+    }
+  }
+  return out;
+}
+
+// ---- Create() and the tracked slow paths ------------------------------------
+
+absl::StatusOr<TrackHolders> ResolveTrackHolders(const PoolOptions& options) {
+  if (options.holder_sample_every == 0) {
+    return absl::InvalidArgumentError(
+        "PoolOptions.holder_sample_every must be at least 1, got 0");
+  }
+  const char* v = ::secure_getenv("BUFPOOL_TRACK_HOLDERS");
+  if (v == nullptr || *v == '\0') return options.track_holders;
+  if (std::strcmp(v, "off") == 0) return TrackHolders::kOff;
+  if (std::strcmp(v, "sampled") == 0) return TrackHolders::kSampled;
+  if (std::strcmp(v, "all") == 0) return TrackHolders::kAll;
+  std::fprintf(stderr,
+               "bufpool: BUFPOOL_TRACK_HOLDERS=%s is none of off, sampled, "
+               "all; ignored\n",
+               v);
+  return options.track_holders;
+}
+
+void BufferPool::AcquireSampled(uint32_t slot) noexcept {
+  holders_->Sampled(*this, slot);
+}
+
+uint32_t BufferPool::AcquireTracked() noexcept {
+  const uint32_t slot = AcquireUntracked();
+  if (slot != kNoSlot) holders_->Acquired(*this, slot);
+  return slot;
+}
+
+void BufferPool::ReleaseTracked(uint32_t slot) noexcept {
+  holders_->Released(slot);
+  ReleaseUntracked(slot);
+}
+
+void BufferPool::TouchSlot(uint32_t slot,
+                           absl::string_view label) const noexcept {
+  holders_->Touch(slot, label);
+}
+
+void BufferPool::NoteHolder(uint32_t slot, uint32_t note) const noexcept {
+  holders_->Note(slot, note);
+}
+
+TrackHolders BufferPool::track_holders() const {
+  return holders_ != nullptr ? holders_->mode() : TrackHolders::kOff;
+}
+
+// ---- Holders() and the reports ----------------------------------------------
+
+namespace {
+
+// Symbolizes return addresses, each once per report.
+class Symbolizer {
+ public:
+  // The function `pc` returns into, or its address in hex; `*known` says
+  // which.
+  const std::string& Name(uintptr_t pc, bool* known) {
+    auto [it, fresh] = names_.try_emplace(pc);
+    if (fresh) {
+      char name[1024];
+      // pc - 1: a return address may be the first byte of the next
+      // function when the call was the last instruction (a noreturn
+      // callee).
+      it->second.known = absl::Symbolize(reinterpret_cast<const void*>(pc - 1),
+                                         name, sizeof(name));
+      it->second.name = it->second.known ? std::string(name)
+                                         : absl::StrCat("0x", absl::Hex(pc));
+    }
+    *known = it->second.known;
+    return it->second.name;
+  }
+
+  // Symbolized frames of `pcs`, without the pool's own leading frames;
+  // *site: the first frame kept (the acquire site's return address).
+  std::vector<std::string> Frames(const uintptr_t* pcs, uint32_t depth,
+                                  uintptr_t* site) {
+    std::vector<std::string> frames;
+    *site = 0;
+    for (uint32_t i = 0; i < depth; ++i) {
+      bool known;
+      const std::string& name = Name(pcs[i], &known);
+      if (frames.empty() && known &&
+          (absl::StartsWith(name, "bufpool::BufferPool::") ||
+           absl::StartsWith(name, "bufpool::Buffer::"))) {
+        continue;  // the pool's acquire path, not the caller's site
+      }
+      if (frames.empty()) *site = pcs[i];
+      frames.push_back(name);
+    }
+    return frames;
+  }
+
+ private:
+  struct Entry {
+    bool known = false;
+    std::string name;
+  };
+  std::unordered_map<uintptr_t, Entry> names_;
+};
+
+}  // namespace
+
+std::string BufferPool::HeldBy(uint32_t slot, uint32_t note) const {
+  if ((note & 0xff) == HolderTable::kLent) {
+    return absl::StrCat("ring ", (note >> 8) & 0xffff);
+  }
+  if (note == HolderTable::kSending) return "send in flight";
+  // relaxed: a snapshot; the holder may change while the report is made.
+  if (State(slot).load(std::memory_order_relaxed) == kSlotRaw) {
+    return "raw pointer";
+  }
+  // The counts are atomics wherever they are used (atomic_ref); the
+  // pointer never changes once published.
+  if (uint32_t* refs = shared_refs_.load(std::memory_order_acquire);
+      refs != nullptr &&
+      std::atomic_ref<uint32_t>(refs[slot]).load(std::memory_order_relaxed) !=
+          0) {
+    return "chain";
+  }
+  return "Buffer";
+}
+
+std::vector<Holder> BufferPool::Holders() const {
+  return HoldersAndSites(nullptr);
+}
+
+std::vector<Holder> BufferPool::HoldersAndSites(
+    std::vector<uintptr_t>* sites) const {
+  std::vector<Holder> out;
+  if (holders_ == nullptr) return out;
+  Symbolizer symbolizer;
+  std::vector<HolderTable::Snapshot> live = holders_->Live();
+  std::sort(live.begin(), live.end(), [](const auto& a, const auto& b) {
+    return a.acquired_ns < b.acquired_ns;
+  });
+  const int64_t now = CoarseNanos();
+  out.reserve(live.size());
+  for (HolderTable::Snapshot& s : live) {
+    Holder h;
+    h.slot = s.slot;
+    h.age = absl::Nanoseconds(std::max<int64_t>(0, now - s.acquired_ns));
+    h.thread = s.tid;
+    h.held_by = HeldBy(s.slot, s.note);
+    uintptr_t site;
+    h.stack = symbolizer.Frames(s.pcs, s.depth, &site);
+    if (sites != nullptr) sites->push_back(site);
+    h.touches = std::move(s.touches);
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+std::string BufferPool::HoldersReport(size_t max_holders) const {
+  return Report(max_holders, Stats().in_use);
+}
+
+std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
+  size_t raw = 0;
+  for (size_t i = 0; i < capacity_; ++i) {
+    raw += State(static_cast<uint32_t>(i)).load(std::memory_order_relaxed) ==
+           kSlotRaw;
+  }
+  out_now = std::max(out_now, raw);
+  std::string report =
+      absl::StrCat("bufpool: ", out_now, " of ", capacity_, " buffer(s) out");
+  if (holders_ == nullptr) {
+    absl::StrAppend(&report, ": ", raw, " as raw pointers, ", out_now - raw,
+                    " held by Buffer handles, chains or rings\n",
+                    "  holder tracking is off; to see where each was "
+                    "acquired, run with BUFPOOL_TRACK_HOLDERS=all in the "
+                    "environment (or PoolOptions::track_holders)\n");
+    return report;
+  }
+  std::vector<uintptr_t> sites;
+  const std::vector<Holder> holders = HoldersAndSites(&sites);
+  // Counts per kind of holder, over the tracked buffers.
+  std::map<std::string, size_t> kinds;
+  for (const Holder& h : holders) ++kinds[h.held_by];
+  if (holders_->mode() == TrackHolders::kAll) {
+    absl::StrAppend(&report, " (tracking all)");
+  } else {
+    absl::StrAppend(&report, " (tracking 1 in ", holders_->sample_every(), ": ",
+                    holders.size(), " sampled)");
+  }
+  absl::StrAppend(&report, ":");
+  for (const auto& [kind, n] : kinds) {
+    absl::StrAppend(
+        &report, " ", n, " ", kind,
+        absl::StartsWith(kind, "ring ") ? " (lent, not leaked)" : "", ";");
+  }
+  report.back() == ';' ? void(report.back() = '\n') : report.push_back('\n');
+
+  // Grouped by acquire site (the return address into the pool's caller:
+  // frames beyond it need frame pointers in the caller's code, and may
+  // differ), largest first, then oldest first; a group shows its oldest
+  // member's stack.
+  std::map<uintptr_t, std::vector<const Holder*>> groups;
+  for (size_t i = 0; i < holders.size(); ++i) {
+    groups[sites[i]].push_back(&holders[i]);  // oldest first, as Holders()
+  }
+  std::vector<const std::vector<const Holder*>*> order;
+  for (const auto& [site, members] : groups) order.push_back(&members);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) {
+    if (a->size() != b->size()) return a->size() > b->size();
+    return a->front()->age > b->front()->age;
+  });
+  size_t shown = 0;
+  for (const auto* g : order) {
+    if (shown++ == max_holders) {
+      absl::StrAppend(&report, "  ... ", order.size() - max_holders,
+                      " more acquire site(s)\n");
+      break;
+    }
+    const std::vector<const Holder*>& m = *g;
+    const Holder& oldest = *m.front();  // Holders() is oldest first
+    std::map<std::string, size_t> by;
+    for (const Holder* h : m) ++by[h->held_by];
+    absl::StrAppend(&report, "  ", m.size(), " buffer(s) held by ");
+    bool first = true;
+    for (const auto& [kind, n] : by) {
+      absl::StrAppend(&report, first ? "" : ", ", n, " ", kind);
+      first = false;
+    }
+    const absl::Duration age = absl::Trunc(oldest.age, absl::Milliseconds(1));
+    absl::StrAppend(&report, "; the oldest for ",
+                    age == absl::ZeroDuration() ? std::string("<1ms")
+                                                : absl::FormatDuration(age),
+                    ", acquired by thread ", oldest.thread, "; slots ");
+    for (size_t i = 0; i < m.size() && i < 8; ++i) {
+      absl::StrAppend(&report, i == 0 ? "" : ", ", m[i]->slot);
+    }
+    absl::StrAppend(&report, m.size() > 8 ? ", ...\n" : "\n");
+    if (!oldest.touches.empty()) {
+      absl::StrAppend(&report,
+                      "    touched: ", absl::StrJoin(oldest.touches, " -> "),
+                      "\n");
+    }
+    absl::StrAppend(&report, "    acquired at:\n");
+    for (size_t i = 0; i < oldest.stack.size(); ++i) {
+      absl::StrAppend(&report, "      #", i, " ", oldest.stack[i], "\n");
+    }
+  }
+  return report;
+}
+
+}  // namespace bufpool

@@ -1,0 +1,412 @@
+// Holder tracking: who holds a pool's buffers (bufpool/holders.h).
+#include <liburing.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "bufpool/buffer_pool.h"
+#include "bufpool/chain.h"
+#include "bufpool/uring.h"
+#include "gtest/gtest.h"
+#include "testing/no_holders.h"
+
+namespace bufpool {
+namespace {
+
+std::unique_ptr<BufferPool> MakePool(TrackHolders track, size_t count = 64,
+                                     uint32_t every = 128) {
+  auto pool = BufferPool::Create({.buffer_size = 4096,
+                                  .buffer_count = count,
+                                  .track_holders = track,
+                                  .holder_sample_every = every});
+  EXPECT_TRUE(pool.ok()) << pool.status();
+  return std::move(*pool);
+}
+
+// Keeps one buffer acquired here in `kept`: the "leak".
+__attribute__((noinline)) void PlantLeak(BufferPool& pool,
+                                         std::vector<Buffer>& kept) {
+  kept.push_back(pool.TryAcquire());
+  ASSERT_TRUE(kept.back());
+}
+
+// Another site, so that a report has two groups.
+__attribute__((noinline)) void PlantOtherLeak(BufferPool& pool,
+                                              std::vector<Buffer>& kept) {
+  kept.push_back(pool.TryAcquire());
+}
+
+bool StackNames(const Holder& h, const std::string& function) {
+  for (const std::string& frame : h.stack) {
+    if (absl::StrContains(frame, function)) return true;
+  }
+  return false;
+}
+
+TEST(HoldersTest, LeakIsReportedWithThePlantingFunctionInItsStack) {
+  auto pool = MakePool(TrackHolders::kAll);
+  std::vector<Buffer> kept;
+  PlantLeak(*pool, kept);
+  PlantLeak(*pool, kept);
+  PlantOtherLeak(*pool, kept);
+  const std::vector<Holder> holders = pool->Holders();
+  ASSERT_EQ(holders.size(), 3u);
+  for (const Holder& h : holders) {
+    EXPECT_EQ(h.held_by, "Buffer");
+    EXPECT_GT(h.thread, 0);
+    EXPECT_GE(h.age, absl::ZeroDuration());
+    ASSERT_FALSE(h.stack.empty());
+  }
+  // The pool's own frames are left out: the first frame is the site.
+  EXPECT_TRUE(absl::StrContains(holders[0].stack[0], "PlantLeak"))
+      << absl::StrJoin(holders[0].stack, "\n");
+  EXPECT_TRUE(StackNames(holders[2], "PlantOtherLeak"));
+  const std::string report = pool->HoldersReport();
+  // Largest group first: the two from PlantLeak, then PlantOtherLeak.
+  const size_t first = report.find("PlantLeak");
+  const size_t second = report.find("PlantOtherLeak");
+  ASSERT_NE(first, std::string::npos) << report;
+  ASSERT_NE(second, std::string::npos) << report;
+  EXPECT_LT(first, second) << report;
+  EXPECT_TRUE(absl::StrContains(report, "2 buffer(s) held by 2 Buffer"))
+      << report;
+  kept.clear();
+  EXPECT_TRUE(pool->Holders().empty());
+  EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
+TEST(HoldersTest, SampledRecordsOneInNAndNamesThePlantingFunction) {
+  auto pool = MakePool(TrackHolders::kSampled, 64, /*every=*/8);
+  EXPECT_EQ(pool->track_holders(), TrackHolders::kSampled);
+  std::vector<Buffer> kept;
+  // 16 consecutive acquires on one thread: exactly 2 are the 1 in 8,
+  // whatever the thread's countdown was.
+  for (int i = 0; i < 16; ++i) PlantLeak(*pool, kept);
+  const std::vector<Holder> holders = pool->Holders();
+  ASSERT_EQ(holders.size(), 2u);
+  for (const Holder& h : holders) {
+    EXPECT_TRUE(StackNames(h, "PlantLeak")) << absl::StrJoin(h.stack, "\n");
+  }
+  const std::string report = pool->HoldersReport();
+  EXPECT_TRUE(absl::StrContains(report, "16 of 64 buffer(s) out")) << report;
+  EXPECT_TRUE(absl::StrContains(report, "tracking 1 in 8: 2 sampled"))
+      << report;
+  EXPECT_TRUE(absl::StrContains(report, "PlantLeak")) << report;
+  kept.clear();
+  EXPECT_TRUE(pool->Holders().empty());
+}
+
+TEST(HoldersTest, OffRecordsNothingAndTheReportSaysHowToTurnItOn) {
+  auto pool = MakePool(TrackHolders::kOff);
+  EXPECT_EQ(pool->track_holders(), TrackHolders::kOff);
+  std::vector<Buffer> kept;
+  PlantLeak(*pool, kept);
+  kept.back().Touch("ignored");  // no record: nothing happens
+  std::byte* raw = pool->TryAcquireRaw();
+  EXPECT_TRUE(pool->Holders().empty());
+  const std::string report = pool->HoldersReport();
+  EXPECT_TRUE(absl::StrContains(report,
+                                "2 of 64 buffer(s) out: 1 as raw "
+                                "pointers, 1 held by Buffer handles"))
+      << report;
+  EXPECT_TRUE(absl::StrContains(report, "BUFPOOL_TRACK_HOLDERS=all")) << report;
+  pool->ReleaseRaw(raw);
+}
+
+TEST(HoldersTest, HeldByNamesEveryKindOfHolder) {
+  auto pool = MakePool(TrackHolders::kAll);
+  Buffer handle = pool->TryAcquire();
+  std::byte* raw = pool->TryAcquireRaw();
+  std::byte* detached = pool->TryAcquire().Detach();
+  SharedBuffer shared(pool->TryAcquire());
+  SharedBuffer slice = shared.Slice(0, 10);
+  BufferChain chain(*pool);
+  ASSERT_TRUE(chain.Append(std::string(100, 'x')).ok());
+  std::set<std::string> kinds;
+  size_t chains = 0;
+  for (const Holder& h : pool->Holders()) {
+    kinds.insert(h.held_by);
+    chains += h.held_by == "chain";
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"Buffer", "raw pointer", "chain"}));
+  EXPECT_EQ(chains, 2u);  // the SharedBuffer's slot, the chain's
+  const std::string report = pool->HoldersReport();
+  EXPECT_TRUE(absl::StrContains(report,
+                                "5 of 64 buffer(s) out (tracking "
+                                "all): 1 Buffer; 2 chain; 2 raw "
+                                "pointer"))
+      << report;
+  pool->ReleaseRaw(raw);
+  pool->ReleaseRaw(detached);
+  // A slot that was a chain's and is now a handle's is a Buffer again.
+  shared.Reset();
+  slice.Reset();
+  chain.Clear();
+  handle.Reset();
+  EXPECT_TRUE(pool->Holders().empty());
+  std::vector<Buffer> all(64);
+  ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 64u);
+  const std::vector<Holder> bulk = pool->Holders();
+  ASSERT_EQ(bulk.size(), 64u);
+  for (const Holder& h : bulk) EXPECT_EQ(h.held_by, "Buffer") << h.slot;
+  pool->ReleaseBulk(absl::MakeSpan(all));
+  EXPECT_TRUE(pool->Holders().empty());
+}
+
+TEST(HoldersTest, AcquireWithTimeoutAndRawBulkAreRecorded) {
+  auto pool = MakePool(TrackHolders::kAll, 8);
+  absl::StatusOr<Buffer> b = pool->Acquire(absl::Seconds(1));
+  ASSERT_TRUE(b.ok());
+  std::byte* raws[3];
+  ASSERT_EQ(pool->TryAcquireRawBulk(absl::MakeSpan(raws)), 3u);
+  EXPECT_EQ(pool->Holders().size(), 4u);
+  pool->ReleaseRawBulk(absl::MakeConstSpan(raws));
+  EXPECT_EQ(pool->Holders().size(), 1u);
+  b->Reset();
+  EXPECT_TRUE(pool->Holders().empty());
+}
+
+TEST(HoldersTest, TouchKeepsTheLastFourLabelsOldestFirst) {
+  auto pool = MakePool(TrackHolders::kAll);
+  Buffer b = pool->TryAcquire();
+  b.Touch("read");
+  b.Touch("parsed");
+  b.Touch(std::string(100, 'L'));  // cut to 31 bytes
+  b.Touch("queued");
+  b.Touch("sent");
+  std::vector<Holder> holders = pool->Holders();
+  ASSERT_EQ(holders.size(), 1u);
+  EXPECT_EQ(holders[0].touches,
+            (std::vector<std::string>{"parsed", std::string(31, 'L'), "queued",
+                                      "sent"}));
+  EXPECT_TRUE(absl::StrContains(pool->HoldersReport(), "parsed -> "));
+  // A new holder of the slot starts with no touches.
+  const uint32_t slot = b.slot();
+  b.Reset();
+  b = pool->TryAcquire();
+  ASSERT_EQ(b.slot(), slot);
+  holders = pool->Holders();
+  ASSERT_EQ(holders.size(), 1u);
+  EXPECT_TRUE(holders[0].touches.empty());
+}
+
+// Holders() while 8 threads acquire and release (run under TSan by the
+// tsan preset): every snapshot lists each slot once, and only slots a
+// thread holds for the whole call are certain to be in it.
+TEST(HoldersTest, HoldersIsSafeWhileEightThreadsAcquireAndRelease) {
+  auto pool = MakePool(TrackHolders::kAll, 256);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      // Each thread keeps one buffer for the whole run, touched with its
+      // number, and cycles a few more.
+      Buffer mine = pool->TryAcquire();
+      mine.Touch(std::to_string(t));
+      ready.fetch_add(1);
+      std::vector<Buffer> held;
+      std::byte* raw[4];
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int i = 0; i < 8; ++i) {
+          held.push_back(pool->TryAcquire());
+          held.back().Touch("cycling");
+        }
+        const size_t n = pool->TryAcquireRawBulk(absl::MakeSpan(raw));
+        held.clear();
+        pool->ReleaseRawBulk(absl::MakeConstSpan(raw, n));
+      }
+    });
+  }
+  while (ready.load() < 8) std::this_thread::yield();
+  for (int round = 0; round < 20; ++round) {
+    std::set<uint32_t> slots;
+    int kept = 0;
+    for (const Holder& h : pool->Holders()) {
+      EXPECT_TRUE(slots.insert(h.slot).second) << h.slot;
+      EXPECT_LE(h.touches.size(), 4u);
+      if (!h.touches.empty() && h.touches[0].size() == 1) ++kept;
+    }
+    EXPECT_EQ(kept, 8);  // the buffers held throughout are all listed
+    EXPECT_LE(slots.size(), 256u);
+    (void)pool->HoldersReport(3);
+  }
+  stop.store(true);
+  for (std::thread& t : threads) t.join();
+  EXPECT_TRUE(pool->Holders().empty());
+}
+
+TEST(HoldersTest, EnvironmentOverridesTheOption) {
+  ASSERT_EQ(setenv("BUFPOOL_TRACK_HOLDERS", "all", 1), 0);
+  EXPECT_EQ(MakePool(TrackHolders::kOff)->track_holders(), TrackHolders::kAll);
+  ASSERT_EQ(setenv("BUFPOOL_TRACK_HOLDERS", "sampled", 1), 0);
+  EXPECT_EQ(MakePool(TrackHolders::kAll)->track_holders(),
+            TrackHolders::kSampled);
+  ASSERT_EQ(setenv("BUFPOOL_TRACK_HOLDERS", "off", 1), 0);
+  EXPECT_EQ(MakePool(TrackHolders::kAll)->track_holders(), TrackHolders::kOff);
+  // An unknown value is named on stderr and ignored.
+  ASSERT_EQ(setenv("BUFPOOL_TRACK_HOLDERS", "everything", 1), 0);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(MakePool(TrackHolders::kSampled)->track_holders(),
+            TrackHolders::kSampled);
+  EXPECT_TRUE(absl::StrContains(::testing::internal::GetCapturedStderr(),
+                                "BUFPOOL_TRACK_HOLDERS=everything is none of"));
+  ASSERT_EQ(unsetenv("BUFPOOL_TRACK_HOLDERS"), 0);
+  EXPECT_EQ(MakePool(TrackHolders::kOff)->track_holders(), TrackHolders::kOff);
+}
+
+TEST(HoldersTest, ZeroSampleEveryIsRefused) {
+  auto pool = BufferPool::Create(
+      {.track_holders = TrackHolders::kSampled, .holder_sample_every = 0});
+  ASSERT_FALSE(pool.ok());
+  EXPECT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(pool.status().message(),
+                                "holder_sample_every must be at least 1"));
+}
+
+TEST(HoldersTest, NoHoldersFailsNamingTheSite) {
+  auto pool = MakePool(TrackHolders::kAll);
+  std::vector<Buffer> kept;
+  PlantLeak(*pool, kept);
+  const ::testing::AssertionResult result = testing::NoHolders(*pool);
+  EXPECT_FALSE(result);
+  EXPECT_TRUE(absl::StrContains(result.message(), "PlantLeak"))
+      << result.message();
+  kept.clear();
+  EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
+std::map<std::string, size_t> Kinds(const BufferPool& pool) {
+  std::map<std::string, size_t> kinds;
+  for (const Holder& h : pool.Holders()) ++kinds[h.held_by];
+  return kinds;
+}
+
+// Buffers lent to a provided-buffer ring are labelled with its group, as
+// lent rather than leaked; one taken out of the ring is a handle's again,
+// and the handle's buffer it traded places with is the ring's.
+TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
+  io_uring ring;
+  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
+  auto pool = MakePool(TrackHolders::kAll, 16);
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+  {
+    auto br = ProvidedBufferRing::Create(
+        &ring, *pool,
+        {.group_id = 7,
+         .max_buffers = 4,
+         .initial_buffers = 4,
+         .incremental = ProvidedBufferRingOptions::Incremental::kOff});
+    ASSERT_TRUE(br.ok()) << br.status();
+    Buffer held = pool->TryAcquire();
+    const uint32_t mine = held.slot();
+    EXPECT_EQ(Kinds(*pool),
+              (std::map<std::string, size_t>{{"ring 7", 4}, {"Buffer", 1}}));
+    const std::string report = pool->HoldersReport();
+    EXPECT_TRUE(absl::StrContains(report, "4 ring 7 (lent, not leaked)"))
+        << report;
+
+    (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[1]);
+    ASSERT_EQ(send(fds[0], "hello", 5, 0), 5);
+    io_uring_cqe* cqe = nullptr;
+    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
+    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
+              0);
+    ASSERT_NE(cqe, nullptr);
+    ASSERT_TRUE((*br)->TakeBuffer(*cqe, held));
+    io_uring_cqe_seen(&ring, cqe);
+    ASSERT_NE(held.slot(), mine);
+    for (const Holder& h : pool->Holders()) {
+      EXPECT_EQ(h.held_by, h.slot == held.slot() ? "Buffer" : "ring 7")
+          << h.slot;
+    }
+    Buffer out;  // an empty handle: the filled buffer leaves the ring
+    ASSERT_EQ(send(fds[0], "again", 5, 0), 5);
+    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
+              0);
+    ASSERT_TRUE((*br)->TakeBuffer(*cqe, out));
+    io_uring_cqe_seen(&ring, cqe);
+    EXPECT_EQ(Kinds(*pool),
+              (std::map<std::string, size_t>{{"ring 7", 3}, {"Buffer", 2}}));
+    held.Reset();
+    out.Reset();
+    br->reset();
+  }
+  io_uring_queue_exit(&ring);
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
+// A HeldSend's chain is "send in flight" from Prepare() until the kernel is
+// done; then its buffers go back.
+TEST(HoldersTest, HeldSendSlotsAreInFlightUntilDone) {
+  io_uring ring;
+  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
+  auto pool = MakePool(TrackHolders::kAll, 16);
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  {
+    BufferChain chain(*pool);
+    ASSERT_TRUE(chain.Append(std::string(5000, 'x')).ok());  // two buffers
+    HeldSend send;
+    send.Prepare(io_uring_get_sqe(&ring), fds[0], std::move(chain));
+    EXPECT_EQ(Kinds(*pool),
+              (std::map<std::string, size_t>{{"send in flight", 2}}));
+    io_uring_cqe* cqe = nullptr;
+    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
+    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
+              0);
+    ASSERT_NE(cqe, nullptr);
+    EXPECT_TRUE(send.OnCompletion(*cqe));
+    io_uring_cqe_seen(&ring, cqe);
+    EXPECT_EQ(send.result(), 5000);
+  }
+  io_uring_queue_exit(&ring);
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
+using HoldersDeathTest = ::testing::Test;
+
+TEST(HoldersDeathTest, DestroyingAPoolWithALeakPrintsItsSite) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_DEATH(
+      {
+        auto pool = MakePool(TrackHolders::kAll);
+        std::vector<Buffer> kept;
+        PlantLeak(*pool, kept);
+        pool.reset();
+      },
+      "still in use \\(1 held by Buffer handles\\)(.|\n)*1 buffer\\(s\\) held "
+      "by 1 Buffer(.|\n)*PlantLeak");
+}
+
+TEST(HoldersDeathTest, UntrackedPoolPrintsCountsAndTheSwitch) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_DEATH(
+      {
+        auto pool = MakePool(TrackHolders::kOff);
+        std::vector<Buffer> kept;
+        PlantLeak(*pool, kept);
+        (void)pool->TryAcquireRaw();
+        pool.reset();
+      },
+      "2 of 64 buffer\\(s\\) out: 1 as raw pointers, 1 held by Buffer "
+      "handles, chains or rings(.|\n)*BUFPOOL_TRACK_HOLDERS=all");
+}
+
+}  // namespace
+}  // namespace bufpool
