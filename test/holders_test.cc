@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
 #include "bufpool/uring.h"
@@ -160,6 +161,37 @@ TEST(HoldersTest, HeldByNamesEveryKindOfHolder) {
   ASSERT_EQ(bulk.size(), 64u);
   for (const Holder& h : bulk) EXPECT_EQ(h.held_by, "Buffer") << h.slot;
   pool->ReleaseBulk(absl::MakeSpan(all));
+  EXPECT_TRUE(pool->Holders().empty());
+}
+
+// A budget's reservation is out of the pool but held by no chain: the
+// report names the budget, and a reserved buffer a chain took is the
+// chain's.
+TEST(HoldersTest, ReservedBuffersAreLabelledWithTheirBudget) {
+  auto pool = MakePool(TrackHolders::kAll);
+  auto budget = pool->CreateBudget({.name = "conn 7",
+                                    .max_bytes = 8 * pool->buffer_size(),
+                                    .reserved_bytes = 3 * pool->buffer_size()});
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  auto count = [&](const std::string& kind) {
+    size_t n = 0;
+    for (const Holder& h : pool->Holders()) n += h.held_by == kind;
+    return n;
+  };
+  EXPECT_EQ(count("budget conn 7"), 3u);
+  EXPECT_TRUE(absl::StrContains(pool->HoldersReport(),
+                                "3 budget conn 7 (reserved, not leaked)"))
+      << pool->HoldersReport();
+  {
+    BufferChain chain(**budget);
+    ASSERT_TRUE(chain.Append(std::string(100, 'x')).ok());
+    EXPECT_EQ(count("chain"), 1u);
+    EXPECT_EQ(count("budget conn 7"), 2u);
+    EXPECT_EQ(pool->Holders().size(), 3u);
+  }
+  EXPECT_EQ(count("budget conn 7"), 3u);
+  EXPECT_EQ(count("chain"), 0u);
+  budget->reset();
   EXPECT_TRUE(pool->Holders().empty());
 }
 

@@ -200,6 +200,9 @@ class BUFPOOL_EXPORT BufferBudget {
     return pool_->TryAcquire();
   }
   Buffer TakeReserved();
+  // Tells a tracking pool that `b` is now in the reserve (`in`), or out of
+  // it again, for the holder report's "budget <name>".
+  void NoteReserve(const Buffer& b, bool in) const;
   // Takes back a buffer TakeFresh() gave that no chain linked: into the
   // reserve while it is short, else to the pool.
   void GiveBack(Buffer&& b);
@@ -213,6 +216,8 @@ class BUFPOOL_EXPORT BufferBudget {
 
   BufferPool* pool_ = nullptr;
   std::string name_;
+  // Names this budget in holder notes (24 bits, process-wide, never 0).
+  uint32_t holder_id_ = 0;
   size_t buffer_size_ = 0;
   size_t max_bytes_ = 0;
   size_t high_mark_ = ~size_t{0};  // ~0: no watermarks

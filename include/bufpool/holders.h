@@ -74,7 +74,8 @@ struct Holder {
   // What holds it now: "Buffer" (a handle), "raw pointer" (TryAcquireRaw,
   // Detach, the C API), "chain" (SharedBuffer slices, chains), "ring <group>"
   // (lent to a ProvidedBufferRing: lent, not leaked), "send in flight" (a
-  // HeldSend the kernel has not finished with).
+  // HeldSend the kernel has not finished with), "budget <name>" (in a
+  // budget's reservation, bufpool/budget.h: reserved, not leaked).
   std::string held_by;
   // Symbolized frames of the acquire, innermost first, starting at the
   // caller of the pool (the pool's own frames are left out). A frame that

@@ -8,6 +8,7 @@
 #include "bufpool/budget.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "bufpool/internal/shared_access.h"
 
 namespace bufpool {
 namespace {
@@ -126,6 +128,13 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
   std::unique_ptr<BufferBudget> b(new BufferBudget);
   b->pool_ = this;
   b->name_ = o.name;
+  {
+    // relaxed: an id, not an order; it wraps after 2^24 budgets, and the
+    // report names a reused id's live budget.
+    static std::atomic<uint32_t> next_id{0};
+    b->holder_id_ =
+        next_id.fetch_add(1, std::memory_order_relaxed) % 0xffffff + 1;
+  }
   b->buffer_size_ = bs;
   b->max_bytes_ =
       o.max_bytes == ~size_t{0} ? o.max_bytes : o.max_bytes / bs * bs;
@@ -159,6 +168,7 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
                        Stats().in_use, " in use)"));
     }
   }
+  for (const Buffer& r : b->reserve_) b->NoteReserve(r, true);
   b->reserve_size_ = reserve;
   b->reserve_count_.store(reserve, std::memory_order_relaxed);
   b->Rearm();
@@ -242,13 +252,22 @@ Buffer BufferBudget::TakeReserved() {
   --reserve_size_;
   reserve_count_.store(reserve_size_, std::memory_order_relaxed);
   Rearm();
+  NoteReserve(reserve_[reserve_size_], false);
   return std::move(reserve_[reserve_size_]);
+}
+
+void BufferBudget::NoteReserve(const Buffer& b, bool in) const {
+  internal::SharedAccess::NoteHeld(
+      *pool_, b.slot(),
+      in ? internal::kHeldReserved | holder_id_ << 8
+         : internal::kHeldAsAcquired);
 }
 
 void BufferBudget::GiveBack(Buffer&& b) {
   if (!b) return;
   const size_t p = pinned_.load(std::memory_order_relaxed);
   if (b.pool() == pool_ && p + reserve_size_ * buffer_size_ < floor_) {
+    NoteReserve(b, true);
     reserve_[reserve_size_++] = std::move(b);
     reserve_count_.store(reserve_size_, std::memory_order_relaxed);
     Rearm();
@@ -270,6 +289,7 @@ void BufferBudget::RefillReserve() {
   while (p + reserve_size_ * buffer_size_ < floor_) {
     Buffer b = pool_->TryAcquire();
     if (!b) break;  // a later release tries again
+    NoteReserve(b, true);
     reserve_[reserve_size_++] = std::move(b);
   }
   reserve_count_.store(reserve_size_, std::memory_order_relaxed);

@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bufpool/budget.h"
 #include "bufpool/internal/shared_access.h"
 #include "pool/pool_internal.h"
 
@@ -326,6 +327,13 @@ std::string BufferPool::HeldBy(uint32_t slot, uint32_t note) const {
     return absl::StrCat("ring ", (note >> 8) & 0xffff);
   }
   if (note == HolderTable::kSending) return "send in flight";
+  if ((note & 0xff) == HolderTable::kReserved) {
+    std::string name;
+    internal::ForEachBudget(*this, [&](const BufferBudget& b) {
+      if (b.holder_id_ == note >> 8) name = b.name();
+    });
+    return absl::StrCat("budget ", name);
+  }
   // relaxed: a snapshot; the holder may change while the report is made.
   if (State(slot).load(std::memory_order_relaxed) == kSlotRaw) {
     return "raw pointer";
@@ -405,9 +413,12 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
   }
   absl::StrAppend(&report, ":");
   for (const auto& [kind, n] : kinds) {
-    absl::StrAppend(
-        &report, " ", n, " ", kind,
-        absl::StartsWith(kind, "ring ") ? " (lent, not leaked)" : "", ";");
+    absl::StrAppend(&report, " ", n, " ", kind,
+                    absl::StartsWith(kind, "ring ") ? " (lent, not leaked)"
+                    : absl::StartsWith(kind, "budget ")
+                        ? " (reserved, not leaked)"
+                        : "",
+                    ";");
   }
   report.back() == ';' ? void(report.back() = '\n') : report.push_back('\n');
 

@@ -46,6 +46,7 @@ class BufferPool::HolderTable {
   static constexpr uint32_t kNoNote = internal::kHeldAsAcquired;
   static constexpr uint32_t kLent = internal::kHeldLent;
   static constexpr uint32_t kSending = internal::kHeldSending;
+  static constexpr uint32_t kReserved = internal::kHeldReserved;
 
   struct Entry {
     std::atomic<uint32_t> seq{0};   // even: stable; odd: a writer is in

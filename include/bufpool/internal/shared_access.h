@@ -37,6 +37,7 @@ enum HolderNote : uint32_t {
   kHeldAsAcquired = 0,  // as the pool sees it: handle, raw pointer, chain
   kHeldLent = 1,        // lent to a ProvidedBufferRing; group in bits 8..23
   kHeldSending = 2,     // in a HeldSend the kernel may still read
+  kHeldReserved = 3,    // in a budget's reserve; its holder id in bits 8..31
 };
 
 struct BUFPOOL_EXPORT SharedAccess {
