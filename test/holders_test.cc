@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 #include "bufpool/chain.h"
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 #include "testing/no_holders.h"
 
 namespace bufpool {
@@ -193,6 +195,47 @@ TEST(HoldersTest, ReservedBuffersAreLabelledWithTheirBudget) {
   EXPECT_EQ(count("chain"), 0u);
   budget->reset();
   EXPECT_TRUE(pool->Holders().empty());
+}
+
+size_t ResidentKiB() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "VmRSS: %zu kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib;
+}
+
+// An elastic pool tracks every slot up to its ceiling, including those it
+// grew into, and its table costs memory only for the slots recorded.
+TEST(HoldersTest, AnElasticPoolTracksGrownSlotsWithoutBackingTheCeiling) {
+  const size_t before = ResidentKiB();
+  auto pool = BufferPool::Create({.buffer_count = 64,
+                                  .max_buffer_count = 262144,
+                                  .grow_step = 64,
+                                  .track_holders = TrackHolders::kAll});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  // 262,144 records of ~350 bytes would be ~90 MiB if all were touched.
+  // (A sanitizer's calloc may write what it hands out.)
+  if (!testing_util::kSanitized) {
+    EXPECT_LT(ResidentKiB() - before, 16u * 1024) << "KiB";
+  }
+  std::vector<Buffer> held;
+  for (int i = 0; i < 200; ++i) held.push_back((*pool)->TryAcquire());
+  ASSERT_TRUE(held.back());
+  const std::vector<Holder> holders = (*pool)->Holders();
+  ASSERT_EQ(holders.size(), 200u);
+  EXPECT_GT(std::max_element(holders.begin(), holders.end(),
+                             [](const Holder& a, const Holder& b) {
+                               return a.slot < b.slot;
+                             })
+                ->slot,
+            64u);  // a grown slot
+  held.clear();
+  EXPECT_TRUE((*pool)->Holders().empty());
 }
 
 TEST(HoldersTest, AcquireWithTimeoutAndRawBulkAreRecorded) {

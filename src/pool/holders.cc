@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <new>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -70,12 +72,26 @@ __thread uint32_t internal::t_holder_countdown
 
 // ---- The table --------------------------------------------------------------
 
+namespace {
+
+// `n` zeroed T from calloc (large ones are fresh zero pages, backed when
+// first written). T's every field starts at zero and needs no destructor.
+template <typename T>
+T* Zeroed(size_t n) {
+  static_assert(std::is_trivially_destructible_v<T>);
+  void* p = std::calloc(n, sizeof(T));
+  if (p == nullptr) throw std::bad_alloc();
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
 BufferPool::HolderTable::HolderTable(TrackHolders mode, uint32_t sample_every,
                                      size_t capacity)
     : mode_(mode),
       sample_every_(sample_every),
-      entries_(new Entry[capacity]),
-      marks_(new std::atomic<uint8_t>[capacity]()),
+      entries_(Zeroed<Entry>(capacity)),
+      marks_(Zeroed<std::atomic<uint8_t>>(capacity)),
       capacity_(capacity) {}
 
 uint32_t BufferPool::HolderTable::Lock(Entry& e) noexcept {

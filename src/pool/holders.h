@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,7 @@ class BufferPool::HolderTable {
   // Entry::note: what holds the slot, when the pool alone cannot tell
   // (internal::HolderNote).
   static constexpr uint32_t kNoNote = internal::kHeldAsAcquired;
+  static_assert(kNoNote == 0, "entries start as zero bytes (Zeroed)");
   static constexpr uint32_t kLent = internal::kHeldLent;
   static constexpr uint32_t kSending = internal::kHeldSending;
   static constexpr uint32_t kReserved = internal::kHeldReserved;
@@ -113,8 +115,14 @@ class BufferPool::HolderTable {
 
   const TrackHolders mode_;
   const uint32_t sample_every_;
-  const std::unique_ptr<Entry[]> entries_;
-  const std::unique_ptr<std::atomic<uint8_t>[]> marks_;
+  // Both from calloc: zero bytes are every field's initial value, and an
+  // elastic pool's table (one entry per slot up to the ceiling) is backed
+  // only where slots have been recorded.
+  struct FreeDeleter {
+    void operator()(void* p) const noexcept { std::free(p); }
+  };
+  const std::unique_ptr<Entry[], FreeDeleter> entries_;
+  const std::unique_ptr<std::atomic<uint8_t>[], FreeDeleter> marks_;
   const size_t capacity_;
 };
 
