@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "bufpool/chain.h"
 #include "bufpool/metrics.h"
 #include "bufpool/uring.h"
@@ -73,6 +74,36 @@ TEST(BudgetTest, CreateRefusesBadOptions) {
       {.name = "c", .max_bytes = kBs, .reserved_bytes = 2 * kBs});
   ASSERT_FALSE(reserve.ok());
   EXPECT_EQ(reserve.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// An elastic pool: a reservation counts against the ceiling and is backed
+// by growing; a budget-bound chain takes grown buffers like any others.
+TEST(BudgetTest, AnElasticPoolGrowsToBackAReservationUpToItsCeiling) {
+  auto pool = BufferPool::Create({.buffer_count = 64,
+                                  .cache_size = 0,
+                                  .max_buffer_count = 1024,
+                                  .grow_step = 64});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto big = (*pool)->CreateBudget(
+      {.name = "big", .max_bytes = 600 * 4096, .reserved_bytes = 500 * 4096});
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_GE((*pool)->Stats().committed, 500u);
+  EXPECT_EQ((*big)->reserve_buffers(), 500u);
+  {
+    BufferChain chain(**big);
+    for (int i = 0; i < 600; ++i) {
+      ASSERT_TRUE(chain.Append(std::string(4096, 'g')).ok()) << i;
+    }
+    EXPECT_FALSE(chain.Append("x").ok());  // at max_bytes, not the ceiling
+    EXPECT_EQ(chain.size(), 600u * 4096);
+  }
+  // Past the ceiling: 500 reserved + 600 more would need 1,100 of 1,024.
+  auto more = (*pool)->CreateBudget(
+      {.name = "more", .max_bytes = 600 * 4096, .reserved_bytes = 600 * 4096});
+  ASSERT_FALSE(more.ok());
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(more.status().message(), "1024 buffers"))
+      << more.status();
 }
 
 TEST(BudgetTest, ChargesWhatItsChainsPinAndReleasesOnConsume) {
