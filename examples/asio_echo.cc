@@ -5,8 +5,10 @@
 // back with asio::async_write (bufpool::AsioBuffers). One read in flight
 // per session. When the pool is dry a session waits for the next free
 // buffer (bufpool::AsioFreeBufferWaiter: BufferPool::NotifyWhenFree() on
-// an eventfd, no timer) instead of failing; a session holding more than
-// kMaxUnsent bytes stops reading until its writes drain.
+// an eventfd, no timer) instead of failing. Each session's chains are bound
+// to a budget (bufpool/budget.h): at kMaxUnsent bytes held (its high
+// watermark) the session stops reading, and reads again once its writes
+// have drained it to a quarter of that (the low one).
 //
 //   asio_echo [PORT [BUFFERS]]  # default 7007 and 4096 buffers of 4 KiB,
 //                               # on 127.0.0.1; Ctrl-C to stop
@@ -19,8 +21,10 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "bufpool/asio.h"
+#include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
 
@@ -33,11 +37,30 @@ size_t buffer_waits = 0;  // sessions that found the pool dry (one thread)
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(asio::ip::tcp::socket socket, bufpool::BufferPool& pool)
-      : socket_(std::move(socket)),
-        pool_(pool),
-        sending_(pool),
-        received_(pool) {}
+  // A session with its budget; nullptr (and the socket closed) when the
+  // budget cannot be made.
+  static std::shared_ptr<Session> Make(asio::ip::tcp::socket socket,
+                                       bufpool::BufferPool& pool) {
+    auto session =
+        std::shared_ptr<Session>(new Session(std::move(socket), pool));
+    Session* s = session.get();
+    auto budget = pool.CreateBudget(
+        {.name = "session " + std::to_string(s->socket_.native_handle()),
+         .max_bytes = kMaxUnsent + kReadBytes,  // a read past the mark
+         .high_watermark = kMaxUnsent,
+         .low_watermark = kMaxUnsent / 4,
+         .on_high = [s] { s->paused_ = true; },    // Read() checks it
+         .on_low = [s] { s->paused_ = false; }});  // Write() reads again
+    if (!budget.ok()) {
+      std::fprintf(stderr, "asio_echo: %s\n",
+                   budget.status().ToString().c_str());
+      return nullptr;
+    }
+    s->budget_ = *std::move(budget);
+    s->sending_ = bufpool::BufferChain(*s->budget_);
+    s->received_ = bufpool::BufferChain(*s->budget_);
+    return session;
+  }
 
   void Start() {
     socket_.non_blocking(true, ignored_);  // AsioReadSome must not block
@@ -45,14 +68,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
+  Session(asio::ip::tcp::socket socket, bufpool::BufferPool& pool)
+      : socket_(std::move(socket)), pool_(pool) {}
+
   // At most one read in flight per session (reading_): a wait for
   // readability (or for a free buffer), then one AsioReadSome() of what the
   // socket holds, so an idle session pins no buffer and a slow one never
   // piles up reads.
   void Read() {
-    if (reading_ || eof_ || sending_.size() + received_.size() >= kMaxUnsent) {
-      return;
-    }
+    if (reading_ || eof_ || paused_) return;
     reading_ = true;
     socket_.async_wait(asio::socket_base::wait_read,
                        [self = shared_from_this()](asio::error_code ec) {
@@ -114,18 +138,23 @@ class Session : public std::enable_shared_from_this<Session> {
 
   asio::ip::tcp::socket socket_;
   bufpool::BufferPool& pool_;
+  // What both chains charge; declared before them, so that it outlives them.
+  std::unique_ptr<bufpool::BufferBudget> budget_;
   bufpool::BufferChain sending_;   // being written by async_write
   bufpool::BufferChain received_;  // read since, waiting its turn
   std::optional<bufpool::AsioFreeBufferWaiter> waiter_;
   bool writing_ = false;
   bool reading_ = false;  // a wait for data or for a buffer is in flight
   bool eof_ = false;
+  bool paused_ = false;  // over the budget's high watermark, not yet low
   asio::error_code ignored_;
 };
 
 void Accept(asio::ip::tcp::acceptor& acceptor, bufpool::BufferPool& pool) {
   acceptor.async_accept([&](asio::error_code ec, asio::ip::tcp::socket s) {
-    if (!ec) std::make_shared<Session>(std::move(s), pool)->Start();
+    if (!ec) {
+      if (auto session = Session::Make(std::move(s), pool)) session->Start();
+    }
     Accept(acceptor, pool);
   });
 }

@@ -2,9 +2,14 @@
 // into fresh pool buffers (bufpool::AsioReadBuffers) linked into the
 // connection's input chain; a LineSplitter cuts each line ("\n" or "\r\n")
 // off it as slices of those buffers, and the reply "<length> <line>\n"
-// links the same slices behind a small header: the line is never copied. A
+// links the same slices behind a small header (lines under kCopyBelow
+// bytes are copied instead, so that short replies share buffers). A
 // line longer than kMaxLine is answered with "ERR line too long" and the
 // connection closed; a pool that runs dry makes a session wait a moment.
+// A session's chains are bound to a budget (bufpool/budget.h), whose count
+// of pinned bytes is the session's backpressure: at kMaxUnsent it stops
+// reading until its writes drain, and its max_bytes caps the replies to
+// the read already made.
 //
 //   asio_line_server [PORT]    # default 7008, 127.0.0.1; 0 picks one
 //   printf 'hello\nworld\r\n' | nc -q1 127.0.0.1 7008   # "5 hello" "5 world"
@@ -14,7 +19,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/types/span.h"
 #include "bufpool/asio.h"
+#include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
 #include "bufpool/cursor.h"
@@ -23,35 +30,62 @@ namespace {
 
 constexpr size_t kReadBytes = 64 * 1024;
 constexpr size_t kMaxLine = 16 * 1024;
+constexpr size_t kCopyBelow = 1024;  // shorter lines are copied, not linked
 constexpr size_t kMaxUnsent = 256 * 1024;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(asio::ip::tcp::socket socket, bufpool::BufferPool& pool)
-      : socket_(std::move(socket)),
-        pool_(pool),
-        in_(pool),
-        out_(pool),
-        sending_(pool),
-        retry_(socket_.get_executor()) {}
+  // A session with its budget; nullptr (and the socket closed) when the
+  // budget cannot be made.
+  static std::shared_ptr<Session> Make(asio::ip::tcp::socket socket,
+                                       bufpool::BufferPool& pool) {
+    auto session = std::shared_ptr<Session>(new Session(std::move(socket)));
+    Session* s = session.get();
+    auto budget = pool.CreateBudget(
+        {.name = "session " + std::to_string(s->socket_.native_handle()),
+         // Room past kMaxUnsent for the read made below it and the replies
+         // to its lines, whose linked slices count a whole buffer each.
+         .max_bytes = 4 * kMaxUnsent});
+    if (!budget.ok()) {
+      std::fprintf(stderr, "asio_line_server: %s\n",
+                   budget.status().ToString().c_str());
+      return nullptr;
+    }
+    s->budget_ = *std::move(budget);
+    s->in_ = bufpool::BufferChain(*s->budget_);
+    s->out_ = bufpool::BufferChain(*s->budget_);
+    s->sending_ = bufpool::BufferChain(*s->budget_);
+    return session;
+  }
 
   void Start() { Read(); }
 
  private:
+  explicit Session(asio::ip::tcp::socket socket)
+      : socket_(std::move(socket)), retry_(socket_.get_executor()) {}
+
   void Read() {
-    if (closing_ || out_.size() + sending_.size() >= kMaxUnsent) return;
-    auto rb = std::make_shared<bufpool::AsioReadBuffers>(pool_, kReadBytes);
+    // One read (or wait for the pool) at a time, and only below kMaxUnsent
+    // pinned (replies not yet written, a partial line); a write that
+    // drains the replies calls Read() again.
+    if (reading_ || closing_ || budget_->pinned_bytes() >= kMaxUnsent) return;
+    // Fresh buffers as in_ draws them: no more than the budget allows.
+    auto rb = std::make_shared<bufpool::AsioReadBuffers>(in_, kReadBytes);
+    reading_ = true;
     if (rb->empty()) {  // pool dry: try again shortly
       retry_.expires_after(std::chrono::milliseconds(5));
       retry_.async_wait([self = shared_from_this()](asio::error_code ec) {
+        self->reading_ = false;
         if (!ec) self->Read();
       });
       return;
     }
     socket_.async_read_some(rb->buffers(), [self = shared_from_this(), rb](
                                                asio::error_code ec, size_t n) {
-      if (ec) return self->Close();      // end of stream: answer what is queued
-      (void)rb->CommitTo(self->in_, n);  // no copy; no budget to refuse
+      self->reading_ = false;
+      if (ec) return self->Close();  // end of stream: answer what is queued
+      // No copy; within the budget (rb drew for in_), so never refused.
+      (void)rb->CommitTo(self->in_, n);
       self->Split();
       self->Write();
       self->Read();
@@ -60,7 +94,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Answers every complete line in in_.
   void Split() {
-    for (;;) {
+    while (!closing_) {
       absl::StatusOr<std::optional<bufpool::BufferChain>> line =
           lines_.Next(in_);
       if (!line.ok()) {  // too long: say so and close
@@ -68,14 +102,28 @@ class Session : public std::enable_shared_from_this<Session> {
         return Close();
       }
       if (!line->has_value()) return;
-      Reply(std::to_string((*line)->size()) + " ");
-      out_.Append(std::move(**line));  // the line's own slices
+      bufpool::BufferChain& text = **line;
+      if (text.size() < kCopyBelow) {
+        // A short line is copied with its header into out_'s tail: linked,
+        // it would end the tail, and the next reply would need a fresh
+        // buffer (one per line).
+        std::string reply = std::to_string(text.size()) + " ";
+        const size_t at = reply.size();
+        reply.resize(at + text.size() + 1, '\n');
+        text.CopyTo(absl::MakeSpan(
+            reinterpret_cast<std::byte*>(reply.data()) + at, text.size()));
+        Reply(reply);
+        continue;
+      }
+      Reply(std::to_string(text.size()) + " ");
+      out_.Append(std::move(text));  // the line's own slices
       Reply("\n");
     }
   }
 
   void Reply(const std::string& s) {
-    if (!out_.Append(s).ok()) closing_ = true;  // pool dry: give up
+    // The pool dry, or the budget at its limit: give up.
+    if (!out_.Append(s).ok()) closing_ = true;
   }
 
   void Close() {
@@ -100,24 +148,28 @@ class Session : public std::enable_shared_from_this<Session> {
           self->sending_.Consume(n);  // buffers go back
           if (ec) return;             // peer gone: drop the session
           self->Write();
-          self->Read();  // may have been paused at the limit
+          self->Read();  // may have stopped at kMaxUnsent
         });
   }
 
   asio::ip::tcp::socket socket_;
-  bufpool::BufferPool& pool_;
+  // What the chains charge; declared before them, so that it outlives them.
+  std::unique_ptr<bufpool::BufferBudget> budget_;
   bufpool::BufferChain in_;       // received, not yet a whole line
   bufpool::BufferChain out_;      // replies waiting their turn
   bufpool::BufferChain sending_;  // being written by async_write
   bufpool::LineSplitter lines_{{.max_line = kMaxLine}};
   asio::steady_timer retry_;
   bool writing_ = false, closing_ = false;
+  bool reading_ = false;  // a read or a wait for the pool is in flight
   asio::error_code ignored_;
 };
 
 void Accept(asio::ip::tcp::acceptor& acceptor, bufpool::BufferPool& pool) {
   acceptor.async_accept([&](asio::error_code ec, asio::ip::tcp::socket s) {
-    if (!ec) std::make_shared<Session>(std::move(s), pool)->Start();
+    if (!ec) {
+      if (auto session = Session::Make(std::move(s), pool)) session->Start();
+    }
     Accept(acceptor, pool);
   });
 }
