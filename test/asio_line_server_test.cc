@@ -1,7 +1,8 @@
 // Runs examples/asio_line_server on loopback with clients that send many
 // lines ("\n" and "\r\n", empty ones, lines longer than a buffer) in random
 // pieces and check every reply ("<length> <line>\n"), and one that sends a
-// line over the limit and must get "ERR line too long" and end of stream.
+// line over the limit and must get "ERR line too long" and end of stream;
+// and a client that floods short lines before it reads.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -9,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -66,6 +69,58 @@ TEST(AsioLineServerTest, AnswersEveryLineOfManyClients) {
   // error, then end of stream.
   EXPECT_EQ(Exchange(port, "ok\n" + std::string(16385, 'x') + "\n", 9),
             "2 ok\nERR line too long\n");
+
+  kill(child.pid, SIGTERM);
+  EXPECT_TRUE(ExitedCleanly(child.pid));
+  fclose(child.out);
+}
+
+// A client that sends 8 MiB of two-byte lines and reads nothing for a
+// second: the session's budget stops the server reading while the replies
+// wait, and when the client reads, every reply comes, in order. (Linking
+// each short line into its reply took a fresh buffer per line: the pool
+// of 4,096 ran dry and the server closed the connection.)
+TEST(AsioLineServerTest, ShortLinesSentWithoutReadingAreAllAnswered) {
+  const Child child = StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_LINE_SERVER,
+                                          {"asio_line_server", "0"});
+  ASSERT_GT(child.pid, 0);
+  const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
+  ASSERT_NE(port, 0);
+
+  const int fd = bufpool::testing_util::ConnectToLoopback(port);
+  ASSERT_GE(fd, 0);
+  // A server that stops answering fails the test instead of hanging it.
+  const timeval limit{.tv_sec = 20, .tv_usec = 0};
+  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit)),
+            0);
+  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)),
+            0);
+  std::string sent;
+  for (int i = 0; i < 4 << 20; ++i)
+    sent += static_cast<char>('a' + i % 26), sent += '\n';
+  std::thread writer([&] {
+    for (size_t at = 0; at < sent.size();) {
+      const ssize_t n =
+          ::send(fd, sent.data() + at,
+                 std::min<size_t>(65536, sent.size() - at), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    ::shutdown(fd, SHUT_WR);
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // reads nothing
+  std::string got;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
+  writer.join();
+  ::close(fd);
+  ASSERT_EQ(got.size(), sent.size() * 2);
+  bool same = true;
+  for (size_t i = 0; i < sent.size() / 2 && same; ++i) {
+    same = got.compare(i * 4, 4, std::string("1 ") + sent[2 * i] + "\n") == 0;
+  }
+  EXPECT_TRUE(same);
 
   kill(child.pid, SIGTERM);
   EXPECT_TRUE(ExitedCleanly(child.pid));
