@@ -1127,7 +1127,7 @@ TEST(ManyPoolsTest, MorePoolsThanTableEntriesAllWork) {
 
 // ---- high_water ------------------------------------------------------------
 
-// Thread B holds buffers taken from its own cache while main takes 40: the
+// Thread B holds buffers taken through its CPU's cache while main takes 40: the
 // true peak is 40 + B's.
 TEST(HighWaterTest, NeverBelowThePeakOfTwoThreadsHoldingAtOnce) {
   struct Case {
