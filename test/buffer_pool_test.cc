@@ -421,20 +421,6 @@ TEST(BufferPoolTest, ManyPoolsFromOneThreadKeepTheirBuffersApart) {
   EXPECT_FALSE(c->TryAcquire());
 }
 
-TEST(BufferPoolTest, ThreadsThatUsedADestroyedPoolExitCleanly) {
-  auto pool = MakePool({.buffer_count = 64});
-  Event used, destroyed;
-  std::thread t([&] {
-    { Buffer b = pool->TryAcquire(); }  // leaves a cache behind
-    used.Notify();
-    destroyed.WaitForNotification();
-  });
-  used.WaitForNotification();
-  pool.reset();
-  destroyed.Notify();
-  t.join();  // its cache is detached; exit must not touch the dead pool
-}
-
 // A release whose thread last used another pool, and a bulk release while a
 // thread waits, both take the slow path with the cache in states the common
 // path never leaves it in; random interleavings must keep every slot.

@@ -23,6 +23,7 @@ namespace {
 
 using testing_util::Contents;
 using testing_util::MakePool;
+using testing_util::RandomBytes;
 
 size_t InUse(const BufferPool& pool) { return pool.Stats().in_use; }
 
@@ -50,12 +51,6 @@ void ExpectChainIs(const BufferChain& chain, const std::string& model) {
     from_iov.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
   }
   ASSERT_EQ(from_iov, model);
-}
-
-std::string RandomBytes(std::mt19937_64& rng, size_t n) {
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>('a' + rng() % 26);
-  return s;
 }
 
 // segment_count(), segment(i) and keeps_room() are deprecated (removed in
@@ -371,7 +366,7 @@ TEST(BufferChainTest, SplitSharesTheBufferItCuts) {
 TEST(BufferChainTest, SplitAtEveryOffset) {
   auto pool = MakePool(64, 64);
   std::mt19937_64 rng(7);
-  const std::string model = RandomBytes(rng, 300);
+  const std::string model = RandomBytes(300, rng);
   for (size_t n = 0; n <= model.size() + 1; ++n) {
     BufferChain c(*pool);
     // Mixed slices: copied bytes, then a linked slice from mid-buffer.
@@ -554,7 +549,7 @@ TEST(BufferChainTest, RandomOperationsMatchAStringModel) {
       switch (rng() % 8) {
         case 0:
         case 1: {  // append bytes
-          const std::string bytes = RandomBytes(rng, rng() % 300);
+          const std::string bytes = RandomBytes(rng() % 300, rng);
           absl::Status s = c.Append(bytes);
           if (s.ok()) {
             m += bytes;
