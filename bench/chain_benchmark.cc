@@ -225,7 +225,7 @@ void FramingBufpool(benchmark::State& state, bool per_frame) {
     if (!per_frame && !bufpool::WriteTo(wire.out[0], out).ok()) std::abort();
     wire.PeerDrain();
   };
-  round();  // warm-up: the chains' rings and the pool's thread cache
+  round();  // warm-up: the chains' rings and the pool's CPU cache
   AllocCounter allocs;
   for (auto _ : state) round();
   allocs.Report(state, static_cast<double>(state.iterations() * kFrames));

@@ -23,9 +23,12 @@
 #include "bufpool/metrics.h"
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "uring_test_util.h"
 
 namespace bufpool {
 namespace {
+
+using testing_util::Ring;
 
 constexpr size_t kBs = 4096;
 
@@ -440,22 +443,8 @@ TEST(BudgetDeathTest, DestroyedWhileItsChainsPinBuffers) {
 
 // ---- The ring ---------------------------------------------------------------
 
-class Ring {
- public:
-  Ring() { ok_ = io_uring_queue_init(64, &ring_, 0) == 0; }
-  ~Ring() {
-    if (ok_) io_uring_queue_exit(&ring_);
-  }
-  io_uring* get() { return &ring_; }
-  bool ok() const { return ok_; }
-
- private:
-  io_uring ring_{};
-  bool ok_ = false;
-};
-
 TEST(BudgetRingTest, OverCommittedRingIsRefused) {
-  Ring ring;
+  Ring ring(64, 0);
   ASSERT_TRUE(ring.ok());
   auto pool = MakePool(64);
   auto big =
@@ -491,7 +480,7 @@ TEST(BudgetRingTest, OverCommittedRingIsRefused) {
 }
 
 TEST(BudgetRingTest, TakePastTheLimitKeepsTheBytesAndSaysSo) {
-  Ring ring;
+  Ring ring(64, 0);
   ASSERT_TRUE(ring.ok());
   auto pool = MakePool(64);
   auto budget = MakeBudget(*pool, {.name = "ring conn", .max_bytes = 2 * kBs});
@@ -546,7 +535,7 @@ TEST(BudgetRingTest, TakePastTheLimitKeepsTheBytesAndSaysSo) {
 }
 
 TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
-  Ring ring;
+  Ring ring(64, 0);
   ASSERT_TRUE(ring.ok());
   auto pool = MakePool(64);
   auto budget = MakeBudget(*pool, {.name = "small", .max_bytes = 4 * kBs});

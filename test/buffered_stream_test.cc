@@ -895,7 +895,7 @@ TEST_F(StreamTest, ThousandsOfConcurrentStreamsShareOneSmallPool) {
   }
 }
 
-// 2,000 streams through a 28-buffer pool with per-thread caches on: 4
+// 2,000 streams through a 28-buffer pool with the per-CPU caches on: 4
 // threads each keep a window of 4 writers open (asking for 2 buffers each,
 // 32 in all), opening a new one as they close the oldest, so Open() finds
 // the pool empty and waits, and streams get fewer buffers than they ask for.

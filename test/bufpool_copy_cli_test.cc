@@ -149,6 +149,20 @@ TEST_F(CopyCliTest, BufferFlagsInBothFormsReachTheCopy) {
   EXPECT_EQ(Slurp(Path("c")), Slurp(Path("a")));
 }
 
+// The 0.2 name of --batch-buffers still copies, with one line on stderr that
+// says so.
+TEST_F(CopyCliTest, DeprecatedBufferCountCopiesWithANote) {
+  Write("a", std::string(100000, 'd'));
+  Result r = Run({"--method=readwrite", "--buffer-size=1024",
+                  "--buffer-count=4", "--json", Path("a"), Path("b")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err,
+            "bufpool-copy: --buffer-count is deprecated and goes in 0.4; use "
+            "--batch-buffers\n");
+  EXPECT_NE(r.out.find("\"buffer_bytes\": 4096"), std::string::npos) << r.out;
+  EXPECT_EQ(Slurp(Path("b")), Slurp(Path("a")));
+}
+
 TEST_F(CopyCliTest, DirectIoAndFsyncFlags) {
   Write("a", std::string(200000, 'd'));
   Result r = Run({"--method=uring", "--direct-io", "--fsync", "--json",

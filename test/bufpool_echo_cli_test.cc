@@ -139,7 +139,7 @@ TEST_F(EchoCliTest, ServesAndVerifiesWithBothFlagForms) {
   const std::vector<std::vector<std::string>> echo_forms = {
       {"--listen=127.0.0.1:0", "--engine=epoll", "--buffer-count=64",
        "--buffer-size=1024", "--max-unsent=65536"},
-      {"--listen", "127.0.0.1:0", "--engine", "epoll", "--buffers", "64",
+      {"--listen", "127.0.0.1:0", "--engine", "epoll", "--buffer-count", "64",
        "--buffer-size", "1024", "--max-unsent", "65536"}};
   for (const auto& form : echo_forms) {
     Server s = StartEcho(form);
@@ -165,10 +165,10 @@ TEST_F(EchoCliTest, ServesAndVerifiesWithBothFlagForms) {
 }
 
 TEST_F(EchoCliTest, EchoFailedBindIsExitOne) {
-  Server first = StartEcho({"--engine=epoll", "--buffers=16"});
+  Server first = StartEcho({"--engine=epoll", "--buffer-count=16"});
   ASSERT_GT(first.pid, 0);
   ASSERT_FALSE(first.address.empty());
-  Result r = Run(kEcho, {"--listen", first.address, "--buffers=16"});
+  Result r = Run(kEcho, {"--listen", first.address, "--buffer-count=16"});
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "bufpool-echo: listen on " + first.address +

@@ -239,15 +239,24 @@ TEST(CopyArgsTest, CountAndDepthWithinCopyOptionsLimits) {
   }
 }
 
-// --buffer-count, the name of 0.2, is still accepted for the batch, and
-// --help says it is deprecated.
+// --buffer-count, the name of 0.2, is still accepted for the batch with a
+// one-line note for stderr, and --help says it is deprecated.
 TEST(CopyArgsTest, OldBufferCountFlagIsADeprecatedAlias) {
+  const std::vector<std::string> note = {
+      "bufpool-copy: --buffer-count is deprecated and goes in 0.4; use "
+      "--batch-buffers"};
   ParsedArgs<CopyCommand> r = Parse({"--buffer-count=8", "a", "b"});
   ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
   EXPECT_EQ(r.command.copy.batch_buffers, 8u);
+  EXPECT_EQ(r.notes, note);
   r = Parse({"--buffer-count", "16", "a", "b"});
   ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
   EXPECT_EQ(r.command.copy.batch_buffers, 16u);
+  EXPECT_EQ(r.notes, note);
+  // Only before "--": after it, "--buffer-count" is a file name.
+  r = Parse({"--batch-buffers", "16", "--", "--buffer-count", "b"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_TRUE(r.notes.empty());
   EXPECT_NE(UsageError({"--buffer-count=4097", "a", "b"}).find("0 to 4096"),
             std::string::npos);
   const std::string help = Parse({"--help"}).text;

@@ -22,6 +22,7 @@ namespace {
 
 using testing_util::Contents;
 using testing_util::MakePool;
+using testing_util::RandomBytes;
 
 class CursorTest : public ::testing::Test {
  protected:
@@ -106,16 +107,6 @@ class CursorTest : public ::testing::Test {
   std::unique_ptr<BufferPool> page_ = MakePool(4096, 512);
 };
 
-std::string RandomBytes(size_t n, uint32_t seed, absl::string_view alphabet) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) {
-    c = alphabet.empty() ? static_cast<char>(rng())
-                         : alphabet[rng() % alphabet.size()];
-  }
-  return s;
-}
-
 uint64_t ModelInt(const std::string& s, size_t at, size_t width, bool big) {
   uint64_t v = 0;
   for (size_t i = 0; i < width; ++i) {
@@ -160,7 +151,7 @@ void CheckIntegers(const BufferChain& chain, const std::string& s) {
 }
 
 TEST_F(CursorTest, ReadsIntegersAtEveryOffsetAndWidth) {
-  const std::string s = RandomBytes(37, 1, "");
+  const std::string s = RandomBytes(37, 1);
   ForEachShape(s, [&](const BufferChain& chain) {
     ASSERT_EQ(Contents(chain), s);
     CheckIntegers<uint8_t>(chain, s);
@@ -175,7 +166,7 @@ TEST_F(CursorTest, ReadsIntegersAtEveryOffsetAndWidth) {
 }
 
 TEST_F(CursorTest, ReadsIntegersAcrossPageBoundaries) {
-  const std::string s = RandomBytes(3 * 4096 + 100, 2, "");
+  const std::string s = RandomBytes(3 * 4096 + 100, 2);
   for (size_t lead : {size_t{0}, size_t{5}}) {
     const BufferChain chain = PageSlices(s, lead);
     ASSERT_GE(chain.slice_count(), 3u);
@@ -185,7 +176,7 @@ TEST_F(CursorTest, ReadsIntegersAcrossPageBoundaries) {
 }
 
 TEST_F(CursorTest, SkipReadAndContiguousFollowTheModel) {
-  const std::string s = RandomBytes(29, 3, "");
+  const std::string s = RandomBytes(29, 3);
   ForEachShape(s, [&](const BufferChain& chain) {
     for (size_t at = 0; at <= s.size(); ++at) {
       for (size_t n = 0; n <= s.size() - at + 2; ++n) {
@@ -521,8 +512,7 @@ std::string EncodeFrames(const LengthPrefixSplitter& opt,
 TEST_F(CursorTest, LengthPrefixSplitterWithEveryCutAndOption) {
   std::mt19937 rng(6);
   std::vector<std::string> bodies;
-  for (int i = 0; i < 5; ++i)
-    bodies.push_back(RandomBytes(rng() % 20, rng(), ""));
+  for (int i = 0; i < 5; ++i) bodies.push_back(RandomBytes(rng() % 20, rng()));
   bodies.push_back("");
   for (size_t width : {1, 2, 3, 4, 8}) {
     for (bool big : {true, false}) {

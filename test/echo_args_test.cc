@@ -150,15 +150,23 @@ TEST(EchoArgsTest, BadValuesNameTheFlag) {
   }
 }
 
-// --buffers, the name of 0.2, is still accepted, and --help says it is
-// deprecated.
+// --buffers, the name of 0.2, is still accepted with a one-line note for
+// stderr, and --help says it is deprecated.
 TEST(EchoArgsTest, OldBuffersFlagIsADeprecatedAlias) {
+  const std::vector<std::string> note = {
+      "bufpool-echo: --buffers is deprecated and goes in 0.4; use "
+      "--buffer-count"};
   ParsedArgs<EchoCommand> r = Echo({"--buffers=64"});
   ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
   EXPECT_EQ(r.command.pool.buffer_count, 64u);
+  EXPECT_EQ(r.notes, note);
   r = Echo({"--buffers", "32"});
   ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
   EXPECT_EQ(r.command.pool.buffer_count, 32u);
+  EXPECT_EQ(r.notes, note);
+  r = Echo({"--buffer-count", "32"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_TRUE(r.notes.empty());
   const std::string help = Echo({"--help"}).text;
   EXPECT_NE(help.find("--buffers is its old name, deprecated"),
             std::string::npos)

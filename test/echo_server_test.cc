@@ -454,9 +454,10 @@ class EchoToolTest : public testing::TestWithParam<EchoEngine> {};
 
 TEST_P(EchoToolTest, SigtermStopsGracefullyWithASummary) {
   FILE* out = nullptr;
-  const pid_t pid = Spawn(
-      {absl::StrCat("--engine=", EchoEngineName(GetParam())), "--buffers=64"},
-      &out);
+  const pid_t pid =
+      Spawn({absl::StrCat("--engine=", EchoEngineName(GetParam())),
+             "--buffer-count=64"},
+            &out);
   ASSERT_GT(pid, 0);
   const std::string first = ReadLine(out);
   ASSERT_EQ(first.rfind("listening on 127.0.0.1:", 0), 0u) << first;

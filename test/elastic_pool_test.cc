@@ -273,7 +273,7 @@ TEST(ElasticPoolTest, TrimNeverTouchesABufferInUseOrCached) {
     }
   }
   all.clear();  // the rest: free (in the caches and the shared store)
-  // One more buffer idle in this thread's cache (if caches are on), with a
+  // One more buffer idle in a CPU's cache (if caches are on), with a
   // pattern: the LIFO cache hands the same one back next.
   Buffer cached = pool->TryAcquire();
   ASSERT_TRUE(cached);

@@ -289,7 +289,7 @@ TEST_P(MethodTest, DrawsFromTheCallersPoolAndReturnsEveryBuffer) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
-// A 96-buffer pool (no thread caches) whose free slots come in runs of two,
+// A 96-buffer pool (no caches) whose free slots come in runs of two,
 // apart from each other: adjacent slots share one iovec (or one io_uring
 // operation), the gaps between runs start new ones. Held slots must come
 // back untouched. `held` is declared last, so it returns before the pool

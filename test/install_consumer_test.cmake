@@ -121,8 +121,22 @@ function(check_package build_dir work)
     message(FATAL_ERROR "pkg-config io_uring consumer printed: ${last_output}")
   endif()
 
-  # The README's Python example, against the installed shared library found
-  # as the README says (LD_LIBRARY_PATH; ldconfig for a system prefix).
+  # A shared library in this prefix is found without LD_LIBRARY_PATH by a
+  # program that records its directory, as the README's quick start says:
+  # -Wl,-rpath,$(pkg-config --variable=libdir bufpool).
+  if(shared_lib)
+    run(${PKG_CONFIG} --variable=libdir bufpool)
+    string(STRIP "${last_output}" pc_libdir)
+    run(c++ -std=c++20 "${SOURCE_DIR}/test/install_consumer/consumer.cc"
+        -o "${work}/consumer_rpath" ${flags} "-Wl,-rpath,${pc_libdir}")
+    run(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH "${work}/consumer_rpath")
+    if(NOT last_output MATCHES "consumer ok")
+      message(FATAL_ERROR "rpath consumer printed: ${last_output}")
+    endif()
+  endif()
+
+  # The README's Python example, against the installed shared library loaded
+  # by its full path in the prefix, as the README shows it (no environment).
   if(shared_lib AND PYTHON)
     run(${CMAKE_COMMAND} -DREADME=${SOURCE_DIR}/README.md
         -DLIB_DIR=${prefix}/lib -DPYTHON=${PYTHON} -DWORK_DIR=${work}

@@ -1,5 +1,7 @@
 # Runs the README's Python ctypes example (the ```python block under
-# "## C API") with python3 against a shared libbufpool in LIB_DIR.
+# "## C API") with python3 against a shared libbufpool in LIB_DIR, as a user
+# would: its one LIB_DIR line set to that directory, and no environment
+# variable (the example loads the library by its full path).
 include("${CMAKE_CURRENT_LIST_DIR}/readme_block.cmake")
 file(READ "${README}" readme)
 string(FIND "${readme}" "\n## C API\n" at)
@@ -8,9 +10,19 @@ if(at LESS 0)
 endif()
 string(SUBSTRING "${readme}" ${at} -1 section)
 readme_block("${section}" python code)
+string(REGEX MATCH "\nLIB_DIR = \"[^\"\n]*\"" lib_dir_line "${code}")
+if(NOT lib_dir_line)
+  message(FATAL_ERROR "the README's Python example has no LIB_DIR = \"...\" line")
+endif()
+string(REPLACE "${lib_dir_line}" "\nLIB_DIR = \"${LIB_DIR}\"" code "${code}")
+# The example falls back to the loader's search only when LIB_DIR has no
+# libbufpool.so; here it must load the one in LIB_DIR.
+if(NOT EXISTS "${LIB_DIR}/libbufpool.so")
+  message(FATAL_ERROR "no libbufpool.so in ${LIB_DIR}")
+endif()
 file(WRITE "${WORK_DIR}/readme_example.py" "${code}")
 execute_process(
-  COMMAND ${CMAKE_COMMAND} -E env "LD_LIBRARY_PATH=${LIB_DIR}"
+  COMMAND ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH
           "${PYTHON}" "${WORK_DIR}/readme_example.py"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT rc EQUAL 0)

@@ -166,7 +166,9 @@ TEST_P(StressTest, ThreadsHandBuffersToEachOtherWithoutCorruption) {
   EXPECT_GT(sent.load(), 512u);
   EXPECT_EQ(pool.Stats().in_use, 0u);
   EXPECT_LE(pool.Stats().high_water, pool.capacity());
-  // Every thread's cache went back when it exited: one thread gets them all.
+  // Nothing is lost in the per-CPU caches the threads released into: one
+  // thread gets all 512 (an acquire takes from other CPUs' caches before it
+  // reports the pool empty).
   std::vector<Buffer> all(512);
   EXPECT_EQ(pool.TryAcquireBulk(absl::MakeSpan(all)), 512u);
   std::vector<bool> seen(512);
@@ -186,10 +188,12 @@ INSTANTIATE_TEST_SUITE_P(Pools, StressTest,
                                   std::to_string(info.param.buffer_size);
                          });
 
-// Threads that cache buffers and then nap (blocked) for longer than the
-// waiters' timeouts, beside waiters that keep acquiring with short timeouts.
-// The waiters hold at most 162 of 256 buffers, but the nappers' caches hold
-// up to 96, so the waiters need buffers that sit in napping threads' caches.
+// Threads that take and release buffers (into the cache of the CPU they run
+// on) and then nap (blocked) for longer than the waiters' timeouts, beside
+// waiters that keep acquiring with short timeouts. The waiters hold at most
+// 162 of 256 buffers, and the buffers the nappers released may sit in the
+// per-CPU caches, so the waiters need buffers from caches that a napper
+// filled.
 // The nappers hold buffers only for a moment, without blocking, far shorter
 // than a timeout: no Acquire() may time out, and nothing may be lost.
 TEST(StressTest, NappingThreadsAndShortTimeoutWaitersLoseNothing) {
@@ -227,7 +231,7 @@ TEST(StressTest, NappingThreadsAndShortTimeoutWaitersLoseNothing) {
             mine.emplace_back(std::move(b), stamp);
           }
           for (auto& [b, st] : mine) mismatches.fetch_add(Check(b, st));
-        }  // released into this thread's cache
+        }  // released into the cache of the CPU it runs on
         cached.fetch_add(1);
         std::unique_lock<std::mutex> lock(nap_mu);  // blocked, 4 timeouts
         nap_cv.wait_for(lock,

@@ -36,6 +36,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -152,6 +153,16 @@ std::string RandomBytes(size_t n, Rng& rng) {
 inline std::string RandomBytes(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   return RandomBytes(n, rng);
+}
+
+// `n` bytes each drawn from `alphabet` (not empty), from a fixed seed: text
+// dense in the bytes a parser looks for, such as "ab\r\n".
+inline std::string RandomBytes(size_t n, uint64_t seed,
+                               std::string_view alphabet) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = alphabet[rng() % alphabet.size()];
+  return s;
 }
 
 // ---- Threads ----

@@ -14,23 +14,12 @@
 
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "uring_test_util.h"
 
 namespace bufpool {
 namespace {
 
-class Ring {
- public:
-  Ring() { ok_ = io_uring_queue_init(8, &ring_, 0) == 0; }
-  ~Ring() {
-    if (ok_) io_uring_queue_exit(&ring_);
-  }
-  io_uring* get() { return &ring_; }
-  bool ok() const { return ok_; }
-
- private:
-  io_uring ring_{};
-  bool ok_ = false;
-};
+using testing_util::Ring;
 
 // A temporary file holding `data`, opened for reading.
 int TempFileWith(const std::string& data) {
@@ -44,7 +33,7 @@ int TempFileWith(const std::string& data) {
 }
 
 TEST(FixedBuffersTest, SmallPoolIsOneRegisteredBuffer) {
-  Ring ring;
+  Ring ring(8, 0);
   ASSERT_TRUE(ring.ok());
   auto pool = BufferPool::Create({.buffer_count = 64});
   ASSERT_TRUE(pool.ok()) << pool.status();
@@ -61,7 +50,7 @@ TEST(FixedBuffersTest, SmallPoolIsOneRegisteredBuffer) {
 }
 
 TEST(FixedBuffersTest, RegionAboveOneGibIsSplitAndReadFixedWorksPastIt) {
-  Ring ring;
+  Ring ring(8, 0);
   ASSERT_TRUE(ring.ok());
   constexpr size_t kGib = size_t{1} << 30;
   constexpr size_t kBufferSize = 64 * 1024;
@@ -111,7 +100,7 @@ TEST(FixedBuffersTest, RegionAboveOneGibIsSplitAndReadFixedWorksPastIt) {
 }
 
 TEST(FixedBuffersTest, SecondTableOnOneRingIsRefusedClearly) {
-  Ring ring;
+  Ring ring(8, 0);
   ASSERT_TRUE(ring.ok());
   auto pool = BufferPool::Create({.buffer_count = 16});
   ASSERT_TRUE(pool.ok());
@@ -140,7 +129,7 @@ TEST(FixedBuffersTest, SecondTableOnOneRingIsRefusedClearly) {
   syscall(SYS_capset, &hdr, data);
   rlimit lim{64 * 1024, 64 * 1024};
   setrlimit(RLIMIT_MEMLOCK, &lim);
-  Ring ring;
+  Ring ring(8, 0);
   if (!ring.ok()) {
     std::fprintf(stderr, "no ring\n");
     std::exit(2);
@@ -166,7 +155,7 @@ TEST(FixedBuffersTest, MemlockLimitIsNamedBeforeRegistering) {
 // buffer the pool grew into after Register() is read into like any other,
 // and no Trim() takes pages the kernel holds.
 TEST(FixedBuffersTest, ReadFixedIntoABufferOfAGrownPartOfAnElasticPool) {
-  Ring ring;
+  Ring ring(8, 0);
   ASSERT_TRUE(ring.ok());
   auto pool = BufferPool::Create({.buffer_size = 4096,
                                   .buffer_count = 64,

@@ -27,46 +27,16 @@
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "uring_test_util.h"
 
 namespace bufpool {
 namespace {
 
 using testing_util::RandomBytes;
+using testing_util::Ring;
 
 using Bundles = ProvidedBufferRingOptions::Bundles;
 using Incremental = ProvidedBufferRingOptions::Incremental;
-
-class Ring {
- public:
-  explicit Ring(unsigned entries = 1024) {
-    io_uring_params p{};
-    p.flags = IORING_SETUP_CQSIZE;
-    p.cq_entries = 16384;
-    ok_ = io_uring_queue_init_params(entries, &ring_, &p) == 0;
-  }
-  ~Ring() {
-    if (ok_) io_uring_queue_exit(&ring_);
-  }
-  io_uring* get() { return &ring_; }
-  bool ok() const { return ok_; }
-  io_uring_sqe* Sqe() {
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    while (sqe == nullptr) {
-      io_uring_submit(&ring_);
-      sqe = io_uring_get_sqe(&ring_);
-    }
-    return sqe;
-  }
-  // Marks every completion that has arrived as seen.
-  void DropCompletions() {
-    io_uring_cqe* cqe;
-    while (io_uring_peek_cqe(&ring_, &cqe) == 0) io_uring_cqe_seen(&ring_, cqe);
-  }
-
- private:
-  io_uring ring_{};
-  bool ok_ = false;
-};
 
 // `n` connected TCP loopback pairs: client[i] <-> server[i].
 struct Pairs {

@@ -7,8 +7,10 @@
 #include <utility>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace bufpool::tools {
 namespace {
@@ -81,6 +83,22 @@ std::string UsageLine(const std::string& tool, const std::string& message) {
     }
   }
   return absl::StrCat(tool, ": ", line, "; see '", tool, " --help'");
+}
+
+std::string DeprecatedNameNote(const std::string& tool, int argc,
+                               const char* const* argv,
+                               const std::string& old_name,
+                               const std::string& new_name) {
+  if (argv == nullptr) return "";
+  for (int i = 1; i < argc && argv[i] != nullptr; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == old_name || absl::StartsWith(arg, absl::StrCat(old_name, "="))) {
+      return absl::StrCat(tool, ": ", old_name,
+                          " is deprecated and goes in 0.4; use ", new_name);
+    }
+  }
+  return "";
 }
 
 ParseAction RunParser(CLI::App& app, int argc, const char* const* argv,

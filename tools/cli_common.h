@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 // CLI11 is a large header-only library: only the files that build a parser
 // include it (CLI/CLI.hpp); the tools and tests that call ParseXArgs() do not.
@@ -51,11 +52,15 @@ struct ParsedArgs {
   // without '\n': "<tool>: <what is wrong>; see '<tool> --help'".
   std::string text;
   Command command;  // meaningful only for kRun
+  // kRun: one-line notes without '\n' for stderr that do not stop the run
+  // (a deprecated option name was used).
+  std::vector<std::string> notes;
 };
 
 // For a parse that is not kRun: prints the help on stdout or the usage error
 // on stderr and returns the exit code (kExitSuccess, kExitUsage); -1 for
-// kRun, when the tool goes on to do its work.
+// kRun, when the tool goes on to do its work, after printing the notes on
+// stderr.
 template <typename Command>
 int PrintUnlessRun(const ParsedArgs<Command>& parsed) {
   switch (parsed.action) {
@@ -66,6 +71,9 @@ int PrintUnlessRun(const ParsedArgs<Command>& parsed) {
       std::fprintf(stderr, "%s\n", parsed.text.c_str());
       return kExitUsage;
     case ParseAction::kRun:
+      for (const std::string& note : parsed.notes) {
+        std::fprintf(stderr, "%s\n", note.c_str());
+      }
       break;
   }
   return -1;
@@ -84,6 +92,15 @@ void ConfigureApp(CLI::App& app, const std::string& name,
 // argv[argc] ends the arguments there.
 ParseAction RunParser(CLI::App& app, int argc, const char* const* argv,
                       std::string* text);
+
+// "<tool>: <old_name> is deprecated and goes in 0.4; use <new_name>" when an
+// argument of argv before "--" is the option `old_name` ("--name" or
+// "--name=VALUE"); empty otherwise. For ParsedArgs::notes after a kRun parse
+// (CLI11 does not say which of an option's names was given).
+std::string DeprecatedNameNote(const std::string& tool, int argc,
+                               const char* const* argv,
+                               const std::string& old_name,
+                               const std::string& new_name);
 
 // "<tool>: <message>; see '<tool> --help'", one line: control characters
 // in `message` (a quoted argument may hold any) are escaped, '\n' as "\\n",

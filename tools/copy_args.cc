@@ -119,8 +119,9 @@ void AddIoOptions(CLI::App& app, CopyCommand& c) {
       ->type_name("BYTES")
       ->option_text("BYTES")
       ->transform(PowerOfTwoIn(64, kMaxToolBufferSize));
-  // --buffer-count is the name of 0.2, kept as a deprecated alias: in the
-  // glossary a buffer count is a pool's size, as bufpool-echo uses it.
+  // --buffer-count is the name of 0.2, a deprecated alias until 0.4 (a use
+  // adds a note): in the glossary a buffer count is a pool's size, as
+  // bufpool-echo uses it.
   app.add_option("--batch-buffers,--buffer-count", c.copy.batch_buffers,
                  absl::StrCat("buffers gathered into one system call or "
                               "io_uring\noperation, 0 to ",
@@ -272,6 +273,9 @@ ParsedArgs<CopyCommand> ParseCopyArgs(int argc, const char* const* argv) {
   c.target = raw.operands.back();
   raw.operands.pop_back();
   c.sources = std::move(raw.operands);
+  std::string note = DeprecatedNameNote(kTool, argc, argv, "--buffer-count",
+                                        "--batch-buffers");
+  if (!note.empty()) result.notes.push_back(std::move(note));
   return result;
 }
 

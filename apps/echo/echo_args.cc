@@ -56,7 +56,8 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
                                 "' (expected uring, epoll or malloc)");
           },
           ""));
-  // --buffers is the name of 0.2, kept as a deprecated alias.
+  // --buffers is the name of 0.2, a deprecated alias until 0.4 (a use adds
+  // a note).
   app.add_option("--buffer-count,--buffers", c.pool.buffer_count,
                  absl::StrCat("pool buffers, 1 to ", kMaxEchoBuffers,
                               " (default: ", kDefaultEchoBuffers,
@@ -108,6 +109,11 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
       // Idle memory goes back on its own: main() ticks the idle trim.
       c.pool.trim_after_idle = absl::Seconds(1);
     }
+  }
+  if (result.action == ParseAction::kRun) {
+    std::string note =
+        DeprecatedNameNote(kTool, argc, argv, "--buffers", "--buffer-count");
+    if (!note.empty()) result.notes.push_back(std::move(note));
   }
   return result;
 }

@@ -89,7 +89,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "bufpool/buffer_pool.h"
-#include "bufpool/export.h"
 
 namespace bufpool {
 
@@ -97,10 +96,9 @@ enum class EchoEngine { kUring, kEpoll, kMalloc };
 
 // "uring", "epoll", "malloc" (a view of a string literal: it never
 // dangles). Shaped as CopyMethodName()/ParseCopyMethod() are.
-BUFPOOL_EXPORT absl::string_view EchoEngineName(EchoEngine engine);
+absl::string_view EchoEngineName(EchoEngine engine);
 // The inverse of EchoEngineName(); nullopt for anything else.
-BUFPOOL_EXPORT std::optional<EchoEngine> ParseEchoEngine(
-    absl::string_view name);
+std::optional<EchoEngine> ParseEchoEngine(absl::string_view name);
 
 struct EchoServerOptions {
   // "HOST:PORT" with an IPv4 host; port 0 picks a free port.
@@ -142,7 +140,7 @@ struct EchoServerStats {
   uint64_t unsent_limit_stalls = 0;
 };
 
-class BUFPOOL_EXPORT EchoServer {
+class EchoServer {
  public:
   // Validates the options, binds and listens (so local_address() is known
   // before Run()), and sets up the engine. Errors: InvalidArgument for bad

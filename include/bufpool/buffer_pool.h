@@ -141,6 +141,11 @@ inline constexpr size_t kDefaultBufferSize = 4096;
 // The most free buffers one CPU may cache per pool.
 inline constexpr size_t kMaxCacheSize = internal::kMaxCacheSlots;
 
+// The pragmas keep the implicit copy and move of PoolOptions quiet about the
+// deprecated thread_cache_size (clang warns there otherwise); a use of that
+// field in the caller's code still warns.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 struct PoolOptions {
   size_t buffer_size = kDefaultBufferSize;  // power of two, >= 64
   size_t buffer_count = 1024;               // >= 1, < 2^32 - 1
@@ -149,9 +154,11 @@ struct PoolOptions {
   bool lock_memory = false;       // mlock the region (needs RLIMIT_MEMLOCK)
   bool scrub_on_release = false;  // zero a buffer before anyone else gets it
   size_t cache_size = 64;         // per-CPU cache, <= kMaxCacheSize
-  // The 0.2 name of cache_size, kept so that code written for 0.2 builds:
-  // when set (not kUseCacheSize) it is used instead of cache_size.
+  // Deprecated, removed in 0.4: the 0.2 name of cache_size, kept so that
+  // code written for 0.2 builds: when set (not kUseCacheSize) it is used
+  // instead of cache_size.
   static constexpr size_t kUseCacheSize = ~size_t{0};
+  ABSL_DEPRECATED("use cache_size")
   size_t thread_cache_size = kUseCacheSize;
 
   // ---- An elastic pool (see "Elastic pools" on BufferPool) ----
@@ -177,6 +184,7 @@ struct PoolOptions {
   TrackHolders track_holders = TrackHolders::kOff;
   uint32_t holder_sample_every = 128;  // kSampled: 1 in this many, >= 1
 };
+#pragma GCC diagnostic pop
 
 // How the per-CPU caches are guarded (BufferPool::per_cpu_mode()).
 enum class PerCpuMode {
@@ -234,7 +242,8 @@ class Buffer {
   absl::Span<std::byte> span() const { return {data(), size()}; }
   // Slot number: data() == pool.region().data() + slot() * buffer_size.
   uint32_t slot() const { return index_; }
-  // Deprecated: the same as slot(), its name before 0.3.
+  // Deprecated, removed in 0.4: the same as slot(), its name before 0.3.
+  ABSL_DEPRECATED("use slot()")
   uint32_t index() const { return index_; }
   explicit operator bool() const { return pool_ != nullptr; }
   BufferPool* pool() const { return pool_; }

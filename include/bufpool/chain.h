@@ -209,8 +209,11 @@ class BUFPOOL_EXPORT BufferChain {
 #endif
     return At(i);
   }
-  // Deprecated: slice_count() and slice(i), by their names before 0.3.
+  // Deprecated, removed in 0.4: slice_count() and slice(i), by their names
+  // before 0.3.
+  ABSL_DEPRECATED("use slice_count()")
   size_t segment_count() const { return count_; }
+  ABSL_DEPRECATED("use slice(i)")
   const SharedBuffer& segment(size_t i) const { return slice(i); }
 
   // Copies `bytes` to the end: into the tail buffer's room while the chain
@@ -377,7 +380,8 @@ class BUFPOOL_EXPORT BufferChain {
   // buffer (so no other slice, chain, thread or the kernel can see it); 0
   // for an empty chain.
   size_t tail_room() const { return TailRoom(); }
-  // Always false: an emptied chain keeps no buffer since 0.4.
+  // Deprecated, removed in 0.4: always false, since an emptied chain keeps
+  // no buffer (0.3).
   ABSL_DEPRECATED("an emptied chain keeps no buffer; this is always false")
   bool keeps_room() const { return false; }
   // Copies the bytes of every buffer the chain holds less than half of (a

@@ -1,6 +1,6 @@
 // Depot: the pool's shared store of free slots, between the CPU caches.
 //
-// Thread caches refill and spill in batches of `batch` slots. Kept in the
+// The CPU caches refill and spill in batches of `batch` slots. Kept in the
 // FreeList alone, a refill would walk the batch's next links one dependent
 // load at a time (a visible share of the working-set benchmark; and when
 // another core wrote the links, as in a hand-off, every step is a cache

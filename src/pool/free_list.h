@@ -19,7 +19,7 @@
 // uncached acquire/release pair.)
 //
 // Invariants:
-//   1. A slot is in at most one place: this stack, one thread cache, or a
+//   1. A slot is in at most one place: this stack, one CPU's cache, or a
 //      user's hands.
 //   2. `link_[s]` is meaningful only while `s` is in the stack, and changes
 //      only while `s` is outside it (the pusher links before its CAS).

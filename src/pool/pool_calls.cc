@@ -56,10 +56,14 @@ absl::StatusOr<size_t> CheckedCacheSize(const PoolOptions& options,
         absl::StrCat("PoolOptions.buffer_size * buffer_count overflows: ", size,
                      " * ", count));
   }
-  // The 0.2 spelling, when given, names the field in the message too.
+  // The 0.2 spelling, when given, names the field in the message too. It is
+  // deprecated for callers; the library still reads it until 0.4.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   const bool old_name = options.thread_cache_size != PoolOptions::kUseCacheSize;
   const size_t cache_size =
       old_name ? options.thread_cache_size : options.cache_size;
+#pragma GCC diagnostic pop
   if (cache_size > kMaxCacheSize) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PoolOptions.", old_name ? "thread_cache_size" : "cache_size",

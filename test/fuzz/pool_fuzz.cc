@@ -10,7 +10,8 @@
 //     high_water at least the model's peak (exactly, with caches off),
 //     capacity;
 //   * an acquire that got nothing (or a short bulk fill) is allowed only when
-//     every free buffer may sit in another thread's cache;
+//     no buffer is free (it drains every CPU's cache before it answers
+//     empty; HiddenBound);
 //   * every buffer out is a distinct slot start of its pool, and the stamp
 //     written into its first and last 8 bytes is intact; a scrubbing pool
 //     hands out only zeroed buffers.
@@ -237,7 +238,7 @@ class Session {
     const size_t free_now = m.pool->capacity() - m.in_use;
     FUZZ_CHECK(free_now <= HiddenBound(m, thread),
                "%s on thread %d got nothing with %zu free buffers, of which "
-               "other threads' caches can hold at most %zu",
+               "the caches may hide at most %zu",
                call, thread, free_now, HiddenBound(m, thread));
   }
 
@@ -277,7 +278,7 @@ class Session {
         pools_[in_.ConsumeIntegralInRange<size_t>(0, pools_.size() - 1)];
     BufferPool& pool = *m.pool;
     const int op = in_.ConsumeIntegralInRange<int>(0, 15);
-    bool touches = true;  // the op may leave buffers in this thread's cache
+    bool touches = true;  // the op may leave buffers in a CPU's cache
     switch (op) {
       case 0: {  // TryAcquire
         Buffer b = pool.TryAcquire();
