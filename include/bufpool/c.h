@@ -112,8 +112,8 @@ typedef struct bufpool_options {
   /* Holder tracking (since 0.3; a struct_size that ends before a field
      keeps its default). BUFPOOL_TRACK_HOLDERS in the environment
      overrides it. */
-  int track_holders;             /* BUFPOOL_TRACK_HOLDERS_*; default _OFF */
-  uint32_t holder_sample_every;  /* _SAMPLED: 1 in this many; default 128 */
+  int track_holders;            /* BUFPOOL_TRACK_HOLDERS_*; default _OFF */
+  uint32_t holder_sample_every; /* _SAMPLED: 1 in this many; default 128 */
 } bufpool_options;
 
 /* The C++ defaults (PoolOptions{}); the library checks at compile time that
