@@ -350,14 +350,6 @@ void EpollEchoServer::Read(Conn* conn) {
       Counters::Add(counters_->unsent_limit_stalls, 1);
     }
   }
-#ifdef BUFPOOL_FUZZ_PLANT
-  // Planted defect for test/fuzz/echo_fuzz: the read that takes a
-  // connection to its unsent limit loses its last byte.
-  if (pooled_ && conn->over_limit && !conn->chain.empty()) {
-    BufferChain kept = conn->chain.Split(conn->chain.size() - 1);
-    conn->chain = std::move(kept);
-  }
-#endif
   Flush(conn);  // may close conn
 }
 

@@ -189,7 +189,8 @@ BUFPOOL_EXPORT absl::Status EnableServerRing(io_uring* ring);
 // would keep the trimmed pages; growth goes on.
 class BUFPOOL_EXPORT FixedBuffers {
  public:
-  // Bytes one registered buffer covers at most.
+  // Bytes one registered buffer covers at most: the kernel's limit (1 GiB),
+  // defined here once; the copy engine uses it too.
   static constexpr size_t kMaxRegisteredBytes = size_t{1} << 30;
 
   static absl::StatusOr<FixedBuffers> Register(io_uring* ring,

@@ -292,13 +292,7 @@ BufferChain BufferChain::Split(size_t n) {
   while (n != 0) {
     SharedBuffer& front = At(0);
     if (n < front.size_) {
-#ifdef BUFPOOL_FUZZ_PLANT
-      // Planted defect for test/fuzz/chain_fuzz: the cut slice keeps one
-      // byte too many.
-      first.PushBack(front.Slice(0, n + 1));
-#else
       first.PushBack(front.Slice(0, n));
-#endif
       front.data_ += n;
       front.size_ -= n;
       break;

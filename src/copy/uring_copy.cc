@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bufpool/uring.h"
 #include "copy/copy_internal.h"
 #include "os/file.h"
 #include "os/syscalls.h"
@@ -36,7 +37,9 @@
 namespace bufpool::copy_internal {
 namespace {
 
-constexpr size_t kMaxRegisteredBytes = os::Uring::kMaxRegisteredBytes;
+// The kernel's limit on one registered buffer, defined once beside the
+// public registration API.
+constexpr size_t kMaxRegisteredBytes = FixedBuffers::kMaxRegisteredBytes;
 
 // This thread's idle ring, kept between copies (see the file comment). Only
 // rings from the real OS table are kept: a ring made through a test's seam

@@ -316,13 +316,7 @@ size_t BufferedReader::CopyBuffered(std::byte* out, size_t n) {
   size_t done = 0;
   while (done < n && filled_ != 0) {
     if (cursor_ == limit_) {
-#ifdef BUFPOOL_FUZZ_PLANT
-      // Planted defect for test/fuzz/reader_fuzz: a missing bounds check
-      // steps past the last filled buffer.
-      if (cur_ + 1 > filled_) break;
-#else
       if (cur_ + 1 >= filled_) break;
-#endif
       ++cur_;
       cursor_ = bufs_[cur_].data();
       limit_ = cursor_ + LengthOf(cur_);

@@ -26,9 +26,6 @@ class Uring {
     int res;  // bytes moved, or -errno
   };
 
-  // The kernel's limit on one registered buffer's length (1 GiB).
-  static constexpr size_t kMaxRegisteredBytes = size_t{1} << 30;
-
   virtual ~Uring() = default;
 
   // Registers iov[0, n) as fixed buffers (index i is iov[i]). 0 or -errno;

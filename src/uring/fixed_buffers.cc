@@ -16,10 +16,6 @@
 
 namespace bufpool {
 
-static_assert(FixedBuffers::kMaxRegisteredBytes ==
-                  os::Uring::kMaxRegisteredBytes,
-              "one limit per registered buffer");
-
 absl::StatusOr<FixedBuffers> FixedBuffers::Register(io_uring* ring,
                                                     const BufferPool& pool) {
   if (pool.buffer_size() > kMaxRegisteredBytes) {
