@@ -13,7 +13,8 @@
 //       from the front (append, parse, erase). std_string_batch_erase: the
 //       same, but erasing once per read. libbufpool_views:
 //       LengthPrefixSplitter::ForEachFrame, each frame a view (frames that
-//       cross buffers copied into one reused string).
+//       cross buffers copied into one reused string). read_only_floor:
+//       the reads alone, dropped whole (what every chain contender pays).
 //   Lines/<contender>  64 KiB reads of 80-byte lines ("...\n"); the length
 //       of each line is summed. libbufpool: LineSplitter::Next over a chain
 //       of 16 4 KiB buffers (new references to filled ones, so no copy
@@ -197,6 +198,25 @@ void BM_LengthFrames_BufpoolViews(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kRead);
 }
 BENCHMARK(BM_LengthFrames_BufpoolViews)->Name("LengthFrames/libbufpool_views");
+
+// The floor under both chain contenders: the same reads into pool buffers,
+// dropped whole without cutting a frame. A splitter can be at most
+// (std_string_batch_erase / this) times faster than the string way.
+void BM_LengthFrames_ReadOnly(benchmark::State& state) {
+  FrameStream stream;
+  bufpool::BufferPool& pool = Pool();
+  bufpool::BufferChain in(pool);
+  auto read = [&] {
+    ReadInto(stream, pool, in);
+    in.Clear();
+  };
+  for (int i = 0; i < 4; ++i) read();
+  AllocCounter allocs;
+  for (auto _ : state) read();
+  allocs.Report(state, static_cast<double>(state.iterations()));
+  state.SetBytesProcessed(state.iterations() * kRead);
+}
+BENCHMARK(BM_LengthFrames_ReadOnly)->Name("LengthFrames/read_only_floor");
 
 void LengthFramesString(benchmark::State& state, bool batch_erase) {
   FrameStream stream;
