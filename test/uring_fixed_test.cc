@@ -120,8 +120,16 @@ TEST(FixedBuffersTest, SecondTableOnOneRingIsRefusedClearly) {
 }
 
 // Root may pin any amount (CAP_IPC_LOCK), so this runs in a child that
-// drops the capability and lowers RLIMIT_MEMLOCK before registering.
+// drops the capability and lowers RLIMIT_MEMLOCK before registering. The
+// ring is created first: without the capability the kernel charges the
+// ring's own pages to the user's locked memory, which other root processes
+// (tests running beside this one) may already have filled past 64 KiB.
 [[noreturn]] void RegisterWithoutPrivilegeAndReport() {
+  Ring ring(8, 0);
+  if (!ring.ok()) {
+    std::fprintf(stderr, "no ring\n");
+    std::exit(2);
+  }
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2] = {};
   syscall(SYS_capget, &hdr, data);
@@ -129,11 +137,6 @@ TEST(FixedBuffersTest, SecondTableOnOneRingIsRefusedClearly) {
   syscall(SYS_capset, &hdr, data);
   rlimit lim{64 * 1024, 64 * 1024};
   setrlimit(RLIMIT_MEMLOCK, &lim);
-  Ring ring(8, 0);
-  if (!ring.ok()) {
-    std::fprintf(stderr, "no ring\n");
-    std::exit(2);
-  }
   auto pool = BufferPool::Create({.buffer_count = 256});  // 1 MiB
   if (!pool.ok()) std::exit(3);
   auto fixed = FixedBuffers::Register(ring.get(), **pool);
