@@ -849,9 +849,10 @@ TEST(FlushCachesTest, EmptiesEveryCpusCache) {
 // stopped or locked a cache; in life a handler that sleeps, or preemption)
 // stalls no other thread: a worker pinned to the other CPU, whose cache the
 // drain holds, keeps acquiring and releasing through the depot. Its worst
-// pair staying under 10 ms is a stall detector, not a speed bound: the
+// pair staying under 100 ms is a stall detector, not a speed bound: the
 // drainer sleeps 200 ms each time, and a worker that waits for it takes
-// the whole 200 ms.
+// the whole 200 ms, while preemption on a loaded 2-CPU machine (load 20)
+// costs a worker 12–20 ms.
 namespace sleepy_drain {
 std::atomic<int> sleeps{0};
 void AfterStop(uint32_t) {
@@ -867,7 +868,7 @@ TEST(DrainTest, ADrainerThatSleepsWhileHoldingACacheStallsNoOtherThread) {
   // The machine may preempt the worker for a while of its own; a stall is
   // there in every attempt, a preemption rarely in five.
   int64_t best_worst_ns = INT64_MAX;
-  for (int attempt = 0; attempt < 5 && best_worst_ns >= 10'000'000; ++attempt) {
+  for (int attempt = 0; attempt < 5 && best_worst_ns >= 100'000'000; ++attempt) {
     std::atomic<bool> warm{false}, done{false};
     std::atomic<int64_t> worst_ns{0};
     std::atomic<uint64_t> pairs{0};
@@ -914,7 +915,7 @@ TEST(DrainTest, ADrainerThatSleepsWhileHoldingACacheStallsNoOtherThread) {
                 static_cast<unsigned long long>(pairs.load()));
     best_worst_ns = std::min(best_worst_ns, worst_ns.load());
   }
-  EXPECT_LT(best_worst_ns, 10'000'000)
+  EXPECT_LT(best_worst_ns, 100'000'000)
       << "the worker waited for the drainer (mode "
       << static_cast<int>(pool->per_cpu_mode()) << ")";
   EXPECT_EQ(pool->Stats().in_use, 0u);
