@@ -10,6 +10,14 @@
 // Receives that run out of buffers are parked (ParkedReceives); while the
 // ring cannot lend enough, the pool's notice, read in the same ring, wakes
 // the loop as soon as a buffer is free.
+// Each connection's input and replies are bound to its own budget
+// (bufpool/budget.h), so one client cannot take the pool: receiving pauses
+// while they pin kHighBytes and resumes at kLowBytes, and a command still
+// unfinished when it pins more than kMaxQuery is answered "-ERR ... query
+// buffer limit ..." and the connection closed, as Redis does past its
+// client-query-buffer-limit. (A connection reserves nothing: a reservation
+// would cost every idle connection a buffer, where an idle connection
+// here pins none.)
 // SIGUSR1 prints the pool's counters on stdout (bench/run_resp_bench reads
 // them): "stats: in_use=N cached=N high_water=N buffer_size=N conns=N".
 //
@@ -34,6 +42,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
 #include "bufpool/cursor.h"
@@ -47,10 +56,23 @@ namespace {
 using bufpool::BufferChain;
 using bufpool::ChainCursor;
 enum Op : uint64_t { kAccept = 1, kRecv = 2, kSend = 3, kNotify = 4 };
-constexpr size_t kMaxBulk = 64 << 20, kLinkAbove = 16 << 10;  // see store
+constexpr size_t kMaxBulk = 2 << 20, kLinkAbove = 16 << 10;  // see store
+// Per connection, what its budget lets input and unsent replies pin (the
+// pool is 64 MiB): an unfinished command at most kMaxQuery (room for a
+// kMaxBulk value received in part-filled buffers, twice its bytes before
+// it is packed); receiving pauses at kHighBytes and resumes at kLowBytes,
+// which is kMaxQuery so that a connection whose replies have gone out is
+// always below it; kMaxBytes leaves room for what arrives and what the
+// commands received so far answer while the pause takes effect.
+constexpr size_t kMaxQuery = 2 * kMaxBulk + (64 << 10);
+constexpr size_t kLowBytes = kMaxQuery, kHighBytes = 6 << 20;
+constexpr size_t kMaxBytes = 8 << 20;
 struct Conn {
-  Conn(int f, bufpool::BufferPool& pool) : fd(f), in(pool), out(pool) {}
+  explicit Conn(int f) : fd(f) {}
   int fd;
+  // Charged by `in`, `out` and the send `out` moves into; declared first, so
+  // that it outlives them.
+  std::unique_ptr<bufpool::BufferBudget> budget;
   BufferChain in, out;
   bufpool::LineSplitter inline_lines{{.max_line = 64 << 10}};
   std::vector<std::string> args;         // of the command being parsed
@@ -58,6 +80,7 @@ struct Conn {
   bufpool::HeldSend send;
   bool receiving = false, parked = false, done = false;
   bool send_queued = false;  // in `sending`: its replies go at the turn's end
+  bool paused = false;       // over the budget's high watermark, not yet low
 };
 io_uring ring;
 bufpool::BufferPool* pool;
@@ -131,7 +154,10 @@ void Execute(Conn* c, absl::Span<const absl::string_view> args,
     auto it = store.find(args[1]);  // a new key allocates, an old one not
     if (it == store.end()) it = store.try_emplace(std::string(args[1])).first;
     it->second.first.assign(args[2].data(), args[2].size());
-    it->second.second = std::move(big);
+    // Into an unbound chain: the value outlives the connection, so its
+    // buffers leave the connection's budget with it.
+    it->second.second.Clear();
+    it->second.second.Append(std::move(big));
     Reply(c, "+OK\r\n");
   } else if (absl::EqualsIgnoreCase(cmd, "GET") && n == 2) {
     auto it = store.find(args[1]);
@@ -254,12 +280,19 @@ void Process(Conn* c) {  // runs every complete command in c->in
   }
   const size_t bs = pool->buffer_size();
   if (!c->done && c->in.slice_count() * bs > 2 * c->in.size() + 2 * bs) {
-    BufferChain packed(*pool);  // a partial command: into full buffers
+    BufferChain packed(*c->budget);  // a partial command: into full buffers
     bool ok = true;
     for (auto part : c->in.spans()) ok = ok && packed.Append(part).ok();
     if (ok) c->in = std::move(packed);  // same bytes: splitter state holds
   }
   max_partial_buffers = std::max(max_partial_buffers, c->in.slice_count());
+  // An unfinished command past the query limit (the budget's count first:
+  // pinned_bytes() walks the slices).
+  if (!c->done && c->budget->pinned_bytes() > kMaxQuery &&
+      c->in.pinned_bytes() > kMaxQuery) {
+    ProtocolError(c, absl::StrCat("query buffer limit of ", kMaxQuery,
+                                  " bytes reached by an unfinished command"));
+  }
   if (c->done) {  // stop receiving; what was answered is still sent
     c->in.Clear();
     io_uring_prep_cancel64(Sqe(nullptr, 0),
@@ -307,6 +340,29 @@ int Listen(int port) {
 void Accept(int lfd) {
   io_uring_prep_multishot_accept(Sqe(nullptr, kAccept), lfd, 0, 0, 0);
 }
+// A connection with its budget; nullptr (the socket closed) when the budget
+// cannot be made.
+Conn* NewConn(int fd) {
+  auto* c = new Conn(fd);
+  auto budget = pool->CreateBudget({.name = absl::StrCat("conn ", fd),
+                                    .max_bytes = kMaxBytes,
+                                    .high_watermark = kHighBytes,
+                                    .low_watermark = kLowBytes,
+                                    // Acted on in OnCompletion.
+                                    .on_high = [c] { c->paused = true; },
+                                    .on_low = [c] { c->paused = false; }});
+  if (!budget.ok()) {
+    std::fprintf(stderr, "resp_server: %s\n",
+                 budget.status().ToString().c_str());
+    close(fd);
+    delete c;
+    return nullptr;
+  }
+  c->budget = *std::move(budget);
+  c->in = BufferChain(*c->budget);
+  c->out = BufferChain(*c->budget);
+  return c;
+}
 // One completion.
 void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping) {
   auto* c = reinterpret_cast<Conn*>(cqe.user_data & ~uint64_t{7});
@@ -321,24 +377,32 @@ void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping) {
       if (cqe.res >= 0) {
         const int one = 1;
         setsockopt(cqe.res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        Receive(*live.insert(new Conn(cqe.res, *pool)).first);
-        if (stopping) shutdown(cqe.res, SHUT_RDWR);
+        if (Conn* nc = NewConn(cqe.res); nc != nullptr) {
+          Receive(*live.insert(nc).first);
+          if (stopping) shutdown(cqe.res, SHUT_RDWR);
+        }
       }
       if (!more && !stopping) Accept(lfd);
       return;
     case kRecv: {
       if (!more) c->receiving = false;
+      // Charged to the connection's budget. A ResourceExhausted that carries
+      // bytes (res > 0) is the budget's: they are in `in` all the same.
       absl::Status s = bufs->Take(cqe, c->in);  // gives back its buffers
       if (c->done) {
         c->in.Clear();  // closing: what still arrives is dropped
-      } else if (s.ok() && cqe.res > 0) {
+      } else if (cqe.res > 0 && (s.ok() || absl::IsResourceExhausted(s))) {
         Process(c);
       } else if (absl::IsResourceExhausted(s)) {
         if (!more) c->parked = true, parked->Park(c);
-      } else {
+      } else if (cqe.res != -ECANCELED || stopping) {
         c->done = true;  // end of stream or an error
       }
-      if (!more && !c->done && !c->parked) Receive(c);
+      if (c->paused && more && !c->done) {  // stop the multishot receive
+        io_uring_prep_cancel64(Sqe(nullptr, 0),
+                               reinterpret_cast<uint64_t>(c) | kRecv, 0);
+      }
+      if (!more && !c->done && !c->parked && !c->paused) Receive(c);
       break;
     }
     case kSend: {
@@ -346,6 +410,9 @@ void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping) {
       c->send.ReturnUnsentTo(c->out);  // resumed, then the rest
       if (c->send.result() < 0) c->done = true, c->out.Clear();
       QueueSend(c);
+      // Sent down to the low watermark: receive again.
+      if (!c->paused && !c->receiving && !c->parked && !c->done && !stopping)
+        Receive(c);
       break;
     }
   }

@@ -252,6 +252,35 @@ TEST(BudgetTest, WatermarksFireOnceEachWay) {
   EXPECT_EQ(lows, 2);
 }
 
+// One Consume() across many buffers releases them at once (one on_low),
+// and the high water follows every new peak and only new peaks.
+TEST(BudgetTest, ConsumeAcrossBuffersReleasesOnceAndHighWaterIsExact) {
+  auto pool = MakePool(32);
+  int lows = 0;
+  auto budget = MakeBudget(*pool, {.name = "c",
+                                   .max_bytes = 16 * kBs,
+                                   .high_watermark = 4 * kBs,
+                                   .low_watermark = 2 * kBs,
+                                   .on_low = [&] { ++lows; }});
+  BufferChain chain(*budget);
+  for (int i = 1; i <= 6; ++i) {
+    ASSERT_TRUE(chain.Append(Bytes(kBs, 'a')).ok());
+    EXPECT_EQ(budget->Stats().high_water_bytes, i * kBs);
+  }
+  chain.Consume(5 * kBs + 1);  // five whole buffers and a byte of the sixth
+  EXPECT_EQ(budget->pinned_bytes(), kBs);
+  EXPECT_EQ(lows, 1);
+  EXPECT_EQ(pool->Stats().in_use, 1u);
+  for (int i = 2; i <= 6; ++i) {
+    ASSERT_TRUE(chain.Append(Bytes(kBs, 'b')).ok());
+    EXPECT_EQ(budget->Stats().high_water_bytes, 6 * kBs);
+  }
+  ASSERT_TRUE(chain.Append(Bytes(kBs, 'c')).ok());  // 7 buffers: a new peak
+  EXPECT_EQ(budget->Stats().high_water_bytes, 7 * kBs);
+  chain.Clear();
+  EXPECT_EQ(budget->pinned_bytes(), 0u);
+}
+
 TEST(BudgetTest, ReservationHoldsWhileAnotherBudgetDrainsThePool) {
   auto pool = MakePool(160);
   auto hog = MakeBudget(*pool, {.name = "hog", .max_bytes = ~size_t{0}});

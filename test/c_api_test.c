@@ -742,6 +742,287 @@ static void test_eight_threads(void) {
   bufpool_destroy(s.pool);
 }
 
+/* ---- Budgets ------------------------------------------------------------- */
+
+static void test_budget_options_defaults(void) {
+  const bufpool_budget_options macro = BUFPOOL_BUDGET_OPTIONS_INIT;
+  bufpool_budget_options fn;
+  memset(&fn, 0xab, sizeof(fn));
+  bufpool_budget_options_init(&fn, sizeof(fn));
+  CHECK(memcmp(&macro, &fn, sizeof(fn)) == 0);
+  CHECK(macro.struct_size == sizeof(bufpool_budget_options));
+  CHECK(macro.name == NULL);
+  CHECK(macro.max_bytes == 0); /* no default: the caller sets it */
+  CHECK(macro.high_watermark == 0 && macro.low_watermark == 0);
+  CHECK(macro.on_high == NULL && macro.on_low == NULL);
+  CHECK(macro.user_data == NULL);
+  CHECK(macro.reserved_bytes == 0);
+}
+
+/* Creates a budget that must be refused; returns the error (the caller's). */
+static char* refused_budget(bufpool_pool* pool,
+                            const bufpool_budget_options* o) {
+  char* err = NULL;
+  bufpool_budget* b = bufpool_budget_create(pool, o, &err);
+  CHECK(b == NULL);
+  if (b != NULL) bufpool_budget_destroy(b);
+  CHECK(err != NULL);
+  return err;
+}
+
+/* Bad options: one error each, naming the field and its numbers; nothing is
+ * taken from the pool. */
+static void test_budget_create_errors(void) {
+  bufpool_pool* pool = make_pool(16, 0);
+  bufpool_budget_options o = BUFPOOL_BUDGET_OPTIONS_INIT;
+  o.name = "conn 1";
+  char* err = refused_budget(pool, &o); /* max_bytes left at 0 */
+  CHECK(contains(err, "INVALID_ARGUMENT"));
+  CHECK(contains(err, "\"conn 1\""));
+  CHECK(contains(err, "max_bytes 0 is less than one buffer (4096 bytes)"));
+  bufpool_free_error(err);
+
+  o.max_bytes = 8 * 4096;
+  o.high_watermark = 2 * 4096;
+  o.low_watermark = 4 * 4096; /* above the high one */
+  err = refused_budget(pool, &o);
+  CHECK(contains(err, "INVALID_ARGUMENT"));
+  CHECK(contains(err, "low < high <= max_bytes (low 16384, high 8192"));
+  bufpool_free_error(err);
+
+  o.high_watermark = 9 * 4096; /* above max_bytes */
+  err = refused_budget(pool, &o);
+  CHECK(contains(err, "high 36864, max_bytes 32768"));
+  bufpool_free_error(err);
+
+  o.high_watermark = 0;
+  o.low_watermark = 4096; /* a low mark alone */
+  err = refused_budget(pool, &o);
+  CHECK(contains(err, "low_watermark 4096 without a high_watermark"));
+  bufpool_free_error(err);
+
+  o.low_watermark = 0;
+  o.reserved_bytes = 9 * 4096; /* more than max_bytes */
+  err = refused_budget(pool, &o);
+  CHECK(contains(err, "reserved_bytes 36864 exceeds max_bytes 32768"));
+  bufpool_free_error(err);
+
+  o.max_bytes = 64 * 4096;
+  o.reserved_bytes = 17 * 4096; /* more than the pool's 16 buffers */
+  err = refused_budget(pool, &o);
+  CHECK(contains(err, "RESOURCE_EXHAUSTED"));
+  CHECK(contains(err,
+                 "reserving 17 buffers would over-commit the pool (16 "
+                 "buffers"));
+  bufpool_free_error(err);
+
+  /* Reservations add up: 10 then 7 of 16. */
+  o.reserved_bytes = 10 * 4096;
+  err = NULL;
+  bufpool_budget* ten = bufpool_budget_create(pool, &o, &err);
+  REQUIRE(ten != NULL);
+  CHECK(err == NULL);
+  o.reserved_bytes = 7 * 4096;
+  err = refused_budget(pool, &o);
+  CHECK(contains(err,
+                 "reserving 7 buffers would over-commit the pool (16 "
+                 "buffers, 10 reserved by budgets"));
+  bufpool_free_error(err);
+  bufpool_budget_destroy(ten);
+
+  err = refused_budget(pool, NULL);
+  CHECK(contains(err, "options is NULL"));
+  bufpool_free_error(err);
+  o.struct_size = offsetof(bufpool_budget_options, reserved_bytes);
+  err = refused_budget(pool, &o);
+  CHECK(contains(err, "struct_size"));
+  bufpool_free_error(err);
+  o.struct_size = sizeof(o) + 8;
+  err = refused_budget(pool, &o);
+  CHECK(contains(err, "newer bufpool/c.h"));
+  bufpool_free_error(err);
+  CHECK(bufpool_budget_create(pool, NULL, NULL) == NULL); /* err may be NULL */
+
+  const bufpool_stats st = stats_of(pool);
+  CHECK(st.in_use == 0); /* every refused reserve went back */
+  bufpool_destroy(pool);
+}
+
+struct marks {
+  int highs, lows;
+};
+static void on_high(void* user_data) { ++((struct marks*)user_data)->highs; }
+static void on_low(void* user_data) { ++((struct marks*)user_data)->lows; }
+
+static bufpool_budget_stats budget_stats_of(const bufpool_budget* b) {
+  bufpool_budget_stats st;
+  memset(&st, 0xab, sizeof(st));
+  bufpool_budget_get_stats(b, &st);
+  CHECK(st.struct_size == sizeof(st));
+  return st;
+}
+
+/* The limit refuses with a message naming the budget, taking nothing; the
+ * watermarks fire once each way, with the caller's user_data; the stats and
+ * the pool's metrics show the budget. */
+static void test_budget_limit_and_watermarks(void) {
+  bufpool_pool* pool = make_pool(16, 0);
+  struct marks m = {0, 0};
+  bufpool_budget_options o = BUFPOOL_BUDGET_OPTIONS_INIT;
+  o.name = "conn 7";
+  o.max_bytes = 4 * 4096 + 100; /* rounded down to 4 buffers */
+  o.high_watermark = 3 * 4096;
+  o.low_watermark = 1 * 4096;
+  o.on_high = on_high;
+  o.on_low = on_low;
+  o.user_data = &m;
+  char* err = NULL;
+  bufpool_budget* budget = bufpool_budget_create(pool, &o, &err);
+  REQUIRE(budget != NULL);
+  char name[4];
+  CHECK(bufpool_budget_name(budget, name, sizeof(name)) == 6);
+  CHECK(strcmp(name, "con") == 0);
+
+  void* got[4];
+  for (int i = 0; i < 4; ++i) {
+    got[i] = bufpool_budget_acquire(budget, &err);
+    REQUIRE(got[i] != NULL);
+    memset(got[i], i, 4096);            /* a whole buffer, writable */
+    CHECK(m.highs == (i >= 2 ? 1 : 0)); /* at 3 buffers, once */
+  }
+  CHECK(err == NULL);
+  CHECK(bufpool_budget_acquire(budget, &err) == NULL);
+  CHECK(contains(err,
+                 "RESOURCE_EXHAUSTED: bufpool_budget_acquire: budget "
+                 "\"conn 7\" is at its limit of 16384 bytes"));
+  CHECK(contains(err, "no buffer taken"));
+  CHECK(bufpool_budget_acquire(budget, NULL) == NULL); /* err may be NULL */
+  bufpool_free_error(err);
+  err = NULL;
+  CHECK(stats_of(pool).in_use == 4); /* the refusals took nothing */
+
+  bufpool_budget_stats st = budget_stats_of(budget);
+  CHECK(st.pinned_bytes == 4 * 4096);
+  CHECK(st.high_water_bytes == 4 * 4096);
+  CHECK(st.refusals == 2);
+  CHECK(st.max_bytes == 4 * 4096);
+  CHECK(st.reserve_buffers == 0);
+
+  const size_t need = bufpool_write_metrics(pool, "", NULL, 0);
+  char* text = malloc(need + 1);
+  REQUIRE(text != NULL);
+  bufpool_write_metrics(pool, "", text, need + 1);
+  CHECK(
+      contains(text, "bufpool_budget_pinned_bytes{budget=\"conn 7\"} 16384\n"));
+  CHECK(contains(text, "bufpool_budget_refusals_total{budget=\"conn 7\"} 2\n"));
+  free(text);
+
+  bufpool_budget_release(budget, got[3]);
+  bufpool_budget_release(budget, got[2]);
+  CHECK(m.lows == 0); /* 2 buffers: above the low mark */
+  bufpool_budget_release(budget, got[1]);
+  CHECK(m.lows == 1 && m.highs == 1);
+  got[1] = bufpool_budget_acquire(budget, &err);
+  got[2] = bufpool_budget_acquire(budget, &err);
+  REQUIRE(got[1] != NULL && got[2] != NULL);
+  CHECK(m.highs == 2); /* armed again by the low crossing */
+  bufpool_budget_release(budget, got[2]);
+  bufpool_budget_release(budget, got[1]);
+  bufpool_budget_release(budget, got[0]);
+  CHECK(m.lows == 2);
+  st = budget_stats_of(budget);
+  CHECK(st.pinned_bytes == 0);
+  CHECK(st.high_water_bytes == 4 * 4096);
+  CHECK(stats_of(pool).in_use == 0);
+  bufpool_budget_destroy(budget);
+  bufpool_budget_destroy(NULL); /* ignored */
+  bufpool_destroy(pool);
+}
+
+/* A reservation is there after another consumer drained the pool, and is
+ * refilled when its buffers come back; past it, a dry pool is its own
+ * error, not a refusal. */
+static void test_budget_reservation_survives_a_drained_pool(void) {
+  bufpool_pool* pool = make_pool(8, 0);
+  bufpool_budget_options o = BUFPOOL_BUDGET_OPTIONS_INIT;
+  o.name = "reply";
+  o.max_bytes = 4 * 4096;
+  o.reserved_bytes = 4096 + 1; /* rounded up to 2 buffers */
+  char* err = NULL;
+  bufpool_budget* budget = bufpool_budget_create(pool, &o, &err);
+  REQUIRE(budget != NULL);
+  CHECK(budget_stats_of(budget).reserve_buffers == 2);
+  CHECK(stats_of(pool).in_use == 2);
+
+  void* others[8];
+  CHECK(bufpool_try_acquire_bulk(pool, others, 8) == 6); /* the rest */
+  void* a = bufpool_budget_acquire(budget, &err);
+  void* b = bufpool_budget_acquire(budget, &err);
+  CHECK(a != NULL && b != NULL && a != b);
+  CHECK(err == NULL);
+  CHECK(budget_stats_of(budget).reserve_buffers == 0);
+  CHECK(bufpool_budget_acquire(budget, &err) == NULL);
+  CHECK(contains(err,
+                 "the pool has no free buffer (budget \"reply\" pins "
+                 "8192 of its 16384 bytes)"));
+  bufpool_free_error(err);
+  err = NULL;
+  CHECK(budget_stats_of(budget).refusals == 0); /* the pool's, not its own */
+
+  bufpool_budget_release(budget, a); /* back into the reserve */
+  CHECK(budget_stats_of(budget).reserve_buffers == 1);
+  a = bufpool_budget_acquire(budget, &err); /* the pool is still dry */
+  CHECK(a != NULL);
+  bufpool_budget_release(budget, a);
+  bufpool_budget_release(budget, b);
+  CHECK(budget_stats_of(budget).reserve_buffers == 2);
+  bufpool_release_bulk(pool, others, 6);
+  CHECK(stats_of(pool).in_use == 2);
+  bufpool_budget_destroy(budget);
+  CHECK(stats_of(pool).in_use == 0);
+  bufpool_destroy(pool);
+}
+
+static void die_budget_release_unacquired(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  bufpool_budget_options o = BUFPOOL_BUDGET_OPTIONS_INIT;
+  o.name = "b";
+  o.max_bytes = 4096;
+  bufpool_budget* budget = bufpool_budget_create(pool, &o, NULL);
+  bufpool_budget_release(budget, bufpool_try_acquire(pool));
+}
+
+static void die_budget_destroy_in_use(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  bufpool_budget_options o = BUFPOOL_BUDGET_OPTIONS_INIT;
+  o.name = "b";
+  o.max_bytes = 4096;
+  bufpool_budget* budget = bufpool_budget_create(pool, &o, NULL);
+  (void)bufpool_budget_acquire(budget, NULL);
+  bufpool_budget_destroy(budget);
+}
+
+static void die_budget_double_release(void) {
+  bufpool_pool* pool = make_pool(4, 64);
+  bufpool_budget_options o = BUFPOOL_BUDGET_OPTIONS_INIT;
+  o.name = "b";
+  o.max_bytes = 2 * 4096;
+  bufpool_budget* budget = bufpool_budget_create(pool, &o, NULL);
+  void* p = bufpool_budget_acquire(budget, NULL);
+  (void)bufpool_budget_acquire(budget, NULL);
+  bufpool_budget_release(budget, p);
+  bufpool_budget_release(budget, p);
+}
+
+static void test_budget_misuse_aborts_with_message(void) {
+  expect_abort("budget release unacquired", die_budget_release_unacquired,
+               "budget \"b\" released more than it acquired");
+  expect_abort("budget destroy in use", die_budget_destroy_in_use,
+               "budget \"b\" destroyed while its chains pin 4096 bytes");
+  expect_abort("budget double release", die_budget_double_release,
+               "double release");
+}
+
 /* ---- Driver -------------------------------------------------------------- */
 
 static const struct {
@@ -764,6 +1045,13 @@ static const struct {
     {"eight_threads", test_eight_threads},
     {"write_metrics", test_write_metrics},
     {"holders_report", test_holders_report},
+    {"budget_options_defaults", test_budget_options_defaults},
+    {"budget_create_errors", test_budget_create_errors},
+    {"budget_limit_and_watermarks", test_budget_limit_and_watermarks},
+    {"budget_reservation_survives_a_drained_pool",
+     test_budget_reservation_survives_a_drained_pool},
+    {"budget_misuse_aborts_with_message",
+     test_budget_misuse_aborts_with_message},
 };
 
 int main(int argc, char** argv) {

@@ -2,9 +2,11 @@
 // (Debian's redis-tools) and with raw sockets: the commands' replies, a
 // 1 MiB value, inline and multi-bulk requests pipelined together, malformed
 // input, and a client that sends half a command in small pieces and stalls
-// (it must hold about its bytes, not a buffer per piece), and the pool's
-// counters it prints on SIGUSR1 (bench/run_resp_bench reads them). Each test
-// ends the server and checks that every buffer went back to its pool.
+// (it must hold about its bytes, not a buffer per piece), a client whose
+// unfinished command passes the query limit (it cannot starve the others),
+// and the pool's counters it prints on SIGUSR1 (bench/run_resp_bench reads
+// them). Each test ends the server and checks that every buffer went back to
+// its pool.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -210,6 +212,56 @@ TEST_F(RespServerTest, AStalledHalfCommandHoldsAboutItsBytes) {
       << last;
   EXPECT_LE(held, 4u) << last;
   close(fd);
+}
+
+// One client sends a command that never ends (100 arguments of 2 MB, more
+// than the whole 64 MiB pool): its budget stops it at the query limit with
+// a RESP error and the connection is closed, while another client is
+// answered throughout, and the pool never lends more than a fraction of
+// itself (before budgets, the command took every buffer and starved the
+// other client's receives).
+TEST_F(RespServerTest, AHugeUnfinishedCommandCannotStarveAnotherClient) {
+  const int hog = Connect();
+  const int other = Connect();
+  std::thread flood([hog] {
+    const std::string head = "*100\r\n$3\r\nSET\r\n$1\r\nk\r\n";
+    send(hog, head.data(), head.size(), MSG_NOSIGNAL);
+    const std::string arg = "$2000000\r\n" + std::string(2000000, 'x') + "\r\n";
+    for (int i = 0; i < 40; ++i) {  // 80 MB, unless the server closes first
+      size_t sent = 0;
+      while (sent < arg.size()) {
+        const ssize_t n =
+            send(hog, arg.data() + sent, arg.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) return;
+        sent += static_cast<size_t>(n);
+      }
+    }
+  });
+  for (int i = 0; i < 50; ++i) {
+    send(other, "PING\r\n", 6, MSG_NOSIGNAL);
+    const std::string pong = ReadN(other, 7);
+    if (pong != "+PONG\r\n") {
+      ADD_FAILURE() << "ping " << i << " got \"" << pong << "\"";
+      shutdown(hog, SHUT_RDWR);  // so that the flood ends
+      break;
+    }
+  }
+  flood.join();
+  // The error, then the end of the stream (or a reset, as the server closed
+  // with the rest of the command unread).
+  const std::string got = ReadN(hog, SIZE_MAX);
+  EXPECT_EQ(got.rfind("-ERR Protocol error: query buffer limit of ", 0), 0u)
+      << got.substr(0, 200);
+  close(hog);
+  send(other, "PING\r\n", 6, 0);
+  EXPECT_EQ(ReadN(other, 7), "+PONG\r\n");
+  const Stats s = SignalForStats();
+  // 16384 buffers of 4 KiB: the hog's 8 MiB budget and the ring's 2048
+  // lent buffers are well under half of them.
+  EXPECT_LT(s.high_water * s.buffer_size, size_t{32} << 20)
+      << "high water " << s.high_water << " buffers";
+  close(other);
+  Stop();
 }
 
 TEST_F(RespServerTest, PrintsThePoolsStatsOnSigusr1) {

@@ -174,9 +174,8 @@ class BUFPOOL_EXPORT BufferBudget {
     // relaxed stores: one writer (see "Thread safety"); readers on other
     // threads want a recent value, not an order with anything else.
     pinned_.store(p, std::memory_order_relaxed);
-    if (p > high_water_.load(std::memory_order_relaxed)) {
-      high_water_.store(p, std::memory_order_relaxed);
-    }
+    // A new high water is a charge event too, so the common charge is one
+    // compare.
     if (p >= charge_event_) [[unlikely]]
       OnChargeEvent(p);
   }
@@ -187,7 +186,8 @@ class BUFPOOL_EXPORT BufferBudget {
       OnReleaseEvent(p);
   }
   // The rare steps, one compare each on the charge and release paths:
-  // crossing a watermark, trimming or refilling the reserve.
+  // a new high water, crossing a watermark, trimming or refilling the
+  // reserve.
   void OnChargeEvent(size_t p);
   void OnReleaseEvent(size_t p);
   // Sets charge_event_ and release_below_ from the state (see there).
@@ -226,10 +226,10 @@ class BUFPOOL_EXPORT BufferBudget {
   size_t reserved_buffers_ = 0;
   bool above_high_ = false;
   // Charge() calls OnChargeEvent() once pinned reaches charge_event_ (the
-  // high mark while below it; the point past which the reserve is
-  // surplus), Release() calls OnReleaseEvent() below release_below_ (past
-  // the low mark while above high; the point below which the reserve is
-  // short). SIZE_MAX and 0: nothing to do.
+  // high mark while below it; one past the high water; the point past which
+  // the reserve is surplus), Release() calls OnReleaseEvent() below
+  // release_below_ (past the low mark while above high; the point below which
+  // the reserve is short). SIZE_MAX and 0: nothing to do.
   size_t charge_event_ = ~size_t{0};
   size_t release_below_ = 0;
   std::function<void()> on_high_, on_low_;

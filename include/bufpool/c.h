@@ -247,7 +247,6 @@ BUFPOOL_EXPORT size_t bufpool_trim_idle(bufpool_pool* pool) BUFPOOL_C_NOEXCEPT;
 BUFPOOL_EXPORT int bufpool_grow(bufpool_pool* pool, size_t buffers,
                                 char** err) BUFPOOL_C_NOEXCEPT;
 
-/* The pool's buffer_size and buffer_count (an elastic pool: its ceiling). */
 /* Who holds the pool's buffers (BufferPool::HoldersReport(), at most
  * max_holders acquire sites), as bufpool_write_metrics() writes: at most
  * size - 1 bytes and a NUL into buf (NULL when size is 0); returns the
@@ -258,11 +257,152 @@ BUFPOOL_EXPORT size_t bufpool_holders_report(const bufpool_pool* pool,
                                              size_t max_holders, char* buf,
                                              size_t size) BUFPOOL_C_NOEXCEPT;
 
-/* The pool's buffer_size and buffer_count. */
+/* The pool's buffer_size and buffer_count (an elastic pool: its ceiling). */
 BUFPOOL_EXPORT size_t bufpool_buffer_size(const bufpool_pool* pool)
     BUFPOOL_C_NOEXCEPT;
 BUFPOOL_EXPORT size_t bufpool_capacity(const bufpool_pool* pool)
     BUFPOOL_C_NOEXCEPT;
+
+/* ---- Budgets (since 0.3; bufpool/budget.h) -------------------------------
+ *
+ * A budget is a named share of one pool for one consumer (a connection, a
+ * tenant): a byte limit, high/low watermarks whose callbacks fire once each
+ * way (hysteresis), and an optional reservation taken from the pool up
+ * front. The C API has no chains, so C code charges a budget by taking its
+ * buffers through it: bufpool_budget_acquire() hands out a whole buffer and
+ * charges buffer_size bytes, bufpool_budget_release() gives it back and
+ * takes the charge off. Past max_bytes the acquire returns NULL and
+ * "RESOURCE_EXHAUSTED: ... budget "<name>" is at its limit of N bytes ...",
+ * counted in refusals; nothing is taken. The first reserved_bytes of
+ * buffers come from the budget's reserve, so they are there even when other
+ * consumers have drained the pool.
+ *
+ *   bufpool_budget_options bo = BUFPOOL_BUDGET_OPTIONS_INIT;
+ *   bo.name = "conn 7"; bo.max_bytes = 64 * 4096;
+ *   bo.high_watermark = 48 * 4096; bo.low_watermark = 16 * 4096;
+ *   bo.on_high = pause_reading; bo.on_low = resume_reading; bo.user_data = c;
+ *   bufpool_budget* budget = bufpool_budget_create(pool, &bo, &err);
+ *   void* b = bufpool_budget_acquire(budget, &err);  (NULL: refused or dry)
+ *   ...
+ *   bufpool_budget_release(budget, b);
+ *   bufpool_budget_destroy(budget);  (before bufpool_destroy(pool))
+ *
+ * Ownership. A bufpool_budget* is the caller's; free it with
+ * bufpool_budget_destroy(), once, after every buffer it handed out came back
+ * through bufpool_budget_release() (it aborts naming the budget and the
+ * bytes otherwise) and before its pool is destroyed (its reserve is buffers
+ * of the pool). The name is copied; the library keeps no pointer to the
+ * options. Buffers from bufpool_budget_acquire() go back only through
+ * bufpool_budget_release() of the same budget (not bufpool_release()).
+ *
+ * Thread safety. A budget is used by one thread at a time (the consumer's
+ * loop): its acquire and release calls, and the callbacks they run, are not
+ * synchronized with each other. bufpool_budget_get_stats_sized() and
+ * bufpool_write_metrics() may read it from any thread at any time.
+ * bufpool_budget_create() and bufpool_budget_destroy() of different
+ * budgets may run on any threads at once.
+ *
+ * Callbacks. on_high(user_data) runs when the budget's pinned bytes rise to
+ * high_watermark or above, and not again until on_low(user_data) has run,
+ * when they fall back to low_watermark or below. Both run inside the
+ * acquire or release call that crossed the mark, on its thread; they must
+ * not call the budget's acquire, release or destroy. NULL: none. */
+
+/* A budget; opaque. */
+typedef struct bufpool_budget bufpool_budget;
+
+/* A watermark callback; gets bufpool_budget_options.user_data. */
+typedef void (*bufpool_budget_callback)(void* user_data);
+
+/* What bufpool_budget_create() builds. Start from
+ * BUFPOOL_BUDGET_OPTIONS_INIT (or bufpool_budget_options_init()), then set
+ * at least max_bytes. Fields added later go at the end, as in
+ * bufpool_options. */
+typedef struct bufpool_budget_options {
+  size_t struct_size;    /* sizeof(bufpool_budget_options) of the caller */
+  const char* name;      /* in errors, reports, metrics; NULL: "" */
+  size_t max_bytes;      /* >= buffer_size, rounded down to whole
+                            buffers; SIZE_MAX: no limit; no default */
+  size_t high_watermark; /* 0: no watermarks; else low < high <= max */
+  size_t low_watermark;  /* on_low once pinned bytes fall to this */
+  bufpool_budget_callback on_high; /* NULL: none */
+  bufpool_budget_callback on_low;  /* NULL: none */
+  void* user_data;                 /* passed to on_high and on_low */
+  size_t reserved_bytes; /* taken from the pool up front, rounded up to
+                            whole buffers; <= max_bytes; default 0 */
+} bufpool_budget_options;
+
+/* Everything 0 but struct_size: max_bytes must be set. */
+#define BUFPOOL_BUDGET_OPTIONS_INIT \
+  { sizeof(bufpool_budget_options), NULL, 0, 0, 0, NULL, NULL, NULL, 0 }
+
+/* Fills the first `options_size` bytes of *options as
+ * BUFPOOL_BUDGET_OPTIONS_INIT does, struct_size = options_size. */
+BUFPOOL_EXPORT void bufpool_budget_options_init(
+    bufpool_budget_options* options, size_t options_size) BUFPOOL_C_NOEXCEPT;
+
+/* A snapshot of a budget's counters (BudgetStats). */
+typedef struct bufpool_budget_stats {
+  size_t struct_size;      /* set by the library: the bytes it filled */
+  size_t pinned_bytes;     /* charged now: buffers out through the budget */
+  size_t high_water_bytes; /* the most charged at once */
+  uint64_t refusals;       /* acquires refused at the limit */
+  size_t max_bytes;        /* the limit, rounded down to whole buffers */
+  size_t reserve_buffers;  /* buffers held in the reserve now */
+} bufpool_budget_stats;
+
+/* Creates a budget on `pool`. On failure returns NULL and stores the
+ * message in *err: "INVALID_ARGUMENT: ..." naming the field and its value
+ * (max_bytes below one buffer, watermarks out of order, a reservation past
+ * max_bytes, a struct_size this library does not know), or
+ * "RESOURCE_EXHAUSTED: ..." when the reservation, with the pool's other
+ * reservations and ring lending, would over-commit the pool or the pool has
+ * not that many buffers free, naming the numbers. */
+BUFPOOL_EXPORT bufpool_budget* bufpool_budget_create(
+    bufpool_pool* pool, const bufpool_budget_options* options,
+    char** err) BUFPOOL_C_NOEXCEPT;
+
+/* Gives the reserve back to the pool and frees the budget. Aborts, naming
+ * the budget and the bytes, while buffers it handed out are not back. NULL
+ * is ignored. */
+BUFPOOL_EXPORT void bufpool_budget_destroy(bufpool_budget* budget)
+    BUFPOOL_C_NOEXCEPT;
+
+/* A buffer charged to the budget (from its reserve while it has one, else
+ * from the pool), or NULL with the message in *err (when err is not NULL):
+ * "RESOURCE_EXHAUSTED: bufpool_budget_acquire: budget ..." when one more
+ * buffer would take it past max_bytes (a refusal), or
+ * "RESOURCE_EXHAUSTED: bufpool_budget_acquire: the pool has no free buffer
+ * ..." when the pool is dry. Never waits. May run on_high. */
+BUFPOOL_EXPORT void* bufpool_budget_acquire(bufpool_budget* budget,
+                                            char** err) BUFPOOL_C_NOEXCEPT;
+
+/* Gives back a buffer from bufpool_budget_acquire() of this budget and
+ * takes its charge off (refilling a short reserve from it). Aborts as
+ * bufpool_release() does on a pointer that is not out, and with "released
+ * more than it acquired" when the budget has nothing charged. May run
+ * on_low. */
+BUFPOOL_EXPORT void bufpool_budget_release(bufpool_budget* budget,
+                                           void* buffer) BUFPOOL_C_NOEXCEPT;
+
+/* Writes the first min(stats_size, sizeof(bufpool_budget_stats)) bytes of
+ * *stats and sets stats->struct_size to that count; bufpool_budget_get_stats()
+ * passes the size of the caller's struct. Any thread. */
+BUFPOOL_EXPORT void bufpool_budget_get_stats_sized(
+    const bufpool_budget* budget, bufpool_budget_stats* stats,
+    size_t stats_size) BUFPOOL_C_NOEXCEPT;
+
+static inline void bufpool_budget_get_stats(const bufpool_budget* budget,
+                                            bufpool_budget_stats* stats)
+    BUFPOOL_C_NOEXCEPT {
+  bufpool_budget_get_stats_sized(budget, stats, sizeof(*stats));
+}
+
+/* The budget's name as snprintf() writes (see bufpool_write_metrics());
+ * returns its length. */
+BUFPOOL_EXPORT size_t bufpool_budget_name(const bufpool_budget* budget,
+                                          char* buf,
+                                          size_t size) BUFPOOL_C_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */

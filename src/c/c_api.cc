@@ -24,6 +24,7 @@
 #include "bufpool/buffer_pool.h"
 #include "bufpool/c.h"
 #include "bufpool/metrics.h"
+#include "c_internal.h"
 
 namespace {
 
@@ -72,29 +73,6 @@ constexpr size_t kOptionsV1Size =
 BufferPool* Pool(bufpool_pool* p) { return reinterpret_cast<BufferPool*>(p); }
 const BufferPool* Pool(const bufpool_pool* p) {
   return reinterpret_cast<const BufferPool*>(p);
-}
-
-// Stored when even the message cannot be allocated; bufpool_free_error()
-// knows not to free it.
-char kNoMemoryError[] =
-    "RESOURCE_EXHAUSTED: bufpool: out of memory for the error message";
-
-// LevelDB's convention (see c.h): free what *err held, then store.
-void StoreError(char** err, std::string_view message) {
-  if (err == nullptr) return;
-  bufpool_free_error(*err);
-  char* s = static_cast<char*>(std::malloc(message.size() + 1));
-  if (s == nullptr) {
-    *err = kNoMemoryError;
-    return;
-  }
-  std::memcpy(s, message.data(), message.size());
-  s[message.size()] = '\0';
-  *err = s;
-}
-
-void StoreError(char** err, const absl::Status& status) {
-  StoreError(err, status.ToString());
 }
 
 // Options in C++ form, or the error naming the field.
@@ -171,6 +149,46 @@ absl::Status ToPoolOptions(const bufpool_options* in,
 }
 
 }  // namespace
+
+namespace bufpool::c_internal {
+
+// Stored when even the message cannot be allocated; bufpool_free_error()
+// knows not to free it.
+char kNoMemoryError[] =
+    "RESOURCE_EXHAUSTED: bufpool: out of memory for the error message";
+
+// LevelDB's convention (see c.h): free what *err held, then store.
+void StoreError(char** err, std::string_view message) {
+  if (err == nullptr) return;
+  bufpool_free_error(*err);
+  char* s = static_cast<char*>(std::malloc(message.size() + 1));
+  if (s == nullptr) {
+    *err = kNoMemoryError;
+    return;
+  }
+  std::memcpy(s, message.data(), message.size());
+  s[message.size()] = '\0';
+  *err = s;
+}
+
+void StoreError(char** err, const absl::Status& status) {
+  StoreError(err, status.ToString());
+}
+
+size_t CopyOut(std::string_view text, char* buf, size_t size) {
+  if (size != 0) {
+    const size_t n = std::min(text.size(), size - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+  return text.size();
+}
+
+}  // namespace bufpool::c_internal
+
+using bufpool::c_internal::CopyOut;
+using bufpool::c_internal::kNoMemoryError;
+using bufpool::c_internal::StoreError;
 
 extern "C" {
 
@@ -265,12 +283,7 @@ size_t bufpool_write_metrics(const bufpool_pool* pool, const char* name,
   } catch (const std::bad_alloc&) {
     return 0;
   }
-  if (size != 0) {
-    const size_t n = std::min(text.size(), size - 1);
-    std::memcpy(buf, text.data(), n);
-    buf[n] = '\0';
-  }
-  return text.size();
+  return CopyOut(text, buf, size);
 }
 
 size_t bufpool_holders_report(const bufpool_pool* pool, size_t max_holders,
@@ -281,12 +294,7 @@ size_t bufpool_holders_report(const bufpool_pool* pool, size_t max_holders,
   } catch (const std::bad_alloc&) {
     return 0;
   }
-  if (size != 0) {
-    const size_t n = std::min(text.size(), size - 1);
-    std::memcpy(buf, text.data(), n);
-    buf[n] = '\0';
-  }
-  return text.size();
+  return CopyOut(text, buf, size);
 }
 
 void bufpool_flush_caches(bufpool_pool* pool) noexcept {

@@ -267,19 +267,31 @@ size_t BufferChain::FillIovecs(absl::Span<iovec> out) const {
   return k;
 }
 
+// A bound chain's consumed slices are all dropped first, then its budget
+// hears once of the buffers whose runs ended: one charge update, and one
+// look at the watermarks and the reserve, per Consume() rather than per
+// buffer (a reserve refilling finds the buffers back in the pool).
 void BufferChain::ConsumeSlow(size_t n) {
   n = std::min(n, size_);
   size_ -= n;
+  size_t released = 0;
   while (n != 0) {
     SharedBuffer& front = At(0);
     if (n < front.size_) {
       front.data_ += n;
       front.size_ -= n;
-      return;
+      break;
     }
     n -= front.size_;
-    PopFront();
+    if (budget_ != nullptr && (count_ == 1 || !SameBuffer(front, At(1))))
+        [[unlikely]] {
+      released += front.pool_->buffer_size();
+    }
+    front.Reset();
+    head_ = (head_ + 1) & (cap_ - 1);
+    --count_;
   }
+  if (released != 0) internal::BudgetAccess::Release(*budget_, released);
 }
 
 BufferChain BufferChain::Split(size_t n) {

@@ -217,6 +217,8 @@ absl::Status BufferBudget::Refuse(absl::string_view what, size_t wanted,
 void BufferBudget::Rearm() {
   const size_t held = reserve_size_ * buffer_size_;  // <= floor_
   charge_event_ = above_high_ ? ~size_t{0} : high_mark_;
+  charge_event_ =
+      std::min(charge_event_, high_water_.load(std::memory_order_relaxed) + 1);
   if (reserve_size_ != 0) {
     charge_event_ = std::min(charge_event_, floor_ - held + 1);
   }
@@ -225,6 +227,10 @@ void BufferBudget::Rearm() {
 }
 
 void BufferBudget::OnChargeEvent(size_t p) {
+  // relaxed: one writer (the budget's thread); Stats() wants a recent value.
+  if (p > high_water_.load(std::memory_order_relaxed)) {
+    high_water_.store(p, std::memory_order_relaxed);
+  }
   if (!above_high_ && p >= high_mark_) CrossHigh();
   if (reserve_size_ != 0 && p + reserve_size_ * buffer_size_ > floor_) {
     TrimReserve();

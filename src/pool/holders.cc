@@ -409,11 +409,14 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
   std::string report =
       absl::StrCat("bufpool: ", out_now, " of ", capacity_, " buffer(s) out");
   if (holders_ == nullptr) {
-    absl::StrAppend(&report, ": ", raw, " as raw pointers, ", out_now - raw,
-                    " held by Buffer handles, chains or rings\n",
-                    "  holder tracking is off; to see where each was "
-                    "acquired, run with BUFPOOL_TRACK_HOLDERS=all in the "
-                    "environment (or PoolOptions::track_holders)\n");
+    // The switch goes in the first line: it is what a reader of a truncated
+    // log or a one-line alert needs next.
+    absl::StrAppend(&report,
+                    " (tracking off: run with BUFPOOL_TRACK_HOLDERS=all, or "
+                    "PoolOptions::track_holders, to see where each was "
+                    "acquired): ",
+                    raw, " as raw pointers, ", out_now - raw,
+                    " held by Buffer handles, chains or rings\n");
     return report;
   }
   std::vector<uintptr_t> sites;
