@@ -304,6 +304,12 @@ class WalkSeamTest : public TreeTest {
     ASSERT_EQ(symlink("top", S("link").c_str()), 0);
     ASSERT_EQ(mkfifo(S("fifo").c_str(), 0644), 0);
     t_ = os::RealSyscalls();
+    // The walk's system calls: no ring, so that directories and links are
+    // made by mkdir and symlink (their ring operations failing is
+    // RingEntryFaultTest's).
+    t_.uring_create = [](unsigned, std::unique_ptr<os::Uring>*) {
+      return -ENOSYS;
+    };
     t_.mkdir = [](const char* p, mode_t m) {
       return Hit(p) ? (errno = w.err, -1) : os::RealSyscalls().mkdir(p, m);
     };
@@ -475,7 +481,8 @@ std::map<std::string, std::string> Describe(const std::string& root) {
 }
 
 // The two ways a tree's files are copied; the test seam picks one.
-enum class Walker { kRing, kThreads, kThreadsNoStatx };
+// kRingNoEntries: the ring without mkdirat and symlinkat (a 5.6 kernel).
+enum class Walker { kRing, kThreads, kThreadsNoStatx, kRingNoEntries };
 
 // Wraps the real ring; makes the kernel fail one operation of the first
 // file that reaches it (a bad descriptor, so that links behave as for a
@@ -483,9 +490,12 @@ enum class Walker { kRing, kThreads, kThreadsNoStatx };
 struct RingFaults {
   Walker walker = Walker::kRing;
   std::string fail;  // "statx", "open src", "open dst", "read", "write",
-                     // "close dst", or empty
+                     // "close dst", "mkdir", "symlink", or empty
   int err = EIO;
+  int skip = 0;       // operations of that kind let through first
   bool done = false;  // the one failure was injected
+  int mkdirs = 0;     // mkdirat and symlinkat operations prepared
+  int symlinks = 0;
 } f;
 
 class FaultRing final : public os::Uring {
@@ -527,7 +537,27 @@ class FaultRing final : public os::Uring {
   }
   bool Supports(Op op) override {
     if (f.walker == Walker::kThreadsNoStatx && op == Op::kStatx) return false;
+    if (f.walker == Walker::kRingNoEntries &&
+        (op == Op::kMkdirat || op == Op::kSymlinkat)) {
+      return false;
+    }
     return real_->Supports(op);
+  }
+  bool PrepareMkdirat(int dirfd, const char* path, mode_t mode,
+                      uint64_t ud) override {
+    ++f.mkdirs;
+    if (Inject("mkdir")) {
+      return real_->PrepareMkdirat(-1, "fault", mode, ud | kTag);
+    }
+    return real_->PrepareMkdirat(dirfd, path, mode, ud);
+  }
+  bool PrepareSymlinkat(const char* target, int dirfd, const char* path,
+                        uint64_t ud) override {
+    ++f.symlinks;
+    if (Inject("symlink")) {
+      return real_->PrepareSymlinkat(target, -1, "fault", ud | kTag);
+    }
+    return real_->PrepareSymlinkat(target, dirfd, path, ud);
   }
   bool PrepareOpenat(int dirfd, const char* path, int flags, mode_t mode,
                      uint64_t ud) override {
@@ -560,6 +590,10 @@ class FaultRing final : public os::Uring {
   static constexpr uint64_t kWritable = uint64_t{1} << 61;
   static bool Inject(const char* what) {
     if (f.done || f.fail != what) return false;
+    if (f.skip > 0) {
+      --f.skip;
+      return false;
+    }
     f.done = true;
     return true;
   }
@@ -587,7 +621,8 @@ class RingTreeTest : public TreeTest,
     t_.uring_create = FaultUringCreate;
     // Is there a ring at all here (io_uring may be disabled)?
     std::unique_ptr<os::Uring> probe;
-    if (GetParam() == Walker::kRing && os::CreateUring(4, &probe) < 0) {
+    if ((GetParam() == Walker::kRing || GetParam() == Walker::kRingNoEntries) &&
+        os::CreateUring(4, &probe) < 0) {
       GTEST_SKIP() << "io_uring is not available here";
     }
   }
@@ -612,7 +647,18 @@ class RingTreeTest : public TreeTest,
         EXPECT_NE(t.ring_fallback.find("no IORING_OP_STATX"), std::string::npos)
             << t.ring_fallback;
         break;
+      case Walker::kRingNoEntries:
+        EXPECT_TRUE(t.ring) << t.ring_fallback;
+        EXPECT_EQ(f.mkdirs + f.symlinks, 0);
+        break;
     }
+  }
+  // Whether this kernel's ring makes directories and links.
+  static bool KernelHasEntryOps() {
+    std::unique_ptr<os::Uring> ring;
+    return os::CreateUring(4, &ring) == 0 &&
+           ring->Supports(os::Uring::Op::kMkdirat) &&
+           ring->Supports(os::Uring::Op::kSymlinkat);
   }
   // Small files in a few directories, one of each other kind beside them.
   void MakeMixedTree() {
@@ -650,7 +696,14 @@ TEST_P(RingTreeTest, CopiesEveryEntryAsTheOtherWalkerDoes) {
   EXPECT_TRUE(r->errors.empty()) << r->errors[0];
   ExpectWalker(*r);
   EXPECT_EQ(r->files, 208u);
+  EXPECT_EQ(r->directories, 6u);
+  EXPECT_EQ(r->symlinks, 1u);
   EXPECT_EQ(OpenFds(), fds);
+  if (GetParam() == Walker::kRing && KernelHasEntryOps()) {
+    // Every directory and the link were ring operations.
+    EXPECT_EQ(f.mkdirs, 6);
+    EXPECT_EQ(f.symlinks, 1);
+  }
   std::map<std::string, std::string> want = Describe(src_);
   // New files lose set-user-ID, as cp gives them.
   EXPECT_EQ(want.erase("/setuid"), 1u);
@@ -706,13 +759,16 @@ TEST_P(RingTreeTest, ProgressCountsFilesAndBytesOnTheCallingThread) {
 
 INSTANTIATE_TEST_SUITE_P(Walkers, RingTreeTest,
                          testing::Values(Walker::kRing, Walker::kThreads,
-                                         Walker::kThreadsNoStatx),
+                                         Walker::kThreadsNoStatx,
+                                         Walker::kRingNoEntries),
                          [](const testing::TestParamInfo<Walker>& p) {
                            switch (p.param) {
                              case Walker::kRing:
                                return "Ring";
                              case Walker::kThreads:
                                return "NoRing";
+                             case Walker::kRingNoEntries:
+                               return "RingNoMkdirat";
                              default:
                                return "NoStatx";
                            }
@@ -787,6 +843,89 @@ INSTANTIATE_TEST_SUITE_P(
       std::string n = p.param.op;
       std::replace(n.begin(), n.end(), ' ', '_');
       return n;
+    });
+
+// A directory's or a link's ring operation failing: one line naming the
+// destination, everything else copied (the failed directory's contents
+// too are missing, as cp leaves them), nothing left open.
+struct EntryFault {
+  const char* op;
+  const char* words;
+  const char* missing;  // the entry whose creation failed
+};
+
+class RingEntryFaultTest : public TreeTest,
+                           public testing::WithParamInterface<EntryFault> {};
+
+TEST_P(RingEntryFaultTest, OneEntryFailsAndTheRestIsMade) {
+  std::unique_ptr<os::Uring> probe;
+  if (os::CreateUring(4, &probe) < 0 ||
+      !probe->Supports(os::Uring::Op::kMkdirat) ||
+      !probe->Supports(os::Uring::Op::kSymlinkat)) {
+    GTEST_SKIP() << "no IORING_OP_MKDIRAT / SYMLINKAT here";
+  }
+  // One subdirectory with a file and a link; the walk makes the root first.
+  ASSERT_EQ(mkdir(S("sub").c_str(), 0755), 0);
+  WriteFileOrDie(S("sub/file"), "file");
+  ASSERT_EQ(symlink("file", S("sub/link").c_str()), 0);
+  WriteFileOrDie(S("top"), "top");
+  f = RingFaults{};
+  f.fail = GetParam().op;
+  f.err = EIO;
+  f.skip = f.fail == "mkdir" ? 1 : 0;  // the root is made
+  os::SyscallTable t = os::RealSyscalls();
+  t.uring_create = FaultUringCreate;
+  const int fds = OpenFds();
+  absl::StatusOr<TreeStats> r;
+  {
+    os::ScopedSyscalls seam(&t);
+    r = CopyTree(src_, Path("dst"));
+  }
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(f.done);
+  EXPECT_EQ(OpenFds(), fds);
+  ASSERT_EQ(r->errors.size(), 1u);
+  EXPECT_EQ(r->errors[0], std::string(GetParam().words) +
+                              Path(std::string("dst/") + GetParam().missing) +
+                              ": " + strerror(EIO));
+  struct stat st;
+  EXPECT_NE(lstat(Path(std::string("dst/") + GetParam().missing).c_str(), &st),
+            0);
+  EXPECT_EQ(ReadFileOrDie(Path("dst/top")), "top");
+  if (f.fail == "symlink") {
+    EXPECT_EQ(ReadFileOrDie(Path("dst/sub/file")), "file");
+  }
+}
+
+// The root's mkdirat failing fails the call, as its mkdir does.
+TEST_F(TreeTest, ARingMkdirOfTheRootFailsTheCall) {
+  std::unique_ptr<os::Uring> probe;
+  if (os::CreateUring(4, &probe) < 0 ||
+      !probe->Supports(os::Uring::Op::kMkdirat)) {
+    GTEST_SKIP() << "no IORING_OP_MKDIRAT here";
+  }
+  WriteFileOrDie(S("f"), "f");
+  f = RingFaults{};
+  f.fail = "mkdir";
+  os::SyscallTable t = os::RealSyscalls();
+  t.uring_create = FaultUringCreate;
+  absl::StatusOr<TreeStats> r;
+  {
+    os::ScopedSyscalls seam(&t);
+    r = CopyTree(src_, Path("dst"));
+  }
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "create directory: " + Path("dst") + ": Input/output error");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, RingEntryFaultTest,
+    testing::Values(EntryFault{"mkdir", "create directory: ", "sub"},
+                    EntryFault{"symlink",
+                               "create symbolic link: ", "sub/link"}),
+    [](const testing::TestParamInfo<EntryFault>& p) {
+      return std::string(p.param.op);
     });
 
 // The ring itself failing (io_uring_enter refused) part-way: the files

@@ -723,6 +723,14 @@ class FaultyRing final : public os::Uring {
   bool PrepareClose(int fd, uint64_t ud) override {
     return real_->PrepareClose(fd, ud);
   }
+  bool PrepareMkdirat(int dirfd, const char* path, mode_t mode,
+                      uint64_t ud) override {
+    return real_->PrepareMkdirat(dirfd, path, mode, ud);
+  }
+  bool PrepareSymlinkat(const char* target, int dirfd, const char* path,
+                        uint64_t ud) override {
+    return real_->PrepareSymlinkat(target, dirfd, path, ud);
+  }
   void LinkLast(Link link) override { real_->LinkLast(link); }
   unsigned SubmissionSpace() override { return real_->SubmissionSpace(); }
   bool PopCompletion(Completion* out) override {

@@ -164,7 +164,8 @@ std::unique_ptr<Mover> MakeKernelMover(Context& ctx);
 
 // The io_uring side of CopyTree (tree_ring.cc): regular files of at most
 // one buffer, into directories the walk created, copied as ring operations
-// on the walking thread, many files in flight at once.
+// on the walking thread, many files in flight at once; and the directories
+// and symbolic links the walk makes, where the kernel has those operations.
 class TreeRing {
  public:
   // Where each file's outcome goes. Called on the walking thread from
@@ -179,6 +180,11 @@ class TreeRing {
     virtual void Handoff(std::string src, std::string dst) = 0;
     // No longer a regular file: walk the entry again.
     virtual void Revisit(std::string src, std::string dst) = 0;
+    // The outcome of Mkdir (`err` 0 or an errno) and of Symlink.
+    virtual void DirectoryMade(std::string src, const struct stat& st,
+                               std::string dst, int err) = 0;
+    virtual void SymlinkMade(const struct stat& st, const std::string& dst,
+                             int err) = 0;
   };
 
   // A ring through Sys().uring_create and up to 64 buffers of `pool`
@@ -194,7 +200,18 @@ class TreeRing {
   // Copies `src` (a regular file when the walk listed it) to `dst`, a new
   // name; waits for a free slot first when every one is in use.
   virtual void Add(std::string src, std::string dst) = 0;
-  // Waits until every file added has its outcome.
+  // mkdir(dst, mode) (src and its lstat `st` are passed back) and
+  // symlink(target, dst) as ring operations: false, with nothing done, when
+  // the kernel lacks IORING_OP_MKDIRAT / IORING_OP_SYMLINKAT (5.15) or the
+  // ring has failed; the caller then makes them with system calls. True:
+  // the outcome comes through the Sink, DirectoryMade or SymlinkMade,
+  // exactly once (from a system call if the ring fails before the kernel
+  // had the operation).
+  virtual bool Mkdir(std::string src, const struct stat& st, std::string dst,
+                     mode_t mode) = 0;
+  virtual bool Symlink(std::string target, const struct stat& st,
+                       std::string dst) = 0;
+  // Waits until every file, directory and link added has its outcome.
   virtual void Drain() = 0;
   // Whether the slots' buffers are registered with the ring.
   virtual bool fixed() const = 0;

@@ -373,9 +373,101 @@ absl::Status CloseDirect(Job& job, const std::string& dst) {
   return absl::OkStatus();
 }
 
+// Opens the source (fstat into `st`) and resolves and opens the
+// destination into `target`; records where it goes in `stats`.
+absl::Status OpenBoth(const std::string& src, absl::string_view dst,
+                      const CopyOptions& options, Job& job, struct stat& st,
+                      Target& target, CopyStats& stats) {
+  if (absl::Status s = OpenSource(src, job, st); !s.ok()) return s;
+  if (absl::Status s = OpenTarget(src, st, dst, options, target); !s.ok()) {
+    return s;
+  }
+  stats.destination = target.path;
+  stats.replace = target.replace;
+  stats.created = !target.exists;
+  return absl::OkStatus();
+}
+
+// What the movers share, for the plan's method on the opened files; the
+// buffers and the start time are the caller's to set.
+Context MakeContext(const std::string& src, const struct stat& st,
+                    const CopyOptions& options, const Plan& plan,
+                    const Target& target, const Job& job, CopyStats& stats) {
+  Context ctx;
+  ctx.in_fd = job.in;
+  ctx.out_fd = target.fd;
+  ctx.seekable = S_ISREG(st.st_mode);
+  ctx.out_seekable = target.regular;
+  ctx.src_path = src;
+  ctx.dst_path = target.path;
+  ctx.batch = plan.batch;
+  ctx.queue_depth = plan.depth;
+  ctx.stats = &stats;
+  ctx.options = &options;
+  ctx.total = plan.sized ? static_cast<uint64_t>(st.st_size) : 0;
+  ctx.sendfile_first = plan.sendfile_first;
+  return ctx;
+}
+
+// Empties the destination when it is written in place, then moves the data
+// through the plan's mover with the buffers it needs. The kernel method
+// moves the bytes without buffers: they are taken only if it falls back to
+// readwrite (a private pool per file would cost more than a small file's
+// copy). Returns the size the destination must have.
+absl::StatusOr<uint64_t> CopyData(const std::string& src, const struct stat& st,
+                                  const CopyOptions& options, const Plan& plan,
+                                  Target& target, Job& job, CopyStats& stats,
+                                  absl::Time start) {
+  const std::string& dst = target.path;
+  Buffers held;
+  auto take = [&]() -> absl::Status {
+    if (absl::Status s = TakeBuffers(options, plan.want, dst, held); !s.ok()) {
+      return s;
+    }
+    stats.buffer_bytes = held.buffers.size() * held.pool->buffer_size();
+    return absl::OkStatus();
+  };
+  const bool lazy = plan.method == CopyMethod::kKernel;
+  if (!lazy) {
+    if (absl::Status s = take(); !s.ok()) return s;
+  }
+
+  Context ctx = MakeContext(src, st, options, plan, target, job, stats);
+  ctx.start = start;
+  ctx.pool = held.pool;
+  ctx.buffers = &held.buffers;
+  if (lazy) {
+    ctx.take_buffers = [&]() -> absl::Status {
+      if (absl::Status s = take(); !s.ok()) return s;
+      ctx.pool = held.pool;
+      return absl::OkStatus();
+    };
+  }
+
+  if (absl::Status s = TruncateForWriting(target); !s.ok()) return s;
+  // The mover lives inside MoveData, so it is gone (its registrations
+  // dropped) before `held` gives the buffers back.
+  return MoveData(ctx, plan, target, job, st);
+}
+
+// Closes the O_DIRECT descriptors, then sets the destination's size and
+// attributes and puts it in place (FinishTarget).
+absl::Status Finish(const struct stat& st, uint64_t final_size,
+                    const CopyOptions& options, const CopyStats& stats,
+                    Job& job, Target& target) {
+  if (absl::Status s = CloseDirect(job, target.path); !s.ok()) return s;
+  // The file written started empty (new, temporary or truncated); written
+  // without holes and without O_DIRECT's rounded-up reservations, it has
+  // its size already and needs no truncate.
+  target.sized = !stats.direct_io && stats.bytes_copied == final_size;
+  return FinishTarget(st, final_size, options, target);
+}
+
 }  // namespace
 }  // namespace copy_internal
 
+// The steps: check the options, open both ends, choose how to move the
+// bytes, move them, finish the destination.
 absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
                                    absl::string_view dst_view,
                                    const CopyOptions& options) {
@@ -388,73 +480,16 @@ absl::StatusOr<CopyStats> CopyFile(absl::string_view src_view,
 
   Job job;
   struct stat st;
-  if (absl::Status s = OpenSource(src, job, st); !s.ok()) return s;
   Target target;
-  if (absl::Status s = OpenTarget(src, st, dst_view, options, target);
+  if (absl::Status s = OpenBoth(src, dst_view, options, job, st, target, stats);
       !s.ok()) {
     return s;
   }
-  const std::string& dst = target.path;
-  stats.destination = dst;
-  stats.replace = target.replace;
-  stats.created = !target.exists;
-
   const Plan plan = ChoosePlan(options, st, target, stats);
-  absl::StatusOr<uint64_t> final_size;
-  {
-    // The kernel method moves the bytes without buffers: they are taken
-    // only if it falls back to readwrite (a private pool per file would
-    // cost more than a small file's copy).
-    Buffers held;
-    auto take = [&]() -> absl::Status {
-      if (absl::Status s = TakeBuffers(options, plan.want, dst, held);
-          !s.ok()) {
-        return s;
-      }
-      stats.buffer_bytes = held.buffers.size() * held.pool->buffer_size();
-      return absl::OkStatus();
-    };
-    const bool lazy = plan.method == CopyMethod::kKernel;
-    if (!lazy) {
-      if (absl::Status s = take(); !s.ok()) return s;
-    }
-
-    Context ctx;
-    ctx.in_fd = job.in;
-    ctx.out_fd = target.fd;
-    ctx.seekable = S_ISREG(st.st_mode);
-    ctx.out_seekable = target.regular;
-    ctx.src_path = src;
-    ctx.dst_path = dst;
-    ctx.pool = held.pool;
-    ctx.buffers = &held.buffers;
-    if (lazy) {
-      ctx.take_buffers = [&]() -> absl::Status {
-        if (absl::Status s = take(); !s.ok()) return s;
-        ctx.pool = held.pool;
-        return absl::OkStatus();
-      };
-    }
-    ctx.batch = plan.batch;
-    ctx.queue_depth = plan.depth;
-    ctx.stats = &stats;
-    ctx.options = &options;
-    ctx.total = plan.sized ? static_cast<uint64_t>(st.st_size) : 0;
-    ctx.sendfile_first = plan.sendfile_first;
-    ctx.start = start;
-
-    if (absl::Status s = TruncateForWriting(target); !s.ok()) return s;
-    // The mover lives inside MoveData, so it is gone (its registrations
-    // dropped) before `held` gives the buffers back.
-    final_size = MoveData(ctx, plan, target, job, st);
-  }
+  absl::StatusOr<uint64_t> final_size =
+      CopyData(src, st, options, plan, target, job, stats, start);
   if (!final_size.ok()) return final_size.status();
-  if (absl::Status s = CloseDirect(job, dst); !s.ok()) return s;
-  // The file written started empty (new, temporary or truncated); written
-  // without holes and without O_DIRECT's rounded-up reservations, it has
-  // its size already and needs no truncate.
-  target.sized = !stats.direct_io && stats.bytes_copied == *final_size;
-  if (absl::Status s = FinishTarget(st, *final_size, options, target);
+  if (absl::Status s = Finish(st, *final_size, options, stats, job, target);
       !s.ok()) {
     return s;
   }

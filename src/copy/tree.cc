@@ -2,6 +2,11 @@
 // and copies regular files several at once; each entry's failure is
 // recorded and the walk goes on.
 //
+// Directories and symbolic links are made by ring operations (mkdirat,
+// symlinkat) where the kernel has them (5.15; probed once with the ring),
+// else by system calls on the walking thread; a directory is listed once
+// its mkdir has completed.
+//
 // Regular files take one of two paths:
 //   * the ring (tree_ring.cc): a file of at most one buffer, listed as a
 //     regular file, going into a directory this walk created, is copied by
@@ -150,6 +155,17 @@ class TreeCopier final : private TreeRing::Sink {
   void Revisit(std::string src, std::string dst) override {
     revisits_.emplace_back(std::move(src), std::move(dst));
   }
+  void DirectoryMade(std::string src, const struct stat& st, std::string dst,
+                     int err) override {
+    --directories_in_ring_;
+    Made(src, st, dst, err);
+  }
+  void SymlinkMade(const struct stat& st, const std::string& dst,
+                   int err) override;
+  // A directory's mkdir returned `err` (0: made): an existing directory is
+  // merged into; then it is queued to be listed.
+  void Made(const std::string& src, const struct stat& st,
+            const std::string& dst, int err);
   void QueueFile(std::string src, std::string dst);
   void Symlink(const std::string& src, const struct stat& st,
                const std::string& dst);
@@ -195,6 +211,7 @@ class TreeCopier final : private TreeRing::Sink {
   absl::Time start_;
   absl::Time last_progress_ = absl::InfinitePast();  // walking thread only
   std::unique_ptr<TreeRing> ring_;                   // walking thread only
+  size_t directories_in_ring_ = 0;  // mkdirs in the ring (walking thread)
   std::vector<std::pair<std::string, std::string>> revisits_;  // walking
 
   std::mutex queue_mu_;
@@ -321,9 +338,9 @@ void TreeCopier::FinishFiles() {
   // one it hands back to be walked again may add more.
   while (ring_ != nullptr) {
     ring_->Drain();
-    if (revisits_.empty()) break;
+    if (revisits_.empty() && to_list_.empty()) break;
     Revisits();
-    Walk();  // a revisited directory is listed here
+    Walk();  // a revisited or newly made directory is listed here
   }
   std::unique_lock<std::mutex> lock(queue_mu_);
   closed_ = true;
@@ -393,13 +410,23 @@ void TreeCopier::Directory(const std::string& src, const struct stat& st,
                            const std::string& dst) {
   // Created writable and searchable by its owner so the entries can be
   // made; the bits the source lacks are taken away afterwards.
-  const mode_t mode = st.st_mode & 0777;
+  const mode_t mode = (st.st_mode & 0777) | S_IRWXU;
+  if (ring_ != nullptr && ring_->Mkdir(src, st, dst, mode)) {
+    ++directories_in_ring_;
+    return;
+  }
+  const int err = os::Sys().mkdir(dst.c_str(), mode) == 0 ? 0 : errno;
+  Made(src, st, dst, err);
+}
+
+void TreeCopier::Made(const std::string& src, const struct stat& st,
+                      const std::string& dst, int err) {
   bool created = true;
-  if (os::Sys().mkdir(dst.c_str(), mode | S_IRWXU) != 0) {
+  if (err != 0) {
     struct stat existing;
-    if (errno != EEXIST || os::Sys().stat(dst.c_str(), &existing) != 0 ||
+    if (err != EEXIST || os::Sys().stat(dst.c_str(), &existing) != 0 ||
         !S_ISDIR(existing.st_mode)) {
-      Report("create directory", dst, errno == 0 ? EEXIST : errno);
+      Report("create directory", dst, err);
       return;
     }
     created = false;  // merged into, as cp does; its mode stays
@@ -410,7 +437,12 @@ void TreeCopier::Directory(const std::string& src, const struct stat& st,
 }
 
 void TreeCopier::Walk() {
-  while (!to_list_.empty() || !open_.empty()) {
+  for (;;) {
+    // Nothing to list until the ring's mkdirs complete.
+    if (to_list_.empty() && open_.empty() && directories_in_ring_ > 0) {
+      ring_->Drain();
+    }
+    if (to_list_.empty() && open_.empty()) break;
     // Keep kOpenDirectories directories listed: their other entries are
     // made at once (subdirectories queued for listing), their regular files
     // kept to hand out.
@@ -480,9 +512,17 @@ void TreeCopier::Symlink(const std::string& src, const struct stat& st,
       os::Sys().readlink(src.c_str(), target.data(), target.size());
   if (n < 0) return Report("read symbolic link", src, errno);
   target.resize(static_cast<size_t>(n));
-  if (os::Sys().symlink(target.c_str(), dst.c_str()) != 0) {
-    if (errno == EEXIST && options_.no_clobber) return;  // cp -n: skipped
-    return Report("create symbolic link", dst, errno);
+  if (ring_ != nullptr && ring_->Symlink(target, st, dst)) return;
+  const int err =
+      os::Sys().symlink(target.c_str(), dst.c_str()) == 0 ? 0 : errno;
+  SymlinkMade(st, dst, err);
+}
+
+void TreeCopier::SymlinkMade(const struct stat& st, const std::string& dst,
+                             int err) {
+  if (err != 0) {
+    if (err == EEXIST && options_.no_clobber) return;  // cp -n: skipped
+    return Report("create symbolic link", dst, err);
   }
   Count(&TreeStats::symlinks);
   if (absl::Status s = PreserveAttributes(-1, dst, st, link_options_);

@@ -13,6 +13,10 @@
 //      close(src)             --hard link-->
 //      close(dst)                              (kept open for preserve_*)
 //
+// Directories and symbolic links the walk makes are one operation each
+// (mkdirat, symlinkat; kernel 5.15, probed with the ring), sharing the
+// slots with the files; their outcome goes to the Sink as it completes.
+//
 // Only files of at most one buffer take this path, into directories the
 // walk created (so the destination name is new: O_EXCL). Anything else (a
 // larger or sparse file, an existing destination, a file that changed
@@ -73,6 +77,8 @@ enum Kind : uint64_t {
   kWrite,
   kCloseIn,
   kCloseOut,
+  kMkdir,
+  kSymlink,
 };
 constexpr unsigned kKindBits = 4;
 
@@ -155,20 +161,110 @@ class RingFiles final : public TreeRing {
     while (active_ > 0 && !broken_) Pump(1);
   }
 
+  bool Mkdir(std::string src, const struct stat& st, std::string dst,
+             mode_t mode) override {
+    Slot* s = Take(mkdirat_);
+    if (s == nullptr) return false;
+    s->src = std::move(src);
+    s->dst = std::move(dst);
+    s->st = st;
+    s->job = kMkdir;
+    s->mode = mode;
+    ring_->PrepareMkdirat(AT_FDCWD, s->dst.c_str(), mode,
+                          Data(Index(*s), kMkdir));
+    Queued();
+    return true;
+  }
+
+  bool Symlink(std::string target, const struct stat& st,
+               std::string dst) override {
+    Slot* s = Take(symlinkat_);
+    if (s == nullptr) return false;
+    s->src = std::move(target);
+    s->dst = std::move(dst);
+    s->st = st;
+    s->job = kSymlink;
+    ring_->PrepareSymlinkat(s->src.c_str(), AT_FDCWD, s->dst.c_str(),
+                            Data(Index(*s), kSymlink));
+    Queued();
+    return true;
+  }
+
+  // Which of the optional operations the kernel has (probed with the ring).
+  void ProbeEntries() {
+    mkdirat_ = ring_->Supports(Op::kMkdirat);
+    symlinkat_ = ring_->Supports(Op::kSymlinkat);
+  }
+
  private:
   struct Slot {
     std::byte* buf = nullptr;
-    std::string src, dst;
+    std::string src, dst;  // for kSymlink, src is the link's target
+    Kind job = kStatx;     // kMkdir, kSymlink, or a file (kStatx)
+    mode_t mode = 0;       // kMkdir
     struct statx stx {};
     struct stat st {};
     unsigned pending = 0;    // operations of the current round in flight
     uint64_t queued_at = 0;  // submits_ when they were queued
     int in = -1, out = -1;
-    int res[kCloseOut + 1] = {};
+    int res[kSymlink + 1] = {};
   };
 
   static uint64_t Data(unsigned slot, Kind kind) {
     return uint64_t{slot} << kKindBits | kind;
+  }
+
+  unsigned Index(const Slot& s) const {
+    return static_cast<unsigned>(&s - slots_.data());
+  }
+
+  // A free slot with room for one submission, for a directory or a link;
+  // null (nothing taken) when `supported` is false or the ring has failed.
+  Slot* Take(bool supported) {
+    if (!supported || broken_) return nullptr;
+    while (free_.empty() && !broken_) Pump(1);
+    if (broken_) return nullptr;
+    const unsigned i = free_.back();
+    current_ = i;
+    Room(1);
+    current_ = ~0u;
+    if (broken_) return nullptr;
+    free_.pop_back();
+    Slot& s = slots_[i];
+    std::byte* buf = s.buf;
+    s = Slot{};
+    s.buf = buf;
+    ++active_;
+    s.pending = 1;
+    s.queued_at = submits_;
+    return &s;
+  }
+
+  void Queued() {
+    if (++queued_ >= kSubmitBatch) Pump(0);
+  }
+
+  // A directory or link's outcome to the Sink; the slot is freed first, so
+  // the Sink may add more.
+  void Made(Slot& s, int err) {
+    std::string src = std::move(s.src), dst = std::move(s.dst);
+    const struct stat st = s.st;
+    const Kind job = s.job;
+    Free(s);
+    if (job == kMkdir) {
+      sink_.DirectoryMade(std::move(src), st, std::move(dst), err);
+    } else {
+      sink_.SymlinkMade(st, dst, err);
+    }
+  }
+
+  // A directory or link the kernel never had (the ring failed first): made
+  // with the system call.
+  void MakeNow(Slot& s) {
+    const int rc = s.job == kMkdir
+                       ? os::Sys().mkdir(s.dst.c_str(), s.mode)
+                       : os::Sys().symlink(s.src.c_str(), s.dst.c_str());
+    Made(s, rc == 0 ? 0 : errno);
   }
 
   // Makes room for `n` submissions (a chain is queued whole).
@@ -210,6 +306,14 @@ class RingFiles final : public TreeRing {
       Slot& s = slots_[i];
       // The slot being worked on is handed off by its caller.
       if (s.src.empty() || i == current_) continue;
+      if (s.job == kMkdir || s.job == kSymlink) {
+        if (s.queued_at == submits_) {
+          MakeNow(s);
+        } else {
+          Made(s, err);  // reported as the operation's failure
+        }
+        continue;
+      }
       if (s.queued_at == submits_) {
         CloseNow(s.in);
         CloseNow(s.out);
@@ -239,6 +343,9 @@ class RingFiles final : public TreeRing {
     if (kind == kCloseOut && c.res != -ECANCELED) s.out = -1;
     if (--s.pending > 0) return;
     switch (kind) {
+      case kMkdir:
+      case kSymlink:
+        return Made(s, -c.res);
       case kStatx:
         return Stated(i, s);
       case kOpenIn:
@@ -442,6 +549,8 @@ class RingFiles final : public TreeRing {
   unsigned queued_ = 0;         // operations queued since the last submit
   bool preserve_ = false;
   bool fixed_ = false;
+  bool mkdirat_ = false;    // the kernel has IORING_OP_MKDIRAT
+  bool symlinkat_ = false;  // ... and IORING_OP_SYMLINKAT
   bool broken_ = false;     // the ring failed: everything goes to CopyFile
   uint64_t submits_ = 0;    // submits that worked
   unsigned current_ = ~0u;  // the slot Add or Complete is working on
@@ -474,6 +583,7 @@ absl::StatusOr<std::unique_ptr<TreeRing>> TreeRing::Create(
   auto files = std::make_unique<RingFiles>(options, sink, std::move(ring),
                                            std::move(buffers));
   files->Register();
+  files->ProbeEntries();
   return files;
 }
 

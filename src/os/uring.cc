@@ -63,6 +63,24 @@ class LiburingRing final : public Uring {
     return true;
   }
 
+  bool PrepareMkdirat(int dirfd, const char* path, mode_t mode,
+                      uint64_t user_data) override {
+    io_uring_sqe* sqe = Next();
+    if (sqe == nullptr) return false;
+    io_uring_prep_mkdirat(sqe, dirfd, path, mode);
+    io_uring_sqe_set_data64(sqe, user_data);
+    return true;
+  }
+
+  bool PrepareSymlinkat(const char* target, int dirfd, const char* path,
+                        uint64_t user_data) override {
+    io_uring_sqe* sqe = Next();
+    if (sqe == nullptr) return false;
+    io_uring_prep_symlinkat(sqe, target, dirfd, path);
+    io_uring_sqe_set_data64(sqe, user_data);
+    return true;
+  }
+
   void LinkLast(Link link) override {
     if (last_ != nullptr) {
       last_->flags |= link == Link::kHard ? IOSQE_IO_HARDLINK : IOSQE_IO_LINK;
@@ -126,7 +144,9 @@ class LiburingRing final : public Uring {
       {Op::kWriteFixed, IORING_OP_WRITE_FIXED},
       {Op::kOpenat, IORING_OP_OPENAT},
       {Op::kStatx, IORING_OP_STATX},
-      {Op::kClose, IORING_OP_CLOSE}};
+      {Op::kClose, IORING_OP_CLOSE},
+      {Op::kMkdirat, IORING_OP_MKDIRAT},
+      {Op::kSymlinkat, IORING_OP_SYMLINKAT}};
 
   // A fresh submission entry (remembered for LinkLast), or null when the
   // queue is full. The prep functions clear its flags; LinkLast sets them

@@ -54,7 +54,9 @@ class Uring {
     kWriteFixed,
     kOpenat,
     kStatx,
-    kClose
+    kClose,
+    kMkdirat,   // 5.15
+    kSymlinkat  // 5.15
   };
   // Whether the kernel runs `op` (IORING_REGISTER_PROBE, asked once when the
   // ring is made; false when the probe itself is refused).
@@ -69,6 +71,14 @@ class Uring {
                             unsigned mask, struct statx* out,
                             uint64_t user_data) = 0;
   virtual bool PrepareClose(int fd, uint64_t user_data) = 0;
+  // Queue mkdirat(dirfd, path, mode) and symlinkat(target, dirfd, path)
+  // (kernel 5.15; ask Supports first). The strings must stay valid until
+  // the operation completes; res is 0 or -errno. False when the submission
+  // queue is full.
+  virtual bool PrepareMkdirat(int dirfd, const char* path, mode_t mode,
+                              uint64_t user_data) = 0;
+  virtual bool PrepareSymlinkat(const char* target, int dirfd, const char* path,
+                                uint64_t user_data) = 0;
   // Links the operation prepared last to the one prepared next, which then
   // starts only after it. kSoft: when the linked operation fails (a read or
   // write that moves fewer bytes than asked counts as failing), every later
