@@ -175,24 +175,11 @@ class BUFPOOL_EXPORT BufferChain {
   // into it. So a chain moved back and forth between two owners (a queue
   // and a send) allocates only while growing.
   // An empty chain is constructed, moved and destroyed without a call.
-  BufferChain(BufferChain&& other) noexcept
-      : pool_(other.pool_), budget_(other.budget_), segs_(inline_) {
-    if (other.count_ != 0 || other.segs_ != other.inline_) StealFrom(other);
-  }
-  BufferChain& operator=(BufferChain&& other) noexcept {
-    if (count_ == 0 && other.count_ == 0 && segs_ == inline_ &&
-        other.segs_ == other.inline_) {
-      pool_ = other.pool_;
-      budget_ = other.budget_;
-      return *this;
-    }
-    return MoveAssignSlow(other);
-  }
+  BufferChain(BufferChain&& other) noexcept;
+  BufferChain& operator=(BufferChain&& other) noexcept;
   BufferChain(const BufferChain&) = delete;
   BufferChain& operator=(const BufferChain&) = delete;
-  ~BufferChain() {
-    if (count_ != 0 || segs_ != inline_) DestroySlow();
-  }
+  ~BufferChain();
 
   BufferPool* pool() const { return pool_; }
   // The budget this chain charges, or nullptr.
@@ -203,12 +190,7 @@ class BUFPOOL_EXPORT BufferChain {
   // Slice i, 0 <= i < slice_count(). In builds without NDEBUG an i outside
   // that range aborts, naming the numbers; with NDEBUG (the hot path has no
   // check) it is undefined.
-  const SharedBuffer& slice(size_t i) const {
-#ifndef NDEBUG
-    if (i >= count_) DieBadIndex(i);
-#endif
-    return At(i);
-  }
+  const SharedBuffer& slice(size_t i) const;
   // Deprecated, removed in 0.4: slice_count() and slice(i), by their names
   // before 0.3.
   ABSL_DEPRECATED("use slice_count()")
@@ -251,14 +233,7 @@ class BUFPOOL_EXPORT BufferChain {
   // at once (a buffer with no slice left goes back to its pool), so an
   // emptied chain pins no buffer. Consuming a one-slice chain whole is
   // inline.
-  void Consume(size_t n) {
-    if (count_ == 1 && n >= size_) {
-      size_ = 0;
-      PopBack();
-      return;
-    }
-    ConsumeSlow(n);
-  }
+  void Consume(size_t n);
   // Removes the first min(n, size()) bytes and returns them as a chain with
   // the same pool and budget (charged for the buffers it pins), without
   // copying: whole slices move, and a slice cut in two becomes two
@@ -278,10 +253,7 @@ class BUFPOOL_EXPORT BufferChain {
   // Makes room for `slices` slices in all, so that linking slices up to
   // that count allocates nothing (and cannot throw). Throws std::bad_alloc,
   // the chain unchanged, when the grown ring cannot be allocated.
-  void Reserve(size_t slices) {
-    if (slices > cap_) [[unlikely]]
-      ReserveSlow(slices);
-  }
+  void Reserve(size_t slices);
 
   // ---- Receiving: the one primitive for I/O sources ----
   //
@@ -299,20 +271,8 @@ class BUFPOOL_EXPORT BufferChain {
   // slice, which only this chain can see), empty when there is none: no
   // buffer is taken. Postallocate(n) makes the first n bytes written there
   // part of the chain (n <= Preallocate().size(); aborts otherwise).
-  absl::Span<std::byte> Preallocate() const {
-    const size_t room = TailRoom();
-    if (room == 0) return {};
-    const SharedBuffer& t = At(count_ - 1);
-    return {t.data_ + t.size_, room};
-  }
-  void Postallocate(size_t n) {
-    if (n == 0) return;
-    if (count_ == 0 || n > At(count_ - 1).room()) [[unlikely]] {
-      DieBadPostallocate(n);
-    }
-    At(count_ - 1).size_ += n;
-    size_ += n;
-  }
+  absl::Span<std::byte> Preallocate() const;
+  void Postallocate(size_t n);
 
   struct ReceiveOptions {
     // Bytes fewer than this are copied rather than linked (0: never copy;
@@ -342,16 +302,7 @@ class BUFPOOL_EXPORT BufferChain {
   // reference) and this returns true; false, nothing changed, otherwise.
   // The caller vouches that those bytes are this chain's next ones and
   // that no other slice covers them.
-  bool GrowTail(const std::byte* at, size_t n) {
-    if (count_ == 0) return false;
-    SharedBuffer& t = At(count_ - 1);
-    // Adjacent addresses may be the next buffer's: the tail grows only
-    // inside its own.
-    if (t.data_ + t.size_ != at || t.room() < n) return false;
-    t.size_ += n;
-    size_ += n;
-    return true;
-  }
+  bool GrowTail(const std::byte* at, size_t n);
 
   // ---- Memory that follows bytes ----
   //
@@ -403,58 +354,15 @@ class BUFPOOL_EXPORT BufferChain {
   // is full for a non-empty chain or its pool has no buffer for a new one.
   // Throws std::bad_alloc, nothing changed, when the slice ring cannot
   // grow. Inline for an empty chain while the pack's buffer has room.
-  bool AppendPacked(absl::Span<const std::byte> bytes, ReceivePack& pack) {
-    if (count_ == 0 && AppendPackedInline(bytes.data(), bytes.size(), pack))
-        [[likely]] {
-      return true;
-    }
-    return AppendPackedSlow(bytes.data(), bytes.size(), pack);
-  }
+  bool AppendPacked(absl::Span<const std::byte> bytes, ReceivePack& pack);
 
  private:
-  SharedBuffer& At(size_t i) const {
-    return segs_[(head_ + static_cast<uint32_t>(i)) & (cap_ - 1)];
-  }
-  // Room in the tail's buffer that Append() may write (see the file
-  // comment): 0 unless the tail is the only reference to its buffer; 0 for
-  // an empty chain.
-  size_t TailRoom() const {
-    if (count_ == 0) return 0;
-    const SharedBuffer& t = At(count_ - 1);
-    return t.use_count() == 1 ? t.room() : 0;
-  }
-  // Links `s` after the tail.
-  // A bound chain charges its budget a buffer for a slice that starts a
-  // run (see pinned_bytes()) and releases it when the run's last slice
-  // goes; an unbound one pays one branch.
-  void PushBack(SharedBuffer&& s) {
-    if (count_ == cap_) Grow();
-    if (budget_ != nullptr) [[unlikely]]
-      ChargeLink(s);
-    At(count_) = std::move(s);
-    ++count_;
-  }
-  void PopFront() {
-    if (budget_ != nullptr) [[unlikely]] {
-      PopFrontBudgeted();
-      return;
-    }
-    segs_[head_].Reset();
-    head_ = (head_ + 1) & (cap_ - 1);
-    --count_;
-  }
-  void PopBack() {
-    if (budget_ != nullptr) [[unlikely]] {
-      PopBackBudgeted();
-      return;
-    }
-    At(count_ - 1).Reset();
-    --count_;
-  }
-  // Whether slices a and b are of one buffer.
-  static bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b) {
-    return a.pool_ == b.pool_ && a.slot_ == b.slot_;
-  }
+  SharedBuffer& At(size_t i) const;
+  size_t TailRoom() const;
+  void PushBack(SharedBuffer&& s);
+  void PopFront();
+  void PopBack();
+  static bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b);
   // Inline (below): a bound chain's receive and consume paths call them
   // once per buffer.
   void ChargeLink(const SharedBuffer& s);
@@ -463,22 +371,11 @@ class BUFPOOL_EXPORT BufferChain {
   // Releases budget_'s charge for every run of this chain's slices: for
   // slices that leave in bulk.
   void ReleaseAll();
-  // A fresh buffer for Append() and Compact(): the budget's (its reserve
-  // first) when bound, else the pool's.
-  Buffer TakeFresh() {
-    if (budget_ != nullptr) [[unlikely]]
-      return internal::BudgetAccess::TakeFresh(*budget_);
-    return pool_->TryAcquire();
-  }
+  Buffer TakeFresh();
   void Grow() { GrowTo(cap_ * 2); }
   void GrowTo(uint32_t cap);  // cap: a power of two > cap_
   void ReserveSlow(size_t slices);
-  void AppendFilled(Buffer&& buffer, size_t n) {
-    SharedBuffer s(std::move(buffer));
-    s.size_ = n;
-    size_ += n;
-    PushBack(std::move(s));
-  }
+  void AppendFilled(Buffer&& buffer, size_t n);
   void ConsumeSlow(size_t n);
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
@@ -556,50 +453,6 @@ class BUFPOOL_EXPORT ReceivePack {
   uint32_t used_ = 0;
 };
 
-class BufferChain::SpanRange {
- public:
-  class iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = absl::Span<const std::byte>;
-    using difference_type = std::ptrdiff_t;
-    using pointer = void;
-    using reference = value_type;
-
-    iterator() = default;
-    value_type operator*() const { return chain_->At(i_).span(); }
-    iterator& operator++() {
-      ++i_;
-      return *this;
-    }
-    iterator operator++(int) {
-      iterator old = *this;
-      ++i_;
-      return old;
-    }
-    bool operator==(const iterator& o) const { return i_ == o.i_; }
-
-   private:
-    friend class SpanRange;
-    iterator(const BufferChain* chain, size_t i) : chain_(chain), i_(i) {}
-    const BufferChain* chain_ = nullptr;
-    size_t i_ = 0;
-  };
-
-  iterator begin() const { return {chain_, 0}; }
-  iterator end() const { return {chain_, chain_->slice_count()}; }
-  size_t size() const { return chain_->slice_count(); }
-
- private:
-  friend class BufferChain;
-  explicit SpanRange(const BufferChain* chain) : chain_(chain) {}
-  const BufferChain* chain_;
-};
-
-inline BufferChain::SpanRange BufferChain::spans() const {
-  return SpanRange(this);
-}
-
 // ---- I/O
 // ---------------------------------------------------------------------
 //
@@ -646,144 +499,8 @@ BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(
 // rest stay in the chain. An empty chain writes nothing and returns 0.
 BUFPOOL_EXPORT absl::StatusOr<size_t> WriteTo(int fd, BufferChain& chain);
 
-// ---- Inline fast paths -----------------------------------------------------
-//
-// Reference counts (internal::SharedAccess::Ref). Copies add with relaxed
-// order: a new reference is made from an existing one, so the count cannot
-// reach 0 meanwhile and nothing else needs ordering (as std::shared_ptr).
-// A drop subtracts with acq_rel: release so this holder's reads and writes
-// of the buffer happen-before whichever drop is last, acquire so the last
-// one, which returns the buffer for reuse, sees them all. A drop that loads
-// 1 (acquire, pairing with the others' release subtractions) holds the only
-// reference, which no other thread can copy, so it skips the subtraction.
-
-inline SharedBuffer::SharedBuffer(Buffer&& buffer) noexcept {
-  if (!buffer) return;
-  BufferPool& pool = *buffer.pool();
-  uint32_t* refs = internal::SharedAccess::Refs(pool);
-  slot_ = internal::SharedAccess::TakeSlot(buffer);
-  // relaxed: the slot is ours alone; the pool's hand-over ordered its
-  // previous holders' accesses before this.
-  std::atomic_ref<uint32_t>(refs[slot_]).store(1, std::memory_order_relaxed);
-  pool_ = &pool;
-  data_ = pool.SlotData(slot_);
-  size_ = pool.buffer_size();
-}
-
-inline SharedBuffer::SharedBuffer(const SharedBuffer& other) noexcept
-    : pool_(other.pool_),
-      data_(other.data_),
-      size_(other.size_),
-      slot_(other.slot_) {
-  if (pool_ != nullptr) {
-    internal::SharedAccess::Ref(*pool_, slot_)
-        .fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-inline SharedBuffer& SharedBuffer::operator=(
-    const SharedBuffer& other) noexcept {
-  if (this != &other) {
-    SharedBuffer copy(other);
-    *this = std::move(copy);
-  }
-  return *this;
-}
-
-inline SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    pool_ = std::exchange(other.pool_, nullptr);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    slot_ = other.slot_;
-  }
-  return *this;
-}
-
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void SharedBuffer::Reset() {
-  BufferPool* const pool = pool_;
-  if (pool == nullptr) return;
-  pool_ = nullptr;
-  data_ = nullptr;  // no view of a buffer that may be reused already
-  size_ = 0;
-  std::atomic_ref<uint32_t> ref = internal::SharedAccess::Ref(*pool, slot_);
-  if (ref.load(std::memory_order_acquire) == 1 ||
-      ref.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    internal::SharedAccess::ReleaseSlot(*pool, slot_);
-  }
-}
-
-inline uint32_t SharedBuffer::use_count() const {
-  if (pool_ == nullptr) return 0;
-  return internal::SharedAccess::Ref(*pool_, slot_)
-      .load(std::memory_order_acquire);
-}
-
-inline SharedBuffer SharedBuffer::Slice(size_t offset, size_t length) const {
-  if (pool_ == nullptr || offset > size_ || length > size_ - offset)
-      [[unlikely]] {
-    DieBadSlice(offset, length);
-  }
-  SharedBuffer s(*this);
-  s.data_ += offset;
-  s.size_ = length;
-  return s;
-}
-
-// An empty chain packed without a call: the slice takes one of the pack's
-// spare references (already in the buffer's count), so no atomic is made.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
-    const std::byte* src, size_t len, ReceivePack& pack) {
-  SharedBuffer& b = pack.buf_;
-  if (pack.spare_ == 0 || b.size_ - pack.used_ < len || len == 0) {
-    return false;
-  }
-  std::byte* const dst = b.data_ + pack.used_;
-  SharedBuffer& s = At(0);  // holds nothing: the chain is empty
-  s.pool_ = b.pool_;
-  s.data_ = dst;
-  s.size_ = len;
-  s.slot_ = b.slot_;
-  --pack.spare_;
-  pack.used_ += static_cast<uint32_t>(len);
-  count_ = 1;
-  size_ = len;
-  // The chain was empty: the slice starts a run, a buffer pinned.
-  if (budget_ != nullptr) [[unlikely]]
-    internal::BudgetAccess::Charge(*budget_, b.pool_->buffer_size());
-  std::memcpy(dst, src, len);
-  return true;
-}
-
-inline void BufferChain::ChargeLink(const SharedBuffer& s) {
-  if (count_ == 0 || !SameBuffer(At(count_ - 1), s)) {
-    internal::BudgetAccess::Charge(*budget_, s.pool_->buffer_size());
-  }
-}
-
-// The slice is dropped before the budget hears of it, so that a budget
-// refilling its reserve finds the buffer back in the pool.
-inline void BufferChain::PopFrontBudgeted() {
-  SharedBuffer& f = segs_[head_];
-  const size_t bs =
-      count_ == 1 || !SameBuffer(f, At(1)) ? f.pool_->buffer_size() : 0;
-  f.Reset();
-  head_ = (head_ + 1) & (cap_ - 1);
-  --count_;
-  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
-}
-
-inline void BufferChain::PopBackBudgeted() {
-  SharedBuffer& t = At(count_ - 1);
-  const size_t bs = count_ == 1 || !SameBuffer(At(count_ - 2), t)
-                        ? t.pool_->buffer_size()
-                        : 0;
-  t.Reset();
-  --count_;
-  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
-}
-
 }  // namespace bufpool
+
+#include "bufpool/internal/chain_inl.h"  // IWYU pragma: export
 
 #endif  // BUFPOOL_CHAIN_H_
