@@ -23,7 +23,7 @@ set(BUFPOOL_ROOMS
   "pool     src/pool include/bufpool/buffer_pool.h include/bufpool/budget.h include/bufpool/holders.h include/bufpool/metrics.h include/bufpool/internal | arena"
   "c        src/c include/bufpool/c.h                       | pool"
   "chain    src/chain include/bufpool/chain.h include/bufpool/internal/chain_inl.h include/bufpool/cursor.h include/bufpool/asio.h | pool"
-  "uring    src/uring include/bufpool/uring.h               | chain"
+  "uring    src/uring include/bufpool/uring.h include/bufpool/internal/uring_inl.h | chain"
   "io       src/io include/bufpool/buffered_stream.h include/bufpool/internal/stream_base.h | pool"
   "copy     src/copy include/bufpool/file_copy.h            | io uring"
   "echo     apps/echo                                       | public os tools"

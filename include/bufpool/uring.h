@@ -208,15 +208,7 @@ class BUFPOOL_EXPORT FixedBuffers {
   // pool buffer does; with an elastic pool, a chunk boundary: no buffer
   // does). An elastic pool's chunk not registered yet is registered here
   // (pass buffers you hold); -1 if the kernel refuses (RLIMIT_MEMLOCK).
-  int IndexOf(const void* p) const {
-    const uintptr_t off =
-        reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base_);
-    if (off >= bytes_) return -1;
-    const auto index = static_cast<unsigned>(off >> shift_);
-    if (registered_.empty() || ((registered_[index >> 6] >> (index & 63)) & 1))
-      return static_cast<int>(index);
-    return RegisterChunk(index);
-  }
+  int IndexOf(const void* p) const;
   // Registered buffers (iovecs) in the table; an elastic pool's table
   // entries, registered or still empty.
   unsigned count() const { return count_; }
@@ -459,13 +451,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // The one-buffer completions of a ring without incremental mode that are
   // copied into `out`'s tail room are handled inline (no call, no Status made);
   // the rest out of line.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE absl::Status Take(const io_uring_cqe& cqe,
-                                                 BufferChain& out) {
-    if (TakeInline(cqe, out)) [[likely]] {
-      return absl::OkStatus();
-    }
-    return TakeSlow(cqe, out);
-  }
+  absl::Status Take(const io_uring_cqe& cqe, BufferChain& out);
 
   // Handles a completion's bytes where the kernel wrote them, for a handler
   // that is done with them when it returns (a datagram, on a ring with
@@ -558,30 +544,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
                            const Options& options);
   absl::Status MapAndRegister(Options::Incremental incremental);
   absl::Status Register(uint16_t flags);
-  // Adds buffer `id` (whose bytes start at `data`) at ring position `at`
-  // (mod entries_; the kernel's head and tail run mod 2^16, which the mask
-  // keeps within): the entry's fields one by one, as io_uring_buf_ring_add()
-  // writes them (entry 0's resv is the ring's tail). The len too: the kernel
-  // rewrites it on an incremental ring, and on others where a capped
-  // receive ends inside the buffer it selected.
-  void AddAt(uint16_t id, std::byte* data, uint32_t at) {
-    const uint32_t pos = at & mask_;
-    lent_[id].pos = pos;
-    io_uring_buf& e = br_->bufs[pos];
-    e.addr = reinterpret_cast<uintptr_t>(data);
-    e.len = buffer_size_;
-    e.bid = id;
-  }
-  // Lends buffer `id` again: writes its entry after the tail; the next
-  // Refill() publishes it with the rest of the turn's entries.
-  //
-  // The same buffer (or the one TakeBuffer() swapped in), same id, after the
-  // tail and the entries re-lent before it in this turn; Refill() publishes
-  // them all with one tail update. The entry it was consumed from counts in
-  // in_ring_ until taken, so in_ring_ (unchanged) stays <= target_ <=
-  // entries_ and no entry that is published and not yet taken, nor one
-  // waiting here, is overwritten.
-  void Relend(uint16_t id, std::byte* data) { AddAt(id, data, next_++); }
+  void AddAt(uint16_t id, std::byte* data, uint32_t at);
+  void Relend(uint16_t id, std::byte* data);
   // Take()'s inline cases (see there): true when the completion was taken;
   // false, nothing changed, for TakeSlow() to handle.
   bool TakeInline(const io_uring_cqe& cqe, BufferChain& out);
@@ -650,21 +614,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   uint64_t copied_ = 0;
   // Buffers committed as this ring's lending (internal::CommitLending).
   size_t committed_ = 0;
-  // Per buffer id: the pool buffer lent under it, as its bytes and its
-  // slot (data nullptr when the id is free or, on an incremental ring, when
-  // shared_ holds the buffer), and the ring position it was added at, side
-  // by side, so a completion touches one entry (the id added at a position
-  // last is that entry's bid in br_, which the kernel never writes). The
-  // ring owns each such slot as a Buffer handle would (TakeSlot(); GiveSlot()
-  // makes the handle again): a bare slot, so the inline path moves no
-  // handle. Its reference count is not kept while it is lent: every way
-  // out of the ring makes a Buffer handle again (TakeLent()), and a slice
-  // made of the handle stores the count.
-  struct Lent {
-    std::byte* data = nullptr;
-    uint32_t slot = 0;
-    uint32_t pos = 0;
-  };
+  struct Lent;  // internal/uring_inl.h
   // The handle of the buffer lent under `id` (lent_[id].data != nullptr),
   // which the id no longer holds.
   Buffer TakeLent(uint16_t id);
@@ -744,29 +694,14 @@ class BUFPOOL_EXPORT ParkedReceives {
   // (an sqe with user_data `notice_user_data`; submitted by the caller's
   // next submit). Returns the receives re-armed. `rearm` may Park() again.
   template <typename Fn>
-  size_t Rearm(io_uring* uring, uint64_t notice_user_data, Fn&& rearm) {
-    const size_t n = ring_->ShouldRearm() ? RearmAll(rearm) : 0;
-    if (!parked_.empty() && !notice_pending_) {
-      AskForNotice(uring, notice_user_data);
-    }
-    return n;
-  }
+  size_t Rearm(io_uring* uring, uint64_t notice_user_data, Fn&& rearm);
   // Re-arms (or, say, closes) every parked receive now, whatever the ring
   // holds: for a loop that is stopping.
   template <typename Fn>
-  size_t RearmAll(Fn&& rearm) {
-    batch_.swap(parked_);  // both keep their capacity: no allocation
-    for (void* who : batch_) rearm(who);
-    const size_t n = batch_.size();
-    batch_.clear();
-    return n;
-  }
+  size_t RearmAll(Fn&& rearm);
   // The notice read's completion (any result): a buffer was free; the next
   // Refill() lends it, and the next Rearm() re-arms.
-  void OnNotice() {
-    notice_pending_ = false;
-    ++notices_;
-  }
+  void OnNotice();
   // Notices that completed so far.
   uint64_t notices() const { return notices_; }
 
@@ -829,10 +764,7 @@ class BUFPOOL_EXPORT HeldSend {
   HeldSend& operator=(const HeldSend&) = delete;
   // Aborts, naming the fault, while busy(): the kernel may still read the
   // bytes.
-  ~HeldSend() {
-    if (busy()) [[unlikely]]
-      DieBusy();
-  }
+  ~HeldSend();
 
   // Takes `chain` (which must not be empty; it is left empty, and moves
   // storage as BufferChain's move assignment does, so a connection's queue
@@ -871,9 +803,7 @@ class BUFPOOL_EXPORT HeldSend {
   // send resumed in one call; `queue` then has the sent chain's pool. No
   // call at all when everything was sent. Throws std::bad_alloc, nothing
   // changed, when the slice ring must grow and cannot.
-  void ReturnUnsentTo(BufferChain& queue) {
-    if (!unsent_.empty()) PrependUnsent(queue);
-  }
+  void ReturnUnsentTo(BufferChain& queue);
   // Bytes the prepared send asked for: every slice it covers (all of the
   // chain's, up to kMaxIovecs slices).
   size_t requested() const { return requested_; }
@@ -900,113 +830,8 @@ class BUFPOOL_EXPORT HeldSend {
   size_t iov_cap_ = 0;
 };
 
-// ---- Inline fast path -------------------------------------------------------
-//
-// Take()'s common case, decided with the fewest loads (leaving `out`
-// holding what TakeSlow() would leave it): a completion with
-// IORING_CQE_F_BUFFER, 1 <= res <= buffer_size (one buffer), an id the ring
-// lent, on a ring without incremental mode, copying on, into a chain whose
-// tail is the only reference to its buffer and whose room holds all res
-// bytes: copied there. The buffer copied from is lent again at once under
-// the same id (Relend), so no buffer goes through the pool, no reference
-// count is written, and nothing allocates or throws. Every other
-// completion (no buffer, errors, EOF, bundles, an empty chain, a full or
-// shared tail, a foreign id) goes to TakeSlow(), which checks and reports
-// it.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline ProvidedBufferRing::Lent*
-ProvidedBufferRing::InlineLent(const io_uring_cqe& cqe, uint32_t* id,
-                               uint32_t* len) {
-  const uint32_t flags = cqe.flags;
-  *id = flags >> IORING_CQE_BUFFER_SHIFT;
-  // res <= 0 wraps to a huge len - 1, so one compare bounds res to [1,
-  // buffer_size_].
-  *len = static_cast<uint32_t>(cqe.res);
-  if ((flags & IORING_CQE_F_BUFFER) == 0 || *len - 1 >= buffer_size_ ||
-      *id >= inline_ids_) [[unlikely]] {
-    return nullptr;
-  }
-  Lent* const lent = &lent_[*id];
-  if (lent->data == nullptr) [[unlikely]]
-    return nullptr;  // not lent: TakeSlow() says so
-  return lent;
-}
-
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
-    const io_uring_cqe& cqe, BufferChain& out) {
-  uint32_t id, len;
-  Lent* const found = InlineLent(cqe, &id, &len);
-  if (found == nullptr) [[unlikely]]
-    return false;
-  Lent& lent = *found;
-  std::byte* const src = lent.data;
-  const auto bid = static_cast<uint16_t>(id);
-  if (out.empty()) {
-    // A short partial of an empty chain: packed (see "Memory"). It pins a
-    // buffer: a bound chain whose budget has no room for one goes to
-    // TakeSlow(), which takes the bytes and reports the budget's limit.
-    if (len >= copy_below_ ||
-        (out.budget() != nullptr &&
-         out.budget()->room_bytes() < buffer_size_) ||
-        !out.AppendPacked(absl::MakeConstSpan(src, len), *pack_)) {
-      return false;
-    }
-    Relend(bid, src);
-    ++copied_;
-    return true;
-  }
-  if (copy_below_ == 0) return false;
-  const absl::Span<std::byte> room = out.Preallocate();
-  if (room.size() < len) return false;
-  std::byte* const dst = room.data();
-  // The bookkeeping first, so the copy is the last step (nothing to reload
-  // after the call).
-  out.Postallocate(len);
-  Relend(bid, src);
-  ++copied_;
-  std::memcpy(dst, src, len);
-  return true;
-}
-
-// TakeBuffer(): the caller's buffer and the lent one trade places; both are
-// bare slots owned as handles own them (see lent_), so no count is touched.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeBuffer(
-    const io_uring_cqe& cqe, Buffer& buffer) noexcept {
-  uint32_t id, len;
-  Lent* const found = InlineLent(cqe, &id, &len);
-  if (found == nullptr) [[unlikely]]
-    return false;
-  const auto bid = static_cast<uint16_t>(id);
-  if (buffer.pool() != pool_ || !buffer) [[unlikely]] {
-    if (buffer) return false;  // another pool's: Take() links the bytes
-    TakeOut(bid, buffer);
-    return true;
-  }
-  Lent& lent = *found;
-  const uint32_t mine = internal::SharedAccess::ExchangeSlot(buffer, lent.slot);
-  internal::SharedAccess::NoteTraded(*pool_, mine, lent.slot, group_id_);
-  std::byte* const data = base_ + size_t{mine} * buffer_size_;
-  lent.slot = mine;
-  lent.data = data;
-  Relend(bid, data);
-  return true;
-}
-
-template <typename Fn>
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::Visit(
-    const io_uring_cqe& cqe, Fn&& fn) {
-  uint32_t id, len;
-  const Lent* const lent = InlineLent(cqe, &id, &len);
-  if (lent == nullptr) [[unlikely]]
-    return false;
-  std::byte* const data = lent->data;
-  // Lent again before fn runs, so that an exception leaves nothing behind:
-  // the kernel cannot write the buffer before the next Refill() publishes
-  // the entry.
-  Relend(static_cast<uint16_t>(id), data);
-  std::forward<Fn>(fn)(absl::Span<const std::byte>(data, len));
-  return true;
-}
-
 }  // namespace bufpool
+
+#include "bufpool/internal/uring_inl.h"  // IWYU pragma: export
 
 #endif  // BUFPOOL_URING_H_
