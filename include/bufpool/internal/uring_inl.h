@@ -11,10 +11,20 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/base/attributes.h"
+#include "bufpool/internal/shared_access.h"
 #include "bufpool/uring.h"
 
 namespace bufpool {
 
+// ProvidedBufferRing's invariants: every buffer lent is in exactly one
+// place: in the ring (the kernel may select it), consumed by the kernel but
+// not yet Take()n, or in a chain Take() filled (then no longer the ring's).
+// available() counts the first two; the kernel consumes ring entries in
+// order, which is what lets Take() find the later buffers of a bundle.
+// Buffer ids are the ring's own: lent_ maps each id to the pool slot lent
+// under it, so pools of any size work (the kernel's ids are 16 bits).
+//
 // Per buffer id: the pool buffer lent under it, as its bytes and its
 // slot (data nullptr when the id is free or, on an incremental ring, when
 // shared_ holds the buffer), and the ring position it was added at, side
@@ -124,6 +134,11 @@ inline void HeldSend::ReturnUnsentTo(BufferChain& queue) {
 // completion (no buffer, errors, EOF, bundles, an empty chain, a full or
 // shared tail, a foreign id) goes to TakeSlow(), which checks and reports
 // it.
+// The inline paths' (TakeInline, Visit, TakeBuffer) common checks: the
+// lent_ entry of the completion's one buffer (data != nullptr), or nullptr
+// unless the completion carries one (IORING_CQE_F_BUFFER, 1 <= res <=
+// buffer_size) under an id the ring lent, on a ring without incremental
+// mode. *id and *len: the completion's buffer id and res.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline ProvidedBufferRing::Lent*
 ProvidedBufferRing::InlineLent(const io_uring_cqe& cqe, uint32_t* id,
                                uint32_t* len) {
