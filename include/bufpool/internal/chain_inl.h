@@ -12,7 +12,7 @@
 
 namespace bufpool {
 
-// ---- Inline fast paths -----------------------------------------------------
+// ---- SharedBuffer -----------------------------------------------------------
 //
 // Reference counts (internal::SharedAccess::Ref). Copies add with relaxed
 // order: a new reference is made from an existing one, so the count cannot
@@ -240,6 +240,12 @@ inline void BufferChain::AppendFilled(Buffer&& buffer, size_t n) {
   PushBack(std::move(s));
 }
 
+// ReceivePack: the pack writes only past the bytes its slices cover, so
+// chains reading their slices on other threads never see a write; once every
+// slice of its buffer is gone it fills it again from the start, and when the
+// buffer is full while slices remain it takes a fresh one from the pool (the
+// old one goes back with its last slice).
+//
 // An empty chain packed without a call: the slice takes one of the pack's
 // spare references (already in the buffer's count), so no atomic is made.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
