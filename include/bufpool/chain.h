@@ -137,18 +137,21 @@ class BUFPOOL_EXPORT SharedBuffer {
 class BUFPOOL_EXPORT BufferChain {
  public:
   // Slices held without a heap allocation.
-  static constexpr uint32_t kInlineSegments = 4;
+  static constexpr uint32_t kInlineSlices = 4;
+  // Removed in 0.4.
+  ABSL_DEPRECATED("use kInlineSlices")
+  static constexpr uint32_t kInlineSegments = kInlineSlices;
 
   // Without a pool, Append(bytes) past the room and ReadFrom() fail.
-  BufferChain() noexcept : segs_(inline_) {}
+  BufferChain() noexcept : slices_(inline_) {}
   explicit BufferChain(BufferPool& pool) noexcept
-      : pool_(&pool), segs_(inline_) {}
+      : pool_(&pool), slices_(inline_) {}
   // Bound to `budget` (bufpool/budget.h), charged for every buffer it pins
   // (pinned_bytes()): Append(bytes) and ReadFrom() refuse past its limit
   // with ResourceExhausted; linking slices is charged, never refused. The
   // budget must outlive the chain's bytes; use it on the budget's thread.
   explicit BufferChain(BufferBudget& budget) noexcept
-      : pool_(&budget.pool()), budget_(&budget), segs_(inline_) {}
+      : pool_(&budget.pool()), budget_(&budget), slices_(inline_) {}
   // A moved-from chain is empty, with its pool and budget; the target takes
   // `other`'s. Moves keep grown slice rings (swapped, not freed), so a chain
   // moved between two owners allocates only while growing.
@@ -277,7 +280,7 @@ class BUFPOOL_EXPORT BufferChain {
   // Releases budget_'s charge for every run of this chain's slices: for
   // slices that leave in bulk.
   void ReleaseAll();
-  Buffer TakeFresh();
+  Buffer AcquireFresh();
   void Grow() { GrowTo(cap_ * 2); }
   void GrowTo(uint32_t cap);  // cap: a power of two > cap_
   void ReserveSlow(size_t slices);
@@ -299,11 +302,11 @@ class BUFPOOL_EXPORT BufferChain {
   BufferBudget* budget_ = nullptr;  // charged for the buffers pinned
   size_t size_ = 0;
   // The slices are At(0) .. At(count_ - 1); other entries hold nothing.
-  SharedBuffer* segs_;              // inline_ or a heap ring of cap_ entries
-  uint32_t cap_ = kInlineSegments;  // a power of two
+  SharedBuffer* slices_;          // inline_ or a heap ring of cap_ entries
+  uint32_t cap_ = kInlineSlices;  // a power of two
   uint32_t head_ = 0;
   uint32_t count_ = 0;
-  SharedBuffer inline_[kInlineSegments];
+  SharedBuffer inline_[kInlineSlices];
 };
 
 // One buffer that the short partial messages of many chains share (as Redis

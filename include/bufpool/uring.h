@@ -247,8 +247,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
  private:
   ProvidedBufferRing() = default;
   absl::Status Init(io_uring* ring, BufferPool& pool, const Options& options);
-  absl::Status TakeOptions(io_uring* ring, BufferPool& pool,
-                           const Options& options);
+  absl::Status ApplyOptions(io_uring* ring, BufferPool& pool,
+                            const Options& options);
   absl::Status MapAndRegister(Options::Incremental incremental);
   absl::Status Register(uint16_t flags);
   void AddAt(uint16_t id, std::byte* data, uint32_t at);

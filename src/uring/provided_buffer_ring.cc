@@ -128,7 +128,7 @@ absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> ProvidedBufferRing::Create(
 
 absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
                                       const Options& options) {
-  if (absl::Status s = TakeOptions(ring, pool, options); !s.ok()) return s;
+  if (absl::Status s = ApplyOptions(ring, pool, options); !s.ok()) return s;
   if (absl::Status s = MapAndRegister(options.incremental); !s.ok()) return s;
   if (incremental_) {
     shared_.resize(entries_);
@@ -151,8 +151,8 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
 
 // Init()'s steps: check and keep the options; map the ring's entries and
 // register them with the kernel (incremental where asked and allowed).
-absl::Status ProvidedBufferRing::TakeOptions(io_uring* ring, BufferPool& pool,
-                                             const Options& options) {
+absl::Status ProvidedBufferRing::ApplyOptions(io_uring* ring, BufferPool& pool,
+                                              const Options& options) {
   if (options.max_buffers > kMaxBuffers) {
     return absl::InvalidArgumentError(
         absl::StrCat("ProvidedBufferRing: max_buffers ", options.max_buffers,

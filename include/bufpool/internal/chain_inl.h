@@ -100,13 +100,13 @@ inline SharedBuffer SharedBuffer::Slice(size_t offset, size_t length) const {
 // ---- BufferChain ----------------------------------------------------------
 
 inline BufferChain::BufferChain(BufferChain&& other) noexcept
-    : pool_(other.pool_), budget_(other.budget_), segs_(inline_) {
-  if (other.count_ != 0 || other.segs_ != other.inline_) StealFrom(other);
+    : pool_(other.pool_), budget_(other.budget_), slices_(inline_) {
+  if (other.count_ != 0 || other.slices_ != other.inline_) StealFrom(other);
 }
 
 inline BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
-  if (count_ == 0 && other.count_ == 0 && segs_ == inline_ &&
-      other.segs_ == other.inline_) {
+  if (count_ == 0 && other.count_ == 0 && slices_ == inline_ &&
+      other.slices_ == other.inline_) {
     pool_ = other.pool_;
     budget_ = other.budget_;
     return *this;
@@ -115,7 +115,7 @@ inline BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
 }
 
 inline BufferChain::~BufferChain() {
-  if (count_ != 0 || segs_ != inline_) DestroySlow();
+  if (count_ != 0 || slices_ != inline_) DestroySlow();
 }
 
 inline const SharedBuffer& BufferChain::slice(size_t i) const {
@@ -176,7 +176,7 @@ inline bool BufferChain::AppendPacked(absl::Span<const std::byte> bytes,
 }
 
 inline SharedBuffer& BufferChain::At(size_t i) const {
-  return segs_[(head_ + static_cast<uint32_t>(i)) & (cap_ - 1)];
+  return slices_[(head_ + static_cast<uint32_t>(i)) & (cap_ - 1)];
 }
 
 // Room in the tail's buffer that Append() may write (see the file
@@ -205,7 +205,7 @@ inline void BufferChain::PopFront() {
     PopFrontBudgeted();
     return;
   }
-  segs_[head_].Reset();
+  slices_[head_].Reset();
   head_ = (head_ + 1) & (cap_ - 1);
   --count_;
 }
@@ -227,7 +227,7 @@ inline bool BufferChain::SameBuffer(const SharedBuffer& a,
 
 // A fresh buffer for Append() and Compact(): the budget's (its reserve
 // first) when bound, else the pool's.
-inline Buffer BufferChain::TakeFresh() {
+inline Buffer BufferChain::AcquireFresh() {
   if (budget_ != nullptr) [[unlikely]]
     return internal::BudgetAccess::TakeFresh(*budget_);
   return pool_->TryAcquire();
@@ -280,7 +280,7 @@ inline void BufferChain::ChargeLink(const SharedBuffer& s) {
 // The slice is dropped before the budget hears of it, so that a budget
 // refilling its reserve finds the buffer back in the pool.
 inline void BufferChain::PopFrontBudgeted() {
-  SharedBuffer& f = segs_[head_];
+  SharedBuffer& f = slices_[head_];
   const size_t bs =
       count_ == 1 || !SameBuffer(f, At(1)) ? f.pool_->buffer_size() : 0;
   f.Reset();
