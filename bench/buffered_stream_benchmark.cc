@@ -58,8 +58,8 @@ void BM_Write_Buffered(benchmark::State& state) {
   uint32_t a = 1;
   uint64_t b = 2;
   for (auto _ : state) {
-    absl::Status s = w->AppendFixed32(a++);
-    if (s.ok()) s = w->AppendFixed64(b++);
+    absl::Status s = w->AppendLE<uint32_t>(a++);
+    if (s.ok()) s = w->AppendLE<uint64_t>(b++);
     if (s.ok()) s = w->Append(kName, 6);
     if (!s.ok()) state.SkipWithError("append failed");
   }
@@ -122,8 +122,8 @@ void BM_Read_Buffered(benchmark::State& state) {
   }
   char s[6];
   for (auto _ : state) {
-    auto a = r->ReadFixed32();
-    auto b = r->ReadFixed64();
+    auto a = r->ReadLE<uint32_t>();
+    auto b = r->ReadLE<uint64_t>();
     absl::Status st = r->ReadExact({reinterpret_cast<std::byte*>(s), 6});
     if (!a.ok() || !b.ok() || !st.ok()) state.SkipWithError("read failed");
     benchmark::DoNotOptimize(*a + *b + s[0]);

@@ -123,8 +123,8 @@ double WriteBuffered(const std::string& path, uint64_t n,
   CHECK(w.ok(), w.status().ToString());
   for (uint64_t i = 0; i < n; ++i) {
     const Record r = MakeRecord(i);
-    absl::Status s = w->AppendFixed32(static_cast<uint32_t>(r.a));
-    if (s.ok()) s = w->AppendFixed64(static_cast<uint64_t>(r.b));
+    absl::Status s = w->AppendLE<uint32_t>(static_cast<uint32_t>(r.a));
+    if (s.ok()) s = w->AppendLE<uint64_t>(static_cast<uint64_t>(r.b));
     if (s.ok()) s = w->Append(r.s, 6);
     CHECK(s.ok(), s.ToString());
   }
@@ -140,8 +140,8 @@ double ReadBuffered(const std::string& path, uint64_t n,
   CHECK(r.ok(), r.status().ToString());
   Checker c;
   for (uint64_t i = 0; i < n; ++i) {
-    auto a = r->ReadFixed32();
-    auto b = r->ReadFixed64();
+    auto a = r->ReadLE<uint32_t>();
+    auto b = r->ReadLE<uint64_t>();
     char s[6];
     absl::Status st =
         r->ReadExact({reinterpret_cast<std::byte*>(s), sizeof(s)});

@@ -151,16 +151,16 @@ TEST(BufferChainTest, AppendChainIsAllOrNothingWhenTheRingCannotGrow) {
   auto pool = MakePool(64, 64);
   // Room for one more slice inline: the ring must grow after the first
   // slice moves.
-  BufferChain target = Letters(*pool, BufferChain::kInlineSegments - 1);
+  BufferChain target = Letters(*pool, BufferChain::kInlineSlices - 1);
   BufferChain source = Letters(*pool, 3);
   EXPECT_TRUE(ThrowsBadAllocWhenAllocationsFail(
       [&] { target.Append(std::move(source)); }));
   EXPECT_TRUE(ThrowsBadAllocWhenAllocationsFail([&] { target.Reserve(100); }));
   EXPECT_EQ(Contents(target), "abc");
-  EXPECT_EQ(target.slice_count(), BufferChain::kInlineSegments - 1);
+  EXPECT_EQ(target.slice_count(), BufferChain::kInlineSlices - 1);
   EXPECT_EQ(Contents(source), "abc");
   EXPECT_EQ(source.slice_count(), 3u);
-  EXPECT_EQ(pool->Stats().in_use, BufferChain::kInlineSegments - 1 + 3);
+  EXPECT_EQ(pool->Stats().in_use, BufferChain::kInlineSlices - 1 + 3);
   target.Append(std::move(source));
   EXPECT_EQ(Contents(target), "abcabc");
   EXPECT_TRUE(source.empty());
@@ -182,7 +182,7 @@ TEST(ProvidedBufferRingTest, TakeIntoIsAllOrNothingWhenTheChainCannotGrow) {
   ASSERT_TRUE(br.ok()) << br.status();
   // A queue whose inline slice room is full: the next slice needs a heap
   // ring.
-  BufferChain queue = Letters(*pool, BufferChain::kInlineSegments);
+  BufferChain queue = Letters(*pool, BufferChain::kInlineSlices);
   (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[0], {.multishot = false});
   ASSERT_EQ(write(fds[1], "xyz", 3), 3);
   ASSERT_GE(io_uring_submit_and_wait(&ring, 1), 0);
@@ -194,7 +194,7 @@ TEST(ProvidedBufferRingTest, TakeIntoIsAllOrNothingWhenTheChainCannotGrow) {
   EXPECT_TRUE(ThrowsBadAllocWhenAllocationsFail(
       [&] { (void)(*br)->Take(*cqe, queue); }));
   EXPECT_EQ(Contents(queue), "abcd");
-  EXPECT_EQ(queue.slice_count(), BufferChain::kInlineSegments);
+  EXPECT_EQ(queue.slice_count(), BufferChain::kInlineSlices);
   EXPECT_EQ((*br)->available(), 16u);
   EXPECT_EQ(pool->Stats().in_use, in_use);
 

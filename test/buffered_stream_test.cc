@@ -80,7 +80,7 @@ std::string CaseName(const testing::TestParamInfo<RoundTripCase>& info) {
 class RoundTripTest : public StreamTest,
                       public testing::WithParamInterface<RoundTripCase> {};
 
-// Random records: length (Fixed32), payload, a Fixed64 tag. Payload sizes
+// Random records: length (LE uint32), payload, an LE uint64 tag. Payload sizes
 // are drawn from the mix: small (< 1/4 buffer), exactly one buffer, or large
 // (1-5 buffers plus a tail). The file must equal the concatenation, and must
 // read back record by record with random read sizes.
@@ -115,9 +115,10 @@ TEST_P(RoundTripTest, RandomRecordsSurviveEveryAppendMix) {
       std::string rec(payload_size(m), '\0');
       for (char& ch : rec) ch = static_cast<char>(rng());
       const uint64_t tag = rng();
-      ASSERT_TRUE(w->AppendFixed32(static_cast<uint32_t>(rec.size())).ok());
+      ASSERT_TRUE(
+          w->AppendLE<uint32_t>(static_cast<uint32_t>(rec.size())).ok());
       ASSERT_TRUE(w->Append(Bytes(rec)).ok());
-      ASSERT_TRUE(w->AppendFixed64(tag).ok());
+      ASSERT_TRUE(w->AppendLE<uint64_t>(tag).ok());
       uint32_t len_le = static_cast<uint32_t>(rec.size());
       expected.append(reinterpret_cast<const char*>(&len_le), 4);
       expected += rec;
@@ -136,7 +137,7 @@ TEST_P(RoundTripTest, RandomRecordsSurviveEveryAppendMix) {
     ASSERT_TRUE(r.ok()) << r.status();
     std::string got;
     for (const std::string& rec : records) {
-      auto len = r->ReadFixed32();
+      auto len = r->ReadLE<uint32_t>();
       ASSERT_TRUE(len.ok()) << len.status();
       ASSERT_EQ(*len, rec.size());
       got.resize(*len);
@@ -144,10 +145,11 @@ TEST_P(RoundTripTest, RandomRecordsSurviveEveryAppendMix) {
           r->ReadExact({reinterpret_cast<std::byte*>(got.data()), got.size()})
               .ok());
       ASSERT_EQ(got, rec);
-      auto tag = r->ReadFixed64();
+      auto tag = r->ReadLE<uint64_t>();
       ASSERT_TRUE(tag.ok()) << tag.status();
     }
-    EXPECT_EQ(r->ReadFixed32().status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(r->ReadLE<uint32_t>().status().code(),
+              absl::StatusCode::kOutOfRange);
   }
   // As a byte stream, with random Read sizes (0 .. 3 buffers).
   {
@@ -195,8 +197,8 @@ TEST_F(StreamTest, FixedIntegersAreLittleEndianAndCrossBufferBoundaries) {
     auto w = BufferedWriter::Open(path, *pool, {.buffers = 2});
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE(w->Append(std::string(61, 'x').data(), 61).ok());
-    ASSERT_TRUE(w->AppendFixed64(0x0102030405060708ull).ok());  // 61..68
-    ASSERT_TRUE(w->AppendFixed32(0xa1b2c3d4u).ok());            // 69..72
+    ASSERT_TRUE(w->AppendLE<uint64_t>(0x0102030405060708ull).ok());  // 61..68
+    ASSERT_TRUE(w->AppendLE<uint32_t>(0xa1b2c3d4u).ok());            // 69..72
     ASSERT_TRUE(w->Close().ok());
   }
   const std::string bytes = ReadFileOrDie(path);
@@ -205,18 +207,58 @@ TEST_F(StreamTest, FixedIntegersAreLittleEndianAndCrossBufferBoundaries) {
             std::string("\x08\x07\x06\x05\x04\x03\x02\x01", 8));
   EXPECT_EQ(bytes.substr(69, 4), std::string("\xd4\xc3\xb2\xa1", 4));
 
-  // One 64-byte buffer: the Fixed64 straddles a refill.
+  // One 64-byte buffer: the uint64 straddles a refill.
   auto r = BufferedReader::Open(path, *pool, {.buffers = 1});
   ASSERT_TRUE(r.ok());
   std::byte skip[61];
   ASSERT_TRUE(r->ReadExact(skip).ok());
-  auto v64 = r->ReadFixed64();
+  auto v64 = r->ReadLE<uint64_t>();
   ASSERT_TRUE(v64.ok()) << v64.status();
   EXPECT_EQ(*v64, 0x0102030405060708ull);
-  auto v32 = r->ReadFixed32();
+  auto v32 = r->ReadLE<uint32_t>();
   ASSERT_TRUE(v32.ok());
   EXPECT_EQ(*v32, 0xa1b2c3d4u);
   EXPECT_EQ(r->position(), 73u);
+}
+
+TEST_F(StreamTest, BigEndianIntegersOfEveryWidthRoundTrip) {
+  auto pool = MakePool(64, 8);
+  const std::string path = Path("be");
+  {
+    auto w = BufferedWriter::Open(path, *pool, {.buffers = 2});
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->Append(std::string(60, 'x').data(), 60).ok());
+    ASSERT_TRUE(w->AppendBE<uint16_t>(0x0102).ok());       // 60..61
+    ASSERT_TRUE(w->AppendBE<uint32_t>(0xa1b2c3d4u).ok());  // 62..65
+    ASSERT_TRUE(w->AppendBE<int64_t>(-2).ok());            // 66..73
+    ASSERT_TRUE(w->AppendBE<uint8_t>(0x7f).ok());          // 74
+    ASSERT_TRUE(w->Close().ok());
+  }
+  const std::string bytes = ReadFileOrDie(path);
+  ASSERT_EQ(bytes.size(), 75u);
+  EXPECT_EQ(bytes.substr(60, 6), std::string("\x01\x02\xa1\xb2\xc3\xd4", 6));
+  EXPECT_EQ(bytes.substr(66, 8),
+            std::string("\xff\xff\xff\xff\xff\xff\xff\xfe", 8));
+
+  // One 64-byte buffer: the uint32 straddles a refill.
+  auto r = BufferedReader::Open(path, *pool, {.buffers = 1});
+  ASSERT_TRUE(r.ok());
+  std::byte skip[60];
+  ASSERT_TRUE(r->ReadExact(skip).ok());
+  auto v16 = r->ReadBE<uint16_t>();
+  ASSERT_TRUE(v16.ok()) << v16.status();
+  EXPECT_EQ(*v16, 0x0102);
+  auto v32 = r->ReadBE<uint32_t>();
+  ASSERT_TRUE(v32.ok()) << v32.status();
+  EXPECT_EQ(*v32, 0xa1b2c3d4u);
+  auto v64 = r->ReadBE<int64_t>();
+  ASSERT_TRUE(v64.ok());
+  EXPECT_EQ(*v64, -2);
+  auto v8 = r->ReadBE<uint8_t>();
+  ASSERT_TRUE(v8.ok());
+  EXPECT_EQ(*v8, 0x7f);
+  EXPECT_EQ(r->ReadBE<uint16_t>().status().code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 TEST_F(StreamTest, ReadsAcrossBufferBoundariesAtEveryOffset) {
@@ -274,9 +316,9 @@ TEST_F(StreamTest, TruncatedFilesGiveDataLossNeverGarbage) {
     auto w = BufferedWriter::Open(whole_path, *pool, {.buffers = 2});
     ASSERT_TRUE(w.ok());
     for (uint32_t i = 0; i < 10; ++i) {
-      ASSERT_TRUE(w->AppendFixed32(i).ok());
+      ASSERT_TRUE(w->AppendLE<uint32_t>(i).ok());
       field_ends.push_back(w->position());
-      ASSERT_TRUE(w->AppendFixed64(uint64_t{i} * 1000003).ok());
+      ASSERT_TRUE(w->AppendLE<uint64_t>(uint64_t{i} * 1000003).ok());
       field_ends.push_back(w->position());
       const std::string s(i * 9 + 1, static_cast<char>('a' + i));
       ASSERT_TRUE(w->Append(Bytes(s)).ok());
@@ -294,11 +336,11 @@ TEST_F(StreamTest, TruncatedFilesGiveDataLossNeverGarbage) {
     absl::Status end;
     size_t fields = 0;  // fields read whole
     for (uint32_t rec = 0; end.ok(); ++rec) {
-      auto i = r->ReadFixed32();
+      auto i = r->ReadLE<uint32_t>();
       if (!(end = i.status()).ok()) break;
       ASSERT_EQ(*i, rec);
       ++fields;
-      auto v = r->ReadFixed64();
+      auto v = r->ReadLE<uint64_t>();
       if (!(end = v.status()).ok()) break;
       ASSERT_EQ(*v, uint64_t{rec} * 1000003);
       ++fields;
@@ -565,8 +607,8 @@ TEST_F(StreamTest, WriterStaysFailedAfterAnErrorAndReturnsItsBuffers) {
   EXPECT_EQ(pool->Stats().in_use, 0u);  // given back at once
   EXPECT_EQ(w->buffer_count(), 0u);
   EXPECT_EQ(w->Append("b", 1), first);
-  EXPECT_EQ(w->AppendFixed32(1), first);
-  EXPECT_EQ(w->AppendFixed64(1), first);
+  EXPECT_EQ(w->AppendLE<uint32_t>(1), first);
+  EXPECT_EQ(w->AppendLE<uint64_t>(1), first);
   EXPECT_EQ(w->Append(std::string(1000, 'c').data(), 1000), first);
   EXPECT_EQ(w->Flush(), first);
   EXPECT_EQ(w->Close(), first);
@@ -618,7 +660,7 @@ TEST_F(StreamTest, ReaderReportsAReadErrorOnceAndThenStaysFailed) {
   os::SyscallTable table = os::RealSyscalls();
   table.readv = EioReadv;
   os::ScopedSyscalls seam(&table);
-  const absl::Status first = r->ReadFixed32().status();
+  const absl::Status first = r->ReadLE<uint32_t>().status();
   EXPECT_FALSE(first.ok());
   EXPECT_TRUE(Contains(std::string(first.message()), "read: " + path + ": "));
   EXPECT_TRUE(Contains(std::string(first.message()), "Input/output error"));
@@ -788,7 +830,8 @@ TEST_F(StreamTest, BorrowedDescriptorStaysOpenAndTakenOneIsClosed) {
   std::string got(8, '\0');
   ASSERT_TRUE(r->ReadExact({reinterpret_cast<std::byte*>(got.data()), 8}).ok());
   EXPECT_EQ(got, "via pipe");
-  EXPECT_EQ(r->ReadFixed32().status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(r->ReadLE<uint32_t>().status().code(),
+            absl::StatusCode::kOutOfRange);
   ASSERT_TRUE(r->Close().ok());
   EXPECT_EQ(fcntl(fds[0], F_GETFD), -1);  // closed by the reader
 }
@@ -836,7 +879,7 @@ TEST_F(StreamTest, ThousandsOfConcurrentStreamsShareOneSmallPool) {
     if (failures++ == 0) first_error = s.ToString();
   };
   auto name = [&](int t, int i) { return Path(absl::StrCat(t, "_", i)); };
-  // Record r of stream (t, i): Fixed32 id, Fixed64 r, then r % 97 bytes.
+  // Record r of stream (t, i): LE uint32 id, LE uint64 r, then r % 97 bytes.
   auto run = [&](int t, bool write) {
     std::vector<BufferedWriter> ws;
     std::vector<BufferedReader> rs;
@@ -858,14 +901,14 @@ TEST_F(StreamTest, ThousandsOfConcurrentStreamsShareOneSmallPool) {
                                   static_cast<char>('a' + i % 26));
         if (write) {
           BufferedWriter& w = ws[i];
-          absl::Status s = w.AppendFixed32(id0 + i);
-          if (s.ok()) s = w.AppendFixed64(round);
+          absl::Status s = w.AppendLE<uint32_t>(id0 + i);
+          if (s.ok()) s = w.AppendLE<uint64_t>(round);
           if (s.ok()) s = w.Append(Bytes(payload));
           if (!s.ok()) return fail(s);
         } else {
           BufferedReader& r = rs[i];
-          auto id = r.ReadFixed32();
-          auto rd = r.ReadFixed64();
+          auto id = r.ReadLE<uint32_t>();
+          auto rd = r.ReadLE<uint64_t>();
           std::string got(payload.size(), '\0');
           absl::Status s = r.ReadExact(
               {reinterpret_cast<std::byte*>(got.data()), got.size()});
@@ -881,7 +924,8 @@ TEST_F(StreamTest, ThousandsOfConcurrentStreamsShareOneSmallPool) {
       if (absl::Status s = w.Close(); !s.ok()) return fail(s);
     }
     for (auto& r : rs) {
-      if (r.ReadFixed32().status().code() != absl::StatusCode::kOutOfRange) {
+      if (r.ReadLE<uint32_t>().status().code() !=
+          absl::StatusCode::kOutOfRange) {
         return fail(absl::DataLossError("trailing bytes"));
       }
     }

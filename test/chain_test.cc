@@ -499,7 +499,7 @@ TEST(BufferChainTest, MoveAssignmentKeepsAMidRingSourceInOrder) {
         ASSERT_TRUE(source.Append(letters("abcd")).ok());
         source.Consume(64 * 2);
         ASSERT_TRUE(source.Append(letters("ef")).ok());
-        ASSERT_EQ(source.slice_count(), BufferChain::kInlineSegments);
+        ASSERT_EQ(source.slice_count(), BufferChain::kInlineSlices);
         model = letters("cdef");
       }
       target = std::move(source);

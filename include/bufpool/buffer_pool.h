@@ -2,8 +2,8 @@
 //
 // A BufferPool maps one page-aligned region (the arena) once, slices it into
 // `buffer_count` buffers of `buffer_size` bytes, and hands them out from a
-// lock-free shared store fronted by small per-CPU caches. Buffer `i` lives
-// at
+// lock-free depot of free buffers fronted by small per-CPU caches. Buffer `i`
+// lives at
 //
 //   region().data() + i * buffer_size
 //
@@ -72,7 +72,7 @@
 //     cannot, because the interrupted call's cache would be half moved.) A
 //     handler that forks is fine while no pool call is in flight on its
 //     thread, e.g. when the signal is blocked around the pool calls.
-//   * FlushCaches() moves every CPU's cached buffers to the shared store.
+//   * FlushCaches() moves every CPU's cached buffers to the depot.
 //   cache_capacity() is min(cache_size, capacity() / 8); set cache_size = 0
 //   to turn the caches off. per_cpu_mode() says how the caches are guarded:
 //   restartable sequences on glibc's rseq area (x86-64; no lock on the
@@ -288,8 +288,8 @@ class BUFPOOL_EXPORT BufferPool {
 
   // An empty Buffer only when no buffer was free anywhere in the pool
   // during the call (counted in acquire_failures): this CPU's cache, the
-  // shared store, then every other CPU's cache, which it empties into the
-  // shared store. An elastic pool below its ceiling then grows one step
+  // depot, then every other CPU's cache, which it empties into the
+  // depot. An elastic pool below its ceiling then grows one step
   // (or waits for the thread growing it) before it reports empty. Never
   // waits for a release.
   ABSL_ATTRIBUTE_ALWAYS_INLINE Buffer TryAcquire() {
@@ -302,7 +302,7 @@ class BUFPOOL_EXPORT BufferPool {
   // acquire_timeouts, naming a refused growth when there was one. A timeout of
   // zero or less does not sleep (a failure is counted in acquire_failures). A
   // timeout beyond a century waits forever. While it sleeps, releases skip the
-  // caches and go to the shared store, so the one it needs reaches it.
+  // caches and go to the depot, so the one it needs reaches it.
   absl::StatusOr<Buffer> Acquire(absl::Duration timeout);
   // Fills out[0, n) with buffers and returns n <= out.size(); n is smaller
   // only when the pool ran out (then counted as one failure). Any buffers
@@ -321,11 +321,11 @@ class BUFPOOL_EXPORT BufferPool {
   // until the notice came (a pool destroyed first drops the request).
   // InvalidArgument for a negative fd; the write's error, if any, is
   // ignored (an eventfd at its maximum count is still readable). While a
-  // request is pending, releases go to the shared store as they do for a
+  // request is pending, releases go to the depot as they do for a
   // sleeping Acquire().
   absl::Status NotifyWhenFree(int event_fd);
 
-  // Moves every CPU's cached free buffers of this pool to the shared store
+  // Moves every CPU's cached free buffers of this pool to the depot
   // (and wakes waiters): O(CPUs), one try-lock each; a cache another call
   // holds throughout is passed by. The caches refill on use.
   void FlushCaches();
@@ -334,10 +334,10 @@ class BUFPOOL_EXPORT BufferPool {
 
   // Gives the memory of free buffers back to the kernel (MADV_DONTNEED),
   // whole chunks of them, the highest first, as long as at least
-  // `keep_free` free buffers of the shared store stay backed (so between
+  // `keep_free` free buffers of the depot stay backed (so between
   // keep_free and keep_free + a chunk's buffers stay, plus free buffers
   // that share a chunk with one in use); returns the bytes given back. Only
-  // buffers free in the shared store are trimmed: never a buffer in use,
+  // buffers free in the depot are trimmed: never a buffer in use,
   // and never one parked in a per-CPU cache (at most cache_capacity() x
   // CPUs; FlushCaches() first to include them). Their slots return to the
   // reserve, and growth backs them again when they are needed. Returns 0 for
@@ -348,7 +348,7 @@ class BUFPOOL_EXPORT BufferPool {
   size_t Trim(size_t keep_free = 0);
   // trim_after_idle's tick, for a caller whose process makes no pool calls
   // while idle (the slow paths tick too): once a trim_after_idle window has
-  // passed, trims the free buffers the shared store held throughout it (the
+  // passed, trims the free buffers the depot held throughout it (the
   // fewest it was seen holding), and those idle in the caches (it flushes
   // them first): so memory goes back within one to two windows of going
   // idle. Never blocks; cheap when nothing is due (a clock read). Returns
@@ -475,7 +475,7 @@ class BUFPOOL_EXPORT BufferPool {
   uint32_t TryAcquireSlot();
   void ReleaseSlot(uint32_t slot);
   void CountSample(uint32_t slot);  // kSampled pools (holders.cc)
-  // Out of line (src/pool/pool_calls.cc): the caches, the shared store and
+  // Out of line (src/pool/pool_calls.cc): the caches, the depot and
   // draining. noexcept, so that a caller that is noexcept itself, such as
   // the C API, can still call them as tail calls; they allocate nothing,
   // and their only other failure, a std::mutex that cannot lock,

@@ -87,8 +87,10 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -149,8 +151,17 @@ class BUFPOOL_EXPORT BufferedWriter : private internal::StreamBase {
   absl::Status Append(const void* data, size_t n) {
     return Append(absl::MakeConstSpan(static_cast<const std::byte*>(data), n));
   }
-  absl::Status AppendFixed32(uint32_t v);  // 4 bytes, little-endian
-  absl::Status AppendFixed64(uint64_t v);  // 8 bytes, little-endian
+  // Appends integer `v`'s sizeof(T) bytes, little- or big-endian (as
+  // AppendLE/AppendBE of bufpool/cursor.h write a chain); Append()'s errors.
+  template <class T>
+  absl::Status AppendLE(T v);
+  template <class T>
+  absl::Status AppendBE(T v);
+  // Removed in 0.4.
+  ABSL_DEPRECATED("use AppendLE<uint32_t>()")
+  absl::Status AppendFixed32(uint32_t v) { return AppendLE(v); }
+  ABSL_DEPRECATED("use AppendLE<uint64_t>()")
+  absl::Status AppendFixed64(uint64_t v) { return AppendLE(v); }
 
   // Hands everything appended so far to the kernel (one writev). Does not
   // fsync; see Sync().
@@ -220,8 +231,17 @@ class BUFPOOL_EXPORT BufferedReader : private internal::StreamBase {
   // partial data as if it were whole. As Read(), even for an empty `out`:
   // FailedPrecondition after Close(), and a failed reader's error.
   absl::Status ReadExact(absl::Span<std::byte> out);
-  absl::StatusOr<uint32_t> ReadFixed32();  // little-endian; ReadExact rules
-  absl::StatusOr<uint64_t> ReadFixed64();
+  // The next sizeof(T) bytes as an integer, little- or big-endian (as
+  // ChainCursor::ReadLE/ReadBE read a chain); ReadExact()'s errors.
+  template <class T>
+  absl::StatusOr<T> ReadLE();
+  template <class T>
+  absl::StatusOr<T> ReadBE();
+  // Removed in 0.4.
+  ABSL_DEPRECATED("use ReadLE<uint32_t>()")
+  absl::StatusOr<uint32_t> ReadFixed32() { return ReadLE<uint32_t>(); }
+  ABSL_DEPRECATED("use ReadLE<uint64_t>()")
+  absl::StatusOr<uint64_t> ReadFixed64() { return ReadLE<uint64_t>(); }
 
   // Returns the buffers and closes an owned descriptor. Returns the first
   // read error the reader hit, or close(2)'s; again the same when repeated.
@@ -267,13 +287,19 @@ class BUFPOOL_EXPORT BufferedReader : private internal::StreamBase {
 // ---- Inline fast paths ------------------------------------------------------
 
 namespace internal {
-template <typename T>
-inline T ToLittleEndian(T v) {
-  if constexpr (std::endian::native == std::endian::big) {
-    if constexpr (sizeof(T) == 4) return __builtin_bswap32(v);
-    if constexpr (sizeof(T) == 8) return __builtin_bswap64(v);
+// `v` in the byte order asked for (kBig: big-endian), from or to native.
+template <bool kBig, typename T>
+inline T ToByteOrder(T v) {
+  static_assert(std::is_integral_v<T> && sizeof(T) <= 8,
+                "AppendLE/AppendBE/ReadLE/ReadBE take 1- to 8-byte integers");
+  using U = std::make_unsigned_t<T>;
+  auto u = static_cast<U>(v);
+  if constexpr ((std::endian::native == std::endian::big) != kBig) {
+    if constexpr (sizeof(T) == 2) u = __builtin_bswap16(u);
+    if constexpr (sizeof(T) == 4) u = __builtin_bswap32(u);
+    if constexpr (sizeof(T) == 8) u = __builtin_bswap64(u);
   }
-  return v;
+  return static_cast<T>(u);
 }
 }  // namespace internal
 
@@ -289,8 +315,9 @@ inline absl::Status BufferedWriter::Append(absl::Span<const std::byte> data) {
   return AppendSlow(data.data(), n);
 }
 
-inline absl::Status BufferedWriter::AppendFixed32(uint32_t v) {
-  v = internal::ToLittleEndian(v);
+template <class T>
+inline absl::Status BufferedWriter::AppendLE(T v) {
+  v = internal::ToByteOrder<false>(v);
   if (end_ - cursor_ > static_cast<ptrdiff_t>(sizeof(v))) {
     std::memcpy(cursor_, &v, sizeof(v));
     cursor_ += sizeof(v);
@@ -299,8 +326,9 @@ inline absl::Status BufferedWriter::AppendFixed32(uint32_t v) {
   return AppendSlow(reinterpret_cast<const std::byte*>(&v), sizeof(v));
 }
 
-inline absl::Status BufferedWriter::AppendFixed64(uint64_t v) {
-  v = internal::ToLittleEndian(v);
+template <class T>
+inline absl::Status BufferedWriter::AppendBE(T v) {
+  v = internal::ToByteOrder<true>(v);
   if (end_ - cursor_ > static_cast<ptrdiff_t>(sizeof(v))) {
     std::memcpy(cursor_, &v, sizeof(v));
     cursor_ += sizeof(v);
@@ -330,8 +358,9 @@ inline absl::Status BufferedReader::ReadExact(absl::Span<std::byte> out) {
   return ReadExactSlow(out);
 }
 
-inline absl::StatusOr<uint32_t> BufferedReader::ReadFixed32() {
-  uint32_t v;
+template <class T>
+inline absl::StatusOr<T> BufferedReader::ReadLE() {
+  T v;
   if (limit_ - cursor_ >= static_cast<ptrdiff_t>(sizeof(v))) {
     std::memcpy(&v, cursor_, sizeof(v));
     cursor_ += sizeof(v);
@@ -340,11 +369,12 @@ inline absl::StatusOr<uint32_t> BufferedReader::ReadFixed32() {
              !s.ok()) {
     return s;
   }
-  return internal::ToLittleEndian(v);
+  return internal::ToByteOrder<false>(v);
 }
 
-inline absl::StatusOr<uint64_t> BufferedReader::ReadFixed64() {
-  uint64_t v;
+template <class T>
+inline absl::StatusOr<T> BufferedReader::ReadBE() {
+  T v;
   if (limit_ - cursor_ >= static_cast<ptrdiff_t>(sizeof(v))) {
     std::memcpy(&v, cursor_, sizeof(v));
     cursor_ += sizeof(v);
@@ -353,7 +383,7 @@ inline absl::StatusOr<uint64_t> BufferedReader::ReadFixed64() {
              !s.ok()) {
     return s;
   }
-  return internal::ToLittleEndian(v);
+  return internal::ToByteOrder<true>(v);
 }
 
 }  // namespace bufpool

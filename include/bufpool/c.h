@@ -40,7 +40,7 @@
  * buffer may be released on a different thread than the one that acquired
  * it. Each pool keeps a small cache of free buffers per CPU (see "Per-CPU
  * caches" in bufpool/buffer_pool.h); bufpool_try_acquire() returns NULL only
- * when no buffer was free in any of them or in the shared store.
+ * when no buffer was free in any of them or in the depot.
  *
  * Safety. The release calls check each pointer in O(1), in release builds
  * too, and abort the process with a one-line message on stderr when it is
@@ -200,7 +200,7 @@ BUFPOOL_EXPORT void bufpool_release_bulk(bufpool_pool* pool, void* const* in,
 BUFPOOL_EXPORT int bufpool_notify_when_free(bufpool_pool* pool, int event_fd,
                                             char** err) BUFPOOL_C_NOEXCEPT;
 
-/* Moves every CPU's cached free buffers to the shared store. */
+/* Moves every CPU's cached free buffers to the depot. */
 BUFPOOL_EXPORT void bufpool_flush_caches(bufpool_pool* pool) BUFPOOL_C_NOEXCEPT;
 
 /* Writes the first min(stats_size, the library's sizeof(bufpool_stats))
@@ -233,7 +233,7 @@ BUFPOOL_EXPORT size_t bufpool_write_metrics(const bufpool_pool* pool,
                                             size_t size) BUFPOOL_C_NOEXCEPT;
 
 /* An elastic pool (max_buffer_count): gives the memory of free buffers in
- * the shared store back to the kernel until at most keep_free stay backed,
+ * the depot back to the kernel until at most keep_free stay backed,
  * never a buffer in use or cached; returns the bytes given back (0 for a
  * fixed pool). See BufferPool::Trim(). */
 BUFPOOL_EXPORT size_t bufpool_trim(bufpool_pool* pool,

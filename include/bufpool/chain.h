@@ -25,24 +25,19 @@
 // BufferChain must be gone before its pool is destroyed; ~BufferPool aborts
 // with "still in use" otherwise. A chain may hold slices of several pools.
 //
-// Writing. Bytes a slice covers are shared with every other slice of that
-// buffer and are not written through it by this library: an Append() of
-// bytes copies into the tail buffer's room only while the chain's tail is
-// the only reference to that buffer (use_count() == 1), so no other slice,
-// chain or thread can see the bytes it writes; otherwise it starts a fresh
-// buffer. ReadFrom() follows the same rule.
+// Writing. Bytes a slice covers are shared and never written through it:
+// Append() and ReadFrom() write only the room past the tail, and only while
+// the tail is the only reference to its buffer (use_count() == 1).
 //
 // Thread safety. SharedBuffer copies of one buffer may be made, used and
 // destroyed on any threads at once (like std::shared_ptr copies); a single
 // SharedBuffer or BufferChain object is not thread-safe (like any value):
 // one thread at a time, handed over through the caller's synchronisation.
 //
-// Costs. Copying a SharedBuffer or taking a Slice() is one uncontended
-// atomic increment; destroying one is one atomic decrement, or none when it
-// is the last reference. Neither allocates. A BufferChain keeps up to
-// kInlineSegments slices inline and grows a heap ring beyond that, which it
-// keeps until destroyed, so a chain reused for many messages allocates only
-// while growing.
+// Costs. Copying a SharedBuffer or taking a Slice() is one atomic
+// increment, dropping one a decrement (none for the last reference); neither
+// allocates. A BufferChain holds a few slices inline and grows a heap ring
+// beyond that, kept until destroyed: a reused chain allocates only growing.
 #ifndef BUFPOOL_CHAIN_H_
 #define BUFPOOL_CHAIN_H_
 
@@ -78,8 +73,7 @@ class ReceivePack;
 class BUFPOOL_EXPORT SharedBuffer {
  public:
   SharedBuffer() noexcept = default;
-  // Takes the buffer out of `buffer` (which becomes empty): a slice of the
-  // whole buffer, [0, buffer_size). An empty handle gives an empty slice.
+  // Takes `buffer` (left empty) as a slice of all of it.
   explicit SharedBuffer(Buffer&& buffer) noexcept;
   SharedBuffer(const SharedBuffer& other) noexcept;
   SharedBuffer(SharedBuffer&& other) noexcept
@@ -91,14 +85,11 @@ class BUFPOOL_EXPORT SharedBuffer {
   SharedBuffer& operator=(SharedBuffer&& other) noexcept;
   ~SharedBuffer() { Reset(); }
 
-  // A new reference to bytes [offset, offset + length) of this slice: the
-  // same buffer, no copy. Aborts, naming the numbers, when the range does
-  // not lie inside this slice (or this holds nothing).
+  // A new reference to bytes [offset, offset + length) of this slice, no
+  // copy. Aborts, naming the numbers, when the range is not inside it.
   SharedBuffer Slice(size_t offset, size_t length) const;
 
-  // The bytes. Not to be written through: other slices may share them (see
-  // "Writing" in the file comment). mutable_data() is for the holder of the
-  // only reference (use_count() == 1), who may fill the buffer.
+  // The bytes; mutable_data() only for the holder of the only reference.
   const std::byte* data() const { return data_; }
   std::byte* mutable_data() const { return data_; }
   size_t size() const { return size_; }
@@ -118,9 +109,8 @@ class BUFPOOL_EXPORT SharedBuffer {
   size_t room() const {
     return pool_ ? pool_->buffer_size() - offset() - size_ : 0;
   }
-  // References to this buffer right now (0 when this holds nothing). Exact
-  // only when no other thread copies or drops one meanwhile; 1 is stable
-  // (no one else holds a reference to copy).
+  // References to this buffer now (0: holds nothing); 1 is stable, other
+  // values may change as other threads copy or drop theirs.
   uint32_t use_count() const;
 
   // Drops this reference now (returning the buffer if it was the last).
@@ -139,60 +129,37 @@ class BUFPOOL_EXPORT SharedBuffer {
 };
 
 // A byte sequence made of SharedBuffer slices. Move-only (Clone() shares
-// it). New buffers for Append(bytes) and ReadFrom() come from the pool given
-// at construction. The chain never holds an empty slice, never copies bytes
-// it can link, and drops each slice as soon as it is consumed past, so a
-// buffer goes back to its pool when no slice of it is left.
+// it). New buffers for Append(bytes) and ReadFrom() come from its pool. It
+// drops each slice as soon as it is consumed past.
 //
 // Thread safety: one thread at a time (see the file comment); the slices it
 // shares with other chains may be used and dropped on other threads.
 class BUFPOOL_EXPORT BufferChain {
  public:
   // Slices held without a heap allocation.
-  static constexpr uint32_t kInlineSegments = 4;
+  static constexpr uint32_t kInlineSlices = 4;
+  // Removed in 0.4.
+  ABSL_DEPRECATED("use kInlineSlices")
+  static constexpr uint32_t kInlineSegments = kInlineSlices;
 
-  // A chain with no pool: it can link slices, but Append(bytes) beyond the
-  // tail's room and ReadFrom() fail with FailedPrecondition.
-  BufferChain() noexcept : segs_(inline_) {}
+  // Without a pool, Append(bytes) past the room and ReadFrom() fail.
+  BufferChain() noexcept : slices_(inline_) {}
   explicit BufferChain(BufferPool& pool) noexcept
-      : pool_(&pool), segs_(inline_) {}
-  // A chain bound to `budget` (bufpool/budget.h): it draws fresh buffers
-  // from the budget's pool (its reserve first) and charges the budget for
-  // every buffer it pins, by the rule of pinned_bytes(), until it drops
-  // them. Append(bytes) and ReadFrom() refuse, with ResourceExhausted
-  // naming the budget, what would pin a buffer past its max_bytes; linking
-  // slices (Append of a SharedBuffer, Buffer or chain) never refuses and is
-  // charged past the limit. The budget must outlive the chain while it
-  // holds bytes, and the chain is used on the budget's thread.
+      : pool_(&pool), slices_(inline_) {}
+  // Bound to `budget` (bufpool/budget.h), charged for every buffer it pins
+  // (pinned_bytes()): Append(bytes) and ReadFrom() refuse past its limit
+  // with ResourceExhausted; linking slices is charged, never refused. The
+  // budget must outlive the chain's bytes; use it on the budget's thread.
   explicit BufferChain(BufferBudget& budget) noexcept
-      : pool_(&budget.pool()), budget_(&budget), segs_(inline_) {}
-  // A moved-from chain is empty (and keeps its pool and budget: the slices
-  // move with the charge they made, so the binding moves with them; a move
-  // assignment takes `other`'s pool and budget). Move assignment drops
-  // the target's slices first and frees no grown slice ring: when both
-  // chains have one they swap them (`other` keeps the target's, empty);
-  // when only the target has one it keeps it and takes `other`'s slices
-  // into it. So a chain moved back and forth between two owners (a queue
-  // and a send) allocates only while growing.
-  // An empty chain is constructed, moved and destroyed without a call.
-  BufferChain(BufferChain&& other) noexcept
-      : pool_(other.pool_), budget_(other.budget_), segs_(inline_) {
-    if (other.count_ != 0 || other.segs_ != other.inline_) StealFrom(other);
-  }
-  BufferChain& operator=(BufferChain&& other) noexcept {
-    if (count_ == 0 && other.count_ == 0 && segs_ == inline_ &&
-        other.segs_ == other.inline_) {
-      pool_ = other.pool_;
-      budget_ = other.budget_;
-      return *this;
-    }
-    return MoveAssignSlow(other);
-  }
+      : pool_(&budget.pool()), budget_(&budget), slices_(inline_) {}
+  // A moved-from chain is empty, with its pool and budget; the target takes
+  // `other`'s. Moves keep grown slice rings (swapped, not freed), so a chain
+  // moved between two owners allocates only while growing.
+  BufferChain(BufferChain&& other) noexcept;
+  BufferChain& operator=(BufferChain&& other) noexcept;
   BufferChain(const BufferChain&) = delete;
   BufferChain& operator=(const BufferChain&) = delete;
-  ~BufferChain() {
-    if (count_ != 0 || segs_ != inline_) DestroySlow();
-  }
+  ~BufferChain();
 
   BufferPool* pool() const { return pool_; }
   // The budget this chain charges, or nullptr.
@@ -200,28 +167,17 @@ class BUFPOOL_EXPORT BufferChain {
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   size_t slice_count() const { return count_; }
-  // Slice i, 0 <= i < slice_count(). In builds without NDEBUG an i outside
-  // that range aborts, naming the numbers; with NDEBUG (the hot path has no
-  // check) it is undefined.
-  const SharedBuffer& slice(size_t i) const {
-#ifndef NDEBUG
-    if (i >= count_) DieBadIndex(i);
-#endif
-    return At(i);
-  }
-  // Deprecated, removed in 0.4: slice_count() and slice(i), by their names
-  // before 0.3.
+  // Slice i < slice_count() (checked unless NDEBUG).
+  const SharedBuffer& slice(size_t i) const;
+  // Removed in 0.4.
   ABSL_DEPRECATED("use slice_count()")
   size_t segment_count() const { return count_; }
   ABSL_DEPRECATED("use slice(i)")
   const SharedBuffer& segment(size_t i) const { return slice(i); }
 
-  // Copies `bytes` to the end: into the tail buffer's room while the chain
-  // holds the only reference to it, then into fresh buffers from pool(). All
-  // or nothing: when the pool cannot supply every buffer needed, or the
-  // chain's budget would pass its max_bytes (the message names the budget
-  // and its limit), returns ResourceExhausted and the chain is unchanged
-  // (buffers taken meanwhile go back).
+  // Copies `bytes` to the end (the tail's room, then fresh buffers). All or
+  // nothing: ResourceExhausted, the chain unchanged, when the pool or the
+  // budget (named, with its limit) cannot supply every buffer needed.
   absl::Status Append(absl::Span<const std::byte> bytes);
   absl::Status Append(absl::string_view bytes) {
     return Append(absl::MakeConstSpan(
@@ -230,231 +186,92 @@ class BUFPOOL_EXPORT BufferChain {
   // Links a slice to the end, no copy (an empty slice is dropped).
   void Append(SharedBuffer&& slice);
   void Append(const SharedBuffer& slice) { Append(SharedBuffer(slice)); }
-  // Moves every slice of `other` to the end; `other` becomes empty. All or
-  // nothing: when growing this chain's slice ring throws std::bad_alloc,
-  // both chains are unchanged.
+  // Moves `other`'s slices to the end. If std::bad_alloc, both unchanged.
   void Append(BufferChain&& other);
-  // Links the first `length` bytes of a buffer the caller filled (say, by a
-  // read into it), no copy; the chain takes the buffer (length 0: it goes
-  // back to its pool). Aborts when length > buffer.size().
+  // Links the first `length` bytes of a filled buffer, no copy; the chain
+  // takes the buffer. Aborts when length > buffer.size().
   void Append(Buffer&& buffer, size_t length);
 
   // The slices' bytes in order, as spans: for (auto part : chain.spans()).
   class SpanRange;
   SpanRange spans() const;
 
-  // Points out[0, k) at the first k = min(slice_count(), out.size())
-  // slices, for writev/sendmsg; returns k. The chain is not changed.
+  // Points out[0, k) at the first k slices, for writev; returns k.
   size_t FillIovecs(absl::Span<iovec> out) const;
 
-  // Drops the first min(n, size()) bytes; slices consumed past are dropped
-  // at once (a buffer with no slice left goes back to its pool), so an
-  // emptied chain pins no buffer. Consuming a one-slice chain whole is
-  // inline.
-  void Consume(size_t n) {
-    if (count_ == 1 && n >= size_) {
-      size_ = 0;
-      PopBack();
-      return;
-    }
-    ConsumeSlow(n);
-  }
-  // Removes the first min(n, size()) bytes and returns them as a chain with
-  // the same pool and budget (charged for the buffers it pins), without
-  // copying: whole slices move, and a slice cut in two becomes two
-  // references to its buffer. Bytes kept beyond the budget's owner (a value
-  // a server stores) leave the budget when appended to an unbound chain:
-  // BufferChain kept(pool); kept.Append(chain.Split(n));
+  // Drops the first min(n, size()) bytes and the slices consumed past.
+  void Consume(size_t n);
+  // Removes the first min(n, size()) bytes and returns them, no copy, as a
+  // chain with the same pool and budget (append it to an unbound chain to
+  // leave the budget).
   BufferChain Split(size_t n);
-  // Copies the first min(size(), out.size()) bytes into `out`; returns how
-  // many. The chain is not changed.
+  // Copies the first bytes into `out`; returns how many.
   size_t CopyTo(absl::Span<std::byte> out) const;
-  // A second chain over the same bytes: one more reference per slice, no
-  // copy; bound to the same budget, which it charges again for the
-  // buffers it pins (never refused).
+  // A second chain over the same bytes, no copy; charged to the same budget.
   BufferChain Clone() const;
   // Drops every slice (keeps the slice ring's capacity).
   void Clear();
-  // Makes room for `slices` slices in all, so that linking slices up to
-  // that count allocates nothing (and cannot throw). Throws std::bad_alloc,
-  // the chain unchanged, when the grown ring cannot be allocated.
-  void Reserve(size_t slices) {
-    if (slices > cap_) [[unlikely]]
-      ReserveSlow(slices);
-  }
+  // Makes space for `slices` slices, so linking up to that many cannot
+  // throw. Throws std::bad_alloc, the chain unchanged.
+  void Reserve(size_t slices);
 
   // ---- Receiving: the one primitive for I/O sources ----
-  //
-  // Every way bytes arrive (ReadFrom(), ProvidedBufferRing::Take(), the
-  // Asio read path, a user's own loop) goes through these, which own the
-  // copy-or-link policy that keeps memory following bytes:
-  //
-  //   auto room = chain.Preallocate();           // where bytes may go now
-  //   n = read(fd, room.data(), room.size());    // (or readv with fresh
-  //   chain.Postallocate(n);                     //  buffers after it)
-  //
+  // Every source of bytes (ReadFrom(), ProvidedBufferRing::Take(), Asio, a
+  // user's loop) goes through these, which own the copy-or-link policy:
+  //   auto room = chain.Preallocate();           // the tail's room, or empty
+  //   n = read(fd, room.data(), room.size());
+  //   chain.Postallocate(n);                     // n <= room.size(), or abort
   //   chain.Receive(filled, n, {.copy_below = bs / 8, .pack = &pack});
-  //
-  // Preallocate() is the tail's room (tail_room() bytes after the tail
-  // slice, which only this chain can see), empty when there is none: no
-  // buffer is taken. Postallocate(n) makes the first n bytes written there
-  // part of the chain (n <= Preallocate().size(); aborts otherwise).
-  absl::Span<std::byte> Preallocate() const {
-    const size_t room = TailRoom();
-    if (room == 0) return {};
-    const SharedBuffer& t = At(count_ - 1);
-    return {t.data_ + t.size_, room};
-  }
-  void Postallocate(size_t n) {
-    if (n == 0) return;
-    if (count_ == 0 || n > At(count_ - 1).room()) [[unlikely]] {
-      DieBadPostallocate(n);
-    }
-    At(count_ - 1).size_ += n;
-    size_ += n;
-  }
+  absl::Span<std::byte> Preallocate() const;
+  void Postallocate(size_t n);
 
   struct ReceiveOptions {
-    // Bytes fewer than this are copied rather than linked (0: never copy;
-    // every Receive() links).
-    size_t copy_below = 0;
-    // Where short partials of an empty chain (under copy_below in all) are
-    // packed; nullptr: not packed.
-    ReceivePack* pack = nullptr;
+    size_t copy_below = 0;        // fewer bytes are copied (0: never)
+    ReceivePack* pack = nullptr;  // packs short partials of an empty chain
   };
-  // Takes the first `n` bytes of `buffer`, which a source filled (a read
-  // into a fresh buffer, the kernel into a ring's), by the policy. With
-  // copying on (copy_below != 0): into the tail's room if they fit; else,
-  // for an empty chain (or one whose tail is the pack's) that stays under
-  // copy_below, packed into `pack`; else, when the tail has some room,
-  // into that room and a fresh buffer of pool(), so no room is left empty
-  // inside the chain. Otherwise (copying off, a dry pool, no pool) `buffer`
-  // is linked, no copy, and its room after the n bytes takes the next
-  // small receives. Returns true when the chain took `buffer` (it is empty
-  // now), false when the bytes were copied (`buffer` unchanged: the caller
-  // may reuse it at once) or n is 0; aborts when n > buffer.size(). Throws
-  // std::bad_alloc, nothing changed, when the slice ring must grow and
-  // cannot; never after Reserve(slice_count() + 2).
+  // Takes the first `n` bytes of a filled `buffer` by the policy: copied
+  // (into the tail's room, the pack, or fresh buffers) or linked. True when
+  // the chain took `buffer` (now empty); false when copied (reuse `buffer`)
+  // or n is 0. Aborts when n > buffer.size(). Throws std::bad_alloc, nothing
+  // changed, when the slice ring cannot grow; never after
+  // Reserve(slice_count() + 2).
   bool Receive(Buffer& buffer, size_t n, const ReceiveOptions& options);
-  // For a source that lends one buffer to many chains (an incremental
-  // ring): when the tail slice ends at `at`, in the same buffer with at
-  // least n bytes of it after, the tail grows over them (no new
-  // reference) and this returns true; false, nothing changed, otherwise.
-  // The caller vouches that those bytes are this chain's next ones and
-  // that no other slice covers them.
-  bool GrowTail(const std::byte* at, size_t n) {
-    if (count_ == 0) return false;
-    SharedBuffer& t = At(count_ - 1);
-    // Adjacent addresses may be the next buffer's: the tail grows only
-    // inside its own.
-    if (t.data_ + t.size_ != at || t.room() < n) return false;
-    t.size_ += n;
-    size_ += n;
-    return true;
-  }
+  // Grows the tail slice over n bytes at `at` when it ends there in the same
+  // buffer (false, nothing changed, otherwise). The caller vouches that no
+  // other slice covers them: for a source that shares one buffer.
+  bool GrowTail(const std::byte* at, size_t n);
 
   // ---- Memory that follows bytes ----
-  //
-  // The bound. A chain that holds B bytes received through the library's
-  // receive paths (ProvidedBufferRing::Take with copy_below on, ReadFrom,
-  // the Asio read path in bufpool/asio.h) holds buffers of its own for at
-  // most B + 2 * buffer_size bytes (a partly consumed head buffer, a partly
-  // filled tail), however the bytes arrived: small receives are copied
-  // into the tail's room instead of linking a buffer each, and an empty
-  // chain holds no buffer at all. A ProvidedBufferRing packs small
-  // receives that find no room of the chain's own into one buffer it
-  // shares among its connections (as Redis shares its query buffer), so a
-  // connection holding a short partial message usually pins about its
-  // bytes, not a buffer (see ProvidedBufferRing's "Memory" for the worst
-  // case). Chains built by linking slices (Split, Clone, Append of slices)
-  // can pin much more; Compact() packs them.
+  // A chain filled by the receive paths holds buffers for at most B + 2 *
+  // buffer_size bytes for its B bytes (docs/uring.md); chains built by
+  // linking slices (Split, Clone) can pin more, and Compact() packs them.
 
-  // Buffer bytes this chain keeps out of its pools: the buffer size of each
-  // buffer it holds a slice of, a buffer counted once per run of adjacent
-  // slices of it (slices of one buffer are adjacent unless the caller
-  // linked them apart, when this overcounts; a buffer shared with other
-  // chains counts whole). O(slice_count()).
+  // Buffer bytes this chain keeps out of its pools: a buffer's size per run
+  // of adjacent slices of it. O(slice_count()).
   size_t pinned_bytes() const;
-  // Room after the tail slice that Append(bytes) would fill before taking a
-  // fresh buffer: 0 unless the chain holds the only reference to the tail's
-  // buffer (so no other slice, chain, thread or the kernel can see it); 0
-  // for an empty chain.
+  // Room after the tail that Append(bytes) fills first: 0 unless the chain
+  // holds the only reference to the tail's buffer.
   size_t tail_room() const { return TailRoom(); }
-  // Deprecated, removed in 0.4: always false, since an emptied chain keeps
-  // no buffer (0.3).
+  // Removed in 0.4.
   ABSL_DEPRECATED("an emptied chain keeps no buffer; this is always false")
   bool keeps_room() const { return false; }
-  // Copies the bytes of every buffer the chain holds less than half of (a
-  // run of adjacent slices of one buffer) into as few fresh buffers of
-  // pool() as those bytes need, and links the rest as they are; the bytes
-  // are unchanged, the copied-from buffers are dropped. All or nothing:
-  // ResourceExhausted (the chain unchanged) when the pool cannot supply the
-  // buffers, FailedPrecondition when there is something to copy and the
-  // chain has no pool. Throws std::bad_alloc, the chain unchanged, when the
-  // new slice ring cannot be allocated.
+  // Copies the bytes of buffers the chain holds less than half of into as
+  // few fresh buffers as they need. All or nothing: ResourceExhausted when
+  // the pool cannot supply them, FailedPrecondition without a pool.
   absl::Status Compact();
 
-  // Copies `bytes` (at most the pack's buffer_size) into `pack`'s shared
-  // buffer and links them as a slice of it, or grows the tail slice when
-  // it already ends where they land: for a short partial message that
-  // should pin about its bytes, not a buffer (see ReceivePack). Only into
-  // an empty chain, or one whose tail is a slice of the pack's current
-  // buffer; false, nothing changed, otherwise, and when the pack's buffer
-  // is full for a non-empty chain or its pool has no buffer for a new one.
-  // Throws std::bad_alloc, nothing changed, when the slice ring cannot
-  // grow. Inline for an empty chain while the pack's buffer has room.
-  bool AppendPacked(absl::Span<const std::byte> bytes, ReceivePack& pack) {
-    if (count_ == 0 && AppendPackedInline(bytes.data(), bytes.size(), pack))
-        [[likely]] {
-      return true;
-    }
-    return AppendPackedSlow(bytes.data(), bytes.size(), pack);
-  }
+  // Copies `bytes` into `pack`'s shared buffer and links them, into an
+  // empty chain or one whose tail is the pack's; false, nothing changed,
+  // otherwise or when no buffer is free. May throw std::bad_alloc.
+  bool AppendPacked(absl::Span<const std::byte> bytes, ReceivePack& pack);
 
  private:
-  SharedBuffer& At(size_t i) const {
-    return segs_[(head_ + static_cast<uint32_t>(i)) & (cap_ - 1)];
-  }
-  // Room in the tail's buffer that Append() may write (see the file
-  // comment): 0 unless the tail is the only reference to its buffer; 0 for
-  // an empty chain.
-  size_t TailRoom() const {
-    if (count_ == 0) return 0;
-    const SharedBuffer& t = At(count_ - 1);
-    return t.use_count() == 1 ? t.room() : 0;
-  }
-  // Links `s` after the tail.
-  // A bound chain charges its budget a buffer for a slice that starts a
-  // run (see pinned_bytes()) and releases it when the run's last slice
-  // goes; an unbound one pays one branch.
-  void PushBack(SharedBuffer&& s) {
-    if (count_ == cap_) Grow();
-    if (budget_ != nullptr) [[unlikely]]
-      ChargeLink(s);
-    At(count_) = std::move(s);
-    ++count_;
-  }
-  void PopFront() {
-    if (budget_ != nullptr) [[unlikely]] {
-      PopFrontBudgeted();
-      return;
-    }
-    segs_[head_].Reset();
-    head_ = (head_ + 1) & (cap_ - 1);
-    --count_;
-  }
-  void PopBack() {
-    if (budget_ != nullptr) [[unlikely]] {
-      PopBackBudgeted();
-      return;
-    }
-    At(count_ - 1).Reset();
-    --count_;
-  }
-  // Whether slices a and b are of one buffer.
-  static bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b) {
-    return a.pool_ == b.pool_ && a.slot_ == b.slot_;
-  }
+  SharedBuffer& At(size_t i) const;
+  size_t TailRoom() const;
+  void PushBack(SharedBuffer&& s);
+  void PopFront();
+  void PopBack();
+  static bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b);
   // Inline (below): a bound chain's receive and consume paths call them
   // once per buffer.
   void ChargeLink(const SharedBuffer& s);
@@ -463,22 +280,11 @@ class BUFPOOL_EXPORT BufferChain {
   // Releases budget_'s charge for every run of this chain's slices: for
   // slices that leave in bulk.
   void ReleaseAll();
-  // A fresh buffer for Append() and Compact(): the budget's (its reserve
-  // first) when bound, else the pool's.
-  Buffer TakeFresh() {
-    if (budget_ != nullptr) [[unlikely]]
-      return internal::BudgetAccess::TakeFresh(*budget_);
-    return pool_->TryAcquire();
-  }
+  Buffer AcquireFresh();
   void Grow() { GrowTo(cap_ * 2); }
   void GrowTo(uint32_t cap);  // cap: a power of two > cap_
   void ReserveSlow(size_t slices);
-  void AppendFilled(Buffer&& buffer, size_t n) {
-    SharedBuffer s(std::move(buffer));
-    s.size_ = n;
-    size_ += n;
-    PushBack(std::move(s));
-  }
+  void AppendFilled(Buffer&& buffer, size_t n);
   void ConsumeSlow(size_t n);
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
@@ -487,8 +293,6 @@ class BUFPOOL_EXPORT BufferChain {
   [[noreturn]] static void DieTooLong(size_t length, size_t size);
   [[noreturn]] void DieBadPostallocate(size_t n) const;
   [[noreturn]] void DieBadIndex(size_t i) const;
-  // Takes other's slices and storage; *this must be empty, with inline
-  // storage.
   void StealFrom(BufferChain& other) noexcept;
   BufferChain& MoveAssignSlow(BufferChain& other) noexcept;
   void DestroySlow() noexcept;
@@ -497,31 +301,20 @@ class BUFPOOL_EXPORT BufferChain {
   BufferPool* pool_ = nullptr;
   BufferBudget* budget_ = nullptr;  // charged for the buffers pinned
   size_t size_ = 0;
-  // The slices are At(0) .. At(count_ - 1); every other entry holds
-  // nothing.
-  SharedBuffer* segs_;              // inline_ or a heap ring of cap_ entries
-  uint32_t cap_ = kInlineSegments;  // a power of two
+  // The slices are At(0) .. At(count_ - 1); other entries hold nothing.
+  SharedBuffer* slices_;          // inline_ or a heap ring of cap_ entries
+  uint32_t cap_ = kInlineSlices;  // a power of two
   uint32_t head_ = 0;
   uint32_t count_ = 0;
-  SharedBuffer inline_[kInlineSegments];
+  SharedBuffer inline_[kInlineSlices];
 };
 
-// One buffer that the short partial messages of many chains share, as
-// Redis shares its query buffer among clients: BufferChain::AppendPacked()
-// copies a few bytes into it and links them as a slice, so a connection
-// holding 100 bytes of a half-read command pins 100 bytes of it, not a
-// buffer of its own. A ProvidedBufferRing keeps one for its connections.
+// One buffer that the short partial messages of many chains share (as Redis
+// shares its query buffer): a connection holding 100 bytes of a half-read
+// command pins 100 bytes of it, not a buffer. Worst case, one stalled
+// partial per pack buffer: a buffer per connection, as without packing.
 //
-// The pack writes only past the bytes its slices cover, so chains reading
-// their slices on other threads never see a write; once every slice of its
-// buffer is gone it fills it again from the start, and when the buffer is
-// full while slices remain it takes a fresh one from the pool (the old one
-// goes back with its last slice). A buffer is pinned by its longest-lived
-// slice: in the worst case (one stalled partial per pack buffer) that is a
-// buffer per connection, as without packing.
-//
-// Thread safety: one thread at a time (the receiving loop's); the slices it
-// hands out may be used and dropped on any thread.
+// Thread safety: the receiving loop's thread; its slices may travel.
 class BUFPOOL_EXPORT ReceivePack {
  public:
   explicit ReceivePack(BufferPool& pool) noexcept : pool_(&pool) {}
@@ -530,75 +323,22 @@ class BUFPOOL_EXPORT ReceivePack {
   ReceivePack& operator=(const ReceivePack&) = delete;
 
   BufferPool& pool() const { return *pool_; }
-  // Whether the pack holds a buffer now (for tests and statistics).
   bool holds_buffer() const { return static_cast<bool>(buf_); }
 
  private:
   friend class BufferChain;
 
-  // References added to the buffer's count at once and handed to slices
-  // one at a time without an atomic (see AppendPackedInline()).
+  // References added at once, handed to slices without an atomic.
   static constexpr uint32_t kRefBatch = 256;
 
-  // Makes the pack's buffer one with room for `len` bytes; false when the
-  // pool has none free.
-  bool MakeRoom(size_t len);
-  // Gives back the buffer's spare references and the pack's own.
+  bool MakeRoom(size_t len);  // false when the pool has no buffer
   void Drop() noexcept;
 
   BufferPool* pool_;
-  // The pack's own reference to the whole buffer, and `spare_` more that
-  // its count already includes and no slice holds yet.
-  SharedBuffer buf_;
-  uint32_t spare_ = 0;
-  // Bytes of the buffer that slices cover (or covered): the pack writes
-  // only past them.
-  uint32_t used_ = 0;
+  SharedBuffer buf_;    // the pack's own reference
+  uint32_t spare_ = 0;  // more references counted, held by no slice yet
+  uint32_t used_ = 0;   // bytes slices cover: written only past them
 };
-
-class BufferChain::SpanRange {
- public:
-  class iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = absl::Span<const std::byte>;
-    using difference_type = std::ptrdiff_t;
-    using pointer = void;
-    using reference = value_type;
-
-    iterator() = default;
-    value_type operator*() const { return chain_->At(i_).span(); }
-    iterator& operator++() {
-      ++i_;
-      return *this;
-    }
-    iterator operator++(int) {
-      iterator old = *this;
-      ++i_;
-      return old;
-    }
-    bool operator==(const iterator& o) const { return i_ == o.i_; }
-
-   private:
-    friend class SpanRange;
-    iterator(const BufferChain* chain, size_t i) : chain_(chain), i_(i) {}
-    const BufferChain* chain_ = nullptr;
-    size_t i_ = 0;
-  };
-
-  iterator begin() const { return {chain_, 0}; }
-  iterator end() const { return {chain_, chain_->slice_count()}; }
-  size_t size() const { return chain_->slice_count(); }
-
- private:
-  friend class BufferChain;
-  explicit SpanRange(const BufferChain* chain) : chain_(chain) {}
-  const BufferChain* chain_;
-};
-
-inline BufferChain::SpanRange BufferChain::spans() const {
-  return SpanRange(this);
-}
 
 // ---- I/O
 // ---------------------------------------------------------------------
@@ -646,144 +386,8 @@ BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(
 // rest stay in the chain. An empty chain writes nothing and returns 0.
 BUFPOOL_EXPORT absl::StatusOr<size_t> WriteTo(int fd, BufferChain& chain);
 
-// ---- Inline fast paths -----------------------------------------------------
-//
-// Reference counts (internal::SharedAccess::Ref). Copies add with relaxed
-// order: a new reference is made from an existing one, so the count cannot
-// reach 0 meanwhile and nothing else needs ordering (as std::shared_ptr).
-// A drop subtracts with acq_rel: release so this holder's reads and writes
-// of the buffer happen-before whichever drop is last, acquire so the last
-// one, which returns the buffer for reuse, sees them all. A drop that loads
-// 1 (acquire, pairing with the others' release subtractions) holds the only
-// reference, which no other thread can copy, so it skips the subtraction.
-
-inline SharedBuffer::SharedBuffer(Buffer&& buffer) noexcept {
-  if (!buffer) return;
-  BufferPool& pool = *buffer.pool();
-  uint32_t* refs = internal::SharedAccess::Refs(pool);
-  slot_ = internal::SharedAccess::TakeSlot(buffer);
-  // relaxed: the slot is ours alone; the pool's hand-over ordered its
-  // previous holders' accesses before this.
-  std::atomic_ref<uint32_t>(refs[slot_]).store(1, std::memory_order_relaxed);
-  pool_ = &pool;
-  data_ = pool.SlotData(slot_);
-  size_ = pool.buffer_size();
-}
-
-inline SharedBuffer::SharedBuffer(const SharedBuffer& other) noexcept
-    : pool_(other.pool_),
-      data_(other.data_),
-      size_(other.size_),
-      slot_(other.slot_) {
-  if (pool_ != nullptr) {
-    internal::SharedAccess::Ref(*pool_, slot_)
-        .fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-inline SharedBuffer& SharedBuffer::operator=(
-    const SharedBuffer& other) noexcept {
-  if (this != &other) {
-    SharedBuffer copy(other);
-    *this = std::move(copy);
-  }
-  return *this;
-}
-
-inline SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    pool_ = std::exchange(other.pool_, nullptr);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    slot_ = other.slot_;
-  }
-  return *this;
-}
-
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void SharedBuffer::Reset() {
-  BufferPool* const pool = pool_;
-  if (pool == nullptr) return;
-  pool_ = nullptr;
-  data_ = nullptr;  // no view of a buffer that may be reused already
-  size_ = 0;
-  std::atomic_ref<uint32_t> ref = internal::SharedAccess::Ref(*pool, slot_);
-  if (ref.load(std::memory_order_acquire) == 1 ||
-      ref.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    internal::SharedAccess::ReleaseSlot(*pool, slot_);
-  }
-}
-
-inline uint32_t SharedBuffer::use_count() const {
-  if (pool_ == nullptr) return 0;
-  return internal::SharedAccess::Ref(*pool_, slot_)
-      .load(std::memory_order_acquire);
-}
-
-inline SharedBuffer SharedBuffer::Slice(size_t offset, size_t length) const {
-  if (pool_ == nullptr || offset > size_ || length > size_ - offset)
-      [[unlikely]] {
-    DieBadSlice(offset, length);
-  }
-  SharedBuffer s(*this);
-  s.data_ += offset;
-  s.size_ = length;
-  return s;
-}
-
-// An empty chain packed without a call: the slice takes one of the pack's
-// spare references (already in the buffer's count), so no atomic is made.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
-    const std::byte* src, size_t len, ReceivePack& pack) {
-  SharedBuffer& b = pack.buf_;
-  if (pack.spare_ == 0 || b.size_ - pack.used_ < len || len == 0) {
-    return false;
-  }
-  std::byte* const dst = b.data_ + pack.used_;
-  SharedBuffer& s = At(0);  // holds nothing: the chain is empty
-  s.pool_ = b.pool_;
-  s.data_ = dst;
-  s.size_ = len;
-  s.slot_ = b.slot_;
-  --pack.spare_;
-  pack.used_ += static_cast<uint32_t>(len);
-  count_ = 1;
-  size_ = len;
-  // The chain was empty: the slice starts a run, a buffer pinned.
-  if (budget_ != nullptr) [[unlikely]]
-    internal::BudgetAccess::Charge(*budget_, b.pool_->buffer_size());
-  std::memcpy(dst, src, len);
-  return true;
-}
-
-inline void BufferChain::ChargeLink(const SharedBuffer& s) {
-  if (count_ == 0 || !SameBuffer(At(count_ - 1), s)) {
-    internal::BudgetAccess::Charge(*budget_, s.pool_->buffer_size());
-  }
-}
-
-// The slice is dropped before the budget hears of it, so that a budget
-// refilling its reserve finds the buffer back in the pool.
-inline void BufferChain::PopFrontBudgeted() {
-  SharedBuffer& f = segs_[head_];
-  const size_t bs =
-      count_ == 1 || !SameBuffer(f, At(1)) ? f.pool_->buffer_size() : 0;
-  f.Reset();
-  head_ = (head_ + 1) & (cap_ - 1);
-  --count_;
-  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
-}
-
-inline void BufferChain::PopBackBudgeted() {
-  SharedBuffer& t = At(count_ - 1);
-  const size_t bs = count_ == 1 || !SameBuffer(At(count_ - 2), t)
-                        ? t.pool_->buffer_size()
-                        : 0;
-  t.Reset();
-  --count_;
-  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
-}
-
 }  // namespace bufpool
+
+#include "bufpool/internal/chain_inl.h"  // IWYU pragma: export
 
 #endif  // BUFPOOL_CHAIN_H_

@@ -113,7 +113,7 @@ class BUFPOOL_EXPORT ChainCursor {
 
  private:
   // Steps to the next non-empty slice, or to the chain's end.
-  void NextSegment();
+  void NextSlice();
   // Copies n bytes from the cursor into out and moves past them (advance)
   // or not; false when fewer remain.
   bool CopyOut(void* out, size_t n, bool advance);
@@ -150,7 +150,7 @@ class BUFPOOL_EXPORT ChainCursor {
   // Invariant: p_ < end_ (the current slice has a byte to read) unless the
   // cursor is at the chain's end.
   const BufferChain* chain_;
-  size_t seg_ = 0;                    // the current slice's index
+  size_t slice_ = 0;                  // the current slice's index
   size_t before_ = 0;                 // bytes in the slices before it
   const std::byte* begin_ = nullptr;  // the current slice
   const std::byte* p_ = nullptr;

@@ -36,20 +36,20 @@ BufferChain& BufferChain::MoveAssignSlow(BufferChain& other) noexcept {
   Clear();
   pool_ = other.pool_;
   budget_ = other.budget_;  // the slices keep the charge they made there
-  if (segs_ == inline_) {
+  if (slices_ == inline_) {
     StealFrom(other);
-  } else if (other.segs_ != other.inline_) {
+  } else if (other.slices_ != other.inline_) {
     // Both grown: swap the rings; `other` keeps ours, empty.
-    std::swap(segs_, other.segs_);
+    std::swap(slices_, other.slices_);
     std::swap(cap_, other.cap_);
     head_ = std::exchange(other.head_, 0);
     count_ = std::exchange(other.count_, 0);
     size_ = std::exchange(other.size_, 0);
   } else {
-    // `other`'s at most kInlineSegments slices move into our ring.
+    // `other`'s at most kInlineSlices slices move into our ring.
     for (uint32_t i = 0; i < other.count_; ++i) {
-      const uint32_t at = (other.head_ + i) & (kInlineSegments - 1);
-      segs_[i] = std::move(other.inline_[at]);
+      const uint32_t at = (other.head_ + i) & (kInlineSlices - 1);
+      slices_[i] = std::move(other.inline_[at]);
     }
     head_ = 0;
     count_ = std::exchange(other.count_, 0);
@@ -65,26 +65,26 @@ void BufferChain::DestroySlow() noexcept {
 }
 
 void BufferChain::FreeHeap() noexcept {
-  if (segs_ != inline_) {
-    delete[] segs_;
-    segs_ = inline_;
-    cap_ = kInlineSegments;
+  if (slices_ != inline_) {
+    delete[] slices_;
+    slices_ = inline_;
+    cap_ = kInlineSlices;
     head_ = 0;
   }
 }
 
 void BufferChain::StealFrom(BufferChain& other) noexcept {
   size_ = std::exchange(other.size_, 0);
-  if (other.segs_ != other.inline_) {
-    segs_ = std::exchange(other.segs_, other.inline_);
-    cap_ = std::exchange(other.cap_, kInlineSegments);
+  if (other.slices_ != other.inline_) {
+    slices_ = std::exchange(other.slices_, other.inline_);
+    cap_ = std::exchange(other.cap_, kInlineSlices);
     head_ = std::exchange(other.head_, 0);
     count_ = std::exchange(other.count_, 0);
     return;
   }
   // Inline: move the slices, keeping their positions in the ring.
   for (uint32_t i = 0; i < other.count_; ++i) {
-    const uint32_t at = (other.head_ + i) & (kInlineSegments - 1);
+    const uint32_t at = (other.head_ + i) & (kInlineSlices - 1);
     inline_[at] = std::move(other.inline_[at]);
   }
   head_ = std::exchange(other.head_, 0);
@@ -95,8 +95,8 @@ void BufferChain::GrowTo(uint32_t cap) {
   if (cap <= cap_) throw std::bad_alloc();  // cap_ * 2 wrapped: 2^32 slices
   auto* segs = new SharedBuffer[cap];       // the only step that can throw
   for (uint32_t i = 0; i < count_; ++i) segs[i] = std::move(At(i));
-  if (segs_ != inline_) delete[] segs_;
-  segs_ = segs;
+  if (slices_ != inline_) delete[] slices_;
+  slices_ = segs;
   cap_ = cap;
   head_ = 0;
 }
@@ -169,7 +169,7 @@ absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
     // Take every buffer first, as empty slices, so a dry pool leaves the
     // chain as it was.
     for (size_t got = 0; got < need; ++got) {
-      Buffer b = TakeFresh();
+      Buffer b = AcquireFresh();
       if (!b) {
         while (count_ != tail) PopBack();
         return absl::ResourceExhaustedError(absl::StrCat(
@@ -416,7 +416,7 @@ absl::Status BufferChain::Compact() {
   if (budget_ == nullptr) {
     got = pool_->TryAcquireBulk(absl::MakeSpan(fresh));
   } else {
-    while (got < need && (fresh[got] = TakeFresh())) ++got;
+    while (got < need && (fresh[got] = AcquireFresh())) ++got;
   }
   if (got < need) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -18,6 +18,80 @@ constexpr size_t kMaxIov = 64;
 // twice as many as one read fills, and more (4 KiB of stack).
 constexpr size_t kMaxWriteIov = 256;
 
+// The fresh buffers one ReadFrom() reads into. Handles are constructed only
+// for the buffers acquired (most reads need a few of the 64), and destroyed
+// on every return: the ones linked into the chain are empty by then, the
+// rest go back to the pool (or to the budget, which takes back what it gave
+// from its reserve).
+class FreshBuffers {
+ public:
+  explicit FreshBuffers(BufferBudget* budget) : budget_(budget) {}
+  FreshBuffers(const FreshBuffers&) = delete;
+  FreshBuffers& operator=(const FreshBuffers&) = delete;
+  ~FreshBuffers() {
+    for (size_t i = 0; i < got_; ++i) {
+      if (budget_ != nullptr) {
+        internal::BudgetAccess::GiveBack(*budget_, std::move(slot_[i].b));
+      }
+      slot_[i].b.~Buffer();
+    }
+  }
+
+  // Acquires up to `want` (<= kMaxIov) buffers of `pool` (through the budget
+  // when there is one), fewer when it runs dry, and points iov[0, k) at them,
+  // `bytes` in all; returns k.
+  size_t Acquire(BufferPool& pool, size_t want, size_t bytes, iovec* iov) {
+    const size_t bs = pool.buffer_size();
+    for (; got_ < want; ++got_) {
+      Buffer b = budget_ != nullptr
+                     ? internal::BudgetAccess::TakeFresh(*budget_)
+                     : pool.TryAcquire();
+      if (!b) break;
+      iov[got_] = {b.data(), std::min(bs, bytes - got_ * bs)};
+      new (&slot_[got_].b) Buffer(std::move(b));
+    }
+    return got_;
+  }
+  Buffer& operator[](size_t i) { return slot_[i].b; }
+
+ private:
+  union Slot {
+    Slot() {}
+    ~Slot() {}
+    Buffer b;
+  } slot_[kMaxIov];
+  size_t got_ = 0;
+  BufferBudget* budget_;
+};
+
+// Fresh buffers a read of `bytes` past the tail's room needs: at most kMaxIov,
+// and at most what the chain's budget allows (each pins one more buffer).
+size_t FreshWanted(size_t bytes, size_t bs, const BufferBudget* budget) {
+  size_t want = std::min<size_t>((bytes + bs - 1) / bs, kMaxIov);
+  if (budget != nullptr) want = std::min(want, budget->room_bytes() / bs);
+  return want;
+}
+
+// Makes the `n` bytes a read left in the tail's room (the first `room` of
+// them) and then in `fresh` part of the chain, each fresh buffer by the
+// receive policy (a copied one goes back with `fresh`).
+void LinkRead(BufferChain& chain, size_t n, size_t room, FreshBuffers& fresh,
+              size_t bs, const BufferChain::ReceiveOptions& options) {
+  size_t left = n;
+  const size_t in_room = std::min(left, room);
+  if (in_room != 0) {
+    chain.Postallocate(in_room);
+    left -= in_room;
+  }
+  // Room for every slice first, so nothing below throws.
+  chain.Reserve(chain.slice_count() + (left + bs - 1) / bs + 1);
+  for (size_t i = 0; left != 0; ++i) {
+    const size_t len = std::min(left, bs);
+    chain.Receive(fresh[i], len, options);
+    left -= len;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes) {
@@ -41,48 +115,16 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes,
   const size_t room = std::min(tail.size(), max_bytes);
   if (room != 0) iov[cnt++] = {tail.data(), room};
   const size_t bs = pool->buffer_size();
-  size_t want = std::min<size_t>((max_bytes - room + bs - 1) / bs, kMaxIov);
   BufferBudget* const budget = chain.budget();
-  if (budget != nullptr) {
-    // Each fresh buffer pins one more: read only into those the budget
-    // allows, and refuse before reading when it allows none (the bytes stay
-    // in the socket).
-    want = std::min(want, budget->room_bytes() / bs);
-    if (want == 0 && room == 0) {
-      return internal::BudgetAccess::Refuse(
-          *budget, absl::StrCat("ReadFrom(fd ", fd, ")"), bs);
-    }
+  const size_t want = FreshWanted(max_bytes - room, bs, budget);
+  if (budget != nullptr && want == 0 && room == 0) {
+    // Refused before reading: the bytes stay in the socket.
+    return internal::BudgetAccess::Refuse(
+        *budget, absl::StrCat("ReadFrom(fd ", fd, ")"), bs);
   }
-  // Handles constructed only for the buffers taken (most reads need a few
-  // of the 64), and destroyed by `fresh` on every return: the ones linked
-  // into the chain are empty by then, the rest go back to the pool.
-  struct Fresh {
-    union Slot {
-      Slot() {}
-      ~Slot() {}
-      Buffer b;
-    } slot[kMaxIov];
-    size_t got = 0;
-    BufferBudget* budget = nullptr;  // takes back what it gave (its reserve)
-    ~Fresh() {
-      for (size_t i = 0; i < got; ++i) {
-        if (budget != nullptr) {
-          internal::BudgetAccess::GiveBack(*budget, std::move(slot[i].b));
-        }
-        slot[i].b.~Buffer();
-      }
-    }
-    Buffer& operator[](size_t i) { return slot[i].b; }
-  } fresh;
-  fresh.budget = budget;
-  for (; fresh.got < want; ++fresh.got) {
-    Buffer b = budget != nullptr ? internal::BudgetAccess::TakeFresh(*budget)
-                                 : pool->TryAcquire();
-    if (!b) break;
-    const size_t len = std::min(bs, max_bytes - room - fresh.got * bs);
-    iov[cnt++] = {b.data(), len};
-    new (&fresh.slot[fresh.got].b) Buffer(std::move(b));
-  }
+  FreshBuffers fresh(budget);
+  cnt +=
+      static_cast<int>(fresh.Acquire(*pool, want, max_bytes - room, &iov[cnt]));
   if (cnt == 0) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "ReadFrom(fd ", fd, "): the pool has no free buffer (",
@@ -90,19 +132,7 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes,
   }
   absl::StatusOr<size_t> n = os::ReadV(fd, iov, cnt, "");
   if (!n.ok() || *n == 0) return n;  // `fresh` goes back to the pool
-  size_t left = *n;
-  const size_t in_room = std::min(left, room);
-  if (in_room != 0) {
-    chain.Postallocate(in_room);
-    left -= in_room;
-  }
-  // Room for every slice first, so nothing below throws.
-  chain.Reserve(chain.slice_count() + (left + bs - 1) / bs + 1);
-  for (size_t i = 0; left != 0; ++i) {
-    const size_t len = std::min(left, bs);
-    chain.Receive(fresh[i], len, options);  // a copied one goes back
-    left -= len;
-  }
+  LinkRead(chain, *n, room, fresh, bs, options);
   return *n;
 }
 

@@ -16,11 +16,11 @@ ChainCursor::ChainCursor(const BufferChain& chain) : chain_(&chain) {
   }
 }
 
-void ChainCursor::NextSegment() {
+void ChainCursor::NextSlice() {
   // Called with p_ == end_; the chain's slices are never empty.
-  if (seg_ + 1 >= chain_->slice_count()) return;  // at the end
+  if (slice_ + 1 >= chain_->slice_count()) return;  // at the end
   before_ += static_cast<size_t>(end_ - begin_);
-  const SharedBuffer& s = chain_->slice(++seg_);
+  const SharedBuffer& s = chain_->slice(++slice_);
   begin_ = p_ = s.data();
   end_ = begin_ + s.size();
 }
@@ -35,7 +35,7 @@ bool ChainCursor::Skip(size_t n) {
     }
     n -= here;
     p_ = end_;
-    NextSegment();
+    NextSlice();
     if (n == 0) return true;
   }
 }
@@ -53,7 +53,7 @@ bool ChainCursor::CopyOut(void* out, size_t n, bool advance) {
     dst += take;
     p_ += take;
     n -= take;
-    if (p_ == end_) NextSegment();
+    if (p_ == end_) NextSlice();
   }
   return true;
 }
@@ -69,7 +69,7 @@ std::optional<size_t> ChainCursor::Find(std::byte byte, size_t limit) const {
   size_t done = 0;
   const std::byte* p = p_;
   const std::byte* end = end_;
-  size_t seg = seg_;
+  size_t seg = slice_;
   while (done < limit) {
     const size_t n = std::min(limit - done, static_cast<size_t>(end - p));
     if (const void* hit = std::memchr(p, static_cast<int>(byte), n)) {
@@ -91,7 +91,7 @@ bool ChainCursor::StartsWith(absl::string_view s) const {
     if (std::memcmp(c.p_, s.data(), n) != 0) return false;
     s.remove_prefix(n);
     c.p_ += n;
-    if (c.p_ == c.end_) c.NextSegment();
+    if (c.p_ == c.end_) c.NextSlice();
   }
   return true;
 }

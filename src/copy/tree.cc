@@ -570,7 +570,7 @@ absl::Status CheckNotInside(const std::string& src, const std::string& dst) {
 absl::StatusOr<TreeStats> CopyTree(absl::string_view src_view,
                                    absl::string_view dst_view,
                                    const CopyOptions& options) {
-  using namespace copy_internal;  // NOLINT: this room's own internals
+  using namespace copy_internal;  // NOLINT: this layer's own internals
   const absl::Time start = absl::Now();
   std::string src(src_view);
   while (src.size() > 1 && src.back() == '/') src.pop_back();

@@ -128,7 +128,7 @@ absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> ProvidedBufferRing::Create(
 
 absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
                                       const Options& options) {
-  if (absl::Status s = TakeOptions(ring, pool, options); !s.ok()) return s;
+  if (absl::Status s = ApplyOptions(ring, pool, options); !s.ok()) return s;
   if (absl::Status s = MapAndRegister(options.incremental); !s.ok()) return s;
   if (incremental_) {
     shared_.resize(entries_);
@@ -149,8 +149,10 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
   return absl::OkStatus();
 }
 
-absl::Status ProvidedBufferRing::TakeOptions(io_uring* ring, BufferPool& pool,
-                                             const Options& options) {
+// Init()'s steps: check and keep the options; map the ring's entries and
+// register them with the kernel (incremental where asked and allowed).
+absl::Status ProvidedBufferRing::ApplyOptions(io_uring* ring, BufferPool& pool,
+                                              const Options& options) {
   if (options.max_buffers > kMaxBuffers) {
     return absl::InvalidArgumentError(
         absl::StrCat("ProvidedBufferRing: max_buffers ", options.max_buffers,
@@ -380,6 +382,8 @@ size_t ProvidedBufferRing::Refill() {
   return in_ring_;
 }
 
+// The handle of the buffer lent under `id` (lent_[id].data != nullptr),
+// which the id no longer holds.
 Buffer ProvidedBufferRing::TakeLent(uint16_t id) {
   // A bundle's later ids come from the ring entries' bids, which TakeSlow()
   // cannot check before it starts: one that holds no buffer means the ring
@@ -397,6 +401,8 @@ Buffer ProvidedBufferRing::TakeLent(uint16_t id) {
   return internal::SharedAccess::GiveSlot(*pool_, lent_[id].slot);
 }
 
+// TakeBuffer() into an empty handle: the ring's buffer under `id` leaves
+// the ring.
 void ProvidedBufferRing::TakeOut(uint16_t id, Buffer& buffer) noexcept {
   buffer = TakeLent(id);
   free_ids_.push_back(id);  // reserved for every id: never reallocates
@@ -404,11 +410,15 @@ void ProvidedBufferRing::TakeOut(uint16_t id, Buffer& buffer) noexcept {
   if (in_ring_ < target_ / 4) ran_low_ = true;
 }
 
+// The ring's reference to buffer `id` as a counted slice of all of it
+// (made from lent_[id]'s slot on first use).
 SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
   if (lent_[id].data != nullptr) shared_[id] = SharedBuffer(TakeLent(id));
   return shared_[id];
 }
 
+// Take() of a one-buffer completion of `len` bytes: BufferChain::Receive()
+// copies it (the buffer is lent again at once) or links it.
 absl::Status ProvidedBufferRing::TakeOne(uint16_t id, size_t len,
                                          BufferChain& out) {
   out.Reserve(out.slice_count() + 2);  // then Receive() cannot throw
@@ -439,6 +449,8 @@ absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
   return result;
 }
 
+// The error of a failed receive (res < 0), or of a receive PrepareRecv()
+// refused (MessageSocketError(), after `what`).
 absl::Status ProvidedBufferRing::ReceiveError(int res) const {
   if (res == -EPROTOTYPE && incremental_) {
     return MessageSocketError(
@@ -461,6 +473,7 @@ absl::Status ProvidedBufferRing::ReceiveError(int res) const {
   return status;
 }
 
+// Take() of a completion that carries no buffer (-ENOBUFS, an error, EOF).
 absl::Status ProvidedBufferRing::TakeWithoutBuffer(int res) {
   if (res == -ENOBUFS) {
     ++enobufs_;
@@ -501,6 +514,7 @@ absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
   return s;
 }
 
+// TakeSlow() without a look at out's budget.
 absl::Status ProvidedBufferRing::TakeAny(const io_uring_cqe& cqe,
                                          BufferChain& out) {
   const int res = cqe.res;
@@ -537,6 +551,11 @@ absl::Status ProvidedBufferRing::TakeAny(const io_uring_cqe& cqe,
   return TakeLinked(id, n, res, out);
 }
 
+// Take() of a bundle (`n` > 1 buffers from `id` on, `total` bytes) into
+// a chain whose tail has room: copied (the room filled, then fresh
+// buffers) and its buffers lent again, so that the room is not left
+// empty inside the chain; from the first buffer the pool cannot supply
+// on, the rest are linked.
 absl::Status ProvidedBufferRing::TakeBundleByCopy(uint32_t id, size_t n,
                                                   size_t total,
                                                   BufferChain& out) {
@@ -591,6 +610,7 @@ absl::Status ProvidedBufferRing::TakeBundleByCopy(uint32_t id, size_t n,
   return absl::OkStatus();
 }
 
+// Take() of `n` buffers from `id` on, linked into `out` (all or nothing).
 absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
                                             BufferChain& out) {
   // All or nothing: what may allocate (out's room for the slices, the

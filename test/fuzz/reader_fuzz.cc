@@ -5,9 +5,9 @@
 // memory, a pipe or a socket, each holding the whole contents and then closed
 // for writing), the contents (from the input, optionally extended by a
 // pattern to tens of KiB), and a sequence of calls: Read of any length (a
-// skip, when its bytes are ignored), ReadExact, ReadFixed32/64, a move of the
-// reader, Close. Each call is checked against the contents and the model's
-// offset:
+// skip, when its bytes are ignored), ReadExact,
+// ReadLE<uint32_t>/ReadLE<uint64_t>, a move of the reader, Close. Each call is
+// checked against the contents and the model's offset:
 //   * Read returns 1..n bytes that are the next ones, 0 only at the end;
 //   * ReadExact/ReadFixed* return the next bytes, OutOfRange exactly at the
 //     end (nothing consumed), DataLoss for a truncated record, whose message
@@ -192,25 +192,25 @@ void Run(FuzzedDataProvider& in) {
         break;
       }
       case 3: {
-        absl::StatusOr<uint32_t> v = reader->ReadFixed32();
+        absl::StatusOr<uint32_t> v = reader->ReadLE<uint32_t>();
         uint32_t want = 0;
         if (!closed && contents.size() - pos >= 4) {
           std::memcpy(&want, contents.data() + pos, 4);
         }
         const uint32_t value = v.ok() ? *v : 0;
         check_exact(v.status(), 4, reinterpret_cast<const std::byte*>(&want));
-        FUZZ_CHECK(value == want, "ReadFixed32 %u, want %u", value, want);
+        FUZZ_CHECK(value == want, "ReadLE<uint32_t> %u, want %u", value, want);
         break;
       }
       case 4: {
-        absl::StatusOr<uint64_t> v = reader->ReadFixed64();
+        absl::StatusOr<uint64_t> v = reader->ReadLE<uint64_t>();
         uint64_t want = 0;
         if (!closed && contents.size() - pos >= 8) {
           std::memcpy(&want, contents.data() + pos, 8);
         }
         const uint64_t value = v.ok() ? *v : 0;
         check_exact(v.status(), 8, reinterpret_cast<const std::byte*>(&want));
-        FUZZ_CHECK(value == want, "ReadFixed64 %llu, want %llu",
+        FUZZ_CHECK(value == want, "ReadLE<uint64_t> %llu, want %llu",
                    (unsigned long long)value, (unsigned long long)want);
         break;
       }

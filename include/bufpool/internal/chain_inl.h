@@ -1,0 +1,348 @@
+// Internal: the inline bodies of bufpool/chain.h (included at its end; do
+// not include directly): SharedBuffer's reference counting, BufferChain's
+// slice ring and its receive fast paths, and SpanRange.
+#ifndef BUFPOOL_INTERNAL_CHAIN_INL_H_
+#define BUFPOOL_INTERNAL_CHAIN_INL_H_
+
+#include <atomic>
+#include <cstring>
+#include <utility>
+
+#include "bufpool/chain.h"
+
+namespace bufpool {
+
+// ---- SharedBuffer -----------------------------------------------------------
+//
+// Reference counts (internal::SharedAccess::Ref). Copies add with relaxed
+// order: a new reference is made from an existing one, so the count cannot
+// reach 0 meanwhile and nothing else needs ordering (as std::shared_ptr).
+// A drop subtracts with acq_rel: release so this holder's reads and writes
+// of the buffer happen-before whichever drop is last, acquire so the last
+// one, which returns the buffer for reuse, sees them all. A drop that loads
+// 1 (acquire, pairing with the others' release subtractions) holds the only
+// reference, which no other thread can copy, so it skips the subtraction.
+
+inline SharedBuffer::SharedBuffer(Buffer&& buffer) noexcept {
+  if (!buffer) return;
+  BufferPool& pool = *buffer.pool();
+  uint32_t* refs = internal::SharedAccess::Refs(pool);
+  slot_ = internal::SharedAccess::TakeSlot(buffer);
+  // relaxed: the slot is ours alone; the pool's hand-over ordered its
+  // previous holders' accesses before this.
+  std::atomic_ref<uint32_t>(refs[slot_]).store(1, std::memory_order_relaxed);
+  pool_ = &pool;
+  data_ = pool.SlotData(slot_);
+  size_ = pool.buffer_size();
+}
+
+inline SharedBuffer::SharedBuffer(const SharedBuffer& other) noexcept
+    : pool_(other.pool_),
+      data_(other.data_),
+      size_(other.size_),
+      slot_(other.slot_) {
+  if (pool_ != nullptr) {
+    internal::SharedAccess::Ref(*pool_, slot_)
+        .fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+inline SharedBuffer& SharedBuffer::operator=(
+    const SharedBuffer& other) noexcept {
+  if (this != &other) {
+    SharedBuffer copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
+inline SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    pool_ = std::exchange(other.pool_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    slot_ = other.slot_;
+  }
+  return *this;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void SharedBuffer::Reset() {
+  BufferPool* const pool = pool_;
+  if (pool == nullptr) return;
+  pool_ = nullptr;
+  data_ = nullptr;  // no view of a buffer that may be reused already
+  size_ = 0;
+  std::atomic_ref<uint32_t> ref = internal::SharedAccess::Ref(*pool, slot_);
+  if (ref.load(std::memory_order_acquire) == 1 ||
+      ref.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    internal::SharedAccess::ReleaseSlot(*pool, slot_);
+  }
+}
+
+inline uint32_t SharedBuffer::use_count() const {
+  if (pool_ == nullptr) return 0;
+  return internal::SharedAccess::Ref(*pool_, slot_)
+      .load(std::memory_order_acquire);
+}
+
+inline SharedBuffer SharedBuffer::Slice(size_t offset, size_t length) const {
+  if (pool_ == nullptr || offset > size_ || length > size_ - offset)
+      [[unlikely]] {
+    DieBadSlice(offset, length);
+  }
+  SharedBuffer s(*this);
+  s.data_ += offset;
+  s.size_ = length;
+  return s;
+}
+
+// ---- BufferChain ----------------------------------------------------------
+
+inline BufferChain::BufferChain(BufferChain&& other) noexcept
+    : pool_(other.pool_), budget_(other.budget_), slices_(inline_) {
+  if (other.count_ != 0 || other.slices_ != other.inline_) StealFrom(other);
+}
+
+inline BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
+  if (count_ == 0 && other.count_ == 0 && slices_ == inline_ &&
+      other.slices_ == other.inline_) {
+    pool_ = other.pool_;
+    budget_ = other.budget_;
+    return *this;
+  }
+  return MoveAssignSlow(other);
+}
+
+inline BufferChain::~BufferChain() {
+  if (count_ != 0 || slices_ != inline_) DestroySlow();
+}
+
+inline const SharedBuffer& BufferChain::slice(size_t i) const {
+#ifndef NDEBUG
+  if (i >= count_) DieBadIndex(i);
+#endif
+  return At(i);
+}
+
+inline void BufferChain::Consume(size_t n) {
+  if (count_ == 1 && n >= size_) {
+    size_ = 0;
+    PopBack();
+    return;
+  }
+  ConsumeSlow(n);
+}
+
+inline void BufferChain::Reserve(size_t slices) {
+  if (slices > cap_) [[unlikely]]
+    ReserveSlow(slices);
+}
+
+inline absl::Span<std::byte> BufferChain::Preallocate() const {
+  const size_t room = TailRoom();
+  if (room == 0) return {};
+  const SharedBuffer& t = At(count_ - 1);
+  return {t.data_ + t.size_, room};
+}
+
+inline void BufferChain::Postallocate(size_t n) {
+  if (n == 0) return;
+  if (count_ == 0 || n > At(count_ - 1).room()) [[unlikely]] {
+    DieBadPostallocate(n);
+  }
+  At(count_ - 1).size_ += n;
+  size_ += n;
+}
+
+inline bool BufferChain::GrowTail(const std::byte* at, size_t n) {
+  if (count_ == 0) return false;
+  SharedBuffer& t = At(count_ - 1);
+  // Adjacent addresses may be the next buffer's: the tail grows only
+  // inside its own.
+  if (t.data_ + t.size_ != at || t.room() < n) return false;
+  t.size_ += n;
+  size_ += n;
+  return true;
+}
+
+inline bool BufferChain::AppendPacked(absl::Span<const std::byte> bytes,
+                                      ReceivePack& pack) {
+  if (count_ == 0 && AppendPackedInline(bytes.data(), bytes.size(), pack))
+      [[likely]] {
+    return true;
+  }
+  return AppendPackedSlow(bytes.data(), bytes.size(), pack);
+}
+
+inline SharedBuffer& BufferChain::At(size_t i) const {
+  return slices_[(head_ + static_cast<uint32_t>(i)) & (cap_ - 1)];
+}
+
+// Room in the tail's buffer that Append() may write (see the file
+// comment): 0 unless the tail is the only reference to its buffer; 0 for
+// an empty chain.
+inline size_t BufferChain::TailRoom() const {
+  if (count_ == 0) return 0;
+  const SharedBuffer& t = At(count_ - 1);
+  return t.use_count() == 1 ? t.room() : 0;
+}
+
+// Links `s` after the tail.
+// A bound chain charges its budget a buffer for a slice that starts a
+// run (see pinned_bytes()) and releases it when the run's last slice
+// goes; an unbound one pays one branch.
+inline void BufferChain::PushBack(SharedBuffer&& s) {
+  if (count_ == cap_) Grow();
+  if (budget_ != nullptr) [[unlikely]]
+    ChargeLink(s);
+  At(count_) = std::move(s);
+  ++count_;
+}
+
+inline void BufferChain::PopFront() {
+  if (budget_ != nullptr) [[unlikely]] {
+    PopFrontBudgeted();
+    return;
+  }
+  slices_[head_].Reset();
+  head_ = (head_ + 1) & (cap_ - 1);
+  --count_;
+}
+
+inline void BufferChain::PopBack() {
+  if (budget_ != nullptr) [[unlikely]] {
+    PopBackBudgeted();
+    return;
+  }
+  At(count_ - 1).Reset();
+  --count_;
+}
+
+// Whether slices a and b are of one buffer.
+inline bool BufferChain::SameBuffer(const SharedBuffer& a,
+                                    const SharedBuffer& b) {
+  return a.pool_ == b.pool_ && a.slot_ == b.slot_;
+}
+
+// A fresh buffer for Append() and Compact(): the budget's (its reserve
+// first) when bound, else the pool's.
+inline Buffer BufferChain::AcquireFresh() {
+  if (budget_ != nullptr) [[unlikely]]
+    return internal::BudgetAccess::TakeFresh(*budget_);
+  return pool_->TryAcquire();
+}
+
+inline void BufferChain::AppendFilled(Buffer&& buffer, size_t n) {
+  SharedBuffer s(std::move(buffer));
+  s.size_ = n;
+  size_ += n;
+  PushBack(std::move(s));
+}
+
+// ReceivePack: the pack writes only past the bytes its slices cover, so
+// chains reading their slices on other threads never see a write; once every
+// slice of its buffer is gone it fills it again from the start, and when the
+// buffer is full while slices remain it takes a fresh one from the pool (the
+// old one goes back with its last slice).
+//
+// An empty chain packed without a call: the slice takes one of the pack's
+// spare references (already in the buffer's count), so no atomic is made.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
+    const std::byte* src, size_t len, ReceivePack& pack) {
+  SharedBuffer& b = pack.buf_;
+  if (pack.spare_ == 0 || b.size_ - pack.used_ < len || len == 0) {
+    return false;
+  }
+  std::byte* const dst = b.data_ + pack.used_;
+  SharedBuffer& s = At(0);  // holds nothing: the chain is empty
+  s.pool_ = b.pool_;
+  s.data_ = dst;
+  s.size_ = len;
+  s.slot_ = b.slot_;
+  --pack.spare_;
+  pack.used_ += static_cast<uint32_t>(len);
+  count_ = 1;
+  size_ = len;
+  // The chain was empty: the slice starts a run, a buffer pinned.
+  if (budget_ != nullptr) [[unlikely]]
+    internal::BudgetAccess::Charge(*budget_, b.pool_->buffer_size());
+  std::memcpy(dst, src, len);
+  return true;
+}
+
+inline void BufferChain::ChargeLink(const SharedBuffer& s) {
+  if (count_ == 0 || !SameBuffer(At(count_ - 1), s)) {
+    internal::BudgetAccess::Charge(*budget_, s.pool_->buffer_size());
+  }
+}
+
+// The slice is dropped before the budget hears of it, so that a budget
+// refilling its reserve finds the buffer back in the pool.
+inline void BufferChain::PopFrontBudgeted() {
+  SharedBuffer& f = slices_[head_];
+  const size_t bs =
+      count_ == 1 || !SameBuffer(f, At(1)) ? f.pool_->buffer_size() : 0;
+  f.Reset();
+  head_ = (head_ + 1) & (cap_ - 1);
+  --count_;
+  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
+}
+
+inline void BufferChain::PopBackBudgeted() {
+  SharedBuffer& t = At(count_ - 1);
+  const size_t bs = count_ == 1 || !SameBuffer(At(count_ - 2), t)
+                        ? t.pool_->buffer_size()
+                        : 0;
+  t.Reset();
+  --count_;
+  if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
+}
+
+class BufferChain::SpanRange {
+ public:
+  class iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = absl::Span<const std::byte>;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = value_type;
+
+    iterator() = default;
+    value_type operator*() const { return chain_->At(i_).span(); }
+    iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    iterator operator++(int) {
+      iterator old = *this;
+      ++i_;
+      return old;
+    }
+    bool operator==(const iterator& o) const { return i_ == o.i_; }
+
+   private:
+    friend class SpanRange;
+    iterator(const BufferChain* chain, size_t i) : chain_(chain), i_(i) {}
+    const BufferChain* chain_ = nullptr;
+    size_t i_ = 0;
+  };
+
+  iterator begin() const { return {chain_, 0}; }
+  iterator end() const { return {chain_, chain_->slice_count()}; }
+  size_t size() const { return chain_->slice_count(); }
+
+ private:
+  friend class BufferChain;
+  explicit SpanRange(const BufferChain* chain) : chain_(chain) {}
+  const BufferChain* chain_;
+};
+
+inline BufferChain::SpanRange BufferChain::spans() const {
+  return SpanRange(this);
+}
+
+}  // namespace bufpool
+
+#endif  // BUFPOOL_INTERNAL_CHAIN_INL_H_
