@@ -11,27 +11,10 @@
 
 cmake_minimum_required(VERSION 3.25)
 
-# One line per room: its name, what it holds (directories and public headers,
-# relative to the checkout), and after `|` the rooms it may use. A room may
-# also use whatever those rooms may use, and itself. `public` is every public
-# header (include/bufpool); `all` is everything. Adding a room is adding one
-# line; a file in no room fails the check.
-set(BUFPOOL_ROOMS
-  "base     include/bufpool/export.h include/bufpool/options.h |"
-  "os       src/os                                          | base"
-  "arena    src/arena                                       | os"
-  "pool     src/pool include/bufpool/buffer_pool.h include/bufpool/budget.h include/bufpool/holders.h include/bufpool/metrics.h include/bufpool/internal | arena"
-  "c        src/c include/bufpool/c.h                       | pool"
-  "chain    src/chain include/bufpool/chain.h include/bufpool/cursor.h include/bufpool/asio.h | pool"
-  "uring    src/uring include/bufpool/uring.h               | chain"
-  "io       src/io include/bufpool/buffered_stream.h include/bufpool/internal/stream_base.h | pool"
-  "copy     src/copy include/bufpool/file_copy.h            | io uring"
-  "echo     apps/echo                                       | public os tools"
-  "tools    tools                                           | public"
-  "examples examples                                        | public"
-  "bench    bench                                           | all"
-  "test     test                                            | all"
-)
+# The rooms and what each may use: cmake/rooms.cmake, the table the build's
+# targets are made from too.
+include("${CMAKE_CURRENT_LIST_DIR}/rooms.cmake")
+
 # Where a quoted include is looked for when it is not beside the including
 # file (the include roots the targets use). One that resolves nowhere is an
 # outside library's (Abseil, GoogleTest, CLI11, liburing): not checked.
@@ -40,59 +23,6 @@ set(BUFPOOL_INCLUDE_ROOTS include src apps apps/echo tools)
 if(NOT SOURCE_DIR)
   message(FATAL_ERROR "layering: pass -DSOURCE_DIR=<the checkout>")
 endif()
-
-# Parse the table: room_<name>_holds, room_<name>_uses.
-set(rooms)
-foreach(line IN LISTS BUFPOOL_ROOMS)
-  string(REGEX MATCH "^([a-z_]+) +([^|]*)\\|(.*)$" ok "${line}")
-  if(NOT ok)
-    message(FATAL_ERROR "layering: bad table line '${line}'")
-  endif()
-  set(name "${CMAKE_MATCH_1}")
-  separate_arguments(holds UNIX_COMMAND "${CMAKE_MATCH_2}")
-  separate_arguments(uses UNIX_COMMAND "${CMAKE_MATCH_3}")
-  list(APPEND rooms ${name})
-  set(room_${name}_holds ${holds})
-  set(room_${name}_uses ${uses})
-endforeach()
-
-# The rooms each room may use, closed over `uses`.
-foreach(name IN LISTS rooms)
-  set(allowed ${name})
-  set(todo ${room_${name}_uses})
-  while(todo)
-    list(POP_FRONT todo next)
-    if(next IN_LIST allowed)
-      continue()
-    endif()
-    if(NOT next STREQUAL "public" AND NOT next STREQUAL "all" AND
-       NOT next IN_LIST rooms)
-      message(FATAL_ERROR "layering: room ${name} uses unknown room '${next}'")
-    endif()
-    list(APPEND allowed ${next})
-    if(next IN_LIST rooms)
-      list(APPEND todo ${room_${next}_uses})
-    endif()
-  endwhile()
-  set(room_${name}_allowed ${allowed})
-endforeach()
-
-# room_of(PATH OUT): the room holding PATH (relative to the checkout), by its
-# longest matching entry; empty when none does.
-function(room_of path out)
-  set(best "")
-  set(best_len 0)
-  foreach(name IN LISTS rooms)
-    foreach(held IN LISTS room_${name}_holds)
-      string(LENGTH "${held}" len)
-      if((path STREQUAL held OR path MATCHES "^${held}/") AND len GREATER best_len)
-        set(best ${name})
-        set(best_len ${len})
-      endif()
-    endforeach()
-  endforeach()
-  set(${out} "${best}" PARENT_SCOPE)
-endfunction()
 
 # Every C and C++ file of the tree's rooms.
 set(files)
@@ -108,7 +38,7 @@ endif()
 
 set(errors 0)
 foreach(rel IN LISTS files)
-  room_of("${rel}" room)
+  bufpool_room_of("${rel}" room)
   if(room STREQUAL "")
     message(NOTICE "layering: ${rel} is in no room: add it to the table "
                    "in cmake/layering.cmake")
@@ -139,7 +69,7 @@ foreach(rel IN LISTS files)
     if(target STREQUAL "")
       continue()
     endif()
-    room_of("${target}" target_room)
+    bufpool_room_of("${target}" target_room)
     if(target_room STREQUAL "" OR target_room IN_LIST room_${room}_allowed)
       continue()
     endif()
