@@ -87,34 +87,14 @@ TEST(AsioLineServerTest, ShortLinesSentWithoutReadingAreAllAnswered) {
   const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
   ASSERT_NE(port, 0);
 
-  const int fd = bufpool::testing_util::ConnectToLoopback(port);
-  ASSERT_GE(fd, 0);
-  // A server that stops answering fails the test instead of hanging it.
-  const timeval limit{.tv_sec = 20, .tv_usec = 0};
-  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit)),
-            0);
-  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)),
-            0);
   std::string sent;
   for (int i = 0; i < 4 << 20; ++i)
     sent += static_cast<char>('a' + i % 26), sent += '\n';
-  std::thread writer([&] {
-    for (size_t at = 0; at < sent.size();) {
-      const ssize_t n =
-          ::send(fd, sent.data() + at,
-                 std::min<size_t>(65536, sent.size() - at), MSG_NOSIGNAL);
-      if (n <= 0) break;
-      at += static_cast<size_t>(n);
-    }
-    ::shutdown(fd, SHUT_WR);
-  });
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // reads nothing
-  std::string got;
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
-  writer.join();
-  ::close(fd);
+  // Reads nothing for a second; a server that stops answering fails the
+  // test instead of hanging it.
+  const std::string got = SendAndReadToEnd(
+      port, sent, [](size_t) { return size_t{65536}; },
+      {.read_after = std::chrono::seconds(1), .io_timeout_seconds = 20});
   ASSERT_EQ(got.size(), sent.size() * 2);
   bool same = true;
   for (size_t i = 0; i < sent.size() / 2 && same; ++i) {

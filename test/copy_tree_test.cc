@@ -617,7 +617,7 @@ class RingTreeTest : public TreeTest,
     TreeTest::SetUp();
     f = RingFaults{};
     f.walker = GetParam();
-    t_ = os::RealSyscalls();
+    t_ = os::RealUringSyscalls();
     t_.uring_create = FaultUringCreate;
     // Is there a ring at all here (io_uring may be disabled)?
     std::unique_ptr<os::Uring> probe;
@@ -627,7 +627,7 @@ class RingTreeTest : public TreeTest,
     }
   }
   absl::StatusOr<TreeStats> Run(const std::string& dst, CopyOptions o = {}) {
-    os::ScopedSyscalls seam(&t_);
+    os::ScopedUringSyscalls seam(&t_);
     return CopyTree(src_, dst, o);
   }
   // The walker the parameter asked for is the one that ran.
@@ -685,7 +685,7 @@ class RingTreeTest : public TreeTest,
     WriteFileOrDie(S("ro/inside"), "read-only directory");
     ASSERT_EQ(chmod(S("ro").c_str(), 0555), 0);
   }
-  os::SyscallTable t_;
+  os::UringSyscallTable t_;
 };
 
 TEST_P(RingTreeTest, CopiesEveryEntryAsTheOtherWalkerDoes) {
@@ -795,12 +795,12 @@ TEST_P(RingFaultTest, OneFileFailsAndTheRestIsCopied) {
   f = RingFaults{};
   f.fail = GetParam().op;
   f.err = GetParam().err;
-  os::SyscallTable t = os::RealSyscalls();
+  os::UringSyscallTable t = os::RealUringSyscalls();
   t.uring_create = FaultUringCreate;
   const int fds = OpenFds();
   absl::StatusOr<TreeStats> r;
   {
-    os::ScopedSyscalls seam(&t);
+    os::ScopedUringSyscalls seam(&t);
     r = CopyTree(src_, Path("dst"));
   }
   ASSERT_TRUE(r.ok()) << r.status();
@@ -943,12 +943,12 @@ TEST_F(TreeTest, ARingThatFailsHandsTheRestToCopyFile) {
   }
   f = RingFaults{};
   f.fail = "submit";
-  os::SyscallTable t = os::RealSyscalls();
+  os::UringSyscallTable t = os::RealUringSyscalls();
   t.uring_create = FaultUringCreate;
   const int fds = OpenFds();
   absl::StatusOr<TreeStats> r;
   {
-    os::ScopedSyscalls seam(&t);
+    os::ScopedUringSyscalls seam(&t);
     r = CopyTree(src_, Path("dst"));
   }
   ASSERT_TRUE(r.ok()) << r.status();

@@ -795,7 +795,8 @@ class FaultTest : public CopyTest,
     table_.sendfile = FakeSendfile;
     table_.fsync = FakeFsync;
     table_.fallocate = FakeFallocate;
-    table_.uring_create = FakeUringCreate;
+    uring_table_ = os::RealUringSyscalls();
+    uring_table_.uring_create = FakeUringCreate;
     src_ = Path("src");
     dst_ = Path("dst");
     data_ = RandomBytes(1234567, 11);
@@ -804,6 +805,7 @@ class FaultTest : public CopyTest,
 
   absl::StatusOr<CopyStats> Run(CopyOptions o) {
     os::ScopedSyscalls seam(&table_);
+    os::ScopedUringSyscalls uring_seam(&uring_table_);
     return CopyFile(src_, dst_, o);
   }
   // Atomic unless a test asks otherwise: a failed atomic copy leaves the
@@ -826,6 +828,7 @@ class FaultTest : public CopyTest,
   }
 
   os::SyscallTable table_;
+  os::UringSyscallTable uring_table_;
   std::string src_, dst_, data_;
 };
 

@@ -1,7 +1,9 @@
 # Installs the built tree into a fresh prefix, checks that the CMake package
 # and bufpool.pc carry the project's VERSION, then configures, builds and runs
 # test/install_consumer (C++ programs on the pool and on the io_uring toolkit,
-# and a C program) and test/install_consumer_c
+# and a C program, on bufpool::bufpool; a C++ program on pool and chains and
+# the C program on bufpool::core, which must not need liburing: their
+# needed libraries are checked with ldd and readelf) and test/install_consumer_c
 # (the C program in a project without C++) against it with
 # find_package(bufpool CONFIG REQUIRED), and compiles both programs through
 # pkg-config, the C one exactly as c.h's users are told to:
@@ -16,6 +18,26 @@ file(REMOVE_RECURSE "${WORK_DIR}")
 
 include("${CMAKE_CURRENT_LIST_DIR}/run_checked.cmake")
 
+# expect_no_liburing(PROGRAM): fails unless neither PROGRAM's own needed
+# entries (readelf -d) nor the libraries it loads (ldd, with the prefix's
+# lib/ on the search path) name liburing. Uses `env` and `prefix`.
+function(expect_no_liburing program)
+  run(readelf -d "${program}")
+  if(last_output MATCHES "liburing")
+    message(FATAL_ERROR "${program} needs liburing:\n${last_output}")
+  endif()
+  if(NOT last_output MATCHES "NEEDED")
+    message(FATAL_ERROR "readelf -d ${program} listed no NEEDED entries")
+  endif()
+  run(${CMAKE_COMMAND} -E env "LD_LIBRARY_PATH=${prefix}/lib" ldd "${program}")
+  if(last_output MATCHES "liburing")
+    message(FATAL_ERROR "${program} loads liburing:\n${last_output}")
+  endif()
+  if(shared_lib AND NOT last_output MATCHES "libbufpool_core\\.so")
+    message(FATAL_ERROR "${program} does not load libbufpool_core:\n${last_output}")
+  endif()
+endfunction()
+
 # Runs every consumer check against the build in `build_dir`, installed into
 # `work`/prefix.
 function(check_package build_dir work)
@@ -24,7 +46,8 @@ function(check_package build_dir work)
   foreach(f include/bufpool/buffer_pool.h include/bufpool/c.h
             include/bufpool/export.h include/bufpool/options.h
             include/bufpool/uring.h lib/cmake/bufpool/bufpoolConfig.cmake
-            lib/cmake/bufpool/bufpoolConfigVersion.cmake lib/pkgconfig/bufpool.pc)
+            lib/cmake/bufpool/bufpoolConfigVersion.cmake lib/pkgconfig/bufpool.pc
+            lib/pkgconfig/bufpool_core.pc)
     if(NOT EXISTS "${prefix}/${f}")
       message(FATAL_ERROR "install is missing ${f}")
     endif()
@@ -40,8 +63,12 @@ function(check_package build_dir work)
   # A shared libbufpool exports the public API only: C API functions and
   # bufpool:: C++ symbols (with their typeinfo), nothing of Abseil or std.
   file(GLOB shared_lib "${prefix}/lib/libbufpool.so.*.*.*")  # the real file
-  if(shared_lib)
-    run(nm -D --defined-only --format=posix "${shared_lib}")
+  file(GLOB shared_core "${prefix}/lib/libbufpool_core.so.*.*.*")
+  if(shared_lib AND NOT shared_core)
+    message(FATAL_ERROR "a shared install without libbufpool_core.so")
+  endif()
+  foreach(lib IN LISTS shared_lib shared_core)
+    run(nm -D --defined-only --format=posix "${lib}")
     string(REPLACE "\n" ";" lines "${last_output}")
     set(c_api 0)
     foreach(line IN LISTS lines)
@@ -52,11 +79,21 @@ function(check_package build_dir work)
         math(EXPR c_api "${c_api} + 1")
       elseif(NOT sym MATCHES "^_Z(T[IVSHW]|GV)?NK?7bufpool" AND
              NOT sym MATCHES "^(_init|_fini|__bss_start|_edata|_end)$")
-        message(FATAL_ERROR "libbufpool.so exports ${sym}, outside the public API")
+        message(FATAL_ERROR "${lib} exports ${sym}, outside the public API")
       endif()
     endforeach()
     if(c_api LESS 10)
-      message(FATAL_ERROR "libbufpool.so exports ${c_api} bufpool_* functions")
+      message(FATAL_ERROR "${lib} exports ${c_api} bufpool_* functions")
+    endif()
+  endforeach()
+  # The same soname scheme for both: lib<name>.so.<major>.<minor>.
+  if(shared_core)
+    run(readelf -d "${shared_core}")
+    if(NOT last_output MATCHES "SONAME[^\n]*libbufpool_core\\.so\\.[0-9]+\\.[0-9]+\\]")
+      message(FATAL_ERROR "libbufpool_core's soname:\n${last_output}")
+    endif()
+    if(last_output MATCHES "liburing")
+      message(FATAL_ERROR "libbufpool_core.so needs liburing:\n${last_output}")
     endif()
   endif()
 
@@ -78,6 +115,16 @@ function(check_package build_dir work)
   if(NOT last_output MATCHES "uring consumer ok")
     message(FATAL_ERROR "io_uring consumer printed: ${last_output}")
   endif()
+  # bufpool::core's programs run, and neither they nor anything they load
+  # needs liburing (ldd: every library loaded; readelf: the executable's
+  # own entries, also when the library is static).
+  foreach(prog core_consumer c_core_consumer)
+    run(${env} "${work}/build/${prog}")
+    if(NOT last_output MATCHES "core consumer ok|c consumer ok")
+      message(FATAL_ERROR "${prog} printed: ${last_output}")
+    endif()
+    expect_no_liburing("${work}/build/${prog}")
+  endforeach()
 
   # A C-only project: the C compiler links.
   run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install_consumer_c" -B "${work}/build_c"
@@ -87,6 +134,18 @@ function(check_package build_dir work)
   if(NOT last_output MATCHES "c consumer ok")
     message(FATAL_ERROR "C-only project's consumer printed: ${last_output}")
   endif()
+  # The same on bufpool::core, configured where pkg-config finds no
+  # liburing: the package and the core need none.
+  run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH= PKG_CONFIG_LIBDIR=${work}/no-pc
+      ${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install_consumer_c"
+      -B "${work}/build_c_core" -DBUFPOOL_CORE_ONLY=ON
+      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+  run(${CMAKE_COMMAND} --build "${work}/build_c_core")
+  run(${env} "${work}/build_c_core/c_consumer")
+  if(NOT last_output MATCHES "c consumer ok")
+    message(FATAL_ERROR "C-only project's core consumer printed: ${last_output}")
+  endif()
+  expect_no_liburing("${work}/build_c_core/c_consumer")
 
   # pkg-config users get the same library; C++ adds the standard itself.
   find_program(PKG_CONFIG pkg-config REQUIRED)
@@ -112,6 +171,26 @@ function(check_package build_dir work)
   if(NOT last_output MATCHES "c consumer ok")
     message(FATAL_ERROR "pkg-config C consumer printed: ${last_output}")
   endif()
+  # bufpool_core.pc: the C program and the pool-and-chains program, with no
+  # liburing on their command lines or in what they load.
+  run(${PKG_CONFIG} --cflags --libs bufpool_core)
+  string(STRIP "${last_output}" core_flags)
+  if(core_flags MATCHES "uring")
+    message(FATAL_ERROR "bufpool_core.pc names liburing: ${core_flags}")
+  endif()
+  separate_arguments(core_flags UNIX_COMMAND "${core_flags}")
+  run(gcc -std=c11 -Wall -Wextra -Werror
+      "${SOURCE_DIR}/test/install_consumer/c_consumer.c"
+      -o "${work}/c_core_consumer_pc" ${core_flags})
+  run(c++ -std=c++20 "${SOURCE_DIR}/test/install_consumer/core_consumer.cc"
+      -o "${work}/core_consumer_pc" ${core_flags})
+  foreach(prog c_core_consumer_pc core_consumer_pc)
+    run(${env} "${work}/${prog}")
+    if(NOT last_output MATCHES "consumer ok")
+      message(FATAL_ERROR "pkg-config ${prog} printed: ${last_output}")
+    endif()
+    expect_no_liburing("${work}/${prog}")
+  endforeach()
   # A program that calls liburing through bufpool/uring.h links with
   # `pkg-config --libs bufpool` alone, with the static and the shared library.
   run(c++ -std=c++20 "${SOURCE_DIR}/test/install_consumer/uring_consumer.cc"
@@ -147,7 +226,7 @@ endfunction()
 check_package("${BUILD_DIR}" "${WORK_DIR}/main")
 message(STATUS "install consumer test passed for ${BUILD_DIR}")
 
-# The other linkage: the library alone, with this build's toolchain and
+# The other linkage: the libraries alone, with this build's toolchain and
 # flags (OTHER_CACHE), linked from this build's objects where the build
 # lists them (bufpool_objects.txt: what is checked is the package, and the
 # objects are the same either way), else compiled again without
@@ -158,9 +237,9 @@ else()
   set(other ON)
 endif()
 set(other_args)
-if(EXISTS "${BUILD_DIR}/bufpool_objects.txt")
+if(EXISTS "${BUILD_DIR}/bufpool_objects")
   list(APPEND other_args
-    -DBUFPOOL_PREBUILT_OBJECTS_FILE=${BUILD_DIR}/bufpool_objects.txt)
+    -DBUFPOOL_PREBUILT_OBJECTS_DIR=${BUILD_DIR}/bufpool_objects)
 elseif(BUILD_TYPE)
   string(TOUPPER "${BUILD_TYPE}" bt)
   set(ndebug "-DNDEBUG")  # asserts as the build type has them
@@ -176,6 +255,6 @@ run(${CMAKE_COMMAND} -C "${OTHER_CACHE}" -S "${SOURCE_DIR}"
     ${other_args}
     -DBUFPOOL_BUILD_TESTS=OFF -DBUFPOOL_BUILD_BENCHMARKS=OFF
     -DBUFPOOL_BUILD_TOOLS=OFF -DBUFPOOL_BUILD_EXAMPLES=OFF)
-run(${CMAKE_COMMAND} --build "${WORK_DIR}/other_build" --target bufpool)
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/other_build" --target bufpool bufpool_core)
 check_package("${WORK_DIR}/other_build" "${WORK_DIR}/other")
 message(STATUS "install consumer test passed (BUILD_SHARED_LIBS=${other})")

@@ -298,13 +298,30 @@ inline int ConnectToLoopback(int port) {
   return fd;
 }
 
+// How SendAndReadToEnd reads: after a pause (a client that sends before it
+// reads anything), and with a limit on each send and receive (0: none), so
+// a server that stops answering fails the test instead of hanging it.
+struct ReadToEndOptions {
+  std::chrono::milliseconds read_after{0};
+  int io_timeout_seconds = 0;
+};
+
 // Connects to 127.0.0.1:`port`, sends `data` from a second thread in pieces
 // of `piece(left)` bytes (at most `left`), half-closes, and returns every
 // byte read until end of stream ("connect failed" when it cannot connect).
 inline std::string SendAndReadToEnd(int port, const std::string& data,
-                                    std::function<size_t(size_t)> piece) {
+                                    std::function<size_t(size_t)> piece,
+                                    const ReadToEndOptions& options = {}) {
   const int fd = ConnectToLoopback(port);
   if (fd < 0) return "connect failed";
+  if (options.io_timeout_seconds > 0) {
+    const timeval limit{.tv_sec = options.io_timeout_seconds, .tv_usec = 0};
+    if (::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit)) != 0 ||
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) != 0) {
+      ::close(fd);
+      return "setsockopt failed";
+    }
+  }
   std::thread writer([&] {
     for (size_t at = 0; at < data.size();) {
       const size_t n = std::min(piece(data.size() - at), data.size() - at);
@@ -314,6 +331,7 @@ inline std::string SendAndReadToEnd(int port, const std::string& data,
     }
     ::shutdown(fd, SHUT_WR);
   });
+  std::this_thread::sleep_for(options.read_after);
   std::string got;
   char buf[65536];
   ssize_t n;

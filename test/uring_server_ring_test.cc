@@ -9,7 +9,7 @@
 
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
-#include "os/syscalls.h"
+#include "os/uring.h"
 
 namespace bufpool {
 namespace {
@@ -27,7 +27,7 @@ int RefusingInit(unsigned entries, io_uring* ring, io_uring_params* p) {
   ++g_calls;
   g_last_cq_entries = p->cq_entries;
   if ((p->flags & g_refuse) != 0) return -EINVAL;
-  return os::RealSyscalls().uring_queue_init_params(entries, ring, p);
+  return os::RealUringSyscalls().uring_queue_init_params(entries, ring, p);
 }
 
 class InitServerRingTest : public ::testing::Test {
@@ -37,7 +37,7 @@ class InitServerRingTest : public ::testing::Test {
     g_calls = 0;
     table_.uring_queue_init_params = RefusingInit;
   }
-  os::SyscallTable table_ = os::RealSyscalls();
+  os::UringSyscallTable table_ = os::RealUringSyscalls();
 };
 
 // A nop submitted and reaped on the creating thread.
@@ -140,7 +140,7 @@ TEST_F(InitServerRingTest, FallsBackFlagByFlag) {
     SCOPED_TRACE(c.describe);
     g_refuse = c.refuse;
     g_calls = 0;
-    os::ScopedSyscalls seam(&table_);
+    os::ScopedUringSyscalls seam(&table_);
     io_uring ring;
     absl::StatusOr<ServerRingSetup> setup = InitServerRing(&ring);
     ASSERT_TRUE(setup.ok()) << setup.status();
@@ -156,7 +156,7 @@ TEST_F(InitServerRingTest, FallsBackFlagByFlag) {
 }
 
 TEST_F(InitServerRingTest, CompletionQueueSizeIsAsked) {
-  os::ScopedSyscalls seam(&table_);
+  os::ScopedUringSyscalls seam(&table_);
   io_uring ring;
   absl::StatusOr<ServerRingSetup> setup =
       InitServerRing(&ring, {.entries = 16, .cq_entries = 1024});
@@ -193,7 +193,7 @@ int DisabledInit(unsigned, io_uring*, io_uring_params*) {
 
 TEST_F(InitServerRingTest, OtherErrorsAreReturnedAtOnce) {
   table_.uring_queue_init_params = DisabledInit;
-  os::ScopedSyscalls seam(&table_);
+  os::ScopedUringSyscalls seam(&table_);
   io_uring ring;
   absl::StatusOr<ServerRingSetup> setup = InitServerRing(&ring);
   EXPECT_EQ(setup.status().code(), absl::StatusCode::kPermissionDenied)

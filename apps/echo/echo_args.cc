@@ -23,25 +23,17 @@ closed by a line '# EOF'.
 
 )";
 
-}  // namespace
-
-ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
-  ParsedArgs<EchoCommand> result;
-  EchoCommand& c = result.command;
-  c.pool.buffer_count = kDefaultEchoBuffers;
-  CLI::App app;
-  ConfigureApp(app, kTool, kUsage,
-               ExitStatusHelp("the server could not start (a bind,\n"
-                              "     the pool, io_uring) or its loop failed"));
-
-  app.add_option("--listen", c.server.listen,
+// Where the server listens and which engine runs it; the engine's name
+// lands in `engine`.
+void AddServerOptions(CLI::App& app, EchoServerOptions& server,
+                      std::string& engine) {
+  app.add_option("--listen", server.listen,
                  absl::StrCat("address to listen on, IPv4 HOST:PORT; port 0 "
                               "picks\na free port (default: ",
                               EchoServerOptions{}.listen, ")"))
       ->type_name("HOST:PORT")
       ->option_text("HOST:PORT")
       ->check(Ipv4HostPort(0));
-  std::string engine(EchoEngineName(EchoServerOptions{}.engine));
   app.add_option("--engine", engine,
                  "uring (falls back to epoll when io_uring is\n"
                  "unavailable), epoll (readv into pool buffers) or\n"
@@ -56,16 +48,20 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
                                 "' (expected uring, epoll or malloc)");
           },
           ""));
+}
+
+// The pool's options: how many buffers (fixed or elastic) of what size.
+void AddPoolOptions(CLI::App& app, PoolOptions& pool) {
   // --buffers is the name of 0.2, a deprecated alias until 0.4 (a use adds
   // a note).
-  app.add_option("--buffer-count,--buffers", c.pool.buffer_count,
+  app.add_option("--buffer-count,--buffers", pool.buffer_count,
                  absl::StrCat("pool buffers, 1 to ", kMaxEchoBuffers,
                               " (default: ", kDefaultEchoBuffers,
                               ");\n--buffers is its old name, deprecated"))
       ->type_name("N")
       ->option_text("N")
       ->transform(NumberIn(1, kMaxEchoBuffers));
-  app.add_option("--max-buffers", c.pool.max_buffer_count,
+  app.add_option("--max-buffers", pool.max_buffer_count,
                  absl::StrCat("an elastic pool: start with --buffer-count, "
                               "grow up to\nthis many under load, give memory "
                               "back when\nidle; 0 or --buffer-count to ",
@@ -73,13 +69,17 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
       ->type_name("N")
       ->option_text("N")
       ->transform(NumberIn(0, kMaxEchoBuffers));
-  app.add_option("--buffer-size", c.pool.buffer_size,
+  app.add_option("--buffer-size", pool.buffer_size,
                  absl::StrCat("bytes per buffer, a power of two from 64 to\n",
                               kMaxToolBufferSize,
                               " (default: ", kDefaultBufferSize, ")"))
       ->type_name("BYTES")
       ->option_text("BYTES")
       ->transform(PowerOfTwoIn(64, kMaxToolBufferSize));
+}
+
+// What a connection may leave unsent, and the periodic metrics print.
+void AddLimitAndOutputOptions(CLI::App& app, EchoCommand& c) {
   app.add_option("--max-unsent", c.server.max_unsent_bytes,
                  absl::StrCat("per connection: stop reading past this many "
                               "unsent\nbytes, at least 1 (default: ",
@@ -87,33 +87,58 @@ ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
       ->type_name("BYTES")
       ->option_text("BYTES")
       ->transform(NumberIn(1, std::numeric_limits<size_t>::max()));
-
   app.add_option("--metrics-every", c.metrics_every_seconds,
                  "print the pool's metrics (Prometheus text) on stdout\n"
                  "every SECONDS, 0.001 to 86400 (default: never)")
       ->type_name("SECONDS")
       ->option_text("SECONDS")
       ->check(CLI::Range(0.001, 86400.0));
+}
+
+// After a successful parse: the checks that span options (an elastic
+// pool's ceiling is at least its start), what they imply (an elastic pool
+// trims when idle), and the note for a deprecated name.
+void FinishEchoArgs(int argc, const char* const* argv,
+                    const std::string& engine,
+                    ParsedArgs<EchoCommand>& result) {
+  EchoCommand& c = result.command;
+  c.server.engine = *ParseEchoEngine(engine);  // checked by the validator
+  if (c.pool.max_buffer_count != 0 &&
+      c.pool.max_buffer_count < c.pool.buffer_count) {
+    result.action = ParseAction::kUsageError;
+    result.text =
+        absl::StrCat(kTool, ": --max-buffers: ", c.pool.max_buffer_count,
+                     " is below --buffer-count (", c.pool.buffer_count,
+                     "); use 0 for a fixed pool; see '", kTool, " --help'");
+    return;
+  }
+  if (c.pool.max_buffer_count != 0) {
+    // Idle memory goes back on its own: main() ticks the idle trim.
+    c.pool.trim_after_idle = absl::Seconds(1);
+  }
+  std::string note =
+      DeprecatedNameNote(kTool, argc, argv, "--buffers", "--buffer-count");
+  if (!note.empty()) result.notes.push_back(std::move(note));
+}
+
+}  // namespace
+
+ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv) {
+  ParsedArgs<EchoCommand> result;
+  EchoCommand& c = result.command;
+  c.pool.buffer_count = kDefaultEchoBuffers;
+  CLI::App app;
+  ConfigureApp(app, kTool, kUsage,
+               ExitStatusHelp("the server could not start (a bind,\n"
+                              "     the pool, io_uring) or its loop failed"));
+  std::string engine(EchoEngineName(EchoServerOptions{}.engine));
+  AddServerOptions(app, c.server, engine);
+  AddPoolOptions(app, c.pool);
+  AddLimitAndOutputOptions(app, c);
 
   result.action = RunParser(app, argc, argv, &result.text);
   if (result.action == ParseAction::kRun) {
-    c.server.engine = *ParseEchoEngine(engine);  // checked by the validator
-    if (c.pool.max_buffer_count != 0 &&
-        c.pool.max_buffer_count < c.pool.buffer_count) {
-      result.action = ParseAction::kUsageError;
-      result.text =
-          absl::StrCat(kTool, ": --max-buffers: ", c.pool.max_buffer_count,
-                       " is below --buffer-count (", c.pool.buffer_count,
-                       "); use 0 for a fixed pool; see '", kTool, " --help'");
-    } else if (c.pool.max_buffer_count != 0) {
-      // Idle memory goes back on its own: main() ticks the idle trim.
-      c.pool.trim_after_idle = absl::Seconds(1);
-    }
-  }
-  if (result.action == ParseAction::kRun) {
-    std::string note =
-        DeprecatedNameNote(kTool, argc, argv, "--buffers", "--buffer-count");
-    if (!note.empty()) result.notes.push_back(std::move(note));
+    FinishEchoArgs(argc, argv, engine, result);
   }
   return result;
 }

@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,7 +19,6 @@
 #include "absl/strings/str_cat.h"
 #include "os/error.h"
 #include "os/socket.h"
-#include "os/syscalls.h"
 
 namespace bufpool::net {
 namespace {
@@ -53,9 +53,9 @@ class Load {
   explicit Load(const EchoLoadOptions& o) : o_(o) {}
   ~Load() {
     for (Client& c : clients_) {
-      if (c.fd >= 0) os::Sys().close(c.fd);
+      if (c.fd >= 0) ::close(c.fd);
     }
-    if (epoll_fd_ >= 0) os::Sys().close(epoll_fd_);
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
   }
   absl::StatusOr<EchoLoadResult> Run();
 
@@ -113,8 +113,8 @@ void Load::StartMessage(Client& c) {
 
 void Load::Finish(Client& c) {
   c.done = true;
-  os::Sys().epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
-  os::Sys().close(c.fd);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+  ::close(c.fd);
   c.fd = -1;
   --remaining_;
 }
@@ -123,8 +123,8 @@ absl::Status Load::Send(Client& c, bool& progress) {
   const size_t limit = SendLimit(c);
   while (c.sent < limit) {
     const ssize_t n =
-        os::Sys().send(c.fd, pattern_.data() + c.shift + c.sent,
-                       std::min<size_t>(limit - c.sent, 1 << 20), MSG_NOSIGNAL);
+        ::send(c.fd, pattern_.data() + c.shift + c.sent,
+               std::min<size_t>(limit - c.sent, 1 << 20), MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) break;
       return os::PosixError(absl::StrCat("connection ", c.index, ": send"),
@@ -156,7 +156,7 @@ absl::Status Load::CheckEcho(const Client& c, size_t n) const {
 absl::StatusOr<bool> Load::Receive(Client& c, bool& readable, bool until_eof,
                                    bool& progress) {
   while (readable) {
-    const ssize_t n = os::Sys().recv(c.fd, scratch_.data(), scratch_.size(), 0);
+    const ssize_t n = ::recv(c.fd, scratch_.data(), scratch_.size(), 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) break;
@@ -215,13 +215,13 @@ absl::Status Load::Pump(Client& c, uint32_t events) {
     if (c.aborts && c.message == 1 && c.sent == SendLimit(c)) {
       // Abrupt disconnect mid-message: RST instead of FIN.
       linger l{1, 0};
-      os::Sys().setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+      ::setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
       Finish(c);
       return absl::OkStatus();
     }
     if (o_.half_close && !c.write_shut && c.message + 1 == o_.messages &&
         c.sent == c.len) {
-      os::Sys().shutdown(c.fd, SHUT_WR);
+      ::shutdown(c.fd, SHUT_WR);
       c.write_shut = true;
     }
     absl::StatusOr<bool> finished = Receive(c, readable, until_eof, progress);
@@ -267,19 +267,19 @@ absl::Status Load::ConnectAll(const sockaddr_in& server) {
     Client& c = clients_[i];
     c.index = i;
     c.aborts = i < o_.abort_connections && o_.messages >= 2;
-    c.fd = os::Sys().socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    c.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c.fd < 0) return os::PosixError("socket", errno);
-    if (os::Sys().connect(c.fd, reinterpret_cast<const sockaddr*>(&server),
-                          sizeof(server)) != 0) {
+    if (::connect(c.fd, reinterpret_cast<const sockaddr*>(&server),
+                  sizeof(server)) != 0) {
       return os::PosixError(absl::StrCat("connect to ", o_.target), errno);
     }
     const int one = 1;
-    os::Sys().setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (absl::Status st = os::SetNonBlocking(c.fd, true); !st.ok()) return st;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     ev.data.ptr = &c;
-    if (os::Sys().epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &ev) != 0) {
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &ev) != 0) {
       return os::PosixError("epoll_ctl", errno);
     }
     StartMessage(c);
@@ -292,8 +292,8 @@ absl::Status Load::WaitForEchoes() {
   auto last_progress = Clock::now();
   uint64_t last_bytes = bytes_;
   while (remaining_ > 0) {
-    const int n = os::Sys().epoll_wait(epoll_fd_, events.data(),
-                                       static_cast<int>(events.size()), 200);
+    const int n = ::epoll_wait(epoll_fd_, events.data(),
+                               static_cast<int>(events.size()), 200);
     if (n < 0) {
       if (errno == EINTR) continue;
       return os::PosixError("epoll_wait", errno);
@@ -352,7 +352,7 @@ absl::StatusOr<EchoLoadResult> Load::Run() {
   scratch_.resize(256 * 1024);
   latencies_ns_.reserve(o_.connections * o_.messages);
 
-  epoll_fd_ = os::Sys().epoll_create1(EPOLL_CLOEXEC);
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return os::PosixError("epoll_create1", errno);
   const auto start = Clock::now();
   if (absl::Status s = ConnectAll(*server); !s.ok()) return s;

@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -18,7 +19,6 @@
 #include "echo/echo_engines.h"
 #include "os/error.h"
 #include "os/socket.h"
-#include "os/syscalls.h"
 
 namespace bufpool {
 namespace {
@@ -146,7 +146,7 @@ void EchoServer::Stop() {
   const uint64_t one = 1;
   // Async-signal-safe; a full counter (impossible in practice) still wakes.
   const iovec iov = {const_cast<uint64_t*>(&one), sizeof(one)};
-  [[maybe_unused]] ssize_t n = os::Sys().writev(stop_fd_, &iov, 1);
+  [[maybe_unused]] ssize_t n = ::writev(stop_fd_, &iov, 1);
 }
 
 EchoServerStats EchoServer::Stats() const {

@@ -187,7 +187,7 @@ class TreeRing {
                              int err) = 0;
   };
 
-  // A ring through Sys().uring_create and up to 64 buffers of `pool`
+  // A ring through UringSys().uring_create and up to 64 buffers of `pool`
   // (half its capacity at most, so none from a pool of one), held until
   // destruction. An error when no
   // ring can be made, the kernel lacks one of the operations (asked once,

@@ -561,7 +561,7 @@ class RingFiles final : public TreeRing {
 absl::StatusOr<std::unique_ptr<TreeRing>> TreeRing::Create(
     const CopyOptions& options, BufferPool& pool, Sink& sink) {
   std::unique_ptr<os::Uring> ring;
-  if (const int rc = os::Sys().uring_create(kEntries, &ring); rc < 0) {
+  if (const int rc = os::UringSys().uring_create(kEntries, &ring); rc < 0) {
     return IoError("io_uring setup", "tree", -rc);
   }
   for (const auto& [op, name] :

@@ -51,7 +51,7 @@ struct CachedRing {
 thread_local CachedRing t_cached_ring;
 
 bool RingsAreCacheable() {
-  return os::Sys().uring_create == os::RealSyscalls().uring_create;
+  return os::UringSys().uring_create == os::RealUringSyscalls().uring_create;
 }
 
 class UringMover final : public Mover {
@@ -312,7 +312,7 @@ absl::StatusOr<std::unique_ptr<Mover>> MakeUringMover(Context& ctx,
     ring = std::move(t_cached_ring.ring);
     entries = t_cached_ring.entries;
   } else {
-    const int rc = os::Sys().uring_create(entries, &ring);
+    const int rc = os::UringSys().uring_create(entries, &ring);
     if (rc < 0) return IoError("io_uring setup", ctx.src_path, -rc);
   }
   auto mover =

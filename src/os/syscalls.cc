@@ -1,7 +1,6 @@
 #include "os/syscalls.h"
 
 #include <fcntl.h>
-#include <liburing.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -16,8 +15,6 @@
 
 #include <atomic>
 #include <cerrno>
-
-#include "os/uring.h"
 
 namespace bufpool::os {
 namespace {
@@ -56,14 +53,6 @@ int RealSocket(int domain, int type, int protocol) {
 int RealSocketPair(int domain, int type, int protocol, int fds[2]) {
   return ::socketpair(domain, type | SOCK_CLOEXEC, protocol, fds);
 }
-// liburing 2.3 declares io_uring_enable_rings() but does not export it.
-int EnableRings(int ring_fd) {
-  return ::syscall(__NR_io_uring_register, ring_fd,
-                   IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0
-             ? -errno
-             : 0;
-}
-
 constexpr SyscallTable kReal = {
     .open = RealOpen,
     .close = ::close,
@@ -126,9 +115,6 @@ constexpr SyscallTable kReal = {
     .munlock = ::munlock,
     .sched_getcpu = ::sched_getcpu,
     .membarrier = RealMembarrier,
-    .uring_create = CreateUring,
-    .uring_queue_init_params = ::io_uring_queue_init_params,
-    .uring_enable_rings = EnableRings,
 };
 
 // Relaxed: tables are installed before the threads that use them start

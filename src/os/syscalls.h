@@ -1,13 +1,13 @@
 // The system-call seam: every system call the library's I/O makes (files,
-// directories, sockets, epoll, eventfd, poll, io_uring ring creation) goes
-// through one table, so tests can inject faults (short transfers, EINTR,
-// EAGAIN, ENOSPC, EIO, ECONNRESET, a refused ring) without touching the real
-// system. os/file.h and os/socket.h build their loops and error mapping on it;
-// code outside src/os that needs a raw call takes it from Sys() too.
+// directories, sockets, epoll, eventfd, poll) goes through one table, so tests
+// can inject faults (short transfers, EINTR, EAGAIN, ENOSPC, EIO, ECONNRESET, a
+// refused ring) without touching the real system. os/file.h and os/socket.h
+// build their loops and error mapping on it; code outside src/os that needs a
+// raw call takes it from Sys() too.
 //
-// The io_uring ring itself is an interface (os/uring.h) created by
-// Sys().uring_create, so a test reaches its registrations and completions by
-// wrapping the ring it returns.
+// io_uring has a table of its own (os/uring.h, UringSys()), in the room
+// os_uring: this table and the rooms that use only it (the core) do not link
+// liburing.
 //
 // The core's calls are in the table too: memory mapping (os/memory.h
 // builds on mmap, munmap, madvise, mlock), the CPU a thread runs on, and
@@ -30,12 +30,7 @@
 #include <cstddef>
 #include <memory>
 
-struct io_uring;         // liburing.h
-struct io_uring_params;  // liburing.h
-
 namespace bufpool::os {
-
-class Uring;  // os/uring.h
 
 // Every entry behaves like the libc call of the same name (returns -1 and
 // sets errno on failure) unless its comment says otherwise. Add entries here
@@ -125,16 +120,6 @@ struct SyscallTable {
   // membarrier(2): returns what the system call returns (-1 and errno on
   // failure).
   long (*membarrier)(int cmd, unsigned flags, int cpu);
-
-  // ---- io_uring ----
-  // Creates a ring (see os/uring.h); returns 0 or -errno, not -1.
-  int (*uring_create)(unsigned entries, std::unique_ptr<Uring>* out);
-  // io_uring_queue_init_params (liburing): a ring the caller drives with
-  // liburing itself (bufpool::InitServerRing). 0 or -errno, not -1.
-  int (*uring_queue_init_params)(unsigned entries, io_uring* ring,
-                                 io_uring_params* params);
-  // io_uring_register(ring_fd, IORING_REGISTER_ENABLE_RINGS): 0 or -errno.
-  int (*uring_enable_rings)(int ring_fd);
 };
 
 // The real system calls.

@@ -2,7 +2,10 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <utility>
 
@@ -171,6 +174,41 @@ int CreateUring(unsigned entries, std::unique_ptr<Uring>* out) {
   if (rc < 0) return rc;
   *out = std::move(ring);
   return 0;
+}
+
+namespace {
+
+// liburing 2.3 declares io_uring_enable_rings() but does not export it.
+int EnableRings(int ring_fd) {
+  return ::syscall(__NR_io_uring_register, ring_fd,
+                   IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0
+             ? -errno
+             : 0;
+}
+
+constexpr UringSyscallTable kRealUring = {
+    .uring_create = CreateUring,
+    .uring_queue_init_params = ::io_uring_queue_init_params,
+    .uring_enable_rings = EnableRings,
+};
+
+// Relaxed, as os/syscalls.cc's table: installed before the threads that use
+// it start, so thread creation already orders the store.
+std::atomic<const UringSyscallTable*> g_uring_table{&kRealUring};
+
+}  // namespace
+
+const UringSyscallTable& RealUringSyscalls() { return kRealUring; }
+
+const UringSyscallTable& UringSys() {
+  return *g_uring_table.load(std::memory_order_relaxed);
+}
+
+ScopedUringSyscalls::ScopedUringSyscalls(const UringSyscallTable* table)
+    : previous_(g_uring_table.exchange(table, std::memory_order_relaxed)) {}
+
+ScopedUringSyscalls::~ScopedUringSyscalls() {
+  g_uring_table.store(previous_, std::memory_order_relaxed);
 }
 
 }  // namespace bufpool::os

@@ -1,11 +1,18 @@
 // A small io_uring interface for the copy engine, behind the OS seam.
 //
 // The copy engine talks to io_uring only through `Uring`, created by
-// Sys().uring_create, so tests can wrap the real ring and inject short
+// UringSys().uring_create, so tests can wrap the real ring and inject short
 // completions, -EAGAIN results or a failing buffer registration. The real
 // implementation (CreateUring) uses liburing.
 //
-// Thread safety: a Uring is used by one thread at a time.
+// The io_uring calls have their own table (UringSyscallTable), apart from
+// os/syscalls.h's, so the room that holds them (os_uring: this header and
+// uring.cc) is the only part of src/os that links liburing, and the core
+// (arena, pool, chain, io, the C API) links without it.
+//
+// Thread safety: a Uring is used by one thread at a time. UringSys() may be
+// called from any thread; ScopedUringSyscalls is installed as ScopedSyscalls
+// is (before the threads that use it start).
 #ifndef BUFPOOL_SRC_OS_URING_H_
 #define BUFPOOL_SRC_OS_URING_H_
 
@@ -16,6 +23,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+
+struct io_uring;         // liburing.h
+struct io_uring_params;  // liburing.h
 
 namespace bufpool::os {
 
@@ -96,6 +106,38 @@ class Uring {
 // The real ring (liburing) with `entries` submission slots: 0 or -errno
 // (-ENOSYS when the kernel has no io_uring, -EPERM when it is disabled).
 int CreateUring(unsigned entries, std::unique_ptr<Uring>* out);
+
+// The io_uring calls the library makes, replaceable by tests as
+// SyscallTable's are.
+struct UringSyscallTable {
+  // Creates a ring (CreateUring); returns 0 or -errno, not -1.
+  int (*uring_create)(unsigned entries, std::unique_ptr<Uring>* out);
+  // io_uring_queue_init_params (liburing): a ring the caller drives with
+  // liburing itself (bufpool::InitServerRing). 0 or -errno, not -1.
+  int (*uring_queue_init_params)(unsigned entries, io_uring* ring,
+                                 io_uring_params* params);
+  // io_uring_register(ring_fd, IORING_REGISTER_ENABLE_RINGS): 0 or -errno.
+  int (*uring_enable_rings)(int ring_fd);
+};
+
+// The real calls.
+const UringSyscallTable& RealUringSyscalls();
+
+// The table in use: RealUringSyscalls() unless a test installed another.
+const UringSyscallTable& UringSys();
+
+// Test seam: makes `table` the one UringSys() returns until destroyed.
+// Nestable.
+class ScopedUringSyscalls {
+ public:
+  explicit ScopedUringSyscalls(const UringSyscallTable* table);
+  ~ScopedUringSyscalls();
+  ScopedUringSyscalls(const ScopedUringSyscalls&) = delete;
+  ScopedUringSyscalls& operator=(const ScopedUringSyscalls&) = delete;
+
+ private:
+  const UringSyscallTable* previous_;
+};
 
 }  // namespace bufpool::os
 

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "bufpool/uring.h"
 #include "os/error.h"
-#include "os/syscalls.h"
+#include "os/uring.h"
 
 // Debian's liburing 2.3 headers may predate some of these; the values are
 // the kernel's (its uapi header linux/io_uring.h).
@@ -98,7 +98,7 @@ absl::StatusOr<ServerRingSetup> InitServerRing(
     if ((setup.flags & IORING_SETUP_CQSIZE) != 0)
       params.cq_entries = cq_entries;
     const int rc =
-        os::Sys().uring_queue_init_params(options.entries, ring, &params);
+        os::UringSys().uring_queue_init_params(options.entries, ring, &params);
     if (rc == 0) return setup;
     // The kernel says EINVAL for a flag it does not know: drop the newest
     // one still asked for and try again.
@@ -119,7 +119,7 @@ absl::StatusOr<ServerRingSetup> InitServerRing(
 
 absl::Status EnableServerRing(io_uring* ring) {
   if ((ring->flags & IORING_SETUP_R_DISABLED) == 0) return absl::OkStatus();
-  if (const int rc = os::Sys().uring_enable_rings(ring->ring_fd); rc < 0) {
+  if (const int rc = os::UringSys().uring_enable_rings(ring->ring_fd); rc < 0) {
     return os::PosixError("io_uring_register(IORING_REGISTER_ENABLE_RINGS)",
                           -rc);
   }
