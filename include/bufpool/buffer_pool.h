@@ -426,13 +426,15 @@ class BUFPOOL_EXPORT BufferPool {
 
   // in_use, cached and the counters are exact whenever no call into the
   // pool is in flight. high_water is never below the largest in_use there
-  // has been; it is exact with caches off, and otherwise may exceed the
-  // true peak by the free buffers the caches parked at that moment (at most
-  // cache_capacity() x CPUs: the rseq caches' hits write nothing shared, so
-  // no low-water mark is kept). A Stats()
+  // has been. It is exact with caches off; with caches on it may exceed the
+  // true peak by what the caches lent at that moment: a cache hands out at
+  // most cache_capacity() / 4 buffers (half a refill batch) on hits before
+  // the pool accounts for them, so the overshoot is at most that much per
+  // cache in use (two threads taking turns: one refill batch,
+  // cache_capacity() / 2; src/pool/accounting.cc, "High water"). A Stats()
   // call that overlaps acquires or releases on other threads reads a moving
-  // picture: its in_use and high_water may be off by the batch being moved
-  // (up to cache_capacity()). Takes no lock: cheap while other threads wait.
+  // picture: its in_use may be off by the batch being moved (up to
+  // cache_capacity()). Takes no lock: cheap while other threads wait.
   PoolStats Stats() const;
 
   // The whole arena, page-aligned (2 MiB-aligned with huge pages): for
@@ -536,6 +538,9 @@ class BUFPOOL_EXPORT BufferPool {
   uint32_t rseq_index_ = 0;  // the rseq area field that indexes them
   // rseq_cpus_ for release: 0 also when the pool scrubs (out of line).
   uint32_t rseq_release_cpus_ = 0;
+  // The most slots a cache lends: a push hit needs count - floor below it
+  // (internal/rseq.h; src/pool/accounting.cc, "High water").
+  uint32_t lend_ = 0;
   // kSampled holder tracking (src/pool/holders.h): one byte per slot, 1
   // while the slot's acquire was recorded; nullptr in every other pool.
   // Where set, an inline acquire counts down this thread's

@@ -78,7 +78,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
   // rseq_release_cpus_ is 0 for a scrubbing pool, which zeroes the buffer
   // out of line before it is published.
   if (internal::rseq::Push(rseq_base_, rseq_release_cpus_, rseq_index_,
-                           &release_limit_, slot)) [[likely]] {
+                           &release_limit_, lend_, slot)) [[likely]] {
     return;
   }
 #endif
