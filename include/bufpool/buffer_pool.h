@@ -476,7 +476,12 @@ class BUFPOOL_EXPORT BufferPool {
   // Hot paths (internal/buffer_pool_inl.h).
   uint32_t TryAcquireSlot();
   void ReleaseSlot(uint32_t slot);
-  void CountSample(uint32_t slot);  // kSampled pools (holders.cc)
+  // This CPU's cache's top slot in one sequence, kNoSlot on a miss; counts
+  // a kSampled pool's sample.
+  uint32_t PopInline();
+  // Pushes `slot` onto this CPU's cache in one sequence; false on a miss
+  // and for a kSampled pool's recorded slot.
+  bool PushInline(uint32_t slot);
   // Out of line (src/pool/pool_calls.cc): the caches, the shared store and
   // draining. noexcept, so that a caller that is noexcept itself, such as
   // the C API, can still call them as tail calls; they allocate nothing,
@@ -541,11 +546,16 @@ class BUFPOOL_EXPORT BufferPool {
   // The most slots a cache lends: a push hit needs count - floor below it
   // (internal/rseq.h; src/pool/accounting.cc, "High water").
   uint32_t lend_ = 0;
+  // The index field the inline paths use: rseq_index_, with
+  // internal::rseq::kSampledTag set in a kSampled pool. Their test for the
+  // mm_cid field (the common case) thus also rules out sampling: an
+  // untracked pool's pair reads nothing for holder tracking.
+  uint32_t inline_index_ = 0;
   // kSampled holder tracking (src/pool/holders.h): one byte per slot, 1
   // while the slot's acquire was recorded; nullptr in every other pool.
   // Where set, an inline acquire counts down this thread's
   // internal::t_holder_countdown and an inline release of a recorded slot
-  // goes out of line (a load and a branch each where it is nullptr).
+  // goes out of line (inline_index_ sends both down that path).
   std::atomic<uint8_t>* holder_marks_ = nullptr;
   unsigned shift_ = 0;
   bool scrub_ = false;

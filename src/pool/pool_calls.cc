@@ -188,6 +188,9 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
       pool->holder_marks_ = pool->holders_->marks();
     }
   }
+  pool->inline_index_ =
+      pool->rseq_index_ |
+      (pool->holder_marks_ != nullptr ? internal::rseq::kSampledTag : 0);
   PoolAccess::Register(*pool);
   return pool;
 }

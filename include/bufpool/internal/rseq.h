@@ -135,6 +135,10 @@
 namespace bufpool::internal::rseq {
 
 inline constexpr uint32_t kStopped = 0x80000000u;
+// Set in a kSampled pool's inline index (BufferPool::inline_index_), beside
+// the field, so that the inline paths find a sampled pool with the compare
+// they make anyway to pick the field.
+inline constexpr uint32_t kSampledTag = 0x100;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
 // A push compares the cache's count with the pool's release limit, an
 // int64_t: the cache capacity minus kOneWaiter for each thread asleep in
