@@ -307,7 +307,8 @@ class WalkSeamTest : public TreeTest {
     // The walk's system calls: no ring, so that directories and links are
     // made by mkdir and symlink (their ring operations failing is
     // RingEntryFaultTest's).
-    t_.uring_create = [](unsigned, std::unique_ptr<os::Uring>*) {
+    no_ring_ = os::RealUringSyscalls();
+    no_ring_.uring_create = [](unsigned, std::unique_ptr<os::Uring>*) {
       return -ENOSYS;
     };
     t_.mkdir = [](const char* p, mode_t m) {
@@ -344,6 +345,7 @@ class WalkSeamTest : public TreeTest {
   }
   absl::StatusOr<TreeStats> Run(CopyOptions o = {}) {
     os::ScopedSyscalls seam(&t_);
+    os::ScopedUringSyscalls uring_seam(&no_ring_);
     return CopyTree(src_, Path("dst"), o);
   }
   // The one error expected, and everything else copied.
@@ -359,6 +361,7 @@ class WalkSeamTest : public TreeTest {
     }
   }
   os::SyscallTable t_;
+  os::UringSyscallTable no_ring_;
 };
 
 TEST_F(WalkSeamTest, MkdirFailure) {
@@ -873,12 +876,12 @@ TEST_P(RingEntryFaultTest, OneEntryFailsAndTheRestIsMade) {
   f.fail = GetParam().op;
   f.err = EIO;
   f.skip = f.fail == "mkdir" ? 1 : 0;  // the root is made
-  os::SyscallTable t = os::RealSyscalls();
+  os::UringSyscallTable t = os::RealUringSyscalls();
   t.uring_create = FaultUringCreate;
   const int fds = OpenFds();
   absl::StatusOr<TreeStats> r;
   {
-    os::ScopedSyscalls seam(&t);
+    os::ScopedUringSyscalls seam(&t);
     r = CopyTree(src_, Path("dst"));
   }
   ASSERT_TRUE(r.ok()) << r.status();
@@ -907,11 +910,11 @@ TEST_F(TreeTest, ARingMkdirOfTheRootFailsTheCall) {
   WriteFileOrDie(S("f"), "f");
   f = RingFaults{};
   f.fail = "mkdir";
-  os::SyscallTable t = os::RealSyscalls();
+  os::UringSyscallTable t = os::RealUringSyscalls();
   t.uring_create = FaultUringCreate;
   absl::StatusOr<TreeStats> r;
   {
-    os::ScopedSyscalls seam(&t);
+    os::ScopedUringSyscalls seam(&t);
     r = CopyTree(src_, Path("dst"));
   }
   ASSERT_FALSE(r.ok());
