@@ -102,7 +102,7 @@ BufferChain Letters(BufferPool& pool, uint32_t n) {
 }
 
 // Create() answers every failure with a Status: whichever one allocation
-// fails (state bytes, the shared store, the caches, the list of slots), it
+// fails (state bytes, the depot, the caches, the list of slots), it
 // returns ResourceExhausted and throws nothing; once every allocation it
 // makes succeeds, it makes a pool.
 TEST(BufferPoolTest, CreateReturnsResourceExhaustedWhicheverAllocationFails) {

@@ -254,7 +254,7 @@ TEST(ElasticPoolTest, ARefusedMlockOfAGrowthNamesTheLimit) {
   EXPECT_EQ(pool->Stats().committed, 64u);
 }
 
-// Trim() gives back whole chunks of free buffers in the shared store only:
+// Trim() gives back whole chunks of free buffers in the depot only:
 // held buffers keep their bytes, and so does a buffer idle in a cache.
 TEST(ElasticPoolTest, TrimNeverTouchesABufferInUseOrCached) {
   // 1 KiB buffers: four share a page, so a page with one held buffer must
@@ -272,7 +272,7 @@ TEST(ElasticPoolTest, TrimNeverTouchesABufferInUseOrCached) {
       held.push_back(std::move(all[i]));
     }
   }
-  all.clear();  // the rest: free (in the caches and the shared store)
+  all.clear();  // the rest: free (in the caches and the depot)
   // One more buffer idle in a CPU's cache (if caches are on), with a
   // pattern: the LIFO cache hands the same one back next.
   Buffer cached = pool->TryAcquire();

@@ -155,7 +155,7 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   } catch (const std::bad_alloc&) {
     if (pool != nullptr) pool->shared_.reset();
     return failed(absl::ResourceExhaustedError(
-        "out of memory for the pool's bookkeeping (state bytes, shared store, "
+        "out of memory for the pool's bookkeeping (state bytes, depot, "
         "caches, holder records)"));
   }
 
