@@ -426,13 +426,15 @@ class BUFPOOL_EXPORT BufferPool {
 
   // in_use, cached and the counters are exact whenever no call into the
   // pool is in flight. high_water is never below the largest in_use there
-  // has been; it is exact with caches off, and otherwise may exceed the
-  // true peak by the free buffers the caches parked at that moment (at most
-  // cache_capacity() x CPUs: the rseq caches' hits write nothing shared, so
-  // no low-water mark is kept). A Stats()
+  // has been. It is exact with caches off; with caches on it may exceed the
+  // true peak by what the caches lent at that moment: a cache hands out at
+  // most cache_capacity() / 4 buffers (half a refill batch) on hits before
+  // the pool accounts for them, so the overshoot is at most that much per
+  // cache in use (two threads taking turns: one refill batch,
+  // cache_capacity() / 2; src/pool/accounting.cc, "High water"). A Stats()
   // call that overlaps acquires or releases on other threads reads a moving
-  // picture: its in_use and high_water may be off by the batch being moved
-  // (up to cache_capacity()). Takes no lock: cheap while other threads wait.
+  // picture: its in_use may be off by the batch being moved (up to
+  // cache_capacity()). Takes no lock: cheap while other threads wait.
   PoolStats Stats() const;
 
   // The whole arena, page-aligned (2 MiB-aligned with huge pages): for
@@ -474,7 +476,12 @@ class BUFPOOL_EXPORT BufferPool {
   // Hot paths (internal/buffer_pool_inl.h).
   uint32_t TryAcquireSlot();
   void ReleaseSlot(uint32_t slot);
-  void CountSample(uint32_t slot);  // kSampled pools (holders.cc)
+  // This CPU's cache's top slot in one sequence, kNoSlot on a miss; counts
+  // a kSampled pool's sample.
+  uint32_t PopInline();
+  // Pushes `slot` onto this CPU's cache in one sequence; false on a miss
+  // and for a kSampled pool's recorded slot.
+  bool PushInline(uint32_t slot);
   // Out of line (src/pool/pool_calls.cc): the caches, the depot and
   // draining. noexcept, so that a caller that is noexcept itself, such as
   // the C API, can still call them as tail calls; they allocate nothing,
@@ -536,11 +543,19 @@ class BUFPOOL_EXPORT BufferPool {
   uint32_t rseq_index_ = 0;  // the rseq area field that indexes them
   // rseq_cpus_ for release: 0 also when the pool scrubs (out of line).
   uint32_t rseq_release_cpus_ = 0;
+  // The most slots a cache lends: a push hit needs count - floor below it
+  // (internal/rseq.h; src/pool/accounting.cc, "High water").
+  uint32_t lend_ = 0;
+  // The index field the inline paths use: rseq_index_, with
+  // internal::rseq::kSampledTag set in a kSampled pool. Their test for the
+  // mm_cid field (the common case) thus also rules out sampling: an
+  // untracked pool's pair reads nothing for holder tracking.
+  uint32_t inline_index_ = 0;
   // kSampled holder tracking (src/pool/holders.h): one byte per slot, 1
   // while the slot's acquire was recorded; nullptr in every other pool.
   // Where set, an inline acquire counts down this thread's
   // internal::t_holder_countdown and an inline release of a recorded slot
-  // goes out of line (a load and a branch each where it is nullptr).
+  // goes out of line (inline_index_ sends both down that path).
   std::atomic<uint8_t>* holder_marks_ = nullptr;
   unsigned shift_ = 0;
   bool scrub_ = false;

@@ -16,26 +16,43 @@
 // pop lowers depot_free before the cache's count rises, a push raises it after
 // the count fell.
 //
-// High water. Every change of depot_free is an event made by one cache (or
-// by a call without one, low = 0): it raises high_water to
+// High water. With caches off, a pop's `left` is the depot's exact size, so
+// committed - left is in_use at that instant: high_water is exact. With
+// caches on, the hits write nothing shared, so the pool cannot see when two
+// caches' hits made a peak together; instead it bounds what hits can do.
+// Each cache has a floor (CpuCache::floor; word 1 of an rseq cache, rseq.h)
+// with floor <= count: a single pop hits only while count > floor, a single
+// push only while count - floor < lend (BufferPool::lend_, half a refill
+// batch). The slots above the floor are lent: hits may hand them out without
+// telling the pool. Shared::held_or_lent keeps
 //
-//   capacity - (depot_free just before the change) - low_water(c)
+//   H = (buffers held by users) + sum over caches of (count - floor)
 //
-// and then restarts c's window (low_water = its count). Why it is never
-// below the true peak: take the peak at time t*, and the first change of
-// depot_free after it, made by cache c (or the next Stats()). depot_free did
-// not change between t* and that event, so the value just before the event
-// is D(t*); c made no move in between, so its window contains t* and
-// low_water(c) <= count(c)(t*). Hence the estimate >= capacity - D(t*) -
-// count(c)(t*) >= in_use(t*). It needs no read of another cache, so no
-// interleaving can make it low. It counts the other caches' free slots as
-// in use, so it may exceed the peak by them (at most cache_capacity() x
-// CPUs); with caches off, or one cache in use, it is exact. Stats() adds its
-// own estimate from every cache's low_water, so a peak made by cache hits
-// after the last event is seen too. The rseq caches keep no low_water (a
-// window restart would be a store outside their sequences): there low is 0
-// throughout, the estimate capacity - D, never below the peak and above it
-// by at most the cached slots.
+// A pop hit moves one slot from lent to held, a push hit one back: H does
+// not change on a hit. It changes only out of line: a slow path hands out or
+// takes back slots (Lent / Returned below), lends a cache more by lowering
+// its floor (Lend: H rises by what the floor fell), reclaims what a cache
+// lends (Reclaim, and the push that finds lend slots lent: H falls), or
+// drains a cache (its lent slots are revoked). Batch moves between a cache
+// and the depot move count and floor together, so they change neither term.
+//
+// Invariants, and why they give the promise:
+//   1. The atomic is never below H: a rise is added before the change it
+//      accounts for (before a Lend section, before a slot reaches its user),
+//      a fall is subtracted after (after a Reclaim section, after the slot
+//      left its user). A Lend that lends less than it added gives the rest
+//      back afterwards.
+//   2. Every rise records its result in high_water (UpdateMax), and a fall
+//      only lowers the atomic, so high_water >= the atomic at every instant.
+//   3. held <= H, since count - floor >= 0 in every cache.
+// Hence high_water >= held at every instant: never below the true peak.
+// Above it: at the moment high_water was recorded, H - held is what the
+// caches lent and had not handed out. A cache lends at most `lend` (a Lend
+// lowers the floor to count - lend, a push stops at count - floor = lend),
+// so high_water <= peak + lend x (caches that lend at that moment), plus a
+// Lend added ahead and not granted (at most lend, given back at once). Two
+// threads taking turns (two caches) stay within peak + 2 x lend = one
+// refill batch. A drain revokes what the drained cache lends.
 //
 // Memory ordering: every counter here is relaxed. They are statistics: each
 // read-modify-write returns the exact value before it, and a reader that
@@ -70,25 +87,34 @@ void PoolAccess::DieCorrupt(const BufferPool& p, const char* what,
   std::abort();
 }
 
-void PoolAccess::Popped(BufferPool& p, uint32_t n, uint32_t left, uint32_t low,
-                        uint32_t handed) {
+void PoolAccess::Lent(BufferPool& p, uint32_t n) {
   BufferPool::Shared& s = S(p);
-  const int64_t before =
-      p.cache_capacity_ != 0
-          ? s.depot_free.fetch_sub(n, std::memory_order_relaxed)
-          : int64_t{left} + n;
+  const int64_t before = s.held_or_lent.fetch_add(n, std::memory_order_relaxed);
   const size_t committed = s.committed.load(std::memory_order_relaxed);
-  UpdateMax(s.high_water,
-            static_cast<int64_t>(committed) - before - low + handed, committed);
+  UpdateMax(s.high_water, before + n, committed);
 }
 
-void PoolAccess::Pushed(BufferPool& p, uint32_t n, uint32_t low) {
-  if (p.cache_capacity_ == 0) return;  // a push never raises in_use
+void PoolAccess::Returned(BufferPool& p, uint32_t n) {
+  S(p).held_or_lent.fetch_sub(n, std::memory_order_relaxed);
+}
+
+void PoolAccess::Popped(BufferPool& p, uint32_t n, uint32_t left,
+                        uint32_t handed) {
   BufferPool::Shared& s = S(p);
-  const int64_t before = s.depot_free.fetch_add(n, std::memory_order_relaxed);
-  const size_t committed = s.committed.load(std::memory_order_relaxed);
-  UpdateMax(s.high_water, static_cast<int64_t>(committed) - before - low,
-            committed);
+  if (p.cache_capacity_ == 0) {
+    // Caches off: `left` is the depot's size after the pop, exact.
+    const size_t committed = s.committed.load(std::memory_order_relaxed);
+    UpdateMax(s.high_water, static_cast<int64_t>(committed) - left, committed);
+    return;
+  }
+  s.depot_free.fetch_sub(n, std::memory_order_relaxed);
+  if (handed != 0) Lent(p, handed);
+}
+
+void PoolAccess::Pushed(BufferPool& p, uint32_t n, uint32_t returned) {
+  if (p.cache_capacity_ == 0) return;  // a push never raises in_use
+  S(p).depot_free.fetch_add(n, std::memory_order_relaxed);
+  if (returned != 0) Returned(p, returned);
 }
 
 int64_t PoolAccess::DepotSize(const BufferPool& p) {
@@ -111,13 +137,13 @@ uint32_t PoolAccess::TakeFromDepot(BufferPool& p, uint32_t* reshelved) {
     uint32_t left;
     slot = s.depot.PopOne(reshelved, &left);
     if (slot == BufferPool::kNoSlot) return BufferPool::kNoSlot;
-    Popped(p, 1, left, 0, /*handed=*/1);
+    Popped(p, 1, left, /*handed=*/1);
     return slot;
   }
   if (s.depot.Pop(&slot, 1, nullptr, reshelved) == 0) {
     return BufferPool::kNoSlot;
   }
-  Popped(p, 1, 0, 0, /*handed=*/1);
+  Popped(p, 1, 0, /*handed=*/1);
   return slot;
 }
 
@@ -125,28 +151,17 @@ PoolStats BufferPool::Stats() const {
   const Shared& s = *shared_;
   const int64_t depot = PoolAccess::DepotSize(*this);
   int64_t cached = 0;
-  int64_t lows = 0;
   for (uint32_t i = 0; i < s.ncaches; ++i) {
-    const int64_t count = PoolAccess::CachedCount(s, i);
-    cached += count;
-    lows += std::min<int64_t>(
-        count, s.caches[i].low_water.load(std::memory_order_relaxed));
+    cached += PoolAccess::CachedCount(s, i);
   }
   // Backed slots: the capacity of a fixed pool (see the top).
   const int64_t cap =
       static_cast<int64_t>(s.committed.load(std::memory_order_relaxed));
-  // Every cache's window contains any peak since the last event (see "High
-  // water"), so the sum of their lows bounds the free slots then. Not
-  // stored: read while another thread moves a batch, this picture can count
-  // the batch in neither place, and the next event records the peak anyway.
-  const auto open_windows =
-      static_cast<size_t>(std::clamp<int64_t>(cap - depot - lows, 0, cap));
   return PoolStats{
       .capacity = capacity_,
       .in_use = static_cast<size_t>(
           std::clamp<int64_t>(cap - depot - cached, 0, cap)),
-      .high_water =
-          std::max(s.high_water.load(std::memory_order_relaxed), open_windows),
+      .high_water = s.high_water.load(std::memory_order_relaxed),
       .acquire_failures = s.failures.load(std::memory_order_relaxed),
       .acquire_timeouts = s.timeouts.load(std::memory_order_relaxed),
       .cached = static_cast<size_t>(std::clamp<int64_t>(cached, 0, cap)),

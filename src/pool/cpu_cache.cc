@@ -128,31 +128,32 @@ CpuCache& PoolAccess::ThisCpu(BufferPool& p) {
 
 uint32_t PoolAccess::Refill(BufferPool& p, CpuCache& c, uint32_t max,
                             uint32_t* reshelved) {
-  const uint32_t low = c.low_water.load(std::memory_order_relaxed);
   const uint32_t n = S(p).depot.Pop(c.slots, max, &c.spare, reshelved);
   if (n == 0) return 0;
-  Popped(p, n, 0, low, /*handed=*/0);
+  Popped(p, n, 0, /*handed=*/0);
   // Pop wrote the shared top first; the cache's top is its last entry.
   std::reverse(c.slots, c.slots + n);
+  // Under the floor: the refill lends nothing by itself (accounting.cc).
+  c.floor = n;
   c.count.store(n, std::memory_order_relaxed);
-  c.low_water.store(n, std::memory_order_relaxed);
   return n;
 }
 
 uint32_t PoolAccess::Evict(BufferPool& p, CpuCache& c) {
   const uint32_t n = c.count.load(std::memory_order_relaxed);
   if (n == 0) return 0;
-  const uint32_t low = c.low_water.load(std::memory_order_relaxed);
-  // The count falls before the depot's size rises (accounting.cc).
+  const uint32_t lent = n - c.floor;
+  // The count falls before the depot's size rises (accounting.cc); what c
+  // lent is taken back after.
   c.count.store(0, std::memory_order_relaxed);
+  c.floor = 0;
   S(p).depot.Push(c.slots, n, &c.spare);
-  Pushed(p, n, low);
-  c.low_water.store(0, std::memory_order_relaxed);
+  Pushed(p, n, lent);
   return n;
 }
 
-uint32_t PoolAccess::PopLocked(BufferPool& p, CpuCache& c,
-                               uint32_t* reshelved) {
+uint32_t PoolAccess::PopLocked(BufferPool& p, CpuCache& c, uint32_t* reshelved,
+                               bool lend_ahead) {
   uint32_t n = c.count.load(std::memory_order_relaxed);
   if (n == 0) {
     // While someone waits, take one at a time, so that a refill never parks
@@ -160,29 +161,38 @@ uint32_t PoolAccess::PopLocked(BufferPool& p, CpuCache& c,
     n = Refill(p, c, Waiting(p) ? 1 : RefillBatch(p), reshelved);
     if (n == 0) return BufferPool::kNoSlot;
   }
+  if (n <= c.floor) {  // c lends nothing: account before the slot goes out
+    const uint32_t floor = lend_ahead ? (n > p.lend_ ? n - p.lend_ : 0) : n - 1;
+    Lent(p, c.floor - floor);
+    c.floor = floor;
+  }
   --n;
   const uint32_t slot = c.slots[n];
   c.count.store(n, std::memory_order_relaxed);
-  if (n < c.low_water.load(std::memory_order_relaxed)) {
-    c.low_water.store(n, std::memory_order_relaxed);
-  }
   return slot;
 }
 
 uint32_t PoolAccess::PushLocked(BufferPool& p, CpuCache& c, uint32_t slot) {
   const uint32_t n = c.count.load(std::memory_order_relaxed);
   const auto cap = static_cast<uint32_t>(p.cache_capacity_);
-  if (n > cap) [[unlikely]] {
-    DieCorrupt(p, "CPU cache over capacity", n);
+  if (n > cap || c.floor > n) [[unlikely]] {
+    DieCorrupt(p, "CPU cache over capacity, or its floor over its count", n);
   }
   // Under c.mu, a relaxed load suffices: a waiter raises its count before it
   // takes this lock to drain (drain.cc, "Sleeping"), so a release whose
   // section follows the drainer's sees the raise, and one that precedes it
   // left its slot where the drainer looks.
   if (Waiting(p)) {
-    c.slots[n] = slot;  // the spare entry (see Shared::Shared)
+    c.slots[n] = slot;  // the spare entry (see Shared::Shared); lent now
     c.count.store(n + 1, std::memory_order_relaxed);
     return Evict(p, c);
+  }
+  // Lending its allowance already (or about to spill): c lends nothing more
+  // until a pop needs it (accounting.cc).
+  if (n - c.floor >= p.lend_ || n == cap) {
+    const uint32_t lent = n - c.floor;
+    c.floor = n;
+    Returned(p, lent);
   }
   if (n < cap) {
     c.slots[n] = slot;
@@ -190,14 +200,13 @@ uint32_t PoolAccess::PushLocked(BufferPool& p, CpuCache& c, uint32_t slot) {
     return 0;
   }
   // Full: the oldest half goes to the depot as one batch (a magazine, see
-  // depot.h); the released slot stays.
+  // depot.h), from under the floor; the released slot stays, lent.
   const uint32_t batch = RefillBatch(p);
-  const uint32_t low = c.low_water.load(std::memory_order_relaxed);
   c.count.store(n - batch, std::memory_order_relaxed);
+  c.floor = n - batch;
   S(p).depot.Push(c.slots, batch, &c.spare);
-  Pushed(p, batch, low);
+  Pushed(p, batch, 0);
   std::memmove(c.slots, c.slots + batch, (n - batch) * sizeof(uint32_t));
-  c.low_water.store(n - batch, std::memory_order_relaxed);
   c.slots[n - batch] = slot;
   c.count.store(n - batch + 1, std::memory_order_relaxed);
   return batch;
@@ -206,20 +215,22 @@ uint32_t PoolAccess::PushLocked(BufferPool& p, CpuCache& c, uint32_t slot) {
 uint32_t PoolAccess::PushManyLocked(BufferPool& p, CpuCache& c,
                                     const uint32_t* slots, uint32_t n) {
   if (Waiting(p)) {                     // as in PushLocked
-    const uint32_t mine = Evict(p, c);  // restarts the window at 0
+    const uint32_t mine = Evict(p, c);  // takes back what c lent
     S(p).depot.Push(slots, n, nullptr);
-    Pushed(p, n, 0);
+    Pushed(p, n, n);
     return mine + n;
   }
   const uint32_t have = c.count.load(std::memory_order_relaxed);
   const auto cap = static_cast<uint32_t>(p.cache_capacity_);
   const uint32_t keep = std::min(n, have < cap ? cap - have : 0);
   std::memcpy(c.slots + have, slots, keep * sizeof(uint32_t));
+  // Count and floor rise together: the kept slots are not lent.
+  c.floor += keep;
   c.count.store(have + keep, std::memory_order_relaxed);
+  if (keep != 0) Returned(p, keep);
   if (keep == n) return 0;
   S(p).depot.Push(slots + keep, n - keep, &c.spare);
-  Pushed(p, n - keep, c.low_water.load(std::memory_order_relaxed));
-  c.low_water.store(have + keep, std::memory_order_relaxed);
+  Pushed(p, n - keep, n - keep);
   return n - keep;
 }
 

@@ -285,7 +285,7 @@ uint32_t PoolAccess::TakeAnywhere(BufferPool& p, bool lock_all,
           after_stop_for_test(i);
         if (c.count.load(std::memory_order_relaxed) == 0) return false;
         // One for us; the rest to the depot, where every CPU finds them.
-        slot = PopLocked(p, c, reshelved);
+        slot = PopLocked(p, c, reshelved, /*lend_ahead=*/false);
         *reshelved += Evict(p, c);
         return true;
       });

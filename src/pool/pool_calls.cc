@@ -119,6 +119,9 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     pool->capacity_ = ceiling;
     pool->region_bytes_ = ceiling * size;
     pool->cache_capacity_ = std::min(*cache_size, count / 8);
+    // Half a refill batch: two caches lending at once overstate high_water
+    // by at most one batch (accounting.cc, "High water").
+    pool->lend_ = std::max<uint32_t>(1, PoolAccess::RefillBatch(*pool) / 2);
     PoolAccess::SetWaiters(*pool, 0, std::memory_order_relaxed);
     pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
     pool->scrub_ = options.scrub_on_release;
@@ -185,6 +188,9 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
       pool->holder_marks_ = pool->holders_->marks();
     }
   }
+  pool->inline_index_ =
+      pool->rseq_index_ |
+      (pool->holder_marks_ != nullptr ? internal::rseq::kSampledTag : 0);
   PoolAccess::Register(*pool);
   return pool;
 }
@@ -308,7 +314,7 @@ void BufferPool::ReleaseUntracked(uint32_t slot) noexcept {
   }
   if (rseq_base_ != nullptr) {
     if (internal::rseq::Push(rseq_base_, shared_->ncaches, rseq_index_,
-                             &release_limit_, slot)) [[likely]] {
+                             &release_limit_, lend_, slot)) [[likely]] {
       return;  // the hit: one sequence
     }
     PoolAccess::WakeWaiters(*this, PoolAccess::RseqGive(*this, slot));
@@ -386,10 +392,12 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
         const auto take =
             static_cast<uint32_t>(std::min<size_t>(n, want - got));
         n -= take;
-        c.count.store(n, std::memory_order_relaxed);
-        if (n < c.low_water.load(std::memory_order_relaxed)) {
-          c.low_water.store(n, std::memory_order_relaxed);
+        // Held now: the slots taken, less those c lent (accounting.cc).
+        if (c.floor > n) {
+          PoolAccess::Lent(*this, c.floor - n);
+          c.floor = n;
         }
+        c.count.store(n, std::memory_order_relaxed);
         // The cache's top (most recently freed) first.
         for (uint32_t i = n + take; i > n; --i) hand_out(c.slots[i - 1]);
       }
@@ -410,7 +418,7 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
           static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
           nullptr, &reshelved, &left);
       if (n == 0) break;
-      PoolAccess::Popped(*this, n, left, 0, /*handed=*/n);
+      PoolAccess::Popped(*this, n, left, /*handed=*/n);
       for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
     }
   }
@@ -459,6 +467,8 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
       // the depot in one push.
       const uint32_t cached = internal::rseq::PushBatch(
           rseq_base_, shared_->ncaches, rseq_index_, &release_limit_, slots, k);
+      // Under the floor: no longer held, and not lent (accounting.cc).
+      if (cached != 0) PoolAccess::Returned(*this, cached);
       pushed = cached == k ? 0
                            : PoolAccess::RseqGiveBulk(*this, slots + cached,
                                                       k - cached);

@@ -41,16 +41,19 @@ namespace bufpool {
 // The most CPU caches a pool keeps (CPUs beyond it share caches).
 inline constexpr uint32_t kMaxCaches = 4096;
 
-// One CPU's cache of free slots for one pool. Every field but the counts'
+// One CPU's cache of free slots for one pool. Every field but the count's
 // relaxed reads is touched only with `mu` held (see cpu_cache.cc, "Why the
-// locks suffice"). `count` and `low_water` are atomics so that Stats() and
-// the exhausted-pool check can read them without the lock.
+// locks suffice"). `count` is an atomic so that Stats() and the
+// exhausted-pool check can read it without the lock.
 struct alignas(64) CpuCache {
   std::mutex mu;
-  std::atomic<uint32_t> count{0};      // slots[0, count) are free
-  std::atomic<uint32_t> low_water{0};  // lowest count since the last move
-  uint32_t spare = Depot::kNoSlot;     // an empty magazine for a spill
-  uint32_t* slots = nullptr;           // cache_capacity entries
+  std::atomic<uint32_t> count{0};  // slots[0, count) are free
+  // floor <= count: slots[floor, count) are lent, the ones a pop may take
+  // without the pool's accounting (accounting.cc, "High water"). The locked
+  // caches' own; an rseq cache keeps its floor in its header (rseq.h).
+  uint32_t floor = 0;
+  uint32_t spare = Depot::kNoSlot;  // an empty magazine for a spill
+  uint32_t* slots = nullptr;        // cache_capacity entries
 };
 
 // What makes a bulk call all-before or all-after a fork(): bulk calls hold
@@ -202,6 +205,9 @@ struct BufferPool::Shared {
   // statistic, and each read-modify-write returns the exact value before it.
   alignas(64) std::atomic<int64_t> depot_free{0};
   std::atomic<size_t> high_water{0};
+  // Caches on: buffers held by users plus the slots the caches lend
+  // (accounting.cc, "High water"); never below the true value.
+  std::atomic<int64_t> held_or_lent{0};
   // Backed slots: the capacity of a fixed pool; for an elastic one, raised
   // by growth before the new slots reach the depot and lowered by Trim()
   // after it took them out, so a slot in transit counts as in use (see
@@ -316,6 +322,12 @@ struct PoolAccess {
                           uint32_t n, uint32_t* reshelved);
   // rseq mode: releases `slot`; the slots it pushed to the depot.
   static uint32_t RseqGive(BufferPool& p, uint32_t slot);
+  // rseq mode: lets the cache the thread runs on lend up to p.lend_ slots
+  // (internal::rseq::Lend, accounted first); what it lent more.
+  static uint32_t RseqLend(BufferPool& p);
+  // rseq mode: takes back what that cache lends (internal::rseq::Reclaim,
+  // accounted after); how much.
+  static uint32_t RseqReclaim(BufferPool& p);
   // For the part of a bulk release that this CPU's cache did not take
   // (PushBatch), or a release whose cache a drainer holds (either mode):
   // slots[0, n) to the depot in one push; returns n, the slots pushed there.
@@ -355,7 +367,11 @@ struct PoolAccess {
   static inline void (*after_count_for_test)(BufferPool& pool) = nullptr;
   // With c.mu held: pops one free slot, refilling from the depot when c is
   // empty; kNoSlot when both are empty. *reshelved: see Depot::Pop.
-  static uint32_t PopLocked(BufferPool& p, CpuCache& c, uint32_t* reshelved);
+  // `lend_ahead` (this CPU's cache): when c lends nothing, it lends up to
+  // p.lend_ at once, so that the next pops need no accounting; otherwise
+  // (a drainer's take) the one slot alone is accounted.
+  static uint32_t PopLocked(BufferPool& p, CpuCache& c, uint32_t* reshelved,
+                            bool lend_ahead = true);
   // With c.mu held: puts a released slot into c, spilling to the depot when
   // full, or everything c holds while someone waits. The slots pushed.
   static uint32_t PushLocked(BufferPool& p, CpuCache& c, uint32_t slot);
@@ -425,13 +441,16 @@ struct PoolAccess {
   // ---- accounting.cc
 
   // After popping n > 0 slots from the depot (which held `left` after the
-  // pop when it keeps no magazines). `low` is the popping cache's
-  // low_water (0 without one, and in rseq mode); `handed` of the n go
-  // straight to users.
-  static void Popped(BufferPool& p, uint32_t n, uint32_t left, uint32_t low,
-                     uint32_t handed);
-  // After pushing n slots that have already left a cache's count.
-  static void Pushed(BufferPool& p, uint32_t n, uint32_t low);
+  // pop when it keeps no magazines); `handed` of the n go straight to users
+  // (accounted here, before they reach them).
+  static void Popped(BufferPool& p, uint32_t n, uint32_t left, uint32_t handed);
+  // After pushing n slots to the depot that have already left a cache's
+  // count; `returned` of them came from users (or were lent by a cache).
+  static void Pushed(BufferPool& p, uint32_t n, uint32_t returned);
+  // Caches on: n more buffers held or lent, added (and high_water raised)
+  // before they can be handed out; n fewer, subtracted after they left.
+  static void Lent(BufferPool& p, uint32_t n);
+  static void Returned(BufferPool& p, uint32_t n);
   // The depot's free slots.
   static int64_t DepotSize(const BufferPool& p);
   // Free slots in all caches (relaxed reads; exact when no call runs).

@@ -34,6 +34,13 @@ uint32_t PopHere(const PoolAccess::SharedState& s) {
   return internal::rseq::Pop(s.rseq_base, s.ncaches, s.rseq_index);
 }
 
+// The count of the cache this thread's index names now (a hint: the index
+// may change at the next preemption); 0 past the caches.
+uint32_t CountHere(const PoolAccess::SharedState& s) {
+  const uint32_t i = internal::rseq::CurrentIndex(s.rseq_index);
+  return i < s.ncaches ? PoolAccess::CachedCount(s, i) : 0;
+}
+
 }  // namespace
 
 #if BUFPOOL_HAVE_RSEQ
@@ -104,13 +111,41 @@ void PoolAccess::ParkInCache(BufferPool& p, CpuCache& c, uint32_t* slots,
   }
 }
 
+uint32_t PoolAccess::RseqLend(BufferPool& p) {
+  SharedState& s = S(p);
+  const uint32_t want = p.lend_;
+  Lent(p, want);  // before the floor falls (accounting.cc, invariant 1)
+  const uint32_t got =
+      internal::rseq::Lend(s.rseq_base, s.ncaches, s.rseq_index, want);
+  if (got < want) Returned(p, want - got);
+  return got;
+}
+
+uint32_t PoolAccess::RseqReclaim(BufferPool& p) {
+  SharedState& s = S(p);
+  const uint32_t got =
+      internal::rseq::Reclaim(s.rseq_base, s.ncaches, s.rseq_index);
+  if (got != 0) Returned(p, got);  // after the floor rose
+  return got;
+}
+
 uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
-  const uint32_t slot = PopHere(S(p));
+  SharedState& s = S(p);
+  uint32_t slot = PopHere(s);
   if (slot != internal::rseq::kNoSlot) return slot;
+  // The cache lends nothing (or nothing is left): let it lend its allowance
+  // when it holds slots (a hint read; an empty one would lend nothing).
+  if (CountHere(s) != 0 && RseqLend(p) != 0) {
+    slot = PopHere(s);
+    if (slot != internal::rseq::kNoSlot) return slot;
+  }
   // A refill of one: under this CPU's lock, the slot the caller gets and
-  // the rest of the batch parked in the cache.
+  // the rest of the batch parked in the cache, under its floor; then it
+  // lends, so that the next pops hit.
   uint32_t out;
-  return RseqTakeBulk(p, &out, 1, reshelved) == 1 ? out : BufferPool::kNoSlot;
+  if (RseqTakeBulk(p, &out, 1, reshelved) != 1) return BufferPool::kNoSlot;
+  if (CountHere(s) != 0) RseqLend(p);
+  return out;
 }
 
 uint32_t PoolAccess::RseqTakeChunk(BufferPool& p, uint32_t* out, uint32_t max,
@@ -118,6 +153,7 @@ uint32_t PoolAccess::RseqTakeChunk(BufferPool& p, uint32_t* out, uint32_t max,
   SharedState& s = S(p);
   const uint32_t here =
       internal::rseq::PopBatch(s.rseq_base, s.ncaches, s.rseq_index, out, max);
+  if (here != 0) Lent(p, here);  // from under the floor: held now
   // PopBatch wrote the cache's top last; it goes out first, as the locked
   // caches hand theirs out, so a fresh pool hands out ascending slots,
   // which callers coalesce. The depot's follow in the depot's order.
@@ -143,7 +179,7 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
   if (batch != 0 && max >= batch) {
     const uint32_t whole = max / batch * batch;
     n = s.depot.Pop(out, whole, nullptr, reshelved);
-    if (n != 0) Popped(p, n, 0, 0, /*handed=*/n);
+    if (n != 0) Popped(p, n, 0, /*handed=*/n);
     if (n < whole) return n;  // the depot is empty
     if (n == max) return n;
   }
@@ -158,7 +194,7 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
   if (!lock.owns_lock()) {
     if (const PassBy pass(s.passing, s.forking); pass.ok()) {
       const uint32_t k = s.depot.Pop(out + n, rest, nullptr, reshelved);
-      if (k != 0) Popped(p, k, 0, 0, /*handed=*/k);
+      if (k != 0) Popped(p, k, 0, /*handed=*/k);
       return n + k;
     }
     lock.lock();  // a fork() holds it
@@ -166,6 +202,7 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
   const uint32_t here =  // refilled while we waited for the lock?
       internal::rseq::PopBatch(s.rseq_base, s.ncaches, s.rseq_index, out + n,
                                rest);
+  if (here != 0) Lent(p, here);  // from under the floor: held now
   n += here;
   rest -= here;
   if (rest == 0) return n;
@@ -176,7 +213,7 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
   const uint32_t k = s.depot.Pop(got, want, &c.spare, reshelved);
   if (k == 0) return n;
   const uint32_t handed = std::min(k, rest);
-  Popped(p, k, 0, 0, handed);
+  Popped(p, k, 0, handed);
   std::copy(got, got + handed, out + n);
   n += handed;
   if (k > handed) {
@@ -190,9 +227,12 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   SharedState& s = S(p);
   auto push = [&](uint32_t x) {
     return internal::rseq::Push(s.rseq_base, s.ncaches, s.rseq_index,
-                                &p.release_limit_, x);
+                                &p.release_limit_, p.lend_, x);
   };
   if (push(slot)) return 0;
+  // The cache lends its allowance already (or is full): it lends nothing
+  // more until a pop needs it, and the push goes on (accounting.cc).
+  if (!Waiting(p) && RseqReclaim(p) != 0 && push(slot)) return 0;
   CpuCache& c = ThisCpu(p);
   // Busy (a drainer, or a slow path of another thread on this index): the
   // slot goes to the depot, and the caller wakes whoever waits.
@@ -207,8 +247,10 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
   uint32_t k = 0;
   if (!Waiting(p)) {
     if (push(slot)) return 0;  // a drain made room meanwhile
-    // Full: half of it goes to the depot as one batch, taken in one
-    // section (a second only when a migration interrupts).
+    // Full: half of it goes to the depot as one batch, taken from under the
+    // floor (all of it, once reclaimed) in one section (a second only when
+    // a migration interrupts).
+    RseqReclaim(p);
     const uint32_t batch = RefillBatch(p);
     while (k < batch) {
       const uint32_t m = internal::rseq::PopBatch(
@@ -218,10 +260,11 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
     }
     if (push(slot)) slot = internal::rseq::kNoSlot;
   }
-  if (slot != internal::rseq::kNoSlot) out[k++] = slot;
+  const uint32_t returned = slot != internal::rseq::kNoSlot ? 1 : 0;
+  if (returned != 0) out[k++] = slot;
   if (k != 0) {
     s.depot.Push(out, k, &c.spare);
-    Pushed(p, k, 0);
+    Pushed(p, k, returned);
   }
   return k;
 }
@@ -232,7 +275,7 @@ uint32_t PoolAccess::RseqGiveBulk(BufferPool& p, const uint32_t* slots,
   // stopped by a drainer, or someone waits: the depot, where a waiter or
   // any CPU finds them. No cache's spare is used, so no cache lock either.
   S(p).depot.Push(slots, n, nullptr);
-  Pushed(p, n, 0);
+  Pushed(p, n, /*returned=*/n);  // users' slots
   return n;
 }
 
@@ -280,14 +323,26 @@ uint32_t PoolAccess::TakeStopped(BufferPool& p, uint32_t i, bool take_one,
   if (n0 > p.cache_capacity_) [[unlikely]] {
     DieCorrupt(p, "CPU cache over capacity", n0);
   }
+  std::atomic_ref<uint32_t> floor(*(Header(s, i) + 1));
+  const uint32_t f0 = floor.load(std::memory_order_relaxed);
+  if (f0 > n0) [[unlikely]] {
+    DieCorrupt(p, "CPU cache floor over its count", f0);
+  }
   uint32_t n = n0;
   uint32_t taken[internal::kMaxCacheSlots];
   std::copy(Slots(s, i), Slots(s, i) + n, taken);
   // Restart empty (release: the copy above is done before any section may
   // write the slots again); the count falls before the depot's size rises.
+  // The floor first: no section runs while the stop holds.
+  floor.store(0, std::memory_order_relaxed);
   count.store(0, std::memory_order_release);
   uint32_t slot = BufferPool::kNoSlot;
-  if (take_one && n != 0) slot = taken[--n];
+  if (take_one && n != 0) {
+    slot = taken[--n];
+    Lent(p, 1);  // the caller's, before it has it
+  }
+  // What the cache lent is lent no more (accounting.cc).
+  if (n0 != f0) Returned(p, n0 - f0);
   if (n != 0) {
     s.depot.Push(taken, n, &s.caches[i].spare);
     Pushed(p, n, 0);

@@ -16,15 +16,6 @@ BUFPOOL_EXPORT extern __thread uint32_t t_holder_countdown
     __attribute__((tls_model("initial-exec")));
 }  // namespace internal
 
-// A kSampled pool's inline acquire counts this thread's acquires down and
-// records the one that reaches 0 (out of line); nothing in other pools.
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::CountSample(
-    uint32_t slot) {
-  if (holder_marks_ != nullptr) [[unlikely]] {
-    if (--internal::t_holder_countdown == 0) AcquireSampled(slot);
-  }
-}
-
 // The single-buffer paths. The cache hit is one restartable sequence
 // (bufpool/internal/rseq.h) where the pool runs them (x86-64, glibc's rseq
 // area, not a sanitizer build); every miss, and the locked caches of other
@@ -34,54 +25,93 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::CountSample(
 // it touches the cache, and the call goes out of line (glibc reserves the
 // rseq area in every thread, registered or not, so the sequence's store of
 // rseq_cs and its loads are harmless there).
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
+//
+// Which sequence: the pool's inline_index_ is compared with the mm_cid
+// field first (what every kernel since 6.3 gives); anything else (cpu_id, a
+// kSampled pool's tagged index, 0 where the pool runs no sequences) takes
+// the second branch. A kSampled pool's acquire counts this thread's
+// acquires down and records the one that reaches 0 (out of line); its
+// release of a recorded slot goes out of line, where the record is cleared.
+// The mark is read relaxed: it is written only by the slot's holders, and
+// this thread holds it (src/pool/holders.h).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::PopInline() {
 #if BUFPOOL_HAVE_RSEQ
-  uint32_t slot;
-  if (internal::rseq::TryPop(rseq_base_, rseq_cpus_, rseq_index_, &slot))
-      [[likely]] {
+  const uint32_t index = inline_index_;
+  if (index == internal::rseq::kMmCidField) [[likely]] {
+    // A constant field: Pop's own test folds away.
+    return internal::rseq::Pop(rseq_base_, rseq_cpus_,
+                               internal::rseq::kMmCidField);
+  }
+  // A sampled pool on mm_cid: a constant field again, so one sequence.
+  const uint32_t slot =
+      index == (internal::rseq::kMmCidField | internal::rseq::kSampledTag)
+          ? internal::rseq::Pop(rseq_base_, rseq_cpus_,
+                                internal::rseq::kMmCidField)
+          : internal::rseq::Pop(rseq_base_, rseq_cpus_,
+                                index & ~internal::rseq::kSampledTag);
+  if ((index & internal::rseq::kSampledTag) != 0 &&
+      slot != internal::rseq::kNoSlot) {
+    if (--internal::t_holder_countdown == 0) AcquireSampled(slot);
+  }
+  return slot;
+#else
+  return kNoSlot;
+#endif
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferPool::PushInline(uint32_t slot) {
+#if BUFPOOL_HAVE_RSEQ
+  // rseq_release_cpus_ is 0 for a scrubbing pool, which zeroes the buffer
+  // out of line before it is published.
+  const uint32_t index = inline_index_;
+  if (index == internal::rseq::kMmCidField) [[likely]] {
+    return internal::rseq::Push(rseq_base_, rseq_release_cpus_,
+                                internal::rseq::kMmCidField, &release_limit_,
+                                lend_, slot);
+  }
+  if ((index & internal::rseq::kSampledTag) != 0) {
+    if (holder_marks_[slot].load(std::memory_order_relaxed) != 0) return false;
+    if (index == (internal::rseq::kMmCidField | internal::rseq::kSampledTag)) {
+      return internal::rseq::Push(rseq_base_, rseq_release_cpus_,
+                                  internal::rseq::kMmCidField, &release_limit_,
+                                  lend_, slot);
+    }
+  }
+  return internal::rseq::Push(rseq_base_, rseq_release_cpus_,
+                              index & ~internal::rseq::kSampledTag,
+                              &release_limit_, lend_, slot);
+#else
+  (void)slot;
+  return false;
+#endif
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline std::byte* BufferPool::TryAcquireRaw() {
+  const uint32_t slot = PopInline();
+  if (slot != kNoSlot) [[likely]] {
     std::byte* const data = SlotData(slot);
     BUFPOOL_INTERNAL_UNPOISON(data, buffer_size_);
-    CountSample(slot);
     // relaxed: see ReleaseRaw.
     State(slot).store(kSlotRaw, std::memory_order_relaxed);
     return data;
   }
-#endif
   return TryAcquireRawSlow();
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
-#if BUFPOOL_HAVE_RSEQ
-  uint32_t slot;
-  if (internal::rseq::TryPop(rseq_base_, rseq_cpus_, rseq_index_, &slot))
-      [[likely]] {
+  const uint32_t slot = PopInline();
+  if (slot != kNoSlot) [[likely]] {
     BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
-    CountSample(slot);
     return slot;
   }
-#endif
   return AcquireSlow();
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
     uint32_t slot) {
-#if BUFPOOL_HAVE_RSEQ
   BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
-  // A kSampled pool's recorded slot: out of line, where the record is
-  // cleared. relaxed: the mark is written only by the slot's holders, and
-  // this thread holds it (src/pool/holders.h).
-  if (holder_marks_ != nullptr) [[unlikely]] {
-    if (holder_marks_[slot].load(std::memory_order_relaxed) != 0) {
-      return ReleaseSlow(slot);
-    }
-  }
-  // rseq_release_cpus_ is 0 for a scrubbing pool, which zeroes the buffer
-  // out of line before it is published.
-  if (internal::rseq::Push(rseq_base_, rseq_release_cpus_, rseq_index_,
-                           &release_limit_, slot)) [[likely]] {
+  if (PushInline(slot)) [[likely]]
     return;
-  }
-#endif
   ReleaseSlow(slot);
 }
 

@@ -8,7 +8,17 @@
 //
 //   word 0: count   slots[0, count) are free; kStopped set while a drainer
 //                   owns the cache (the sequences then fail)
+//   word 1: floor   floor <= count; slots[floor, count) are lent: a pop
+//                   hit may take them without the pool's accounting
 //   byte 64: slots  uint32_t[cache_capacity]
+//
+// The floor is what keeps high_water honest (src/pool/accounting.cc, "High
+// water"): a single pop hits only while count > floor, a single push only
+// while count - floor < the pool's lend (its allowance), so the hits move a
+// cache's count inside a window the pool has accounted for, and the pool's
+// bound (buffers held plus buffers lent) changes only out of line. Lend and
+// Reclaim (below) move the floor alone; the batch forms move count and floor
+// together, so what is lent stays lent; a drain takes both to 0.
 //
 // The index. Where the kernel fills the rseq concurrency id (mm_cid, Linux
 // 6.3+: getauxval(AT_RSEQ_FEATURE_SIZE) >= 28), the caches are indexed by
@@ -125,6 +135,10 @@
 namespace bufpool::internal::rseq {
 
 inline constexpr uint32_t kStopped = 0x80000000u;
+// Set in a kSampled pool's inline index (BufferPool::inline_index_), beside
+// the field, so that the inline paths find a sampled pool with the compare
+// they make anyway to pick the field.
+inline constexpr uint32_t kSampledTag = 0x100;
 inline constexpr uint32_t kNoSlot = 0xffffffffu;
 // A push compares the cache's count with the pool's release limit, an
 // int64_t: the cache capacity minus kOneWaiter for each thread asleep in
@@ -215,18 +229,20 @@ inline constexpr unsigned long kMmCidFeatureSize = 28;
 // reload them before every section).
 
 // Pops the top slot of the cache that the index field names; kNoSlot when
-// that cache is empty or stopped, the index is at or above ncpu (0 where
-// the pool runs no sequences), or the thread has no rseq registration. (Not
-// an asm goto: GCC 12 miscompiles asm goto with outputs, merging the failure
-// edge into the success path.)
+// that cache lends nothing (count <= floor: empty, or all of it under the
+// floor), is stopped, the index is at or above ncpu (0 where the pool runs
+// no sequences), or the thread has no rseq registration. The compare with
+// the floor replaces a test for an empty cache: the hit costs what it did.
+// (Not an asm goto: GCC 12 miscompiles asm goto with outputs, merging the
+// failure edge into the success path.)
 template <uint64_t kField>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopAt(char* const& base,
                                                    const uint32_t& ncpu) {
   uint32_t slot;
   asm volatile(BUFPOOL_RSEQ_X86_START
                "movl (%%rax), %%ecx\n\t"  // count
-               "testl %%ecx, %%ecx\n\t"
-               "jle 5f\n\t"  // empty, or kStopped (negative)
+               "cmpl 4(%%rax), %%ecx\n\t"
+               "jle 5f\n\t"  // nothing lent (count <= floor), or kStopped
                "subl $1, %%ecx\n\t"
                "movl 64(%%rax,%%rcx,4), %[slot]\n\t"
                "movl %%ecx, (%%rax)\n\t"  // commit
@@ -243,19 +259,25 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopAt(char* const& base,
 
 // Pushes `slot` onto the cache that the index field names; false when the
 // count is not below *limit (the cache is full or stopped, or someone
-// waits: see kOneWaiter), the index is at or above ncpu (0 where the pool
-// runs no sequences, or scrubs), or the thread has no rseq registration.
-// The failure leaves the section by a jump to the caller's branch (asm
-// goto, no outputs), so the hit carries no flag.
+// waits: see kOneWaiter), the cache already lends `lend` slots (count -
+// floor: the pool takes the excess back out of line, Reclaim), the index is
+// at or above ncpu (0 where the pool runs no sequences, or scrubs), or the
+// thread has no rseq registration. The failure leaves the section by a jump
+// to the caller's branch (asm goto, no outputs), so the hit carries no flag.
 template <uint64_t kField>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool PushAt(char* const& base,
                                                 const uint32_t& ncpu,
                                                 const void* limit,
+                                                const uint32_t& lend,
                                                 uint32_t slot) {
   asm goto(BUFPOOL_RSEQ_X86_START
            "movl (%%rax), %%ecx\n\t"  // count, zero-extended into rcx
            "cmpq %[limit], %%rcx\n\t"
            "jge 5f\n\t"  // full, kStopped (2^31), or someone waits (< 0)
+           "movl %%ecx, %%edx\n\t"
+           "subl 4(%%rax), %%edx\n\t"  // lent: count - floor
+           "cmpl %[lend], %%edx\n\t"
+           "jge 5f\n\t"  // lends its allowance already
            "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
            "addl $1, %%ecx\n\t"
            "movl %%ecx, (%%rax)\n\t"  // commit
@@ -266,8 +288,9 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool PushAt(char* const& base,
            :
            : [off] "r"(__rseq_offset), [field] "i"(kField),
              [shift] "i"(kCacheShift), [base] "m"(base), [ncpu] "m"(ncpu),
-             [limit] "m"(*static_cast<const int64_t*>(limit)), [slot] "r"(slot)
-           : "rax", "rcx", "memory", "cc"
+             [limit] "m"(*static_cast<const int64_t*>(limit)), [lend] "m"(lend),
+             [slot] "r"(slot)
+           : "rax", "rcx", "rdx", "memory", "cc"
            : miss);
   return true;
 miss:
@@ -295,51 +318,60 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* const& base,
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* const& base,
                                               const uint32_t& ncpu,
                                               uint64_t index, const void* limit,
+                                              const uint32_t& lend,
                                               uint32_t slot) {
   if (index == kMmCidField) [[likely]] {
-    return PushAt<kMmCidField>(base, ncpu, limit, slot);
+    return PushAt<kMmCidField>(base, ncpu, limit, lend, slot);
   }
-  return PushAt<kCpuIdField>(base, ncpu, limit, slot);
+  return PushAt<kCpuIdField>(base, ncpu, limit, lend, slot);
 }
 
 // The batch forms, for the slow paths that move a refill or a spill
 // (src/pool/rseq.cc) and for the bulk calls (src/pool/pool_calls.cc): one
-// section each instead of one per slot. PopBatch
-// copies the top min(count, max) slots of this index's cache into
-// out[0, n) (the top last) and commits count - n; PushBatch copies
-// in[0, n) onto it, n = min(count of in, free room), and commits count + n.
-// Each copy runs inside the section, before its single committing store: an
-// abort restarts the whole copy (what an aborted PopBatch wrote into `out`
-// is rewritten; what an aborted PushBatch wrote lands above the count,
-// which nothing reads), so the argument above holds unchanged. They return
-// n, 0 where Pop/Push fail. `max` and `count` must be at least 1; ncpu may
-// sit in memory (a cold path).
+// section each instead of one per slot. PopBatch copies the top n =
+// min(floor, max) slots of this index's cache into out[0, n) (the top last)
+// and commits count - n and floor - n; PushBatch copies in[0, n) onto it,
+// n = min(count of in, free room), and commits count + n and floor + n.
+// So neither changes what the cache lends (count - floor): a batch moves
+// slots the pool's accounting sees. Each commit is one 8-byte store of
+// count and floor. Each copy runs inside the section, before its single
+// committing store: an abort restarts the whole copy (what an aborted
+// PopBatch wrote into `out` is rewritten; what an aborted PushBatch wrote
+// lands above the count, which nothing reads), so the argument above holds
+// unchanged. They return n, 0 where they fail. `max` and `count` must be at
+// least 1; ncpu may sit in memory (a cold path).
 template <uint64_t kField>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchAt(char* base,
                                                         uint32_t ncpu,
                                                         uint32_t* out,
                                                         uint32_t max) {
-  uint32_t n, v;
-  uint64_t i;
+  uint32_t n;
+  uint64_t v, i;
   char* src;
   asm volatile(
       BUFPOOL_RSEQ_X86_START
       "movl (%%rax), %%ecx\n\t"  // count
       "testl %%ecx, %%ecx\n\t"
-      "jle 5f\n\t"  // empty, or kStopped (negative)
+      "js 5f\n\t"                 // kStopped
+      "movl 4(%%rax), %%edx\n\t"  // floor
+      "testl %%edx, %%edx\n\t"
+      "jle 5f\n\t"  // nothing under the floor (an empty cache's is 0)
       "movl %[max], %[n]\n\t"
-      "cmpl %%ecx, %[n]\n\t"
-      "cmoval %%ecx, %[n]\n\t"  // n = min(max, count) >= 1
+      "cmpl %%edx, %[n]\n\t"
+      "cmoval %%edx, %[n]\n\t"  // n = min(max, floor) >= 1
       "subl %[n], %%ecx\n\t"    // the new count
+      "subl %[n], %%edx\n\t"    // the new floor
       "leaq 64(%%rax,%%rcx,4), %[src]\n\t"
       "xorl %k[i], %k[i]\n\t"
       "8:\n\t"
-      "movl (%[src],%[i],4), %[v]\n\t"
-      "movl %[v], (%[out],%[i],4)\n\t"
+      "movl (%[src],%[i],4), %k[v]\n\t"
+      "movl %k[v], (%[out],%[i],4)\n\t"
       "addq $1, %[i]\n\t"
       "cmpl %k[i], %[n]\n\t"
       "jne 8b\n\t"
-      "movl %%ecx, (%%rax)\n\t"  // commit
+      "shlq $32, %%rdx\n\t"
+      "orq %%rdx, %%rcx\n\t"
+      "movq %%rcx, (%%rax)\n\t"  // commit: count and floor
       BUFPOOL_RSEQ_X86_END BUFPOOL_RSEQ_X86_ABORT
       "xorl %[n], %[n]\n\t"
       "jmp 2b\n\t"
@@ -347,7 +379,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatchAt(char* base,
       : [n] "=&r"(n), [v] "=&r"(v), [i] "=&r"(i), [src] "=&r"(src)
       : [off] "r"(__rseq_offset), [field] "i"(kField), [shift] "i"(kCacheShift),
         [base] "rm"(base), [ncpu] "rm"(ncpu), [out] "r"(out), [max] "rm"(max)
-      : "rax", "rcx", "memory", "cc");
+      : "rax", "rcx", "rdx", "memory", "cc");
   return n;
 }
 
@@ -358,7 +390,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatchAt(char* base,
                                                          const uint32_t* in,
                                                          uint32_t count) {
   uint64_t n;
-  uint32_t v;
+  uint64_t v;
   uint64_t i;
   char* dst;
   asm volatile(
@@ -373,13 +405,17 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatchAt(char* base,
       "leaq 64(%%rax,%%rcx,4), %[dst]\n\t"
       "xorl %k[i], %k[i]\n\t"
       "8:\n\t"
-      "movl (%[in],%[i],4), %[v]\n\t"
-      "movl %[v], (%[dst],%[i],4)\n\t"
+      "movl (%[in],%[i],4), %k[v]\n\t"
+      "movl %k[v], (%[dst],%[i],4)\n\t"
       "addq $1, %[i]\n\t"
       "cmpl %k[i], %k[n]\n\t"
       "jne 8b\n\t"
       "addl %k[n], %%ecx\n\t"
-      "movl %%ecx, (%%rax)\n\t"  // commit
+      "movl 4(%%rax), %k[v]\n\t"  // floor
+      "addl %k[n], %k[v]\n\t"
+      "shlq $32, %[v]\n\t"
+      "orq %[v], %%rcx\n\t"
+      "movq %%rcx, (%%rax)\n\t"  // commit: count and floor
       BUFPOOL_RSEQ_X86_END BUFPOOL_RSEQ_X86_ABORT
       "xorl %k[n], %k[n]\n\t"
       "jmp 2b\n\t"
@@ -390,6 +426,63 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatchAt(char* base,
         [count] "rm"(count)
       : "rax", "rcx", "memory", "cc");
   return static_cast<uint32_t>(n);
+}
+
+// Lend lowers the floor of this index's cache to max(0, count - lend), so
+// that it lends min(count, lend) slots, when that lends more than it does
+// now; it returns how far the floor fell (0: nothing changed, or the cache
+// is stopped, or the section could not run). Reclaim raises the floor to the
+// count, so that it lends nothing, and returns how far it rose. Each commits
+// with one 4-byte store of the floor; the count is only read. The caller
+// accounts for the change (accounting.cc): before a Lend, after a Reclaim.
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t LendAt(char* base, uint32_t ncpu,
+                                                    uint32_t lend) {
+  uint32_t n;
+  asm volatile(
+      BUFPOOL_RSEQ_X86_START
+      "movl (%%rax), %%ecx\n\t"  // count
+      "testl %%ecx, %%ecx\n\t"
+      "js 5f\n\t"  // kStopped
+      "xorl %%edx, %%edx\n\t"
+      "subl %[lend], %%ecx\n\t"
+      "cmovsl %%edx, %%ecx\n\t"  // the new floor: max(0, count - lend)
+      "movl 4(%%rax), %[n]\n\t"
+      "subl %%ecx, %[n]\n\t"
+      "jle 5f\n\t"                // lends that much already
+      "movl %%ecx, 4(%%rax)\n\t"  // commit
+      BUFPOOL_RSEQ_X86_END BUFPOOL_RSEQ_X86_ABORT
+      "xorl %[n], %[n]\n\t"
+      "jmp 2b\n\t"
+      ".popsection\n\t"
+      : [n] "=&r"(n)
+      : [off] "r"(__rseq_offset), [field] "i"(kField), [shift] "i"(kCacheShift),
+        [base] "rm"(base), [ncpu] "rm"(ncpu), [lend] "rm"(lend)
+      : "rax", "rcx", "rdx", "memory", "cc");
+  return n;
+}
+
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t ReclaimAt(char* base,
+                                                       uint32_t ncpu) {
+  uint32_t n;
+  asm volatile(BUFPOOL_RSEQ_X86_START
+               "movl (%%rax), %%ecx\n\t"  // count
+               "testl %%ecx, %%ecx\n\t"
+               "js 5f\n\t"  // kStopped
+               "movl %%ecx, %[n]\n\t"
+               "subl 4(%%rax), %[n]\n\t"   // lent: count - floor
+               "jle 5f\n\t"                // lends nothing
+               "movl %%ecx, 4(%%rax)\n\t"  // commit: floor = count
+               BUFPOOL_RSEQ_X86_END BUFPOOL_RSEQ_X86_ABORT
+               "xorl %[n], %[n]\n\t"
+               "jmp 2b\n\t"
+               ".popsection\n\t"
+               : [n] "=&r"(n)
+               : [off] "r"(__rseq_offset), [field] "i"(kField),
+                 [shift] "i"(kCacheShift), [base] "rm"(base), [ncpu] "rm"(ncpu)
+               : "rax", "rcx", "memory", "cc");
+  return n;
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char* base, uint32_t ncpu,
@@ -406,6 +499,19 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(
   return index == kMmCidField
              ? PushBatchAt<kMmCidField>(base, ncpu, limit, in, count)
              : PushBatchAt<kCpuIdField>(base, ncpu, limit, in, count);
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Lend(char* base, uint32_t ncpu,
+                                                  uint64_t index,
+                                                  uint32_t lend) {
+  return index == kMmCidField ? LendAt<kMmCidField>(base, ncpu, lend)
+                              : LendAt<kCpuIdField>(base, ncpu, lend);
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Reclaim(char* base, uint32_t ncpu,
+                                                     uint64_t index) {
+  return index == kMmCidField ? ReclaimAt<kMmCidField>(base, ncpu)
+                              : ReclaimAt<kCpuIdField>(base, ncpu);
 }
 
 #undef BUFPOOL_RSEQ_X86_START
@@ -458,9 +564,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint32_t ncpu,
   uint32_t slot, n;
   uint64_t t, c;
   asm volatile(BUFPOOL_RSEQ_A64_START
-               "ldr %w[n], [%[c]]\n\t"  // count
-               "cmp %w[n], #0\n\t"
-               "b.le 5f\n\t"  // empty, or kStopped (negative)
+               "ldr %w[n], [%[c]]\n\t"      // count
+               "ldr %w[t], [%[c], #4]\n\t"  // floor
+               "cmp %w[n], %w[t]\n\t"
+               "b.le 5f\n\t"  // nothing lent (count <= floor), or kStopped
                "sub %w[n], %w[n], #1\n\t"
                "add %[t], %[c], #64\n\t"
                "ldr %w[slot], [%[t], %w[n], uxtw #2]\n\t"
@@ -480,7 +587,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Pop(char* base, uint32_t ncpu,
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint32_t ncpu,
                                               uint64_t index, const void* limit,
-                                              uint32_t slot) {
+                                              uint32_t lend, uint32_t slot) {
   uint32_t ok;
   uint64_t n, t, c;
   asm volatile(BUFPOOL_RSEQ_A64_START
@@ -488,6 +595,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint32_t ncpu,
                "ldr %[t], [%[limit]]\n\t"
                "cmp %[n], %[t]\n\t"
                "b.ge 5f\n\t"  // full, kStopped (2^31), or someone waits
+               "ldr %w[t], [%[c], #4]\n\t"  // floor
+               "sub %w[t], %w[n], %w[t]\n\t"
+               "cmp %w[t], %w[lend]\n\t"
+               "b.ge 5f\n\t"  // lends its allowance already
                "add %[t], %[c], #64\n\t"
                "str %w[slot], [%[t], %w[n], uxtw #2]\n\t"
                "add %w[n], %w[n], #1\n\t"
@@ -502,7 +613,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char* base, uint32_t ncpu,
                : [ok] "=&r"(ok), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
                : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
                  [shift] "i"(kCacheShift), [ncpu] "r"(ncpu), [limit] "r"(limit),
-                 [slot] "r"(slot)
+                 [lend] "r"(lend), [slot] "r"(slot)
                : "memory", "cc");
   return ok != 0;
 }
@@ -514,13 +625,134 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint32_t ncpu,
   return *slot != kNoSlot;
 }
 
-// The batch forms (see the x86-64 ones) as one section per slot: sound by
-// the same argument, only slower; the slow paths alone call them.
+// One slot of a batch: the top slot under the floor (count and floor both
+// fall by one, in one 8-byte commit), or kNoSlot.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopUnder(char* base, uint32_t ncpu,
+                                                      uint64_t index) {
+  uint32_t slot;
+  uint64_t n, f, t, c;
+  asm volatile(BUFPOOL_RSEQ_A64_START
+               "ldr %w[n], [%[c]]\n\t"      // count
+               "tbnz %w[n], #31, 5f\n\t"    // kStopped
+               "ldr %w[f], [%[c], #4]\n\t"  // floor
+               "cbz %w[f], 5f\n\t"          // nothing under the floor
+               "sub %w[n], %w[n], #1\n\t"
+               "sub %w[f], %w[f], #1\n\t"
+               "add %[t], %[c], #64\n\t"
+               "ldr %w[slot], [%[t], %w[n], uxtw #2]\n\t"
+               "orr %[n], %[n], %[f], lsl #32\n\t"
+               "str %[n], [%[c]]\n\t"  // commit: count and floor
+               "2:\n\t"
+               "b 8f\n\t"
+               "5:\n\t"
+               "mov %w[slot], #-1\n\t"
+               "8:\n\t"
+               "str xzr, [%[area], #8]\n\t"  // rseq_cs cleared
+               : [slot] "=&r"(slot), [n] "=&r"(n), [f] "=&r"(f), [t] "=&r"(t),
+                 [c] "=&r"(c)
+               : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
+                 [shift] "i"(kCacheShift), [ncpu] "r"(ncpu)
+               : "memory", "cc");
+  return slot;
+}
+
+// One slot of a batch: pushed with count and floor both up by one.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool PushOver(char* base, uint32_t ncpu,
+                                                  uint64_t index,
+                                                  const void* limit,
+                                                  uint32_t slot) {
+  uint32_t ok;
+  uint64_t n, f, t, c;
+  asm volatile(
+      BUFPOOL_RSEQ_A64_START
+      "ldr %w[n], [%[c]]\n\t"  // count, zero-extended
+      "ldr %[t], [%[limit]]\n\t"
+      "cmp %[n], %[t]\n\t"
+      "b.ge 5f\n\t"                // full, kStopped (2^31), or someone waits
+      "ldr %w[f], [%[c], #4]\n\t"  // floor
+      "add %[t], %[c], #64\n\t"
+      "str %w[slot], [%[t], %w[n], uxtw #2]\n\t"
+      "add %w[n], %w[n], #1\n\t"
+      "add %w[f], %w[f], #1\n\t"
+      "orr %[n], %[n], %[f], lsl #32\n\t"
+      "str %[n], [%[c]]\n\t"  // commit: count and floor
+      "2:\n\t"
+      "mov %w[ok], #1\n\t"
+      "b 8f\n\t"
+      "5:\n\t"
+      "mov %w[ok], #0\n\t"
+      "8:\n\t"
+      "str xzr, [%[area], #8]\n\t"  // rseq_cs cleared
+      : [ok] "=&r"(ok), [n] "=&r"(n), [f] "=&r"(f), [t] "=&r"(t), [c] "=&r"(c)
+      : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
+        [shift] "i"(kCacheShift), [ncpu] "r"(ncpu), [limit] "r"(limit),
+        [slot] "r"(slot)
+      : "memory", "cc");
+  return ok != 0;
+}
+
+// Lend and Reclaim (see the x86-64 ones): the floor alone, one 4-byte commit.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Lend(char* base, uint32_t ncpu,
+                                                  uint64_t index,
+                                                  uint32_t lend) {
+  uint32_t out;
+  uint64_t n, t, c;
+  asm volatile(BUFPOOL_RSEQ_A64_START
+               "ldr %w[n], [%[c]]\n\t"    // count
+               "tbnz %w[n], #31, 5f\n\t"  // kStopped
+               "subs %w[n], %w[n], %w[lend]\n\t"
+               "csel %w[n], wzr, %w[n], lt\n\t"  // max(0, count - lend)
+               "ldr %w[t], [%[c], #4]\n\t"       // floor
+               "subs %w[t], %w[t], %w[n]\n\t"
+               "b.le 5f\n\t"                // lends that much already
+               "str %w[n], [%[c], #4]\n\t"  // commit
+               "2:\n\t"
+               "mov %w[out], %w[t]\n\t"
+               "b 8f\n\t"
+               "5:\n\t"
+               "mov %w[out], #0\n\t"
+               "8:\n\t"
+               "str xzr, [%[area], #8]\n\t"  // rseq_cs cleared
+               : [out] "=&r"(out), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
+               : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
+                 [shift] "i"(kCacheShift), [ncpu] "r"(ncpu), [lend] "r"(lend)
+               : "memory", "cc");
+  return out;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Reclaim(char* base, uint32_t ncpu,
+                                                     uint64_t index) {
+  uint32_t out;
+  uint64_t n, t, c;
+  asm volatile(BUFPOOL_RSEQ_A64_START
+               "ldr %w[n], [%[c]]\n\t"      // count
+               "tbnz %w[n], #31, 5f\n\t"    // kStopped
+               "ldr %w[t], [%[c], #4]\n\t"  // floor
+               "subs %w[t], %w[n], %w[t]\n\t"
+               "b.le 5f\n\t"                // lends nothing
+               "str %w[n], [%[c], #4]\n\t"  // commit: floor = count
+               "2:\n\t"
+               "mov %w[out], %w[t]\n\t"
+               "b 8f\n\t"
+               "5:\n\t"
+               "mov %w[out], #0\n\t"
+               "8:\n\t"
+               "str xzr, [%[area], #8]\n\t"  // rseq_cs cleared
+               : [out] "=&r"(out), [n] "=&r"(n), [t] "=&r"(t), [c] "=&r"(c)
+               : [area] "r"(RseqArea()), [index] "r"(index), [base] "r"(base),
+                 [shift] "i"(kCacheShift), [ncpu] "r"(ncpu)
+               : "memory", "cc");
+  return out;
+}
+
+// The batch forms (see the x86-64 ones) as one section per slot, each
+// moving count and floor together: sound by the same argument, only slower;
+// the slow paths alone call them.
 inline uint32_t PopBatch(char* base, uint32_t ncpu, uint64_t index,
                          uint32_t* out, uint32_t max) {
   uint32_t n = 0;
   while (n < max) {
-    const uint32_t slot = Pop(base, ncpu, index);
+    const uint32_t slot = PopUnder(base, ncpu, index);
     if (slot == kNoSlot) break;
     out[n++] = slot;
   }
@@ -536,7 +768,7 @@ inline uint32_t PushBatch(char* base, uint32_t ncpu, uint64_t index,
                           const void* limit, const uint32_t* in,
                           uint32_t count) {
   uint32_t n = 0;
-  while (n < count && Push(base, ncpu, index, limit, in[n])) {
+  while (n < count && PushOver(base, ncpu, index, limit, in[n])) {
     ++n;
   }
   return n;
@@ -568,8 +800,16 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char*, uint32_t, uint64_t,
   return false;
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool Push(char*, uint32_t, uint64_t,
-                                              const void*, uint32_t) {
+                                              const void*, uint32_t, uint32_t) {
   return false;
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Lend(char*, uint32_t, uint64_t,
+                                                  uint32_t) {
+  return 0;
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t Reclaim(char*, uint32_t,
+                                                     uint64_t) {
+  return 0;
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char*, uint32_t, uint64_t,
                                                       uint32_t*, uint32_t) {
