@@ -109,7 +109,11 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::TryAcquireSlot() {
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseSlot(
     uint32_t slot) {
+#if BUFPOOL_HAVE_RSEQ
+  // Poisoned before the push publishes it. Without sequences (sanitizer
+  // builds among them) ReleaseSlow() poisons, after a scrubbing pool's zeroing.
   BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
+#endif
   if (PushInline(slot)) [[likely]]
     return;
   ReleaseSlow(slot);
