@@ -319,7 +319,7 @@ TEST(ElasticPoolTest, HeldPatternsSurviveTrimExactly) {
     held.push_back(std::move(all[i]));
   }
   all.clear();
-  pool->FlushCaches();  // everything free is in the shared store now
+  pool->FlushCaches();  // everything free is in the depot now
   const size_t bytes = pool->Trim(0);
   const PoolStats st = pool->Stats();
   EXPECT_EQ(st.cached, 0u);

@@ -231,7 +231,7 @@ class Buffer {
  public:
   Buffer() noexcept = default;  // empty
   Buffer(Buffer&& other) noexcept
-      : pool_(std::exchange(other.pool_, nullptr)), index_(other.index_) {}
+      : pool_(std::exchange(other.pool_, nullptr)), slot_(other.slot_) {}
   Buffer& operator=(Buffer&& other) noexcept;  // releases what it held before
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -241,10 +241,10 @@ class Buffer {
   size_t size() const;  // the pool's buffer_size; 0 when empty
   absl::Span<std::byte> span() const { return {data(), size()}; }
   // Slot number: data() == pool.region().data() + slot() * buffer_size.
-  uint32_t slot() const { return index_; }
+  uint32_t slot() const { return slot_; }
   // Deprecated, removed in 0.4: the same as slot(), its name before 0.3.
   ABSL_DEPRECATED("use slot()")
-  uint32_t index() const { return index_; }
+  uint32_t index() const { return slot_; }
   explicit operator bool() const { return pool_ != nullptr; }
   BufferPool* pool() const { return pool_; }
 
@@ -263,10 +263,10 @@ class Buffer {
  private:
   friend class BufferPool;
   friend struct internal::SharedAccess;
-  Buffer(BufferPool* pool, uint32_t index) : pool_(pool), index_(index) {}
+  Buffer(BufferPool* pool, uint32_t slot) : pool_(pool), slot_(slot) {}
 
   BufferPool* pool_ = nullptr;
-  uint32_t index_ = 0;
+  uint32_t slot_ = 0;
 };
 
 class BUFPOOL_EXPORT BufferPool {

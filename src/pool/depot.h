@@ -1,4 +1,4 @@
-// Depot: the pool's shared store of free slots, between the CPU caches.
+// Depot: the pool's store of free slots, between the CPU caches.
 //
 // The CPU caches refill and spill in batches of `batch` slots. Kept in the
 // FreeList alone, a refill would walk the batch's next links one dependent

@@ -511,7 +511,7 @@ size_t BufferPool::TryAcquireBulk(absl::Span<Buffer> out) {
   Buffer* const dst = out.data();
   return AcquireBulkImpl(out.size(), [this, dst](size_t i, uint32_t slot) {
     dst[i].pool_ = this;  // empty since the Reset above
-    dst[i].index_ = slot;
+    dst[i].slot_ = slot;
   });
 }
 
@@ -535,7 +535,7 @@ void BufferPool::ReleaseBulk(absl::Span<Buffer> in) {
           if (b.pool_ != nullptr) foreign.push_back(std::move(b));
           return kNoSlot;
         }
-        return b.index_;
+        return b.slot_;
       },
       [src](size_t first, size_t last) {
         // Every handle of the chunk is empty now in effect; one pass of wide

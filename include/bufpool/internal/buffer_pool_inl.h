@@ -137,14 +137,14 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferPool::ReleaseRaw(std::byte* p) {
 }
 
 inline std::byte* Buffer::data() const {
-  return pool_ ? pool_->SlotData(index_) : nullptr;
+  return pool_ ? pool_->SlotData(slot_) : nullptr;
 }
 
 inline size_t Buffer::size() const { return pool_ ? pool_->buffer_size_ : 0; }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void Buffer::Reset() {
   if (pool_ != nullptr) {
-    pool_->ReleaseSlot(index_);
+    pool_->ReleaseSlot(slot_);
     pool_ = nullptr;
   }
 }
@@ -154,20 +154,20 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline Buffer& Buffer::operator=(
   if (this != &other) {
     Reset();
     pool_ = std::exchange(other.pool_, nullptr);
-    index_ = other.index_;
+    slot_ = other.slot_;
   }
   return *this;
 }
 
 inline void Buffer::Touch(absl::string_view label) const {
   if (pool_ != nullptr && pool_->holders_ != nullptr) [[unlikely]] {
-    pool_->TouchSlot(index_, label);
+    pool_->TouchSlot(slot_, label);
   }
 }
 
 inline std::byte* Buffer::Detach() {
   if (pool_ == nullptr) return nullptr;
-  pool_->State(index_).store(BufferPool::kSlotRaw, std::memory_order_relaxed);
+  pool_->State(slot_).store(BufferPool::kSlotRaw, std::memory_order_relaxed);
   std::byte* p = data();
   pool_ = nullptr;
   return p;

@@ -56,7 +56,7 @@ struct BUFPOOL_EXPORT SharedAccess {
   // handle becomes empty and the slot stays out (counted in in_use).
   ABSL_ATTRIBUTE_ALWAYS_INLINE static uint32_t TakeSlot(Buffer& buffer) {
     buffer.pool_ = nullptr;
-    return buffer.index_;
+    return buffer.slot_;
   }
   // A handle of a slot taken with TakeSlot() (the reverse of TakeSlot()).
   ABSL_ATTRIBUTE_ALWAYS_INLINE static Buffer GiveSlot(BufferPool& pool,
@@ -68,7 +68,7 @@ struct BUFPOOL_EXPORT SharedAccess {
   // the caller's as TakeSlot() would leave it.
   ABSL_ATTRIBUTE_ALWAYS_INLINE static uint32_t ExchangeSlot(Buffer& buffer,
                                                             uint32_t slot) {
-    return std::exchange(buffer.index_, slot);
+    return std::exchange(buffer.slot_, slot);
   }
   // Returns a slot taken with TakeSlot() to its pool.
   ABSL_ATTRIBUTE_ALWAYS_INLINE static void ReleaseSlot(BufferPool& pool,
