@@ -467,7 +467,7 @@ TEST(BudgetDeathTest, DestroyedWhileItsChainsPinBuffers) {
         (void)chain->Append(Bytes(10, 'a'));
         budget.reset();
       },
-      "budget \"early\" destroyed while its chains pin 4096 bytes");
+      "budget \"early\" destroyed while it pins 4096 bytes");
 }
 
 // ---- The ring ---------------------------------------------------------------

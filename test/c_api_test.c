@@ -1018,7 +1018,7 @@ static void test_budget_misuse_aborts_with_message(void) {
   expect_abort("budget release unacquired", die_budget_release_unacquired,
                "budget \"b\" released more than it acquired");
   expect_abort("budget destroy in use", die_budget_destroy_in_use,
-               "budget \"b\" destroyed while its chains pin 4096 bytes");
+               "budget \"b\" destroyed while it pins 4096 bytes");
   expect_abort("budget double release", die_budget_double_release,
                "double release");
 }

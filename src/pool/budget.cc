@@ -181,8 +181,9 @@ BufferBudget::~BufferBudget() {
   const size_t pinned = pinned_.load(std::memory_order_relaxed);
   if (pinned != 0) {
     std::fprintf(stderr,
-                 "bufpool: budget \"%s\" destroyed while its chains pin %zu "
-                 "bytes (destroy or empty them first)\n",
+                 "bufpool: budget \"%s\" destroyed while it pins %zu bytes "
+                 "(first empty its chains and release the buffers acquired "
+                 "through it)\n",
                  name_.c_str(), pinned);
     std::abort();
   }
@@ -209,7 +210,7 @@ absl::Status BufferBudget::Refuse(absl::string_view what, size_t wanted,
                   std::memory_order_relaxed);
   return absl::ResourceExhaustedError(absl::StrCat(
       what, ": budget \"", name_, "\" is at its limit of ", max_bytes_,
-      " bytes (its chains pin ", pinned_bytes(),
+      " bytes (it pins ", pinned_bytes(),
       wanted != 0 ? absl::StrCat(", ", wanted, " more needed") : "", ")",
       then.empty() ? "" : "; ", then));
 }
