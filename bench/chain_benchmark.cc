@@ -316,7 +316,8 @@ void BM_Append(benchmark::State& state) {
     state.SetItemsProcessed(state.iterations() * 41);
   }
 }
-BENCHMARK(BM_Append)->ArgName("budget")->Arg(0)->Arg(1);
+BENCHMARK(BM_Append)->Name("AppendBudget/libbufpool_unbound")->Arg(0);
+BENCHMARK(BM_Append)->Name("AppendBudget/libbufpool_budget")->Arg(1);
 
 }  // namespace
 

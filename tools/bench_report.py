@@ -71,6 +71,9 @@ WORKLOADS = [
      "libbufpool_foreach"),
     ("ReadLE32", "uint32 loads inside one 4 KiB slice: ChainCursor vs memcpy",
      "ns/load", "libbufpool"),
+    ("AppendBudget", "BufferChain::Append of 100 bytes, 41 a turn, then "
+     "Consume: a chain bound to a budget vs an unbound one", "ns/append",
+     "libbufpool_unbound"),
     ("UringRecvHandling256", "io_uring receive of 256-byte messages (under "
      "copy_below), handling 32 completions only: Take + consume + Refill vs "
      "raw liburing (ring_into: consumed per message, swapped with the kept "
@@ -123,6 +126,7 @@ def classify(b):
                 if k in b}
     args = dict(p.split(":", 1) for p in parts[1:] if ":" in p)
     if parts[0] in ("BM_Ring", "BM_RingInto", "BM_RingIntoPairs",
+                    "BM_RingIntoBudget", "BM_RingIntoPairsBudget",
                     "BM_RingVisit", "BM_RingTakeBuffer",
                     "BM_RawLiburing", "BM_RawLiburingCopy",
                     "BM_RawLiburingSwap"):
@@ -131,6 +135,9 @@ def classify(b):
         contender = {"BM_Ring": "libbufpool_ring",
                      "BM_RingInto": "libbufpool_ring_into",
                      "BM_RingIntoPairs": "libbufpool_ring_into_pairs",
+                     "BM_RingIntoBudget": "libbufpool_ring_into_budget",
+                     "BM_RingIntoPairsBudget":
+                         "libbufpool_ring_into_pairs_budget",
                      "BM_RingVisit": "libbufpool_ring_visit",
                      "BM_RingTakeBuffer": "libbufpool_ring_take_buffer",
                      "BM_RawLiburing": "raw_liburing",
@@ -573,6 +580,21 @@ def goals(values, counters, cold, copy, echo, elastic=None):
                       "(time ratio)",
                       per_round(V(w, "libbufpool_ring_take_buffer"),
                                 V(w, "raw_liburing"), div), target, True))
+    # Issue 41's costs of a budget: the same work through a bound chain.
+    g.append(goal("a chain bound to a budget: Append within 1.1x an unbound "
+                  "chain (time ratio)",
+                  per_round(V("AppendBudget", "libbufpool_budget"),
+                            V("AppendBudget", "libbufpool_unbound"), div),
+                  1.1, True))
+    for size, bound, plain in (
+            ("256", "libbufpool_ring_into_budget", "libbufpool_ring_into"),
+            ("2048", "libbufpool_ring_into_budget", "libbufpool_ring_into"),
+            ("256", "libbufpool_ring_into_pairs_budget",
+             "libbufpool_ring_into_pairs")):
+        w = f"UringRecvHandling{size}"
+        g.append(goal(f"a chain bound to a budget: ring handling ({plain}, "
+                      f"{size} B) within 1.1x unbound (time ratio)",
+                      per_round(V(w, bound), V(w, plain), div), 1.1, True))
     for inc in ("on", "off"):
         g.append(goal(f"trickled 20 KB line: pool bytes pinned per byte held "
                       f"<= 2 (copy_below 512, incremental {inc})",
