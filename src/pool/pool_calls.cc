@@ -370,6 +370,93 @@ PerCpuMode BufferPool::per_cpu_mode() const {
              : PerCpuMode::kRseq;
 }
 
+namespace {
+
+// AcquireBulkImpl's takes, one for each way the pool keeps its free slots:
+// each hands `hand_out` up to `want` slots, in the order to hand them out,
+// fewer only when it found no more. *reshelved: as in Depot::Pop.
+
+// The rseq caches: a chunk per turn: a section, the depot, a drain.
+template <class HandOut>
+void TakeBulkRseq(BufferPool& p, size_t want, uint32_t* reshelved,
+                  HandOut& hand_out) {
+  uint32_t chunk[kBulkChunk];
+  for (size_t got = 0; got < want;) {
+    const uint32_t n = PoolAccess::RseqTakeChunk(
+        p, chunk,
+        static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
+        reshelved);
+    if (n == 0) break;
+    for (uint32_t i = 0; i < n; ++i) hand_out(chunk[i]);
+    got += n;
+  }
+}
+
+// The locked caches: this CPU's cache, refilled from the depot, then the
+// other CPUs' caches.
+template <class HandOut>
+void TakeBulkLocked(BufferPool& p, size_t want, uint32_t* reshelved,
+                    HandOut& hand_out) {
+  size_t got = 0;
+  CpuCache& c = PoolAccess::ThisCpu(p);
+  // Held by a drainer: straight to the loop below, whose first stop is
+  // the depot.
+  if (const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+      lock.owns_lock()) {
+    while (got < want) {
+      uint32_t n = c.count.load(std::memory_order_relaxed);
+      if (n == 0) {
+        // While someone waits, take no more than this call hands out, so
+        // nothing is parked here that a waiter needs.
+        const uint32_t batch =
+            PoolAccess::Waiting(p)
+                ? static_cast<uint32_t>(
+                      std::min<size_t>(want - got, PoolAccess::RefillBatch(p)))
+                : PoolAccess::RefillBatch(p);
+        n = PoolAccess::Refill(p, c, batch, reshelved);
+        if (n == 0) break;
+      }
+      const auto take = static_cast<uint32_t>(std::min<size_t>(n, want - got));
+      n -= take;
+      // Held now: the slots taken, less those c lent (accounting.cc).
+      if (c.floor > n) {
+        PoolAccess::Lent(p, c.floor - n);
+        c.floor = n;
+      }
+      c.count.store(n, std::memory_order_relaxed);
+      // The cache's top (most recently freed) first.
+      for (uint32_t i = n + take; i > n; --i) hand_out(c.slots[i - 1]);
+      got += take;
+    }
+  }
+  // This CPU's cache and the depot are empty: the other CPUs' caches.
+  for (; got < want; ++got) {
+    const uint32_t slot =
+        PoolAccess::TakeAnywhere(p, /*lock_all=*/false, reshelved);
+    if (slot == Depot::kNoSlot) break;
+    hand_out(slot);
+  }
+}
+
+// No caches: the depot, a chunk per pop.
+template <class HandOut>
+void TakeBulkDepot(BufferPool& p, size_t want, uint32_t* reshelved,
+                   HandOut& hand_out) {
+  uint32_t direct[kBulkChunk];
+  for (size_t got = 0; got < want;) {
+    uint32_t left = 0;
+    const uint32_t n = PoolAccess::S(p).depot.Pop(
+        direct, static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
+        nullptr, reshelved, &left);
+    if (n == 0) break;
+    PoolAccess::Popped(p, n, left, /*handed=*/n);
+    for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
+    got += n;
+  }
+}
+
+}  // namespace
+
 // The bulk paths, shared by the handle and raw-pointer APIs. `emit(i, slot)`
 // stores the i-th slot handed out (and, for raw pointers, marks it).
 template <class Emit>
@@ -384,67 +471,12 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
     }
     emit(got++, slot);
   };
-  if (shared_->rseq) {  // a chunk per turn: a section, the depot, a drain
-    uint32_t chunk[kBulkChunk];
-    while (got < want) {
-      const uint32_t n = PoolAccess::RseqTakeChunk(
-          *this, chunk,
-          static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
-          &reshelved);
-      if (n == 0) break;
-      for (uint32_t i = 0; i < n; ++i) hand_out(chunk[i]);
-    }
+  if (shared_->rseq) {
+    TakeBulkRseq(*this, want, &reshelved, hand_out);
   } else if (shared_->ncaches != 0) {
-    CpuCache& c = PoolAccess::ThisCpu(*this);
-    // Held by a drainer: straight to the loop below, whose first stop is
-    // the depot.
-    if (const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
-        lock.owns_lock()) {
-      while (got < want) {
-        uint32_t n = c.count.load(std::memory_order_relaxed);
-        if (n == 0) {
-          // While someone waits, take no more than this call hands out, so
-          // nothing is parked here that a waiter needs.
-          const uint32_t batch =
-              PoolAccess::Waiting(*this)
-                  ? static_cast<uint32_t>(std::min<size_t>(
-                        want - got, PoolAccess::RefillBatch(*this)))
-                  : PoolAccess::RefillBatch(*this);
-          n = PoolAccess::Refill(*this, c, batch, &reshelved);
-          if (n == 0) break;
-        }
-        const auto take =
-            static_cast<uint32_t>(std::min<size_t>(n, want - got));
-        n -= take;
-        // Held now: the slots taken, less those c lent (accounting.cc).
-        if (c.floor > n) {
-          PoolAccess::Lent(*this, c.floor - n);
-          c.floor = n;
-        }
-        c.count.store(n, std::memory_order_relaxed);
-        // The cache's top (most recently freed) first.
-        for (uint32_t i = n + take; i > n; --i) hand_out(c.slots[i - 1]);
-      }
-    }
-    // This CPU's cache and the depot are empty: the other CPUs' caches.
-    while (got < want) {
-      const uint32_t slot =
-          PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
-      if (slot == kNoSlot) break;
-      hand_out(slot);
-    }
+    TakeBulkLocked(*this, want, &reshelved, hand_out);
   } else {
-    uint32_t direct[kBulkChunk];
-    while (got < want) {
-      uint32_t left = 0;
-      const uint32_t n = shared_->depot.Pop(
-          direct,
-          static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
-          nullptr, &reshelved, &left);
-      if (n == 0) break;
-      PoolAccess::Popped(*this, n, left, /*handed=*/n);
-      for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
-    }
+    TakeBulkDepot(*this, want, &reshelved, hand_out);
   }
   // Everything free is taken: an elastic pool grows for the rest.
   while (got < want && shared_->growth != nullptr) {
