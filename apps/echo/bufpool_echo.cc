@@ -12,7 +12,9 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -80,6 +82,74 @@ std::string Summary(const bufpool::EchoServer& server,
   return line;
 }
 
+// Blocks SIGINT, SIGTERM and SIGUSR1 in this thread and the threads it
+// starts after; returns them. Signals are taken synchronously by this
+// thread (sigwait), so the handling code is ordinary code; the server
+// thread never sees them.
+sigset_t BlockSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+// WriteMetrics() of the pool on stdout, ended by "# EOF".
+void PrintMetrics(const bufpool::BufferPool& pool) {
+  std::string text;
+  bufpool::WriteMetrics(pool, &text, {.name = "echo"});
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputs("# EOF\n", stdout);
+  std::fflush(stdout);
+}
+
+// Takes `signals` until SIGINT or SIGTERM; prints the summary line for each
+// SIGUSR1. This thread wakes on a tick when there is periodic work: an
+// elastic pool (--max-buffers) trims idle memory once a second, so memory
+// goes back even while the server makes no pool calls at all, and
+// --metrics-every (`every` seconds, > 0) prints the metrics.
+void WaitForStop(const sigset_t& signals, bool elastic, double every,
+                 bufpool::BufferPool& pool, const bufpool::EchoServer& server) {
+  using Clock = std::chrono::steady_clock;
+  const auto period = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(every));
+  Clock::time_point next_metrics = Clock::now() + period;
+  for (;;) {
+    int sig = 0;
+    if (elastic || every > 0) {
+      Clock::duration wait = std::chrono::seconds(1);
+      if (every > 0) {
+        const Clock::duration left =
+            std::max(Clock::duration::zero(), next_metrics - Clock::now());
+        wait = elastic ? std::min(wait, left) : left;
+      }
+      const auto ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+      const timespec tick{static_cast<time_t>(ns / 1'000'000'000),
+                          static_cast<long>(ns % 1'000'000'000)};
+      sig = sigtimedwait(&signals, nullptr, &tick);
+      if (sig < 0) {
+        if (elastic) pool.TrimIdle();
+        if (every > 0 && Clock::now() >= next_metrics) {
+          PrintMetrics(pool);
+          next_metrics += period;
+        }
+        continue;
+      }
+    } else if (sigwait(&signals, &sig) != 0) {
+      continue;
+    }
+    if (sig == SIGUSR1) {
+      std::printf("stats: %s\n", Summary(server, pool).c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    return;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,15 +171,7 @@ int main(int argc, char** argv) {
                  (*server)->fallback_reason().c_str());
   }
 
-  // Signals are taken synchronously by this thread (sigwait), so the
-  // handling code is ordinary code; the server thread never sees them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGUSR1);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
+  const sigset_t signals = BlockSignals();
   std::printf("listening on %s\n", (*server)->local_address().c_str());
   std::fflush(stdout);
 
@@ -118,52 +180,8 @@ int main(int argc, char** argv) {
     run_status = (*server)->Run();
     if (!run_status.ok()) ::kill(::getpid(), SIGTERM);  // wake main
   });
-  // This thread wakes on a tick when there is periodic work: an elastic
-  // pool (--max-buffers) trims idle memory once a second, so memory goes
-  // back even while the server makes no pool calls at all, and
-  // --metrics-every prints the metrics.
-  const bool elastic = parsed.command.pool.max_buffer_count != 0;
-  const double every = parsed.command.metrics_every_seconds;
-  using Clock = std::chrono::steady_clock;
-  const auto period = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(every));
-  Clock::time_point next_metrics = Clock::now() + period;
-  for (;;) {
-    int sig = 0;
-    if (elastic || every > 0) {
-      Clock::duration wait = std::chrono::seconds(1);
-      if (every > 0) {
-        const Clock::duration left =
-            std::max(Clock::duration::zero(), next_metrics - Clock::now());
-        wait = elastic ? std::min(wait, left) : left;
-      }
-      const auto ns =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
-      const timespec tick{static_cast<time_t>(ns / 1'000'000'000),
-                          static_cast<long>(ns % 1'000'000'000)};
-      sig = sigtimedwait(&signals, nullptr, &tick);
-      if (sig < 0) {
-        if (elastic) (*pool)->TrimIdle();
-        if (every > 0 && Clock::now() >= next_metrics) {
-          std::string text;
-          bufpool::WriteMetrics(**pool, &text, {.name = "echo"});
-          std::fwrite(text.data(), 1, text.size(), stdout);
-          std::fputs("# EOF\n", stdout);
-          std::fflush(stdout);
-          next_metrics += period;
-        }
-        continue;
-      }
-    } else if (sigwait(&signals, &sig) != 0) {
-      continue;
-    }
-    if (sig == SIGUSR1) {
-      std::printf("stats: %s\n", Summary(**server, **pool).c_str());
-      std::fflush(stdout);
-      continue;
-    }
-    break;
-  }
+  WaitForStop(signals, parsed.command.pool.max_buffer_count != 0,
+              parsed.command.metrics_every_seconds, **pool, **server);
   (*server)->Stop();
   loop.join();
   if (!run_status.ok()) {

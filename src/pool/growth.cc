@@ -64,6 +64,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -108,6 +109,64 @@ uint32_t FirstSlot(const Growth& g, uint32_t c) { return c * g.chunk_slots; }
 uint32_t LastSlot(const Growth& g, uint32_t c, size_t capacity) {
   return static_cast<uint32_t>(
       std::min<size_t>(size_t{c + 1} * g.chunk_slots, capacity));
+}
+
+// Pops the depot's slots into `free`, until it is empty or `free` full;
+// how many.
+size_t PopAll(Depot& depot, std::span<uint32_t> free) {
+  size_t got = 0;
+  uint32_t reshelved = 0;  // put back by the trim anyway
+  while (got < free.size()) {
+    const uint32_t n = depot.Pop(
+        free.data() + got,
+        static_cast<uint32_t>(std::min<size_t>(free.size() - got, 1u << 30)),
+        nullptr, &reshelved);
+    if (n == 0) break;
+    got += n;
+  }
+  return got;
+}
+
+// What a trim gave back.
+struct Trimmed {
+  size_t slots = 0;
+  size_t bytes = 0;
+  uint32_t chunks = 0;  // now unbacked
+  uint32_t lowest = 0;  // the lowest of them; g.chunks when none
+};
+
+// Trim()'s choice, over the sorted free slots `free` (taken out of the
+// depot): from the top chunk down, a chunk all of whose slots are here is
+// given back while more than keep_free free slots would stay; its slots
+// are marked Depot::kNoSlot, the others stay. A chunk the system would not
+// decommit stays backed. With growth->mu held.
+Trimmed DecommitFreeChunks(Growth& g, Arena& arena, size_t capacity,
+                           std::span<uint32_t> free, size_t keep_free) {
+  Trimmed t{.lowest = g.chunks};
+  size_t stay = free.size();
+  for (size_t i = free.size(); i > 0;) {
+    const uint32_t c = free[i - 1] / g.chunk_slots;
+    const uint32_t first = FirstSlot(g, c);
+    size_t j = i - 1;
+    while (j > 0 && free[j - 1] >= first) --j;
+    const size_t n = i - j;  // slots of chunk c here (distinct, sorted)
+    const size_t whole = LastSlot(g, c, capacity) - first;
+    i = j;
+    if (n != whole || stay - n < keep_free) continue;
+    const size_t off = size_t{c} * g.chunk_bytes;
+    const size_t len =
+        std::min(arena.mapped_size(), size_t{c + 1} * g.chunk_bytes) - off;
+    if (!arena.Decommit(off, len).ok()) continue;  // it stays backed
+    SetUnbacked(g, c, true);
+    t.lowest = std::min(t.lowest, c);
+    ++t.chunks;
+    t.bytes += len;
+    stay -= n;
+    t.slots += n;
+    std::fill(free.begin() + static_cast<ptrdiff_t>(j),
+              free.begin() + static_cast<ptrdiff_t>(j + n), Depot::kNoSlot);
+  }
+  return t;
 }
 
 }  // namespace
@@ -328,60 +387,22 @@ size_t PoolAccess::TrimLocked(BufferPool& p, size_t keep_free) {
     return 0;
   }
   g.trimming.store(true, std::memory_order_seq_cst);  // see "Exhaustion"
-  size_t got = 0;
-  uint32_t reshelved = 0;  // put back below anyway
-  while (got < free.size()) {
-    const uint32_t n = s.depot.Pop(
-        free.data() + got,
-        static_cast<uint32_t>(std::min<size_t>(free.size() - got, 1u << 30)),
-        nullptr, &reshelved);
-    if (n == 0) break;
-    got += n;
-  }
+  const size_t got = PopAll(s.depot, free);
   if (p.cache_capacity_ != 0) {
     s.depot_free.fetch_sub(static_cast<int64_t>(got),
                            std::memory_order_relaxed);
   }
   std::sort(free.begin(), free.begin() + static_cast<ptrdiff_t>(got));
-  // From the top chunk down: a chunk all of whose slots are here is given
-  // back while more than keep_free free slots would stay; its slots are
-  // marked kNoSlot, the others stay.
-  size_t stay = got;
-  size_t trimmed_slots = 0;
-  size_t bytes = 0;
-  uint32_t newly = 0;  // chunks now unbacked
-  uint32_t lowest_trimmed = g.chunks;
-  for (size_t i = got; i > 0;) {
-    const uint32_t c = free[i - 1] / g.chunk_slots;
-    const uint32_t first = FirstSlot(g, c);
-    size_t j = i - 1;
-    while (j > 0 && free[j - 1] >= first) --j;
-    const size_t n = i - j;  // slots of chunk c here (distinct, sorted)
-    const size_t whole = LastSlot(g, c, p.capacity_) - first;
-    i = j;
-    if (n != whole || stay - n < keep_free) continue;
-    const size_t off = size_t{c} * g.chunk_bytes;
-    const size_t len =
-        std::min(s.arena.mapped_size(), size_t{c + 1} * g.chunk_bytes) - off;
-    if (!s.arena.Decommit(off, len).ok()) continue;  // it stays backed
-    SetUnbacked(g, c, true);
-    lowest_trimmed = std::min(lowest_trimmed, c);
-    ++newly;
-    bytes += len;
-    stay -= n;
-    trimmed_slots += n;
-    std::fill(free.begin() + static_cast<ptrdiff_t>(j),
-              free.begin() + static_cast<ptrdiff_t>(j + n),
-              BufferPool::kNoSlot);
-  }
+  const Trimmed trimmed = DecommitFreeChunks(
+      g, s.arena, p.capacity_, std::span(free.data(), got), keep_free);
   const size_t keep = static_cast<size_t>(
       std::remove(free.begin(), free.begin() + static_cast<ptrdiff_t>(got),
-                  BufferPool::kNoSlot) -
+                  Depot::kNoSlot) -
       free.begin());
-  g.scan_from = std::min(g.scan_from, lowest_trimmed);
+  g.scan_from = std::min(g.scan_from, trimmed.lowest);
   // Lowered after the slots left the depot (accounting.cc).
-  s.committed.fetch_sub(trimmed_slots, std::memory_order_relaxed);
-  g.unbacked_chunks.fetch_add(newly, std::memory_order_seq_cst);
+  s.committed.fetch_sub(trimmed.slots, std::memory_order_relaxed);
+  g.unbacked_chunks.fetch_add(trimmed.chunks, std::memory_order_seq_cst);
   // The rest back, sorted: the lowest on top.
   if (keep != 0) {
     s.depot.Push(free.data(), static_cast<uint32_t>(keep), nullptr);
@@ -391,11 +412,11 @@ size_t PoolAccess::TrimLocked(BufferPool& p, size_t keep_free) {
     }
   }
   g.trimming.store(false, std::memory_order_seq_cst);
-  if (bytes != 0) g.trims.fetch_add(1, std::memory_order_relaxed);
+  if (trimmed.bytes != 0) g.trims.fetch_add(1, std::memory_order_relaxed);
   // Wake any sleeper that counted itself meanwhile: it grows what it needs
   // ("Sleepers"); with nothing put back, pretend two so all look again.
   WakeWaiters(p, static_cast<uint32_t>(std::max<size_t>(keep, 2)));
-  return bytes;
+  return trimmed.bytes;
 }
 
 size_t BufferPool::Trim(size_t keep_free) {

@@ -336,6 +336,73 @@ class Symbolizer {
   std::unordered_map<uintptr_t, Entry> names_;
 };
 
+// The report's counts per kind of holder, over the tracked buffers: ": 3
+// Buffer; 1 ring 0 (lent, not leaked)", ending the first line.
+void AppendKinds(const std::vector<Holder>& holders, std::string* report) {
+  std::map<std::string, size_t> kinds;
+  for (const Holder& h : holders) ++kinds[h.held_by];
+  absl::StrAppend(report, ":");
+  for (const auto& [kind, n] : kinds) {
+    absl::StrAppend(report, " ", n, " ", kind,
+                    absl::StartsWith(kind, "ring ") ? " (lent, not leaked)"
+                    : absl::StartsWith(kind, "budget ")
+                        ? " (reserved, not leaked)"
+                        : "",
+                    ";");
+  }
+  report->back() == ';' ? void(report->back() = '\n') : report->push_back('\n');
+}
+
+// `holders` (oldest first, as Holders()) grouped by acquire site, sites[i]
+// being holders[i]'s: the largest group first, then the one whose oldest
+// member is oldest. Each group is oldest first.
+std::vector<std::vector<const Holder*>> GroupsBySite(
+    const std::vector<Holder>& holders, const std::vector<uintptr_t>& sites) {
+  std::map<uintptr_t, std::vector<const Holder*>> by_site;
+  for (size_t i = 0; i < holders.size(); ++i) {
+    by_site[sites[i]].push_back(&holders[i]);
+  }
+  std::vector<std::vector<const Holder*>> groups;
+  groups.reserve(by_site.size());
+  for (auto& [site, members] : by_site) groups.push_back(std::move(members));
+  std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+    if (a.size() != b.size()) return a.size() > b.size();
+    return a.front()->age > b.front()->age;
+  });
+  return groups;
+}
+
+// One acquire site's paragraph: how many buffers and what holds them, its
+// oldest member's age, thread, touches and stack, and the first 8 slots.
+void AppendGroup(const std::vector<const Holder*>& m, std::string* report) {
+  const Holder& oldest = *m.front();  // Holders() is oldest first
+  std::map<std::string, size_t> by;
+  for (const Holder* h : m) ++by[h->held_by];
+  absl::StrAppend(report, "  ", m.size(), " buffer(s) held by ");
+  bool first = true;
+  for (const auto& [kind, n] : by) {
+    absl::StrAppend(report, first ? "" : ", ", n, " ", kind);
+    first = false;
+  }
+  const absl::Duration age = absl::Trunc(oldest.age, absl::Milliseconds(1));
+  absl::StrAppend(report, "; the oldest for ",
+                  age == absl::ZeroDuration() ? std::string("<1ms")
+                                              : absl::FormatDuration(age),
+                  ", acquired by thread ", oldest.thread, "; slots ");
+  for (size_t i = 0; i < m.size() && i < 8; ++i) {
+    absl::StrAppend(report, i == 0 ? "" : ", ", m[i]->slot);
+  }
+  absl::StrAppend(report, m.size() > 8 ? ", ...\n" : "\n");
+  if (!oldest.touches.empty()) {
+    absl::StrAppend(
+        report, "    touched: ", absl::StrJoin(oldest.touches, " -> "), "\n");
+  }
+  absl::StrAppend(report, "    acquired at:\n");
+  for (size_t i = 0; i < oldest.stack.size(); ++i) {
+    absl::StrAppend(report, "      #", i, " ", oldest.stack[i], "\n");
+  }
+}
+
 }  // namespace
 
 std::string BufferPool::HeldBy(uint32_t slot, uint32_t note) const {
@@ -421,75 +488,27 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
   }
   std::vector<uintptr_t> sites;
   const std::vector<Holder> holders = HoldersAndSites(&sites);
-  // Counts per kind of holder, over the tracked buffers.
-  std::map<std::string, size_t> kinds;
-  for (const Holder& h : holders) ++kinds[h.held_by];
   if (holders_->mode() == TrackHolders::kAll) {
     absl::StrAppend(&report, " (tracking all)");
   } else {
     absl::StrAppend(&report, " (tracking 1 in ", holders_->sample_every(), ": ",
                     holders.size(), " sampled)");
   }
-  absl::StrAppend(&report, ":");
-  for (const auto& [kind, n] : kinds) {
-    absl::StrAppend(&report, " ", n, " ", kind,
-                    absl::StartsWith(kind, "ring ") ? " (lent, not leaked)"
-                    : absl::StartsWith(kind, "budget ")
-                        ? " (reserved, not leaked)"
-                        : "",
-                    ";");
-  }
-  report.back() == ';' ? void(report.back() = '\n') : report.push_back('\n');
+  AppendKinds(holders, &report);
 
   // Grouped by acquire site (the return address into the pool's caller:
   // frames beyond it need frame pointers in the caller's code, and may
   // differ), largest first, then oldest first; a group shows its oldest
   // member's stack.
-  std::map<uintptr_t, std::vector<const Holder*>> groups;
-  for (size_t i = 0; i < holders.size(); ++i) {
-    groups[sites[i]].push_back(&holders[i]);  // oldest first, as Holders()
-  }
-  std::vector<const std::vector<const Holder*>*> order;
-  for (const auto& [site, members] : groups) order.push_back(&members);
-  std::sort(order.begin(), order.end(), [](auto* a, auto* b) {
-    if (a->size() != b->size()) return a->size() > b->size();
-    return a->front()->age > b->front()->age;
-  });
-  size_t shown = 0;
-  for (const auto* g : order) {
-    if (shown++ == max_holders) {
-      absl::StrAppend(&report, "  ... ", order.size() - max_holders,
+  const std::vector<std::vector<const Holder*>> groups =
+      GroupsBySite(holders, sites);
+  for (size_t shown = 0; shown < groups.size(); ++shown) {
+    if (shown == max_holders) {
+      absl::StrAppend(&report, "  ... ", groups.size() - max_holders,
                       " more acquire site(s)\n");
       break;
     }
-    const std::vector<const Holder*>& m = *g;
-    const Holder& oldest = *m.front();  // Holders() is oldest first
-    std::map<std::string, size_t> by;
-    for (const Holder* h : m) ++by[h->held_by];
-    absl::StrAppend(&report, "  ", m.size(), " buffer(s) held by ");
-    bool first = true;
-    for (const auto& [kind, n] : by) {
-      absl::StrAppend(&report, first ? "" : ", ", n, " ", kind);
-      first = false;
-    }
-    const absl::Duration age = absl::Trunc(oldest.age, absl::Milliseconds(1));
-    absl::StrAppend(&report, "; the oldest for ",
-                    age == absl::ZeroDuration() ? std::string("<1ms")
-                                                : absl::FormatDuration(age),
-                    ", acquired by thread ", oldest.thread, "; slots ");
-    for (size_t i = 0; i < m.size() && i < 8; ++i) {
-      absl::StrAppend(&report, i == 0 ? "" : ", ", m[i]->slot);
-    }
-    absl::StrAppend(&report, m.size() > 8 ? ", ...\n" : "\n");
-    if (!oldest.touches.empty()) {
-      absl::StrAppend(&report,
-                      "    touched: ", absl::StrJoin(oldest.touches, " -> "),
-                      "\n");
-    }
-    absl::StrAppend(&report, "    acquired at:\n");
-    for (size_t i = 0; i < oldest.stack.size(); ++i) {
-      absl::StrAppend(&report, "      #", i, " ", oldest.stack[i], "\n");
-    }
+    AppendGroup(groups[shown], &report);
   }
   return report;
 }

@@ -73,7 +73,103 @@ absl::StatusOr<size_t> CheckedCacheSize(const PoolOptions& options,
   return cache_size;
 }
 
+// `why` as Create()'s error: its code, and its message after the pool's
+// size.
+absl::Status CreateError(const PoolOptions& options, const absl::Status& why) {
+  return absl::Status(
+      why.code(),
+      absl::StrCat("BufferPool::Create(", options.buffer_count, " x ",
+                   options.buffer_size, " bytes): ", why.message()));
+}
+
+// The region: buffer_count buffers mapped (populated and locked as
+// `options` ask), `ceiling` reserved.
+absl::StatusOr<Arena> MapRegion(const PoolOptions& options, size_t ceiling) {
+  const size_t size = options.buffer_size;
+  absl::StatusOr<Arena> arena = Arena::Map({.size = size * options.buffer_count,
+                                            .huge_pages = options.huge_pages,
+                                            .populate = options.populate,
+                                            .lock_memory = options.lock_memory,
+                                            .reserve = size * ceiling});
+  if (!arena.ok()) return CreateError(options, arena.status());
+  return arena;
+}
+
 }  // namespace
+
+void PoolAccess::InitFixedFields(BufferPool& p, const Arena& arena,
+                                 const PoolOptions& options, size_t cache_size,
+                                 size_t ceiling) {
+  const size_t size = options.buffer_size;
+  p.base_ = arena.data();
+  p.huge_pages_ = arena.huge_pages();
+  p.buffer_size_ = size;
+  p.capacity_ = ceiling;
+  p.region_bytes_ = ceiling * size;
+  p.cache_capacity_ = std::min(cache_size, options.buffer_count / 8);
+  // Half a refill batch: two caches lending at once overstate high_water
+  // by at most one batch (accounting.cc, "High water").
+  p.lend_ = std::max<uint32_t>(1, RefillBatch(p) / 2);
+  SetWaiters(p, 0, std::memory_order_relaxed);
+  p.shift_ = static_cast<unsigned>(__builtin_ctzll(size));
+  p.scrub_ = options.scrub_on_release;
+  // State bytes: a power of two >= count and >= 64 entries, all "not
+  // raw". Slot i's byte is at (i * kStateMix) & state_mask_, a bijection,
+  // so slots near each other land on different cache lines and two
+  // threads cycling their own slots do not write one line from two cores.
+  size_t states = 64;
+  while (states < ceiling) states *= 2;
+  p.state_mask_ = static_cast<uint32_t>(states - 1);
+  p.state_ = std::make_unique<std::atomic<uint8_t>[]>(states);
+}
+
+absl::StatusOr<size_t> PoolAccess::InitShared(BufferPool& p, Arena&& arena,
+                                              const PoolOptions& options) {
+  p.shared_ = std::make_unique<SharedState>(
+      std::move(arena), static_cast<uint32_t>(p.capacity_),
+      p.cache_capacity_ == 0 ? 0 : RefillBatch(p), CpuCount(),
+      static_cast<uint32_t>(p.cache_capacity_));
+  const absl::Status caches =
+      InitCaches(*p.shared_, static_cast<uint32_t>(p.cache_capacity_));
+  if (!caches.ok()) return caches;
+  return InitGrowth(p, *p.shared_, options);
+}
+
+void PoolAccess::FillDepot(BufferPool& p, std::vector<uint32_t>& ready) {
+  const auto n = static_cast<uint32_t>(ready.size());
+  // Slot 0 on top, so a fresh pool hands buffers out in address order.
+  for (uint32_t i = 0; i < n; ++i) ready[i] = i;
+  p.shared_->depot.Push(ready.data(), n, nullptr);
+  p.shared_->depot_free.store(static_cast<int64_t>(n),
+                              std::memory_order_relaxed);
+  BUFPOOL_INTERNAL_POISON(p.base_, p.buffer_size_ * n);
+}
+
+void PoolAccess::InitInlinePaths(BufferPool& p, TrackHolders track) {
+  if (p.shared_->rseq) {
+    p.rseq_base_ = p.shared_->rseq_base;
+    p.rseq_cpus_ = p.shared_->ncaches;
+    p.rseq_index_ = static_cast<uint32_t>(p.shared_->rseq_index);
+    p.rseq_release_cpus_ = p.scrub_ ? 0 : p.rseq_cpus_;
+  }
+  if (p.holders_ != nullptr) {
+    if (track == TrackHolders::kAll) {
+      // Every single acquire and release fails its inline sequence at the
+      // index check and comes out of line, to AcquireTracked() and
+      // ReleaseTracked() (holders.cc), which run the same sequences with
+      // the real cache count and record each acquire.
+      p.rseq_cpus_ = 0;
+      p.rseq_release_cpus_ = 0;
+    } else {
+      // kSampled stays inline: a countdown on each acquire, a mark read on
+      // each release (internal/buffer_pool_inl.h).
+      p.holder_marks_ = p.holders_->marks();
+    }
+  }
+  p.inline_index_ =
+      p.rseq_index_ |
+      (p.holder_marks_ != nullptr ? internal::rseq::kSampledTag : 0);
+}
 
 absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
     const PoolOptions& options) {
@@ -84,113 +180,41 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   }
   const absl::StatusOr<TrackHolders> track = ResolveTrackHolders(options);
   if (!track.ok()) return track.status();
-  const size_t size = options.buffer_size;
-  const size_t count = options.buffer_count;
   // Slots: the ceiling of an elastic pool (growth.cc), all reserved now.
-  const size_t ceiling =
-      options.max_buffer_count != 0 ? options.max_buffer_count : count;
-  absl::StatusOr<Arena> arena = Arena::Map({.size = size * count,
-                                            .huge_pages = options.huge_pages,
-                                            .populate = options.populate,
-                                            .lock_memory = options.lock_memory,
-                                            .reserve = size * ceiling});
-  if (!arena.ok()) {
-    return absl::Status(arena.status().code(),
-                        absl::StrCat("BufferPool::Create(", count, " x ", size,
-                                     " bytes): ", arena.status().message()));
-  }
+  const size_t ceiling = options.max_buffer_count != 0
+                             ? options.max_buffer_count
+                             : options.buffer_count;
+  absl::StatusOr<Arena> arena = MapRegion(options, ceiling);
+  if (!arena.ok()) return arena.status();
 
   // Everything Create() allocates, and the caches' area, can fail: each
   // failure is a Status, never an exception. A pool whose Create() failed
   // is destroyed without shared_ (see ~BufferPool).
-  auto failed = [&](const absl::Status& why) {
-    return absl::Status(why.code(),
-                        absl::StrCat("BufferPool::Create(", count, " x ", size,
-                                     " bytes): ", why.message()));
-  };
   std::unique_ptr<BufferPool> pool;
-  std::vector<uint32_t> all;
-  size_t ready = count;  // slots free at once: rounded up when elastic
+  std::vector<uint32_t> ready;  // slots free at once: rounded up when elastic
   try {
     pool.reset(new BufferPool());
-    pool->base_ = arena->data();
-    pool->huge_pages_ = arena->huge_pages();
-    pool->buffer_size_ = size;
-    pool->capacity_ = ceiling;
-    pool->region_bytes_ = ceiling * size;
-    pool->cache_capacity_ = std::min(*cache_size, count / 8);
-    // Half a refill batch: two caches lending at once overstate high_water
-    // by at most one batch (accounting.cc, "High water").
-    pool->lend_ = std::max<uint32_t>(1, PoolAccess::RefillBatch(*pool) / 2);
-    PoolAccess::SetWaiters(*pool, 0, std::memory_order_relaxed);
-    pool->shift_ = static_cast<unsigned>(__builtin_ctzll(size));
-    pool->scrub_ = options.scrub_on_release;
-    // State bytes: a power of two >= count and >= 64 entries, all "not
-    // raw". Slot i's byte is at (i * kStateMix) & state_mask_, a bijection,
-    // so slots near each other land on different cache lines and two
-    // threads cycling their own slots do not write one line from two cores.
-    size_t states = 64;
-    while (states < ceiling) states *= 2;
-    pool->state_mask_ = static_cast<uint32_t>(states - 1);
-    pool->state_ = std::make_unique<std::atomic<uint8_t>[]>(states);
-    pool->shared_ = std::make_unique<Shared>(
-        std::move(*arena), static_cast<uint32_t>(ceiling),
-        pool->cache_capacity_ == 0 ? 0 : PoolAccess::RefillBatch(*pool),
-        PoolAccess::CpuCount(), static_cast<uint32_t>(pool->cache_capacity_));
-    const absl::Status caches = PoolAccess::InitCaches(
-        *pool->shared_, static_cast<uint32_t>(pool->cache_capacity_));
-    if (!caches.ok()) {
-      pool->shared_.reset();
-      return failed(caches);
-    }
+    PoolAccess::InitFixedFields(*pool, *arena, options, *cache_size, ceiling);
     const absl::StatusOr<size_t> backed =
-        PoolAccess::InitGrowth(*pool, *pool->shared_, options);
+        PoolAccess::InitShared(*pool, std::move(*arena), options);
     if (!backed.ok()) {
       pool->shared_.reset();
-      return failed(backed.status());
+      return CreateError(options, backed.status());
     }
-    ready = *backed;
-    all.resize(ready);
+    ready.resize(*backed);
     if (*track != TrackHolders::kOff) {
       pool->holders_ = std::make_unique<HolderTable>(
           *track, options.holder_sample_every, ceiling);
     }
   } catch (const std::bad_alloc&) {
     if (pool != nullptr) pool->shared_.reset();
-    return failed(absl::ResourceExhaustedError(
-        "out of memory for the pool's bookkeeping (state bytes, depot, "
-        "caches, holder records)"));
+    return CreateError(
+        options, absl::ResourceExhaustedError(
+                     "out of memory for the pool's bookkeeping (state bytes, "
+                     "depot, caches, holder records)"));
   }
-
-  // Slot 0 on top, so a fresh pool hands buffers out in address order.
-  for (uint32_t i = 0; i < ready; ++i) all[i] = i;
-  pool->shared_->depot.Push(all.data(), static_cast<uint32_t>(ready), nullptr);
-  pool->shared_->depot_free.store(static_cast<int64_t>(ready),
-                                  std::memory_order_relaxed);
-  BUFPOOL_INTERNAL_POISON(pool->base_, size * ready);
-  if (pool->shared_->rseq) {
-    pool->rseq_base_ = pool->shared_->rseq_base;
-    pool->rseq_cpus_ = pool->shared_->ncaches;
-    pool->rseq_index_ = static_cast<uint32_t>(pool->shared_->rseq_index);
-    pool->rseq_release_cpus_ = pool->scrub_ ? 0 : pool->rseq_cpus_;
-  }
-  if (pool->holders_ != nullptr) {
-    if (*track == TrackHolders::kAll) {
-      // Every single acquire and release fails its inline sequence at the
-      // index check and comes out of line, to AcquireTracked() and
-      // ReleaseTracked() (holders.cc), which run the same sequences with
-      // the real cache count and record each acquire.
-      pool->rseq_cpus_ = 0;
-      pool->rseq_release_cpus_ = 0;
-    } else {
-      // kSampled stays inline: a countdown on each acquire, a mark read on
-      // each release (internal/buffer_pool_inl.h).
-      pool->holder_marks_ = pool->holders_->marks();
-    }
-  }
-  pool->inline_index_ =
-      pool->rseq_index_ |
-      (pool->holder_marks_ != nullptr ? internal::rseq::kSampledTag : 0);
+  PoolAccess::FillDepot(*pool, ready);
+  PoolAccess::InitInlinePaths(*pool, *track);
   PoolAccess::Register(*pool);
   return pool;
 }
@@ -346,6 +370,93 @@ PerCpuMode BufferPool::per_cpu_mode() const {
              : PerCpuMode::kRseq;
 }
 
+namespace {
+
+// AcquireBulkImpl's takes, one for each way the pool keeps its free slots:
+// each hands `hand_out` up to `want` slots, in the order to hand them out,
+// fewer only when it found no more. *reshelved: as in Depot::Pop.
+
+// The rseq caches: a chunk per turn: a section, the depot, a drain.
+template <class HandOut>
+void TakeBulkRseq(BufferPool& p, size_t want, uint32_t* reshelved,
+                  HandOut& hand_out) {
+  uint32_t chunk[kBulkChunk];
+  for (size_t got = 0; got < want;) {
+    const uint32_t n = PoolAccess::RseqTakeChunk(
+        p, chunk,
+        static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
+        reshelved);
+    if (n == 0) break;
+    for (uint32_t i = 0; i < n; ++i) hand_out(chunk[i]);
+    got += n;
+  }
+}
+
+// The locked caches: this CPU's cache, refilled from the depot, then the
+// other CPUs' caches.
+template <class HandOut>
+void TakeBulkLocked(BufferPool& p, size_t want, uint32_t* reshelved,
+                    HandOut& hand_out) {
+  size_t got = 0;
+  CpuCache& c = PoolAccess::ThisCpu(p);
+  // Held by a drainer: straight to the loop below, whose first stop is
+  // the depot.
+  if (const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
+      lock.owns_lock()) {
+    while (got < want) {
+      uint32_t n = c.count.load(std::memory_order_relaxed);
+      if (n == 0) {
+        // While someone waits, take no more than this call hands out, so
+        // nothing is parked here that a waiter needs.
+        const uint32_t batch =
+            PoolAccess::Waiting(p)
+                ? static_cast<uint32_t>(
+                      std::min<size_t>(want - got, PoolAccess::RefillBatch(p)))
+                : PoolAccess::RefillBatch(p);
+        n = PoolAccess::Refill(p, c, batch, reshelved);
+        if (n == 0) break;
+      }
+      const auto take = static_cast<uint32_t>(std::min<size_t>(n, want - got));
+      n -= take;
+      // Held now: the slots taken, less those c lent (accounting.cc).
+      if (c.floor > n) {
+        PoolAccess::Lent(p, c.floor - n);
+        c.floor = n;
+      }
+      c.count.store(n, std::memory_order_relaxed);
+      // The cache's top (most recently freed) first.
+      for (uint32_t i = n + take; i > n; --i) hand_out(c.slots[i - 1]);
+      got += take;
+    }
+  }
+  // This CPU's cache and the depot are empty: the other CPUs' caches.
+  for (; got < want; ++got) {
+    const uint32_t slot =
+        PoolAccess::TakeAnywhere(p, /*lock_all=*/false, reshelved);
+    if (slot == Depot::kNoSlot) break;
+    hand_out(slot);
+  }
+}
+
+// No caches: the depot, a chunk per pop.
+template <class HandOut>
+void TakeBulkDepot(BufferPool& p, size_t want, uint32_t* reshelved,
+                   HandOut& hand_out) {
+  uint32_t direct[kBulkChunk];
+  for (size_t got = 0; got < want;) {
+    uint32_t left = 0;
+    const uint32_t n = PoolAccess::S(p).depot.Pop(
+        direct, static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
+        nullptr, reshelved, &left);
+    if (n == 0) break;
+    PoolAccess::Popped(p, n, left, /*handed=*/n);
+    for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
+    got += n;
+  }
+}
+
+}  // namespace
+
 // The bulk paths, shared by the handle and raw-pointer APIs. `emit(i, slot)`
 // stores the i-th slot handed out (and, for raw pointers, marks it).
 template <class Emit>
@@ -360,67 +471,12 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
     }
     emit(got++, slot);
   };
-  if (shared_->rseq) {  // a chunk per turn: a section, the depot, a drain
-    uint32_t chunk[kBulkChunk];
-    while (got < want) {
-      const uint32_t n = PoolAccess::RseqTakeChunk(
-          *this, chunk,
-          static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
-          &reshelved);
-      if (n == 0) break;
-      for (uint32_t i = 0; i < n; ++i) hand_out(chunk[i]);
-    }
+  if (shared_->rseq) {
+    TakeBulkRseq(*this, want, &reshelved, hand_out);
   } else if (shared_->ncaches != 0) {
-    CpuCache& c = PoolAccess::ThisCpu(*this);
-    // Held by a drainer: straight to the loop below, whose first stop is
-    // the depot.
-    if (const std::unique_lock<std::mutex> lock(c.mu, std::try_to_lock);
-        lock.owns_lock()) {
-      while (got < want) {
-        uint32_t n = c.count.load(std::memory_order_relaxed);
-        if (n == 0) {
-          // While someone waits, take no more than this call hands out, so
-          // nothing is parked here that a waiter needs.
-          const uint32_t batch =
-              PoolAccess::Waiting(*this)
-                  ? static_cast<uint32_t>(std::min<size_t>(
-                        want - got, PoolAccess::RefillBatch(*this)))
-                  : PoolAccess::RefillBatch(*this);
-          n = PoolAccess::Refill(*this, c, batch, &reshelved);
-          if (n == 0) break;
-        }
-        const auto take =
-            static_cast<uint32_t>(std::min<size_t>(n, want - got));
-        n -= take;
-        // Held now: the slots taken, less those c lent (accounting.cc).
-        if (c.floor > n) {
-          PoolAccess::Lent(*this, c.floor - n);
-          c.floor = n;
-        }
-        c.count.store(n, std::memory_order_relaxed);
-        // The cache's top (most recently freed) first.
-        for (uint32_t i = n + take; i > n; --i) hand_out(c.slots[i - 1]);
-      }
-    }
-    // This CPU's cache and the depot are empty: the other CPUs' caches.
-    while (got < want) {
-      const uint32_t slot =
-          PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
-      if (slot == kNoSlot) break;
-      hand_out(slot);
-    }
+    TakeBulkLocked(*this, want, &reshelved, hand_out);
   } else {
-    uint32_t direct[kBulkChunk];
-    while (got < want) {
-      uint32_t left = 0;
-      const uint32_t n = shared_->depot.Pop(
-          direct,
-          static_cast<uint32_t>(std::min<size_t>(kBulkChunk, want - got)),
-          nullptr, &reshelved, &left);
-      if (n == 0) break;
-      PoolAccess::Popped(*this, n, left, /*handed=*/n);
-      for (uint32_t i = 0; i < n; ++i) hand_out(direct[i]);  // top first
-    }
+    TakeBulkDepot(*this, want, &reshelved, hand_out);
   }
   // Everything free is taken: an elastic pool grows for the rest.
   while (got < want && shared_->growth != nullptr) {

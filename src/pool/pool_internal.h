@@ -457,6 +457,28 @@ struct PoolAccess {
   static int64_t Cached(const BufferPool& p);
   // Takes one slot from the depot straight to a user; kNoSlot when empty.
   static uint32_t TakeFromDepot(BufferPool& p, uint32_t* reshelved);
+
+  // ---- pool_calls.cc: Create()'s steps, in the order it takes them
+
+  // Sets p's fields that stay fixed after Create() (geometry, cache size,
+  // lend_, no waiters) from the checked options and makes the state bytes,
+  // all "not raw". Throws std::bad_alloc.
+  static void InitFixedFields(BufferPool& p, const Arena& arena,
+                              const PoolOptions& options, size_t cache_size,
+                              size_t ceiling);
+  // Makes p.shared_ over `arena`, with its caches and, for an elastic pool,
+  // its growth state; the slots backed now (the capacity for a fixed pool).
+  // A failure to map the caches' area or to back the first chunks is the
+  // Status, with p.shared_ left for Create() to reset; throws
+  // std::bad_alloc.
+  static absl::StatusOr<size_t> InitShared(BufferPool& p, Arena&& arena,
+                                           const PoolOptions& options);
+  // Numbers ready[i] = i and pushes them all to the depot, slot 0 on top,
+  // counted free and poisoned.
+  static void FillDepot(BufferPool& p, std::vector<uint32_t>& ready);
+  // The fields the inline paths read (the rseq caches, holder marks,
+  // inline_index_), once p.shared_ and p.holders_ are made.
+  static void InitInlinePaths(BufferPool& p, TrackHolders track);
 };
 
 }  // namespace bufpool
