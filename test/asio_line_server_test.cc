@@ -38,8 +38,8 @@ std::string Exchange(int port, const std::string& data, uint32_t seed) {
 }
 
 TEST(AsioLineServerTest, AnswersEveryLineOfManyClients) {
-  const Child child = StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_LINE_SERVER,
-                                          {"asio_line_server", "0"});
+  Child child = StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_LINE_SERVER,
+                                    {"asio_line_server", "0"});
   ASSERT_GT(child.pid, 0);
   const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
   ASSERT_NE(port, 0);
@@ -71,8 +71,7 @@ TEST(AsioLineServerTest, AnswersEveryLineOfManyClients) {
             "2 ok\nERR line too long\n");
 
   kill(child.pid, SIGTERM);
-  EXPECT_TRUE(ExitedCleanly(child.pid));
-  fclose(child.out);
+  EXPECT_TRUE(ExitedCleanly(child));
 }
 
 // A client that sends 8 MiB of two-byte lines and reads nothing for a
@@ -81,8 +80,8 @@ TEST(AsioLineServerTest, AnswersEveryLineOfManyClients) {
 // each short line into its reply took a fresh buffer per line: the pool
 // of 4,096 ran dry and the server closed the connection.)
 TEST(AsioLineServerTest, ShortLinesSentWithoutReadingAreAllAnswered) {
-  const Child child = StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_LINE_SERVER,
-                                          {"asio_line_server", "0"});
+  Child child = StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_LINE_SERVER,
+                                    {"asio_line_server", "0"});
   ASSERT_GT(child.pid, 0);
   const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
   ASSERT_NE(port, 0);
@@ -103,8 +102,7 @@ TEST(AsioLineServerTest, ShortLinesSentWithoutReadingAreAllAnswered) {
   EXPECT_TRUE(same);
 
   kill(child.pid, SIGTERM);
-  EXPECT_TRUE(ExitedCleanly(child.pid));
-  fclose(child.out);
+  EXPECT_TRUE(ExitedCleanly(child));
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ const std::string kLoad =
 using bufpool_test::Result;
 using bufpool_test::Slurp;
 
+using bufpool::testing_util::UniqueFd;
 using bufpool_test::Argv;
 
 class EchoCliTest : public testing::Test {
@@ -203,9 +204,10 @@ TEST_F(EchoCliTest, MetricsEveryPrintsThePoolAndItsConnectionsBudgets) {
   ASSERT_GT(s.pid, 0);
   const size_t colon = s.address.rfind(':');
   const int port = std::stoi(s.address.substr(colon + 1));
-  const int fd = bufpool::testing_util::ConnectToLoopback(port);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, "hello", 5), 5);  // never read back: the bytes stay
+  const UniqueFd conn = bufpool::testing_util::ConnectToLoopback(port);
+  ASSERT_TRUE(conn.valid());
+  ASSERT_EQ(write(conn.get(), "hello", 5),
+            5);  // never read back: the bytes stay
   // Expositions until one shows the connection's budget (each print is a
   // fresh one; the count bounds the wait, not a clock).
   std::string print, seen;
@@ -231,7 +233,6 @@ TEST_F(EchoCliTest, MetricsEveryPrintsThePoolAndItsConnectionsBudgets) {
   EXPECT_NE(seen.find("# TYPE bufpool_budget_refusals_total counter\n"),
             std::string::npos)
       << seen;
-  close(fd);
   kill(s.pid, SIGTERM);
   int status = 0;
   waitpid(s.pid, &status, 0);
@@ -284,18 +285,18 @@ TEST_F(EchoCliTest, LoadHelpListsEveryFlagAndTheExitCodes) {
 
 // A bound socket that does not listen: connecting to it is refused.
 TEST_F(EchoCliTest, LoadRefusedConnectionIsExitOne) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(fd.valid());
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
   socklen_t len = sizeof(sa);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  ASSERT_EQ(getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len), 0);
   const std::string target = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
   Result r =
       Run(kLoad, {"--target", target, "--connections=1", "--messages=1"});
-  close(fd);
+  fd.reset();
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err.rfind("bufpool-echo-load: FAILED: ", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -304,25 +305,24 @@ TEST_F(EchoCliTest, LoadRefusedConnectionIsExitOne) {
 // A server that echoes every byte but flips the first of each read.
 TEST_F(EchoCliTest, LoadMismatchIsExitOne) {
   sockaddr_in sa;
-  const int lfd = bufpool::testing_util::ListenOnLoopback(4, &sa);
-  ASSERT_GE(lfd, 0);
-  std::thread bad([lfd] {
-    const int c = accept(lfd, nullptr, nullptr);
-    if (c < 0) return;
+  UniqueFd listener = bufpool::testing_util::ListenOnLoopback(4, &sa);
+  ASSERT_TRUE(listener.valid());
+  std::thread bad([lfd = listener.get()] {
+    const UniqueFd c(accept(lfd, nullptr, nullptr));
+    if (!c.valid()) return;
     char buf[4096];
     for (;;) {
-      const ssize_t n = read(c, buf, sizeof buf);
+      const ssize_t n = read(c.get(), buf, sizeof buf);
       if (n <= 0) break;
       buf[0] ^= 0x5a;
-      if (write(c, buf, static_cast<size_t>(n)) != n) break;
+      if (write(c.get(), buf, static_cast<size_t>(n)) != n) break;
     }
-    close(c);
   });
   const std::string target = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
   Result r = Run(kLoad, {"--target=" + target, "--connections=1",
                          "--messages=1", "--size=16:16"});
   bad.join();
-  close(lfd);
+  listener.reset();
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err.rfind("bufpool-echo-load: FAILED: DATA_LOSS", 0), 0u)
       << r.err;

@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,8 +30,10 @@
 namespace bufpool {
 namespace {
 
+using testing_util::BindUnixSocket;
 using testing_util::Lstat;
 using testing_util::ReadFileOrDie;
+using testing_util::UniqueFd;
 
 // The trees' files have a known mode whatever the umask: 0644 unless given.
 void WriteFileOrDie(const std::string& path, const std::string& data,
@@ -89,10 +90,9 @@ TEST_F(TreeTest, RecreatesEveryKindOfEntry) {
   ASSERT_EQ(link(S("a/f").c_str(), S("hard").c_str()), 0);
   WriteFileOrDie(S("sparse"), "");
   {
-    const int fd = open(S("sparse").c_str(), O_WRONLY);
-    ASSERT_EQ(pwrite(fd, "mid", 3, 3 << 20), 3);
-    ASSERT_EQ(ftruncate(fd, 8 << 20), 0);
-    close(fd);
+    const UniqueFd fd(open(S("sparse").c_str(), O_WRONLY));
+    ASSERT_EQ(pwrite(fd.get(), "mid", 3, 3 << 20), 3);
+    ASSERT_EQ(ftruncate(fd.get(), 8 << 20), 0);
   }
   const bool root = geteuid() == 0;
   if (root) {
@@ -186,13 +186,9 @@ TEST_F(TreeTest, ASymlinkToADirectoryAtAFilesPlaceIsRefused) {
 
 TEST_F(TreeTest, SocketsAreReportedAndSkipped) {
   WriteFileOrDie(S("f"), "kept");
-  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, S("sock").c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const UniqueFd sock = BindUnixSocket(S("sock"));
+  ASSERT_TRUE(sock.valid());
   absl::StatusOr<TreeStats> r = CopyTree(src_, Path("dst"));
-  close(fd);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->errors.size(), 1u);
   EXPECT_EQ(r->errors[0].find("skipped: " + S("sock")), 0u) << r->errors[0];

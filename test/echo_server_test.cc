@@ -41,6 +41,7 @@ constexpr size_t kMiB = 1 << 20;
 
 using testing_util::Eventually;
 using testing_util::RaiseFileLimit;
+using testing_util::UniqueFd;
 
 // A pool and a server running on its own thread.
 class Running {
@@ -225,18 +226,18 @@ TEST_P(EchoServerTest, PoolFarSmallerThanTheLoad) {
 
 // A connected socket that sends `bytes` (as much as the kernel takes without
 // blocking) and never reads.
-int ConnectNonReader(const std::string& address, size_t bytes) {
+UniqueFd ConnectNonReader(const std::string& address, size_t bytes) {
   const size_t colon = address.rfind(':');
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port =
       htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
   inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr);
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+  UniqueFd conn(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!conn.valid()) return conn;
+  const int fd = conn.get();
   if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
+    return UniqueFd();
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   std::vector<char> junk(64 * 1024, 'x');
@@ -253,7 +254,7 @@ int ConnectNonReader(const std::string& address, size_t bytes) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
-  return fd;
+  return conn;
 }
 
 TEST_P(EchoServerTest, NonReadingClientIsCappedAndOthersFinish) {
@@ -261,8 +262,8 @@ TEST_P(EchoServerTest, NonReadingClientIsCappedAndOthersFinish) {
   constexpr size_t kBufferSize = 4096;
   Running s(GetParam(), {.buffer_size = kBufferSize, .buffer_count = 512},
             kLimit);
-  const int hog = ConnectNonReader(s.server().local_address(), 64 * kMiB);
-  ASSERT_GE(hog, 0);
+  UniqueFd hog = ConnectNonReader(s.server().local_address(), 64 * kMiB);
+  ASSERT_TRUE(hog.valid());
   ASSERT_TRUE(
       Eventually([&] { return s.server().Stats().unsent_limit_stalls > 0; }));
   ExpectEchoed(s.Load(16, Scale(20), 1, 256 * 1024, 707));
@@ -275,15 +276,16 @@ TEST_P(EchoServerTest, NonReadingClientIsCappedAndOthersFinish) {
   EXPECT_LE(st.buffers_holding_data, bound_buffers);
   EXPECT_LE(st.bytes_received - st.bytes_sent,
             kLimit + kEchoReadBuffers * kBufferSize);
-  close(hog);
+  hog.reset();
   s.ExpectIdle();
   s.Stop();
 }
 
 TEST_P(EchoServerTest, StopClosesOpenConnections) {
   Running s(GetParam(), {.buffer_count = 64});
-  const int idle = ConnectNonReader(s.server().local_address(), 1000);
-  ASSERT_GE(idle, 0);
+  const UniqueFd idle_conn = ConnectNonReader(s.server().local_address(), 1000);
+  ASSERT_TRUE(idle_conn.valid());
+  const int idle = idle_conn.get();
   ASSERT_TRUE(
       Eventually([&] { return s.server().Stats().bytes_received == 1000; }));
   s.Stop();  // checks in_use == 0 and no connection open
@@ -294,7 +296,6 @@ TEST_P(EchoServerTest, StopClosesOpenConnections) {
   size_t echoed = 0;
   while ((n = recv(idle, &c, 1, 0)) > 0) echoed += n;
   EXPECT_LE(echoed, 1000u);
-  close(idle);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EchoServerTest,
@@ -328,11 +329,13 @@ TEST(UringEchoServerTest, LendsRingSlotsAsTheLoadNeedsThem) {
 // byte must be caught, or the byte-exact tests above prove nothing.
 TEST(EchoLoadTest, ReportsACorruptedEcho) {
   sockaddr_in sa;
-  const int listener = testing_util::ListenOnLoopback(1, &sa);
-  ASSERT_GE(listener, 0);
+  const UniqueFd listen_fd = testing_util::ListenOnLoopback(1, &sa);
+  ASSERT_TRUE(listen_fd.valid());
+  const int listener = listen_fd.get();
   std::thread bad([listener] {
-    const int fd = accept(listener, nullptr, nullptr);
-    if (fd < 0) return;
+    const UniqueFd conn(accept(listener, nullptr, nullptr));
+    if (!conn.valid()) return;
+    const int fd = conn.get();
     char buf[4096];
     size_t total = 0;
     ssize_t n;
@@ -342,7 +345,6 @@ TEST(EchoLoadTest, ReportsACorruptedEcho) {
       total += n;
       if (send(fd, buf, n, MSG_NOSIGNAL) != n) break;
     }
-    close(fd);
   });
   net::EchoLoadOptions o;
   o.target = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
@@ -359,7 +361,6 @@ TEST(EchoLoadTest, ReportsACorruptedEcho) {
       << r.status();
   shutdown(listener, SHUT_RDWR);
   bad.join();
-  close(listener);
 }
 
 TEST(EchoServerOptionsTest, RejectsBadOptions) {
@@ -471,7 +472,7 @@ TEST_P(EchoToolTest, SigtermStopsGracefullyWithASummary) {
   absl::StatusOr<net::EchoLoadResult> r = net::RunEchoLoad(o);
   EXPECT_TRUE(r.ok()) << r.status();
   // One client still connected when the signal comes: it is closed.
-  const int open = ConnectNonReader(address, 10);
+  const UniqueFd open = ConnectNonReader(address, 10);
   ASSERT_EQ(kill(pid, SIGTERM), 0);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
@@ -483,7 +484,6 @@ TEST_P(EchoToolTest, SigtermStopsGracefullyWithASummary) {
   EXPECT_NE(summary.find("open=0 "), std::string::npos) << summary;
   EXPECT_NE(summary.find("pool_high_water="), std::string::npos) << summary;
   fclose(out);
-  close(open);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EchoToolTest,

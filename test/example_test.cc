@@ -27,6 +27,7 @@ using bufpool::testing_util::ExitedCleanly;
 using bufpool::testing_util::ReadListeningPort;
 using bufpool::testing_util::SendAndReadToEnd;
 using bufpool::testing_util::StartWithStdoutPipe;
+using bufpool::testing_util::UniqueFd;
 
 // Sends `data` in pieces of 7000 bytes and reads until end of stream.
 std::string Echo(int port, const std::string& data) {
@@ -34,15 +35,16 @@ std::string Echo(int port, const std::string& data) {
 }
 
 TEST(UringEchoExampleTest, EchoesOnLoopbackAndEndsWithEveryBufferBack) {
-  const Child child =
+  Child child =
       StartWithStdoutPipe(BUFPOOL_EXAMPLE_URING_ECHO, {"uring_echo", "0", "3"});
   ASSERT_GT(child.pid, 0);
-  FILE* f = child.out;
+  FILE* f = child.out.get();
   const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
   ASSERT_NE(port, 0);
 
-  const int lingering = ConnectToLoopback(port);  // open when the time runs out
-  ASSERT_GE(lingering, 0);
+  // Open when the time runs out.
+  UniqueFd lingering = ConnectToLoopback(port);
+  ASSERT_TRUE(lingering.valid());
   std::vector<std::thread> clients;
   std::vector<std::string> sent(8), got(8);
   std::mt19937 rng(8);
@@ -58,13 +60,13 @@ TEST(UringEchoExampleTest, EchoesOnLoopbackAndEndsWithEveryBufferBack) {
   }
   // The server shuts the lingering connection down when its time is up.
   char c;
-  EXPECT_LE(recv(lingering, &c, 1, 0), 0);
-  close(lingering);
+  EXPECT_LE(recv(lingering.get(), &c, 1, 0), 0);
+  lingering.reset();
   char line[256] = {};
   ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
   EXPECT_STREQ(line, "done: 0 buffers in use\n");
-  fclose(f);
-  EXPECT_TRUE(ExitedCleanly(child.pid));
+  child.out.reset();
+  EXPECT_TRUE(ExitedCleanly(child));
 }
 
 // The byte at `i` of the floods below.
@@ -77,25 +79,25 @@ char FloodByte(uint64_t i) {
 class Flood {
  public:
   explicit Flood(int port) : fd_(ConnectToLoopback(port)) {
-    if (fd_ < 0) return;
+    if (!fd_.valid()) return;
     sender_ = std::thread([this] {
       std::vector<char> chunk(65536);
       while (!stop_.load()) {
         for (size_t i = 0; i < chunk.size(); ++i) {
           chunk[i] = FloodByte(sent_ + i);
         }
-        const ssize_t n = send(fd_, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+        const ssize_t n =
+            send(fd_.get(), chunk.data(), chunk.size(), MSG_NOSIGNAL);
         if (n <= 0) break;
         sent_ += static_cast<uint64_t>(n);
       }
-      shutdown(fd_, SHUT_WR);
+      shutdown(fd_.get(), SHUT_WR);
     });
   }
   ~Flood() {
     if (sender_.joinable()) sender_.join();
-    if (fd_ >= 0) close(fd_);
   }
-  bool ok() const { return fd_ >= 0; }
+  bool ok() const { return fd_.valid(); }
   // Stops sending and reads until end of stream: true when every byte
   // sent came back in order.
   bool StopAndReadBack() {
@@ -104,7 +106,7 @@ class Flood {
     bool same = true;
     char buf[65536];
     ssize_t n;
-    while ((n = recv(fd_, buf, sizeof(buf), 0)) > 0) {
+    while ((n = recv(fd_.get(), buf, sizeof(buf), 0)) > 0) {
       for (ssize_t i = 0; i < n; ++i) same &= buf[i] == FloodByte(got + i);
       got += static_cast<uint64_t>(n);
     }
@@ -114,7 +116,7 @@ class Flood {
   }
 
  private:
-  const int fd_;
+  const UniqueFd fd_;
   std::atomic<bool> stop_{false};
   uint64_t sent_ = 0;  // written by the sender, read after joining it
   std::thread sender_;
@@ -225,7 +227,7 @@ TEST(UringEchoExampleTest, AnElasticPoolGrowsToItsCeilingBeforeItParks) {
 // bytes on 8 connections: every byte comes back (the load checks them) and
 // the server stops cleanly on SIGTERM.
 TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
-  const Child child =
+  Child child =
       StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_ECHO, {"asio_echo", "0"});
   ASSERT_GT(child.pid, 0);
   const int port =
@@ -242,8 +244,7 @@ TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
   }
   EXPECT_TRUE(ExitedCleanly(load));
   kill(child.pid, SIGTERM);
-  EXPECT_TRUE(ExitedCleanly(child.pid));
-  fclose(child.out);
+  EXPECT_TRUE(ExitedCleanly(child));
 }
 
 // examples/asio_echo on a 16-buffer pool: a client that sends without

@@ -32,11 +32,10 @@ struct Fixture {
     auto p = BufferPool::Create({.buffer_count = 512});
     if (p.ok()) pool = *std::move(p);
     sockaddr_in sa;
-    const int lfd = testing_util::ListenOnLoopback(4, &sa);
+    const testing_util::UniqueFd lfd = testing_util::ListenOnLoopback(4, &sa);
     client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    server = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    close(lfd);
+    server = accept4(lfd.get(), nullptr, nullptr, SOCK_CLOEXEC);
   }
   ~Fixture() {
     close(client);

@@ -51,20 +51,20 @@ inline void MakePairs(size_t n, Pairs* out) {
     setrlimit(RLIMIT_NOFILE, &lim);
   }
   sockaddr_in sa;
-  const int lfd = testing_util::ListenOnLoopback(1024, &sa);
-  ASSERT_GE(lfd, 0);
+  const UniqueFd lfd = testing_util::ListenOnLoopback(1024, &sa);
+  ASSERT_TRUE(lfd.valid());
   for (size_t i = 0; i < n; ++i) {
+    // `out` owns each end from the start, so a failed ASSERT leaks none.
     const int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ASSERT_GE(c, 0);
+    out->client.push_back(c);
     ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-    const int s = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    const int s = accept4(lfd.get(), nullptr, nullptr, SOCK_CLOEXEC);
     ASSERT_GE(s, 0);
+    out->server.push_back(s);
     const int one = 1;
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    out->client.push_back(c);
-    out->server.push_back(s);
   }
-  close(lfd);
 }
 
 inline bool WriteAll(int fd, const char* p, size_t n) {
