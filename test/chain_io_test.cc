@@ -41,17 +41,6 @@ struct Pair {
   int b() const { return ends[1].get(); }
 };
 
-// A connected TCP pair over loopback: a is the client, b the accepted end.
-void TcpPair(Pair& p) {
-  sockaddr_in sa;
-  const UniqueFd l = testing_util::ListenOnLoopback(1, &sa);
-  ASSERT_TRUE(l.valid());
-  p.ends[0].reset(::socket(AF_INET, SOCK_STREAM, 0));
-  ASSERT_EQ(::connect(p.a(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  p.ends[1].reset(::accept(l.get(), nullptr, nullptr));
-  ASSERT_TRUE(p.ends[1].valid());
-}
-
 class ChainIoTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -312,22 +301,23 @@ TEST_F(ChainIoTest, WriteToAClosedPeerIsAnErrorNotSigpipe) {
 }
 
 TEST_F(ChainIoTest, ResetPeerIsAnErrorOnReadAndWrite) {
-  Pair p;
-  TcpPair(p);
-  ASSERT_EQ(::write(p.a(), "unread", 6), 6);
+  testing_util::LoopbackConnection p = testing_util::ConnectOverLoopback();
+  ASSERT_TRUE(p.server.valid());
+  ASSERT_EQ(::write(p.client.get(), "unread", 6), 6);
   // Closing with unread bytes (or with SO_LINGER 0) sends a reset.
   const linger l{.l_onoff = 1, .l_linger = 0};
-  ASSERT_EQ(::setsockopt(p.b(), SOL_SOCKET, SO_LINGER, &l, sizeof(l)), 0);
-  p.ends[1].reset();
+  ASSERT_EQ(::setsockopt(p.server.get(), SOL_SOCKET, SO_LINGER, &l, sizeof(l)),
+            0);
+  p.server.reset();
   BufferChain in(*pool_);
-  absl::StatusOr<size_t> r = ReadFrom(p.a(), in, 4096);
+  absl::StatusOr<size_t> r = ReadFrom(p.client.get(), in, 4096);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
       << r.status();
   EXPECT_NE(r.status().message().find("reset"), std::string::npos)
       << r.status();
   BufferChain out(*pool_);
   ASSERT_TRUE(out.Append("more").ok());
-  absl::StatusOr<size_t> w = WriteTo(p.a(), out);
+  absl::StatusOr<size_t> w = WriteTo(p.client.get(), out);
   EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition)
       << w.status();
 }

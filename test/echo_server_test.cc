@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -39,6 +38,7 @@ constexpr size_t Scale(size_t n) {
 
 constexpr size_t kMiB = 1 << 20;
 
+using testing_util::Child;
 using testing_util::Eventually;
 using testing_util::RaiseFileLimit;
 using testing_util::UniqueFd;
@@ -422,27 +422,10 @@ TEST(EchoServerOptionsTest, StopBeforeRunReturnsAtOnce) {
 }
 
 #ifdef BUFPOOL_ECHO_BINARY
-// Runs bufpool-echo with `args`; returns its pid and a FILE* on its stdout.
-pid_t Spawn(std::vector<std::string> args, FILE** out) {
-  int pipefd[2];
-  if (pipe(pipefd) != 0) return -1;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipefd[1], 1);
-  posix_spawn_file_actions_addclose(&actions, pipefd[0]);
+// Runs bufpool-echo with `args`, its stdout on a pipe.
+Child Spawn(std::vector<std::string> args) {
   args.insert(args.begin(), BUFPOOL_ECHO_BINARY);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, BUFPOOL_ECHO_BINARY, &actions, nullptr, argv.data(),
-                  environ) != 0) {
-    pid = -1;
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  close(pipefd[1]);
-  *out = fdopen(pipefd[0], "r");
-  return pid;
+  return testing_util::StartChild(BUFPOOL_ECHO_BINARY, args);
 }
 
 std::string ReadLine(FILE* f) {
@@ -454,12 +437,10 @@ std::string ReadLine(FILE* f) {
 class EchoToolTest : public testing::TestWithParam<EchoEngine> {};
 
 TEST_P(EchoToolTest, SigtermStopsGracefullyWithASummary) {
-  FILE* out = nullptr;
-  const pid_t pid =
-      Spawn({absl::StrCat("--engine=", EchoEngineName(GetParam())),
-             "--buffer-count=64"},
-            &out);
-  ASSERT_GT(pid, 0);
+  Child child = Spawn({absl::StrCat("--engine=", EchoEngineName(GetParam())),
+                       "--buffer-count=64"});
+  ASSERT_GT(child.pid, 0);
+  FILE* out = child.out.get();
   const std::string first = ReadLine(out);
   ASSERT_EQ(first.rfind("listening on 127.0.0.1:", 0), 0u) << first;
   std::string address = first.substr(strlen("listening on "));
@@ -473,9 +454,8 @@ TEST_P(EchoToolTest, SigtermStopsGracefullyWithASummary) {
   EXPECT_TRUE(r.ok()) << r.status();
   // One client still connected when the signal comes: it is closed.
   const UniqueFd open = ConnectNonReader(address, 10);
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_EQ(kill(child.pid, SIGTERM), 0);
+  const int status = child.Wait();
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0);
   const std::string summary = ReadLine(out);
@@ -483,7 +463,6 @@ TEST_P(EchoToolTest, SigtermStopsGracefullyWithASummary) {
   EXPECT_NE(summary.find("connections=5 "), std::string::npos) << summary;
   EXPECT_NE(summary.find("open=0 "), std::string::npos) << summary;
   EXPECT_NE(summary.find("pool_high_water="), std::string::npos) << summary;
-  fclose(out);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EchoToolTest,
@@ -494,15 +473,13 @@ INSTANTIATE_TEST_SUITE_P(Engines, EchoToolTest,
                          });
 
 TEST(EchoToolFlagsTest, UnknownFlagIsAUsageErrorExitTwo) {
-  FILE* out = nullptr;
-  const pid_t pid = Spawn({"--frobnicate=1"}, &out);
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  Child child = Spawn({"--frobnicate=1"});
+  ASSERT_GT(child.pid, 0);
+  const int status = child.Wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 2);
-  EXPECT_EQ(ReadLine(out), "");  // nothing on stdout; the error is on stderr
-  fclose(out);
+  // Nothing on stdout; the error is on stderr.
+  EXPECT_EQ(ReadLine(child.out.get()), "");
 }
 #endif  // BUFPOOL_ECHO_BINARY
 

@@ -22,11 +22,12 @@
 namespace {
 
 using bufpool::testing_util::Child;
+using bufpool::testing_util::ChildOutput;
 using bufpool::testing_util::ConnectToLoopback;
 using bufpool::testing_util::ExitedCleanly;
 using bufpool::testing_util::ReadListeningPort;
 using bufpool::testing_util::SendAndReadToEnd;
-using bufpool::testing_util::StartWithStdoutPipe;
+using bufpool::testing_util::StartChild;
 using bufpool::testing_util::UniqueFd;
 
 // Sends `data` in pieces of 7000 bytes and reads until end of stream.
@@ -36,7 +37,7 @@ std::string Echo(int port, const std::string& data) {
 
 TEST(UringEchoExampleTest, EchoesOnLoopbackAndEndsWithEveryBufferBack) {
   Child child =
-      StartWithStdoutPipe(BUFPOOL_EXAMPLE_URING_ECHO, {"uring_echo", "0", "3"});
+      StartChild(BUFPOOL_EXAMPLE_URING_ECHO, {"uring_echo", "0", "3"});
   ASSERT_GT(child.pid, 0);
   FILE* f = child.out.get();
   const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
@@ -130,30 +131,15 @@ class Flood {
 std::vector<std::string> JamAndStopUringEcho(std::vector<const char*> args,
                                              int report_lines) {
   std::vector<std::string> report;
-  int out[2], err[2];
-  EXPECT_EQ(pipe(out), 0);
-  EXPECT_EQ(pipe(err), 0);
   args.insert(args.begin(), "uring_echo");
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  EXPECT_GE(pid, 0);
-  if (pid < 0) return report;
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(err[1], 2);
-    execv(BUFPOOL_EXAMPLE_URING_ECHO, const_cast<char* const*>(args.data()));
-    _exit(127);
-  }
-  close(out[1]);
-  close(err[1]);
-  FILE* f = fdopen(out[0], "r");
-  FILE* e = fdopen(err[0], "r");
+  Child child = StartChild(BUFPOOL_EXAMPLE_URING_ECHO, args,
+                           ChildOutput::kStdoutAndStderr);
+  if (child.pid <= 0) return report;
+  FILE* f = child.out.get();
+  FILE* e = child.err.get();
   char line[256] = {};
-  int port = 0;
-  if (fgets(line, sizeof(line), f) == nullptr ||
-      sscanf(line, "listening on 127.0.0.1:%d", &port) != 1) {
-    ADD_FAILURE() << "no 'listening on' line: " << line;
-  } else {
+  const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
+  if (port != 0) {
     {
       Flood flood(port);
       EXPECT_TRUE(flood.ok());
@@ -164,7 +150,7 @@ std::vector<std::string> JamAndStopUringEcho(std::vector<const char*> args,
     }
     EXPECT_EQ(Echo(port, "after the jam"), "after the jam");
   }
-  kill(pid, SIGTERM);
+  kill(child.pid, SIGTERM);
   if (fgets(line, sizeof(line), f) != nullptr) {
     EXPECT_STREQ(line, "done: 0 buffers in use\n");
     for (int i = 0; i < report_lines && fgets(line, sizeof(line), f); ++i) {
@@ -172,11 +158,9 @@ std::vector<std::string> JamAndStopUringEcho(std::vector<const char*> args,
     }
   }
   EXPECT_EQ(report.size(), static_cast<size_t>(report_lines));
-  fclose(f);
-  fclose(e);
-  int status = 0;
-  EXPECT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  child.out.reset();
+  child.err.reset();
+  EXPECT_TRUE(ExitedCleanly(child));
   return report;
 }
 
@@ -227,8 +211,7 @@ TEST(UringEchoExampleTest, AnElasticPoolGrowsToItsCeilingBeforeItParks) {
 // bytes on 8 connections: every byte comes back (the load checks them) and
 // the server stops cleanly on SIGTERM.
 TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
-  Child child =
-      StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_ECHO, {"asio_echo", "0"});
+  Child child = StartChild(BUFPOOL_EXAMPLE_ASIO_ECHO, {"asio_echo", "0"});
   ASSERT_GT(child.pid, 0);
   const int port =
       ReadListeningPort(child, "asio_echo: listening on 127.0.0.1:%d");
@@ -253,22 +236,13 @@ TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
 // the first client reads, the writes free buffers, the pool's notice wakes
 // the waiting sessions, and both get every byte back.
 TEST(AsioEchoExampleTest, ADryPoolWakesWaitingSessionsWhenFreed) {
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    execl(BUFPOOL_EXAMPLE_ASIO_ECHO, "asio_echo", "0", "16", nullptr);
-    _exit(127);
-  }
-  close(out[1]);
-  FILE* f = fdopen(out[0], "r");
+  Child child = StartChild(BUFPOOL_EXAMPLE_ASIO_ECHO, {"asio_echo", "0", "16"});
+  ASSERT_GT(child.pid, 0);
+  FILE* f = child.out.get();
+  const int port =
+      ReadListeningPort(child, "asio_echo: listening on 127.0.0.1:%d");
+  ASSERT_NE(port, 0);
   char line[256] = {};
-  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
-  int port = 0;
-  ASSERT_EQ(sscanf(line, "asio_echo: listening on 127.0.0.1:%d", &port), 1)
-      << line;
 
   Flood flood(port);
   ASSERT_TRUE(flood.ok());
@@ -282,7 +256,7 @@ TEST(AsioEchoExampleTest, ADryPoolWakesWaitingSessionsWhenFreed) {
   probe.join();
   EXPECT_EQ(probe_got, "hello, dry pool");
 
-  kill(pid, SIGTERM);
+  kill(child.pid, SIGTERM);
   ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
   size_t waits = 0, in_use = 1;
   ASSERT_EQ(sscanf(line, "asio_echo: done: %zu waits for a buffer, %zu buffers",
@@ -291,10 +265,8 @@ TEST(AsioEchoExampleTest, ADryPoolWakesWaitingSessionsWhenFreed) {
       << line;
   EXPECT_GE(waits, 1u);
   EXPECT_EQ(in_use, 0u);
-  fclose(f);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  child.out.reset();
+  EXPECT_TRUE(ExitedCleanly(child));
 }
 #endif
 

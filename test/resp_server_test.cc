@@ -32,14 +32,14 @@ using bufpool::testing_util::Child;
 using bufpool::testing_util::ConnectToLoopback;
 using bufpool::testing_util::ExitedCleanly;
 using bufpool::testing_util::ReadListeningPort;
-using bufpool::testing_util::StartWithStdoutPipe;
+using bufpool::testing_util::StartChild;
 using bufpool::testing_util::UniqueFd;
 
 class RespServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    child_ = StartWithStdoutPipe(BUFPOOL_EXAMPLE_RESP_SERVER,
-                                 {"resp_server", "0", "60"});
+    child_ =
+        StartChild(BUFPOOL_EXAMPLE_RESP_SERVER, {"resp_server", "0", "60"});
     ASSERT_GT(child_.pid, 0);
     port_ = ReadListeningPort(child_, "listening on 127.0.0.1:%d");
     ASSERT_NE(port_, 0);

@@ -189,19 +189,14 @@ TEST_F(StreamSocketTest, ReaderTimeoutLosesNothingAndTheReaderStaysUsable) {
 }
 
 TEST_F(StreamSocketTest, ResetConnectionIsAReadError) {
-  sockaddr_in sa;
-  UniqueFd l = testing_util::ListenOnLoopback(1, &sa);
-  ASSERT_TRUE(l.valid());
-  UniqueFd c(::socket(AF_INET, SOCK_STREAM, 0));
-  ASSERT_EQ(::connect(c.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)),
-            0);
-  UniqueFd a(::accept(l.get(), nullptr, nullptr));
-  l.reset();
+  testing_util::LoopbackConnection c = testing_util::ConnectOverLoopback();
+  ASSERT_TRUE(c.server.valid());
   const linger lg{.l_onoff = 1, .l_linger = 0};
-  ASSERT_EQ(::setsockopt(a.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
-  a.reset();  // reset
-  auto r =
-      BufferedReader::FromFd(c.release(), FdOwnership::kTake, *pool_, "tcp");
+  ASSERT_EQ(
+      ::setsockopt(c.server.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+  c.server.reset();  // reset
+  auto r = BufferedReader::FromFd(c.client.release(), FdOwnership::kTake,
+                                  *pool_, "tcp");
   ASSERT_TRUE(r.ok()) << r.status();
   std::byte out[8];
   absl::StatusOr<size_t> got = r->Read(out);

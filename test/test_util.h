@@ -357,6 +357,41 @@ inline UniqueFd ConnectToLoopback(int port) {
   return fd;
 }
 
+// Both ends of one TCP connection over loopback.
+struct LoopbackConnection {
+  UniqueFd client;  // the end that connected
+  UniqueFd server;  // the end the listener accepted
+};
+
+// Connects to the listener `listener` bound at `addr` and accepts the
+// connection; both ends invalid (and a test failure) when it cannot.
+inline LoopbackConnection ConnectAndAccept(int listener,
+                                           const sockaddr_in& addr) {
+  LoopbackConnection c;
+  c.client.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!c.client.valid() ||
+      ::connect(c.client.get(), reinterpret_cast<const sockaddr*>(&addr),
+                sizeof(addr)) != 0) {
+    ADD_FAILURE() << "connect: " << std::strerror(errno);
+    return {};
+  }
+  c.server.reset(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+  if (!c.server.valid()) {
+    ADD_FAILURE() << "accept: " << std::strerror(errno);
+    return {};
+  }
+  return c;
+}
+
+// One TCP connection over loopback, through a listener that lives only
+// while it is made; both ends invalid (and a test failure) when it cannot.
+inline LoopbackConnection ConnectOverLoopback() {
+  sockaddr_in addr;
+  const UniqueFd listener = ListenOnLoopback(1, &addr);
+  if (!listener.valid()) return {};
+  return ConnectAndAccept(listener.get(), addr);
+}
+
 // A Unix stream socket bound at `path`, which leaves a socket file there;
 // none (and a test failure) when it cannot be made.
 inline UniqueFd BindUnixSocket(const std::string& path) {
@@ -422,25 +457,44 @@ struct FileCloser {
 };
 using UniqueFile = std::unique_ptr<FILE, FileCloser>;
 
-// A program started with its stdout on a pipe the test reads. One not yet
-// waited for when its Child goes out of scope or is assigned over (a test
-// that stopped at a failed ASSERT) is killed and waited for.
+// Which of a started program's outputs come to the test on pipes.
+enum class ChildOutput { kStdout, kStdoutAndStderr };
+
+// A program started with its stdout (and, if asked, its stderr) on pipes
+// the test reads. One not yet waited for when its Child goes out of scope or is
+// assigned over (a test that stopped at a failed ASSERT) is killed and waited
+// for.
 struct Child {
   Child() = default;
   Child(Child&& other) noexcept
-      : pid(std::exchange(other.pid, -1)), out(std::move(other.out)) {}
+      : pid(std::exchange(other.pid, -1)),
+        out(std::move(other.out)),
+        err(std::move(other.err)) {}
   Child& operator=(Child&& other) noexcept {
     if (this != &other) {
       KillAndWait();
       pid = std::exchange(other.pid, -1);
       out = std::move(other.out);
+      err = std::move(other.err);
     }
     return *this;
   }
   ~Child() { KillAndWait(); }
 
+  // Waits for the program to end and returns its wait status; -1 (and a
+  // test failure) when waitpid fails.
+  int Wait() {
+    int status = 0;
+    if (::waitpid(std::exchange(pid, -1), &status, 0) < 0) {
+      ADD_FAILURE() << "waitpid: " << std::strerror(errno);
+      return -1;
+    }
+    return status;
+  }
+
   pid_t pid = -1;  // -1 once waited for (ExitedCleanly(Child&))
   UniqueFile out;  // the program's stdout
+  UniqueFile err;  // its stderr, with ChildOutput::kStdoutAndStderr
 
  private:
   void KillAndWait() {
@@ -451,12 +505,13 @@ struct Child {
   }
 };
 
-// Starts `path` with `args` (argv[0] first), stdout to a pipe. On failure
-// the test fails and pid is -1.
-inline Child StartWithStdoutPipe(const char* path,
-                                 const std::vector<const char*>& args) {
-  UniqueFd out[2];
-  if (Pipe(out, O_CLOEXEC) != 0) {
+// Starts `path` with `args` (argv[0] first), its stdout (and, as `output`
+// says, its stderr) to pipes. On failure the test fails and pid is -1.
+inline Child StartChild(const char* path, const std::vector<const char*>& args,
+                        ChildOutput output = ChildOutput::kStdout) {
+  const bool with_err = output == ChildOutput::kStdoutAndStderr;
+  UniqueFd out[2], err[2];
+  if (Pipe(out, O_CLOEXEC) != 0 || (with_err && Pipe(err, O_CLOEXEC) != 0)) {
     ADD_FAILURE() << "pipe: " << std::strerror(errno);
     return {};
   }
@@ -466,6 +521,7 @@ inline Child StartWithStdoutPipe(const char* path,
   child.pid = ::fork();
   if (child.pid == 0) {
     ::dup2(out[1].get(), 1);
+    if (with_err) ::dup2(err[1].get(), 2);
     ::execv(path, const_cast<char* const*>(argv.data()));
     ::_exit(127);
   }
@@ -474,7 +530,17 @@ inline Child StartWithStdoutPipe(const char* path,
     return {};
   }
   child.out.reset(::fdopen(out[0].release(), "r"));
+  if (with_err) child.err.reset(::fdopen(err[0].release(), "r"));
   return child;
+}
+
+// StartChild for arguments held as strings.
+inline Child StartChild(const std::string& path,
+                        const std::vector<std::string>& args,
+                        ChildOutput output = ChildOutput::kStdout) {
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return StartChild(path.c_str(), argv, output);
 }
 
 // Reads the child's first line and the port in it, which `format` (a
