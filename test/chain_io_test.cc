@@ -337,18 +337,24 @@ struct Script {
 };
 Script* g_script = nullptr;
 
+// The first `bytes` bytes of iov[0, cnt), as iovecs.
+std::vector<iovec> Cut(const iovec* iov, size_t cnt, size_t bytes) {
+  std::vector<iovec> cut;
+  for (size_t i = 0; i < cnt && bytes != 0; ++i) {
+    cut.push_back({iov[i].iov_base, std::min(bytes, iov[i].iov_len)});
+    bytes -= cut.back().iov_len;
+  }
+  return cut;
+}
+
 ssize_t ScriptedReadv(int fd, const iovec* iov, int cnt) {
   const long step = g_script->Next();
   if (step < 0) {
     errno = static_cast<int>(-step);
     return -1;
   }
-  std::vector<iovec> cut;
-  size_t left = static_cast<size_t>(step);
-  for (int i = 0; i < cnt && left != 0; ++i) {
-    cut.push_back({iov[i].iov_base, std::min(left, iov[i].iov_len)});
-    left -= cut.back().iov_len;
-  }
+  std::vector<iovec> cut =
+      Cut(iov, static_cast<size_t>(cnt), static_cast<size_t>(step));
   return os::RealSyscalls().readv(fd, cut.data(), static_cast<int>(cut.size()));
 }
 
@@ -358,13 +364,8 @@ ssize_t ScriptedSendmsg(int fd, const msghdr* msg, int flags) {
     errno = static_cast<int>(-step);
     return -1;
   }
-  std::vector<iovec> cut;
-  size_t left = static_cast<size_t>(step);
-  for (size_t i = 0; i < msg->msg_iovlen && left != 0; ++i) {
-    cut.push_back(
-        {msg->msg_iov[i].iov_base, std::min(left, msg->msg_iov[i].iov_len)});
-    left -= cut.back().iov_len;
-  }
+  std::vector<iovec> cut =
+      Cut(msg->msg_iov, msg->msg_iovlen, static_cast<size_t>(step));
   msghdr m = *msg;
   m.msg_iov = cut.data();
   m.msg_iovlen = cut.size();
@@ -476,15 +477,9 @@ TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   const size_t bs = pool->buffer_size();
   const size_t bound = conns * testing_util::MostBuffersFor(kLine, bs) +
                        (kMaxRead + bs - 1) / bs;
-  std::vector<UniqueFd> rd(conns), wr(conns);
-  for (size_t i = 0; i < conns; ++i) {
-    UniqueFd sv[2];
-    ASSERT_EQ(SocketPair(SOCK_STREAM | SOCK_NONBLOCK, sv), 0);
-    rd[i] = std::move(sv[0]);
-    wr[i] = std::move(sv[1]);
-    const int fl = fcntl(wr[i].get(), F_GETFL);
-    fcntl(wr[i].get(), F_SETFL, fl & ~O_NONBLOCK);
-  }
+  std::vector<UniqueFd> rd, wr;
+  ASSERT_NO_FATAL_FAILURE(testing_util::MakeTrickleSockets(
+      conns, /*nonblocking_readers=*/true, &rd, &wr));
   const std::string line = testing_util::TrickleLine(kLine);
   std::thread trickler = testing_util::StartTrickler(
       conns, line, [&wr](size_t i, const char* byte) {
@@ -515,11 +510,8 @@ TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   for (size_t i = 0; i < conns; ++i) shutdown(rd[i].get(), SHUT_RDWR);
   trickler.join();
   EXPECT_LE(pool->Stats().high_water, bound) << conns << " connections";
-  for (size_t i = 0; i < conns; ++i) {
-    ASSERT_EQ(chain[i].size(), kLine);
-    EXPECT_LE(chain[i].pinned_bytes(), kLine + 2 * bs);
-    EXPECT_TRUE(Contents(chain[i]) == line) << "connection " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      testing_util::ExpectEachHoldsTheLine(chain, line, bs));
   chain.clear();
   EXPECT_TRUE(testing::NoHolders(*pool));
 }

@@ -609,6 +609,15 @@ int FaultUringCreate(unsigned entries, std::unique_ptr<os::Uring>* out) {
   return 0;
 }
 
+// CopyTree(src, dst) with its ring's calls failed as `f` says.
+absl::StatusOr<TreeStats> CopyTreeWithRingFaults(const std::string& src,
+                                                 const std::string& dst) {
+  os::UringSyscallTable t = os::RealUringSyscalls();
+  t.uring_create = FaultUringCreate;
+  os::ScopedUringSyscalls seam(&t);
+  return CopyTree(src, dst);
+}
+
 class RingTreeTest : public TreeTest,
                      public testing::WithParamInterface<Walker> {
  protected:
@@ -794,14 +803,8 @@ TEST_P(RingFaultTest, OneFileFailsAndTheRestIsCopied) {
   f = RingFaults{};
   f.fail = GetParam().op;
   f.err = GetParam().err;
-  os::UringSyscallTable t = os::RealUringSyscalls();
-  t.uring_create = FaultUringCreate;
   const int fds = OpenFds();
-  absl::StatusOr<TreeStats> r;
-  {
-    os::ScopedUringSyscalls seam(&t);
-    r = CopyTree(src_, Path("dst"));
-  }
+  absl::StatusOr<TreeStats> r = CopyTreeWithRingFaults(src_, Path("dst"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->ring) << r->ring_fallback;
   EXPECT_TRUE(f.done);
@@ -872,14 +875,8 @@ TEST_P(RingEntryFaultTest, OneEntryFailsAndTheRestIsMade) {
   f.fail = GetParam().op;
   f.err = EIO;
   f.skip = f.fail == "mkdir" ? 1 : 0;  // the root is made
-  os::UringSyscallTable t = os::RealUringSyscalls();
-  t.uring_create = FaultUringCreate;
   const int fds = OpenFds();
-  absl::StatusOr<TreeStats> r;
-  {
-    os::ScopedUringSyscalls seam(&t);
-    r = CopyTree(src_, Path("dst"));
-  }
+  absl::StatusOr<TreeStats> r = CopyTreeWithRingFaults(src_, Path("dst"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(f.done);
   EXPECT_EQ(OpenFds(), fds);
@@ -906,13 +903,7 @@ TEST_F(TreeTest, ARingMkdirOfTheRootFailsTheCall) {
   WriteFileOrDie(S("f"), "f");
   f = RingFaults{};
   f.fail = "mkdir";
-  os::UringSyscallTable t = os::RealUringSyscalls();
-  t.uring_create = FaultUringCreate;
-  absl::StatusOr<TreeStats> r;
-  {
-    os::ScopedUringSyscalls seam(&t);
-    r = CopyTree(src_, Path("dst"));
-  }
+  absl::StatusOr<TreeStats> r = CopyTreeWithRingFaults(src_, Path("dst"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
             "create directory: " + Path("dst") + ": Input/output error");
@@ -942,14 +933,8 @@ TEST_F(TreeTest, ARingThatFailsHandsTheRestToCopyFile) {
   }
   f = RingFaults{};
   f.fail = "submit";
-  os::UringSyscallTable t = os::RealUringSyscalls();
-  t.uring_create = FaultUringCreate;
   const int fds = OpenFds();
-  absl::StatusOr<TreeStats> r;
-  {
-    os::ScopedUringSyscalls seam(&t);
-    r = CopyTree(src_, Path("dst"));
-  }
+  absl::StatusOr<TreeStats> r = CopyTreeWithRingFaults(src_, Path("dst"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(f.done);
   EXPECT_EQ(OpenFds(), fds);

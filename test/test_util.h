@@ -612,6 +612,39 @@ inline std::thread StartTrickler(
   });
 }
 
+// `n` AF_UNIX stream socketpairs: the test reads at (*readers)[i] (made
+// non-blocking with `nonblocking_readers`), the trickler writes at
+// (*writers)[i]. A failure fails the test (call through
+// ASSERT_NO_FATAL_FAILURE).
+inline void MakeTrickleSockets(size_t n, bool nonblocking_readers,
+                               std::vector<UniqueFd>* readers,
+                               std::vector<UniqueFd>* writers) {
+  for (size_t i = 0; i < n; ++i) {
+    UniqueFd sv[2];
+    ASSERT_EQ(SocketPair(SOCK_STREAM | SOCK_CLOEXEC, sv), 0);
+    if (nonblocking_readers) SetNonBlocking(sv[0].get());
+    readers->push_back(std::move(sv[0]));
+    writers->push_back(std::move(sv[1]));
+  }
+}
+
+#ifdef BUFPOOL_TEST_UTIL_HAS_LIBRARY
+// Checks that each of `chains` (one a connection) holds exactly `line` and
+// pins at most its bytes plus two buffers of `buffer_size`. A chain of the
+// wrong size fails the test at once (call through ASSERT_NO_FATAL_FAILURE).
+inline void ExpectEachHoldsTheLine(const std::vector<BufferChain>& chains,
+                                   const std::string& line,
+                                   size_t buffer_size) {
+  for (size_t i = 0; i < chains.size(); ++i) {
+    ASSERT_EQ(chains[i].size(), line.size()) << "connection " << i;
+    EXPECT_LE(chains[i].pinned_bytes(), line.size() + 2 * buffer_size)
+        << "connection " << i;
+    EXPECT_TRUE(Contents(chains[i]) == line)
+        << "connection " << i << ": bytes differ";
+  }
+}
+#endif  // BUFPOOL_TEST_UTIL_HAS_LIBRARY
+
 }  // namespace bufpool::testing_util
 
 #endif  // BUFPOOL_TEST_TEST_UTIL_H_

@@ -42,7 +42,6 @@ using testing_util::RandomBytes;
 using testing_util::Ring;
 using testing_util::RunLoad;
 using testing_util::SendAndTake;
-using testing_util::SocketPair;
 using testing_util::UniqueFd;
 using testing_util::WriteAll;
 
@@ -73,13 +72,9 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
       kRingBuffers + conns * testing_util::MostBuffersFor(kLine, bs);
   Ring ring;
   ASSERT_TRUE(ring.ok());
-  std::vector<UniqueFd> reader(conns), writer(conns);
-  for (size_t i = 0; i < conns; ++i) {
-    UniqueFd sv[2];
-    ASSERT_EQ(SocketPair(SOCK_STREAM | SOCK_CLOEXEC, sv), 0);
-    reader[i] = std::move(sv[0]);
-    writer[i] = std::move(sv[1]);
-  }
+  std::vector<UniqueFd> reader, writer;
+  ASSERT_NO_FATAL_FAILURE(testing_util::MakeTrickleSockets(
+      conns, /*nonblocking_readers=*/false, &reader, &writer));
   std::string line = testing_util::TrickleLine(kLine);
   line.back() = '\n';
   std::atomic<bool> stop{false};
@@ -144,14 +139,8 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     EXPECT_LE(pool->Stats().high_water, bound)
         << conns << " connections, " << done << " lines complete";
     EXPECT_GT((*br)->copied(), 0u);
-    for (size_t i = 0; i < conns; ++i) {
-      ASSERT_EQ(queue[i].size(), kLine) << "connection " << i;
-      EXPECT_LE(queue[i].pinned_bytes(), kLine + 2 * bs) << "connection " << i;
-      std::string got(kLine, '\0');
-      queue[i].CopyTo(
-          absl::MakeSpan(reinterpret_cast<std::byte*>(got.data()), kLine));
-      EXPECT_TRUE(got == line) << "connection " << i << " bytes differ";
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        testing_util::ExpectEachHoldsTheLine(queue, line, bs));
     // Every receive is still armed: cancel them by closing, then drain.
     for (size_t i = 0; i < conns; ++i) shutdown(writer[i].get(), SHUT_WR);
     while (std::count(armed.begin(), armed.end(), true) > 0) {
