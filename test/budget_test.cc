@@ -31,6 +31,8 @@ namespace {
 
 using testing_util::Ring;
 using testing_util::SocketPair;
+using testing_util::SubmitAndTakeOne;
+using testing_util::TakenCompletion;
 using testing_util::UniqueFd;
 
 constexpr size_t kBs = 4096;
@@ -530,12 +532,10 @@ TEST(BudgetRingTest, TakePastTheLimitKeepsTheBytesAndSaysSo) {
               static_cast<ssize_t>(msg.size()));
     io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
     (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-    io_uring_cqe* cqe;
-    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-    ASSERT_EQ(cqe->res, 1000);
-    results.push_back((*br)->Take(*cqe, chain));
-    io_uring_cqe_seen(ring.get(), cqe);
+    TakenCompletion t;
+    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, &t));
+    ASSERT_EQ(t.res, 1000);
+    results.push_back(t.status);
     (*br)->Refill();
   }
   EXPECT_TRUE(results[0].ok()) << results[0];
@@ -579,12 +579,9 @@ TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
     ASSERT_EQ(write(sv[0].get(), msg.data(), msg.size()), 100);
     io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
     (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-    io_uring_cqe* cqe;
-    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-    const absl::Status s = (*br)->Take(*cqe, chain);
-    io_uring_cqe_seen(ring.get(), cqe);
-    ASSERT_TRUE(s.ok()) << s;
+    TakenCompletion t;
+    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, &t));
+    ASSERT_TRUE(t.status.ok()) << t.status;
     (*br)->Refill();
     // Small receives share one buffer (the ring's pack): one charged, until
     // the chain holds copy_below (512) bytes; then the ring's buffer is
@@ -604,12 +601,9 @@ TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
   ASSERT_EQ(write(sv[0].get(), "tiny", 4), 4);
   io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
   (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
-  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-  io_uring_cqe* cqe;
-  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-  const absl::Status s = (*br)->Take(*cqe, chain);
-  io_uring_cqe_seen(ring.get(), cqe);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  TakenCompletion t;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, &t));
+  EXPECT_EQ(t.status.code(), absl::StatusCode::kResourceExhausted) << t.status;
   EXPECT_EQ(Contents(chain), "tiny");
   EXPECT_EQ(budget->pinned_bytes(), 5 * kBs);
   chain.Clear();

@@ -42,6 +42,8 @@ using testing_util::Ring;
 using testing_util::RunLoad;
 using testing_util::SendAndTake;
 using testing_util::SocketPair;
+using testing_util::SubmitAndTakeOne;
+using testing_util::TakenCompletion;
 using testing_util::UniqueFd;
 using testing_util::WriteAll;
 
@@ -671,24 +673,6 @@ TEST_F(TakeBufferTest, WhatItCannotTakeIsLeftToTakeUnchanged) {
   shutdown(more.client[0], SHUT_WR);
   inc->reset();
   ring.DropCompletions();
-}
-
-// Submits, waits for one completion and takes it into `out`: the
-// completion's res and flags, and Take()'s status.
-struct TakenCompletion {
-  int res = 0;
-  uint32_t flags = 0;
-  absl::Status status;
-};
-void SubmitAndTakeOne(Ring& ring, ProvidedBufferRing& br, BufferChain& out,
-                      TakenCompletion* taken) {
-  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-  io_uring_cqe* cqe;
-  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-  taken->res = cqe->res;
-  taken->flags = cqe->flags;
-  taken->status = br.Take(*cqe, out);
-  io_uring_cqe_seen(ring.get(), cqe);
 }
 
 // An incremental ring would cut a datagram short at the end of the current
