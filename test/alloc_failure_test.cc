@@ -88,6 +88,8 @@ namespace {
 
 using testing_util::Contents;
 using testing_util::MakePool;
+using testing_util::SocketPair;
+using testing_util::UniqueFd;
 
 // `n` one-byte slices "a", "b", ... of buffers of `pool`.
 BufferChain Letters(BufferPool& pool, uint32_t n) {
@@ -169,8 +171,8 @@ TEST(BufferChainTest, AppendChainIsAllOrNothingWhenTheRingCannotGrow) {
 TEST(ProvidedBufferRingTest, TakeIntoIsAllOrNothingWhenTheChainCannotGrow) {
   io_uring ring;
   ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  UniqueFd fds[2];
+  ASSERT_EQ(SocketPair(SOCK_STREAM | SOCK_CLOEXEC, fds), 0);
   auto pool = MakePool(4096, 64);
   auto br = ProvidedBufferRing::Create(
       &ring, *pool,
@@ -183,8 +185,9 @@ TEST(ProvidedBufferRingTest, TakeIntoIsAllOrNothingWhenTheChainCannotGrow) {
   // A queue whose inline slice room is full: the next slice needs a heap
   // ring.
   BufferChain queue = Letters(*pool, BufferChain::kInlineSlices);
-  (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[0], {.multishot = false});
-  ASSERT_EQ(write(fds[1], "xyz", 3), 3);
+  (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[0].get(),
+                     {.multishot = false});
+  ASSERT_EQ(write(fds[1].get(), "xyz", 3), 3);
   ASSERT_GE(io_uring_submit_and_wait(&ring, 1), 0);
   io_uring_cqe* cqe;
   ASSERT_EQ(io_uring_peek_cqe(&ring, &cqe), 0);
@@ -207,8 +210,6 @@ TEST(ProvidedBufferRingTest, TakeIntoIsAllOrNothingWhenTheChainCannotGrow) {
   queue.Clear();
   EXPECT_EQ((*br)->Refill(), 16u);
   br->reset();
-  close(fds[0]);
-  close(fds[1]);
   io_uring_queue_exit(&ring);
 }
 

@@ -27,7 +27,7 @@ using bufpool::testing_util::Child;
 using bufpool::testing_util::ExitedCleanly;
 using bufpool::testing_util::ReadListeningPort;
 using bufpool::testing_util::SendAndReadToEnd;
-using bufpool::testing_util::StartWithStdoutPipe;
+using bufpool::testing_util::StartChild;
 
 // Sends `data` in random pieces of 1 to 3000 bytes, then half-closes;
 // returns everything read until end of stream.
@@ -37,13 +37,28 @@ std::string Exchange(int port, const std::string& data, uint32_t seed) {
                           [&rng](size_t) { return size_t{1 + rng() % 3000}; });
 }
 
-TEST(AsioLineServerTest, AnswersEveryLineOfManyClients) {
-  const Child child = StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_LINE_SERVER,
-                                          {"asio_line_server", "0"});
-  ASSERT_GT(child.pid, 0);
-  const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
-  ASSERT_NE(port, 0);
+// Each test runs its own server on a port the kernel picks, and ends it
+// with SIGTERM, after which it must exit cleanly.
+class AsioLineServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ =
+        StartChild(BUFPOOL_EXAMPLE_ASIO_LINE_SERVER, {"asio_line_server", "0"});
+    ASSERT_GT(server_.pid, 0);
+    port_ = ReadListeningPort(server_, "listening on 127.0.0.1:%d");
+    ASSERT_NE(port_, 0);
+  }
+  void TearDown() override {
+    if (port_ == 0) return;  // SetUp failed; ~Child kills the server
+    kill(server_.pid, SIGTERM);
+    EXPECT_TRUE(ExitedCleanly(server_));
+  }
 
+  Child server_;
+  int port_ = 0;
+};
+
+TEST_F(AsioLineServerTest, AnswersEveryLineOfManyClients) {
   std::vector<std::string> sent(6), want(6), got(6);
   std::mt19937 rng(23);
   for (size_t c = 0; c < sent.size(); ++c) {
@@ -57,7 +72,7 @@ TEST(AsioLineServerTest, AnswersEveryLineOfManyClients) {
   }
   std::vector<std::thread> clients;
   for (size_t c = 0; c < sent.size(); ++c) {
-    clients.emplace_back([&, c] { got[c] = Exchange(port, sent[c], c); });
+    clients.emplace_back([&, c] { got[c] = Exchange(port_, sent[c], c); });
   }
   for (auto& t : clients) t.join();
   for (size_t c = 0; c < sent.size(); ++c) {
@@ -67,12 +82,8 @@ TEST(AsioLineServerTest, AnswersEveryLineOfManyClients) {
 
   // Over the limit (16 KiB): the lines before it are answered, then the
   // error, then end of stream.
-  EXPECT_EQ(Exchange(port, "ok\n" + std::string(16385, 'x') + "\n", 9),
+  EXPECT_EQ(Exchange(port_, "ok\n" + std::string(16385, 'x') + "\n", 9),
             "2 ok\nERR line too long\n");
-
-  kill(child.pid, SIGTERM);
-  EXPECT_TRUE(ExitedCleanly(child.pid));
-  fclose(child.out);
 }
 
 // A client that sends 8 MiB of two-byte lines and reads nothing for a
@@ -80,20 +91,14 @@ TEST(AsioLineServerTest, AnswersEveryLineOfManyClients) {
 // wait, and when the client reads, every reply comes, in order. (Linking
 // each short line into its reply took a fresh buffer per line: the pool
 // of 4,096 ran dry and the server closed the connection.)
-TEST(AsioLineServerTest, ShortLinesSentWithoutReadingAreAllAnswered) {
-  const Child child = StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_LINE_SERVER,
-                                          {"asio_line_server", "0"});
-  ASSERT_GT(child.pid, 0);
-  const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
-  ASSERT_NE(port, 0);
-
+TEST_F(AsioLineServerTest, ShortLinesSentWithoutReadingAreAllAnswered) {
   std::string sent;
   for (int i = 0; i < 4 << 20; ++i)
     sent += static_cast<char>('a' + i % 26), sent += '\n';
   // Reads nothing for a second; a server that stops answering fails the
   // test instead of hanging it.
   const std::string got = SendAndReadToEnd(
-      port, sent, [](size_t) { return size_t{65536}; },
+      port_, sent, [](size_t) { return size_t{65536}; },
       {.read_after = std::chrono::seconds(1), .io_timeout_seconds = 20});
   ASSERT_EQ(got.size(), sent.size() * 2);
   bool same = true;
@@ -101,10 +106,6 @@ TEST(AsioLineServerTest, ShortLinesSentWithoutReadingAreAllAnswered) {
     same = got.compare(i * 4, 4, std::string("1 ") + sent[2 * i] + "\n") == 0;
   }
   EXPECT_TRUE(same);
-
-  kill(child.pid, SIGTERM);
-  EXPECT_TRUE(ExitedCleanly(child.pid));
-  fclose(child.out);
 }
 
 }  // namespace

@@ -403,11 +403,8 @@ TEST_P(AsioTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   io.run();
   trickler.join();
   EXPECT_LE(pool->Stats().high_water, bound) << conns << " connections";
-  for (size_t i = 0; i < conns; ++i) {
-    ASSERT_EQ(chain[i].size(), kLine);
-    EXPECT_LE(chain[i].pinned_bytes(), kLine + 2 * bs);
-    EXPECT_TRUE(Contents(chain[i]) == line) << "connection " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      testing_util::ExpectEachHoldsTheLine(chain, line, bs));
   chain.clear();
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }

@@ -23,12 +23,17 @@
 #include "bufpool/metrics.h"
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 #include "uring_test_util.h"
 
 namespace bufpool {
 namespace {
 
 using testing_util::Ring;
+using testing_util::SocketPair;
+using testing_util::SubmitAndTakeOne;
+using testing_util::TakenCompletion;
+using testing_util::UniqueFd;
 
 constexpr size_t kBs = 4096;
 
@@ -181,16 +186,16 @@ TEST(BudgetTest, AppendPastTheLimitIsRefusedAndChangesNothing) {
 TEST(BudgetTest, ReadFromPastTheLimitLeavesTheBytesInTheSocket) {
   auto pool = MakePool(32);
   auto budget = MakeBudget(*pool, {.name = "reader", .max_bytes = 2 * kBs});
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  UniqueFd sv[2];
+  ASSERT_EQ(SocketPair(SOCK_STREAM, sv), 0);
   const std::string sent = Bytes(5 * kBs + 123, 's');
-  ASSERT_EQ(write(sv[0], sent.data(), sent.size()),
+  ASSERT_EQ(write(sv[0].get(), sent.data(), sent.size()),
             static_cast<ssize_t>(sent.size()));
   BufferChain chain(*budget);
   std::string got;
   int refusals = 0;
   while (got.size() + chain.size() < sent.size()) {
-    absl::StatusOr<size_t> n = ReadFrom(sv[1], chain, 64 * kBs);
+    absl::StatusOr<size_t> n = ReadFrom(sv[1].get(), chain, 64 * kBs);
     if (!n.ok()) {
       ASSERT_EQ(n.status().code(), absl::StatusCode::kResourceExhausted)
           << n.status();
@@ -211,8 +216,6 @@ TEST(BudgetTest, ReadFromPastTheLimitLeavesTheBytesInTheSocket) {
   EXPECT_GE(refusals, 2);
   EXPECT_EQ(budget->Stats().refusals, static_cast<uint64_t>(refusals));
   EXPECT_EQ(budget->Stats().high_water_bytes, 2 * kBs);
-  close(sv[0]);
-  close(sv[1]);
 }
 
 TEST(BudgetTest, WatermarksFireOnceEachWay) {
@@ -327,14 +330,14 @@ size_t RunLengthPrefixedServer(bool reserve) {
   auto pool = MakePool(160);
   std::vector<std::unique_ptr<BufferBudget>> budgets;
   std::vector<BufferChain> in;
-  std::vector<std::array<int, 2>> fds(kConns);
+  std::vector<std::array<UniqueFd, 2>> fds(kConns);
   for (size_t i = 0; i < kConns; ++i) {
     budgets.push_back(
         MakeBudget(*pool, {.name = "conn " + std::to_string(i),
                            .max_bytes = kFrame + 2 * kBs,
                            .reserved_bytes = reserve ? kFrame + kBs : 0}));
     in.emplace_back(*budgets.back());
-    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds[i].data()), 0);
+    EXPECT_EQ(SocketPair(SOCK_STREAM, fds[i]), 0);
   }
   // Every client sends all but the last buffer of its frame; the server
   // reads what there is.
@@ -344,9 +347,9 @@ size_t RunLengthPrefixedServer(bool reserve) {
     const uint32_t len = kFrame - 4;
     std::memcpy(f.data(), &len, 4);
     frames.push_back(f);
-    EXPECT_EQ(write(fds[i][0], f.data(), kFrame - kBs),
+    EXPECT_EQ(write(fds[i][0].get(), f.data(), kFrame - kBs),
               static_cast<ssize_t>(kFrame - kBs));
-    (void)ReadFrom(fds[i][1], in[i], kFrame);
+    (void)ReadFrom(fds[i][1].get(), in[i], kFrame);
   }
   // Another consumer drains the pool.
   auto other = MakeBudget(*pool, {.name = "other", .max_bytes = ~size_t{0}});
@@ -358,25 +361,21 @@ size_t RunLengthPrefixedServer(bool reserve) {
   // holds a whole frame, answers it with a reply of one buffer.
   size_t replied = 0;
   for (size_t i = 0; i < kConns; ++i) {
-    EXPECT_EQ(write(fds[i][0], frames[i].data() + kFrame - kBs, kBs),
+    EXPECT_EQ(write(fds[i][0].get(), frames[i].data() + kFrame - kBs, kBs),
               static_cast<ssize_t>(kBs));
     for (int tries = 0; tries < 4 && in[i].size() < kFrame; ++tries) {
-      if (!ReadFrom(fds[i][1], in[i], kFrame - in[i].size()).ok()) break;
+      if (!ReadFrom(fds[i][1].get(), in[i], kFrame - in[i].size()).ok()) break;
     }
     if (in[i].size() < kFrame) continue;  // stuck: no buffer to read into
     EXPECT_EQ(Contents(in[i]), frames[i]);
     BufferChain reply(*budgets[i]);
     if (!reply.Append(Bytes(kBs, 'r')).ok()) continue;
     in[i].Consume(kFrame);
-    EXPECT_TRUE(WriteTo(fds[i][1], reply).ok());
+    EXPECT_TRUE(WriteTo(fds[i][1].get(), reply).ok());
     ++replied;
   }
   hoard.Clear();
   in.clear();
-  for (auto& f : fds) {
-    close(f[0]);
-    close(f[1]);
-  }
   return replied;
 }
 
@@ -521,24 +520,22 @@ TEST(BudgetRingTest, TakePastTheLimitKeepsTheBytesAndSaysSo) {
        .copy_below = 0,
        .incremental = ProvidedBufferRingOptions::Incremental::kOff});
   ASSERT_TRUE(br.ok()) << br.status();
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  UniqueFd sv[2];
+  ASSERT_EQ(SocketPair(SOCK_STREAM, sv), 0);
   BufferChain chain(*budget);
   std::string sent;
   std::vector<absl::Status> results;
   for (int i = 0; i < 4; ++i) {
     const std::string msg = Bytes(1000, static_cast<char>('a' + i));
     sent += msg;
-    ASSERT_EQ(write(sv[0], msg.data(), msg.size()),
+    ASSERT_EQ(write(sv[0].get(), msg.data(), msg.size()),
               static_cast<ssize_t>(msg.size()));
     io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
-    (*br)->PrepareRecv(sqe, sv[1], {.multishot = false, .bundle = false});
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-    io_uring_cqe* cqe;
-    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-    ASSERT_EQ(cqe->res, 1000);
-    results.push_back((*br)->Take(*cqe, chain));
-    io_uring_cqe_seen(ring.get(), cqe);
+    (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
+    TakenCompletion t;
+    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, &t));
+    ASSERT_EQ(t.res, 1000);
+    results.push_back(t.status);
     (*br)->Refill();
   }
   EXPECT_TRUE(results[0].ok()) << results[0];
@@ -559,8 +556,6 @@ TEST(BudgetRingTest, TakePastTheLimitKeepsTheBytesAndSaysSo) {
   EXPECT_EQ(budget->Stats().refusals, 2u);
   chain.Consume(chain.size());
   EXPECT_EQ(budget->pinned_bytes(), 0u);
-  close(sv[0]);
-  close(sv[1]);
 }
 
 TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
@@ -574,22 +569,19 @@ TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
        .initial_buffers = 8,
        .incremental = ProvidedBufferRingOptions::Incremental::kOff});
   ASSERT_TRUE(br.ok()) << br.status();
-  int sv[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  UniqueFd sv[2];
+  ASSERT_EQ(SocketPair(SOCK_STREAM, sv), 0);
   BufferChain chain(*budget);
   std::string sent;
   for (int i = 0; i < 6; ++i) {
     const std::string msg = Bytes(100, static_cast<char>('a' + i));
     sent += msg;
-    ASSERT_EQ(write(sv[0], msg.data(), msg.size()), 100);
+    ASSERT_EQ(write(sv[0].get(), msg.data(), msg.size()), 100);
     io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
-    (*br)->PrepareRecv(sqe, sv[1], {.multishot = false, .bundle = false});
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-    io_uring_cqe* cqe;
-    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-    const absl::Status s = (*br)->Take(*cqe, chain);
-    io_uring_cqe_seen(ring.get(), cqe);
-    ASSERT_TRUE(s.ok()) << s;
+    (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
+    TakenCompletion t;
+    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, &t));
+    ASSERT_TRUE(t.status.ok()) << t.status;
     (*br)->Refill();
     // Small receives share one buffer (the ring's pack): one charged, until
     // the chain holds copy_below (512) bytes; then the ring's buffer is
@@ -606,21 +598,16 @@ TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
   BufferChain other(*budget);
   ASSERT_TRUE(other.Append(Bytes(4 * kBs, 'o')).ok());
   ASSERT_EQ(budget->room_bytes(), 0u);
-  ASSERT_EQ(write(sv[0], "tiny", 4), 4);
+  ASSERT_EQ(write(sv[0].get(), "tiny", 4), 4);
   io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
-  (*br)->PrepareRecv(sqe, sv[1], {.multishot = false, .bundle = false});
-  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-  io_uring_cqe* cqe;
-  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-  const absl::Status s = (*br)->Take(*cqe, chain);
-  io_uring_cqe_seen(ring.get(), cqe);
-  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
+  TakenCompletion t;
+  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, &t));
+  EXPECT_EQ(t.status.code(), absl::StatusCode::kResourceExhausted) << t.status;
   EXPECT_EQ(Contents(chain), "tiny");
   EXPECT_EQ(budget->pinned_bytes(), 5 * kBs);
   chain.Clear();
   other.Clear();
-  close(sv[0]);
-  close(sv[1]);
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ namespace {
 
 using testing_util::Event;
 using testing_util::MakePool;
+using testing_util::UniqueFd;
 
 bool IsRseq(PerCpuMode mode) {
   return mode == PerCpuMode::kRseq || mode == PerCpuMode::kRseqMmCid;
@@ -785,11 +786,11 @@ uint64_t ReadEvent(int fd) {
 
 TEST(NotifyTest, FiresAtOnceWhenABufferIsFree) {
   auto pool = MakePool({.buffer_count = 16, .cache_size = 2});
-  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const UniqueFd event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  const int fd = event.get();
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(pool->NotifyWhenFree(fd).ok());
   EXPECT_EQ(ReadEvent(fd), 1u);
-  ::close(fd);
 }
 
 TEST(NotifyTest, FiresAtOnceWhenTheOnlyFreeBufferSitsInACache) {
@@ -797,10 +798,10 @@ TEST(NotifyTest, FiresAtOnceWhenTheOnlyFreeBufferSitsInACache) {
   std::vector<Buffer> all(16);
   ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 16u);
   all[3].Reset();  // into this CPU's cache
-  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const UniqueFd event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  const int fd = event.get();
   ASSERT_TRUE(pool->NotifyWhenFree(fd).ok());
   EXPECT_EQ(ReadEvent(fd), 1u);
-  ::close(fd);
 }
 
 TEST(NotifyTest, AReleaseOnAnotherThreadWakesTheEventfdOnce) {
@@ -808,7 +809,8 @@ TEST(NotifyTest, AReleaseOnAnotherThreadWakesTheEventfdOnce) {
     auto pool = MakePool({.buffer_count = 16, .cache_size = cache});
     std::vector<Buffer> all(16);
     ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 16u);
-    const int fd = ::eventfd(0, EFD_CLOEXEC);  // blocking read below
+    const UniqueFd event(::eventfd(0, EFD_CLOEXEC));  // blocking read below
+    const int fd = event.get();
     ASSERT_TRUE(pool->NotifyWhenFree(fd).ok());
     pollfd probe{fd, POLLIN, 0};
     EXPECT_EQ(::poll(&probe, 1, 0), 0);  // nothing yet
@@ -822,7 +824,6 @@ TEST(NotifyTest, AReleaseOnAnotherThreadWakesTheEventfdOnce) {
     // The released buffers are where TryAcquire finds them.
     Buffer again = pool->TryAcquire();
     EXPECT_TRUE(again);
-    ::close(fd);
   }
 }
 
@@ -877,7 +878,8 @@ TEST(DrainTest, ADrainerThatSleepsWhileHoldingACacheStallsNoOtherThread) {
   // The machine may preempt the worker for a while of its own; a stall is
   // there in every attempt, a preemption rarely in five.
   int64_t best_worst_ns = INT64_MAX;
-  for (int attempt = 0; attempt < 5 && best_worst_ns >= 100'000'000; ++attempt) {
+  for (int attempt = 0; attempt < 5 && best_worst_ns >= 100'000'000;
+       ++attempt) {
     std::atomic<bool> warm{false}, done{false};
     std::atomic<int64_t> worst_ns{0};
     std::atomic<uint64_t> pairs{0};

@@ -32,7 +32,9 @@ namespace bufpool {
 namespace {
 
 using testing_util::MakePool;
+using testing_util::Pipe;
 using testing_util::ReadFileOrDie;
+using testing_util::UniqueFd;
 
 // True when `text` contains `part`; prints both otherwise.
 testing::AssertionResult Contains(const std::string& text,
@@ -814,18 +816,19 @@ TEST_F(StreamTest, BadOptionsAndBadDescriptorsAreClearErrors) {
 
 TEST_F(StreamTest, BorrowedDescriptorStaysOpenAndTakenOneIsClosed) {
   auto pool = MakePool(64, 4);
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
+  UniqueFd fds[2];
+  ASSERT_EQ(Pipe(fds), 0);
   {
-    auto w =
-        BufferedWriter::FromFd(fds[1], FdOwnership::kBorrow, *pool, "pipe");
+    auto w = BufferedWriter::FromFd(fds[1].get(), FdOwnership::kBorrow, *pool,
+                                    "pipe");
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE(w->Append("via pipe", 8).ok());
     ASSERT_TRUE(w->Close().ok());
   }
-  EXPECT_NE(fcntl(fds[1], F_GETFD), -1);  // still ours
-  ASSERT_EQ(close(fds[1]), 0);
-  auto r = BufferedReader::FromFd(fds[0], FdOwnership::kTake, *pool);
+  EXPECT_NE(fcntl(fds[1].get(), F_GETFD), -1);  // still ours
+  ASSERT_EQ(fds[1].Close(), 0);
+  const int read_end = fds[0].release();  // the reader's from here
+  auto r = BufferedReader::FromFd(read_end, FdOwnership::kTake, *pool);
   ASSERT_TRUE(r.ok());
   std::string got(8, '\0');
   ASSERT_TRUE(r->ReadExact({reinterpret_cast<std::byte*>(got.data()), 8}).ok());
@@ -833,7 +836,7 @@ TEST_F(StreamTest, BorrowedDescriptorStaysOpenAndTakenOneIsClosed) {
   EXPECT_EQ(r->ReadLE<uint32_t>().status().code(),
             absl::StatusCode::kOutOfRange);
   ASSERT_TRUE(r->Close().ok());
-  EXPECT_EQ(fcntl(fds[0], F_GETFD), -1);  // closed by the reader
+  EXPECT_EQ(fcntl(read_end, F_GETFD), -1);  // closed by the reader
 }
 
 TEST_F(StreamTest, MovesKeepBuffersAndDestructionReturnsThem) {

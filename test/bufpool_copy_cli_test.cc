@@ -9,7 +9,6 @@
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,7 +30,9 @@ namespace {
 
 const std::string kBin = std::string(BUFPOOL_INSTALLED_BIN) + "/bufpool-copy";
 
+using bufpool::testing_util::BindUnixSocket;
 using bufpool::testing_util::TempFiles;
+using bufpool::testing_util::UniqueFd;
 using bufpool_test::Result;
 using bufpool_test::Slurp;
 
@@ -360,12 +361,9 @@ TEST_F(CopyCliTest, RecursiveReportsEachFailedEntryAndCopiesTheRest) {
   ASSERT_EQ(mkdir(Path("src/sub").c_str(), 0700), 0);
   Write("src/sub/f", "deep");
   Write("a", "file");
-  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
   const std::string sock = Path("src/sock");
-  std::strncpy(addr.sun_path, sock.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const UniqueFd sock_fd = BindUnixSocket(sock);
+  ASSERT_TRUE(sock_fd.valid());
   ASSERT_EQ(mkdir(Path("d").c_str(), 0755), 0);
   for (const char* flag : {"-r", "-R", "--recursive"}) {
     SCOPED_TRACE(flag);
@@ -378,7 +376,6 @@ TEST_F(CopyCliTest, RecursiveReportsEachFailedEntryAndCopiesTheRest) {
     EXPECT_NE(r.out.find("\"files\": 1, \"directories\": 2"), std::string::npos)
         << r.out;
   }
-  close(fd);
 }
 
 TEST_F(CopyCliTest, NoClobberNeverOverwritesInBothSpellings) {
@@ -561,8 +558,9 @@ TEST_F(CopyCliTest, KillNineMidCopyLeavesTheOldDestination) {
   pid_t pid;
   ASSERT_EQ(posix_spawn(&pid, kBin.c_str(), nullptr, nullptr, argv, environ),
             0);
-  const int w = open(fifo.c_str(), O_WRONLY);  // waits for the reader
-  ASSERT_GE(w, 0);
+  const UniqueFd writer(open(fifo.c_str(), O_WRONLY));  // waits for the reader
+  ASSERT_TRUE(writer.valid());
+  const int w = writer.get();
   // More than one batch (128 KiB), so the copy writes before it waits.
   const std::string chunk(300000, 'n');
   ASSERT_EQ(write(w, chunk.data(), chunk.size()), ssize_t(chunk.size()));
@@ -581,7 +579,6 @@ TEST_F(CopyCliTest, KillNineMidCopyLeavesTheOldDestination) {
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  close(w);
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(Slurp(dst), "old destination");
   ASSERT_EQ(TempFiles(dir_).size(), 1u);
@@ -606,14 +603,15 @@ TEST_F(CopyCliTest, NoClobberDoesNotReplaceAFileThatAppearsDuringTheCopy) {
   pid_t pid;
   ASSERT_EQ(posix_spawn(&pid, kBin.c_str(), &fa, nullptr, argv, environ), 0);
   posix_spawn_file_actions_destroy(&fa);
-  const int w = open(fifo.c_str(), O_WRONLY);  // the copy has started
-  ASSERT_GE(w, 0);
+  UniqueFd writer(open(fifo.c_str(), O_WRONLY));  // the copy has started
+  ASSERT_TRUE(writer.valid());
+  const int w = writer.get();
   // More than a pipe holds: once written, the copy is reading, so it has
   // looked at `dst` already and writes a temporary file.
   const std::string data(300000, 'f');
   ASSERT_EQ(write(w, data.data(), data.size()), ssize_t(data.size()));
   Write("dst", "appeared meanwhile");
-  close(w);
+  writer.reset();
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));

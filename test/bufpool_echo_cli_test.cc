@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,7 +35,10 @@ const std::string kLoad =
 using bufpool_test::Result;
 using bufpool_test::Slurp;
 
-using bufpool_test::Argv;
+using bufpool::testing_util::Child;
+using bufpool::testing_util::ExitedCleanly;
+using bufpool::testing_util::StartChild;
+using bufpool::testing_util::UniqueFd;
 
 class EchoCliTest : public testing::Test {
  protected:
@@ -50,11 +52,6 @@ class EchoCliTest : public testing::Test {
     dir_ = tmpl;
   }
   void TearDown() override {
-    for (const Server& s : servers_) {
-      kill(s.pid, SIGKILL);
-      waitpid(s.pid, nullptr, 0);
-      fclose(s.out);
-    }
     ASSERT_EQ(std::system(("rm -rf '" + dir_ + "'").c_str()), 0);
   }
 
@@ -63,50 +60,32 @@ class EchoCliTest : public testing::Test {
     return bufpool_test::RunTool(bin, args, dir_);
   }
 
+  // A running bufpool-echo, killed when it goes out of scope unless
+  // stopped.
   struct Server {
-    pid_t pid = -1;
-    FILE* out = nullptr;  // its stdout
+    Child child;          // its pid and stdout
     std::string address;  // from "listening on HOST:PORT"
   };
 
   // Starts bufpool-echo with `args` and reads its first line.
   Server StartEcho(const std::vector<std::string>& args) {
-    Server s;
-    int pipefd[2];
-    if (pipe(pipefd) != 0) return s;
     std::vector<std::string> all = {kEcho};
     all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv = Argv(all);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-    posix_spawn_file_actions_addclose(&fa, pipefd[0]);
-    if (posix_spawn(&s.pid, kEcho.c_str(), &fa, nullptr, argv.data(),
-                    environ) != 0) {
-      s.pid = -1;
-    }
-    posix_spawn_file_actions_destroy(&fa);
-    close(pipefd[1]);
-    s.out = fdopen(pipefd[0], "r");
-    const std::string first = ReadLine(s.out);
+    Server s{.child = StartChild(kEcho, all)};
+    const std::string first = ReadLine(s.child.out.get());
     if (first.rfind("listening on ", 0) == 0) {
       s.address = first.substr(strlen("listening on "));
       if (!s.address.empty()) s.address.pop_back();  // '\n'
     }
-    if (s.pid > 0) servers_.push_back(s);
     return s;
   }
 
   // SIGTERM; returns the exit status and the summary line.
-  int Stop(const Server& s, std::string* summary) {
-    kill(s.pid, SIGTERM);
-    int status = 0;
-    waitpid(s.pid, &status, 0);
-    *summary = ReadLine(s.out);
-    fclose(s.out);
-    servers_.erase(
-        std::find_if(servers_.begin(), servers_.end(),
-                     [&](const Server& x) { return x.pid == s.pid; }));
+  int Stop(Server& s, std::string* summary) {
+    kill(s.child.pid, SIGTERM);
+    const int status = s.child.Wait();
+    *summary = ReadLine(s.child.out.get());
+    s.child.out.reset();
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
@@ -132,7 +111,6 @@ class EchoCliTest : public testing::Test {
   }
 
   std::string dir_;
-  std::vector<Server> servers_;  // killed at the end if still running
 };
 
 TEST_F(EchoCliTest, ServesAndVerifiesWithBothFlagForms) {
@@ -143,7 +121,7 @@ TEST_F(EchoCliTest, ServesAndVerifiesWithBothFlagForms) {
        "--buffer-size", "1024", "--max-unsent", "65536"}};
   for (const auto& form : echo_forms) {
     Server s = StartEcho(form);
-    ASSERT_GT(s.pid, 0);
+    ASSERT_GT(s.child.pid, 0);
     ASSERT_EQ(s.address.rfind("127.0.0.1:", 0), 0u) << s.address;
     const std::vector<std::vector<std::string>> load_forms = {
         {"--target=" + s.address, "--connections=2", "--messages=5",
@@ -166,7 +144,7 @@ TEST_F(EchoCliTest, ServesAndVerifiesWithBothFlagForms) {
 
 TEST_F(EchoCliTest, EchoFailedBindIsExitOne) {
   Server first = StartEcho({"--engine=epoll", "--buffer-count=16"});
-  ASSERT_GT(first.pid, 0);
+  ASSERT_GT(first.child.pid, 0);
   ASSERT_FALSE(first.address.empty());
   Result r = Run(kEcho, {"--listen", first.address, "--buffer-count=16"});
   EXPECT_EQ(r.status, 1) << r.err;
@@ -200,18 +178,19 @@ TEST_F(EchoCliTest, EchoUsageErrorsExitTwo) {
 TEST_F(EchoCliTest, MetricsEveryPrintsThePoolAndItsConnectionsBudgets) {
   Server s = StartEcho(
       {"--engine=epoll", "--buffer-count=64", "--metrics-every=0.02"});
-  ASSERT_GT(s.pid, 0);
+  ASSERT_GT(s.child.pid, 0);
   const size_t colon = s.address.rfind(':');
   const int port = std::stoi(s.address.substr(colon + 1));
-  const int fd = bufpool::testing_util::ConnectToLoopback(port);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, "hello", 5), 5);  // never read back: the bytes stay
+  const UniqueFd conn = bufpool::testing_util::ConnectToLoopback(port);
+  ASSERT_TRUE(conn.valid());
+  ASSERT_EQ(write(conn.get(), "hello", 5),
+            5);  // never read back: the bytes stay
   // Expositions until one shows the connection's budget (each print is a
   // fresh one; the count bounds the wait, not a clock).
   std::string print, seen;
   bool found = false;
   for (int prints = 0; prints < 500 && !found;) {
-    const std::string line = ReadLine(s.out);
+    const std::string line = ReadLine(s.child.out.get());
     if (line.empty()) break;  // the server died
     if (line != "# EOF\n") {
       print += line;
@@ -231,13 +210,8 @@ TEST_F(EchoCliTest, MetricsEveryPrintsThePoolAndItsConnectionsBudgets) {
   EXPECT_NE(seen.find("# TYPE bufpool_budget_refusals_total counter\n"),
             std::string::npos)
       << seen;
-  close(fd);
-  kill(s.pid, SIGTERM);
-  int status = 0;
-  waitpid(s.pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  fclose(s.out);
-  servers_.clear();
+  kill(s.child.pid, SIGTERM);
+  EXPECT_TRUE(ExitedCleanly(s.child));
 }
 
 TEST_F(EchoCliTest, EchoHelpListsEveryFlagAndTheExitCodes) {
@@ -284,18 +258,18 @@ TEST_F(EchoCliTest, LoadHelpListsEveryFlagAndTheExitCodes) {
 
 // A bound socket that does not listen: connecting to it is refused.
 TEST_F(EchoCliTest, LoadRefusedConnectionIsExitOne) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(fd.valid());
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
   socklen_t len = sizeof(sa);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  ASSERT_EQ(getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len), 0);
   const std::string target = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
   Result r =
       Run(kLoad, {"--target", target, "--connections=1", "--messages=1"});
-  close(fd);
+  fd.reset();
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err.rfind("bufpool-echo-load: FAILED: ", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -304,25 +278,24 @@ TEST_F(EchoCliTest, LoadRefusedConnectionIsExitOne) {
 // A server that echoes every byte but flips the first of each read.
 TEST_F(EchoCliTest, LoadMismatchIsExitOne) {
   sockaddr_in sa;
-  const int lfd = bufpool::testing_util::ListenOnLoopback(4, &sa);
-  ASSERT_GE(lfd, 0);
-  std::thread bad([lfd] {
-    const int c = accept(lfd, nullptr, nullptr);
-    if (c < 0) return;
+  UniqueFd listener = bufpool::testing_util::ListenOnLoopback(4, &sa);
+  ASSERT_TRUE(listener.valid());
+  std::thread bad([lfd = listener.get()] {
+    const UniqueFd c(accept(lfd, nullptr, nullptr));
+    if (!c.valid()) return;
     char buf[4096];
     for (;;) {
-      const ssize_t n = read(c, buf, sizeof buf);
+      const ssize_t n = read(c.get(), buf, sizeof buf);
       if (n <= 0) break;
       buf[0] ^= 0x5a;
-      if (write(c, buf, static_cast<size_t>(n)) != n) break;
+      if (write(c.get(), buf, static_cast<size_t>(n)) != n) break;
     }
-    close(c);
   });
   const std::string target = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
   Result r = Run(kLoad, {"--target=" + target, "--connections=1",
                          "--messages=1", "--size=16:16"});
   bad.join();
-  close(lfd);
+  listener.reset();
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(r.err.rfind("bufpool-echo-load: FAILED: DATA_LOSS", 0), 0u)
       << r.err;

@@ -28,37 +28,18 @@ namespace bufpool {
 namespace {
 
 using testing_util::Contents;
+using testing_util::Pipe;
 using testing_util::RandomBytes;
 using testing_util::SetNonBlocking;
+using testing_util::SocketPair;
+using testing_util::UniqueFd;
 
+// Two connected ends, a() and b(), each closed at the end of the test.
 struct Pair {
-  int a = -1;
-  int b = -1;
-  ~Pair() {
-    if (a >= 0) ::close(a);
-    if (b >= 0) ::close(b);
-  }
-  void CloseA() {
-    ::close(a);
-    a = -1;
-  }
-  void CloseB() {
-    ::close(b);
-    b = -1;
-  }
+  UniqueFd ends[2];
+  int a() const { return ends[0].get(); }
+  int b() const { return ends[1].get(); }
 };
-
-// A connected TCP pair over loopback: a is the client, b the accepted end.
-void TcpPair(Pair& p) {
-  sockaddr_in sa;
-  const int l = testing_util::ListenOnLoopback(1, &sa);
-  ASSERT_GE(l, 0);
-  p.a = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_EQ(::connect(p.a, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  p.b = ::accept(l, nullptr, nullptr);
-  ASSERT_GE(p.b, 0);
-  ::close(l);
-}
 
 class ChainIoTest : public ::testing::Test {
  protected:
@@ -134,44 +115,45 @@ class ChainIoTest : public ::testing::Test {
 
 TEST_F(ChainIoTest, BlockingSocketpairCarriesEveryByte) {
   Pair p;
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  ASSERT_EQ(SocketPair(SOCK_STREAM, p.ends), 0);
   const std::string data = RandomBytes(1 << 20, 1);
-  EXPECT_EQ(Transfer(p.a, p.b, data, 64 << 10, false), data);
+  EXPECT_EQ(Transfer(p.a(), p.b(), data, 64 << 10, false), data);
 }
 
 TEST_F(ChainIoTest, NonBlockingSocketpairWithASlowReader) {
   Pair p;
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
-  SetNonBlocking(p.a);
-  SetNonBlocking(p.b);
+  ASSERT_EQ(SocketPair(SOCK_STREAM, p.ends), 0);
+  SetNonBlocking(p.a());
+  SetNonBlocking(p.b());
   const std::string data = RandomBytes(1 << 20, 2);
-  EXPECT_EQ(Transfer(p.a, p.b, data, 5000, true), data);
+  EXPECT_EQ(Transfer(p.a(), p.b(), data, 5000, true), data);
 }
 
 TEST_F(ChainIoTest, PipesBlockingAndNot) {
   for (bool nonblocking : {false, true}) {
     Pair p;
-    int fds[2];
-    ASSERT_EQ(::pipe(fds), 0);
-    p.b = fds[0];
-    p.a = fds[1];
+    UniqueFd fds[2];
+    ASSERT_EQ(Pipe(fds), 0);
+    p.ends[1] = std::move(fds[0]);
+    p.ends[0] = std::move(fds[1]);
     if (nonblocking) {
-      SetNonBlocking(p.a);
-      SetNonBlocking(p.b);
+      SetNonBlocking(p.a());
+      SetNonBlocking(p.b());
     }
     const std::string data = RandomBytes(1 << 20, 3);
-    EXPECT_EQ(Transfer(p.a, p.b, data, 10000, nonblocking), data);
-    p.a = -1;  // closed by Transfer
+    // Transfer closes the pipe's write end.
+    EXPECT_EQ(Transfer(p.ends[0].release(), p.b(), data, 10000, nonblocking),
+              data);
   }
 }
 
 TEST_F(ChainIoTest, NothingToReadIsUnavailableAndLeavesTheChain) {
   Pair p;
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
-  SetNonBlocking(p.b);
+  ASSERT_EQ(SocketPair(SOCK_STREAM, p.ends), 0);
+  SetNonBlocking(p.b());
   BufferChain in(*pool_);
   ASSERT_TRUE(in.Append("kept").ok());
-  absl::StatusOr<size_t> r = ReadFrom(p.b, in, 4096);
+  absl::StatusOr<size_t> r = ReadFrom(p.b(), in, 4096);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_EQ(Contents(in), "kept");
   EXPECT_EQ(pool_->Stats().in_use, 1u);  // the fresh buffers went back
@@ -179,11 +161,11 @@ TEST_F(ChainIoTest, NothingToReadIsUnavailableAndLeavesTheChain) {
 
 TEST_F(ChainIoTest, ReadFillsTheTailRoomFirstAndReturnsUnusedBuffers) {
   Pair p;
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  ASSERT_EQ(SocketPair(SOCK_STREAM, p.ends), 0);
   BufferChain in(*pool_);
   ASSERT_TRUE(in.Append("head:").ok());
-  ASSERT_EQ(::write(p.a, "abc", 3), 3);
-  absl::StatusOr<size_t> r = ReadFrom(p.b, in, 1 << 20);
+  ASSERT_EQ(::write(p.a(), "abc", 3), 3);
+  absl::StatusOr<size_t> r = ReadFrom(p.b(), in, 1 << 20);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, 3u);
   EXPECT_EQ(Contents(in), "head:abc");
@@ -191,11 +173,11 @@ TEST_F(ChainIoTest, ReadFillsTheTailRoomFirstAndReturnsUnusedBuffers) {
   EXPECT_EQ(pool_->Stats().in_use, 1u);
   // A read larger than the room spills into fresh buffers.
   const std::string big = RandomBytes(10000, 4);
-  ASSERT_EQ(::write(p.a, big.data(), big.size()),
+  ASSERT_EQ(::write(p.a(), big.data(), big.size()),
             static_cast<ssize_t>(big.size()));
   size_t total = 0;
   while (total < big.size()) {
-    r = ReadFrom(p.b, in, 1 << 20);
+    r = ReadFrom(p.b(), in, 1 << 20);
     ASSERT_TRUE(r.ok()) << r.status();
     total += *r;
   }
@@ -205,12 +187,12 @@ TEST_F(ChainIoTest, ReadFillsTheTailRoomFirstAndReturnsUnusedBuffers) {
 
 TEST_F(ChainIoTest, ReadOfASharedTailStartsAFreshBuffer) {
   Pair p;
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  ASSERT_EQ(SocketPair(SOCK_STREAM, p.ends), 0);
   BufferChain in(*pool_);
   ASSERT_TRUE(in.Append("abc").ok());
   SharedBuffer other = in.slice(0);  // shares the tail
-  ASSERT_EQ(::write(p.a, "XYZ", 3), 3);
-  ASSERT_TRUE(ReadFrom(p.b, in, 100).ok());
+  ASSERT_EQ(::write(p.a(), "XYZ", 3), 3);
+  ASSERT_TRUE(ReadFrom(p.b(), in, 100).ok());
   EXPECT_EQ(Contents(in), "abcXYZ");
   EXPECT_EQ(in.slice_count(), 2u);
   EXPECT_NE(std::memcmp(other.data() + 3, "XYZ", 3), 0);
@@ -218,10 +200,10 @@ TEST_F(ChainIoTest, ReadOfASharedTailStartsAFreshBuffer) {
 
 TEST_F(ChainIoTest, EndOfFileIsZero) {
   Pair p;
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
-  p.CloseA();
+  ASSERT_EQ(SocketPair(SOCK_STREAM, p.ends), 0);
+  p.ends[0].reset();
   BufferChain in(*pool_);
-  absl::StatusOr<size_t> r = ReadFrom(p.b, in, 4096);
+  absl::StatusOr<size_t> r = ReadFrom(p.b(), in, 4096);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, 0u);
   EXPECT_TRUE(in.empty());
@@ -229,20 +211,20 @@ TEST_F(ChainIoTest, EndOfFileIsZero) {
 
 TEST_F(ChainIoTest, DryPoolIsResourceExhaustedAndAPartlyDryOneReadsLess) {
   Pair p;
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
+  ASSERT_EQ(SocketPair(SOCK_STREAM, p.ends), 0);
   std::vector<Buffer> held(pool_->capacity());
   ASSERT_EQ(pool_->TryAcquireBulk(absl::MakeSpan(held)), held.size());
-  ASSERT_EQ(::write(p.a, "data", 4), 4);
+  ASSERT_EQ(::write(p.a(), "data", 4), 4);
   BufferChain in(*pool_);
-  absl::StatusOr<size_t> r = ReadFrom(p.b, in, 4096);
+  absl::StatusOr<size_t> r = ReadFrom(p.b(), in, 4096);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted)
       << r.status();
   EXPECT_TRUE(in.empty());
   held.back().Reset();  // one buffer free: a 64 KiB read takes what fits
   const std::string big = RandomBytes(9000, 5);
-  ASSERT_EQ(::write(p.a, big.data(), big.size()),
+  ASSERT_EQ(::write(p.a(), big.data(), big.size()),
             static_cast<ssize_t>(big.size()));
-  r = ReadFrom(p.b, in, 64 << 10);
+  r = ReadFrom(p.b(), in, 64 << 10);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, 4096u);
   EXPECT_EQ(Contents(in), ("data" + big).substr(0, 4096));
@@ -269,18 +251,18 @@ TEST_F(ChainIoTest, BadArgumentsAreClearErrors) {
 
 TEST_F(ChainIoTest, NonBlockingWriteIsPartialThenUnavailable) {
   Pair p;
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
-  SetNonBlocking(p.a);
+  ASSERT_EQ(SocketPair(SOCK_STREAM, p.ends), 0);
+  SetNonBlocking(p.a());
   const std::string data = RandomBytes(4 << 20, 6);  // more than the buffer
   BufferChain out(*pool_);
   ASSERT_TRUE(out.Append(data.substr(0, 1 << 20)).ok());
-  absl::StatusOr<size_t> w = WriteTo(p.a, out);
+  absl::StatusOr<size_t> w = WriteTo(p.a(), out);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_GT(*w, 0u);
   EXPECT_LT(*w, size_t{1} << 20);
   EXPECT_EQ(out.size(), (size_t{1} << 20) - *w);  // consumed what was sent
   const size_t left = out.size();
-  absl::StatusOr<size_t> again = WriteTo(p.a, out);
+  absl::StatusOr<size_t> again = WriteTo(p.a(), out);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable)
       << again.status();
   EXPECT_EQ(out.size(), left);
@@ -290,11 +272,11 @@ TEST_F(ChainIoTest, NonBlockingWriteIsPartialThenUnavailable) {
 TEST_F(ChainIoTest, WriteToAClosedPeerIsAnErrorNotSigpipe) {
   {
     Pair p;
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p.a), 0);
-    p.CloseB();
+    ASSERT_EQ(SocketPair(SOCK_STREAM, p.ends), 0);
+    p.ends[1].reset();
     BufferChain out(*pool_);
     ASSERT_TRUE(out.Append("lost").ok());
-    absl::StatusOr<size_t> w = WriteTo(p.a, out);
+    absl::StatusOr<size_t> w = WriteTo(p.a(), out);
     EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition)
         << w.status();
     EXPECT_NE(w.status().message().find("Broken pipe"), std::string::npos)
@@ -302,15 +284,15 @@ TEST_F(ChainIoTest, WriteToAClosedPeerIsAnErrorNotSigpipe) {
     EXPECT_EQ(Contents(out), "lost");
   }
   {
-    int fds[2];
-    ASSERT_EQ(::pipe(fds), 0);
-    ::close(fds[0]);
+    UniqueFd fds[2];
+    ASSERT_EQ(Pipe(fds), 0);
+    fds[0].reset();
     BufferChain out(*pool_);
     ASSERT_TRUE(out.Append("lost").ok());
-    absl::StatusOr<size_t> w = WriteTo(fds[1], out);
+    absl::StatusOr<size_t> w = WriteTo(fds[1].get(), out);
     EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition)
         << w.status();
-    ::close(fds[1]);
+    fds[1].reset();
     // The SIGPIPE the pipe write raised was consumed, not left pending.
     sigset_t pending;
     sigpending(&pending);
@@ -319,22 +301,23 @@ TEST_F(ChainIoTest, WriteToAClosedPeerIsAnErrorNotSigpipe) {
 }
 
 TEST_F(ChainIoTest, ResetPeerIsAnErrorOnReadAndWrite) {
-  Pair p;
-  TcpPair(p);
-  ASSERT_EQ(::write(p.a, "unread", 6), 6);
+  testing_util::LoopbackConnection p = testing_util::ConnectOverLoopback();
+  ASSERT_TRUE(p.server.valid());
+  ASSERT_EQ(::write(p.client.get(), "unread", 6), 6);
   // Closing with unread bytes (or with SO_LINGER 0) sends a reset.
   const linger l{.l_onoff = 1, .l_linger = 0};
-  ASSERT_EQ(::setsockopt(p.b, SOL_SOCKET, SO_LINGER, &l, sizeof(l)), 0);
-  p.CloseB();
+  ASSERT_EQ(::setsockopt(p.server.get(), SOL_SOCKET, SO_LINGER, &l, sizeof(l)),
+            0);
+  p.server.reset();
   BufferChain in(*pool_);
-  absl::StatusOr<size_t> r = ReadFrom(p.a, in, 4096);
+  absl::StatusOr<size_t> r = ReadFrom(p.client.get(), in, 4096);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
       << r.status();
   EXPECT_NE(r.status().message().find("reset"), std::string::npos)
       << r.status();
   BufferChain out(*pool_);
   ASSERT_TRUE(out.Append("more").ok());
-  absl::StatusOr<size_t> w = WriteTo(p.a, out);
+  absl::StatusOr<size_t> w = WriteTo(p.client.get(), out);
   EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition)
       << w.status();
 }
@@ -354,18 +337,24 @@ struct Script {
 };
 Script* g_script = nullptr;
 
+// The first `bytes` bytes of iov[0, cnt), as iovecs.
+std::vector<iovec> Cut(const iovec* iov, size_t cnt, size_t bytes) {
+  std::vector<iovec> cut;
+  for (size_t i = 0; i < cnt && bytes != 0; ++i) {
+    cut.push_back({iov[i].iov_base, std::min(bytes, iov[i].iov_len)});
+    bytes -= cut.back().iov_len;
+  }
+  return cut;
+}
+
 ssize_t ScriptedReadv(int fd, const iovec* iov, int cnt) {
   const long step = g_script->Next();
   if (step < 0) {
     errno = static_cast<int>(-step);
     return -1;
   }
-  std::vector<iovec> cut;
-  size_t left = static_cast<size_t>(step);
-  for (int i = 0; i < cnt && left != 0; ++i) {
-    cut.push_back({iov[i].iov_base, std::min(left, iov[i].iov_len)});
-    left -= cut.back().iov_len;
-  }
+  std::vector<iovec> cut =
+      Cut(iov, static_cast<size_t>(cnt), static_cast<size_t>(step));
   return os::RealSyscalls().readv(fd, cut.data(), static_cast<int>(cut.size()));
 }
 
@@ -375,13 +364,8 @@ ssize_t ScriptedSendmsg(int fd, const msghdr* msg, int flags) {
     errno = static_cast<int>(-step);
     return -1;
   }
-  std::vector<iovec> cut;
-  size_t left = static_cast<size_t>(step);
-  for (size_t i = 0; i < msg->msg_iovlen && left != 0; ++i) {
-    cut.push_back(
-        {msg->msg_iov[i].iov_base, std::min(left, msg->msg_iov[i].iov_len)});
-    left -= cut.back().iov_len;
-  }
+  std::vector<iovec> cut =
+      Cut(msg->msg_iov, msg->msg_iovlen, static_cast<size_t>(step));
   msghdr m = *msg;
   m.msg_iov = cut.data();
   m.msg_iovlen = cut.size();
@@ -392,7 +376,7 @@ class ChainFaultTest : public ChainIoTest {
  protected:
   void SetUp() override {
     ChainIoTest::SetUp();
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, &p_.a), 0);
+    ASSERT_EQ(SocketPair(SOCK_STREAM, p_.ends), 0);
     table_ = os::RealSyscalls();
     table_.readv = ScriptedReadv;
     table_.sendmsg = ScriptedSendmsg;
@@ -412,13 +396,13 @@ class ChainFaultTest : public ChainIoTest {
 };
 
 TEST_F(ChainFaultTest, ShortReadsAndEintrAreAbsorbed) {
-  ASSERT_EQ(::write(p_.a, "0123456789", 10), 10);
+  ASSERT_EQ(::write(p_.a(), "0123456789", 10), 10);
   script_.steps = {-EINTR, 3, -EINTR, -EINTR, 7};
   BufferChain in(*pool_);
-  absl::StatusOr<size_t> r = ReadFrom(p_.b, in, 4096);
+  absl::StatusOr<size_t> r = ReadFrom(p_.b(), in, 4096);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, 3u);  // one read: a short count is success
-  r = ReadFrom(p_.b, in, 4096);
+  r = ReadFrom(p_.b(), in, 4096);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Contents(in), "0123456789");
   EXPECT_EQ(script_.calls, 5);
@@ -428,11 +412,11 @@ TEST_F(ChainFaultTest, ReadErrorsMapToTheirCodesAndLeaveTheChain) {
   BufferChain in(*pool_);
   ASSERT_TRUE(in.Append("kept").ok());
   script_.steps = {-EAGAIN, -ECONNRESET, -EIO};
-  EXPECT_EQ(ReadFrom(p_.b, in, 4096).status().code(),
+  EXPECT_EQ(ReadFrom(p_.b(), in, 4096).status().code(),
             absl::StatusCode::kUnavailable);
-  EXPECT_EQ(ReadFrom(p_.b, in, 4096).status().code(),
+  EXPECT_EQ(ReadFrom(p_.b(), in, 4096).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  absl::Status io = ReadFrom(p_.b, in, 4096).status();
+  absl::Status io = ReadFrom(p_.b(), in, 4096).status();
   EXPECT_FALSE(io.ok());
   EXPECT_NE(io.message().find("read: fd"), std::string::npos) << io;
   EXPECT_NE(io.message().find("Input/output error"), std::string::npos) << io;
@@ -444,13 +428,13 @@ TEST_F(ChainFaultTest, ShortWritesAndEintrAreRetriedUntilAllIsSent) {
   BufferChain out(*pool_);
   ASSERT_TRUE(out.Append(data).ok());
   script_.steps = {-EINTR, 1, 4095, -EINTR, 5000, 1};  // then unlimited
-  absl::StatusOr<size_t> w = WriteTo(p_.a, out);
+  absl::StatusOr<size_t> w = WriteTo(p_.a(), out);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(*w, data.size());
   EXPECT_TRUE(out.empty());
   std::string got(data.size(), '\0');
   size_t n = 0;
-  while (n < got.size()) n += ::read(p_.b, got.data() + n, got.size() - n);
+  while (n < got.size()) n += ::read(p_.b(), got.data() + n, got.size() - n);
   EXPECT_EQ(got, data);
 }
 
@@ -459,14 +443,15 @@ TEST_F(ChainFaultTest, WouldBlockAfterProgressIsPartialAndErrorsKeepTheRest) {
   BufferChain out(*pool_);
   ASSERT_TRUE(out.Append(data).ok());
   script_.steps = {3000, -EAGAIN, -EAGAIN, 2000, -EPIPE, -ECONNRESET};
-  absl::StatusOr<size_t> w = WriteTo(p_.a, out);
+  absl::StatusOr<size_t> w = WriteTo(p_.a(), out);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(*w, 3000u);
-  EXPECT_EQ(WriteTo(p_.a, out).status().code(), absl::StatusCode::kUnavailable);
-  absl::StatusOr<size_t> e = WriteTo(p_.a, out);  // 2000 sent, then EPIPE
+  EXPECT_EQ(WriteTo(p_.a(), out).status().code(),
+            absl::StatusCode::kUnavailable);
+  absl::StatusOr<size_t> e = WriteTo(p_.a(), out);  // 2000 sent, then EPIPE
   EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Contents(out), data.substr(5000));
-  EXPECT_EQ(WriteTo(p_.a, out).status().code(),
+  EXPECT_EQ(WriteTo(p_.a(), out).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(out.size(), 5000u);
 }
@@ -492,19 +477,13 @@ TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   const size_t bs = pool->buffer_size();
   const size_t bound = conns * testing_util::MostBuffersFor(kLine, bs) +
                        (kMaxRead + bs - 1) / bs;
-  std::vector<int> rd(conns), wr(conns);
-  for (size_t i = 0; i < conns; ++i) {
-    int sv[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-    rd[i] = sv[0];
-    wr[i] = sv[1];
-    const int fl = fcntl(wr[i], F_GETFL);
-    fcntl(wr[i], F_SETFL, fl & ~O_NONBLOCK);
-  }
+  std::vector<UniqueFd> rd, wr;
+  ASSERT_NO_FATAL_FAILURE(testing_util::MakeTrickleSockets(
+      conns, /*nonblocking_readers=*/true, &rd, &wr));
   const std::string line = testing_util::TrickleLine(kLine);
   std::thread trickler = testing_util::StartTrickler(
       conns, line, [&wr](size_t i, const char* byte) {
-        return send(wr[i], byte, 1, MSG_NOSIGNAL) == 1;
+        return send(wr[i].get(), byte, 1, MSG_NOSIGNAL) == 1;
       });
   std::vector<BufferChain> chain;
   for (size_t i = 0; i < conns; ++i) chain.emplace_back(*pool);
@@ -512,12 +491,12 @@ TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
   std::vector<pollfd> fds(conns);
   while (done < conns) {
     for (size_t i = 0; i < conns; ++i) {
-      fds[i] = {chain[i].size() < kLine ? rd[i] : -1, POLLIN, 0};
+      fds[i] = {chain[i].size() < kLine ? rd[i].get() : -1, POLLIN, 0};
     }
     ASSERT_GE(poll(fds.data(), fds.size(), 1000), 0);
     for (size_t i = 0; i < conns; ++i) {
       if (fds[i].revents == 0) continue;
-      absl::StatusOr<size_t> n = ReadFrom(rd[i], chain[i], kMaxRead);
+      absl::StatusOr<size_t> n = ReadFrom(rd[i].get(), chain[i], kMaxRead);
       if (!n.ok() && n.status().code() == absl::StatusCode::kUnavailable) {
         continue;
       }
@@ -528,16 +507,11 @@ TEST_P(ReadFromTrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     if (pool->Stats().high_water > bound) break;  // fails below
   }
   // Unblock a trickler that a failed bound left writing into a full socket.
-  for (size_t i = 0; i < conns; ++i) shutdown(rd[i], SHUT_RDWR);
+  for (size_t i = 0; i < conns; ++i) shutdown(rd[i].get(), SHUT_RDWR);
   trickler.join();
   EXPECT_LE(pool->Stats().high_water, bound) << conns << " connections";
-  for (size_t i = 0; i < conns; ++i) {
-    ASSERT_EQ(chain[i].size(), kLine);
-    EXPECT_LE(chain[i].pinned_bytes(), kLine + 2 * bs);
-    EXPECT_TRUE(Contents(chain[i]) == line) << "connection " << i;
-    close(rd[i]);
-    close(wr[i]);
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      testing_util::ExpectEachHoldsTheLine(chain, line, bs));
   chain.clear();
   EXPECT_TRUE(testing::NoHolders(*pool));
 }

@@ -23,7 +23,9 @@ namespace {
 
 using testing_util::Contents;
 using testing_util::MakePool;
+using testing_util::Pipe;
 using testing_util::RandomBytes;
+using testing_util::UniqueFd;
 
 size_t InUse(const BufferPool& pool) { return pool.Stats().in_use; }
 
@@ -974,27 +976,23 @@ TEST(ReceiveTest, ReadFromWithAPackPinsAboutTheBytes) {
   std::vector<BufferChain> conns;
   for (int i = 0; i < 10; ++i) {
     conns.emplace_back(*pool);
-    int fds[2];
-    ASSERT_EQ(pipe(fds), 0);
-    ASSERT_EQ(write(fds[1], "*3\r\n$3\r\nSET\r\n$1", 15), 15);
-    absl::StatusOr<size_t> n = ReadFrom(fds[0], conns.back(), 4096,
+    UniqueFd fds[2];
+    ASSERT_EQ(Pipe(fds), 0);
+    ASSERT_EQ(write(fds[1].get(), "*3\r\n$3\r\nSET\r\n$1", 15), 15);
+    absl::StatusOr<size_t> n = ReadFrom(fds[0].get(), conns.back(), 4096,
                                         {.copy_below = 512, .pack = &pack});
     ASSERT_TRUE(n.ok()) << n.status();
     EXPECT_EQ(*n, 15u);
-    close(fds[0]);
-    close(fds[1]);
   }
   EXPECT_EQ(InUse(*pool), 1u);  // the pack's buffer, shared by all ten
   for (auto& c : conns) EXPECT_EQ(Contents(c), "*3\r\n$3\r\nSET\r\n$1");
   // Without a pack each would keep the buffer it read into.
   BufferChain plain(*pool);
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  ASSERT_EQ(write(fds[1], "abc", 3), 3);
-  ASSERT_TRUE(ReadFrom(fds[0], plain, 4096).ok());
+  UniqueFd fds[2];
+  ASSERT_EQ(Pipe(fds), 0);
+  ASSERT_EQ(write(fds[1].get(), "abc", 3), 3);
+  ASSERT_TRUE(ReadFrom(fds[0].get(), plain, 4096).ok());
   EXPECT_EQ(plain.pinned_bytes(), 4096u);
-  close(fds[0]);
-  close(fds[1]);
 }
 
 TEST_F(ChainDeathTest, PostallocatePastThePreallocatedRoomAborts) {

@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,8 +28,10 @@
 namespace bufpool {
 namespace {
 
+using testing_util::BindUnixSocket;
 using testing_util::Lstat;
 using testing_util::ReadFileOrDie;
+using testing_util::UniqueFd;
 using testing_util::WriteFileOrDie;
 
 using Replace = CopyOptions::Replace;
@@ -127,14 +128,9 @@ TEST_P(DestinationTest, CharacterDeviceIsWrittenNotReplaced) {
 
 TEST_P(DestinationTest, SocketDestinationIsAnErrorNamingIt) {
   const std::string path = Path("sock");
-  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const UniqueFd sock = BindUnixSocket(path);
+  ASSERT_TRUE(sock.valid());
   absl::StatusOr<CopyStats> r = CopyFile(src_, path, Options());
-  close(fd);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Contains(r.status(), "destination is a socket: " + path))

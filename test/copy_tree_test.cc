@@ -6,7 +6,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,8 +30,10 @@
 namespace bufpool {
 namespace {
 
+using testing_util::BindUnixSocket;
 using testing_util::Lstat;
 using testing_util::ReadFileOrDie;
+using testing_util::UniqueFd;
 
 // The trees' files have a known mode whatever the umask: 0644 unless given.
 void WriteFileOrDie(const std::string& path, const std::string& data,
@@ -89,10 +90,9 @@ TEST_F(TreeTest, RecreatesEveryKindOfEntry) {
   ASSERT_EQ(link(S("a/f").c_str(), S("hard").c_str()), 0);
   WriteFileOrDie(S("sparse"), "");
   {
-    const int fd = open(S("sparse").c_str(), O_WRONLY);
-    ASSERT_EQ(pwrite(fd, "mid", 3, 3 << 20), 3);
-    ASSERT_EQ(ftruncate(fd, 8 << 20), 0);
-    close(fd);
+    const UniqueFd fd(open(S("sparse").c_str(), O_WRONLY));
+    ASSERT_EQ(pwrite(fd.get(), "mid", 3, 3 << 20), 3);
+    ASSERT_EQ(ftruncate(fd.get(), 8 << 20), 0);
   }
   const bool root = geteuid() == 0;
   if (root) {
@@ -186,13 +186,9 @@ TEST_F(TreeTest, ASymlinkToADirectoryAtAFilesPlaceIsRefused) {
 
 TEST_F(TreeTest, SocketsAreReportedAndSkipped) {
   WriteFileOrDie(S("f"), "kept");
-  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, S("sock").c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const UniqueFd sock = BindUnixSocket(S("sock"));
+  ASSERT_TRUE(sock.valid());
   absl::StatusOr<TreeStats> r = CopyTree(src_, Path("dst"));
-  close(fd);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->errors.size(), 1u);
   EXPECT_EQ(r->errors[0].find("skipped: " + S("sock")), 0u) << r->errors[0];
@@ -613,6 +609,15 @@ int FaultUringCreate(unsigned entries, std::unique_ptr<os::Uring>* out) {
   return 0;
 }
 
+// CopyTree(src, dst) with its ring's calls failed as `f` says.
+absl::StatusOr<TreeStats> CopyTreeWithRingFaults(const std::string& src,
+                                                 const std::string& dst) {
+  os::UringSyscallTable t = os::RealUringSyscalls();
+  t.uring_create = FaultUringCreate;
+  os::ScopedUringSyscalls seam(&t);
+  return CopyTree(src, dst);
+}
+
 class RingTreeTest : public TreeTest,
                      public testing::WithParamInterface<Walker> {
  protected:
@@ -798,14 +803,8 @@ TEST_P(RingFaultTest, OneFileFailsAndTheRestIsCopied) {
   f = RingFaults{};
   f.fail = GetParam().op;
   f.err = GetParam().err;
-  os::UringSyscallTable t = os::RealUringSyscalls();
-  t.uring_create = FaultUringCreate;
   const int fds = OpenFds();
-  absl::StatusOr<TreeStats> r;
-  {
-    os::ScopedUringSyscalls seam(&t);
-    r = CopyTree(src_, Path("dst"));
-  }
+  absl::StatusOr<TreeStats> r = CopyTreeWithRingFaults(src_, Path("dst"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->ring) << r->ring_fallback;
   EXPECT_TRUE(f.done);
@@ -876,14 +875,8 @@ TEST_P(RingEntryFaultTest, OneEntryFailsAndTheRestIsMade) {
   f.fail = GetParam().op;
   f.err = EIO;
   f.skip = f.fail == "mkdir" ? 1 : 0;  // the root is made
-  os::UringSyscallTable t = os::RealUringSyscalls();
-  t.uring_create = FaultUringCreate;
   const int fds = OpenFds();
-  absl::StatusOr<TreeStats> r;
-  {
-    os::ScopedUringSyscalls seam(&t);
-    r = CopyTree(src_, Path("dst"));
-  }
+  absl::StatusOr<TreeStats> r = CopyTreeWithRingFaults(src_, Path("dst"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(f.done);
   EXPECT_EQ(OpenFds(), fds);
@@ -910,13 +903,7 @@ TEST_F(TreeTest, ARingMkdirOfTheRootFailsTheCall) {
   WriteFileOrDie(S("f"), "f");
   f = RingFaults{};
   f.fail = "mkdir";
-  os::UringSyscallTable t = os::RealUringSyscalls();
-  t.uring_create = FaultUringCreate;
-  absl::StatusOr<TreeStats> r;
-  {
-    os::ScopedUringSyscalls seam(&t);
-    r = CopyTree(src_, Path("dst"));
-  }
+  absl::StatusOr<TreeStats> r = CopyTreeWithRingFaults(src_, Path("dst"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
             "create directory: " + Path("dst") + ": Input/output error");
@@ -946,14 +933,8 @@ TEST_F(TreeTest, ARingThatFailsHandsTheRestToCopyFile) {
   }
   f = RingFaults{};
   f.fail = "submit";
-  os::UringSyscallTable t = os::RealUringSyscalls();
-  t.uring_create = FaultUringCreate;
   const int fds = OpenFds();
-  absl::StatusOr<TreeStats> r;
-  {
-    os::ScopedUringSyscalls seam(&t);
-    r = CopyTree(src_, Path("dst"));
-  }
+  absl::StatusOr<TreeStats> r = CopyTreeWithRingFaults(src_, Path("dst"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(f.done);
   EXPECT_EQ(OpenFds(), fds);

@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -39,8 +38,10 @@ constexpr size_t Scale(size_t n) {
 
 constexpr size_t kMiB = 1 << 20;
 
+using testing_util::Child;
 using testing_util::Eventually;
 using testing_util::RaiseFileLimit;
+using testing_util::UniqueFd;
 
 // A pool and a server running on its own thread.
 class Running {
@@ -225,18 +226,18 @@ TEST_P(EchoServerTest, PoolFarSmallerThanTheLoad) {
 
 // A connected socket that sends `bytes` (as much as the kernel takes without
 // blocking) and never reads.
-int ConnectNonReader(const std::string& address, size_t bytes) {
+UniqueFd ConnectNonReader(const std::string& address, size_t bytes) {
   const size_t colon = address.rfind(':');
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port =
       htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
   inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr);
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+  UniqueFd conn(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!conn.valid()) return conn;
+  const int fd = conn.get();
   if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
+    return UniqueFd();
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   std::vector<char> junk(64 * 1024, 'x');
@@ -253,7 +254,7 @@ int ConnectNonReader(const std::string& address, size_t bytes) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   }
-  return fd;
+  return conn;
 }
 
 TEST_P(EchoServerTest, NonReadingClientIsCappedAndOthersFinish) {
@@ -261,8 +262,8 @@ TEST_P(EchoServerTest, NonReadingClientIsCappedAndOthersFinish) {
   constexpr size_t kBufferSize = 4096;
   Running s(GetParam(), {.buffer_size = kBufferSize, .buffer_count = 512},
             kLimit);
-  const int hog = ConnectNonReader(s.server().local_address(), 64 * kMiB);
-  ASSERT_GE(hog, 0);
+  UniqueFd hog = ConnectNonReader(s.server().local_address(), 64 * kMiB);
+  ASSERT_TRUE(hog.valid());
   ASSERT_TRUE(
       Eventually([&] { return s.server().Stats().unsent_limit_stalls > 0; }));
   ExpectEchoed(s.Load(16, Scale(20), 1, 256 * 1024, 707));
@@ -275,15 +276,16 @@ TEST_P(EchoServerTest, NonReadingClientIsCappedAndOthersFinish) {
   EXPECT_LE(st.buffers_holding_data, bound_buffers);
   EXPECT_LE(st.bytes_received - st.bytes_sent,
             kLimit + kEchoReadBuffers * kBufferSize);
-  close(hog);
+  hog.reset();
   s.ExpectIdle();
   s.Stop();
 }
 
 TEST_P(EchoServerTest, StopClosesOpenConnections) {
   Running s(GetParam(), {.buffer_count = 64});
-  const int idle = ConnectNonReader(s.server().local_address(), 1000);
-  ASSERT_GE(idle, 0);
+  const UniqueFd idle_conn = ConnectNonReader(s.server().local_address(), 1000);
+  ASSERT_TRUE(idle_conn.valid());
+  const int idle = idle_conn.get();
   ASSERT_TRUE(
       Eventually([&] { return s.server().Stats().bytes_received == 1000; }));
   s.Stop();  // checks in_use == 0 and no connection open
@@ -294,7 +296,6 @@ TEST_P(EchoServerTest, StopClosesOpenConnections) {
   size_t echoed = 0;
   while ((n = recv(idle, &c, 1, 0)) > 0) echoed += n;
   EXPECT_LE(echoed, 1000u);
-  close(idle);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EchoServerTest,
@@ -328,11 +329,13 @@ TEST(UringEchoServerTest, LendsRingSlotsAsTheLoadNeedsThem) {
 // byte must be caught, or the byte-exact tests above prove nothing.
 TEST(EchoLoadTest, ReportsACorruptedEcho) {
   sockaddr_in sa;
-  const int listener = testing_util::ListenOnLoopback(1, &sa);
-  ASSERT_GE(listener, 0);
+  const UniqueFd listen_fd = testing_util::ListenOnLoopback(1, &sa);
+  ASSERT_TRUE(listen_fd.valid());
+  const int listener = listen_fd.get();
   std::thread bad([listener] {
-    const int fd = accept(listener, nullptr, nullptr);
-    if (fd < 0) return;
+    const UniqueFd conn(accept(listener, nullptr, nullptr));
+    if (!conn.valid()) return;
+    const int fd = conn.get();
     char buf[4096];
     size_t total = 0;
     ssize_t n;
@@ -342,7 +345,6 @@ TEST(EchoLoadTest, ReportsACorruptedEcho) {
       total += n;
       if (send(fd, buf, n, MSG_NOSIGNAL) != n) break;
     }
-    close(fd);
   });
   net::EchoLoadOptions o;
   o.target = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
@@ -359,7 +361,6 @@ TEST(EchoLoadTest, ReportsACorruptedEcho) {
       << r.status();
   shutdown(listener, SHUT_RDWR);
   bad.join();
-  close(listener);
 }
 
 TEST(EchoServerOptionsTest, RejectsBadOptions) {
@@ -421,27 +422,10 @@ TEST(EchoServerOptionsTest, StopBeforeRunReturnsAtOnce) {
 }
 
 #ifdef BUFPOOL_ECHO_BINARY
-// Runs bufpool-echo with `args`; returns its pid and a FILE* on its stdout.
-pid_t Spawn(std::vector<std::string> args, FILE** out) {
-  int pipefd[2];
-  if (pipe(pipefd) != 0) return -1;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipefd[1], 1);
-  posix_spawn_file_actions_addclose(&actions, pipefd[0]);
+// Runs bufpool-echo with `args`, its stdout on a pipe.
+Child Spawn(std::vector<std::string> args) {
   args.insert(args.begin(), BUFPOOL_ECHO_BINARY);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, BUFPOOL_ECHO_BINARY, &actions, nullptr, argv.data(),
-                  environ) != 0) {
-    pid = -1;
-  }
-  posix_spawn_file_actions_destroy(&actions);
-  close(pipefd[1]);
-  *out = fdopen(pipefd[0], "r");
-  return pid;
+  return testing_util::StartChild(BUFPOOL_ECHO_BINARY, args);
 }
 
 std::string ReadLine(FILE* f) {
@@ -453,12 +437,10 @@ std::string ReadLine(FILE* f) {
 class EchoToolTest : public testing::TestWithParam<EchoEngine> {};
 
 TEST_P(EchoToolTest, SigtermStopsGracefullyWithASummary) {
-  FILE* out = nullptr;
-  const pid_t pid =
-      Spawn({absl::StrCat("--engine=", EchoEngineName(GetParam())),
-             "--buffer-count=64"},
-            &out);
-  ASSERT_GT(pid, 0);
+  Child child = Spawn({absl::StrCat("--engine=", EchoEngineName(GetParam())),
+                       "--buffer-count=64"});
+  ASSERT_GT(child.pid, 0);
+  FILE* out = child.out.get();
   const std::string first = ReadLine(out);
   ASSERT_EQ(first.rfind("listening on 127.0.0.1:", 0), 0u) << first;
   std::string address = first.substr(strlen("listening on "));
@@ -471,10 +453,9 @@ TEST_P(EchoToolTest, SigtermStopsGracefullyWithASummary) {
   absl::StatusOr<net::EchoLoadResult> r = net::RunEchoLoad(o);
   EXPECT_TRUE(r.ok()) << r.status();
   // One client still connected when the signal comes: it is closed.
-  const int open = ConnectNonReader(address, 10);
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const UniqueFd open = ConnectNonReader(address, 10);
+  ASSERT_EQ(kill(child.pid, SIGTERM), 0);
+  const int status = child.Wait();
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0);
   const std::string summary = ReadLine(out);
@@ -482,8 +463,6 @@ TEST_P(EchoToolTest, SigtermStopsGracefullyWithASummary) {
   EXPECT_NE(summary.find("connections=5 "), std::string::npos) << summary;
   EXPECT_NE(summary.find("open=0 "), std::string::npos) << summary;
   EXPECT_NE(summary.find("pool_high_water="), std::string::npos) << summary;
-  fclose(out);
-  close(open);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EchoToolTest,
@@ -494,15 +473,13 @@ INSTANTIATE_TEST_SUITE_P(Engines, EchoToolTest,
                          });
 
 TEST(EchoToolFlagsTest, UnknownFlagIsAUsageErrorExitTwo) {
-  FILE* out = nullptr;
-  const pid_t pid = Spawn({"--frobnicate=1"}, &out);
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  Child child = Spawn({"--frobnicate=1"});
+  ASSERT_GT(child.pid, 0);
+  const int status = child.Wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 2);
-  EXPECT_EQ(ReadLine(out), "");  // nothing on stdout; the error is on stderr
-  fclose(out);
+  // Nothing on stdout; the error is on stderr.
+  EXPECT_EQ(ReadLine(child.out.get()), "");
 }
 #endif  // BUFPOOL_ECHO_BINARY
 

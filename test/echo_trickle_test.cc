@@ -46,23 +46,23 @@ constexpr int kWedgedSeconds = 10;
 
 using testing_util::Eventually;
 using testing_util::RaiseFileLimit;
+using testing_util::UniqueFd;
 
-// A connected socket to 127.0.0.1:port, or -1. `rcvbuf` > 0 shrinks its
+// A connected socket to 127.0.0.1:port, or none. `rcvbuf` > 0 shrinks its
 // receive buffer first, so a peer that never reads stalls the server's
 // sends sooner.
-int Connect(uint16_t port, int rcvbuf = 0) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+UniqueFd Connect(uint16_t port, int rcvbuf = 0) {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return fd;
   if (rcvbuf > 0) {
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
   }
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    close(fd);
-    return -1;
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    return UniqueFd();
   }
   return fd;
 }
@@ -125,21 +125,22 @@ TEST_P(EchoTrickleTest, ServesNewAndOldClientsWhile1000PeersMisbehave) {
   std::thread runner([&] { run_status = (*server)->Run(); });
   const uint16_t port = (*server)->port();
 
-  const int regular = Connect(port);  // well-behaved, connected before
-  ASSERT_GE(regular, 0);
-  std::vector<int> hostile;
+  UniqueFd regular_conn = Connect(port);  // well-behaved, connected before
+  ASSERT_TRUE(regular_conn.valid());
+  const int regular = regular_conn.get();
+  std::vector<UniqueFd> hostile;
   for (size_t i = 0; i < kTricklers + kFloods; ++i) {
-    const int fd = Connect(port, 4096);
-    ASSERT_GE(fd, 0) << "connection " << i;
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    hostile.push_back(fd);
+    UniqueFd fd = Connect(port, 4096);
+    ASSERT_TRUE(fd.valid()) << "connection " << i;
+    fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+    hostile.push_back(std::move(fd));
   }
   // Floods: as much as the kernel takes now, up to 256 KiB each.
   const std::vector<char> junk(64 * 1024, 'f');
   for (size_t i = kTricklers; i < hostile.size(); ++i) {
     for (size_t sent = 0; sent < 256 * 1024;) {
       const ssize_t n =
-          send(hostile[i], junk.data(), junk.size(), MSG_NOSIGNAL);
+          send(hostile[i].get(), junk.data(), junk.size(), MSG_NOSIGNAL);
       if (n <= 0) break;
       sent += static_cast<size_t>(n);
     }
@@ -160,7 +161,7 @@ TEST_P(EchoTrickleTest, ServesNewAndOldClientsWhile1000PeersMisbehave) {
   std::thread trickle([&] {
     while (!stop.load()) {
       for (size_t i = 0; i < kTricklers; ++i) {
-        send(hostile[i], "t", 1, MSG_NOSIGNAL);
+        send(hostile[i].get(), "t", 1, MSG_NOSIGNAL);
       }
       rounds.fetch_add(1);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -183,11 +184,9 @@ TEST_P(EchoTrickleTest, ServesNewAndOldClientsWhile1000PeersMisbehave) {
   const Clock::duration fresh = Best(
       [&](int) {
         const Clock::time_point t0 = Clock::now();
-        const int fd = Connect(port);
-        if (fd < 0) return Clock::duration::max();
-        const Clock::duration d = RoundTrip(fd, msg, t0);
-        close(fd);
-        return d;
+        const UniqueFd fd = Connect(port);
+        if (!fd.valid()) return Clock::duration::max();
+        return RoundTrip(fd.get(), msg, t0);
       },
       &fresh_ms);
   const Clock::duration old = Best(
@@ -196,8 +195,8 @@ TEST_P(EchoTrickleTest, ServesNewAndOldClientsWhile1000PeersMisbehave) {
   trickle.join();
   EXPECT_LE(old, kContract) << "the old client (ms):" << regular_ms;
 
-  close(regular);
-  for (const int fd : hostile) close(fd);
+  regular_conn.reset();
+  hostile.clear();
   EXPECT_TRUE(Eventually([&] {
     const EchoServerStats s = (*server)->Stats();
     return s.connections_open == 0 && s.buffers_holding_data == 0;

@@ -22,11 +22,13 @@
 namespace {
 
 using bufpool::testing_util::Child;
+using bufpool::testing_util::ChildOutput;
 using bufpool::testing_util::ConnectToLoopback;
 using bufpool::testing_util::ExitedCleanly;
 using bufpool::testing_util::ReadListeningPort;
 using bufpool::testing_util::SendAndReadToEnd;
-using bufpool::testing_util::StartWithStdoutPipe;
+using bufpool::testing_util::StartChild;
+using bufpool::testing_util::UniqueFd;
 
 // Sends `data` in pieces of 7000 bytes and reads until end of stream.
 std::string Echo(int port, const std::string& data) {
@@ -34,15 +36,16 @@ std::string Echo(int port, const std::string& data) {
 }
 
 TEST(UringEchoExampleTest, EchoesOnLoopbackAndEndsWithEveryBufferBack) {
-  const Child child =
-      StartWithStdoutPipe(BUFPOOL_EXAMPLE_URING_ECHO, {"uring_echo", "0", "3"});
+  Child child =
+      StartChild(BUFPOOL_EXAMPLE_URING_ECHO, {"uring_echo", "0", "3"});
   ASSERT_GT(child.pid, 0);
-  FILE* f = child.out;
+  FILE* f = child.out.get();
   const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
   ASSERT_NE(port, 0);
 
-  const int lingering = ConnectToLoopback(port);  // open when the time runs out
-  ASSERT_GE(lingering, 0);
+  // Open when the time runs out.
+  UniqueFd lingering = ConnectToLoopback(port);
+  ASSERT_TRUE(lingering.valid());
   std::vector<std::thread> clients;
   std::vector<std::string> sent(8), got(8);
   std::mt19937 rng(8);
@@ -58,13 +61,13 @@ TEST(UringEchoExampleTest, EchoesOnLoopbackAndEndsWithEveryBufferBack) {
   }
   // The server shuts the lingering connection down when its time is up.
   char c;
-  EXPECT_LE(recv(lingering, &c, 1, 0), 0);
-  close(lingering);
+  EXPECT_LE(recv(lingering.get(), &c, 1, 0), 0);
+  lingering.reset();
   char line[256] = {};
   ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
   EXPECT_STREQ(line, "done: 0 buffers in use\n");
-  fclose(f);
-  EXPECT_TRUE(ExitedCleanly(child.pid));
+  child.out.reset();
+  EXPECT_TRUE(ExitedCleanly(child));
 }
 
 // The byte at `i` of the floods below.
@@ -77,25 +80,25 @@ char FloodByte(uint64_t i) {
 class Flood {
  public:
   explicit Flood(int port) : fd_(ConnectToLoopback(port)) {
-    if (fd_ < 0) return;
+    if (!fd_.valid()) return;
     sender_ = std::thread([this] {
       std::vector<char> chunk(65536);
       while (!stop_.load()) {
         for (size_t i = 0; i < chunk.size(); ++i) {
           chunk[i] = FloodByte(sent_ + i);
         }
-        const ssize_t n = send(fd_, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+        const ssize_t n =
+            send(fd_.get(), chunk.data(), chunk.size(), MSG_NOSIGNAL);
         if (n <= 0) break;
         sent_ += static_cast<uint64_t>(n);
       }
-      shutdown(fd_, SHUT_WR);
+      shutdown(fd_.get(), SHUT_WR);
     });
   }
   ~Flood() {
     if (sender_.joinable()) sender_.join();
-    if (fd_ >= 0) close(fd_);
   }
-  bool ok() const { return fd_ >= 0; }
+  bool ok() const { return fd_.valid(); }
   // Stops sending and reads until end of stream: true when every byte
   // sent came back in order.
   bool StopAndReadBack() {
@@ -104,7 +107,7 @@ class Flood {
     bool same = true;
     char buf[65536];
     ssize_t n;
-    while ((n = recv(fd_, buf, sizeof(buf), 0)) > 0) {
+    while ((n = recv(fd_.get(), buf, sizeof(buf), 0)) > 0) {
       for (ssize_t i = 0; i < n; ++i) same &= buf[i] == FloodByte(got + i);
       got += static_cast<uint64_t>(n);
     }
@@ -114,7 +117,7 @@ class Flood {
   }
 
  private:
-  const int fd_;
+  const UniqueFd fd_;
   std::atomic<bool> stop_{false};
   uint64_t sent_ = 0;  // written by the sender, read after joining it
   std::thread sender_;
@@ -128,30 +131,15 @@ class Flood {
 std::vector<std::string> JamAndStopUringEcho(std::vector<const char*> args,
                                              int report_lines) {
   std::vector<std::string> report;
-  int out[2], err[2];
-  EXPECT_EQ(pipe(out), 0);
-  EXPECT_EQ(pipe(err), 0);
   args.insert(args.begin(), "uring_echo");
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  EXPECT_GE(pid, 0);
-  if (pid < 0) return report;
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(err[1], 2);
-    execv(BUFPOOL_EXAMPLE_URING_ECHO, const_cast<char* const*>(args.data()));
-    _exit(127);
-  }
-  close(out[1]);
-  close(err[1]);
-  FILE* f = fdopen(out[0], "r");
-  FILE* e = fdopen(err[0], "r");
+  Child child = StartChild(BUFPOOL_EXAMPLE_URING_ECHO, args,
+                           ChildOutput::kStdoutAndStderr);
+  if (child.pid <= 0) return report;
+  FILE* f = child.out.get();
+  FILE* e = child.err.get();
   char line[256] = {};
-  int port = 0;
-  if (fgets(line, sizeof(line), f) == nullptr ||
-      sscanf(line, "listening on 127.0.0.1:%d", &port) != 1) {
-    ADD_FAILURE() << "no 'listening on' line: " << line;
-  } else {
+  const int port = ReadListeningPort(child, "listening on 127.0.0.1:%d");
+  if (port != 0) {
     {
       Flood flood(port);
       EXPECT_TRUE(flood.ok());
@@ -162,7 +150,7 @@ std::vector<std::string> JamAndStopUringEcho(std::vector<const char*> args,
     }
     EXPECT_EQ(Echo(port, "after the jam"), "after the jam");
   }
-  kill(pid, SIGTERM);
+  kill(child.pid, SIGTERM);
   if (fgets(line, sizeof(line), f) != nullptr) {
     EXPECT_STREQ(line, "done: 0 buffers in use\n");
     for (int i = 0; i < report_lines && fgets(line, sizeof(line), f); ++i) {
@@ -170,11 +158,9 @@ std::vector<std::string> JamAndStopUringEcho(std::vector<const char*> args,
     }
   }
   EXPECT_EQ(report.size(), static_cast<size_t>(report_lines));
-  fclose(f);
-  fclose(e);
-  int status = 0;
-  EXPECT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  child.out.reset();
+  child.err.reset();
+  EXPECT_TRUE(ExitedCleanly(child));
   return report;
 }
 
@@ -225,8 +211,7 @@ TEST(UringEchoExampleTest, AnElasticPoolGrowsToItsCeilingBeforeItParks) {
 // bytes on 8 connections: every byte comes back (the load checks them) and
 // the server stops cleanly on SIGTERM.
 TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
-  const Child child =
-      StartWithStdoutPipe(BUFPOOL_EXAMPLE_ASIO_ECHO, {"asio_echo", "0"});
+  Child child = StartChild(BUFPOOL_EXAMPLE_ASIO_ECHO, {"asio_echo", "0"});
   ASSERT_GT(child.pid, 0);
   const int port =
       ReadListeningPort(child, "asio_echo: listening on 127.0.0.1:%d");
@@ -242,8 +227,7 @@ TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
   }
   EXPECT_TRUE(ExitedCleanly(load));
   kill(child.pid, SIGTERM);
-  EXPECT_TRUE(ExitedCleanly(child.pid));
-  fclose(child.out);
+  EXPECT_TRUE(ExitedCleanly(child));
 }
 
 // examples/asio_echo on a 16-buffer pool: a client that sends without
@@ -252,22 +236,13 @@ TEST(AsioEchoExampleTest, ServesTheEchoLoadWithMessagesUpTo64KiB) {
 // the first client reads, the writes free buffers, the pool's notice wakes
 // the waiting sessions, and both get every byte back.
 TEST(AsioEchoExampleTest, ADryPoolWakesWaitingSessionsWhenFreed) {
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    execl(BUFPOOL_EXAMPLE_ASIO_ECHO, "asio_echo", "0", "16", nullptr);
-    _exit(127);
-  }
-  close(out[1]);
-  FILE* f = fdopen(out[0], "r");
+  Child child = StartChild(BUFPOOL_EXAMPLE_ASIO_ECHO, {"asio_echo", "0", "16"});
+  ASSERT_GT(child.pid, 0);
+  FILE* f = child.out.get();
+  const int port =
+      ReadListeningPort(child, "asio_echo: listening on 127.0.0.1:%d");
+  ASSERT_NE(port, 0);
   char line[256] = {};
-  ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
-  int port = 0;
-  ASSERT_EQ(sscanf(line, "asio_echo: listening on 127.0.0.1:%d", &port), 1)
-      << line;
 
   Flood flood(port);
   ASSERT_TRUE(flood.ok());
@@ -281,7 +256,7 @@ TEST(AsioEchoExampleTest, ADryPoolWakesWaitingSessionsWhenFreed) {
   probe.join();
   EXPECT_EQ(probe_got, "hello, dry pool");
 
-  kill(pid, SIGTERM);
+  kill(child.pid, SIGTERM);
   ASSERT_NE(fgets(line, sizeof(line), f), nullptr);
   size_t waits = 0, in_use = 1;
   ASSERT_EQ(sscanf(line, "asio_echo: done: %zu waits for a buffer, %zu buffers",
@@ -290,10 +265,8 @@ TEST(AsioEchoExampleTest, ADryPoolWakesWaitingSessionsWhenFreed) {
       << line;
   EXPECT_GE(waits, 1u);
   EXPECT_EQ(in_use, 0u);
-  fclose(f);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  child.out.reset();
+  EXPECT_TRUE(ExitedCleanly(child));
 }
 #endif
 

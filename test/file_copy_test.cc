@@ -33,6 +33,7 @@ namespace {
 using testing_util::RandomBytes;
 using testing_util::ReadFileOrDie;
 using testing_util::TempFiles;
+using testing_util::UniqueFd;
 using testing_util::WriteFileOrDie;
 
 struct MethodCase {
@@ -120,21 +121,21 @@ TEST_P(MethodTest, KeepsHolesOfSparseFiles) {
   const std::string a = RandomBytes(65536, 1), b = RandomBytes(70000, 2),
                     c = RandomBytes(5000, 3);
   {
-    const int fd = open(src.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const UniqueFd file(open(src.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    const int fd = file.get();
     ASSERT_GE(fd, 0);
     ASSERT_EQ(pwrite(fd, a.data(), a.size(), 0), ssize_t(a.size()));
     ASSERT_EQ(pwrite(fd, b.data(), b.size(), 3 << 20), ssize_t(b.size()));
     ASSERT_EQ(pwrite(fd, c.data(), c.size(), kSize - 5000), ssize_t(c.size()));
-    close(fd);
   }
   // A file ending in a hole as well.
   const std::string src2 = Path("sparse_tail"), dst2 = Path("copy_tail");
   {
-    const int fd = open(src2.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const UniqueFd file(open(src2.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    const int fd = file.get();
     ASSERT_GE(fd, 0);
     ASSERT_EQ(pwrite(fd, b.data(), b.size(), 1 << 20), ssize_t(b.size()));
     ASSERT_EQ(ftruncate(fd, kSize), 0);
-    close(fd);
   }
   for (auto [s, d] : {std::pair{src, dst}, std::pair{src2, dst2}}) {
     absl::StatusOr<CopyStats> stats = CopyFile(s, d, Options(GetParam()));
@@ -211,7 +212,8 @@ TEST_P(MethodTest, InPlaceWritesIntoTheExistingInode) {
   WriteFileOrDie(dst, RandomBytes(100000, 9));
   ASSERT_EQ(chmod(dst.c_str(), 0600), 0);
   ASSERT_EQ(link(dst.c_str(), Path("other_name").c_str()), 0);
-  const int old_fd = open(dst.c_str(), O_RDONLY);
+  UniqueFd old_file(open(dst.c_str(), O_RDONLY));
+  const int old_fd = old_file.get();
   ASSERT_GE(old_fd, 0);
   absl::StatusOr<CopyStats> r = CopyFile(src, dst, Options(GetParam()));
   ASSERT_TRUE(r.ok()) << r.status();
@@ -226,7 +228,7 @@ TEST_P(MethodTest, InPlaceWritesIntoTheExistingInode) {
   EXPECT_EQ(old_st.st_size, 3);
   EXPECT_EQ(st.st_mode & 07777, 0600u);  // the mode is not widened
   EXPECT_EQ(st.st_nlink, 2u);
-  close(old_fd);
+  old_file.reset();
   EXPECT_TRUE(TempFiles(dir_).empty());
 }
 
@@ -235,7 +237,8 @@ TEST_P(MethodTest, AtomicReplacesAnExistingDestination) {
   WriteFileOrDie(src, "new");
   WriteFileOrDie(dst, RandomBytes(100000, 9));
   ASSERT_EQ(chmod(dst.c_str(), 0640), 0);
-  const int old_fd = open(dst.c_str(), O_RDONLY);  // sees the old inode
+  UniqueFd old_file(open(dst.c_str(), O_RDONLY));  // sees the old inode
+  const int old_fd = old_file.get();
   ASSERT_GE(old_fd, 0);
   CopyOptions o = Options(GetParam());
   o.replace = CopyOptions::Replace::kAtomic;
@@ -249,7 +252,7 @@ TEST_P(MethodTest, AtomicReplacesAnExistingDestination) {
   ASSERT_EQ(stat(dst.c_str(), &st), 0);
   EXPECT_NE(old_st.st_ino, st.st_ino);
   EXPECT_EQ(st.st_mode & 07777, 0640u);  // the old file's mode
-  close(old_fd);
+  old_file.reset();
   EXPECT_TRUE(TempFiles(dir_).empty());
 }
 
@@ -1018,11 +1021,12 @@ TEST_P(FaultTest, WithoutIoUringEverySizeAndHoleIsCopied) {
     EXPECT_EQ(ReadFileOrDie(dst_), data_);
     EXPECT_EQ(r->bytes_copied, size);
   }
-  const int fd = open(src_.c_str(), O_WRONLY | O_TRUNC);
+  UniqueFd file(open(src_.c_str(), O_WRONLY | O_TRUNC));
+  const int fd = file.get();
   ASSERT_GE(fd, 0);
   ASSERT_EQ(pwrite(fd, "middle", 6, 2 << 20), 6);
   ASSERT_EQ(ftruncate(fd, 5 << 20), 0);
-  close(fd);
+  file.reset();
   absl::StatusOr<CopyStats> r = Run();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(ReadFileOrDie(dst_), ReadFileOrDie(src_));

@@ -375,8 +375,8 @@ TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
   io_uring ring;
   ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
   auto pool = MakePool(TrackHolders::kAll, 16);
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+  testing_util::UniqueFd fds[2];
+  ASSERT_EQ(testing_util::SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
   {
     auto br = ProvidedBufferRing::Create(
         &ring, *pool,
@@ -393,8 +393,8 @@ TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
     EXPECT_TRUE(absl::StrContains(report, "4 ring 7 (lent, not leaked)"))
         << report;
 
-    (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[1]);
-    ASSERT_EQ(send(fds[0], "hello", 5, 0), 5);
+    (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[1].get());
+    ASSERT_EQ(send(fds[0].get(), "hello", 5, 0), 5);
     io_uring_cqe* cqe = nullptr;
     __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
     ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
@@ -408,7 +408,7 @@ TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
           << h.slot;
     }
     Buffer out;  // an empty handle: the filled buffer leaves the ring
-    ASSERT_EQ(send(fds[0], "again", 5, 0), 5);
+    ASSERT_EQ(send(fds[0].get(), "again", 5, 0), 5);
     ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
               0);
     ASSERT_TRUE((*br)->TakeBuffer(*cqe, out));
@@ -420,8 +420,6 @@ TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
     br->reset();
   }
   io_uring_queue_exit(&ring);
-  close(fds[0]);
-  close(fds[1]);
   EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
@@ -431,13 +429,13 @@ TEST(HoldersTest, HeldSendSlotsAreInFlightUntilDone) {
   io_uring ring;
   ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
   auto pool = MakePool(TrackHolders::kAll, 16);
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  testing_util::UniqueFd fds[2];
+  ASSERT_EQ(testing_util::SocketPair(SOCK_STREAM | SOCK_CLOEXEC, fds), 0);
   {
     BufferChain chain(*pool);
     ASSERT_TRUE(chain.Append(std::string(5000, 'x')).ok());  // two buffers
     HeldSend send;
-    send.Prepare(io_uring_get_sqe(&ring), fds[0], std::move(chain));
+    send.Prepare(io_uring_get_sqe(&ring), fds[0].get(), std::move(chain));
     EXPECT_EQ(Kinds(*pool),
               (std::map<std::string, size_t>{{"send in flight", 2}}));
     io_uring_cqe* cqe = nullptr;
@@ -450,8 +448,6 @@ TEST(HoldersTest, HeldSendSlotsAreInFlightUntilDone) {
     EXPECT_EQ(send.result(), 5000);
   }
   io_uring_queue_exit(&ring);
-  close(fds[0]);
-  close(fds[1]);
   EXPECT_TRUE(testing::NoHolders(*pool));
 }
 

@@ -155,7 +155,8 @@ TEST(PoolOsTest, TheEventfdNoticeIsRetriedAfterEintr) {
   auto pool = MakePool({.buffer_count = 64, .cache_size = 4});
   std::vector<Buffer> all(64);
   ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 64u);
-  const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  const testing_util::UniqueFd event(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  const int efd = event.get();
   ASSERT_GE(efd, 0);
   ASSERT_TRUE(pool->NotifyWhenFree(efd).ok());
   {
@@ -167,7 +168,6 @@ TEST(PoolOsTest, TheEventfdNoticeIsRetriedAfterEintr) {
   EXPECT_EQ(::read(efd, &value, sizeof(value)),
             static_cast<ssize_t>(sizeof(value)));
   EXPECT_EQ(value, 1u);
-  ::close(efd);
 }
 
 // The drains' fence: a refusal with EPERM (a fork() child, whose

@@ -29,33 +29,32 @@
 namespace {
 
 using bufpool::testing_util::Child;
+using bufpool::testing_util::ConnectToLoopback;
 using bufpool::testing_util::ExitedCleanly;
 using bufpool::testing_util::ReadListeningPort;
-using bufpool::testing_util::StartWithStdoutPipe;
+using bufpool::testing_util::StartChild;
+using bufpool::testing_util::UniqueFd;
 
 class RespServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const Child child = StartWithStdoutPipe(BUFPOOL_EXAMPLE_RESP_SERVER,
-                                            {"resp_server", "0", "60"});
-    pid_ = child.pid;
-    out_ = child.out;
-    ASSERT_GT(pid_, 0);
-    port_ = ReadListeningPort(child, "listening on 127.0.0.1:%d");
+    child_ =
+        StartChild(BUFPOOL_EXAMPLE_RESP_SERVER, {"resp_server", "0", "60"});
+    ASSERT_GT(child_.pid, 0);
+    port_ = ReadListeningPort(child_, "listening on 127.0.0.1:%d");
     ASSERT_NE(port_, 0);
   }
   void TearDown() override {
-    if (pid_ > 0) Stop();
+    if (child_.pid > 0) Stop();
   }
   // Ends the server (SIGALRM is its "time is up"); returns its last line.
   std::string Stop() {
-    kill(pid_, SIGALRM);
+    kill(child_.pid, SIGALRM);
     char line[256] = {};
     std::string last;
-    while (fgets(line, sizeof(line), out_) != nullptr) last = line;
-    EXPECT_TRUE(ExitedCleanly(pid_));
-    pid_ = -1;
-    fclose(out_);
+    while (fgets(line, sizeof(line), child_.out.get()) != nullptr) last = line;
+    EXPECT_TRUE(ExitedCleanly(child_));
+    child_.out.reset();
     EXPECT_EQ(last.rfind("done: 0 buffers in use", 0), 0u) << last;
     return last;
   }
@@ -73,15 +72,11 @@ class RespServerTest : public ::testing::Test {
     return got;
   }
 
-  int Connect() {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(static_cast<uint16_t>(port_));
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  UniqueFd Connect() {
+    UniqueFd fd = ConnectToLoopback(port_);
+    EXPECT_TRUE(fd.valid()) << "connect: " << std::strerror(errno);
     const int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fd;
   }
   // Reads until `want` bytes came or the peer closed.
@@ -102,10 +97,10 @@ class RespServerTest : public ::testing::Test {
   // SIGUSR1, then the "stats:" line the server prints for it (lines before
   // it are skipped; a server that never prints fails by the test's timeout).
   Stats SignalForStats() {
-    kill(pid_, SIGUSR1);
+    kill(child_.pid, SIGUSR1);
     char line[256];
     Stats s;
-    while (fgets(line, sizeof(line), out_) != nullptr) {
+    while (fgets(line, sizeof(line), child_.out.get()) != nullptr) {
       if (sscanf(line,
                  "stats: in_use=%zu cached=%zu high_water=%zu buffer_size=%zu "
                  "conns=%zu",
@@ -117,8 +112,7 @@ class RespServerTest : public ::testing::Test {
     return s;
   }
 
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
+  Child child_;
   int port_ = 0;
 };
 
@@ -154,7 +148,8 @@ TEST_F(RespServerTest, StoresAndReturnsAOneMebibyteValue) {
 }
 
 TEST_F(RespServerTest, PipelinedInlineAndMultiBulkRequests) {
-  const int fd = Connect();
+  const UniqueFd conn = Connect();
+  const int fd = conn.get();
   const std::string reqs =
       "PING\r\n*3\r\n$3\r\nSET\r\n$1\r\na\r\n$5\r\nx\r\ny\n\r\n"
       "get a\n*2\r\n$3\r\nDEL\r\n$1\r\na\r\n  ECHO   spaced  \r\nGET a\r\n";
@@ -170,7 +165,6 @@ TEST_F(RespServerTest, PipelinedInlineAndMultiBulkRequests) {
     send(fd, reqs.data() + cut, reqs.size() - cut, 0);
     ASSERT_EQ(ReadN(fd, want.size()), want) << "cut at " << cut;
   }
-  close(fd);
 }
 
 TEST_F(RespServerTest, MalformedInputIsAnsweredAndTheConnectionClosed) {
@@ -184,15 +178,15 @@ TEST_F(RespServerTest, MalformedInputIsAnsweredAndTheConnectionClosed) {
         // Exactly the window of bytes, so the server reads all it was sent.
         {"PING\r\n" + std::string(65538, 'a'),
          "+PONG\r\n-ERR Protocol error: too big inline request\r\n"}}) {
-    const int fd = Connect();
-    send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-    EXPECT_EQ(ReadN(fd, SIZE_MAX), want) << req.substr(0, 20);
-    close(fd);
+    const UniqueFd fd = Connect();
+    send(fd.get(), req.data(), req.size(), MSG_NOSIGNAL);
+    EXPECT_EQ(ReadN(fd.get(), SIZE_MAX), want) << req.substr(0, 20);
   }
 }
 
 TEST_F(RespServerTest, AStalledHalfCommandHoldsAboutItsBytes) {
-  const int fd = Connect();
+  const UniqueFd conn = Connect();
+  const int fd = conn.get();
   const std::string head = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$20000\r\n";
   send(fd, head.data(), head.size(), 0);
   // 6000 bytes of the value in 300 receives of 20 bytes, then a stall.
@@ -211,7 +205,6 @@ TEST_F(RespServerTest, AStalledHalfCommandHoldsAboutItsBytes) {
             1)
       << last;
   EXPECT_LE(held, 4u) << last;
-  close(fd);
 }
 
 // One client sends a command that never ends (100 arguments of 2 MB, more
@@ -221,8 +214,10 @@ TEST_F(RespServerTest, AStalledHalfCommandHoldsAboutItsBytes) {
 // itself (before budgets, the command took every buffer and starved the
 // other client's receives).
 TEST_F(RespServerTest, AHugeUnfinishedCommandCannotStarveAnotherClient) {
-  const int hog = Connect();
-  const int other = Connect();
+  UniqueFd hog_conn = Connect();
+  UniqueFd other_conn = Connect();
+  const int hog = hog_conn.get();
+  const int other = other_conn.get();
   std::thread flood([hog] {
     const std::string head = "*100\r\n$3\r\nSET\r\n$1\r\nk\r\n";
     send(hog, head.data(), head.size(), MSG_NOSIGNAL);
@@ -252,7 +247,7 @@ TEST_F(RespServerTest, AHugeUnfinishedCommandCannotStarveAnotherClient) {
   const std::string got = ReadN(hog, SIZE_MAX);
   EXPECT_EQ(got.rfind("-ERR Protocol error: query buffer limit of ", 0), 0u)
       << got.substr(0, 200);
-  close(hog);
+  hog_conn.reset();
   send(other, "PING\r\n", 6, 0);
   EXPECT_EQ(ReadN(other, 7), "+PONG\r\n");
   const Stats s = SignalForStats();
@@ -260,7 +255,7 @@ TEST_F(RespServerTest, AHugeUnfinishedCommandCannotStarveAnotherClient) {
   // lent buffers are well under half of them.
   EXPECT_LT(s.high_water * s.buffer_size, size_t{32} << 20)
       << "high water " << s.high_water << " buffers";
-  close(other);
+  other_conn.reset();
   Stop();
 }
 
@@ -269,18 +264,18 @@ TEST_F(RespServerTest, PrintsThePoolsStatsOnSigusr1) {
   EXPECT_EQ(before.conns, 0u);
   EXPECT_GT(before.buffer_size, 0u);
   EXPECT_GE(before.high_water, before.in_use);
-  int fds[3];
-  for (int& fd : fds) {
+  UniqueFd fds[3];
+  for (UniqueFd& fd : fds) {
     fd = Connect();
-    send(fd, "PING\r\n", 6, 0);
-    EXPECT_EQ(ReadN(fd, 7), "+PONG\r\n");
+    send(fd.get(), "PING\r\n", 6, 0);
+    EXPECT_EQ(ReadN(fd.get(), 7), "+PONG\r\n");
   }
   const Stats idle = SignalForStats();  // three idle connections
   EXPECT_EQ(idle.conns, 3u);
   EXPECT_EQ(idle.buffer_size, before.buffer_size);
   EXPECT_LE(idle.in_use, before.in_use + 3) << "more than a buffer each";
   EXPECT_GE(idle.high_water, idle.in_use);
-  for (int fd : fds) close(fd);
+  for (UniqueFd& fd : fds) fd.reset();
   Stop();  // the stats lines come before "done: 0 buffers in use"
 }
 

@@ -21,8 +21,11 @@
 namespace bufpool {
 namespace {
 
+using testing_util::Pipe;
 using testing_util::RandomBytes;
 using testing_util::SetNonBlocking;
+using testing_util::SocketPair;
+using testing_util::UniqueFd;
 
 class StreamSocketTest : public testing::Test {
  protected:
@@ -33,37 +36,35 @@ class StreamSocketTest : public testing::Test {
                                     .populate = false});
     ASSERT_TRUE(pool.ok()) << pool.status();
     pool_ = *std::move(pool);
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds_), 0);
+    ASSERT_EQ(SocketPair(SOCK_STREAM, fds_), 0);
   }
   void TearDown() override {
-    for (int fd : fds_) {
-      if (fd >= 0) ::close(fd);
-    }
+    for (UniqueFd& fd : fds_) fd.reset();
     EXPECT_EQ(pool_->Stats().in_use, 0u);
   }
 
   std::unique_ptr<BufferPool> pool_;
-  int fds_[2] = {-1, -1};
+  UniqueFd fds_[2];
 };
 
 // The bug report: a non-blocking socket whose peer is slow made the writer
 // fail with UNAVAILABLE and lose its buffers. Now it waits and every byte,
 // from small appends and from large ones that bypass the buffers, arrives.
 TEST_F(StreamSocketTest, NonBlockingWriterWithASlowPeerLosesNothing) {
-  SetNonBlocking(fds_[0]);
+  SetNonBlocking(fds_[0].get());
   const std::string data = RandomBytes(3 << 20, 1);
   std::string got;
   std::thread reader([&] {
     std::string chunk(3000, '\0');
     for (;;) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
-      const ssize_t n = ::read(fds_[1], chunk.data(), chunk.size());
+      const ssize_t n = ::read(fds_[1].get(), chunk.data(), chunk.size());
       if (n <= 0) break;
       got.append(chunk.data(), static_cast<size_t>(n));
     }
   });
   {
-    auto w = BufferedWriter::FromFd(fds_[0], FdOwnership::kBorrow, *pool_,
+    auto w = BufferedWriter::FromFd(fds_[0].get(), FdOwnership::kBorrow, *pool_,
                                     "sock", {.buffers = 4});
     ASSERT_TRUE(w.ok()) << w.status();
     std::mt19937_64 rng(2);
@@ -80,16 +81,15 @@ TEST_F(StreamSocketTest, NonBlockingWriterWithASlowPeerLosesNothing) {
     ASSERT_TRUE(w->Append("!", 1).ok());
     ASSERT_TRUE(w->Close().ok());
   }
-  ::shutdown(fds_[0], SHUT_WR);
+  ::shutdown(fds_[0].get(), SHUT_WR);
   reader.join();
   EXPECT_EQ(got, data + "!");
 }
 
 TEST_F(StreamSocketTest, FlushToAClosedSocketIsAnErrorNotSigpipe) {
-  ::close(fds_[1]);
-  fds_[1] = -1;
-  auto w =
-      BufferedWriter::FromFd(fds_[0], FdOwnership::kBorrow, *pool_, "sock");
+  fds_[1].reset();
+  auto w = BufferedWriter::FromFd(fds_[0].get(), FdOwnership::kBorrow, *pool_,
+                                  "sock");
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_TRUE(w->Append("hello", 5).ok());
   absl::Status s = w->Flush();
@@ -101,10 +101,11 @@ TEST_F(StreamSocketTest, FlushToAClosedSocketIsAnErrorNotSigpipe) {
 }
 
 TEST_F(StreamSocketTest, FlushToAClosedPipeIsAnErrorNotSigpipe) {
-  int p[2];
-  ASSERT_EQ(::pipe(p), 0);
-  ::close(p[0]);
-  auto w = BufferedWriter::FromFd(p[1], FdOwnership::kTake, *pool_, "pipe");
+  UniqueFd p[2];
+  ASSERT_EQ(Pipe(p), 0);
+  p[0].reset();
+  auto w = BufferedWriter::FromFd(p[1].release(), FdOwnership::kTake, *pool_,
+                                  "pipe");
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_TRUE(w->Append("hello", 5).ok());
   absl::Status s = w->Flush();
@@ -117,9 +118,9 @@ TEST_F(StreamSocketTest, FlushToAClosedPipeIsAnErrorNotSigpipe) {
 }
 
 TEST_F(StreamSocketTest, WriterGivesUpAfterTheTimeoutWhenThePeerNeverReads) {
-  SetNonBlocking(fds_[0]);
+  SetNonBlocking(fds_[0].get());
   auto w = BufferedWriter::FromFd(
-      fds_[0], FdOwnership::kBorrow, *pool_, "sock",
+      fds_[0].get(), FdOwnership::kBorrow, *pool_, "sock",
       {.buffers = 1, .io_timeout = absl::Milliseconds(20)});
   ASSERT_TRUE(w.ok()) << w.status();
   const std::string block(4096, 'z');
@@ -131,19 +132,20 @@ TEST_F(StreamSocketTest, WriterGivesUpAfterTheTimeoutWhenThePeerNeverReads) {
 }
 
 TEST_F(StreamSocketTest, NonBlockingReaderWaitsForDataThatComesLater) {
-  SetNonBlocking(fds_[1]);
+  SetNonBlocking(fds_[1].get());
   const std::string data = RandomBytes(200000, 3);
   std::thread writer([&] {
     for (size_t at = 0; at < data.size();) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
       const size_t n = std::min<size_t>(7777, data.size() - at);
-      ASSERT_EQ(::write(fds_[0], data.data() + at, n), static_cast<ssize_t>(n));
+      ASSERT_EQ(::write(fds_[0].get(), data.data() + at, n),
+                static_cast<ssize_t>(n));
       at += n;
     }
-    ::shutdown(fds_[0], SHUT_WR);
+    ::shutdown(fds_[0].get(), SHUT_WR);
   });
-  auto r = BufferedReader::FromFd(fds_[1], FdOwnership::kBorrow, *pool_, "sock",
-                                  {.buffers = 2});
+  auto r = BufferedReader::FromFd(fds_[1].get(), FdOwnership::kBorrow, *pool_,
+                                  "sock", {.buffers = 2});
   ASSERT_TRUE(r.ok()) << r.status();
   // Records of 1000 bytes, each read whole even when it arrives in pieces.
   std::string got(data.size(), '\0');
@@ -159,9 +161,10 @@ TEST_F(StreamSocketTest, NonBlockingReaderWaitsForDataThatComesLater) {
 }
 
 TEST_F(StreamSocketTest, ReaderTimeoutLosesNothingAndTheReaderStaysUsable) {
-  SetNonBlocking(fds_[1]);
-  auto r = BufferedReader::FromFd(fds_[1], FdOwnership::kBorrow, *pool_, "sock",
-                                  {.io_timeout = absl::Milliseconds(10)});
+  SetNonBlocking(fds_[1].get());
+  auto r =
+      BufferedReader::FromFd(fds_[1].get(), FdOwnership::kBorrow, *pool_,
+                             "sock", {.io_timeout = absl::Milliseconds(10)});
   ASSERT_TRUE(r.ok()) << r.status();
   std::byte out[16];
   absl::StatusOr<size_t> got = r->Read(out);
@@ -169,13 +172,13 @@ TEST_F(StreamSocketTest, ReaderTimeoutLosesNothingAndTheReaderStaysUsable) {
       << got.status();
   EXPECT_NE(got.status().message().find("nothing was lost"), std::string::npos);
   EXPECT_EQ(r->buffer_count(), 16u);
-  ASSERT_EQ(::write(fds_[0], "late", 4), 4);
+  ASSERT_EQ(::write(fds_[0].get(), "late", 4), 4);
   got = r->Read(out);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, 4u);
   EXPECT_EQ(std::string(reinterpret_cast<char*>(out), 4), "late");
   // A record that times out part-way fails the reader for good.
-  ASSERT_EQ(::write(fds_[0], "half", 4), 4);
+  ASSERT_EQ(::write(fds_[0].get(), "half", 4), 4);
   absl::Status s = r->ReadExact(out);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(s.message().find("part-way through a read: got 4 of 16"),
@@ -186,17 +189,14 @@ TEST_F(StreamSocketTest, ReaderTimeoutLosesNothingAndTheReaderStaysUsable) {
 }
 
 TEST_F(StreamSocketTest, ResetConnectionIsAReadError) {
-  sockaddr_in sa;
-  const int l = testing_util::ListenOnLoopback(1, &sa);
-  ASSERT_GE(l, 0);
-  const int c = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_EQ(::connect(c, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  const int a = ::accept(l, nullptr, nullptr);
-  ::close(l);
+  testing_util::LoopbackConnection c = testing_util::ConnectOverLoopback();
+  ASSERT_TRUE(c.server.valid());
   const linger lg{.l_onoff = 1, .l_linger = 0};
-  ASSERT_EQ(::setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
-  ::close(a);  // reset
-  auto r = BufferedReader::FromFd(c, FdOwnership::kTake, *pool_, "tcp");
+  ASSERT_EQ(
+      ::setsockopt(c.server.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+  c.server.reset();  // reset
+  auto r = BufferedReader::FromFd(c.client.release(), FdOwnership::kTake,
+                                  *pool_, "tcp");
   ASSERT_TRUE(r.ok()) << r.status();
   std::byte out[8];
   absl::StatusOr<size_t> got = r->Read(out);
@@ -206,8 +206,8 @@ TEST_F(StreamSocketTest, ResetConnectionIsAReadError) {
 }
 
 TEST_F(StreamSocketTest, NegativeIoTimeoutIsABadOption) {
-  auto w = BufferedWriter::FromFd(fds_[0], FdOwnership::kBorrow, *pool_, "s",
-                                  {.io_timeout = absl::Milliseconds(-1)});
+  auto w = BufferedWriter::FromFd(fds_[0].get(), FdOwnership::kBorrow, *pool_,
+                                  "s", {.io_timeout = absl::Milliseconds(-1)});
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(w.status().message().find("io_timeout"), std::string::npos);
 }

@@ -10,10 +10,12 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,10 +36,12 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/config.h"
@@ -255,6 +259,62 @@ inline std::vector<std::string> TempFiles(const std::string& dir) {
   return out;
 }
 
+// ---- Descriptors ----
+
+// Owns one file descriptor (a socket, a pipe's end, an eventfd, a file) and
+// closes it when it goes out of scope, so a test that stops at a failed
+// ASSERT leaks none. Holds -1 when it owns none. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    reset(other.release());
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  // Gives the descriptor up without closing it; the caller owns it.
+  int release() { return std::exchange(fd_, -1); }
+  // Closes the descriptor held, if any, and holds `fd` instead.
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+  // Closes the descriptor now and returns what close() returned, for a
+  // test that checks it (and errno).
+  int Close() { return ::close(std::exchange(fd_, -1)); }
+
+ private:
+  int fd_ = -1;
+};
+
+// socketpair(AF_UNIX, type, 0) into `fds`; returns what socketpair returned.
+inline int SocketPair(int type, std::span<UniqueFd, 2> fds) {
+  int raw[2];
+  const int r = ::socketpair(AF_UNIX, type, 0, raw);
+  if (r == 0) {
+    fds[0].reset(raw[0]);
+    fds[1].reset(raw[1]);
+  }
+  return r;
+}
+
+// pipe2(flags) into `fds` (fds[0] reads, fds[1] writes); returns what pipe2
+// returned.
+inline int Pipe(std::span<UniqueFd, 2> fds, int flags = 0) {
+  int raw[2];
+  const int r = ::pipe2(raw, flags);
+  if (r == 0) {
+    fds[0].reset(raw[0]);
+    fds[1].reset(raw[1]);
+  }
+  return r;
+}
+
 // ---- Sockets ----
 
 // Sets O_NONBLOCK on `fd`; a failure fails the calling test (call it
@@ -264,36 +324,85 @@ inline void SetNonBlocking(int fd) {
 }
 
 // A TCP listener on 127.0.0.1 at a port the kernel picks, with its address
-// in `*bound`; -1 (and a test failure) when it cannot be made.
-inline int ListenOnLoopback(int backlog, sockaddr_in* bound) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  EXPECT_GE(fd, 0) << std::strerror(errno);
-  if (fd < 0) return -1;
+// in `*bound`; none (and a test failure) when it cannot be made.
+inline UniqueFd ListenOnLoopback(int backlog, sockaddr_in* bound) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  EXPECT_TRUE(fd.valid()) << std::strerror(errno);
+  if (!fd.valid()) return fd;
   *bound = sockaddr_in{};
   bound->sin_family = AF_INET;
   bound->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(*bound);
   auto* sa = reinterpret_cast<sockaddr*>(bound);
-  if (::bind(fd, sa, sizeof(*bound)) != 0 || ::listen(fd, backlog) != 0 ||
-      ::getsockname(fd, sa, &len) != 0) {
+  if (::bind(fd.get(), sa, sizeof(*bound)) != 0 ||
+      ::listen(fd.get(), backlog) != 0 ||
+      ::getsockname(fd.get(), sa, &len) != 0) {
     ADD_FAILURE() << "listening on loopback: " << std::strerror(errno);
-    ::close(fd);
-    return -1;
+    return UniqueFd();
   }
   return fd;
 }
 
-// A TCP connection to 127.0.0.1:`port`, or -1.
-inline int ConnectToLoopback(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+// A TCP connection to 127.0.0.1:`port`, or none.
+inline UniqueFd ConnectToLoopback(int port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return fd;
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    ::close(fd);
-    return -1;
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    return UniqueFd();
+  }
+  return fd;
+}
+
+// Both ends of one TCP connection over loopback.
+struct LoopbackConnection {
+  UniqueFd client;  // the end that connected
+  UniqueFd server;  // the end the listener accepted
+};
+
+// Connects to the listener `listener` bound at `addr` and accepts the
+// connection; both ends invalid (and a test failure) when it cannot.
+inline LoopbackConnection ConnectAndAccept(int listener,
+                                           const sockaddr_in& addr) {
+  LoopbackConnection c;
+  c.client.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!c.client.valid() ||
+      ::connect(c.client.get(), reinterpret_cast<const sockaddr*>(&addr),
+                sizeof(addr)) != 0) {
+    ADD_FAILURE() << "connect: " << std::strerror(errno);
+    return {};
+  }
+  c.server.reset(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+  if (!c.server.valid()) {
+    ADD_FAILURE() << "accept: " << std::strerror(errno);
+    return {};
+  }
+  return c;
+}
+
+// One TCP connection over loopback, through a listener that lives only
+// while it is made; both ends invalid (and a test failure) when it cannot.
+inline LoopbackConnection ConnectOverLoopback() {
+  sockaddr_in addr;
+  const UniqueFd listener = ListenOnLoopback(1, &addr);
+  if (!listener.valid()) return {};
+  return ConnectAndAccept(listener.get(), addr);
+}
+
+// A Unix stream socket bound at `path`, which leaves a socket file there;
+// none (and a test failure) when it cannot be made.
+inline UniqueFd BindUnixSocket(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (!fd.valid() ||
+      ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ADD_FAILURE() << "a socket at " << path << ": " << std::strerror(errno);
+    return UniqueFd();
   }
   return fd;
 }
@@ -312,13 +421,13 @@ struct ReadToEndOptions {
 inline std::string SendAndReadToEnd(int port, const std::string& data,
                                     std::function<size_t(size_t)> piece,
                                     const ReadToEndOptions& options = {}) {
-  const int fd = ConnectToLoopback(port);
-  if (fd < 0) return "connect failed";
+  const UniqueFd conn = ConnectToLoopback(port);
+  if (!conn.valid()) return "connect failed";
+  const int fd = conn.get();
   if (options.io_timeout_seconds > 0) {
     const timeval limit{.tv_sec = options.io_timeout_seconds, .tv_usec = 0};
     if (::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit)) != 0 ||
         ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit)) != 0) {
-      ::close(fd);
       return "setsockopt failed";
     }
   }
@@ -337,42 +446,101 @@ inline std::string SendAndReadToEnd(int port, const std::string& data,
   ssize_t n;
   while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
   writer.join();
-  ::close(fd);
   return got;
 }
 
 // ---- Programs under test ----
 
-// A program started with its stdout on a pipe the test reads.
+// Closes a FILE* (a std::unique_ptr deleter).
+struct FileCloser {
+  void operator()(FILE* f) const { std::fclose(f); }
+};
+using UniqueFile = std::unique_ptr<FILE, FileCloser>;
+
+// Which of a started program's outputs come to the test on pipes.
+enum class ChildOutput { kStdout, kStdoutAndStderr };
+
+// A program started with its stdout (and, if asked, its stderr) on pipes
+// the test reads. One not yet waited for when its Child goes out of scope or is
+// assigned over (a test that stopped at a failed ASSERT) is killed and waited
+// for.
 struct Child {
-  pid_t pid = -1;
-  FILE* out = nullptr;  // the program's stdout; the test closes it
+  Child() = default;
+  Child(Child&& other) noexcept
+      : pid(std::exchange(other.pid, -1)),
+        out(std::move(other.out)),
+        err(std::move(other.err)) {}
+  Child& operator=(Child&& other) noexcept {
+    if (this != &other) {
+      KillAndWait();
+      pid = std::exchange(other.pid, -1);
+      out = std::move(other.out);
+      err = std::move(other.err);
+    }
+    return *this;
+  }
+  ~Child() { KillAndWait(); }
+
+  // Waits for the program to end and returns its wait status; -1 (and a
+  // test failure) when waitpid fails.
+  int Wait() {
+    int status = 0;
+    if (::waitpid(std::exchange(pid, -1), &status, 0) < 0) {
+      ADD_FAILURE() << "waitpid: " << std::strerror(errno);
+      return -1;
+    }
+    return status;
+  }
+
+  pid_t pid = -1;  // -1 once waited for (ExitedCleanly(Child&))
+  UniqueFile out;  // the program's stdout
+  UniqueFile err;  // its stderr, with ChildOutput::kStdoutAndStderr
+
+ private:
+  void KillAndWait() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
 };
 
-// Starts `path` with `args` (argv[0] first), stdout to a pipe. On failure
-// the test fails and pid is -1.
-inline Child StartWithStdoutPipe(const char* path,
-                                 const std::vector<const char*>& args) {
-  int out[2];
-  if (::pipe(out) != 0) {
+// Starts `path` with `args` (argv[0] first), its stdout (and, as `output`
+// says, its stderr) to pipes. On failure the test fails and pid is -1.
+inline Child StartChild(const char* path, const std::vector<const char*>& args,
+                        ChildOutput output = ChildOutput::kStdout) {
+  const bool with_err = output == ChildOutput::kStdoutAndStderr;
+  UniqueFd out[2], err[2];
+  if (Pipe(out, O_CLOEXEC) != 0 || (with_err && Pipe(err, O_CLOEXEC) != 0)) {
     ADD_FAILURE() << "pipe: " << std::strerror(errno);
     return {};
   }
   std::vector<const char*> argv = args;
   argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
+  Child child;
+  child.pid = ::fork();
+  if (child.pid == 0) {
+    ::dup2(out[1].get(), 1);
+    if (with_err) ::dup2(err[1].get(), 2);
     ::execv(path, const_cast<char* const*>(argv.data()));
     ::_exit(127);
   }
-  ::close(out[1]);
-  if (pid < 0) {
+  if (child.pid < 0) {
     ADD_FAILURE() << "fork: " << std::strerror(errno);
-    ::close(out[0]);
     return {};
   }
-  return {pid, ::fdopen(out[0], "r")};
+  child.out.reset(::fdopen(out[0].release(), "r"));
+  if (with_err) child.err.reset(::fdopen(err[0].release(), "r"));
+  return child;
+}
+
+// StartChild for arguments held as strings.
+inline Child StartChild(const std::string& path,
+                        const std::vector<std::string>& args,
+                        ChildOutput output = ChildOutput::kStdout) {
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return StartChild(path.c_str(), argv, output);
 }
 
 // Reads the child's first line and the port in it, which `format` (a
@@ -380,7 +548,7 @@ inline Child StartWithStdoutPipe(const char* path,
 inline int ReadListeningPort(const Child& child, const char* format) {
   char line[256] = {};
   if (child.out == nullptr ||
-      std::fgets(line, sizeof(line), child.out) == nullptr) {
+      std::fgets(line, sizeof(line), child.out.get()) == nullptr) {
     ADD_FAILURE() << "no first line from the program";
     return 0;
   }
@@ -402,6 +570,11 @@ inline ::testing::AssertionResult ExitedCleanly(pid_t pid) {
     return ::testing::AssertionSuccess();
   }
   return ::testing::AssertionFailure() << "wait status " << status;
+}
+
+// ExitedCleanly(child.pid), after which `child` no longer kills it.
+inline ::testing::AssertionResult ExitedCleanly(Child& child) {
+  return ExitedCleanly(std::exchange(child.pid, -1));
 }
 
 // ---- Trickle tests ----
@@ -438,6 +611,39 @@ inline std::thread StartTrickler(
     }
   });
 }
+
+// `n` AF_UNIX stream socketpairs: the test reads at (*readers)[i] (made
+// non-blocking with `nonblocking_readers`), the trickler writes at
+// (*writers)[i]. A failure fails the test (call through
+// ASSERT_NO_FATAL_FAILURE).
+inline void MakeTrickleSockets(size_t n, bool nonblocking_readers,
+                               std::vector<UniqueFd>* readers,
+                               std::vector<UniqueFd>* writers) {
+  for (size_t i = 0; i < n; ++i) {
+    UniqueFd sv[2];
+    ASSERT_EQ(SocketPair(SOCK_STREAM | SOCK_CLOEXEC, sv), 0);
+    if (nonblocking_readers) SetNonBlocking(sv[0].get());
+    readers->push_back(std::move(sv[0]));
+    writers->push_back(std::move(sv[1]));
+  }
+}
+
+#ifdef BUFPOOL_TEST_UTIL_HAS_LIBRARY
+// Checks that each of `chains` (one a connection) holds exactly `line` and
+// pins at most its bytes plus two buffers of `buffer_size`. A chain of the
+// wrong size fails the test at once (call through ASSERT_NO_FATAL_FAILURE).
+inline void ExpectEachHoldsTheLine(const std::vector<BufferChain>& chains,
+                                   const std::string& line,
+                                   size_t buffer_size) {
+  for (size_t i = 0; i < chains.size(); ++i) {
+    ASSERT_EQ(chains[i].size(), line.size()) << "connection " << i;
+    EXPECT_LE(chains[i].pinned_bytes(), line.size() + 2 * buffer_size)
+        << "connection " << i;
+    EXPECT_TRUE(Contents(chains[i]) == line)
+        << "connection " << i << ": bytes differ";
+  }
+}
+#endif  // BUFPOOL_TEST_UTIL_HAS_LIBRARY
 
 }  // namespace bufpool::testing_util
 

@@ -14,21 +14,25 @@
 
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 #include "uring_test_util.h"
 
 namespace bufpool {
 namespace {
 
 using testing_util::Ring;
+using testing_util::UniqueFd;
 
-// A temporary file holding `data`, opened for reading.
-int TempFileWith(const std::string& data) {
+// A temporary file holding `data`, opened for reading; none on failure.
+UniqueFd TempFileWith(const std::string& data) {
   char path[] = "/tmp/uring_fixed_test.XXXXXX";
-  const int fd = mkstemp(path);
-  if (fd < 0) return -1;
+  UniqueFd fd(mkstemp(path));
+  if (!fd.valid()) return fd;
   unlink(path);
-  if (write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size()))
-    return -1;
+  if (write(fd.get(), data.data(), data.size()) !=
+      static_cast<ssize_t>(data.size())) {
+    return UniqueFd();
+  }
   return fd;
 }
 
@@ -76,7 +80,8 @@ TEST(FixedBuffersTest, RegionAboveOneGibIsSplitAndReadFixedWorksPastIt) {
 
   std::string data(kBufferSize, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
-  const int fd = TempFileWith(data);
+  const UniqueFd file = TempFileWith(data);
+  const int fd = file.get();
   ASSERT_GE(fd, 0);
   std::memset(far, 0, kBufferSize);
   io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
@@ -96,7 +101,6 @@ TEST(FixedBuffersTest, RegionAboveOneGibIsSplitAndReadFixedWorksPastIt) {
   ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
   EXPECT_EQ(cqe->res, -EFAULT);
   io_uring_cqe_seen(ring.get(), cqe);
-  close(fd);
 }
 
 TEST(FixedBuffersTest, SecondTableOnOneRingIsRefusedClearly) {
@@ -175,7 +179,8 @@ TEST(FixedBuffersTest, ReadFixedIntoABufferOfAGrownPartOfAnElasticPool) {
 
   std::string data(4096, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 13);
-  const int fd = TempFileWith(data);
+  UniqueFd file = TempFileWith(data);
+  const int fd = file.get();
   ASSERT_GE(fd, 0);
   for (Buffer* b : {&held[10], &held[999]}) {  // the first part; a grown one
     std::memset(b->data(), 0, 4096);
@@ -201,7 +206,7 @@ TEST(FixedBuffersTest, ReadFixedIntoABufferOfAGrownPartOfAnElasticPool) {
   ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
   EXPECT_LT(cqe->res, 0);
   io_uring_cqe_seen(ring.get(), cqe);
-  close(fd);
+  file.reset();
 
   // Registered: nothing is trimmed; unregistered: the free part goes.
   held.resize(100);

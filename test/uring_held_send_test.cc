@@ -25,22 +25,17 @@ struct Fixture {
   io_uring ring{};
   bool ring_ok = false;
   std::unique_ptr<BufferPool> pool;
-  int client = -1, server = -1;
+  testing_util::LoopbackConnection conn = testing_util::ConnectOverLoopback();
+  const int client = conn.client.get();
+  const int server = conn.server.get();
 
   Fixture() {
     ring_ok = io_uring_queue_init(64, &ring, 0) == 0;
     auto p = BufferPool::Create({.buffer_count = 512});
     if (p.ok()) pool = *std::move(p);
-    sockaddr_in sa;
-    const int lfd = testing_util::ListenOnLoopback(4, &sa);
-    client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    connect(client, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    server = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    close(lfd);
   }
   ~Fixture() {
-    close(client);
-    close(server);
+    conn = {};  // closed before the ring goes
     if (ring_ok) io_uring_queue_exit(&ring);
   }
   bool ok() const { return ring_ok && pool != nullptr && server >= 0; }

@@ -42,6 +42,7 @@ using testing_util::RandomBytes;
 using testing_util::Ring;
 using testing_util::RunLoad;
 using testing_util::SendAndTake;
+using testing_util::UniqueFd;
 using testing_util::WriteAll;
 
 using Bundles = ProvidedBufferRingOptions::Bundles;
@@ -71,20 +72,16 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
       kRingBuffers + conns * testing_util::MostBuffersFor(kLine, bs);
   Ring ring;
   ASSERT_TRUE(ring.ok());
-  std::vector<int> reader(conns), writer(conns);
-  for (size_t i = 0; i < conns; ++i) {
-    int sv[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    reader[i] = sv[0];
-    writer[i] = sv[1];
-  }
+  std::vector<UniqueFd> reader, writer;
+  ASSERT_NO_FATAL_FAILURE(testing_util::MakeTrickleSockets(
+      conns, /*nonblocking_readers=*/false, &reader, &writer));
   std::string line = testing_util::TrickleLine(kLine);
   line.back() = '\n';
   std::atomic<bool> stop{false};
   std::thread trickler = testing_util::StartTrickler(
       conns, line,
       [&writer](size_t i, const char* byte) {
-        return WriteAll(writer[i], byte, 1);
+        return WriteAll(writer[i].get(), byte, 1);
       },
       &stop);
   {
@@ -104,7 +101,7 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     size_t done = 0;
     auto arm = [&](size_t i) {
       io_uring_sqe* sqe = ring.Sqe();
-      (*br)->PrepareRecv(sqe, reader[i]);
+      (*br)->PrepareRecv(sqe, reader[i].get());
       io_uring_sqe_set_data64(sqe, i);
       armed[i] = true;
     };
@@ -142,16 +139,10 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
     EXPECT_LE(pool->Stats().high_water, bound)
         << conns << " connections, " << done << " lines complete";
     EXPECT_GT((*br)->copied(), 0u);
-    for (size_t i = 0; i < conns; ++i) {
-      ASSERT_EQ(queue[i].size(), kLine) << "connection " << i;
-      EXPECT_LE(queue[i].pinned_bytes(), kLine + 2 * bs) << "connection " << i;
-      std::string got(kLine, '\0');
-      queue[i].CopyTo(
-          absl::MakeSpan(reinterpret_cast<std::byte*>(got.data()), kLine));
-      EXPECT_TRUE(got == line) << "connection " << i << " bytes differ";
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        testing_util::ExpectEachHoldsTheLine(queue, line, bs));
     // Every receive is still armed: cancel them by closing, then drain.
-    for (size_t i = 0; i < conns; ++i) shutdown(writer[i], SHUT_WR);
+    for (size_t i = 0; i < conns; ++i) shutdown(writer[i].get(), SHUT_WR);
     while (std::count(armed.begin(), armed.end(), true) > 0) {
       io_uring_cqe* cqe;
       ASSERT_EQ(io_uring_wait_cqe(ring.get(), &cqe), 0);
@@ -162,10 +153,8 @@ TEST_P(TrickleTest, ALineTrickledAByteAtATimePinsAboutItsBytes) {
       io_uring_cqe_seen(ring.get(), cqe);
     }
   }
-  for (size_t i = 0; i < conns; ++i) {
-    close(reader[i]);
-    close(writer[i]);
-  }
+  reader.clear();
+  writer.clear();
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 

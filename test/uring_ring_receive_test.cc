@@ -41,6 +41,10 @@ using testing_util::RandomBytes;
 using testing_util::Ring;
 using testing_util::RunLoad;
 using testing_util::SendAndTake;
+using testing_util::SocketPair;
+using testing_util::SubmitAndTakeOne;
+using testing_util::TakenCompletion;
+using testing_util::UniqueFd;
 using testing_util::WriteAll;
 
 using Bundles = ProvidedBufferRingOptions::Bundles;
@@ -280,19 +284,19 @@ TEST(VisitTest, DatagramsArriveWholeThroughFourBuffers) {
   ASSERT_TRUE(ring.ok());
   auto pool = BufferPool::Create({.buffer_count = 16});
   ASSERT_TRUE(pool.ok());
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+  UniqueFd fds[2];
+  ASSERT_EQ(SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
   auto br = ProvidedBufferRing::Create(ring.get(), **pool,
                                        {.max_buffers = 4,
                                         .initial_buffers = 4,
                                         .incremental = Incremental::kOff});
   ASSERT_TRUE(br.ok()) << br.status();
-  (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
   std::mt19937 rng(11);
   for (int i = 0; i < 200; ++i) {
     const std::string msg =
         RandomBytes(1 + rng() % (*pool)->buffer_size(), rng);
-    ASSERT_EQ(send(fds[0], msg.data(), msg.size(), 0),
+    ASSERT_EQ(send(fds[0].get(), msg.data(), msg.size(), 0),
               static_cast<ssize_t>(msg.size()));
     ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
     io_uring_cqe* cqe;
@@ -308,11 +312,11 @@ TEST(VisitTest, DatagramsArriveWholeThroughFourBuffers) {
     io_uring_cqe_seen(ring.get(), cqe);
     EXPECT_EQ(got, msg) << "datagram " << i;
     (*br)->Refill();
-    if (!more) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+    if (!more) (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
   }
   EXPECT_EQ((*pool)->Stats().in_use, 4u);
-  close(fds[0]);
-  close(fds[1]);
+  fds[0].reset();
+  fds[1].reset();
   br->reset();
   ring.DropCompletions();
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
@@ -366,7 +370,7 @@ std::string BufferBytes(const Buffer& b, int n) {
 }
 
 // A non-incremental ring of `n` buffers of a 16-buffer pool, its receive
-// armed on the server end (fds[1]) of a datagram socketpair; TearDown()
+// armed on the server end (fds[1].get()) of a datagram socketpair; TearDown()
 // closes the pair, destroys the ring and checks that every buffer is back.
 class TakeBufferTest : public testing::Test {
  protected:
@@ -374,23 +378,24 @@ class TakeBufferTest : public testing::Test {
     ASSERT_TRUE(ring.ok());
     pool = BufferPool::Create({.buffer_count = 16});
     ASSERT_TRUE(pool.ok()) << pool.status();
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fds), 0);
+    ASSERT_EQ(SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
     br = ProvidedBufferRing::Create(ring.get(), **pool,
                                     {.max_buffers = n,
                                      .initial_buffers = n,
                                      .incremental = Incremental::kOff});
     ASSERT_TRUE(br.ok()) << br.status();
-    (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+    (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
   }
   // Sends one datagram to the ring's end of the pair.
   bool Send(std::string_view msg) {
-    return send(fds[0], msg.data(), msg.size(), 0) ==
+    return send(fds[0].get(), msg.data(), msg.size(), 0) ==
            static_cast<ssize_t>(msg.size());
   }
   void TearDown() override {
-    if (fds[0] < 0) return;  // Open() not called, or failed before the pair
-    close(fds[0]);
-    close(fds[1]);
+    if (!fds[0].valid())
+      return;  // Open() not called, or failed before the pair
+    fds[0].reset();
+    fds[1].reset();
     if (br.ok()) br->reset();
     ring.DropCompletions();
     EXPECT_EQ((*pool)->Stats().in_use, 0u);
@@ -399,7 +404,7 @@ class TakeBufferTest : public testing::Test {
   Ring ring;
   absl::StatusOr<std::unique_ptr<BufferPool>> pool =
       absl::FailedPreconditionError("Open() not called");
-  int fds[2] = {-1, -1};
+  UniqueFd fds[2];
   absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> br =
       absl::FailedPreconditionError("Open() not called");
 };
@@ -416,7 +421,7 @@ TEST_F(TakeBufferTest, TheCallersBufferTakesTheFilledOnesPlaceInTheRing) {
   for (int i = 0; i < 100; ++i) {
     const std::string msg =
         RandomBytes(1 + rng() % (*pool)->buffer_size(), rng);
-    ASSERT_EQ(send(fds[0], msg.data(), msg.size(), 0),
+    ASSERT_EQ(send(fds[0].get(), msg.data(), msg.size(), 0),
               static_cast<ssize_t>(msg.size()));
     io_uring_cqe* cqe = NextCompletion(ring);
     ASSERT_NE(cqe, nullptr);
@@ -439,7 +444,7 @@ TEST_F(TakeBufferTest, TheCallersBufferTakesTheFilledOnesPlaceInTheRing) {
     EXPECT_EQ((*pool)->Stats().in_use, 2u);  // one lent, one held
     EXPECT_EQ((*br)->available(), 1u);
     (*br)->Refill();
-    if (!more) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+    if (!more) (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
   }
   EXPECT_EQ((*br)->copied(), 0u);
   held.Reset();
@@ -458,7 +463,8 @@ TEST_F(TakeBufferTest, ABufferTakenIntoTheRingIsCountedWhenAChainGetsIt) {
   ASSERT_TRUE(Send("first"));
   // A receive that empties the ring ends (no IORING_CQE_F_MORE): re-arm.
   auto rearm_after = [&](const io_uring_cqe* c) {
-    if (!(c->flags & IORING_CQE_F_MORE)) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+    if (!(c->flags & IORING_CQE_F_MORE))
+      (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
   };
   io_uring_cqe* cqe = NextCompletion(ring);
   ASSERT_NE(cqe, nullptr);
@@ -507,7 +513,7 @@ TEST_F(TakeBufferTest, AnEmptyHandleTakesTheRingsBuffer) {
   std::vector<Buffer> kept;
   bool ended = false;
   for (const char* msg : {"one", "two"}) {
-    if (ended) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+    if (ended) (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
     ASSERT_TRUE(Send(msg));
     io_uring_cqe* cqe = NextCompletion(ring);
     ASSERT_NE(cqe, nullptr);
@@ -523,7 +529,7 @@ TEST_F(TakeBufferTest, AnEmptyHandleTakesTheRingsBuffer) {
   EXPECT_EQ((*br)->available(), 0u);
   EXPECT_EQ((*pool)->Stats().in_use, 2u);  // both with the caller
   // The third datagram finds no buffer.
-  if (ended) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  if (ended) (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
   ASSERT_TRUE(Send("three"));
   io_uring_cqe* cqe = NextCompletion(ring);
   ASSERT_NE(cqe, nullptr);
@@ -536,7 +542,7 @@ TEST_F(TakeBufferTest, AnEmptyHandleTakesTheRingsBuffer) {
   io_uring_cqe_seen(ring.get(), cqe);
   EXPECT_EQ((*br)->Refill(), 2u);
   EXPECT_EQ((*pool)->Stats().in_use, 4u);
-  (*br)->PrepareRecv(ring.Sqe(), fds[1]);  // "three" is still queued
+  (*br)->PrepareRecv(ring.Sqe(), fds[1].get());  // "three" is still queued
   cqe = NextCompletion(ring);
   ASSERT_NE(cqe, nullptr);
   ASSERT_TRUE((*br)->TakeBuffer(*cqe, kept[0]));  // swaps: no pool trip
@@ -669,24 +675,6 @@ TEST_F(TakeBufferTest, WhatItCannotTakeIsLeftToTakeUnchanged) {
   ring.DropCompletions();
 }
 
-// Submits, waits for one completion and takes it into `out`: the
-// completion's res and flags, and Take()'s status.
-struct TakenCompletion {
-  int res = 0;
-  uint32_t flags = 0;
-  absl::Status status;
-};
-void SubmitAndTakeOne(Ring& ring, ProvidedBufferRing& br, BufferChain& out,
-                      TakenCompletion* taken) {
-  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-  io_uring_cqe* cqe;
-  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-  taken->res = cqe->res;
-  taken->flags = cqe->flags;
-  taken->status = br.Take(*cqe, out);
-  io_uring_cqe_seen(ring.get(), cqe);
-}
-
 // An incremental ring would cut a datagram short at the end of the current
 // buffer, silently: PrepareRecv() makes no receive from a message socket,
 // Take() says why, and the datagrams stay in the socket, whole, for a ring
@@ -711,20 +699,20 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
   const size_t bs = (*pool)->buffer_size();
   for (int type : {SOCK_SEQPACKET, SOCK_DGRAM}) {
     SCOPED_TRACE(type == SOCK_DGRAM ? "SOCK_DGRAM" : "SOCK_SEQPACKET");
-    int fds[2];
-    ASSERT_EQ(socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, fds), 0);
+    UniqueFd fds[2];
+    ASSERT_EQ(SocketPair(type | SOCK_CLOEXEC, fds), 0);
     // Two datagrams that together overrun one buffer.
     const std::string first(bs / 2 + 100, 'a'), second(bs / 2 + 100, 'b');
     for (const std::string* m : {&first, &second}) {
-      ASSERT_EQ(send(fds[0], m->data(), m->size(), 0),
+      ASSERT_EQ(send(fds[0].get(), m->data(), m->size(), 0),
                 static_cast<ssize_t>(m->size()));
     }
-    const absl::Status checked = (*inc)->CheckSocket(fds[1]);
+    const absl::Status checked = (*inc)->CheckSocket(fds[1].get());
     EXPECT_EQ(checked.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(checked.message().find("kOff"), absl::string_view::npos)
         << checked;
-    EXPECT_TRUE((*plain)->CheckSocket(fds[1]).ok());
-    (*inc)->PrepareRecv(ring.Sqe(), fds[1]);
+    EXPECT_TRUE((*plain)->CheckSocket(fds[1].get()).ok());
+    (*inc)->PrepareRecv(ring.Sqe(), fds[1].get());
     BufferChain out(**pool);
     TakenCompletion t;
     ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
@@ -740,7 +728,7 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
     // Receive flags added to the refused receive: the kernel rejects the
     // NOP, and Take() says where to look.
     io_uring_sqe* sqe = ring.Sqe();
-    (*inc)->PrepareRecv(sqe, fds[1]);
+    (*inc)->PrepareRecv(sqe, fds[1].get());
     sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
     ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
     ASSERT_LT(t.res, 0);
@@ -750,7 +738,7 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
     EXPECT_TRUE(out.empty());
     // Both datagrams are still there, whole, for the plain ring.
     for (const std::string* m : {&first, &second}) {
-      (*plain)->PrepareRecv(ring.Sqe(), fds[1], {.multishot = false});
+      (*plain)->PrepareRecv(ring.Sqe(), fds[1].get(), {.multishot = false});
       ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **plain, out, &t));
       ASSERT_EQ(t.res, static_cast<int>(m->size()));
       ASSERT_TRUE(t.status.ok()) << t.status;
@@ -758,15 +746,13 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
       out.Clear();
       (*plain)->Refill();
     }
-    close(fds[0]);
-    close(fds[1]);
   }
   // A stream socket on the incremental ring is received as before.
-  int s[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s), 0);
-  EXPECT_TRUE((*inc)->CheckSocket(s[1]).ok());
-  ASSERT_EQ(send(s[0], "stream", 6, 0), 6);
-  (*inc)->PrepareRecv(ring.Sqe(), s[1], {.multishot = false});
+  UniqueFd s[2];
+  ASSERT_EQ(SocketPair(SOCK_STREAM | SOCK_CLOEXEC, s), 0);
+  EXPECT_TRUE((*inc)->CheckSocket(s[1].get()).ok());
+  ASSERT_EQ(send(s[0].get(), "stream", 6, 0), 6);
+  (*inc)->PrepareRecv(ring.Sqe(), s[1].get(), {.multishot = false});
   BufferChain out(**pool);
   TakenCompletion t;
   ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
@@ -774,8 +760,8 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
   ASSERT_TRUE(t.status.ok()) << t.status;
   EXPECT_EQ(testing_util::Contents(out), "stream");
   out.Clear();
-  close(s[0]);
-  close(s[1]);
+  s[0].reset();
+  s[1].reset();
   inc->reset();
   plain->reset();
   ring.DropCompletions();
@@ -797,17 +783,17 @@ TEST(IncrementalTest, FixedFileReceivesSkipTheProcessDescriptorsType) {
                                          .initial_buffers = 4,
                                          .incremental = Incremental::kOn});
   if (!inc.ok()) GTEST_SKIP() << "no incremental rings: " << inc.status();
-  int dgram[2], stream[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, dgram), 0);
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, stream), 0);
-  const int index = dgram[1];
+  UniqueFd dgram[2], stream[2];
+  ASSERT_EQ(SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, dgram), 0);
+  ASSERT_EQ(SocketPair(SOCK_STREAM | SOCK_CLOEXEC, stream), 0);
+  const int index = dgram[1].get();
   std::vector<int> files(static_cast<size_t>(index) + 1, -1);
-  files[static_cast<size_t>(index)] = stream[1];
+  files[static_cast<size_t>(index)] = stream[1].get();
   ASSERT_EQ(io_uring_register_files(ring.get(), files.data(),
                                     static_cast<unsigned>(files.size())),
             0);
-  ASSERT_EQ(send(stream[0], "fixed", 5, 0), 5);
-  ASSERT_TRUE((*inc)->CheckSocket(stream[1]).ok());
+  ASSERT_EQ(send(stream[0].get(), "fixed", 5, 0), 5);
+  ASSERT_TRUE((*inc)->CheckSocket(stream[1].get()).ok());
   io_uring_sqe* sqe = ring.Sqe();
   (*inc)->PrepareRecv(sqe, index, {.multishot = false, .socket_checked = true});
   sqe->flags |= IOSQE_FIXED_FILE;
@@ -819,7 +805,9 @@ TEST(IncrementalTest, FixedFileReceivesSkipTheProcessDescriptorsType) {
   EXPECT_EQ(testing_util::Contents(out), "fixed");
   out.Clear();
   io_uring_unregister_files(ring.get());
-  for (int fd : {dgram[0], dgram[1], stream[0], stream[1]}) close(fd);
+  for (UniqueFd* fd : {&dgram[0], &dgram[1], &stream[0], &stream[1]}) {
+    fd->reset();
+  }
   inc->reset();
   ring.DropCompletions();
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
@@ -864,7 +852,7 @@ TEST_F(TakeBufferTest, ParkedReceivesWaitForThePoolsNoticeAndRearm) {
   std::vector<Buffer> kept;
   bool armed = true;
   for (const char* msg : {"one", "two"}) {
-    if (!armed) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+    if (!armed) (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
     ASSERT_TRUE(Send(msg));
     io_uring_cqe* cqe = NextCompletion(ring);
     ASSERT_NE(cqe, nullptr);
@@ -874,7 +862,7 @@ TEST_F(TakeBufferTest, ParkedReceivesWaitForThePoolsNoticeAndRearm) {
     io_uring_cqe_seen(ring.get(), cqe);
     kept.push_back(std::move(b));
   }
-  if (!armed) (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+  if (!armed) (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
   ASSERT_TRUE(Send("three"));
   io_uring_cqe* cqe = NextCompletion(ring);
   ASSERT_NE(cqe, nullptr);
@@ -888,7 +876,7 @@ TEST_F(TakeBufferTest, ParkedReceivesWaitForThePoolsNoticeAndRearm) {
   auto rearm = [&](void* who) {
     EXPECT_EQ(who, &conn);
     ++rearmed;
-    (*br)->PrepareRecv(ring.Sqe(), fds[1]);
+    (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
   };
   // The pool is dry: nothing to lend, nothing re-armed, the notice asked.
   EXPECT_EQ((*br)->Refill(), 0u);

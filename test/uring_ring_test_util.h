@@ -44,27 +44,18 @@ struct Pairs {
 };
 
 inline void MakePairs(size_t n, Pairs* out) {
-  rlimit lim{};
-  getrlimit(RLIMIT_NOFILE, &lim);
-  if (lim.rlim_cur < 2 * n + 64) {
-    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 2 * n + 64);
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
+  RaiseFileLimit(2 * n + 64);
   sockaddr_in sa;
-  const int lfd = testing_util::ListenOnLoopback(1024, &sa);
-  ASSERT_GE(lfd, 0);
+  const UniqueFd lfd = testing_util::ListenOnLoopback(1024, &sa);
+  ASSERT_TRUE(lfd.valid());
   for (size_t i = 0; i < n; ++i) {
-    const int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(c, 0);
-    ASSERT_EQ(connect(c, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-    const int s = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    ASSERT_GE(s, 0);
+    LoopbackConnection c = ConnectAndAccept(lfd.get(), sa);
+    ASSERT_TRUE(c.server.valid());
     const int one = 1;
-    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    out->client.push_back(c);
-    out->server.push_back(s);
+    setsockopt(c.client.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    out->client.push_back(c.client.release());
+    out->server.push_back(c.server.release());
   }
-  close(lfd);
 }
 
 inline bool WriteAll(int fd, const char* p, size_t n) {

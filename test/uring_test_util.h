@@ -5,6 +5,13 @@
 
 #include <liburing.h>
 
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "bufpool/chain.h"
+#include "bufpool/uring.h"
+#include "gtest/gtest.h"
+
 namespace bufpool::testing_util {
 
 // An io_uring instance for one test, torn down with it. `entries` submission
@@ -47,6 +54,28 @@ class Ring {
   io_uring ring_{};
   bool ok_ = false;
 };
+
+// What SubmitAndTakeOne found: the completion's res and flags, and
+// Take()'s status.
+struct TakenCompletion {
+  int res = 0;
+  uint32_t flags = 0;
+  absl::Status status;
+};
+
+// Submits, waits for one completion and takes it into `out` through `br`.
+// A failed submit or an empty queue fails the test (call through
+// ASSERT_NO_FATAL_FAILURE).
+inline void SubmitAndTakeOne(Ring& ring, ProvidedBufferRing& br,
+                             BufferChain& out, TakenCompletion* taken) {
+  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+  io_uring_cqe* cqe;
+  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+  taken->res = cqe->res;
+  taken->flags = cqe->flags;
+  taken->status = br.Take(*cqe, out);
+  io_uring_cqe_seen(ring.get(), cqe);
+}
 
 }  // namespace bufpool::testing_util
 
