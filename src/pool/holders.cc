@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -110,6 +111,17 @@ uint32_t BufferPool::HolderTable::Lock(Entry& e) noexcept {
   }
 }
 
+uint32_t BufferPool::HolderTable::LockAlone(Entry& e) noexcept {
+  const uint32_t s = e.seq.load(std::memory_order_relaxed);
+  assert((s & 1) == 0 && "a writer is in while the slot has one holder");
+  e.seq.store(s + 1, std::memory_order_relaxed);
+  // release: a reader that sees any field store below also sees the odd
+  // count, or a later one, in its second load of it (its acquire fence
+  // pairs with this one), and retries.
+  std::atomic_thread_fence(std::memory_order_release);
+  return s + 1;
+}
+
 __attribute__((noinline)) void BufferPool::HolderTable::Acquired(
     const BufferPool& pool, uint32_t slot) noexcept {
   if (mode_ == TrackHolders::kSampled) {
@@ -139,7 +151,7 @@ __attribute__((noinline)) void BufferPool::HolderTable::Record(
     std::atomic_ref<uint32_t>(refs[slot]).store(0, std::memory_order_relaxed);
   }
   Entry& e = entries_[slot];
-  const uint32_t locked = Lock(e);
+  const uint32_t locked = LockAlone(e);
   for (int i = 0; i < depth; ++i) {
     e.pcs[i].store(reinterpret_cast<uintptr_t>(pcs[i]),
                    std::memory_order_relaxed);
@@ -157,7 +169,7 @@ __attribute__((noinline)) void BufferPool::HolderTable::Record(
 
 void BufferPool::HolderTable::Clear(Entry& e, uint32_t slot) noexcept {
   marks_[slot].store(0, std::memory_order_relaxed);
-  const uint32_t locked = Lock(e);
+  const uint32_t locked = LockAlone(e);
   e.live.store(0, std::memory_order_relaxed);
   e.note.store(kNoNote, std::memory_order_relaxed);
   Unlock(e, locked);

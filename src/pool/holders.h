@@ -12,8 +12,12 @@
 // sequences and locks, the depot's CASes), so a holder sees its
 // predecessors' writes. Two threads may still hold one slot at once (copies
 // of a SharedBuffer on two threads; a HeldSend noting a shared slice), so
-// writers take the entry's sequence count as a lock: a CAS from even to odd
-// (acquire), the fields, then a store of the next even value (release).
+// those writers (Touch, Note) take the entry's sequence count as a lock: a
+// CAS from even to odd (acquire), the fields, then a store of the next even
+// value (release). The record and its clearing need no CAS: the acquirer
+// and the last releaser hold the slot alone (every other holder's release
+// happened before the last one), so no writer can overlap them; they store
+// the odd count, fence (release), write the fields and store the even one.
 // Readers (Holders(), the reports) never write: they load the count
 // (acquire), copy the fields with relaxed loads, fence (acquire) and load
 // the count again; an odd or changed count means a writer overlapped, and
@@ -106,7 +110,13 @@ class BufferPool::HolderTable {
  private:
   void Record(const BufferPool& pool, uint32_t slot) noexcept;
   void Clear(Entry& e, uint32_t slot) noexcept;
+  // Takes the entry's count odd: Lock() for Touch() and Note(), whose
+  // writers may overlap (two holders of one slot); LockAlone() for Record()
+  // and Clear(), whose writer holds the slot alone (its acquirer, or its
+  // last releaser, after every other holder's release), so that no other
+  // writer can be in and a plain store does it, without the CAS.
   static uint32_t Lock(Entry& e) noexcept;
+  static uint32_t LockAlone(Entry& e) noexcept;
   static void Unlock(Entry& e, uint32_t locked) noexcept {
     // release: the fields' stores happen-before a reader's acquire load
     // of the new even count.

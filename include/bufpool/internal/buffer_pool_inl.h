@@ -42,13 +42,23 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::PopInline() {
     return internal::rseq::Pop(rseq_base_, rseq_cpus_,
                                internal::rseq::kMmCidField);
   }
-  // A sampled pool on mm_cid: a constant field again, so one sequence.
-  const uint32_t slot =
-      index == (internal::rseq::kMmCidField | internal::rseq::kSampledTag)
-          ? internal::rseq::Pop(rseq_base_, rseq_cpus_,
-                                internal::rseq::kMmCidField)
-          : internal::rseq::Pop(rseq_base_, rseq_cpus_,
-                                index & ~internal::rseq::kSampledTag);
+  // A sampled pool on mm_cid: a constant field again, so one sequence, and
+  // its own straight block (likely among what is left), so that its hit
+  // adds only the countdown to the untracked one, not the tests of the
+  // other setups.
+  if (index == (internal::rseq::kMmCidField | internal::rseq::kSampledTag))
+      [[likely]] {
+    const uint32_t slot = internal::rseq::Pop(rseq_base_, rseq_cpus_,
+                                              internal::rseq::kMmCidField);
+    if (slot != internal::rseq::kNoSlot) [[likely]] {
+      if (--internal::t_holder_countdown == 0) [[unlikely]] {
+        AcquireSampled(slot);
+      }
+    }
+    return slot;
+  }
+  const uint32_t slot = internal::rseq::Pop(
+      rseq_base_, rseq_cpus_, index & ~internal::rseq::kSampledTag);
   if ((index & internal::rseq::kSampledTag) != 0 &&
       slot != internal::rseq::kNoSlot) {
     if (--internal::t_holder_countdown == 0) AcquireSampled(slot);
@@ -69,13 +79,20 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferPool::PushInline(uint32_t slot) {
                                 internal::rseq::kMmCidField, &release_limit_,
                                 lend_, slot);
   }
-  if ((index & internal::rseq::kSampledTag) != 0) {
-    if (holder_marks_[slot].load(std::memory_order_relaxed) != 0) return false;
-    if (index == (internal::rseq::kMmCidField | internal::rseq::kSampledTag)) {
-      return internal::rseq::Push(rseq_base_, rseq_release_cpus_,
-                                  internal::rseq::kMmCidField, &release_limit_,
-                                  lend_, slot);
+  // A sampled pool on mm_cid, as in PopInline: the mark's test, then the
+  // same sequence as the untracked pool's (the compiler may share it).
+  if (index == (internal::rseq::kMmCidField | internal::rseq::kSampledTag))
+      [[likely]] {
+    if (holder_marks_[slot].load(std::memory_order_relaxed) != 0) [[unlikely]] {
+      return false;
     }
+    return internal::rseq::Push(rseq_base_, rseq_release_cpus_,
+                                internal::rseq::kMmCidField, &release_limit_,
+                                lend_, slot);
+  }
+  if ((index & internal::rseq::kSampledTag) != 0 &&
+      holder_marks_[slot].load(std::memory_order_relaxed) != 0) {
+    return false;
   }
   return internal::rseq::Push(rseq_base_, rseq_release_cpus_,
                               index & ~internal::rseq::kSampledTag,
