@@ -71,7 +71,7 @@ class EchoCliTest : public testing::Test {
   Server StartEcho(const std::vector<std::string>& args) {
     std::vector<std::string> all = {kEcho};
     all.insert(all.end(), args.begin(), args.end());
-    Server s{.child = StartChild(kEcho, all)};
+    Server s{.child = StartChild(kEcho, all), .address = {}};
     const std::string first = ReadLine(s.child.out.get());
     if (first.rfind("listening on ", 0) == 0) {
       s.address = first.substr(strlen("listening on "));
