@@ -321,7 +321,8 @@ class Session {
       case 17:  // the splitters consume or split: observed, not predicted
         LineStep(c, m, lines_[i]);
         break;
-      case 18:
+      case 18:  // takes frames off the front: the line state goes too
+        lines_[i].Reset();
         LengthPrefixStep(c, m);
         break;
       case 19:
