@@ -386,6 +386,134 @@ TEST(BufferChainTest, SplitAtEveryOffset) {
   EXPECT_EQ(InUse(*pool), 0u);
 }
 
+// Cuts of one buffer count their references ahead in one add: the chain's
+// front keeps the rest, which its own use_count() leaves out, so the tail's
+// room is still writable once the cut frames are gone, and every reference
+// goes back however the cuts and the chain are dropped.
+TEST(BufferChainTest, CutsOfOneBufferShareReservedReferences) {
+  auto pool = MakePool(4096, 8);
+  std::mt19937_64 rng(11);
+  const std::string model = RandomBytes(2000, rng);
+  BufferChain c(*pool);
+  ASSERT_TRUE(c.Append(model).ok());
+  ASSERT_EQ(c.slice_count(), 1u);
+  std::vector<BufferChain> frames;
+  for (int i = 0; i < 10; ++i) frames.push_back(c.Split(100));
+  for (int i = 0; i < 10; ++i) {
+    ExpectChainIs(frames[i], model.substr(100 * i, 100));
+    EXPECT_EQ(frames[i].slice(0).slot(), c.slice(0).slot());
+    EXPECT_GE(frames[i].slice(0).use_count(), 11u);
+  }
+  EXPECT_EQ(c.slice(0).use_count(), 11u);  // ten frames and the chain
+  EXPECT_EQ(InUse(*pool), 1u);
+  frames.clear();
+  EXPECT_EQ(c.slice(0).use_count(), 1u);
+  EXPECT_EQ(c.tail_room(), 4096u - 2000);
+  ASSERT_TRUE(c.Append("xyz").ok());  // into the room: no frame holds it
+  EXPECT_EQ(c.slice_count(), 1u);
+  std::string rest = model.substr(1000) + "xyz";
+  ExpectChainIs(c, rest);
+
+  // Cuts of other sizes (the count's guess runs out, or is left over on
+  // the last cut, which takes the front itself); a copy takes none of the
+  // front's reserve; the chain goes first, its frames after it.
+  const size_t sizes[] = {7, 300, 1, 250, 90, 5};
+  for (size_t n : sizes) frames.push_back(c.Split(n));
+  frames.push_back(c.Split(c.size()));
+  EXPECT_TRUE(c.empty());
+  SharedBuffer copy = frames[2].slice(0);
+  size_t at = 0;
+  for (const BufferChain& f : frames) {
+    ExpectChainIs(f, rest.substr(at, f.size()));
+    at += f.size();
+  }
+  EXPECT_EQ(at, rest.size());
+  c.Clear();
+  EXPECT_EQ(InUse(*pool), 1u);
+  for (size_t i = 0; i + 1 < frames.size(); ++i) frames[i] = BufferChain();
+  EXPECT_EQ(InUse(*pool), 1u);  // the last frame and the copy hold it
+  // The last cut took the front and what it had left of its reserve.
+  EXPECT_EQ(copy.use_count(),
+            2u + internal::ChainAccess::Reserved(frames.back().slice(0)));
+  frames.clear();
+  EXPECT_EQ(copy.use_count(), 1u);
+  copy.Reset();
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
+// Frames cut on one thread (sizes at random, so cuts take, run out of and
+// leave over reserved references) and dropped on others while the cutting
+// goes on: every frame reads its bytes, and every buffer comes back once.
+TEST(BufferChainTest, FramesCutOnOneThreadAreDroppedOnOthers) {
+  constexpr int kThreads = 3;
+  constexpr int kBuffers = 400;
+  auto pool = MakePool(1024, 64);
+  std::mutex mu;
+  std::vector<BufferChain> queue;
+  std::vector<std::string> expect;
+  bool done = false;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (;;) {
+        BufferChain frame;
+        std::string want;
+        bool got = false;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!queue.empty()) {
+            frame = std::move(queue.back());
+            want = std::move(expect.back());
+            queue.pop_back();
+            expect.pop_back();
+            got = true;
+          } else if (done) {
+            return;
+          }
+        }
+        if (!got) {
+          std::this_thread::yield();
+          continue;
+        }
+        if (Contents(frame) != want) bad.fetch_add(1);
+      }
+    });
+  }
+  std::mt19937_64 rng(5);
+  BufferChain in(*pool);
+  std::string model;
+  for (int b = 0; b < kBuffers; ++b) {
+    for (;;) {  // leave buffers for the pool
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (queue.size() < 32) break;
+      }
+      std::this_thread::yield();
+    }
+    const std::string bytes = RandomBytes(1024, rng);
+    ASSERT_TRUE(in.Append(bytes).ok());
+    model += bytes;
+    while (!in.empty()) {
+      const size_t n = std::min<size_t>(in.size(), 1 + rng() % 600);
+      if (n == in.size() && b + 1 < kBuffers && rng() % 2 == 0) break;
+      BufferChain frame = in.Split(n);
+      std::lock_guard<std::mutex> lock(mu);
+      queue.push_back(std::move(frame));
+      expect.push_back(model.substr(0, n));
+      model.erase(0, n);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_TRUE(in.empty());
+  EXPECT_EQ(InUse(*pool), 0u);
+}
+
 TEST(BufferChainTest, DryPoolMidAppendAppendsNothingAndLosesNothing) {
   auto pool = MakePool(64, 5);
   BufferChain c(*pool);

@@ -36,8 +36,11 @@
 //
 // Costs. Copying a SharedBuffer or taking a Slice() is one atomic
 // increment, dropping one a decrement (none for the last reference); neither
-// allocates. A BufferChain holds a few slices inline and grows a heap ring
-// beyond that, kept until destroyed: a reused chain allocates only growing.
+// allocates. Split() (and the splitters, bufpool/cursor.h) cutting one
+// buffer's bytes into many chains counts their references in one increment
+// per buffer when the cuts are of like size. A BufferChain holds a few slices
+// inline and grows a heap ring beyond that, kept until destroyed: a reused
+// chain allocates only growing.
 #ifndef BUFPOOL_CHAIN_H_
 #define BUFPOOL_CHAIN_H_
 
@@ -48,6 +51,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <new>
 #include <utility>
 
 #include "absl/base/attributes.h"
@@ -65,6 +69,10 @@ namespace bufpool {
 class BufferChain;
 class ReceivePack;
 
+namespace internal {
+struct ChainAccess;  // chain_inl.h: what the splitters call
+}  // namespace internal
+
 // A counted reference to bytes [data(), data() + size()) of one pool buffer.
 // Copyable (each copy is one more reference) and movable (no atomic); the
 // last reference destroyed returns the buffer to its pool. A default,
@@ -80,7 +88,8 @@ class BUFPOOL_EXPORT SharedBuffer {
       : pool_(std::exchange(other.pool_, nullptr)),
         data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
-        slot_(other.slot_) {}
+        slot_(other.slot_),
+        reserve_(std::exchange(other.reserve_, 0)) {}
   SharedBuffer& operator=(const SharedBuffer& other) noexcept;
   SharedBuffer& operator=(SharedBuffer&& other) noexcept;
   ~SharedBuffer() { Reset(); }
@@ -109,8 +118,10 @@ class BUFPOOL_EXPORT SharedBuffer {
   size_t room() const {
     return pool_ ? pool_->buffer_size() - offset() - size_ : 0;
   }
-  // References to this buffer now (0: holds nothing); 1 is stable, other
-  // values may change as other threads copy or drop theirs.
+  // References to this buffer now (0: holds nothing); 1 is stable (this
+  // handle is the only one), other values may change as other threads copy
+  // or drop theirs, and may include references that a chain cutting this
+  // buffer (Split(), the splitters) counted ahead for its next cuts.
   uint32_t use_count() const;
 
   // Drops this reference now (returning the buffer if it was the last).
@@ -119,6 +130,21 @@ class BUFPOOL_EXPORT SharedBuffer {
  private:
   friend class BufferChain;
   friend class ReceivePack;
+  friend struct internal::ChainAccess;
+
+  // A handle of a reference already counted, with `reserve` more.
+  SharedBuffer(BufferPool* pool, std::byte* data, size_t size, uint32_t slot,
+               uint32_t reserve) noexcept
+      : pool_(pool), data_(data), size_(size), slot_(slot), reserve_(reserve) {}
+
+  // Reset(), the buffer's return out of line: where the handle is seldom
+  // the last (a chain's destructor), so that the rest inlines.
+  void ResetSeldomLast();
+  static void ReleaseLast(BufferPool& pool, uint32_t slot);
+  // Drops the handle's references (see reserve_), returning the buffer
+  // when they were its last: inline, or through ReleaseLast().
+  template <bool kReleaseInline>
+  void Drop();
 
   [[noreturn]] void DieBadSlice(size_t offset, size_t length) const;
 
@@ -126,6 +152,11 @@ class BUFPOOL_EXPORT SharedBuffer {
   std::byte* data_ = nullptr;
   size_t size_ = 0;
   uint32_t slot_ = 0;
+  // References counted in the buffer's count beyond this handle's own, held
+  // for slices to be cut from it (BufferChain::ShareFront()): each takes one
+  // without an atomic; the handle drops the rest with its own in one
+  // subtraction. 0 for a copy.
+  uint32_t reserve_ = 0;
 };
 
 // A byte sequence made of SharedBuffer slices. Move-only (Clone() shares
@@ -266,8 +297,25 @@ class BUFPOOL_EXPORT BufferChain {
   bool AppendPacked(absl::Span<const std::byte> bytes, ReceivePack& pack);
 
  private:
+  friend struct internal::ChainAccess;
+
+  // Most references a cut counts in advance for the next cuts (see
+  // ShareFront()): bounds what one handle adds to its buffer's count.
+  static constexpr uint32_t kMaxReserve = 64;
+
   SharedBuffer& At(size_t i) const;
   size_t TailRoom() const;
+  // Builds a handle in entry `at`, which is raw storage or holds nothing.
+  static void Place(SharedBuffer& at, SharedBuffer&& s) {
+    ::new (static_cast<void*>(&at)) SharedBuffer(std::move(s));
+  }
+  // The first n (0 < n < its size) bytes of the front slice as a handle of
+  // their own, cut off it; `cut` is the size of the whole cut, a guess at
+  // the next ones'.
+  SharedBuffer ShareFront(size_t n, size_t cut);
+  // Split() into `first`, an empty chain with this one's pool and budget.
+  void SplitInto(BufferChain& first, size_t n);
+  void SplitSlow(BufferChain& first, size_t n);
   void PushBack(SharedBuffer&& s);
   void PopFront();
   void PopBack();
@@ -301,12 +349,18 @@ class BUFPOOL_EXPORT BufferChain {
   BufferPool* pool_ = nullptr;
   BufferBudget* budget_ = nullptr;  // charged for the buffers pinned
   size_t size_ = 0;
-  // The slices are At(0) .. At(count_ - 1); other entries hold nothing.
+  // The slices are At(0) .. At(count_ - 1); other entries hold nothing,
+  // or, in inline_, may be raw storage: an entry past the slices is
+  // written only with Place(). inline_ is a union member so that a chain is
+  // made without writing its entries and destroyed without visiting them
+  // (an entry holding nothing has nothing to destroy).
   SharedBuffer* slices_;          // inline_ or a heap ring of cap_ entries
   uint32_t cap_ = kInlineSlices;  // a power of two
   uint32_t head_ = 0;
   uint32_t count_ = 0;
-  SharedBuffer inline_[kInlineSlices];
+  union {
+    SharedBuffer inline_[kInlineSlices];
+  };
 };
 
 // One buffer that the short partial messages of many chains share (as Redis

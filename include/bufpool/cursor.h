@@ -63,7 +63,13 @@ namespace bufpool {
 class BUFPOOL_EXPORT ChainCursor {
  public:
   // At the chain's first byte. The chain must outlive the cursor.
-  explicit ChainCursor(const BufferChain& chain);
+  explicit ChainCursor(const BufferChain& chain) : chain_(&chain) {
+    if (chain.slice_count() != 0) {
+      const SharedBuffer& s = chain.slice(0);
+      begin_ = p_ = s.data();
+      end_ = begin_ + s.size();  // a chain holds no empty slice
+    }
+  }
 
   // Bytes before the cursor, and after it.
   size_t position() const { return before_ + static_cast<size_t>(p_ - begin_); }
@@ -348,6 +354,9 @@ struct BUFPOOL_EXPORT LengthPrefixSplitter {
   size_t strip_bytes = 0;
   size_t max_frame = 16 << 20;
 
+  // Cost, when the header lies in the front slice: a few loads and one cut
+  // (inline; about one atomic add per buffer, and one subtraction when the
+  // frame is dropped).
   absl::StatusOr<std::optional<BufferChain>> Next(BufferChain& in) const;
 
   // Calls fn(absl::string_view frame) for every complete frame in `in`, in
@@ -364,6 +373,8 @@ struct BUFPOOL_EXPORT LengthPrefixSplitter {
                                       Fn&& fn) const;
 
  private:
+  // Next() past its inline case: the frame measured in full.
+  absl::StatusOr<std::optional<BufferChain>> NextSlow(BufferChain& in) const;
   // The size of the frame at the front of `in` (header included), nullopt
   // while `in` does not hold all of it; Next()'s errors.
   absl::StatusOr<std::optional<size_t>> Measure(const BufferChain& in) const;
@@ -400,6 +411,28 @@ struct BUFPOOL_EXPORT LengthPrefixSplitter {
     }
   }
 };
+
+// The common case: the header inside the front slice, its field read in
+// place (as ForEachFrame() does), and the frame all in `in`.
+inline absl::StatusOr<std::optional<BufferChain>> LengthPrefixSplitter::Next(
+    BufferChain& in) const {
+  if ((length_bytes == 1 || length_bytes == 2 || length_bytes == 4 ||
+       length_bytes == 8) &&
+      length_adjustment == 0 && length_offset <= 64 && !in.empty()) {
+    const SharedBuffer& front = in.slice(0);
+    const size_t header = length_offset + length_bytes;
+    if (front.size() >= header) {
+      const uint64_t field = LoadField(front.data() + length_offset);
+      if (field <= max_frame && header + field <= max_frame &&
+          header + field >= strip_bytes && header + field <= in.size()) {
+        const size_t size = header + static_cast<size_t>(field);
+        if (strip_bytes != 0) in.Consume(strip_bytes);
+        return internal::ChainAccess::SplitFront(in, size - strip_bytes);
+      }
+    }
+  }
+  return NextSlow(in);
+}
 
 template <class Fn>
 absl::StatusOr<size_t> LengthPrefixSplitter::ForEachFrame(BufferChain& in,

@@ -28,6 +28,10 @@ void SharedBuffer::DieBadSlice(size_t offset, size_t length) const {
   std::abort();
 }
 
+void SharedBuffer::ReleaseLast(BufferPool& pool, uint32_t slot) {
+  internal::SharedAccess::ReleaseSlot(pool, slot);
+}
+
 // ---- BufferChain
 // -------------------------------------------------------------
 
@@ -49,7 +53,7 @@ BufferChain& BufferChain::MoveAssignSlow(BufferChain& other) noexcept {
     // `other`'s at most kInlineSlices slices move into our ring.
     for (uint32_t i = 0; i < other.count_; ++i) {
       const uint32_t at = (other.head_ + i) & (kInlineSlices - 1);
-      slices_[i] = std::move(other.inline_[at]);
+      Place(slices_[i], std::move(other.inline_[at]));
     }
     head_ = 0;
     count_ = std::exchange(other.count_, 0);
@@ -85,7 +89,7 @@ void BufferChain::StealFrom(BufferChain& other) noexcept {
   // Inline: move the slices, keeping their positions in the ring.
   for (uint32_t i = 0; i < other.count_; ++i) {
     const uint32_t at = (other.head_ + i) & (kInlineSlices - 1);
-    inline_[at] = std::move(other.inline_[at]);
+    Place(inline_[at], std::move(other.inline_[at]));
   }
   head_ = std::exchange(other.head_, 0);
   count_ = std::exchange(other.count_, 0);
@@ -294,19 +298,16 @@ void BufferChain::ConsumeSlow(size_t n) {
   if (released != 0) internal::BudgetAccess::Release(*budget_, released);
 }
 
-BufferChain BufferChain::Split(size_t n) {
-  BufferChain first;
-  first.pool_ = pool_;
-  first.budget_ = budget_;
+// Split() past its inline case: `first` is the empty chain it returns.
+void BufferChain::SplitSlow(BufferChain& first, size_t n) {
   n = std::min(n, size_);
+  const size_t cut = n;
   size_ -= n;
   first.size_ = n;
   while (n != 0) {
     SharedBuffer& front = At(0);
     if (n < front.size_) {
-      first.PushBack(front.Slice(0, n));
-      front.data_ += n;
-      front.size_ -= n;
+      first.PushBack(ShareFront(n, cut));
       break;
     }
     n -= front.size_;
@@ -322,7 +323,6 @@ BufferChain BufferChain::Split(size_t n) {
       internal::BudgetAccess::Release(*budget_, bs);
     }
   }
-  return first;
 }
 
 size_t BufferChain::CopyTo(absl::Span<std::byte> out) const {

@@ -8,14 +8,6 @@
 
 namespace bufpool {
 
-ChainCursor::ChainCursor(const BufferChain& chain) : chain_(&chain) {
-  if (chain.slice_count() != 0) {
-    const SharedBuffer& s = chain.slice(0);
-    begin_ = p_ = s.data();
-    end_ = begin_ + s.size();  // a chain holds no empty slice
-  }
-}
-
 void ChainCursor::NextSlice() {
   // Called with p_ == end_; the chain's slices are never empty.
   if (slice_ + 1 >= chain_->slice_count()) return;  // at the end

@@ -66,7 +66,8 @@ absl::StatusOr<std::optional<BufferChain>> LineSplitter::Next(BufferChain& in) {
   if (!found.ok()) return found.status();
   if (!found->has_value()) return std::nullopt;
   const auto [length, end] = **found;
-  BufferChain line = in.Split(length);
+  absl::StatusOr<std::optional<BufferChain>> line =
+      internal::ChainAccess::SplitFront(in, length);
   in.Consume(end - length);
   return line;
 }
@@ -167,30 +168,13 @@ absl::StatusOr<std::optional<size_t>> LengthPrefixSplitter::Measure(
   return size;
 }
 
-absl::StatusOr<std::optional<BufferChain>> LengthPrefixSplitter::Next(
+absl::StatusOr<std::optional<BufferChain>> LengthPrefixSplitter::NextSlow(
     BufferChain& in) const {
-  // The common case: a whole frame inside the front slice, its field read
-  // in place (as ForEachFrame() does); anything else is measured in full.
-  if ((length_bytes == 1 || length_bytes == 2 || length_bytes == 4 ||
-       length_bytes == 8) &&
-      length_adjustment == 0 && length_offset <= 64 && !in.empty()) {
-    const SharedBuffer& front = in.slice(0);
-    const size_t header = length_offset + length_bytes;
-    if (front.size() >= header) {
-      const uint64_t field = LoadField(front.data() + length_offset);
-      if (field <= max_frame && header + field <= max_frame &&
-          header + field >= strip_bytes && header + field <= front.size()) {
-        const size_t size = header + static_cast<size_t>(field);
-        in.Consume(strip_bytes);
-        return in.Split(size - strip_bytes);
-      }
-    }
-  }
   absl::StatusOr<std::optional<size_t>> size = Measure(in);
   if (!size.ok()) return size.status();
   if (!size->has_value()) return std::nullopt;
   in.Consume(strip_bytes);
-  return in.Split(**size - strip_bytes);
+  return internal::ChainAccess::SplitFront(in, **size - strip_bytes);
 }
 
 absl::StatusOr<std::optional<absl::string_view>>

@@ -18,8 +18,10 @@
 //     slice sizes agree, no slice is empty or reaches outside its buffer;
 //   * every held slice still reads the bytes it had (nothing writes shared
 //     bytes);
-//   * for every slot referenced, use_count() equals the references the
-//     fuzzer holds, and each pool's in_use equals the slots referenced;
+//   * for every slot referenced, its count (use_count() plus the handle's
+//     own reserve) equals the references the handles the fuzzer holds own
+//     (one each, plus their reserves: cuts count references ahead), and
+//     each pool's in_use equals the slots referenced;
 //   * a failed Append leaves the chain as it was;
 //   * a chain consumed to empty pins no buffer (the pool's in_use counts
 //     only the slots slices reference, plus a pack's buffer);
@@ -319,7 +321,8 @@ class Session {
       case 17:  // the splitters consume or split: observed, not predicted
         LineStep(c, m, lines_[i]);
         break;
-      case 18:
+      case 18:  // takes frames off the front: the line state goes too
+        lines_[i].Reset();
         LengthPrefixStep(c, m);
         break;
       case 19:
@@ -694,7 +697,7 @@ class Session {
                    s.room() == pool->buffer_size() - s.offset() - s.size(),
                "slice [%zu, +%zu) of a %zu-byte buffer", s.offset(), s.size(),
                pool->buffer_size());
-    ++refs[{pool, s.slot()}];
+    refs[{pool, s.slot()}] += 1 + bufpool::internal::ChainAccess::Reserved(s);
   }
 
   void Check() {
@@ -736,7 +739,8 @@ class Session {
         any.push_back(&h.slice);
       } else if (h.slice) {
         // Slice(off, 0) holds its buffer but is not a chain's slice.
-        ++refs[{h.slice.pool(), h.slice.slot()}];
+        refs[{h.slice.pool(), h.slice.slot()}] +=
+            1 + bufpool::internal::ChainAccess::Reserved(h.slice);
         any.push_back(&h.slice);
       }
     }
@@ -746,9 +750,12 @@ class Session {
     std::map<std::pair<BufferPool*, uint32_t>, bool> extra;
     for (const SharedBuffer* s : any) {
       const uint32_t want = refs[{s->pool(), s->slot()}];
-      FUZZ_CHECK(s->use_count() >= want, "slot %u: use_count %u, held %u",
-                 s->slot(), s->use_count(), want);
-      if (s->use_count() > want) extra[{s->pool(), s->slot()}] = true;
+      // use_count() leaves out the handle's own reserve.
+      const uint32_t count =
+          s->use_count() + bufpool::internal::ChainAccess::Reserved(*s);
+      FUZZ_CHECK(count >= want, "slot %u: count %u, held %u", s->slot(), count,
+                 want);
+      if (count > want) extra[{s->pool(), s->slot()}] = true;
     }
     for (int k = 0; k < 2; ++k) {
       BufferPool* pool = pools_[k].get();

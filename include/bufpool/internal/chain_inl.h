@@ -4,10 +4,13 @@
 #ifndef BUFPOOL_INTERNAL_CHAIN_INL_H_
 #define BUFPOOL_INTERNAL_CHAIN_INL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <utility>
 
+#include "absl/utility/utility.h"
 #include "bufpool/chain.h"
 
 namespace bufpool {
@@ -22,6 +25,18 @@ namespace bufpool {
 // one, which returns the buffer for reuse, sees them all. A drop that loads
 // 1 (acquire, pairing with the others' release subtractions) holds the only
 // reference, which no other thread can copy, so it skips the subtraction.
+//
+// Reserves. A handle may own reserve_ references beyond its own, added in
+// the same relaxed add as a cut's (BufferChain::ShareFront()): made from the
+// handle's existing reference, so, as for a copy, the count cannot reach 0
+// meanwhile. A later cut of the same handle takes one of them without an
+// atomic: the reference moves from one handle to another inside the thread
+// that holds both (a chain is used by one thread at a time), so the count
+// stays the sum, over live handles, of 1 + reserve_. A drop subtracts its
+// 1 + reserve_ at once, acq_rel as above, and skips the subtraction when it
+// loads exactly that many (then no other handle exists to copy from). A
+// handle moved to another thread takes its reserve along (the caller's
+// hand-over orders it), and a copy takes none.
 
 inline SharedBuffer::SharedBuffer(Buffer&& buffer) noexcept {
   if (!buffer) return;
@@ -63,27 +78,40 @@ inline SharedBuffer& SharedBuffer::operator=(SharedBuffer&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     slot_ = other.slot_;
+    reserve_ = std::exchange(other.reserve_, 0);
   }
   return *this;
 }
 
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline void SharedBuffer::Reset() {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void SharedBuffer::Reset() { Drop<true>(); }
+
+inline void SharedBuffer::ResetSeldomLast() { Drop<false>(); }
+
+template <bool kReleaseInline>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void SharedBuffer::Drop() {
   BufferPool* const pool = pool_;
   if (pool == nullptr) return;
+  const uint32_t mine = 1 + reserve_;  // the references this handle owns
   pool_ = nullptr;
   data_ = nullptr;  // no view of a buffer that may be reused already
   size_ = 0;
+  reserve_ = 0;
   std::atomic_ref<uint32_t> ref = internal::SharedAccess::Ref(*pool, slot_);
-  if (ref.load(std::memory_order_acquire) == 1 ||
-      ref.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    internal::SharedAccess::ReleaseSlot(*pool, slot_);
+  if (ref.load(std::memory_order_acquire) == mine ||
+      ref.fetch_sub(mine, std::memory_order_acq_rel) == mine) {
+    if constexpr (kReleaseInline) {
+      internal::SharedAccess::ReleaseSlot(*pool, slot_);
+    } else {
+      ReleaseLast(*pool, slot_);
+    }
   }
 }
 
 inline uint32_t SharedBuffer::use_count() const {
   if (pool_ == nullptr) return 0;
   return internal::SharedAccess::Ref(*pool_, slot_)
-      .load(std::memory_order_acquire);
+             .load(std::memory_order_acquire) -
+         reserve_;
 }
 
 inline SharedBuffer SharedBuffer::Slice(size_t offset, size_t length) const {
@@ -99,9 +127,19 @@ inline SharedBuffer SharedBuffer::Slice(size_t offset, size_t length) const {
 
 // ---- BufferChain ----------------------------------------------------------
 
+// A chain of one inline slice (a frame a splitter cut) moves inline.
 inline BufferChain::BufferChain(BufferChain&& other) noexcept
     : pool_(other.pool_), budget_(other.budget_), slices_(inline_) {
-  if (other.count_ != 0 || other.slices_ != other.inline_) StealFrom(other);
+  if (other.slices_ == other.inline_ && other.count_ <= 1) {
+    if (other.count_ == 0) return;
+    Place(inline_[0], std::move(other.At(0)));
+    count_ = 1;
+    size_ = std::exchange(other.size_, 0);
+    other.count_ = 0;
+    other.head_ = 0;
+    return;
+  }
+  StealFrom(other);
 }
 
 inline BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
@@ -115,6 +153,10 @@ inline BufferChain& BufferChain::operator=(BufferChain&& other) noexcept {
 }
 
 inline BufferChain::~BufferChain() {
+  if (count_ == 1 && slices_ == inline_ && budget_ == nullptr) {
+    inline_[head_].ResetSeldomLast();
+    return;
+  }
   if (count_ != 0 || slices_ != inline_) DestroySlow();
 }
 
@@ -132,6 +174,64 @@ inline void BufferChain::Consume(size_t n) {
     return;
   }
   ConsumeSlow(n);
+}
+
+inline BufferChain BufferChain::Split(size_t n) {
+  BufferChain first;
+  first.pool_ = pool_;
+  first.budget_ = budget_;
+  SplitInto(first, n);
+  return first;
+}
+
+// The common cut inline: within the front slice, of an unbound chain (a
+// frame of a splitter); anything else goes out of line.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferChain::SplitInto(
+    BufferChain& first, size_t n) {
+  if (count_ != 0 && n != 0 && budget_ == nullptr) [[likely]] {
+    SharedBuffer& front = slices_[head_];
+    if (n < front.size_) {
+      Place(first.inline_[0], ShareFront(n, n));
+    } else if (n == front.size_) {
+      Place(first.inline_[0], std::move(front));
+      head_ = (head_ + 1) & (cap_ - 1);
+      --count_;
+    } else {
+      SplitSlow(first, n);
+      return;
+    }
+    first.count_ = 1;
+    first.size_ = n;
+    size_ -= n;
+    return;
+  }
+  SplitSlow(first, n);
+}
+
+// The new handle takes one of the front's reserved references; with none
+// left, one relaxed add (made from the front's reference, see the top of
+// this file) counts this cut's and, as the front's reserve, one for each
+// further cut of `cut` bytes its rest holds but the last (which takes the
+// front itself). A guess that runs out costs one more add; what is left
+// over goes with the front handle, dropped in its one subtraction.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline SharedBuffer BufferChain::ShareFront(
+    size_t n, size_t cut) {
+  SharedBuffer& front = slices_[head_];
+  if (front.reserve_ != 0) {
+    --front.reserve_;
+  } else {
+    const size_t rest = front.size_ - n;  // > 0
+    const uint32_t more = rest > cut ? static_cast<uint32_t>(std::min<size_t>(
+                                           (rest - 1) / cut, kMaxReserve))
+                                     : 0;
+    internal::SharedAccess::Ref(*front.pool_, front.slot_)
+        .fetch_add(1 + more, std::memory_order_relaxed);
+    front.reserve_ = more;
+  }
+  SharedBuffer s(front.pool_, front.data_, n, front.slot_, 0);
+  front.data_ += n;
+  front.size_ -= n;
+  return s;
 }
 
 inline void BufferChain::Reserve(size_t slices) {
@@ -196,7 +296,7 @@ inline void BufferChain::PushBack(SharedBuffer&& s) {
   if (count_ == cap_) Grow();
   if (budget_ != nullptr) [[unlikely]]
     ChargeLink(s);
-  At(count_) = std::move(s);
+  Place(At(count_), std::move(s));
   ++count_;
 }
 
@@ -255,11 +355,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
     return false;
   }
   std::byte* const dst = b.data_ + pack.used_;
-  SharedBuffer& s = At(0);  // holds nothing: the chain is empty
-  s.pool_ = b.pool_;
-  s.data_ = dst;
-  s.size_ = len;
-  s.slot_ = b.slot_;
+  // At(0) holds nothing (the chain is empty).
+  Place(At(0), SharedBuffer(b.pool_, dst, len, b.slot_, 0));
   --pack.spare_;
   pack.used_ += static_cast<uint32_t>(len);
   count_ = 1;
@@ -298,6 +395,33 @@ inline void BufferChain::PopBackBudgeted() {
   --count_;
   if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
 }
+
+namespace internal {
+
+// For the splitters (bufpool/cursor.h), which build the chain they return
+// in its place: a returned chain is an object in memory (its ring points
+// into it), so one cut into a temporary and moved costs a copy of it (and a
+// stalled load of the bytes just stored).
+struct ChainAccess {
+  // in.Split(n), into `out`, an empty chain made with BufferChain().
+  // in.Split(n) as a splitter returns it, built in place (a lone return of
+  // a named local).
+  static absl::StatusOr<std::optional<BufferChain>> SplitFront(BufferChain& in,
+                                                               size_t n) {
+    absl::StatusOr<std::optional<BufferChain>> out(absl::in_place,
+                                                   std::in_place);
+    BufferChain& frame = **out;
+    frame.pool_ = in.pool_;
+    frame.budget_ = in.budget_;
+    in.SplitInto(frame, n);
+    return out;
+  }
+  // The references `s` holds beyond its own (see Reserves above): for
+  // tests that account for every reference of a buffer.
+  static uint32_t Reserved(const SharedBuffer& s) { return s.reserve_; }
+};
+
+}  // namespace internal
 
 class BufferChain::SpanRange {
  public:
