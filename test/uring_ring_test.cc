@@ -439,14 +439,15 @@ TEST(ProvidedBufferRingTest, AnIdleRingKeepsItsLentBuffersAndOnePackBuffer) {
 // does not end the receive (the ring holds the socket), so its completions
 // keep coming, each with a ring buffer that only Take() (or Visit(),
 // TakeBuffer()) gives back; the cancel ends it with -ECANCELED and no
-// buffer. End of stream: OK, nothing appended.
+// buffer, and shutdown(fd, SHUT_RDWR) ends it as end of stream does: OK,
+// nothing appended.
 TEST(ProvidedBufferRingTest, CompletionsOfAClosedConnectionStillGoToTake) {
   Ring ring;
   ASSERT_TRUE(ring.ok());
   auto pool = BufferPool::Create({.buffer_count = 64});
   ASSERT_TRUE(pool.ok());
   Pairs pairs;
-  MakePairs(2, &pairs);
+  MakePairs(3, &pairs);
   auto br = ProvidedBufferRing::Create(ring.get(), **pool,
                                        {.max_buffers = 8,
                                         .initial_buffers = 8,
@@ -501,6 +502,19 @@ TEST(ProvidedBufferRingTest, CompletionsOfAClosedConnectionStillGoToTake) {
   EXPECT_FALSE(cqe->flags & IORING_CQE_F_MORE);
   BufferChain input(**pool);
   ASSERT_TRUE(input.Append("kept").ok());
+  EXPECT_TRUE((*br)->Take(*cqe, input).ok());
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ(input.size(), 4u);
+  EXPECT_EQ((*br)->available(), 8u);
+
+  // Our own shutdown() ends an armed receive the same way.
+  sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[2]);
+  ASSERT_EQ(io_uring_submit(ring.get()), 1);
+  ASSERT_EQ(shutdown(pairs.server[2], SHUT_RDWR), 0);
+  ASSERT_EQ(io_uring_wait_cqe(ring.get(), &cqe), 0);
+  EXPECT_EQ(cqe->res, 0);
+  EXPECT_FALSE(cqe->flags & IORING_CQE_F_MORE);
   EXPECT_TRUE((*br)->Take(*cqe, input).ok());
   io_uring_cqe_seen(ring.get(), cqe);
   EXPECT_EQ(input.size(), 4u);

@@ -320,8 +320,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
 //   (*parked)->Rearm(&ring, kNoticeTag, [&](void* c) { Receive(c); });
 //   ... case kNoticeTag: (*parked)->OnNotice(); break;  // its completion
 //
-// Thread safety and lifetime: the ring's thread; it may outlive its
-// ProvidedBufferRing. The eventfd read in flight writes into this object:
+// Thread safety and lifetime: the ring's thread; it may be destroyed after
+// its ProvidedBufferRing. The eventfd read in flight writes into it:
 // destroy it once !notice_pending(), or else after io_uring_queue_exit()
 // (~ProvidedBufferRing, io_uring_queue_exit(), ~ParkedReceives).
 class BUFPOOL_EXPORT ParkedReceives {
