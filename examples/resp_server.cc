@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -393,7 +394,7 @@ void OnCompletion(const io_uring_cqe& cqe, int lfd, bool stopping) {
         c->in.Clear();  // closing: what still arrives is dropped
       } else if (cqe.res > 0 && (s.ok() || absl::IsResourceExhausted(s))) {
         Process(c);
-      } else if (absl::IsResourceExhausted(s)) {
+      } else if (cqe.res == -ENOBUFS) {  // the ring was empty: wait
         if (!more) c->parked = true, parked->Park(c);
       } else if (cqe.res != -ECANCELED || stopping) {
         c->done = true;  // end of stream or an error

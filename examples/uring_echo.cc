@@ -285,7 +285,7 @@ void Server::OnRecv(Conn* c, const io_uring_cqe& cqe, bool more) {
       io_uring_prep_cancel64(sqe, reinterpret_cast<uint64_t>(c) | kRecv, 0);
       Tag(sqe, nullptr, kCancel);
     }
-  } else if (absl::IsResourceExhausted(got)) {
+  } else if (cqe.res == -ENOBUFS) {  // the ring was empty: wait for buffers
     if (!more) c->parked = true, parked_->Park(c), ++parks_;
   } else if (!got.ok() || cqe.res == 0) {
     c->done = true;  // end of stream or an error (a cancel: -ECANCELED)

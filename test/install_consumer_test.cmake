@@ -45,7 +45,9 @@ function(check_package build_dir work)
   run(${CMAKE_COMMAND} --install "${build_dir}" --prefix "${prefix}")
   foreach(f include/bufpool/buffer_pool.h include/bufpool/c.h
             include/bufpool/export.h include/bufpool/options.h
-            include/bufpool/uring.h lib/cmake/bufpool/bufpoolConfig.cmake
+            include/bufpool/uring.h share/doc/bufpool/docs/uring.md
+            share/doc/bufpool/examples/uring_echo.cc
+            lib/cmake/bufpool/bufpoolConfig.cmake
             lib/cmake/bufpool/bufpoolConfigVersion.cmake lib/pkgconfig/bufpool.pc
             lib/pkgconfig/bufpool_core.pc)
     if(NOT EXISTS "${prefix}/${f}")

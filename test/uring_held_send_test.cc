@@ -328,5 +328,40 @@ TEST(HeldSendTest, SlicesPastKMaxIovecsStayForTheNextSend) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
+// Prepare() after done() starts afresh: bytes left unsent and not taken
+// (TakeUnsent(), ReturnUnsentTo()) are dropped, back to the pool.
+TEST(HeldSendTest, PreparingAgainDropsTheUnsentBytesNotTaken) {
+  Fixture f;
+  ASSERT_TRUE(f.ok());
+  auto pool = BufferPool::Create({.buffer_size = 64, .buffer_count = 1100});
+  ASSERT_TRUE(pool.ok());
+  const size_t n = HeldSend::kMaxIovecs + 30;
+  BufferChain chain(**pool);
+  for (size_t i = 0; i < n; ++i) {
+    BufferChain one(**pool);
+    ASSERT_TRUE(one.Append("0123456789").ok());
+    chain.Append(std::move(one));
+  }
+  std::string received;
+  const size_t expected = HeldSend::kMaxIovecs * 10 + 4;
+  std::thread reader([&] { received = f.ReadExactly(expected); });
+  HeldSend send;
+  send.Prepare(io_uring_get_sqe(&f.ring), f.server, std::move(chain));
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  while (!send.done()) send.OnCompletion(f.Next());
+  EXPECT_EQ((*pool)->Stats().in_use, 30u);  // the unsent slices' buffers
+  BufferChain next(**pool);
+  ASSERT_TRUE(next.Append("next").ok());
+  send.Prepare(io_uring_get_sqe(&f.ring), f.server, std::move(next));
+  EXPECT_EQ((*pool)->Stats().in_use, 1u);  // the 30 are gone
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  while (!send.done()) send.OnCompletion(f.Next());
+  EXPECT_TRUE(send.TakeUnsent().empty());
+  reader.join();
+  EXPECT_EQ(received.size(), expected);
+  EXPECT_EQ(received.substr(received.size() - 4), "next");
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
 }  // namespace
 }  // namespace bufpool

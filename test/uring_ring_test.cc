@@ -399,5 +399,168 @@ TEST(ProvidedBufferRingTest, StartsSmallAndGrowsWhileRunningLow) {
   EXPECT_TRUE((*br)->ShouldRearm());
 }
 
+// The pool buffers an idle ring keeps out: those lent, and the pack buffer
+// from the first short receive packed into an empty chain on; a holders
+// report names the pack buffer "chain".
+TEST(ProvidedBufferRingTest, AnIdleRingKeepsItsLentBuffersAndOnePackBuffer) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create(
+      {.buffer_count = 64, .track_holders = TrackHolders::kAll});
+  ASSERT_TRUE(pool.ok());
+  Pairs pairs;
+  MakePairs(1, &pairs);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 8,
+                                        .initial_buffers = 8,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  EXPECT_EQ((*br)->pack_buffers(), 0u);
+  EXPECT_EQ((*pool)->Stats().in_use, (*br)->available());
+  (*br)->PrepareRecv(ring.Sqe(), pairs.server[0]);
+  BufferChain conn(**pool);
+  SendAndTake(ring, **br, pairs.client[0], "PING\r\n", conn, true);
+  EXPECT_EQ(conn.size(), 6u);
+  EXPECT_EQ((*br)->pack_buffers(), 1u);
+  conn.Clear();  // the connection is idle: it pins nothing
+  EXPECT_EQ((*br)->Refill(), 8u);
+  EXPECT_EQ((*pool)->Stats().in_use,
+            (*br)->available() + (*br)->pack_buffers());
+  size_t chains = 0;
+  for (const Holder& h : (*pool)->Holders()) chains += h.held_by == "chain";
+  EXPECT_EQ(chains, 1u);  // the pack buffer
+  shutdown(pairs.client[0], SHUT_WR);
+  br->reset();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  ring.DropCompletions();
+}
+
+// Closing a connection whose multishot receive is armed: close(fd) alone
+// does not end the receive (the ring holds the socket), so its completions
+// keep coming, each with a ring buffer that only Take() (or Visit(),
+// TakeBuffer()) gives back; the cancel ends it with -ECANCELED and no
+// buffer, and shutdown(fd, SHUT_RDWR) ends it as end of stream does: OK,
+// nothing appended.
+TEST(ProvidedBufferRingTest, CompletionsOfAClosedConnectionStillGoToTake) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  ASSERT_TRUE(pool.ok());
+  Pairs pairs;
+  MakePairs(3, &pairs);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 8,
+                                        .initial_buffers = 8,
+                                        .copy_below = 0,
+                                        .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  constexpr uint64_t kRecv = 1;
+  io_uring_sqe* sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[0]);
+  io_uring_sqe_set_data64(sqe, kRecv);
+  ASSERT_GE(io_uring_submit(ring.get()), 1);
+  ASSERT_EQ(close(pairs.server[0]), 0);  // the receive stays armed
+  pairs.server[0] = -1;
+  ASSERT_TRUE(WriteAll(pairs.client[0], "late", 4));
+  io_uring_cqe* cqe;
+  ASSERT_EQ(io_uring_wait_cqe(ring.get(), &cqe), 0);
+  ASSERT_EQ(cqe->res, 4);
+  ASSERT_TRUE(cqe->flags & IORING_CQE_F_BUFFER);
+  EXPECT_TRUE(cqe->flags & IORING_CQE_F_MORE);
+  EXPECT_EQ((*br)->available(), 8u);  // counted until taken
+  {
+    absl::StatusOr<BufferChain> dropped = (*br)->Take(*cqe);  // and dropped
+    ASSERT_TRUE(dropped.ok()) << dropped.status();
+  }
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ((*br)->Refill(), 8u);
+  EXPECT_EQ((*pool)->Stats().in_use, 8u);
+  sqe = ring.Sqe();
+  io_uring_prep_cancel64(sqe, kRecv, 0);
+  io_uring_sqe_set_data64(sqe, 2);
+  ASSERT_GE(io_uring_submit(ring.get()), 1);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(io_uring_wait_cqe(ring.get(), &cqe), 0);
+    if (cqe->user_data == kRecv) {
+      EXPECT_EQ(cqe->res, -ECANCELED);
+      EXPECT_FALSE(cqe->flags & (IORING_CQE_F_MORE | IORING_CQE_F_BUFFER));
+      EXPECT_EQ((*br)->Take(*cqe).status().code(),
+                absl::StatusCode::kCancelled);
+    }
+    io_uring_cqe_seen(ring.get(), cqe);
+  }
+  EXPECT_EQ((*br)->available(), 8u);
+
+  // End of stream into the caller's chain: OK, the chain unchanged, the
+  // receive's last completion (no IORING_CQE_F_MORE).
+  sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[1]);
+  ASSERT_EQ(shutdown(pairs.client[1], SHUT_WR), 0);
+  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+  EXPECT_EQ(cqe->res, 0);
+  EXPECT_FALSE(cqe->flags & IORING_CQE_F_MORE);
+  BufferChain input(**pool);
+  ASSERT_TRUE(input.Append("kept").ok());
+  EXPECT_TRUE((*br)->Take(*cqe, input).ok());
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ(input.size(), 4u);
+  EXPECT_EQ((*br)->available(), 8u);
+
+  // Our own shutdown() ends an armed receive the same way.
+  sqe = ring.Sqe();
+  (*br)->PrepareRecv(sqe, pairs.server[2]);
+  ASSERT_EQ(io_uring_submit(ring.get()), 1);
+  ASSERT_EQ(shutdown(pairs.server[2], SHUT_RDWR), 0);
+  ASSERT_EQ(io_uring_wait_cqe(ring.get(), &cqe), 0);
+  EXPECT_EQ(cqe->res, 0);
+  EXPECT_FALSE(cqe->flags & IORING_CQE_F_MORE);
+  EXPECT_TRUE((*br)->Take(*cqe, input).ok());
+  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_EQ(input.size(), 4u);
+  EXPECT_EQ((*br)->available(), 8u);
+}
+
+// ParkedReceives never touches its ProvidedBufferRing when destroyed, so it
+// may outlive it; with a notice pending it is destroyed after
+// io_uring_queue_exit() (which cancels the eventfd read into it), and the
+// pool's later notice still finds its eventfd open.
+TEST(ProvidedBufferRingTest, ParkedReceivesGoesAfterTheRingAndItsExit) {
+  auto pool = BufferPool::Create({.buffer_count = 8});
+  ASSERT_TRUE(pool.ok());
+  io_uring ring;
+  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
+  auto br = ProvidedBufferRing::Create(
+      &ring, **pool,
+      {.max_buffers = 2, .initial_buffers = 2, .rearm_threshold = 3});
+  ASSERT_TRUE(br.ok()) << br.status();
+  std::vector<Buffer> hog;
+  while (Buffer b = (*pool)->TryAcquire()) hog.push_back(std::move(b));
+  auto parked = ParkedReceives::Create(**br);
+  ASSERT_TRUE(parked.ok()) << parked.status();
+  int conn = 0;
+  (*parked)->Park(&conn);
+  EXPECT_EQ((*parked)->Rearm(&ring, 7, [](void*) { ADD_FAILURE(); }), 0u);
+  ASSERT_TRUE((*parked)->notice_pending());
+  ASSERT_EQ(io_uring_submit(&ring), 1);  // the read waits on the eventfd
+  br->reset();
+  io_uring_queue_exit(&ring);
+  parked->reset();
+  hog.pop_back();  // the pool's notice: to an eventfd still open
+  hog.clear();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+
+  // No notice pending: any order, before the ring's exit.
+  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
+  br = ProvidedBufferRing::Create(&ring, **pool, {});
+  ASSERT_TRUE(br.ok()) << br.status();
+  parked = ParkedReceives::Create(**br);
+  ASSERT_TRUE(parked.ok()) << parked.status();
+  EXPECT_FALSE((*parked)->notice_pending());
+  br->reset();
+  parked->reset();
+  io_uring_queue_exit(&ring);
+}
+
 }  // namespace
 }  // namespace bufpool

@@ -417,7 +417,7 @@ void UringEchoServer::OnRecv(Conn* conn, const io_uring_cqe& cqe) {
     }
   } else if (kept) {
     if (cqe.res == 0) conn->read_eof = true;  // echo what is queued, close
-  } else if (got.code() == absl::StatusCode::kResourceExhausted) {
+  } else if (cqe.res == -ENOBUFS) {  // the ring was empty, not the budget
     if (!conn->closing && !more) Park(conn);
   } else if (cqe.res != -ECANCELED) {
     BeginClose(conn);  // reset or other error

@@ -10,6 +10,9 @@
 //                                     .reserved_bytes = 2 * 4096});
 //   bufpool::BufferChain input(**budget), output(**budget);
 //
+// PauseReading() and ResumeReading() are the caller's own: the library never
+// stops a receive (for an io_uring one, ProvidedBufferRing says how).
+//
 // Chains bound to a budget (BufferChain(BufferBudget&)) charge it for the
 // buffers they pin, by the rule of BufferChain::pinned_bytes(): a buffer's
 // whole buffer_size once per run of adjacent slices of it, however few of

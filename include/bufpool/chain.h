@@ -274,8 +274,9 @@ class BUFPOOL_EXPORT BufferChain {
 
   // ---- Memory that follows bytes ----
   // A chain filled by the receive paths holds buffers for at most B + 2 *
-  // buffer_size bytes for its B bytes (docs/uring.md); chains built by
-  // linking slices (Split, Clone) can pin more, and Compact() packs them.
+  // buffer_size bytes for its B bytes (docs/uring.md, installed in
+  // share/doc/bufpool); chains built by linking slices (Split, Clone) can
+  // pin more, and Compact() packs them.
 
   // Buffer bytes this chain keeps out of its pools: a buffer's size per run
   // of adjacent slices of it. O(slice_count()).

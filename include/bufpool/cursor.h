@@ -7,7 +7,8 @@
 // chain as chains of slices of the same buffers (no copy). AppendLE /
 // AppendBE and LengthField write integers and length prefixes.
 //
-// The receive loop (examples/resp_server.cc is a complete server):
+// The receive loop (examples/resp_server.cc is a complete server; the
+// examples are installed in share/doc/bufpool):
 //
 //   struct Conn { bufpool::BufferChain in; bufpool::LineSplitter lines; ... };
 //   ... on each receive completion for `conn`:

@@ -71,10 +71,11 @@ struct Holder {
   absl::Duration age;  // since it was acquired
   pid_t thread = 0;    // the thread that acquired it (gettid())
   // What holds it now: "Buffer" (a handle), "raw pointer" (TryAcquireRaw,
-  // Detach, the C API), "chain" (SharedBuffer slices, chains), "ring <group>"
-  // (lent to a ProvidedBufferRing: lent, not leaked), "send in flight" (a
-  // HeldSend the kernel has not finished with), "budget <name>" (in a
-  // budget's reservation, bufpool/budget.h: reserved, not leaked).
+  // Detach, the C API), "chain" (SharedBuffer slices, chains, and the pack
+  // buffer a ProvidedBufferRing keeps: its pack_buffers(), not leaked),
+  // "ring <group>" (lent to a ProvidedBufferRing: lent, not leaked), "send in
+  // flight" (a HeldSend the kernel has not finished with), "budget <name>" (in
+  // a budget's reservation, bufpool/budget.h: reserved, not leaked).
   std::string held_by;
   // Symbolized frames of the acquire, innermost first, starting at the
   // caller of the pool (the pool's own frames are left out). A frame that

@@ -1,17 +1,13 @@
 // libbufpool: pool buffers in your own io_uring loop.
 //
 // The pieces an io_uring server builds around a BufferPool (docs/uring.md
-// says how they fit; examples/uring_echo.cc is a complete server):
+// says how they fit, examples/uring_echo.cc is a complete server; both are
+// installed in share/doc/bufpool):
 // ProvidedBufferRing lends pool buffers to the kernel for IOSQE_BUFFER_SELECT
 // receives and turns each completion into bytes a BufferChain owns;
 // ParkedReceives re-arms receives that ran out of buffers; FixedBuffers
 // registers the pool's region; HeldSend keeps a sent chain alive until the
 // kernel is done with it.
-//
-//      pool ──Refill──> provided-buffer ring ──kernel fills──> recv CQE
-//       ^                                                         │ Take
-//       │                                                         v
-//       └──── last slice dropped (any thread) <──── BufferChain ──┴─> HeldSend
 //
 //   io_uring ring;
 //   auto setup = bufpool::InitServerRing(&ring);  // not io_uring_queue_init
@@ -27,7 +23,7 @@
 //
 // Ownership. The caller owns the io_uring and the pool; both must outlive
 // every object here, which must be destroyed before io_uring_queue_exit()
-// (they unregister what they registered).
+// (they unregister what they registered; ParkedReceives: see there).
 #ifndef BUFPOOL_URING_H_
 #define BUFPOOL_URING_H_
 
@@ -117,8 +113,7 @@ class BUFPOOL_EXPORT FixedBuffers {
   size_t bytes_ = 0;
   unsigned count_ = 0;
   unsigned shift_ = 30;  // log2 of the bytes one entry covers
-  // Elastic pools: bit i set once entry i is registered.
-  mutable std::vector<uint64_t> registered_;
+  mutable std::vector<uint64_t> registered_;  // elastic: bit i: registered
   BufferPool* pinned_ = nullptr;  // the pool pinned while registered
 };
 
@@ -151,9 +146,16 @@ struct ProvidedBufferRingOptions {
 //
 // Memory. With copying on (the default) a chain that received B bytes
 // holds buffers of its own for at most B + 2 * buffer_size bytes, and an
-// empty one none (worst cases: docs/uring.md).
+// empty one none (worst cases: docs/uring.md); the ring keeps a pack buffer
+// for short receives (pack_buffers()), which holders report as "chain".
 //
-// Thread safety: the ring's thread only; the chains it fills may travel.
+// A receive completion without IORING_CQE_F_MORE is its last: re-arm
+// (PrepareRecv) unless res is 0 (end of stream) or an error; -ENOBUFS: park
+// (ParkedReceives). To pause, do not re-arm; to end an armed receive
+// (pausing, closing), io_uring_prep_cancel64() its user_data, or
+// shutdown(fd, SHUT_RDWR); close(fd) alone leaves it armed. Each completion
+// with IORING_CQE_F_BUFFER must reach Take(), Visit() or TakeBuffer(), a
+// closed connection's too: only they give its buffer back (docs/uring.md).
 class BUFPOOL_EXPORT ProvidedBufferRing {
  public:
   using Options = ProvidedBufferRingOptions;
@@ -179,7 +181,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
     // The most bytes over all its completions (0: no cap). Without
     // multishot_cap() the receive is made single-shot with this length.
     size_t max_bytes = 0;
-    // `fd` is known to be a stream socket: PrepareRecv() need not ask.
+    // `fd` is a stream socket: PrepareRecv() need not ask (an incremental
+    // ring otherwise asks, one getsockopt() per call).
     bool socket_checked = false;
   };
   // The largest RecvOptions::max_bytes the kernel is given (it reads an int).
@@ -195,23 +198,23 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   absl::Status CheckSocket(int fd) const;
 
   // The cqe.res bytes of a receive completion, as a chain that owns them
-  // (empty at end of stream). -ENOBUFS: ResourceExhausted (the ring was
-  // empty: park the receive until ShouldRearm()); other errors: the errno's
-  // Status; FailedPrecondition for bytes in no buffer of this ring.
+  // (empty at end of stream). Errors: cqe.res == -ENOBUFS (the ring was
+  // empty): ResourceExhausted, park the receive until ShouldRearm(); other
+  // -errno: the errno's Status (-ECANCELED: Cancelled); FailedPrecondition
+  // for bytes in no buffer of this ring.
   absl::StatusOr<BufferChain> Take(const io_uring_cqe& cqe);
-  // The same, appended to `out`, unchanged unless OK; but when `out`'s
-  // budget refuses, the bytes are in `out` (nothing lost) and the status is
-  // ResourceExhausted naming the budget: stop receiving until it drains.
-  // Throws std::bad_alloc, nothing changed, when `out` cannot grow.
+  // The same, appended to `out`; errors and end of stream leave it
+  // unchanged. But when `out`'s budget refuses, the bytes are in `out` and
+  // the status is ResourceExhausted naming the budget (cqe.res > 0, unlike
+  // -ENOBUFS): pause receiving until it drains. Throws std::bad_alloc,
+  // nothing changed, when `out` cannot grow.
   absl::Status Take(const io_uring_cqe& cqe, BufferChain& out);
 
   // Calls fn(absl::Span<const std::byte>) with a one-buffer completion's
   // bytes where the kernel wrote them, then lends the buffer again; false,
   // nothing changed, for any other completion (give it to Take()). fn must
   // not keep the span or touch the ring; if it throws, the completion is
-  // used up.
-  //   if (!ring.Visit(*cqe, [&](absl::Span<const std::byte> b) { Parse(b); }))
-  //     status = ring.Take(*cqe, conn.input);
+  // used up. Always false on an incremental ring (docs/uring.md: example).
   template <typename Fn>
   bool Visit(const io_uring_cqe& cqe, Fn&& fn);
 
@@ -219,9 +222,6 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // `buffer`, an idle buffer of the ring's pool or empty, which the ring
   // lends in its place; false, nothing changed, where Visit() is, or for a
   // `buffer` of another pool. Never allocates or throws.
-  //   bufpool::Buffer msg;  // kept across completions: the ring swaps it
-  //   if (ring.TakeBuffer(*cqe, msg)) Answer(msg.data(), cqe->res);  // sync
-  //   else status = ring.Take(*cqe, conn.input);
   bool TakeBuffer(const io_uring_cqe& cqe, Buffer& buffer) noexcept;
 
   // Lends free pool buffers up to target(); returns available(). Cheap when
@@ -230,6 +230,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
 
   // Buffers lent and not yet taken (some may be in queued completions).
   size_t available() const { return in_ring_; }
+  // Pool buffers kept beyond available(): the pack buffer (0 or 1). With
+  // no other holder the pool's in_use is available() + pack_buffers().
+  size_t pack_buffers() const { return pack_ && pack_->holds_buffer(); }
   size_t target() const { return target_; }  // grows to max_buffers
   size_t max_buffers() const { return max_buffers_; }
   size_t rearm_threshold() const;  // see Options
@@ -253,7 +256,6 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   absl::Status Register(uint16_t flags);
   void AddAt(uint16_t id, std::byte* data, uint32_t at);
   void Relend(uint16_t id, std::byte* data);
-  // Take()'s paths (src/uring/provided_buffer_ring.cc).
   bool TakeInline(const io_uring_cqe& cqe, BufferChain& out);
   absl::Status TakeSlow(const io_uring_cqe& cqe, BufferChain& out);
   absl::Status TakeAny(const io_uring_cqe& cqe, BufferChain& out);
@@ -292,8 +294,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   uint32_t tail_ = 0;     // entries published since the ring was created
   uint32_t next_ = 0;     // tail_ plus entries re-lent, not yet published
   uint64_t enobufs_ = 0;
-  // Receives PrepareRecv() refused; mutable: PrepareRecv() is const.
-  mutable uint64_t refused_ = 0;
+  mutable uint64_t refused_ = 0;  // receives PrepareRecv() refused
   size_t copy_below_ = 0;
   uint64_t copied_ = 0;
   size_t committed_ = 0;  // buffers promised (internal::CommitLending)
@@ -301,28 +302,28 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   Buffer TakeLent(uint16_t id);
   Lent* InlineLent(const io_uring_cqe& cqe, uint32_t* id, uint32_t* len);
   std::vector<Lent> lent_;
-  // Incremental rings, per id: the ring's reference, bytes filled so far.
-  std::vector<SharedBuffer> shared_;
-  std::vector<uint32_t> filled_;
-  std::vector<uint16_t> free_ids_;   // a stack
-  std::vector<Buffer> scratch_;      // Refill()'s batch
-  std::optional<ReceivePack> pack_;  // the pack buffer, made at Create()
+  std::vector<SharedBuffer> shared_;  // incremental, per id: the ring's own
+  std::vector<uint32_t> filled_;      // reference, and bytes filled so far
+  std::vector<uint16_t> free_ids_;    // a stack
+  std::vector<Buffer> scratch_;       // Refill()'s batch
+  std::optional<ReceivePack> pack_;   // the pack buffer, made at Create()
 };
 
-// Receives that ended for want of a buffer (ResourceExhausted without
+// Receives that ended for want of a buffer (cqe.res == -ENOBUFS, without
 // IORING_CQE_F_MORE), re-armed, oldest first, once ShouldRearm(); while the
 // pool is dry, a read of the pool's notice (NotifyWhenFree() on an eventfd)
 // in the caller's ring wakes the loop when a buffer is free:
 //   auto parked = bufpool::ParkedReceives::Create(**bufs);
-//   if (IsResourceExhausted(s) && !more) (*parked)->Park(conn);
+//   if (cqe->res == -ENOBUFS && !more) (*parked)->Park(conn);
 //   ... every loop turn:
 //   (*bufs)->Refill();
 //   (*parked)->Rearm(&ring, kNoticeTag, [&](void* c) { Receive(c); });
 //   ... case kNoticeTag: (*parked)->OnNotice(); break;  // its completion
 //
-// Thread safety and lifetime: the ring's thread. The eventfd read in flight
-// writes into this object: destroy it once !notice_pending(), or after
-// io_uring_queue_exit().
+// Thread safety and lifetime: the ring's thread; it may be destroyed after
+// its ProvidedBufferRing. The eventfd read in flight writes into it:
+// destroy it once !notice_pending(), or else after io_uring_queue_exit()
+// (~ProvidedBufferRing, io_uring_queue_exit(), ~ParkedReceives).
 class BUFPOOL_EXPORT ParkedReceives {
  public:
   // The eventfd's error (EMFILE, ...) when it cannot be created.
@@ -374,8 +375,6 @@ class BUFPOOL_EXPORT ParkedReceives {
 //   conn->send.OnCompletion(*cqe);
 //   if (conn->send.has_result()) ... result(): bytes sent or -errno;
 //   if (conn->send.done()) ... the held bytes are released; Prepare again
-//
-// Thread safety: the ring's thread.
 class BUFPOOL_EXPORT HeldSend {
  public:
   // Slices one send covers at most (UIO_MAXIOV); the rest stay unsent.
@@ -394,8 +393,9 @@ class BUFPOOL_EXPORT HeldSend {
   ~HeldSend();
 
   // Takes `chain` (not empty) and fills `sqe` with a send of it to `fd`;
-  // only while idle or done(). Allocates only while the longest chain sent
-  // grows; throws std::bad_alloc then, nothing changed.
+  // only while idle or done(), dropping bytes left unsent and not taken.
+  // Allocates only while the longest chain sent grows; throws
+  // std::bad_alloc then, nothing changed.
   void Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
                const Options& options);
   void Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain) {
