@@ -5,17 +5,7 @@
 // many buffers; ReadFrom()/WriteTo() move a chain through a socket, pipe or
 // file with readv/writev (sendmsg with MSG_NOSIGNAL on sockets).
 //
-// Data layout. Three slices of two pool buffers, making one chain of 5000
-// bytes (buffer_size 4096); the slot counts live out of band, in the pool:
-//
-//   BufferChain msg:  [ seg 0 ]---------[ seg 1 ]-------------[ seg 2 ]
-//                        |                 |                     |
-//                   data,size=4080     data,size=16          data,size=904
-//                        v                 v                     v
-//   slot 7:  | 16 consumed | 4080 bytes of seg 0           |
-//   slot 9:  | seg 1 (16) | seg 2 (904)    | room (3176)   |
-//
-//   pool refs[7] == 1, refs[9] == 2 (seg 1 and seg 2 share slot 9)
+// docs/architecture.md ("A chain in memory") draws the layout.
 //
 // A slot goes back to its pool when the last slice of it is destroyed,
 // reset, or consumed past, on whichever thread that happens.
@@ -51,7 +41,6 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
-#include <new>
 #include <utility>
 
 #include "absl/base/attributes.h"
@@ -84,12 +73,7 @@ class BUFPOOL_EXPORT SharedBuffer {
   // Takes `buffer` (left empty) as a slice of all of it.
   explicit SharedBuffer(Buffer&& buffer) noexcept;
   SharedBuffer(const SharedBuffer& other) noexcept;
-  SharedBuffer(SharedBuffer&& other) noexcept
-      : pool_(std::exchange(other.pool_, nullptr)),
-        data_(std::exchange(other.data_, nullptr)),
-        size_(std::exchange(other.size_, 0)),
-        slot_(other.slot_),
-        reserve_(std::exchange(other.reserve_, 0)) {}
+  SharedBuffer(SharedBuffer&& other) noexcept;
   SharedBuffer& operator=(const SharedBuffer& other) noexcept;
   SharedBuffer& operator=(SharedBuffer&& other) noexcept;
   ~SharedBuffer() { Reset(); }
@@ -103,21 +87,15 @@ class BUFPOOL_EXPORT SharedBuffer {
   std::byte* mutable_data() const { return data_; }
   size_t size() const { return size_; }
   absl::Span<const std::byte> span() const { return {data_, size_}; }
-  absl::string_view view() const {
-    return {reinterpret_cast<const char*>(data_), size_};
-  }
+  absl::string_view view() const;
   explicit operator bool() const { return pool_ != nullptr; }
 
   BufferPool* pool() const { return pool_; }
   uint32_t slot() const { return slot_; }  // the pool's slot number
   // Offset of data() from the start of its buffer.
-  size_t offset() const {
-    return pool_ ? static_cast<size_t>(data_ - pool_->SlotData(slot_)) : 0;
-  }
+  size_t offset() const;
   // Bytes of the buffer past the end of this slice.
-  size_t room() const {
-    return pool_ ? pool_->buffer_size() - offset() - size_ : 0;
-  }
+  size_t room() const;
   // References to this buffer now (0: holds nothing); 1 is stable (this
   // handle is the only one), other values may change as other threads copy
   // or drop theirs, and may include references that a chain cutting this
@@ -132,17 +110,12 @@ class BUFPOOL_EXPORT SharedBuffer {
   friend class ReceivePack;
   friend struct internal::ChainAccess;
 
-  // A handle of a reference already counted, with `reserve` more.
   SharedBuffer(BufferPool* pool, std::byte* data, size_t size, uint32_t slot,
-               uint32_t reserve) noexcept
-      : pool_(pool), data_(data), size_(size), slot_(slot), reserve_(reserve) {}
+               uint32_t reserve) noexcept;
 
-  // Reset(), the buffer's return out of line: where the handle is seldom
-  // the last (a chain's destructor), so that the rest inlines.
+  // chain_inl.h says what each does ("Reserves").
   void ResetSeldomLast();
   static void ReleaseLast(BufferPool& pool, uint32_t slot);
-  // Drops the handle's references (see reserve_), returning the buffer
-  // when they were its last: inline, or through ReleaseLast().
   template <bool kReleaseInline>
   void Drop();
 
@@ -152,11 +125,7 @@ class BUFPOOL_EXPORT SharedBuffer {
   std::byte* data_ = nullptr;
   size_t size_ = 0;
   uint32_t slot_ = 0;
-  // References counted in the buffer's count beyond this handle's own, held
-  // for slices to be cut from it (BufferChain::ShareFront()): each takes one
-  // without an atomic; the handle drops the rest with its own in one
-  // subtraction. 0 for a copy.
-  uint32_t reserve_ = 0;
+  uint32_t reserve_ = 0;  // references counted ahead (chain_inl.h)
 };
 
 // A byte sequence made of SharedBuffer slices. Move-only (Clone() shares
@@ -300,34 +269,21 @@ class BUFPOOL_EXPORT BufferChain {
  private:
   friend struct internal::ChainAccess;
 
-  // Most references a cut counts in advance for the next cuts (see
-  // ShareFront()): bounds what one handle adds to its buffer's count.
-  static constexpr uint32_t kMaxReserve = 64;
+  static constexpr uint32_t kMaxReserve = 64;  // per handle (chain_inl.h)
 
   SharedBuffer& At(size_t i) const;
   size_t TailRoom() const;
-  // Builds a handle in entry `at`, which is raw storage or holds nothing.
-  static void Place(SharedBuffer& at, SharedBuffer&& s) {
-    ::new (static_cast<void*>(&at)) SharedBuffer(std::move(s));
-  }
-  // The first n (0 < n < its size) bytes of the front slice as a handle of
-  // their own, cut off it; `cut` is the size of the whole cut, a guess at
-  // the next ones'.
+  static void Place(SharedBuffer& at, SharedBuffer&& s);
   SharedBuffer ShareFront(size_t n, size_t cut);
-  // Split() into `first`, an empty chain with this one's pool and budget.
   void SplitInto(BufferChain& first, size_t n);
   void SplitSlow(BufferChain& first, size_t n);
   void PushBack(SharedBuffer&& s);
   void PopFront();
   void PopBack();
   static bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b);
-  // Inline (below): a bound chain's receive and consume paths call them
-  // once per buffer.
   void ChargeLink(const SharedBuffer& s);
   void PopFrontBudgeted();
   void PopBackBudgeted();
-  // Releases budget_'s charge for every run of this chain's slices: for
-  // slices that leave in bulk.
   void ReleaseAll();
   Buffer AcquireFresh();
   void Grow() { GrowTo(cap_ * 2); }
@@ -350,11 +306,7 @@ class BUFPOOL_EXPORT BufferChain {
   BufferPool* pool_ = nullptr;
   BufferBudget* budget_ = nullptr;  // charged for the buffers pinned
   size_t size_ = 0;
-  // The slices are At(0) .. At(count_ - 1); other entries hold nothing,
-  // or, in inline_, may be raw storage: an entry past the slices is
-  // written only with Place(). inline_ is a union member so that a chain is
-  // made without writing its entries and destroyed without visiting them
-  // (an entry holding nothing has nothing to destroy).
+  // The slices are At(0) .. At(count_ - 1) (chain_inl.h: the other entries).
   SharedBuffer* slices_;          // inline_ or a heap ring of cap_ entries
   uint32_t cap_ = kInlineSlices;  // a power of two
   uint32_t head_ = 0;
@@ -395,8 +347,7 @@ class BUFPOOL_EXPORT ReceivePack {
   uint32_t used_ = 0;   // bytes slices cover: written only past them
 };
 
-// ---- I/O
-// ---------------------------------------------------------------------
+// ---- I/O ---------------------------------------------------------------
 //
 // Status codes, to branch on:
 //   kUnavailable         `fd` is non-blocking and has nothing to read / no

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <utility>
 
@@ -36,7 +37,56 @@ namespace bufpool {
 // 1 + reserve_ at once, acq_rel as above, and skips the subtraction when it
 // loads exactly that many (then no other handle exists to copy from). A
 // handle moved to another thread takes its reserve along (the caller's
-// hand-over orders it), and a copy takes none.
+// hand-over orders it), and a copy takes none. BufferChain::kMaxReserve
+// bounds what one handle adds to its buffer's count.
+//
+// The private helpers: ShareFront(n, cut) cuts the front slice's first n
+// (0 < n < its size) bytes off as a handle of their own, `cut` (the size of
+// the whole cut) being the guess at the next cuts' size for the reserve;
+// SplitInto() is Split() into an empty chain with this one's pool and
+// budget; Drop<kReleaseInline>() drops a handle's 1 + reserve_ references,
+// returning the buffer when they were its last, inline or through
+// ReleaseLast(); ResetSeldomLast() is Reset() with that return out of line,
+// for callers whose handle is seldom the last (a chain's destructor), so
+// that the rest inlines.
+//
+// A chain's entries. The slices are At(0) .. At(count_ - 1); other entries
+// hold nothing or, in inline_, may be raw storage: an entry past the slices
+// is written only with Place(). inline_ is a union member so that a chain
+// is made without writing its entries and destroyed without visiting them
+// (an entry holding nothing has nothing to destroy). ChargeLink(),
+// PopFrontBudgeted() and PopBackBudgeted() are inline because a bound
+// chain's receive and consume paths call them once per buffer; ReleaseAll()
+// releases the budget's charge for every run of slices that leave in bulk.
+
+inline SharedBuffer::SharedBuffer(SharedBuffer&& other) noexcept
+    : pool_(std::exchange(other.pool_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      slot_(other.slot_),
+      reserve_(std::exchange(other.reserve_, 0)) {}
+
+// A handle of a reference already counted, with `reserve` more.
+inline SharedBuffer::SharedBuffer(BufferPool* pool, std::byte* data,
+                                  size_t size, uint32_t slot,
+                                  uint32_t reserve) noexcept
+    : pool_(pool), data_(data), size_(size), slot_(slot), reserve_(reserve) {}
+
+inline absl::string_view SharedBuffer::view() const {
+  return {reinterpret_cast<const char*>(data_), size_};
+}
+
+inline size_t SharedBuffer::offset() const {
+  return pool_ ? static_cast<size_t>(data_ - pool_->SlotData(slot_)) : 0;
+}
+
+inline size_t SharedBuffer::room() const {
+  return pool_ ? pool_->buffer_size() - offset() - size_ : 0;
+}
+
+inline void BufferChain::Place(SharedBuffer& at, SharedBuffer&& s) {
+  ::new (static_cast<void*>(&at)) SharedBuffer(std::move(s));
+}
 
 inline SharedBuffer::SharedBuffer(Buffer&& buffer) noexcept {
   if (!buffer) return;
