@@ -295,6 +295,18 @@ TEST(HeldSendTest, HeldBytesAndRequestedCountEveryOneOf200Slices) {
   EXPECT_EQ(f.pool->Stats().in_use, 0u);
 }
 
+// `data` (a multiple of 10 bytes) as a chain of 10-byte slices, each in a
+// buffer of its own, so a send needs one iovec per 10 bytes.
+BufferChain ChainOfTenByteSlices(BufferPool& pool, absl::string_view data) {
+  BufferChain chain(pool);
+  for (size_t i = 0; i < data.size(); i += 10) {
+    BufferChain one(pool);
+    EXPECT_TRUE(one.Append(data.substr(i, 10)).ok());
+    chain.Append(std::move(one));
+  }
+  return chain;
+}
+
 // More slices than one send covers: the rest comes back unsent, whole.
 TEST(HeldSendTest, SlicesPastKMaxIovecsStayForTheNextSend) {
   Fixture f;
@@ -303,12 +315,7 @@ TEST(HeldSendTest, SlicesPastKMaxIovecsStayForTheNextSend) {
   ASSERT_TRUE(pool.ok());
   const size_t n = HeldSend::kMaxIovecs + 30;
   const std::string data = RandomBytes(n * 10, 6);
-  BufferChain chain(**pool);
-  for (size_t i = 0; i < n; ++i) {
-    BufferChain one(**pool);
-    ASSERT_TRUE(one.Append(data.substr(i * 10, 10)).ok());
-    chain.Append(std::move(one));
-  }
+  BufferChain chain = ChainOfTenByteSlices(**pool, data);
   std::string received;
   std::thread reader([&] { received = f.ReadExactly(data.size()); });
   HeldSend send;
@@ -336,12 +343,9 @@ TEST(HeldSendTest, PreparingAgainDropsTheUnsentBytesNotTaken) {
   auto pool = BufferPool::Create({.buffer_size = 64, .buffer_count = 1100});
   ASSERT_TRUE(pool.ok());
   const size_t n = HeldSend::kMaxIovecs + 30;
-  BufferChain chain(**pool);
-  for (size_t i = 0; i < n; ++i) {
-    BufferChain one(**pool);
-    ASSERT_TRUE(one.Append("0123456789").ok());
-    chain.Append(std::move(one));
-  }
+  std::string data;
+  for (size_t i = 0; i < n; ++i) data += "0123456789";
+  BufferChain chain = ChainOfTenByteSlices(**pool, data);
   std::string received;
   const size_t expected = HeldSend::kMaxIovecs * 10 + 4;
   std::thread reader([&] { received = f.ReadExactly(expected); });
