@@ -17,18 +17,18 @@
 // leak in a deployed program can be found without rebuilding it.
 //
 // What each level costs the hot pair (TryAcquire(), write a byte, the
-// handle's release; one thread; bench/holders_benchmark, interleaved rounds
-// on a shared 2-core x86-64 VM, docs/benchmarks.md):
+// handle's release; one thread; measured by bench/holders_benchmark, the
+// figures in docs/benchmarks.md, "Holder tracking and budgets"):
 //   kOff      no record exists; the inline paths' test for the index
 //             field also rules out sampling, so the pair reads nothing
-//             for holder tracking: 2.3 ns per pair.
+//             for holder tracking.
 //   kSampled  stays inline: each acquire counts down a per-thread counter,
 //             each release reads the slot's one-byte mark; 1 acquire in
 //             holder_sample_every (per thread, starting with its first) is
-//             recorded out of line: 3.0-3.1 ns per pair, 1.31x kOff.
+//             recorded out of line. About a third more than kOff.
 //   kAll      every acquire and release goes out of line and every acquire
-//             records its stack: 24 ns per pair, 10x kOff. For tests and
-//             for hunting a leak.
+//             records its stack: about ten times kOff. For tests and for
+//             hunting a leak.
 // A record is the stack (absl::GetStackTrace, ~15 ns: it unwinds by frame
 // pointers, so frames beyond the acquiring function need
 // -fno-omit-frame-pointer in the caller's code; the library is built with
