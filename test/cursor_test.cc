@@ -380,6 +380,48 @@ TEST_F(CursorTest, LineSplitterWithEveryCut) {
   }
 }
 
+// A handler that returns false stops ForEachLine() after that line: the
+// line is removed, the lines after it stay, and the next call goes on from
+// there. Every way a line is found (inside one slice, ending in the next,
+// across many) is cut at every line.
+TEST_F(CursorTest, ForEachLineStopsWhenTheHandlerSaysSo) {
+  const std::string s = "GET a\r\n\nxy\r\r\nlong line here\n\r\n\rz\n";
+  const Lines want = ModelLines(s, 100, true);
+  ASSERT_EQ(want.lines.size(), 6u);
+  for (size_t piece : {s.size(), size_t{7}, size_t{3}, size_t{1}}) {
+    for (size_t stop = 1; stop <= want.lines.size(); ++stop) {
+      SCOPED_TRACE("pieces of " + std::to_string(piece) + ", stop after " +
+                   std::to_string(stop));
+      BufferChain in(*small_);
+      for (size_t at = 0; at < s.size(); at += piece) {
+        AppendPiece(in, *small_, s.substr(at, piece));
+      }
+      LineSplitter lines({.max_line = 100, .strip_delimiter = true});
+      std::vector<std::string> got;
+      ASSERT_TRUE(lines
+                      .ForEachLine(in,
+                                   [&](absl::string_view l) {
+                                     got.emplace_back(l);
+                                     return got.size() < stop;
+                                   })
+                      .ok());
+      ASSERT_EQ(got.size(), stop);
+      // What is left is the input after the stopping line's "\n".
+      size_t end = 0;
+      for (size_t i = 0; i < stop; ++i) end = s.find('\n', end) + 1;
+      EXPECT_EQ(Contents(in), s.substr(end));
+      // A handler returning void, or one that never stops, takes the rest.
+      ASSERT_TRUE(lines
+                      .ForEachLine(in, [&](absl::string_view l) {
+                        got.emplace_back(l);
+                      })
+                      .ok());
+      EXPECT_EQ(got, want.lines);
+      EXPECT_TRUE(in.empty());
+    }
+  }
+}
+
 TEST_F(CursorTest, LineSplitterRandomAgainstTheModel) {
   std::mt19937 rng(5);
   for (int round = 0; round < 300; ++round) {

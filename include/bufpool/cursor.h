@@ -214,6 +214,9 @@ class BUFPOOL_EXPORT LineSplitter {
   // A view is valid during its call; fn must not change `in`. Returns OK
   // when no complete line is left, or the too-long error of Next() (the
   // lines before it were handed out and removed; the rest is unchanged).
+  // fn may return bool: false stops the loop after that line (removed, as
+  // every line handed out is; the lines after it stay in `in`), and
+  // ForEachLine returns OK, so a handler whose reply fails can stop there.
   template <class Fn>
   absl::Status ForEachLine(BufferChain& in, Fn&& fn);
 
@@ -267,6 +270,16 @@ inline absl::StatusOr<std::optional<absl::string_view>> LineSplitter::NextView(
 
 template <class Fn>
 absl::Status LineSplitter::ForEachLine(BufferChain& in, Fn&& fn) {
+  // One line to fn; false when fn returned false (a void fn never stops).
+  const auto give = [&fn](absl::string_view line) {
+    if constexpr (std::is_same_v<std::invoke_result_t<Fn&, absl::string_view>,
+                                 bool>) {
+      return fn(line);
+    } else {
+      fn(line);
+      return true;
+    }
+  };
   const size_t max_line = options_.max_line;
   const size_t window = max_line > SIZE_MAX - 2 ? SIZE_MAX : max_line + 2;
   for (;;) {
@@ -284,10 +297,14 @@ absl::Status LineSplitter::ForEachLine(BufferChain& in, Fn&& fn) {
         const size_t length =
             static_cast<size_t>(nl - p) - (nl > p && nl[-1] == '\r' ? 1 : 0);
         if (length > max_line) break;  // NextView() below reports it
-        fn(absl::string_view(p, options_.strip_delimiter
-                                    ? length
-                                    : static_cast<size_t>(nl + 1 - p)));
+        const bool more = give(absl::string_view(
+            p, options_.strip_delimiter ? length
+                                        : static_cast<size_t>(nl + 1 - p)));
         p = nl + 1;
+        if (!more) {
+          in.Consume(static_cast<size_t>(p - begin));
+          return absl::OkStatus();
+        }
       }
       if (p != begin) {
         in.Consume(static_cast<size_t>(p - begin));
@@ -309,9 +326,10 @@ absl::Status LineSplitter::ForEachLine(BufferChain& in, Fn&& fn) {
           const size_t length =
               all - 1 - (all > 1 && copy_[all - 2] == '\r' ? 1 : 0);
           if (length <= max_line) {
-            fn(absl::string_view(copy_.data(),
-                                 options_.strip_delimiter ? length : all));
+            const bool more = give(absl::string_view(
+                copy_.data(), options_.strip_delimiter ? length : all));
             in.Consume(all);
+            if (!more) return absl::OkStatus();
             continue;
           }
         }
@@ -319,11 +337,10 @@ absl::Status LineSplitter::ForEachLine(BufferChain& in, Fn&& fn) {
     }
     // A line that crosses slices, a partial one, or an error.
     absl::StatusOr<std::optional<absl::string_view>> line = NextViewSlow(in);
-    if (!line.ok() || !line->has_value()) {
+    if (!line.ok() || !line->has_value() || !give(**line)) {
       held_.Reset();  // no view outlives the call
       return line.status();
     }
-    fn(**line);
   }
 }
 
