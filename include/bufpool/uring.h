@@ -259,7 +259,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool TakeInline(const io_uring_cqe& cqe, BufferChain& out);
   absl::Status TakeSlow(const io_uring_cqe& cqe, BufferChain& out);
   absl::Status TakeAny(const io_uring_cqe& cqe, BufferChain& out);
-  absl::Status TakeOne(uint16_t id, size_t len, BufferChain& out);
+  void TakeOne(uint16_t id, size_t len, BufferChain& out);
   void TakeOut(uint16_t id, Buffer& buffer) noexcept;
   absl::Status TakeWithoutBuffer(int res);
   absl::Status TakeLinked(uint32_t id, size_t n, int res, BufferChain& out);

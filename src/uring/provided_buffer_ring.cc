@@ -417,31 +417,6 @@ SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
   return shared_[id];
 }
 
-// Take() of a one-buffer completion of `len` bytes: BufferChain::Receive()
-// copies it (the buffer is lent again at once) or links it.
-absl::Status ProvidedBufferRing::TakeOne(uint16_t id, size_t len,
-                                         BufferChain& out) {
-  out.Reserve(out.slice_count() + 2);  // then Receive() cannot throw
-  Lent& lent = lent_[id];
-  std::byte* const data = lent.data;
-  // A handle of the lent slot for Receive(); the ring keeps the slot
-  // unless the chain takes the handle.
-  Buffer buffer = internal::SharedAccess::GiveSlot(*pool_, lent.slot);
-  if (out.Receive(buffer, len, {.copy_below = copy_below_, .pack = &*pack_})) {
-    internal::SharedAccess::NoteHeld(*pool_, lent.slot,
-                                     internal::kHeldAsAcquired);
-    lent.data = nullptr;
-    free_ids_.push_back(id);  // reserved for every id: never reallocates
-    --in_ring_;
-    if (in_ring_ < target_ / 4) ran_low_ = true;
-  } else {
-    internal::SharedAccess::TakeSlot(buffer);  // still the ring's
-    Relend(id, data);
-    ++copied_;
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
   // Built in place and returned by name (no chain moved per completion).
   absl::StatusOr<BufferChain> result(absl::in_place, *pool_);
@@ -493,8 +468,10 @@ absl::Status ProvidedBufferRing::TakeWithoutBuffer(int res) {
 // (the kernel has written them; the ring buffer is used), and a completion
 // that pinned a buffer past the budget's limit is reported all the same,
 // so that the caller stops receiving until the chain drains. (TakeInline()
-// charges nothing: it copies into the tail's room, and leaves an empty
-// bound chain's packing, which pins a buffer, to this path.)
+// never passes the limit: it copies into the tail's room, which pins
+// nothing more, and links or packs into an empty bound chain only while
+// its budget has room for the buffer that pins, leaving the rest to this
+// path.)
 absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
                                           BufferChain& out) {
   BufferBudget* const budget = out.budget();
@@ -540,7 +517,8 @@ absl::Status ProvidedBufferRing::TakeAny(const io_uring_cqe& cqe,
     return TakeIncremental(cqe, id, out);
   }
   if (n == 1 && total != 0) {
-    return TakeOne(static_cast<uint16_t>(id), total, out);
+    TakeOne(static_cast<uint16_t>(id), total, out);
+    return absl::OkStatus();
   }
   // A bundle linked after a tail with room would leave that room empty
   // inside the chain, one partly filled buffer per bundle: what the chain
