@@ -481,7 +481,8 @@ TEST(ProvidedBufferRingCopyTest, ALargeCompletionIntoAnEmptyChainIsLinked) {
   using testing_util::Contents;
   BufferChain queue(**pool);
   const std::string msg(bs / 8, 'k');  // exactly copy_below: linked
-  for (int i = 0; i < 40; ++i) {  // more than the ring's 16 ids
+  // More turns than the ring has ids: each linked buffer goes back.
+  for (int i = 0; i < 40; ++i) {
     SendAndTake(ring, **br, pairs.client[0], msg, queue, /*refill=*/false);
     EXPECT_EQ((*br)->available(), 15u) << i;  // the id left the ring
     EXPECT_EQ((*br)->copied(), 0u);
