@@ -424,7 +424,9 @@ TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
 }
 
 // A completion Take() links into an empty chain inline is the chain's,
-// no longer the ring's, until the chain drops it; Refill() lends a new one.
+// no longer the ring's, until the chain drops it; the fresh buffer lent in
+// its place is the ring's at once. With the pool dry the id waits for
+// Refill().
 TEST(HoldersTest, ABufferLinkedIntoAnEmptyChainIsTheChains) {
   io_uring ring;
   ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
@@ -453,12 +455,31 @@ TEST(HoldersTest, ABufferLinkedIntoAnEmptyChainIsTheChains) {
     io_uring_cqe_seen(&ring, cqe);
     ASSERT_EQ(chain.slice_count(), 1u);
     EXPECT_EQ(Kinds(*pool),
-              (std::map<std::string, size_t>{{"ring 7", 3}, {"chain", 1}}));
-    (*br)->Refill();
-    EXPECT_EQ(Kinds(*pool),
               (std::map<std::string, size_t>{{"ring 7", 4}, {"chain", 1}}));
+    EXPECT_EQ((*br)->available(), 4u);
     chain.Consume(chain.size());
     EXPECT_EQ(Kinds(*pool), (std::map<std::string, size_t>{{"ring 7", 4}}));
+    // The pool dry (everything else held): the linked buffer's id leaves
+    // the ring until Refill() finds a buffer.
+    std::vector<Buffer> all;
+    while (Buffer b = pool->TryAcquire()) all.push_back(std::move(b));
+    ASSERT_EQ(send(fds[0].get(), msg.data(), msg.size(), 0),
+              static_cast<ssize_t>(msg.size()));
+    cqe = nullptr;
+    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
+              0);
+    ASSERT_NE(cqe, nullptr);
+    ASSERT_TRUE((*br)->Take(*cqe, chain).ok());
+    io_uring_cqe_seen(&ring, cqe);
+    EXPECT_EQ((*br)->available(), 3u);
+    EXPECT_EQ(Kinds(*pool), (std::map<std::string, size_t>{
+                                {"ring 7", 3}, {"chain", 1}, {"Buffer", 12}}));
+    all.pop_back();
+    EXPECT_EQ((*br)->Refill(), 4u);
+    EXPECT_EQ(Kinds(*pool), (std::map<std::string, size_t>{
+                                {"ring 7", 4}, {"chain", 1}, {"Buffer", 11}}));
+    chain.Clear();
+    all.clear();
     br->reset();
   }
   io_uring_queue_exit(&ring);

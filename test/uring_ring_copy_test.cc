@@ -450,10 +450,10 @@ TEST(ProvidedBufferRingCopyTest, CasesBesideTheInlinePathKeepEveryRule) {
 
 // Take()'s inline link: a completion of at least copy_below bytes into an
 // empty chain becomes the chain's only slice (the ring's buffer itself, no
-// copy), its id leaves the ring until Refill(), and consuming the chain
-// gives the buffer straight back to the pool: the emptied chain keeps
-// nothing. With copy_below 0 even one byte is linked; a chain without a
-// pool links the same.
+// copy), a fresh pool buffer is lent under its id at once, and consuming
+// the chain gives the buffer straight back to the pool: the emptied chain
+// keeps nothing. With copy_below 0 even one byte is linked; a chain
+// without a pool links the same.
 TEST(ProvidedBufferRingCopyTest, ALargeCompletionIntoAnEmptyChainIsLinked) {
   Ring ring;
   ASSERT_TRUE(ring.ok());
@@ -484,7 +484,7 @@ TEST(ProvidedBufferRingCopyTest, ALargeCompletionIntoAnEmptyChainIsLinked) {
   // More turns than the ring has ids: each linked buffer goes back.
   for (int i = 0; i < 40; ++i) {
     SendAndTake(ring, **br, pairs.client[0], msg, queue, /*refill=*/false);
-    EXPECT_EQ((*br)->available(), 15u) << i;  // the id left the ring
+    EXPECT_EQ((*br)->available(), 16u) << i;  // the id lent again
     EXPECT_EQ((*br)->copied(), 0u);
     ASSERT_EQ(queue.slice_count(), 1u);
     EXPECT_EQ(queue.slice(0).offset(), 0u);  // a buffer of its own
@@ -492,10 +492,10 @@ TEST(ProvidedBufferRingCopyTest, ALargeCompletionIntoAnEmptyChainIsLinked) {
     EXPECT_EQ(queue.tail_room(), bs - msg.size());
     EXPECT_EQ(queue.pinned_bytes(), bs);
     EXPECT_EQ(Contents(queue), msg);
-    EXPECT_EQ((*pool)->Stats().in_use, 16u + 4u);  // lent, and the queue's
+    EXPECT_EQ((*pool)->Stats().in_use, 16u + 4u + 1u);  // lent, the queue's
     queue.Consume(queue.size());
     EXPECT_EQ(queue.pinned_bytes(), 0u);
-    EXPECT_EQ((*pool)->Stats().in_use, 15u + 4u);  // straight back
+    EXPECT_EQ((*pool)->Stats().in_use, 16u + 4u);  // straight back
     EXPECT_EQ((*br)->Refill(), 16u);
   }
   // The next bytes fill the linked buffer's room (copied, lent again).
@@ -509,20 +509,20 @@ TEST(ProvidedBufferRingCopyTest, ALargeCompletionIntoAnEmptyChainIsLinked) {
   // without a pool.
   BufferChain poolless;
   SendAndTake(ring, **never, pairs.client[1], "1", queue, /*refill=*/false);
-  EXPECT_EQ((*never)->available(), 3u);
+  EXPECT_EQ((*never)->available(), 4u);
   ASSERT_EQ(queue.slice_count(), 1u);
   EXPECT_EQ(queue.slice(0).use_count(), 1u);
   EXPECT_EQ(Contents(queue), "1");
   SendAndTake(ring, **never, pairs.client[1], msg, poolless,
               /*refill=*/false);
-  EXPECT_EQ((*never)->available(), 2u);
+  EXPECT_EQ((*never)->available(), 4u);
   ASSERT_EQ(poolless.slice_count(), 1u);
   EXPECT_EQ(poolless.slice(0).pool(), pool->get());
   EXPECT_EQ(Contents(poolless), msg);
   EXPECT_EQ((*never)->copied(), 0u);
   queue.Clear();
   poolless.Clear();
-  EXPECT_EQ((*pool)->Stats().in_use, 16u + 2u);
+  EXPECT_EQ((*pool)->Stats().in_use, 16u + 4u);
   shutdown(pairs.client[0], SHUT_WR);
   shutdown(pairs.client[1], SHUT_WR);
   br->reset();

@@ -11,7 +11,9 @@
 //                    as an incremental ring does, but never writes a bid).
 // Refill() adds at next_ (tail_, after the entries re-lent since the last
 // publish), the kernel consumes from its head in order, and
-// Take() frees the ids of the buffers a completion names. A bundle
+// Take() frees the ids of the buffers a completion names (a one-buffer
+// completion linked into a chain: its id is lent again at once with a
+// fresh pool buffer, TakeOne(), while the pool has one). A bundle
 // completion names only its first id; the rest are the entries after it in
 // ring order, whose entries' bids give them back. An entry is overwritten
 // only after `entries_` more adds, and adds stop while in_ring_ (added and
@@ -352,6 +354,8 @@ size_t ProvidedBufferRing::Refill() {
     ran_low_ = false;
     target_ = std::min(max_buffers_, target_ * 2);
   }
+  replaced_ = 0;
+  replace_failed_ = false;
   size_t got = 0;
   if (in_ring_ < target_) {
     got = pool_->TryAcquireBulk(
@@ -407,7 +411,7 @@ void ProvidedBufferRing::TakeOut(uint16_t id, Buffer& buffer) noexcept {
   buffer = TakeLent(id);
   free_ids_.push_back(id);  // reserved for every id: never reallocates
   --in_ring_;
-  if (in_ring_ < target_ / 4) ran_low_ = true;
+  if (in_ring_ - replaced_ < target_ / 4) ran_low_ = true;
 }
 
 // The ring's reference to buffer `id` as a counted slice of all of it
@@ -584,7 +588,7 @@ absl::Status ProvidedBufferRing::TakeBundleByCopy(uint32_t id, size_t n,
     --in_ring_;
   }
   if (copied_first) ++copied_;
-  if (in_ring_ < target_ / 4) ran_low_ = true;
+  if (in_ring_ - replaced_ < target_ / 4) ran_low_ = true;
   return absl::OkStatus();
 }
 
@@ -620,7 +624,7 @@ absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
     }
   }
   in_ring_ -= n;
-  if (in_ring_ < target_ / 4) ran_low_ = true;
+  if (in_ring_ - replaced_ < target_ / 4) ran_low_ = true;
   return status;
 }
 
@@ -697,7 +701,7 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
     free_ids_.push_back(id);
     --in_ring_;
   }
-  if (in_ring_ < target_ / 4) ran_low_ = true;
+  if (in_ring_ - replaced_ < target_ / 4) ran_low_ = true;
   return absl::OkStatus();
 }
 

@@ -129,7 +129,8 @@ inline void HeldSend::ReturnUnsentTo(BufferChain& queue) {
 // lent, on a ring without incremental mode:
 //   - into an empty chain (its budget, if any, with room for a buffer),
 //     res >= copy_below: the buffer is linked as the chain's only slice
-//     (TakeOne(), Receive()'s inline case) and its id is free for Refill();
+//     (TakeOne(), Receive()'s inline case) and a fresh pool buffer is lent
+//     under its id at once;
 //   - into an empty chain, res < copy_below: packed (ReceivePack);
 //   - into a chain whose tail is the only reference to its buffer and whose
 //     room holds all res bytes (copying on): copied there.
@@ -163,8 +164,15 @@ ProvidedBufferRing::InlineLent(const io_uring_cqe& cqe, uint32_t* id,
 
 // Take() of a one-buffer completion of `len` bytes (buffer id `id`, lent):
 // BufferChain::Receive() copies it (the buffer is lent again at once) or
-// links it (the id is free again). Inline, for TakeInline()'s link into an
-// empty chain, which Receive() does inline too.
+// links it. A linked buffer is replaced at once: a buffer from the pool
+// (one inline acquire from this CPU's cache, where the consumed chains
+// release theirs, so a loop that takes and consumes a message at a time
+// alternates a release and an acquire there, and never runs the cache past
+// what it may hand out without accounting) is lent again under the same id
+// (Relend, in_ring_ unchanged, as after a copy). The first replacement
+// that finds the pool dry leaves its id free and stops the tries until
+// Refill(), which lends what the pool then has. Inline, for TakeInline()'s
+// link into an empty chain, which Receive() does inline too.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void ProvidedBufferRing::TakeOne(
     uint16_t id, size_t len, BufferChain& out) {
   out.Reserve(out.slice_count() + 2);  // then Receive() cannot throw
@@ -177,10 +185,26 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void ProvidedBufferRing::TakeOne(
       [[likely]] {
     internal::SharedAccess::NoteHeld(*pool_, lent.slot,
                                      internal::kHeldAsAcquired);
-    lent.data = nullptr;
-    free_ids_.push_back(id);  // reserved for every id: never reallocates
-    --in_ring_;
-    if (in_ring_ < target_ / 4) ran_low_ = true;
+    Buffer fresh;
+    if (!replace_failed_) [[likely]] {
+      fresh = pool_->TryAcquire();
+      replace_failed_ = !fresh;
+    }
+    if (fresh) [[likely]] {
+      std::byte* const d = fresh.data();
+      lent.slot = internal::SharedAccess::TakeSlot(fresh);
+      lent.data = d;
+      internal::SharedAccess::NoteLent(*pool_, lent.slot, group_id_);
+      Relend(id, d);
+      ++replaced_;
+    } else {
+      lent.data = nullptr;
+      free_ids_.push_back(id);  // reserved for every id: never reallocates
+      --in_ring_;
+    }
+    // Low as Refill() counts it: what is left of the ring had no buffer
+    // been replaced.
+    if (in_ring_ - replaced_ < target_ / 4) ran_low_ = true;
   } else {
     internal::SharedAccess::TakeSlot(buffer);  // still the ring's
     Relend(id, data);
