@@ -116,10 +116,8 @@ class BUFPOOL_EXPORT SharedBuffer {
   // chain_inl.h says what each does ("Reserves").
   void ResetSeldomLast();
   static void ReleaseLast(BufferPool& pool, uint32_t slot);
-  // Inline wherever called (the attribute on the declaration: GCC does not
-  // take it from a template's later definition).
   template <bool kReleaseInline>
-  ABSL_ATTRIBUTE_ALWAYS_INLINE void Drop();
+  void Drop();
 
   [[noreturn]] void DieBadSlice(size_t offset, size_t length) const;
 
