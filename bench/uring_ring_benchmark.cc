@@ -76,8 +76,9 @@ using Clock = std::chrono::steady_clock;
 // dropped (back to the pool), one Refill() per batch. BM_Ring takes each
 // into a new chain (Take(cqe)); BM_RingInto appends to one chain that lives
 // across turns, as a connection's input queue does (Take(cqe, queue)), and
-// consumes it after each message, so each completion swaps places with the
-// buffer the consumed queue keeps (at both sizes); BM_RingIntoPairs
+// consumes it after each message, so each completion lands in an empty
+// queue, which keeps no buffer: packed at 256 B (under copy_below), linked
+// at 2048 B, its buffer back to the pool when consumed; BM_RingIntoPairs
 // consumes it after every second message, so the second of each pair is
 // copied into the first's tail room (the copy path, at 256 B, under
 // copy_below); BM_RingVisit reads each
@@ -214,7 +215,17 @@ void BM_RingTakeBuffer(benchmark::State& state) {
 //   kSwap: the filled buffer becomes the loop's and the one it held is
 //       re-added under the completion's id (what TakeBuffer() does), so
 //       ids name a table of buffers.
-enum class RawHow { kPlain, kCopy, kSwap };
+// And one for a queue that keeps no buffer once it is empty (memory
+// follows bytes down to zero), so that a consumed message's buffer must
+// go back to the pool and the ring needs a new one:
+//   kLink: the filled buffer (a pool Buffer, ids naming a table of them)
+//       is touched and released to the pool, and a buffer acquired from
+//       the pool (TryAcquire(), one per message, no batching) is re-added
+//       under the completion's id: one release and one acquire per
+//       message, the least a zero-idle-memory Take() + Consume() + Refill()
+//       of a linked buffer does, with nothing of a chain's (no slice, no
+//       reference count, no ring-id bookkeeping).
+enum class RawHow { kPlain, kCopy, kSwap, kLink };
 
 template <RawHow kHow>
 void RawLoop(benchmark::State& state) {
@@ -238,9 +249,21 @@ void RawLoop(benchmark::State& state) {
   std::byte* base = s.pool->region().data();
   const unsigned bs = static_cast<unsigned>(s.pool->buffer_size());
   const int mask = io_uring_buf_ring_mask(kEntries);
+  // kLink: the pool buffers lent under the ids (acquired, not slots named
+  // by hand, so that they can go back to the pool).
+  std::unique_ptr<bufpool::Buffer[]> held;
+  if constexpr (kHow == RawHow::kLink) {
+    held = std::make_unique<bufpool::Buffer[]>(kEntries);
+  }
   for (unsigned i = 0; i < kEntries; ++i) {
-    io_uring_buf_ring_add(br, base + size_t{i} * bs, bs,
-                          static_cast<uint16_t>(i), mask, static_cast<int>(i));
+    std::byte* data = base + size_t{i} * bs;
+    if constexpr (kHow == RawHow::kLink) {
+      held[i] = s.pool->TryAcquire();
+      if (!held[i]) std::abort();
+      data = held[i].data();
+    }
+    io_uring_buf_ring_add(br, data, bs, static_cast<uint16_t>(i), mask,
+                          static_cast<int>(i));
   }
   io_uring_buf_ring_advance(br, kEntries);
   // kSwap: the buffer lent under each id; the loop's own buffer (kCopy's
@@ -283,6 +306,13 @@ void RawLoop(benchmark::State& state) {
             std::memcpy(own, data, static_cast<size_t>(cqe->res));
             sum += static_cast<uint8_t>(own[0]);
           }
+        } else if constexpr (kHow == RawHow::kLink) {
+          bufpool::Buffer& b = held[bid];
+          if (cqe->res > 0) sum += static_cast<uint8_t>(b.data()[0]);
+          b.Reset();  // consumed: back to the pool
+          b = s.pool->TryAcquire();
+          if (!b) std::abort();
+          io_uring_buf_ring_add(br, b.data(), bs, bid, mask, added++);
         } else {
           std::byte* const filled = lent[bid];
           lent[bid] = own;
@@ -303,6 +333,7 @@ void RawLoop(benchmark::State& state) {
   }
   benchmark::DoNotOptimize(sum);
   io_uring_unregister_buf_ring(&s.ring, kGroup);
+  held.reset();  // after the kernel lets go of them
   free(mem);
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
@@ -313,6 +344,9 @@ void BM_RawLiburingCopy(benchmark::State& state) {
 }
 void BM_RawLiburingSwap(benchmark::State& state) {
   RawLoop<RawHow::kSwap>(state);
+}
+void BM_RawLiburingLink(benchmark::State& state) {
+  RawLoop<RawHow::kLink>(state);
 }
 
 // HeldSend over TCP loopback: 64 KiB chains, plain send against SEND_ZC
@@ -492,6 +526,11 @@ BENCHMARK(BM_RawLiburingCopy)
     ->UseManualTime()
     ->Iterations(20000);
 BENCHMARK(BM_RawLiburingSwap)
+    ->ArgNames({"handling", "bytes"})
+    ->ArgsProduct({{0, 1}, {256, 2048}})
+    ->UseManualTime()
+    ->Iterations(20000);
+BENCHMARK(BM_RawLiburingLink)
     ->ArgNames({"handling", "bytes"})
     ->ArgsProduct({{0, 1}, {256, 2048}})
     ->UseManualTime()

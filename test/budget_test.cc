@@ -610,5 +610,64 @@ TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
   other.Clear();
 }
 
+// Take()'s inline link (a completion of at least copy_below bytes into an
+// empty chain) charges the bound chain's budget the buffer it pins, and
+// Consume() releases it; a budget without room for that buffer leaves the
+// completion to the slow path, which keeps the bytes and says so.
+TEST(BudgetRingTest, ALinkIntoAnEmptyChainChargesItsBuffer) {
+  Ring ring(64, 0);
+  ASSERT_TRUE(ring.ok());
+  auto pool = MakePool(64);
+  auto budget = MakeBudget(*pool, {.name = "linked", .max_bytes = 2 * kBs});
+  auto br = ProvidedBufferRing::Create(
+      ring.get(), *pool,
+      {.max_buffers = 8,
+       .initial_buffers = 8,
+       .incremental = ProvidedBufferRingOptions::Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  UniqueFd sv[2];
+  ASSERT_EQ(SocketPair(SOCK_STREAM, sv), 0);
+  BufferChain chain(*budget);
+  auto receive = [&](const std::string& msg, TakenCompletion* t) {
+    ASSERT_EQ(write(sv[0].get(), msg.data(), msg.size()),
+              static_cast<ssize_t>(msg.size()));
+    io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
+    (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
+    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, t));
+    ASSERT_EQ(t->res, static_cast<int>(msg.size()));
+  };
+  const std::string msg = Bytes(1000, 'm');  // above copy_below (512)
+  for (int i = 0; i < 3; ++i) {
+    TakenCompletion t;
+    ASSERT_NO_FATAL_FAILURE(receive(msg, &t));
+    EXPECT_TRUE(t.status.ok()) << t.status;
+    EXPECT_EQ((*br)->available(), 8u);  // linked; the id lent again
+    EXPECT_EQ((*br)->copied(), 0u);
+    EXPECT_EQ(budget->pinned_bytes(), kBs);
+    EXPECT_EQ(chain.pinned_bytes(), kBs);
+    EXPECT_EQ(Contents(chain), msg);
+    chain.Consume(chain.size());
+    EXPECT_EQ(budget->pinned_bytes(), 0u);
+    (*br)->Refill();
+  }
+  // Another chain pins all but half a buffer: no room for the link, so
+  // the completion goes to the slow path, which keeps it and reports it.
+  BufferChain other(*budget);
+  ASSERT_TRUE(other.Append(Bytes(2 * kBs - 1, 'o')).ok());
+  ASSERT_EQ(budget->room_bytes(), 0u);
+  TakenCompletion t;
+  ASSERT_NO_FATAL_FAILURE(receive(msg, &t));
+  EXPECT_EQ(t.status.code(), absl::StatusCode::kResourceExhausted) << t.status;
+  EXPECT_NE(t.status.message().find("1000 bytes were kept in the chain"),
+            std::string::npos)
+      << t.status;
+  EXPECT_EQ(Contents(chain), msg);
+  EXPECT_EQ(budget->pinned_bytes(), 3 * kBs);
+  EXPECT_EQ(budget->Stats().refusals, 1u);
+  chain.Clear();
+  other.Clear();
+  EXPECT_EQ(budget->pinned_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace bufpool

@@ -423,6 +423,69 @@ TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
   EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
+// A completion Take() links into an empty chain inline is the chain's,
+// no longer the ring's, until the chain drops it; the fresh buffer lent in
+// its place is the ring's at once. With the pool dry the id waits for
+// Refill().
+TEST(HoldersTest, ABufferLinkedIntoAnEmptyChainIsTheChains) {
+  io_uring ring;
+  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
+  auto pool = MakePool(TrackHolders::kAll, 16);
+  testing_util::UniqueFd fds[2];
+  ASSERT_EQ(testing_util::SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
+  {
+    auto br = ProvidedBufferRing::Create(
+        &ring, *pool,
+        {.group_id = 7,
+         .max_buffers = 4,
+         .initial_buffers = 4,
+         .incremental = ProvidedBufferRingOptions::Incremental::kOff});
+    ASSERT_TRUE(br.ok()) << br.status();
+    (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[1].get());
+    const std::string msg(pool->buffer_size() / 2, 'x');  // >= copy_below
+    ASSERT_EQ(send(fds[0].get(), msg.data(), msg.size(), 0),
+              static_cast<ssize_t>(msg.size()));
+    io_uring_cqe* cqe = nullptr;
+    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
+    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
+              0);
+    ASSERT_NE(cqe, nullptr);
+    BufferChain chain(*pool);
+    ASSERT_TRUE((*br)->Take(*cqe, chain).ok());
+    io_uring_cqe_seen(&ring, cqe);
+    ASSERT_EQ(chain.slice_count(), 1u);
+    EXPECT_EQ(Kinds(*pool),
+              (std::map<std::string, size_t>{{"ring 7", 4}, {"chain", 1}}));
+    EXPECT_EQ((*br)->available(), 4u);
+    chain.Consume(chain.size());
+    EXPECT_EQ(Kinds(*pool), (std::map<std::string, size_t>{{"ring 7", 4}}));
+    // The pool dry (everything else held): the linked buffer's id leaves
+    // the ring until Refill() finds a buffer.
+    std::vector<Buffer> all;
+    while (Buffer b = pool->TryAcquire()) all.push_back(std::move(b));
+    ASSERT_EQ(send(fds[0].get(), msg.data(), msg.size(), 0),
+              static_cast<ssize_t>(msg.size()));
+    cqe = nullptr;
+    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
+              0);
+    ASSERT_NE(cqe, nullptr);
+    ASSERT_TRUE((*br)->Take(*cqe, chain).ok());
+    io_uring_cqe_seen(&ring, cqe);
+    EXPECT_EQ((*br)->available(), 3u);
+    EXPECT_EQ(Kinds(*pool), (std::map<std::string, size_t>{
+                                {"ring 7", 3}, {"chain", 1}, {"Buffer", 12}}));
+    all.pop_back();
+    EXPECT_EQ((*br)->Refill(), 4u);
+    EXPECT_EQ(Kinds(*pool), (std::map<std::string, size_t>{
+                                {"ring 7", 4}, {"chain", 1}, {"Buffer", 11}}));
+    chain.Clear();
+    all.clear();
+    br->reset();
+  }
+  io_uring_queue_exit(&ring);
+  EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
 // A HeldSend's chain is "send in flight" from Prepare() until the kernel is
 // done; then its buffers go back.
 TEST(HoldersTest, HeldSendSlotsAreInFlightUntilDone) {

@@ -448,5 +448,88 @@ TEST(ProvidedBufferRingCopyTest, CasesBesideTheInlinePathKeepEveryRule) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
+// Take()'s inline link: a completion of at least copy_below bytes into an
+// empty chain becomes the chain's only slice (the ring's buffer itself, no
+// copy), a fresh pool buffer is lent under its id at once, and consuming
+// the chain gives the buffer straight back to the pool: the emptied chain
+// keeps nothing. With copy_below 0 even one byte is linked; a chain
+// without a pool links the same.
+TEST(ProvidedBufferRingCopyTest, ALargeCompletionIntoAnEmptyChainIsLinked) {
+  Ring ring;
+  ASSERT_TRUE(ring.ok());
+  auto pool = BufferPool::Create({.buffer_count = 64});
+  ASSERT_TRUE(pool.ok());
+  const size_t bs = (*pool)->buffer_size();
+  Pairs pairs;
+  MakePairs(2, &pairs);
+  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+                                       {.max_buffers = 16,
+                                        .initial_buffers = 16,
+                                        .bundles = Bundles::kOff,
+                                        .incremental = Incremental::kOff});
+  auto never = ProvidedBufferRing::Create(ring.get(), **pool,
+                                          {.group_id = 1,
+                                           .max_buffers = 4,
+                                           .initial_buffers = 4,
+                                           .bundles = Bundles::kOff,
+                                           .copy_below = 0,
+                                           .incremental = Incremental::kOff});
+  ASSERT_TRUE(br.ok()) << br.status();
+  ASSERT_TRUE(never.ok()) << never.status();
+  (*br)->PrepareRecv(ring.Sqe(), pairs.server[0]);
+  (*never)->PrepareRecv(ring.Sqe(), pairs.server[1]);
+  using testing_util::Contents;
+  BufferChain queue(**pool);
+  const std::string msg(bs / 8, 'k');  // exactly copy_below: linked
+  // More turns than the ring has ids: each linked buffer goes back.
+  for (int i = 0; i < 40; ++i) {
+    SendAndTake(ring, **br, pairs.client[0], msg, queue, /*refill=*/false);
+    EXPECT_EQ((*br)->available(), 16u) << i;  // the id lent again
+    EXPECT_EQ((*br)->copied(), 0u);
+    ASSERT_EQ(queue.slice_count(), 1u);
+    EXPECT_EQ(queue.slice(0).offset(), 0u);  // a buffer of its own
+    EXPECT_EQ(queue.slice(0).use_count(), 1u);
+    EXPECT_EQ(queue.tail_room(), bs - msg.size());
+    EXPECT_EQ(queue.pinned_bytes(), bs);
+    EXPECT_EQ(Contents(queue), msg);
+    EXPECT_EQ((*pool)->Stats().in_use, 16u + 4u + 1u);  // lent, the queue's
+    queue.Consume(queue.size());
+    EXPECT_EQ(queue.pinned_bytes(), 0u);
+    EXPECT_EQ((*pool)->Stats().in_use, 16u + 4u);  // straight back
+    EXPECT_EQ((*br)->Refill(), 16u);
+  }
+  // The next bytes fill the linked buffer's room (copied, lent again).
+  SendAndTake(ring, **br, pairs.client[0], msg, queue, /*refill=*/true);
+  SendAndTake(ring, **br, pairs.client[0], "more", queue, /*refill=*/true);
+  EXPECT_EQ(queue.slice_count(), 1u);
+  EXPECT_EQ((*br)->copied(), 1u);
+  EXPECT_EQ(Contents(queue), msg + "more");
+  queue.Clear();
+  // copy_below 0: one byte is linked; so is a message into a chain
+  // without a pool.
+  BufferChain poolless;
+  SendAndTake(ring, **never, pairs.client[1], "1", queue, /*refill=*/false);
+  EXPECT_EQ((*never)->available(), 4u);
+  ASSERT_EQ(queue.slice_count(), 1u);
+  EXPECT_EQ(queue.slice(0).use_count(), 1u);
+  EXPECT_EQ(Contents(queue), "1");
+  SendAndTake(ring, **never, pairs.client[1], msg, poolless,
+              /*refill=*/false);
+  EXPECT_EQ((*never)->available(), 4u);
+  ASSERT_EQ(poolless.slice_count(), 1u);
+  EXPECT_EQ(poolless.slice(0).pool(), pool->get());
+  EXPECT_EQ(Contents(poolless), msg);
+  EXPECT_EQ((*never)->copied(), 0u);
+  queue.Clear();
+  poolless.Clear();
+  EXPECT_EQ((*pool)->Stats().in_use, 16u + 4u);
+  shutdown(pairs.client[0], SHUT_WR);
+  shutdown(pairs.client[1], SHUT_WR);
+  br->reset();
+  never->reset();
+  ring.DropCompletions();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
 }  // namespace
 }  // namespace bufpool

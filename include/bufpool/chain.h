@@ -235,6 +235,8 @@ class BUFPOOL_EXPORT BufferChain {
   // or n is 0. Aborts when n > buffer.size(). Throws std::bad_alloc, nothing
   // changed, when the slice ring cannot grow; never after
   // Reserve(slice_count() + 2).
+  // Inline for its most common case, n >= copy_below bytes into an empty
+  // chain: linked.
   bool Receive(Buffer& buffer, size_t n, const ReceiveOptions& options);
   // Grows the tail slice over n bytes at `at` when it ends there in the same
   // buffer (false, nothing changed, otherwise). The caller vouches that no
@@ -291,6 +293,7 @@ class BUFPOOL_EXPORT BufferChain {
   void ReserveSlow(size_t slices);
   void AppendFilled(Buffer&& buffer, size_t n);
   void ConsumeSlow(size_t n);
+  bool ReceiveSlow(Buffer& buffer, size_t n, const ReceiveOptions& options);
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
   bool AppendPackedInline(const std::byte* src, size_t len, ReceivePack& pack);

@@ -201,7 +201,10 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   // (empty at end of stream). Errors: cqe.res == -ENOBUFS (the ring was
   // empty): ResourceExhausted, park the receive until ShouldRearm(); other
   // -errno: the errno's Status (-ECANCELED: Cancelled); FailedPrecondition
-  // for bytes in no buffer of this ring.
+  // for bytes in no buffer of this ring. Without incremental mode, the
+  // buffer of a one-buffer completion that the chain links (not copies) is
+  // replaced in the ring at once by a free buffer of the pool, one inline
+  // acquire, so available() stays; with the pool dry, Refill() lends one.
   absl::StatusOr<BufferChain> Take(const io_uring_cqe& cqe);
   // The same, appended to `out`; errors and end of stream leave it
   // unchanged. But when `out`'s budget refuses, the bytes are in `out` and
@@ -259,7 +262,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool TakeInline(const io_uring_cqe& cqe, BufferChain& out);
   absl::Status TakeSlow(const io_uring_cqe& cqe, BufferChain& out);
   absl::Status TakeAny(const io_uring_cqe& cqe, BufferChain& out);
-  absl::Status TakeOne(uint16_t id, size_t len, BufferChain& out);
+  void TakeOne(uint16_t id, size_t len, BufferChain& out);
   void TakeOut(uint16_t id, Buffer& buffer) noexcept;
   absl::Status TakeWithoutBuffer(int res);
   absl::Status TakeLinked(uint32_t id, size_t n, int res, BufferChain& out);
@@ -291,8 +294,13 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   size_t in_ring_ = 0;
   size_t peak_ = 0;       // most buffers in the ring at once
   bool ran_low_ = false;  // below target_ / 4, or -ENOBUFS, since Refill()
-  uint32_t tail_ = 0;     // entries published since the ring was created
-  uint32_t next_ = 0;     // tail_ plus entries re-lent, not yet published
+  // Since Refill(): ids whose linked buffer TakeOne() replaced at once (in
+  // in_ring_ still, the old count being in_ring_ - replaced_), and whether
+  // a replacement found the pool dry (then no more tries until Refill()).
+  size_t replaced_ = 0;
+  bool replace_failed_ = false;
+  uint32_t tail_ = 0;  // entries published since the ring was created
+  uint32_t next_ = 0;  // tail_ plus entries re-lent, not yet published
   uint64_t enobufs_ = 0;
   mutable uint64_t refused_ = 0;  // receives PrepareRecv() refused
   size_t copy_below_ = 0;

@@ -124,8 +124,8 @@ void BufferChain::DieBadPostallocate(size_t n) const {
   std::abort();
 }
 
-bool BufferChain::Receive(Buffer& buffer, size_t n,
-                          const ReceiveOptions& options) {
+bool BufferChain::ReceiveSlow(Buffer& buffer, size_t n,
+                              const ReceiveOptions& options) {
   if (n == 0) return false;
   if (n > buffer.size()) DieTooLong(n, buffer.size());
   const std::byte* const src = buffer.data();

@@ -11,7 +11,9 @@
 //                    as an incremental ring does, but never writes a bid).
 // Refill() adds at next_ (tail_, after the entries re-lent since the last
 // publish), the kernel consumes from its head in order, and
-// Take() frees the ids of the buffers a completion names. A bundle
+// Take() frees the ids of the buffers a completion names (a one-buffer
+// completion linked into a chain: its id is lent again at once with a
+// fresh pool buffer, TakeOne(), while the pool has one). A bundle
 // completion names only its first id; the rest are the entries after it in
 // ring order, whose entries' bids give them back. An entry is overwritten
 // only after `entries_` more adds, and adds stop while in_ring_ (added and
@@ -352,6 +354,8 @@ size_t ProvidedBufferRing::Refill() {
     ran_low_ = false;
     target_ = std::min(max_buffers_, target_ * 2);
   }
+  replaced_ = 0;
+  replace_failed_ = false;
   size_t got = 0;
   if (in_ring_ < target_) {
     got = pool_->TryAcquireBulk(
@@ -407,7 +411,7 @@ void ProvidedBufferRing::TakeOut(uint16_t id, Buffer& buffer) noexcept {
   buffer = TakeLent(id);
   free_ids_.push_back(id);  // reserved for every id: never reallocates
   --in_ring_;
-  if (in_ring_ < target_ / 4) ran_low_ = true;
+  if (in_ring_ - replaced_ < target_ / 4) ran_low_ = true;
 }
 
 // The ring's reference to buffer `id` as a counted slice of all of it
@@ -415,31 +419,6 @@ void ProvidedBufferRing::TakeOut(uint16_t id, Buffer& buffer) noexcept {
 SharedBuffer& ProvidedBufferRing::Shared(uint16_t id) {
   if (lent_[id].data != nullptr) shared_[id] = SharedBuffer(TakeLent(id));
   return shared_[id];
-}
-
-// Take() of a one-buffer completion of `len` bytes: BufferChain::Receive()
-// copies it (the buffer is lent again at once) or links it.
-absl::Status ProvidedBufferRing::TakeOne(uint16_t id, size_t len,
-                                         BufferChain& out) {
-  out.Reserve(out.slice_count() + 2);  // then Receive() cannot throw
-  Lent& lent = lent_[id];
-  std::byte* const data = lent.data;
-  // A handle of the lent slot for Receive(); the ring keeps the slot
-  // unless the chain takes the handle.
-  Buffer buffer = internal::SharedAccess::GiveSlot(*pool_, lent.slot);
-  if (out.Receive(buffer, len, {.copy_below = copy_below_, .pack = &*pack_})) {
-    internal::SharedAccess::NoteHeld(*pool_, lent.slot,
-                                     internal::kHeldAsAcquired);
-    lent.data = nullptr;
-    free_ids_.push_back(id);  // reserved for every id: never reallocates
-    --in_ring_;
-    if (in_ring_ < target_ / 4) ran_low_ = true;
-  } else {
-    internal::SharedAccess::TakeSlot(buffer);  // still the ring's
-    Relend(id, data);
-    ++copied_;
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<BufferChain> ProvidedBufferRing::Take(const io_uring_cqe& cqe) {
@@ -493,8 +472,10 @@ absl::Status ProvidedBufferRing::TakeWithoutBuffer(int res) {
 // (the kernel has written them; the ring buffer is used), and a completion
 // that pinned a buffer past the budget's limit is reported all the same,
 // so that the caller stops receiving until the chain drains. (TakeInline()
-// charges nothing: it copies into the tail's room, and leaves an empty
-// bound chain's packing, which pins a buffer, to this path.)
+// never passes the limit: it copies into the tail's room, which pins
+// nothing more, and links or packs into an empty bound chain only while
+// its budget has room for the buffer that pins, leaving the rest to this
+// path.)
 absl::Status ProvidedBufferRing::TakeSlow(const io_uring_cqe& cqe,
                                           BufferChain& out) {
   BufferBudget* const budget = out.budget();
@@ -540,7 +521,8 @@ absl::Status ProvidedBufferRing::TakeAny(const io_uring_cqe& cqe,
     return TakeIncremental(cqe, id, out);
   }
   if (n == 1 && total != 0) {
-    return TakeOne(static_cast<uint16_t>(id), total, out);
+    TakeOne(static_cast<uint16_t>(id), total, out);
+    return absl::OkStatus();
   }
   // A bundle linked after a tail with room would leave that room empty
   // inside the chain, one partly filled buffer per bundle: what the chain
@@ -606,7 +588,7 @@ absl::Status ProvidedBufferRing::TakeBundleByCopy(uint32_t id, size_t n,
     --in_ring_;
   }
   if (copied_first) ++copied_;
-  if (in_ring_ < target_ / 4) ran_low_ = true;
+  if (in_ring_ - replaced_ < target_ / 4) ran_low_ = true;
   return absl::OkStatus();
 }
 
@@ -642,7 +624,7 @@ absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
     }
   }
   in_ring_ -= n;
-  if (in_ring_ < target_ / 4) ran_low_ = true;
+  if (in_ring_ - replaced_ < target_ / 4) ran_low_ = true;
   return status;
 }
 
@@ -719,7 +701,7 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
     free_ids_.push_back(id);
     --in_ring_;
   }
-  if (in_ring_ < target_ / 4) ran_low_ = true;
+  if (in_ring_ - replaced_ < target_ / 4) ran_low_ = true;
   return absl::OkStatus();
 }
 

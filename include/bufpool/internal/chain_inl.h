@@ -305,6 +305,21 @@ inline void BufferChain::Postallocate(size_t n) {
   size_ += n;
 }
 
+// Receive()'s common link inline: an empty chain has no tail room to fill,
+// and n >= copy_below bytes are too many to pack (copy_below 0: never
+// copied), so the buffer becomes the only slice (count_ 0 < cap_: PushBack
+// cannot grow, so nothing throws). Everything else, the n == 0 and n past
+// the buffer checks among it, goes to ReceiveSlow().
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::Receive(
+    Buffer& buffer, size_t n, const ReceiveOptions& options) {
+  if (count_ == 0 && n >= options.copy_below && n != 0 && n <= buffer.size())
+      [[likely]] {
+    AppendFilled(std::move(buffer), n);
+    return true;
+  }
+  return ReceiveSlow(buffer, n, options);
+}
+
 inline bool BufferChain::GrowTail(const std::byte* at, size_t n) {
   if (count_ == 0) return false;
   SharedBuffer& t = At(count_ - 1);

@@ -123,17 +123,22 @@ inline void HeldSend::ReturnUnsentTo(BufferChain& queue) {
 
 // ---- Inline fast path -------------------------------------------------------
 //
-// Take()'s common case, decided with the fewest loads (leaving `out`
-// holding what TakeSlow() would leave it): a completion with
+// Take()'s common cases, decided with the fewest loads (leaving `out`
+// holding what TakeSlow() would leave it), for a completion with
 // IORING_CQE_F_BUFFER, 1 <= res <= buffer_size (one buffer), an id the ring
-// lent, on a ring without incremental mode, copying on, into a chain whose
-// tail is the only reference to its buffer and whose room holds all res
-// bytes: copied there. The buffer copied from is lent again at once under
-// the same id (Relend), so no buffer goes through the pool, no reference
-// count is written, and nothing allocates or throws. Every other
-// completion (no buffer, errors, EOF, bundles, an empty chain, a full or
-// shared tail, a foreign id) goes to TakeSlow(), which checks and reports
-// it.
+// lent, on a ring without incremental mode:
+//   - into an empty chain (its budget, if any, with room for a buffer),
+//     res >= copy_below: the buffer is linked as the chain's only slice
+//     (TakeOne(), Receive()'s inline case) and a fresh pool buffer is lent
+//     under its id at once;
+//   - into an empty chain, res < copy_below: packed (ReceivePack);
+//   - into a chain whose tail is the only reference to its buffer and whose
+//     room holds all res bytes (copying on): copied there.
+// A buffer copied from is lent again at once under the same id (Relend),
+// so no buffer goes through the pool. Nothing allocates or throws. Every
+// other completion (no buffer, errors, EOF, bundles, a full or shared
+// tail, a budget without room, a foreign id) goes to TakeSlow(), which
+// checks and reports it.
 // The inline paths' (TakeInline, Visit, TakeBuffer) common checks: the
 // lent_ entry of the completion's one buffer (data != nullptr), or nullptr
 // unless the completion carries one (IORING_CQE_F_BUFFER, 1 <= res <=
@@ -157,6 +162,56 @@ ProvidedBufferRing::InlineLent(const io_uring_cqe& cqe, uint32_t* id,
   return lent;
 }
 
+// Take() of a one-buffer completion of `len` bytes (buffer id `id`, lent):
+// BufferChain::Receive() copies it (the buffer is lent again at once) or
+// links it. A linked buffer is replaced at once: a buffer from the pool
+// (one inline acquire from this CPU's cache, where the consumed chains
+// release theirs, so a loop that takes and consumes a message at a time
+// alternates a release and an acquire there, and never runs the cache past
+// what it may hand out without accounting) is lent again under the same id
+// (Relend, in_ring_ unchanged, as after a copy). The first replacement
+// that finds the pool dry leaves its id free and stops the tries until
+// Refill(), which lends what the pool then has. Inline, for TakeInline()'s
+// link into an empty chain, which Receive() does inline too.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void ProvidedBufferRing::TakeOne(
+    uint16_t id, size_t len, BufferChain& out) {
+  out.Reserve(out.slice_count() + 2);  // then Receive() cannot throw
+  Lent& lent = lent_[id];
+  std::byte* const data = lent.data;
+  // A handle of the lent slot for Receive(); the ring keeps the slot
+  // unless the chain takes the handle.
+  Buffer buffer = internal::SharedAccess::GiveSlot(*pool_, lent.slot);
+  if (out.Receive(buffer, len, {.copy_below = copy_below_, .pack = &*pack_}))
+      [[likely]] {
+    internal::SharedAccess::NoteHeld(*pool_, lent.slot,
+                                     internal::kHeldAsAcquired);
+    Buffer fresh;
+    if (!replace_failed_) [[likely]] {
+      fresh = pool_->TryAcquire();
+      replace_failed_ = !fresh;
+    }
+    if (fresh) [[likely]] {
+      std::byte* const d = fresh.data();
+      lent.slot = internal::SharedAccess::TakeSlot(fresh);
+      lent.data = d;
+      internal::SharedAccess::NoteLent(*pool_, lent.slot, group_id_);
+      Relend(id, d);
+      ++replaced_;
+    } else {
+      lent.data = nullptr;
+      free_ids_.push_back(id);  // reserved for every id: never reallocates
+      --in_ring_;
+    }
+    // Low as Refill() counts it: what is left of the ring had no buffer
+    // been replaced.
+    if (in_ring_ - replaced_ < target_ / 4) ran_low_ = true;
+  } else {
+    internal::SharedAccess::TakeSlot(buffer);  // still the ring's
+    Relend(id, data);
+    ++copied_;
+  }
+}
+
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
     const io_uring_cqe& cqe, BufferChain& out) {
   uint32_t id, len;
@@ -167,13 +222,20 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
   std::byte* const src = lent.data;
   const auto bid = static_cast<uint16_t>(id);
   if (out.empty()) {
-    // A short partial of an empty chain: packed (see "Memory"). It pins a
-    // buffer: a bound chain whose budget has no room for one goes to
-    // TakeSlow(), which takes the bytes and reports the budget's limit.
-    if (len >= copy_below_ ||
-        (out.budget() != nullptr &&
-         out.budget()->room_bytes() < buffer_size_) ||
-        !out.AppendPacked(absl::MakeConstSpan(src, len), *pack_)) {
+    // Either way the bytes pin a buffer: a bound chain whose budget has no
+    // room for one goes to TakeSlow(), which takes the bytes and reports
+    // the budget's limit.
+    if (out.budget() != nullptr && out.budget()->room_bytes() < buffer_size_) {
+      return false;
+    }
+    if (len >= copy_below_) {
+      // Too many to pack: the buffer is linked as the chain's only slice
+      // (Receive()'s inline case).
+      TakeOne(bid, len, out);
+      return true;
+    }
+    // A short partial of an empty chain: packed (see "Memory").
+    if (!out.AppendPacked(absl::MakeConstSpan(src, len), *pack_)) {
       return false;
     }
     Relend(bid, src);
