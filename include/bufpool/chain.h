@@ -291,6 +291,7 @@ class BUFPOOL_EXPORT BufferChain {
   void ReserveSlow(size_t slices);
   void AppendFilled(Buffer&& buffer, size_t n);
   void ConsumeSlow(size_t n);
+  absl::Status AppendSlow(absl::Span<const std::byte> bytes);
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
   bool AppendPackedInline(const std::byte* src, size_t len, ReceivePack& pack);
