@@ -39,7 +39,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -76,7 +75,7 @@ struct Conn {
   std::unique_ptr<bufpool::BufferBudget> budget;
   BufferChain in, out;
   bufpool::LineSplitter inline_lines{{.max_line = 64 << 10}};
-  std::vector<std::string> args;         // of the command being parsed
+  std::vector<std::string> args;         // of a command that crosses slices
   std::vector<absl::string_view> views;  // the arguments Execute() gets
   bufpool::HeldSend send;
   bool receiving = false, parked = false, done = false;
@@ -125,8 +124,10 @@ void MaybeClose(Conn* c) {
 void Reply(Conn* c, absl::string_view s) {  // the pool ran dry: give up
   if (!c->out.Append(s).ok()) c->done = true;
 }
-void Bulk(Conn* c, absl::string_view s) {
-  Reply(c, absl::StrCat("$", s.size(), "\r\n", s, "\r\n"));
+void Bulk(Conn* c, absl::string_view s) {  // the header in SSO: no allocation
+  Reply(c, absl::StrCat("$", s.size(), "\r\n"));
+  Reply(c, s);
+  Reply(c, "\r\n");
 }
 void BulkChain(Conn* c, BufferChain&& chain) {
   Reply(c, absl::StrCat("$", chain.size(), "\r\n"));
@@ -137,35 +138,41 @@ void ProtocolError(Conn* c, const std::string& what) {
   Reply(c, "-ERR Protocol error: " + what + "\r\n");
   c->done = true;  // as Redis does: answer, then close
 }
-// c->args as views, in c->views (reused: no allocation).
-absl::Span<const absl::string_view> Views(Conn* c) {
-  c->views.assign(c->args.begin(), c->args.end());
-  return c->views;
+// Whether `cmd` is the command `name` (upper-case letters), in any case:
+// clearing bit 5 upper-cases a letter and makes no other byte one.
+bool Is(absl::string_view cmd, absl::string_view name) {
+  if (cmd.size() != name.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if ((cmd[i] & ~0x20) != name[i]) return false;
+  }
+  return true;
 }
-// Runs args[0]; `big`: the last argument as slices, when too large to copy.
+// Runs args[0]; `big`: the last argument as slices, when too large to copy,
+// or nullptr.
 void Execute(Conn* c, absl::Span<const absl::string_view> args,
-             BufferChain& big) {
+             BufferChain* big) {
   const absl::string_view cmd = args[0];
   const size_t n = args.size();
-  if (absl::EqualsIgnoreCase(cmd, "PING") && n <= 2) {
-    n == 1 ? Reply(c, "+PONG\r\n") : Bulk(c, args[1]);
-  } else if (absl::EqualsIgnoreCase(cmd, "ECHO") && n == 2) {
-    big.empty() ? Bulk(c, args[1]) : BulkChain(c, std::move(big));
-  } else if (absl::EqualsIgnoreCase(cmd, "SET") && n == 3) {
-    auto it = store.find(args[1]);  // a new key allocates, an old one not
-    if (it == store.end()) it = store.try_emplace(std::string(args[1])).first;
-    it->second.first.assign(args[2].data(), args[2].size());
-    // Into an unbound chain: the value outlives the connection, so its
-    // buffers leave the connection's budget with it.
-    it->second.second.Clear();
-    it->second.second.Append(std::move(big));
-    Reply(c, "+OK\r\n");
-  } else if (absl::EqualsIgnoreCase(cmd, "GET") && n == 2) {
+  if (Is(cmd, "GET") && n == 2) {
     auto it = store.find(args[1]);
     if (it == store.end()) return Reply(c, "$-1\r\n");
     if (it->second.second.empty()) return Bulk(c, it->second.first);
     BulkChain(c, it->second.second.Clone());
-  } else if (absl::EqualsIgnoreCase(cmd, "DEL") && n >= 2) {
+  } else if (Is(cmd, "SET") && n == 3) {
+    auto it = store.find(args[1]);  // a new key allocates, an old one not
+    if (it == store.end()) it = store.try_emplace(std::string(args[1])).first;
+    auto& [copy, slices] = it->second;
+    copy.assign(args[2].data(), args[2].size());
+    // Into an unbound chain: the value outlives the connection, so its
+    // buffers leave the connection's budget with it.
+    if (!slices.empty()) slices.Clear();
+    if (big != nullptr) slices.Append(std::move(*big));
+    Reply(c, "+OK\r\n");
+  } else if (Is(cmd, "PING") && n <= 2) {
+    n == 1 ? Reply(c, "+PONG\r\n") : Bulk(c, args[1]);
+  } else if (Is(cmd, "ECHO") && n == 2) {
+    big == nullptr ? Bulk(c, args[1]) : BulkChain(c, std::move(*big));
+  } else if (Is(cmd, "DEL") && n >= 2) {
     size_t gone = 0;
     for (size_t i = 1; i < n; ++i) gone += store.erase(args[i]);
     Reply(c, absl::StrCat(":", gone, "\r\n"));
@@ -175,45 +182,58 @@ void Execute(Conn* c, absl::Span<const absl::string_view> args,
                  args[0], "'\r\n"));
   }
 }
-// The common case: a whole multi-bulk command inside the input's first
-// slice, parsed where it lies (its arguments views of the slice). Returns
-// false, having done nothing, for anything else (a command that crosses
-// slices, is incomplete, malformed or carries a large value), which
-// MultiBulk() then handles.
-bool MultiBulkInSlice(Conn* c) {
-  const bufpool::SharedBuffer& front = c->in.slice(0);
-  const char* const begin = reinterpret_cast<const char*>(front.data());
-  const char* const end = begin + front.size();
-  const char* p = begin;
-  // "<prefix><digits>\r\n": its number, or -1.
+// Parses one whole multi-bulk command at [p, end) into `args` (views of
+// its bytes) and returns the byte after it; nullptr for anything else (a
+// command that goes past `end`, is malformed or carries a large value).
+const char* ParseInPlace(const char* p, const char* const end,
+                         std::vector<absl::string_view>& args) {
+  // "<prefix><digits>\r\n": its number (at most 18 digits), or -1.
   auto number = [&](char prefix) -> long long {
-    if (p == end || *p++ != prefix) return -1;
-    long long v = 0;
-    const char* const digits = p;
-    while (p != end && *p >= '0' && *p <= '9' && p - digits < 18) {
-      v = v * 10 + (*p++ - '0');
+    if (p == end || *p != prefix) return -1;
+    const char* const digits = ++p;
+    uint64_t v = 0;  // wraps past 19 digits, refused below
+    while (p != end && static_cast<unsigned char>(*p - '0') < 10) {
+      v = v * 10 + static_cast<unsigned>(*p++ - '0');
     }
-    if (p == digits || end - p < 2 || p[0] != '\r' || p[1] != '\n') return -1;
+    if (p == digits || p - digits > 18 || end - p < 2 || p[0] != '\r' ||
+        p[1] != '\n') {
+      return -1;
+    }
     p += 2;
-    return v;
+    return static_cast<long long>(v);
   };
   const long long n = number('*');
-  if (n < 1) return false;
-  std::vector<absl::string_view>& args = c->views;  // reused: no allocation
+  if (n < 1) return nullptr;
   args.clear();
   for (long long i = 0; i < n; ++i) {
     const long long len = number('$');
     if (len < 0 || static_cast<size_t>(len) > kLinkAbove || end - p < len + 2 ||
         p[len] != '\r' || p[len + 1] != '\n') {
-      return false;
+      return nullptr;
     }
     args.emplace_back(p, static_cast<size_t>(len));
     p += len + 2;
   }
-  BufferChain none;
-  Execute(c, args, none);
-  c->in.Consume(static_cast<size_t>(p - begin));
-  return true;
+  return p;
+}
+// The common case: whole multi-bulk commands inside the input's first
+// slice, each parsed and run where it lies (its arguments views of the
+// slice), then consumed together. Returns false, having done nothing, when
+// the first is anything else (it crosses slices, is incomplete, malformed
+// or carries a large value), which MultiBulk() then handles.
+bool MultiBulkInSlice(Conn* c) {
+  const bufpool::SharedBuffer& front = c->in.slice(0);
+  const char* const begin = reinterpret_cast<const char*>(front.data());
+  const char* const end = begin + front.size();
+  const char* done = begin;  // past the commands run
+  while (!c->done) {
+    const char* next = ParseInPlace(done, end, c->views);
+    if (next == nullptr) break;
+    Execute(c, c->views, nullptr);
+    done = next;
+  }
+  c->in.Consume(static_cast<size_t>(done - begin));
+  return done != begin;
 }
 // Reads a "<prefix><digits>\r\n" line: its number; -1 incomplete; -2 bad.
 long long ReadNumberLine(ChainCursor& cur, char prefix) {
@@ -257,27 +277,27 @@ bool MultiBulk(Conn* c) {
   BufferChain big;
   c->in.Consume(big_len != 0 ? big_at : cur.position());
   if (big_len != 0) big = c->in.Split(big_len), c->in.Consume(2);
-  Execute(c, Views(c), big);
+  c->views.assign(args.begin(), args.end());  // reused: no allocation
+  Execute(c, c->views, big_len != 0 ? &big : nullptr);
   return true;
 }
 void Process(Conn* c) {  // runs every complete command in c->in
   while (!c->in.empty() && !c->done) {
-    if (*ChainCursor(c->in).PeekLE<uint8_t>() == '*') {
+    if (c->in.slice(0).data()[0] == std::byte{'*'}) {
       if (!MultiBulkInSlice(c) && !MultiBulk(c)) break;
       continue;
     }
+    // The line's view stays valid until the next NextView().
     auto line = c->inline_lines.NextView(c->in);
     if (!line.ok()) ProtocolError(c, "too big inline request");
     if (!line.ok() || !line->has_value()) break;
-    std::vector<std::string>& args = c->args;  // reused: no allocation
-    size_t n = 0;
+    std::vector<absl::string_view>& args = c->views;  // reused: no allocation
+    args.clear();
     for (absl::string_view word :
          absl::StrSplit(**line, ' ', absl::SkipEmpty())) {
-      if (args.size() <= n) args.emplace_back();
-      args[n++].assign(word.data(), word.size());
+      args.push_back(word);
     }
-    args.resize(n);
-    if (BufferChain none; n != 0) Execute(c, Views(c), none);
+    if (!args.empty()) Execute(c, args, nullptr);
   }
   const size_t bs = pool->buffer_size();
   if (!c->done && c->in.slice_count() * bs > 2 * c->in.size() + 2 * bs) {

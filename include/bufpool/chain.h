@@ -235,8 +235,6 @@ class BUFPOOL_EXPORT BufferChain {
   // or n is 0. Aborts when n > buffer.size(). Throws std::bad_alloc, nothing
   // changed, when the slice ring cannot grow; never after
   // Reserve(slice_count() + 2).
-  // Inline for its most common case, n >= copy_below bytes into an empty
-  // chain: linked.
   bool Receive(Buffer& buffer, size_t n, const ReceiveOptions& options);
   // Grows the tail slice over n bytes at `at` when it ends there in the same
   // buffer (false, nothing changed, otherwise). The caller vouches that no
@@ -255,8 +253,7 @@ class BUFPOOL_EXPORT BufferChain {
   // Room after the tail that Append(bytes) fills first: 0 unless the chain
   // holds the only reference to the tail's buffer.
   size_t tail_room() const { return TailRoom(); }
-  // Removed in 0.4.
-  ABSL_DEPRECATED("an emptied chain keeps no buffer; this is always false")
+  ABSL_DEPRECATED("an emptied chain keeps no buffer; always false (gone in 0.4)")
   bool keeps_room() const { return false; }
   // Copies the bytes of buffers the chain holds less than half of into as
   // few fresh buffers as they need. All or nothing: ResourceExhausted when
@@ -294,6 +291,7 @@ class BUFPOOL_EXPORT BufferChain {
   void AppendFilled(Buffer&& buffer, size_t n);
   void ConsumeSlow(size_t n);
   bool ReceiveSlow(Buffer& buffer, size_t n, const ReceiveOptions& options);
+  absl::Status AppendSlow(absl::Span<const std::byte> bytes);
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
   bool AppendPackedInline(const std::byte* src, size_t len, ReceivePack& pack);
@@ -309,8 +307,7 @@ class BUFPOOL_EXPORT BufferChain {
   BufferPool* pool_ = nullptr;
   BufferBudget* budget_ = nullptr;  // charged for the buffers pinned
   size_t size_ = 0;
-  // The slices are At(0) .. At(count_ - 1) (chain_inl.h: the other entries).
-  SharedBuffer* slices_;          // inline_ or a heap ring of cap_ entries
+  SharedBuffer* slices_;  // inline_ or a heap ring of cap_; slice i is At(i)
   uint32_t cap_ = kInlineSlices;  // a power of two
   uint32_t head_ = 0;
   uint32_t count_ = 0;

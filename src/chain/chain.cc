@@ -151,7 +151,8 @@ bool BufferChain::ReceiveSlow(Buffer& buffer, size_t n,
   return true;
 }
 
-absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
+// Append() past its inline case (chain_inl.h).
+absl::Status BufferChain::AppendSlow(absl::Span<const std::byte> bytes) {
   const size_t n = bytes.size();
   if (n == 0) return absl::OkStatus();
   const size_t room = std::min(n, TailRoom());

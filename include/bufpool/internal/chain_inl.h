@@ -217,13 +217,41 @@ inline const SharedBuffer& BufferChain::slice(size_t i) const {
   return At(i);
 }
 
+// The common cases inline: a cut inside the front slice (one parsed
+// message of several a receive brought), and the whole of a one-slice
+// chain; anything that drops slices of a longer chain goes out of line.
 inline void BufferChain::Consume(size_t n) {
-  if (count_ == 1 && n >= size_) {
+  if (count_ != 0 && n < At(0).size_) {
+    SharedBuffer& front = At(0);
+    front.data_ += n;
+    front.size_ -= n;
+    size_ -= n;
+    return;
+  }
+  if (count_ == 1) {
     size_ = 0;
     PopBack();
     return;
   }
   ConsumeSlow(n);
+}
+
+// The common append inline: bytes that fit the room after the tail, in a
+// buffer this chain alone holds (replies built piece by piece); anything
+// that needs a fresh buffer, or a tail another handle shares, goes out of
+// line.
+inline absl::Status BufferChain::Append(absl::Span<const std::byte> bytes) {
+  const size_t n = bytes.size();
+  if (count_ != 0 && n != 0) {
+    SharedBuffer& t = At(count_ - 1);
+    if (n <= t.room() && t.use_count() == 1) {
+      std::memcpy(t.data_ + t.size_, bytes.data(), n);
+      t.size_ += n;
+      size_ += n;
+      return absl::OkStatus();
+    }
+  }
+  return AppendSlow(bytes);
 }
 
 inline BufferChain BufferChain::Split(size_t n) {
