@@ -253,7 +253,7 @@ class BUFPOOL_EXPORT BufferChain {
   // Room after the tail that Append(bytes) fills first: 0 unless the chain
   // holds the only reference to the tail's buffer.
   size_t tail_room() const { return TailRoom(); }
-  ABSL_DEPRECATED("an emptied chain keeps no buffer; always false (gone in 0.4)")
+  ABSL_DEPRECATED("an emptied chain keeps no buffer: always false, gone in 0.4")
   bool keeps_room() const { return false; }
   // Copies the bytes of buffers the chain holds less than half of into as
   // few fresh buffers as they need. All or nothing: ResourceExhausted when
