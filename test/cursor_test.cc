@@ -412,9 +412,8 @@ TEST_F(CursorTest, ForEachLineStopsWhenTheHandlerSaysSo) {
       EXPECT_EQ(Contents(in), s.substr(end));
       // A handler returning void, or one that never stops, takes the rest.
       ASSERT_TRUE(lines
-                      .ForEachLine(in, [&](absl::string_view l) {
-                        got.emplace_back(l);
-                      })
+                      .ForEachLine(
+                          in, [&](absl::string_view l) { got.emplace_back(l); })
                       .ok());
       EXPECT_EQ(got, want.lines);
       EXPECT_TRUE(in.empty());
