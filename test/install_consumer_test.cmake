@@ -8,7 +8,7 @@
 # find_package(bufpool CONFIG REQUIRED), and compiles both programs through
 # pkg-config, the C one exactly as c.h's users are told to:
 #   gcc -std=c11 -Wall -Wextra -Werror prog.c $(pkg-config --cflags --libs bufpool)
-# A shared package also runs the README's Python example against itself.
+# A shared package also runs docs/c_api.md's Python example against itself.
 # Then does the same for the other linkage: a static build also links and
 # installs libbufpool as a shared library (the library alone, from the
 # build's own objects), and a shared build a static one, so both kinds of
@@ -216,10 +216,11 @@ function(check_package build_dir work)
     endif()
   endif()
 
-  # The README's Python example, against the installed shared library loaded
-  # by its full path in the prefix, as the README shows it (no environment).
+  # docs/c_api.md's Python example, against the installed shared library
+  # loaded by its full path in the prefix, as the doc shows it (no
+  # environment).
   if(shared_lib AND PYTHON)
-    run(${CMAKE_COMMAND} -DREADME=${SOURCE_DIR}/README.md
+    run(${CMAKE_COMMAND} -DDOC=${SOURCE_DIR}/docs/c_api.md
         -DLIB_DIR=${prefix}/lib -DPYTHON=${PYTHON} -DWORK_DIR=${work}
         -P "${CMAKE_CURRENT_LIST_DIR}/readme_python_test.cmake")
   endif()

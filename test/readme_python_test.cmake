@@ -1,18 +1,18 @@
-# Runs the README's Python ctypes example (the ```python block under
-# "## C API") with python3 against a shared libbufpool in LIB_DIR, as a user
+# Runs the Python ctypes example of docs/c_api.md (the ```python block under
+# "## From Python") with python3 against a shared libbufpool in LIB_DIR, as a user
 # would: its one LIB_DIR line set to that directory, and no environment
 # variable (the example loads the library by its full path).
 include("${CMAKE_CURRENT_LIST_DIR}/readme_block.cmake")
-file(READ "${README}" readme)
-string(FIND "${readme}" "\n## C API\n" at)
+file(READ "${DOC}" doc)
+string(FIND "${doc}" "\n## From Python\n" at)
 if(at LESS 0)
-  message(FATAL_ERROR "README.md has no \"## C API\" section")
+  message(FATAL_ERROR "${DOC} has no \"## From Python\" section")
 endif()
-string(SUBSTRING "${readme}" ${at} -1 section)
+string(SUBSTRING "${doc}" ${at} -1 section)
 readme_block("${section}" python code)
 string(REGEX MATCH "\nLIB_DIR = \"[^\"\n]*\"" lib_dir_line "${code}")
 if(NOT lib_dir_line)
-  message(FATAL_ERROR "the README's Python example has no LIB_DIR = \"...\" line")
+  message(FATAL_ERROR "the Python example of docs/c_api.md has no LIB_DIR = \"...\" line")
 endif()
 string(REPLACE "${lib_dir_line}" "\nLIB_DIR = \"${LIB_DIR}\"" code "${code}")
 # The example falls back to the loader's search only when LIB_DIR has no
@@ -26,6 +26,6 @@ execute_process(
           "${PYTHON}" "${WORK_DIR}/readme_example.py"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "the README's Python example failed (${rc}):\n${out}")
+  message(FATAL_ERROR "the Python example of docs/c_api.md failed (${rc}):\n${out}")
 endif()
-message(STATUS "the README's Python example ran")
+message(STATUS "the Python example of docs/c_api.md ran")

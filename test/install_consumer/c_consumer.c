@@ -1,4 +1,4 @@
-/* Uses the installed C API the way the README shows, from C. */
+/* Uses the installed C API the way docs/c_api.md describes, from C. */
 #include <stdio.h>
 #include <string.h>
 
