@@ -523,6 +523,58 @@ TEST(HoldersTest, RingsAreCountedApartWithTrackingAll) {
   CheckRingsAreCountedApart(TrackHolders::kAll);
 }
 
+// Reports on another thread read the ring's counts while its thread takes
+// completions, refills and packs (for TSan: the reads are atomics).
+TEST(HoldersTest, ReportsWhileTheRingRunsAreRaceFree) {
+  io_uring ring;
+  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
+  auto pool = MakePool(TrackHolders::kOff, 16);
+  testing_util::UniqueFd fds[2];
+  ASSERT_EQ(testing_util::SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
+  {
+    auto br = ProvidedBufferRing::Create(
+        &ring, *pool,
+        {.group_id = 5,
+         .max_buffers = 4,
+         .initial_buffers = 4,
+         .incremental = ProvidedBufferRingOptions::Incremental::kOff});
+    ASSERT_TRUE(br.ok()) << br.status();
+    std::atomic<bool> stop{false};
+    std::thread reporter([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        const std::string report = pool->HoldersReport();
+        EXPECT_TRUE(absl::StrContains(report, "ProvidedBufferRing group 5"))
+            << report;
+      }
+    });
+    const std::string big(pool->buffer_size() / 2, 'x');
+    BufferChain chain(*pool);
+    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
+    bool armed = false;  // a multishot receive, re-armed when it ends
+    for (int i = 0; i < 200; ++i) {
+      if (!armed) (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[1].get());
+      const std::string& msg = i % 2 == 0 ? big : std::string("hi");
+      ASSERT_EQ(send(fds[0].get(), msg.data(), msg.size(), 0),
+                static_cast<ssize_t>(msg.size()));
+      io_uring_cqe* cqe = nullptr;
+      ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
+                0);
+      ASSERT_NE(cqe, nullptr);
+      armed = (cqe->flags & IORING_CQE_F_MORE) != 0;
+      ASSERT_TRUE((*br)->Take(*cqe, chain).ok());
+      io_uring_cqe_seen(&ring, cqe);
+      if (i % 8 == 7) chain.Clear();
+      (*br)->Refill();
+    }
+    stop.store(true, std::memory_order_relaxed);
+    reporter.join();
+    chain.Clear();
+    br->reset();
+  }
+  io_uring_queue_exit(&ring);
+  EXPECT_FALSE(absl::StrContains(pool->HoldersReport(), "io_uring"));
+}
+
 // A completion Take() links into an empty chain inline is the chain's,
 // no longer the ring's, until the chain drops it; the fresh buffer lent in
 // its place is the ring's at once. With the pool dry the id waits for
