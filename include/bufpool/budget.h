@@ -273,6 +273,41 @@ BUFPOOL_EXPORT void UncommitLending(BufferPool& pool, size_t buffers);
 // The pool's capacity less its reservations and ring lending.
 BUFPOOL_EXPORT size_t UncommittedBuffers(const BufferPool& pool);
 
+// Long-lived lenders inside the library (a ProvidedBufferRing): pool
+// buffers they hold on the kernel's behalf, which HoldersReport() counts
+// apart from other holders. A report calls `count` on its own thread, under
+// the pool's lender lock, while the lender's thread runs, so `count` reads
+// only atomics (RelaxedCount) and what was set before AddLender(); it
+// appends what it counted to `detail` and returns the number. After
+// RemoveLender() returns, `count` runs no more (a report in progress holds
+// the lock). The acquire and release paths never look at the list.
+using LentCount = std::function<size_t(std::string* detail)>;
+BUFPOOL_EXPORT void AddLender(const BufferPool& pool, const void* lender,
+                              LentCount count);
+BUFPOOL_EXPORT void RemoveLender(const BufferPool& pool, const void* lender);
+
+// A count that one thread writes and any thread may read: relaxed loads and
+// stores, each a plain move where it compiles (x86-64, AArch64), so the
+// writer pays what a size_t costs. No read-modify-write: a second writer
+// would lose updates. A reader sees some value the writer stored (no torn
+// read), which is all a report needs: the count it prints is a snapshot.
+class RelaxedCount {
+ public:
+  operator size_t() const { return v_.load(std::memory_order_relaxed); }
+  RelaxedCount& operator+=(size_t d) {
+    v_.store(*this + d, std::memory_order_relaxed);
+    return *this;
+  }
+  RelaxedCount& operator-=(size_t d) {
+    v_.store(*this - d, std::memory_order_relaxed);
+    return *this;
+  }
+  RelaxedCount& operator--() { return *this -= 1; }
+
+ private:
+  std::atomic<size_t> v_{0};
+};
+
 // The pool's live budgets, for WriteMetrics(): fn(const BufferBudget&) for
 // each, under the budget list's lock (fn must not create or destroy one).
 BUFPOOL_EXPORT void ForEachBudget(

@@ -406,7 +406,12 @@ class BUFPOOL_EXPORT BufferPool {
   // kOff), oldest first; symbolizes their stacks. HoldersReport(): the same
   // grouped by acquire site, largest group first, at most `max_holders`
   // groups, after a line of counts per kind of holder; with kOff, the
-  // counts and the line that turns tracking on. Both allocate and may be
+  // counts and the line that turns tracking on. Either way, with an
+  // io_uring ring (ProvidedBufferRing) on this pool, a count "L lent to
+  // io_uring rings (ProvidedBufferRing group G: N lent, P pack)": buffers
+  // each live ring holds for the kernel (available() + pack_buffers()),
+  // out by design until the ring goes, not leaks; with kOff they are not
+  // among the "held by Buffer handles or chains". Both allocate and may be
   // slow (symbolization: milliseconds); any thread, any time.
   std::vector<Holder> Holders() const;
   std::string HoldersReport(size_t max_holders = 20) const;

@@ -330,7 +330,8 @@ class BUFPOOL_EXPORT ReceivePack {
   ReceivePack& operator=(const ReceivePack&) = delete;
 
   BufferPool& pool() const { return *pool_; }
-  bool holds_buffer() const { return static_cast<bool>(buf_); }
+  // Any thread (a relaxed snapshot, for reports; see MakeRoom()).
+  bool holds_buffer() const { return held_.load(std::memory_order_relaxed); }
 
  private:
   friend class BufferChain;
@@ -345,6 +346,7 @@ class BUFPOOL_EXPORT ReceivePack {
   SharedBuffer buf_;    // the pack's own reference
   uint32_t spare_ = 0;  // more references counted, held by no slice yet
   uint32_t used_ = 0;   // bytes slices cover: written only past them
+  std::atomic<bool> held_{false};  // bool(buf_), for holds_buffer()
 };
 
 // ---- I/O ---------------------------------------------------------------

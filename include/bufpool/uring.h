@@ -291,8 +291,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   size_t max_buffers_ = 0;
   size_t target_ = 0;
   size_t rearm_option_ = 0;
-  size_t in_ring_ = 0;
-  size_t peak_ = 0;       // most buffers in the ring at once
+  internal::RelaxedCount in_ring_;  // read by pool reports (AddLender)
+  size_t peak_ = 0;                 // most buffers in the ring at once
   bool ran_low_ = false;  // below target_ / 4, or -ENOBUFS, since Refill()
   // Since Refill(): ids whose linked buffer TakeOne() replaced at once (in
   // in_ring_ still, the old count being in_ring_ - replaced_), and whether

@@ -487,6 +487,10 @@ bool ReceivePack::MakeRoom(size_t len) {
   if (!fresh || fresh.size() < len) return false;
   Drop();  // the old buffer goes back with its last slice
   buf_ = SharedBuffer(std::move(fresh));
+  // held_ mirrors bool(buf_) for holds_buffer() on other threads (a pool's
+  // lender count): written here and in Drop() only, when the pack takes or
+  // lets go of a buffer, never on the append path.
+  held_.store(true, std::memory_order_relaxed);
   return true;
 }
 
@@ -498,6 +502,7 @@ void ReceivePack::Drop() noexcept {
         .fetch_sub(spare_, std::memory_order_acq_rel);
   }
   buf_.Reset();
+  held_.store(false, std::memory_order_relaxed);
   spare_ = 0;
   used_ = 0;
 }

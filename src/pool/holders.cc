@@ -474,6 +474,40 @@ std::vector<Holder> BufferPool::HoldersAndSites(
   return out;
 }
 
+namespace internal {
+
+void AddLender(const BufferPool& pool, const void* lender, LentCount count) {
+  auto& s = PoolAccess::S(pool);
+  std::lock_guard<std::mutex> lock(s.lenders_mu);
+  s.lenders.emplace_back(lender, std::move(count));
+}
+
+void RemoveLender(const BufferPool& pool, const void* lender) {
+  auto& s = PoolAccess::S(pool);
+  std::lock_guard<std::mutex> lock(s.lenders_mu);
+  std::erase_if(s.lenders, [&](const auto& l) { return l.first == lender; });
+}
+
+}  // namespace internal
+
+namespace {
+
+// The buffers the pool's lenders hold for the kernel now; `detail` gets
+// "ProvidedBufferRing group 1: 64 lent, 1 pack; ..." (empty with none).
+// Each count is read under lenders_mu, so no lender goes meanwhile.
+size_t LentToKernel(const BufferPool& pool, std::string* detail) {
+  auto& s = PoolAccess::S(pool);
+  std::lock_guard<std::mutex> lock(s.lenders_mu);
+  size_t lent = 0;
+  for (const auto& [lender, count] : s.lenders) {
+    if (!detail->empty()) detail->append("; ");
+    lent += count(detail);
+  }
+  return lent;
+}
+
+}  // namespace
+
 std::string BufferPool::HoldersReport(size_t max_holders) const {
   return Report(max_holders, Stats().in_use);
 }
@@ -484,9 +518,21 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
     raw += State(static_cast<uint32_t>(i)).load(std::memory_order_relaxed) ==
            kSlotRaw;
   }
-  out_now = std::max(out_now, raw);
+  // The counts are read one after another while buffers come and go: each
+  // is a snapshot, and `out_now` is raised to cover their sum so that the
+  // "other holders" count never wraps.
+  std::string lenders;
+  const size_t lent = LentToKernel(*this, &lenders);
+  out_now = std::max(out_now, raw + lent);
   std::string report =
       absl::StrCat("bufpool: ", out_now, " of ", capacity_, " buffer(s) out");
+  // Buffers that io_uring rings hold for the kernel are out for as long as
+  // the ring lives, by design: named apart, so that they do not read as
+  // leaks.
+  const std::string lent_line =
+      lent == 0 && lenders.empty()
+          ? ""
+          : absl::StrCat(lent, " lent to io_uring rings (", lenders, ")");
   if (holders_ == nullptr) {
     // The switch goes in the first line: it is what a reader of a truncated
     // log or a one-line alert needs next.
@@ -494,8 +540,9 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
                     " (tracking off: run with BUFPOOL_TRACK_HOLDERS=all, or "
                     "PoolOptions::track_holders, to see where each was "
                     "acquired): ",
-                    raw, " as raw pointers, ", out_now - raw,
-                    " held by Buffer handles, chains or rings\n");
+                    raw, " as raw pointers, ", lent_line,
+                    lent_line.empty() ? "" : ", ", out_now - raw - lent,
+                    " held by Buffer handles or chains\n");
     return report;
   }
   std::vector<uintptr_t> sites;
@@ -507,6 +554,9 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
                     holders.size(), " sampled)");
   }
   AppendKinds(holders, &report);
+  // Tracked, the ring's lent buffers are its "ring N" kind above (its pack
+  // buffer is among the chains); this line gives the rings' own counts.
+  if (!lent_line.empty()) absl::StrAppend(&report, "  ", lent_line, "\n");
 
   // Grouped by acquire site (the return address into the pool's caller:
   // frames beyond it need frame pointers in the caller's code, and may

@@ -29,10 +29,12 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "arena/arena.h"
+#include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "pool/depot.h"
 
@@ -230,6 +232,10 @@ struct BufferPool::Shared {
   std::mutex wait_mu;
   std::condition_variable wait_cv;
   std::vector<int> notify_fds;  // under wait_mu
+  // Long-lived lenders (internal::AddLender, holders.cc): read by reports
+  // only, under lenders_mu.
+  std::mutex lenders_mu;
+  std::vector<std::pair<const void*, internal::LentCount>> lenders;
   // The process-wide list of pools, for the fork() handlers (drain.cc).
   BufferPool* pool = nullptr;
   Shared* prev = nullptr;

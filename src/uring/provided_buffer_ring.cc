@@ -148,6 +148,21 @@ absl::Status ProvidedBufferRing::Init(io_uring* ring, BufferPool& pool,
     return absl::ResourceExhaustedError(
         "ProvidedBufferRing: the pool has no free buffer to lend");
   }
+  // The pool's reports count what the ring holds for the kernel apart from
+  // other holders. They run on any thread while this ring's thread runs:
+  // in_ring_ is a RelaxedCount and the pack's holds_buffer() a relaxed
+  // atomic, both written by this thread only, so each read is race-free and
+  // gives a value written at some point (a snapshot, as the report's other
+  // counts); group_id_ and pack_ are set before AddLender(), whose lock the
+  // report takes too, so it sees them. The destructor removes the entry
+  // first, which waits out a report in progress.
+  internal::AddLender(*pool_, this, [this](std::string* detail) {
+    const size_t lent = available();
+    const size_t pack = pack_buffers();
+    absl::StrAppend(detail, "ProvidedBufferRing group ", group_id_, ": ", lent,
+                    " lent, ", pack, " pack");
+    return lent + pack;
+  });
   return absl::OkStatus();
 }
 
@@ -254,6 +269,7 @@ absl::Status ProvidedBufferRing::Register(uint16_t flags) {
 }
 
 ProvidedBufferRing::~ProvidedBufferRing() {
+  if (pool_ != nullptr) internal::RemoveLender(*pool_, this);
   if (committed_ != 0) internal::UncommitLending(*pool_, committed_);
   // After this the kernel selects no buffer of the group, so every lent
   // buffer (lent_, and shared_ as it is destroyed) is ours to return.
@@ -381,7 +397,7 @@ size_t ProvidedBufferRing::Refill() {
     tail_ += added;
     next_ = tail_;
     in_ring_ += got;
-    peak_ = std::max(peak_, in_ring_);
+    peak_ = std::max<size_t>(peak_, in_ring_);
   }
   return in_ring_;
 }
