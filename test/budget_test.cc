@@ -507,6 +507,18 @@ TEST(BudgetRingTest, OverCommittedRingIsRefused) {
           .ok());
 }
 
+// Writes `msg` into sv[0], receives it from sv[1] with one single-shot
+// receive on `br` and takes that completion into `chain`.
+void WriteAndReceiveOne(Ring& ring, ProvidedBufferRing& br,
+                        const UniqueFd (&sv)[2], BufferChain& chain,
+                        const std::string& msg, TakenCompletion* t) {
+  ASSERT_EQ(write(sv[0].get(), msg.data(), msg.size()),
+            static_cast<ssize_t>(msg.size()));
+  io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
+  br.PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
+  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, br, chain, t));
+}
+
 TEST(BudgetRingTest, TakePastTheLimitKeepsTheBytesAndSaysSo) {
   Ring ring(64, 0);
   ASSERT_TRUE(ring.ok());
@@ -528,12 +540,8 @@ TEST(BudgetRingTest, TakePastTheLimitKeepsTheBytesAndSaysSo) {
   for (int i = 0; i < 4; ++i) {
     const std::string msg = Bytes(1000, static_cast<char>('a' + i));
     sent += msg;
-    ASSERT_EQ(write(sv[0].get(), msg.data(), msg.size()),
-              static_cast<ssize_t>(msg.size()));
-    io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
-    (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
     TakenCompletion t;
-    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, &t));
+    ASSERT_NO_FATAL_FAILURE(WriteAndReceiveOne(ring, **br, sv, chain, msg, &t));
     ASSERT_EQ(t.res, 1000);
     results.push_back(t.status);
     (*br)->Refill();
@@ -576,11 +584,8 @@ TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
   for (int i = 0; i < 6; ++i) {
     const std::string msg = Bytes(100, static_cast<char>('a' + i));
     sent += msg;
-    ASSERT_EQ(write(sv[0].get(), msg.data(), msg.size()), 100);
-    io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
-    (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
     TakenCompletion t;
-    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, &t));
+    ASSERT_NO_FATAL_FAILURE(WriteAndReceiveOne(ring, **br, sv, chain, msg, &t));
     ASSERT_TRUE(t.status.ok()) << t.status;
     (*br)->Refill();
     // Small receives share one buffer (the ring's pack): one charged, until
