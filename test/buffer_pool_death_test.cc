@@ -164,7 +164,8 @@ TEST_P(SafetyDeathTest, DestroyingAPoolCountsHandlesToo) {
         Buffer b = pool->TryAcquire();
         pool.reset();
       },
-      "1 buffer\\(s\\) still in use \\(1 held by Buffer handles\\)");
+      "1 buffer\\(s\\) still in use \\(1 held by Buffer handles, chains or "
+      "rings\\)");
   EXPECT_DEATH(
       {
         auto pool = MakeSafetyPool(GetParam());
@@ -193,7 +194,8 @@ TEST_P(SafetyDeathTest, DestroyingAPoolCountsAHandleFromAnExitedThread) {
         }).join();
         pool.reset();
       },
-      "1 buffer\\(s\\) still in use \\(1 held by Buffer handles\\)");
+      "1 buffer\\(s\\) still in use \\(1 held by Buffer handles, chains or "
+      "rings\\)");
 }
 
 INSTANTIATE_TEST_SUITE_P(CacheOnAndOff, SafetyDeathTest, testing::Values(0, 64),

@@ -677,7 +677,8 @@ TEST(HoldersDeathTest, DestroyingAPoolWithALeakPrintsItsSite) {
         PlantLeak(*pool, kept);
         pool.reset();
       },
-      "still in use \\(1 held by Buffer handles\\)(.|\n)*1 buffer\\(s\\) held "
+      "still in use \\(1 held by Buffer handles, chains or rings\\)(.|\n)*1 "
+      "buffer\\(s\\) held "
       "by 1 Buffer(.|\n)*PlantLeak");
 }
 

@@ -245,7 +245,7 @@ BufferPool::~BufferPool() {
   if (out != 0) {
     if (out > raw) {
       absl::StrAppend(&where, raw == 0 ? "" : " as raw pointers; ", out - raw,
-                      " held by Buffer handles");
+                      " held by Buffer handles, chains or rings");
     }
     std::fprintf(stderr,
                  "bufpool: BufferPool destroyed while %zu buffer(s) still in "
