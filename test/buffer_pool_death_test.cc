@@ -177,7 +177,7 @@ TEST_P(SafetyDeathTest, DestroyingAPoolCountsHandlesToo) {
         (void)q;
       },
       "3 buffer\\(s\\) still in use \\(slots 1, 2 as raw pointers; 1 held "
-      "by Buffer handles\\)");
+      "by Buffer handles, chains or rings\\)");
 }
 
 // A handle that outlived the thread which acquired it (its cache folded at
