@@ -369,23 +369,52 @@ std::map<std::string, size_t> Kinds(const BufferPool& pool) {
   return kinds;
 }
 
+// What the ring tests share: an io_uring, a datagram socket pair (the
+// test sends on fds[0], the ring receives from fds[1]) and a four-buffer
+// ring of `group` on the pool. Close() gives the ring's buffers back and
+// exits the io_uring; the destructor does too, for a test that stops early.
+struct RingRig {
+  io_uring ring{};
+  bool open = false;
+  testing_util::UniqueFd fds[2];
+  std::unique_ptr<ProvidedBufferRing> br;
+
+  void Open(BufferPool& pool, uint16_t group) {
+    ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
+    open = true;
+    ASSERT_EQ(testing_util::SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
+    auto made = ProvidedBufferRing::Create(
+        &ring, pool,
+        {.group_id = group,
+         .max_buffers = 4,
+         .initial_buffers = 4,
+         .incremental = ProvidedBufferRingOptions::Incremental::kOff});
+    ASSERT_TRUE(made.ok()) << made.status();
+    br = *std::move(made);
+  }
+  // Submits and waits for a completion (5 s at most): *cqe, to be seen.
+  void Wait(io_uring_cqe** cqe) {
+    *cqe = nullptr;
+    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
+    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, cqe, 1, &ts, nullptr), 0);
+    ASSERT_NE(*cqe, nullptr);
+  }
+  void Close() {
+    br.reset();
+    if (open) io_uring_queue_exit(&ring);
+    open = false;
+  }
+  ~RingRig() { Close(); }
+};
+
 // Buffers lent to a provided-buffer ring are labelled with its group, as
 // lent rather than leaked; one taken out of the ring is a handle's again,
 // and the handle's buffer it traded places with is the ring's.
 TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
-  io_uring ring;
-  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
   auto pool = MakePool(TrackHolders::kAll, 16);
-  testing_util::UniqueFd fds[2];
-  ASSERT_EQ(testing_util::SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Open(*pool, 7));
   {
-    auto br = ProvidedBufferRing::Create(
-        &ring, *pool,
-        {.group_id = 7,
-         .max_buffers = 4,
-         .initial_buffers = 4,
-         .incremental = ProvidedBufferRingOptions::Incremental::kOff});
-    ASSERT_TRUE(br.ok()) << br.status();
     Buffer held = pool->TryAcquire();
     const uint32_t mine = held.slot();
     EXPECT_EQ(Kinds(*pool),
@@ -394,33 +423,29 @@ TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
     EXPECT_TRUE(absl::StrContains(report, "4 ring 7 (lent, not leaked)"))
         << report;
 
-    (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[1].get());
-    ASSERT_EQ(send(fds[0].get(), "hello", 5, 0), 5);
+    rig.br->PrepareRecv(io_uring_get_sqe(&rig.ring), rig.fds[1].get());
+    ASSERT_EQ(send(rig.fds[0].get(), "hello", 5, 0), 5);
     io_uring_cqe* cqe = nullptr;
-    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
-    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
-              0);
-    ASSERT_NE(cqe, nullptr);
-    ASSERT_TRUE((*br)->TakeBuffer(*cqe, held));
-    io_uring_cqe_seen(&ring, cqe);
+    ASSERT_NO_FATAL_FAILURE(rig.Wait(&cqe));
+    ASSERT_TRUE(rig.br->TakeBuffer(*cqe, held));
+    io_uring_cqe_seen(&rig.ring, cqe);
     ASSERT_NE(held.slot(), mine);
     for (const Holder& h : pool->Holders()) {
       EXPECT_EQ(h.held_by, h.slot == held.slot() ? "Buffer" : "ring 7")
           << h.slot;
     }
     Buffer out;  // an empty handle: the filled buffer leaves the ring
-    ASSERT_EQ(send(fds[0].get(), "again", 5, 0), 5);
-    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
-              0);
-    ASSERT_TRUE((*br)->TakeBuffer(*cqe, out));
-    io_uring_cqe_seen(&ring, cqe);
+    ASSERT_EQ(send(rig.fds[0].get(), "again", 5, 0), 5);
+    ASSERT_NO_FATAL_FAILURE(rig.Wait(&cqe));
+    ASSERT_TRUE(rig.br->TakeBuffer(*cqe, out));
+    io_uring_cqe_seen(&rig.ring, cqe);
     EXPECT_EQ(Kinds(*pool),
               (std::map<std::string, size_t>{{"ring 7", 3}, {"Buffer", 2}}));
     held.Reset();
     out.Reset();
-    br->reset();
+    rig.br.reset();
   }
-  io_uring_queue_exit(&ring);
+  rig.Close();
   EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
@@ -428,24 +453,15 @@ TEST(HoldersTest, RingLentBuffersAreLabelledLent) {
 // is counted apart from other holders, tracked or not, and the count goes
 // with the ring.
 void CheckRingsAreCountedApart(TrackHolders track) {
-  io_uring ring;
-  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
   auto pool = MakePool(track, 16);
   const std::string off_prefix =
       " buffer(s) out (tracking off: run with BUFPOOL_TRACK_HOLDERS=all, or "
       "PoolOptions::track_holders, to see where each was acquired): 0 as raw "
       "pointers, ";
-  testing_util::UniqueFd fds[2];
-  ASSERT_EQ(testing_util::SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Open(*pool, 3));
   Buffer mine;
   {
-    auto br = ProvidedBufferRing::Create(
-        &ring, *pool,
-        {.group_id = 3,
-         .max_buffers = 4,
-         .initial_buffers = 4,
-         .incremental = ProvidedBufferRingOptions::Incremental::kOff});
-    ASSERT_TRUE(br.ok()) << br.status();
     std::string report = pool->HoldersReport();
     EXPECT_TRUE(absl::StrContains(
         report,
@@ -455,18 +471,15 @@ void CheckRingsAreCountedApart(TrackHolders track) {
 
     // A short receive is copied into the pack buffer, which the chain's
     // slice shares: one more buffer out, and it is the ring's.
-    (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[1].get());
-    ASSERT_EQ(send(fds[0].get(), "hi", 2, 0), 2);
+    rig.br->PrepareRecv(io_uring_get_sqe(&rig.ring), rig.fds[1].get());
+    ASSERT_EQ(send(rig.fds[0].get(), "hi", 2, 0), 2);
     io_uring_cqe* cqe = nullptr;
-    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
-    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
-              0);
-    ASSERT_NE(cqe, nullptr);
+    ASSERT_NO_FATAL_FAILURE(rig.Wait(&cqe));
     BufferChain chain(*pool);
-    ASSERT_TRUE((*br)->Take(*cqe, chain).ok());
-    io_uring_cqe_seen(&ring, cqe);
-    ASSERT_EQ((*br)->available(), 4u);
-    ASSERT_EQ((*br)->pack_buffers(), 1u);
+    ASSERT_TRUE(rig.br->Take(*cqe, chain).ok());
+    io_uring_cqe_seen(&rig.ring, cqe);
+    ASSERT_EQ(rig.br->available(), 4u);
+    ASSERT_EQ(rig.br->pack_buffers(), 1u);
     const std::string lent =
         "5 lent to io_uring rings (ProvidedBufferRing group 3: 4 lent, 1 pack)";
     report = pool->HoldersReport();
@@ -497,7 +510,7 @@ void CheckRingsAreCountedApart(TrackHolders track) {
           << report;
     }
     chain.Clear();
-    br->reset();
+    rig.br.reset();
   }
   // The ring gone, its line goes with it.
   const std::string report = pool->HoldersReport();
@@ -511,7 +524,7 @@ void CheckRingsAreCountedApart(TrackHolders track) {
         << report;
   }
   mine.Reset();
-  io_uring_queue_exit(&ring);
+  rig.Close();
   EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
@@ -526,19 +539,10 @@ TEST(HoldersTest, RingsAreCountedApartWithTrackingAll) {
 // Reports on another thread read the ring's counts while its thread takes
 // completions, refills and packs (for TSan: the reads are atomics).
 TEST(HoldersTest, ReportsWhileTheRingRunsAreRaceFree) {
-  io_uring ring;
-  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
   auto pool = MakePool(TrackHolders::kOff, 16);
-  testing_util::UniqueFd fds[2];
-  ASSERT_EQ(testing_util::SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Open(*pool, 5));
   {
-    auto br = ProvidedBufferRing::Create(
-        &ring, *pool,
-        {.group_id = 5,
-         .max_buffers = 4,
-         .initial_buffers = 4,
-         .incremental = ProvidedBufferRingOptions::Incremental::kOff});
-    ASSERT_TRUE(br.ok()) << br.status();
     std::atomic<bool> stop{false};
     std::thread reporter([&] {
       while (!stop.load(std::memory_order_relaxed)) {
@@ -549,29 +553,27 @@ TEST(HoldersTest, ReportsWhileTheRingRunsAreRaceFree) {
     });
     const std::string big(pool->buffer_size() / 2, 'x');
     BufferChain chain(*pool);
-    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
     bool armed = false;  // a multishot receive, re-armed when it ends
     for (int i = 0; i < 200; ++i) {
-      if (!armed) (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[1].get());
+      if (!armed)
+        rig.br->PrepareRecv(io_uring_get_sqe(&rig.ring), rig.fds[1].get());
       const std::string& msg = i % 2 == 0 ? big : std::string("hi");
-      ASSERT_EQ(send(fds[0].get(), msg.data(), msg.size(), 0),
+      ASSERT_EQ(send(rig.fds[0].get(), msg.data(), msg.size(), 0),
                 static_cast<ssize_t>(msg.size()));
       io_uring_cqe* cqe = nullptr;
-      ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
-                0);
-      ASSERT_NE(cqe, nullptr);
+      ASSERT_NO_FATAL_FAILURE(rig.Wait(&cqe));
       armed = (cqe->flags & IORING_CQE_F_MORE) != 0;
-      ASSERT_TRUE((*br)->Take(*cqe, chain).ok());
-      io_uring_cqe_seen(&ring, cqe);
+      ASSERT_TRUE(rig.br->Take(*cqe, chain).ok());
+      io_uring_cqe_seen(&rig.ring, cqe);
       if (i % 8 == 7) chain.Clear();
-      (*br)->Refill();
+      rig.br->Refill();
     }
     stop.store(true, std::memory_order_relaxed);
     reporter.join();
     chain.Clear();
-    br->reset();
+    rig.br.reset();
   }
-  io_uring_queue_exit(&ring);
+  rig.Close();
   EXPECT_FALSE(absl::StrContains(pool->HoldersReport(), "io_uring"));
 }
 
@@ -580,61 +582,47 @@ TEST(HoldersTest, ReportsWhileTheRingRunsAreRaceFree) {
 // its place is the ring's at once. With the pool dry the id waits for
 // Refill().
 TEST(HoldersTest, ABufferLinkedIntoAnEmptyChainIsTheChains) {
-  io_uring ring;
-  ASSERT_EQ(io_uring_queue_init(8, &ring, 0), 0);
   auto pool = MakePool(TrackHolders::kAll, 16);
-  testing_util::UniqueFd fds[2];
-  ASSERT_EQ(testing_util::SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Open(*pool, 7));
   {
-    auto br = ProvidedBufferRing::Create(
-        &ring, *pool,
-        {.group_id = 7,
-         .max_buffers = 4,
-         .initial_buffers = 4,
-         .incremental = ProvidedBufferRingOptions::Incremental::kOff});
-    ASSERT_TRUE(br.ok()) << br.status();
-    (*br)->PrepareRecv(io_uring_get_sqe(&ring), fds[1].get());
+    rig.br->PrepareRecv(io_uring_get_sqe(&rig.ring), rig.fds[1].get());
     const std::string msg(pool->buffer_size() / 2, 'x');  // >= copy_below
-    ASSERT_EQ(send(fds[0].get(), msg.data(), msg.size(), 0),
+    ASSERT_EQ(send(rig.fds[0].get(), msg.data(), msg.size(), 0),
               static_cast<ssize_t>(msg.size()));
     io_uring_cqe* cqe = nullptr;
-    __kernel_timespec ts{.tv_sec = 5, .tv_nsec = 0};
-    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
-              0);
-    ASSERT_NE(cqe, nullptr);
+    ASSERT_NO_FATAL_FAILURE(rig.Wait(&cqe));
     BufferChain chain(*pool);
-    ASSERT_TRUE((*br)->Take(*cqe, chain).ok());
-    io_uring_cqe_seen(&ring, cqe);
+    ASSERT_TRUE(rig.br->Take(*cqe, chain).ok());
+    io_uring_cqe_seen(&rig.ring, cqe);
     ASSERT_EQ(chain.slice_count(), 1u);
     EXPECT_EQ(Kinds(*pool),
               (std::map<std::string, size_t>{{"ring 7", 4}, {"chain", 1}}));
-    EXPECT_EQ((*br)->available(), 4u);
+    EXPECT_EQ(rig.br->available(), 4u);
     chain.Consume(chain.size());
     EXPECT_EQ(Kinds(*pool), (std::map<std::string, size_t>{{"ring 7", 4}}));
     // The pool dry (everything else held): the linked buffer's id leaves
     // the ring until Refill() finds a buffer.
     std::vector<Buffer> all;
     while (Buffer b = pool->TryAcquire()) all.push_back(std::move(b));
-    ASSERT_EQ(send(fds[0].get(), msg.data(), msg.size(), 0),
+    ASSERT_EQ(send(rig.fds[0].get(), msg.data(), msg.size(), 0),
               static_cast<ssize_t>(msg.size()));
     cqe = nullptr;
-    ASSERT_GE(io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, nullptr),
-              0);
-    ASSERT_NE(cqe, nullptr);
-    ASSERT_TRUE((*br)->Take(*cqe, chain).ok());
-    io_uring_cqe_seen(&ring, cqe);
-    EXPECT_EQ((*br)->available(), 3u);
+    ASSERT_NO_FATAL_FAILURE(rig.Wait(&cqe));
+    ASSERT_TRUE(rig.br->Take(*cqe, chain).ok());
+    io_uring_cqe_seen(&rig.ring, cqe);
+    EXPECT_EQ(rig.br->available(), 3u);
     EXPECT_EQ(Kinds(*pool), (std::map<std::string, size_t>{
                                 {"ring 7", 3}, {"chain", 1}, {"Buffer", 12}}));
     all.pop_back();
-    EXPECT_EQ((*br)->Refill(), 4u);
+    EXPECT_EQ(rig.br->Refill(), 4u);
     EXPECT_EQ(Kinds(*pool), (std::map<std::string, size_t>{
                                 {"ring 7", 4}, {"chain", 1}, {"Buffer", 11}}));
     chain.Clear();
     all.clear();
-    br->reset();
+    rig.br.reset();
   }
-  io_uring_queue_exit(&ring);
+  rig.Close();
   EXPECT_TRUE(testing::NoHolders(*pool));
 }
 
