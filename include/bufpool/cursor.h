@@ -204,8 +204,10 @@ class BUFPOOL_EXPORT LineSplitter {
   // Reset(), or the splitter's destruction, whatever happens to `in`
   // meanwhile: the splitter keeps a reference to the buffer the line lies
   // in (taken once per slice, not per line), and a line that crosses slices
-  // is copied into the splitter's own storage (which grows to the longest
-  // such line and is kept).
+  // is copied into the splitter's own storage. A call that finds no
+  // complete line (or fails) lets both go, keeping at most kKeptCopy bytes
+  // of storage, so the splitter of an idle connection holds no pool buffer
+  // and next to no heap, whatever lines came before.
   absl::StatusOr<std::optional<absl::string_view>> NextView(BufferChain& in);
 
   // Calls fn(absl::string_view line) for every complete line in `in`, in
@@ -217,15 +219,20 @@ class BUFPOOL_EXPORT LineSplitter {
   // fn may return bool: false stops the loop after that line (removed, as
   // every line handed out is; the lines after it stay in `in`), and
   // ForEachLine returns OK, so a handler whose reply fails can stop there.
+  // On return the splitter holds no pool buffer and at most kKeptCopy bytes
+  // of storage for lines that crossed slices.
   template <class Fn>
   absl::Status ForEachLine(BufferChain& in, Fn&& fn);
 
   void Reset() {
     searched_ = 0;
-    held_.Reset();
+    Settle();
   }
   size_t searched() const { return searched_; }
   const Options& options() const { return options_; }
+  // Storage for lines that crossed slices kept between lines; a larger copy
+  // is freed once its line is done with.
+  static constexpr size_t kKeptCopy = 256;
 
  private:
   struct Found {
@@ -235,6 +242,13 @@ class BUFPOOL_EXPORT LineSplitter {
   absl::StatusOr<std::optional<Found>> Locate(const BufferChain& in);
   absl::StatusOr<std::optional<absl::string_view>> NextViewSlow(
       BufferChain& in);
+  // Lets go of what the last view needed: its buffer, and a copy larger
+  // than kKeptCopy.
+  void Settle() {
+    held_.Reset();
+    if (copy_.capacity() > kKeptCopy) [[unlikely]]
+      std::string().swap(copy_);
+  }
 
   Options options_;
   size_t searched_ = 0;
@@ -303,6 +317,7 @@ absl::Status LineSplitter::ForEachLine(BufferChain& in, Fn&& fn) {
         p = nl + 1;
         if (!more) {
           in.Consume(static_cast<size_t>(p - begin));
+          Settle();
           return absl::OkStatus();
         }
       }
@@ -329,7 +344,10 @@ absl::Status LineSplitter::ForEachLine(BufferChain& in, Fn&& fn) {
             const bool more = give(absl::string_view(
                 copy_.data(), options_.strip_delimiter ? length : all));
             in.Consume(all);
-            if (!more) return absl::OkStatus();
+            if (!more) {
+              Settle();
+              return absl::OkStatus();
+            }
             continue;
           }
         }
@@ -338,7 +356,7 @@ absl::Status LineSplitter::ForEachLine(BufferChain& in, Fn&& fn) {
     // A line that crosses slices, a partial one, or an error.
     absl::StatusOr<std::optional<absl::string_view>> line = NextViewSlow(in);
     if (!line.ok() || !line->has_value() || !give(**line)) {
-      held_.Reset();  // no view outlives the call
+      Settle();  // no view outlives the call
       return line.status();
     }
   }

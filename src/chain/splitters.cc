@@ -75,8 +75,11 @@ absl::StatusOr<std::optional<BufferChain>> LineSplitter::Next(BufferChain& in) {
 absl::StatusOr<std::optional<absl::string_view>> LineSplitter::NextViewSlow(
     BufferChain& in) {
   absl::StatusOr<std::optional<Found>> found = Locate(in);
-  if (!found.ok()) return found.status();
-  if (!found->has_value()) return std::nullopt;
+  if (!found.ok() || !found->has_value()) {
+    Settle();  // the last view is done with: an idle splitter holds nothing
+    if (!found.ok()) return found.status();
+    return std::nullopt;
+  }
   const auto [length, end] = **found;
   const SharedBuffer& front = in.slice(0);
   absl::string_view line;
