@@ -926,11 +926,22 @@ TEST(ReceivePackTest, ChainsShareOneBufferAndItComesBack) {
     EXPECT_EQ(conns[3].slice_count(), 2u);
     EXPECT_EQ(Contents(conns[3]), "conn3+");
     EXPECT_EQ(conns[3].tail_room(), 0u);  // shared: never the chain's own
-    // A chain whose tail is not the pack's is refused, unchanged.
+    // A chain whose bytes lie in a buffer of its own moves them into the
+    // pack with the new ones, one slice, and its buffer goes back.
     BufferChain own(*pool);
     ASSERT_TRUE(own.Append(absl::string_view("abc")).ok());
-    EXPECT_FALSE(own.AppendPacked(absl::MakeConstSpan(Bytes("x")), pack));
-    EXPECT_EQ(Contents(own), "abc");
+    EXPECT_EQ(InUse(*pool), 2u);
+    EXPECT_TRUE(own.AppendPacked(absl::MakeConstSpan(Bytes("x")), pack));
+    EXPECT_EQ(Contents(own), "abcx");
+    EXPECT_EQ(own.slice_count(), 1u);
+    EXPECT_EQ(InUse(*pool), 1u);
+    // One that would not fit in a buffer is refused, unchanged.
+    const std::string most(4094, 'm');
+    BufferChain long_one(*pool);
+    ASSERT_TRUE(long_one.Append(absl::string_view(most)).ok());
+    EXPECT_FALSE(long_one.AppendPacked(absl::MakeConstSpan(Bytes("xyz")), pack));
+    EXPECT_EQ(Contents(long_one), most);
+    long_one.Clear();
     own.Clear();
     for (auto& c : conns) c.Clear();
     EXPECT_EQ(InUse(*pool), 1u);  // the pack's own
@@ -1121,6 +1132,37 @@ TEST(ReceiveTest, ReadFromWithAPackPinsAboutTheBytes) {
   ASSERT_EQ(write(fds[1].get(), "abc", 3), 3);
   ASSERT_TRUE(ReadFrom(fds[0].get(), plain, 4096).ok());
   EXPECT_EQ(plain.pinned_bytes(), 4096u);
+}
+
+// Half commands that arrive in two reads, many connections interleaved, so
+// that some first parts sit at a pack buffer's end when their second parts
+// come: every connection still pins about its bytes (a second part that
+// does not fit moves the partial whole to the pack's next buffer), not a
+// buffer of its own.
+TEST(ReceiveTest, HalfCommandsInTwoReadsStayPacked) {
+  constexpr size_t kConns = 400;
+  auto pool = testing_util::MakePool(4096, kConns + 16);
+  ReceivePack pack(*pool);
+  const BufferChain::ReceiveOptions opts{.copy_below = 512, .pack = &pack};
+  std::vector<BufferChain> conns;
+  for (size_t i = 0; i < kConns; ++i) conns.emplace_back(*pool);
+  auto receive = [&](BufferChain& c, const std::string& s) {
+    Buffer b = pool->TryAcquire();
+    ASSERT_TRUE(b);
+    std::memcpy(b.data(), s.data(), s.size());
+    EXPECT_FALSE(c.Receive(b, s.size(), opts));  // copied
+  };
+  const std::string first(37, 'f'), second(63, 's');
+  for (size_t i = 0; i < kConns; ++i) {
+    receive(conns[i], first);
+    if (i >= 3) receive(conns[i - 3], second);  // others' bytes in between
+  }
+  for (size_t i = kConns - 3; i < kConns; ++i) receive(conns[i], second);
+  for (auto& c : conns) ASSERT_EQ(Contents(c), first + second);
+  // kConns * 100 bytes fill this many buffers, plus the pack's last one.
+  EXPECT_LE(InUse(*pool), (kConns * 100 + 4095) / 4096 + 1);
+  conns.clear();
+  EXPECT_EQ(InUse(*pool), 1u);  // the pack's own
 }
 
 TEST_F(ChainDeathTest, PostallocatePastThePreallocatedRoomAborts) {

@@ -260,9 +260,10 @@ class BUFPOOL_EXPORT BufferChain {
   // the pool cannot supply them, FailedPrecondition without a pool.
   absl::Status Compact();
 
-  // Copies `bytes` into `pack`'s shared buffer and links them, into an
-  // empty chain or one whose tail is the pack's; false, nothing changed,
-  // otherwise or when no buffer is free. May throw std::bad_alloc.
+  // Copies `bytes` into `pack`'s shared buffer after the chain's tail when
+  // that is the pack's, with room; else moves the chain's bytes there too,
+  // one slice, and lets go of what they pinned (for short partials). False,
+  // nothing changed, past a buffer or with none free. May throw bad_alloc.
   bool AppendPacked(absl::Span<const std::byte> bytes, ReceivePack& pack);
 
  private:

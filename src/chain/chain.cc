@@ -509,37 +509,52 @@ void ReceivePack::Drop() noexcept {
 
 bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
                                    ReceivePack& pack) {
-  if (len == 0 || len > pack.pool_->buffer_size()) return false;
+  if (len == 0) return false;
   SharedBuffer& b = pack.buf_;
+  // Onto the chain's own earlier pack bytes when they are in the current
+  // buffer and it has room; otherwise the chain's bytes (a short partial
+  // whose pack buffer filled, or that lies in a buffer of its own) move
+  // with the new ones to where the pack writes now, as one slice, and what
+  // they pinned goes back.
+  bool move = false;
   if (count_ != 0) {
-    // Only onto the chain's own earlier pack bytes, in the current buffer.
     const SharedBuffer& t = At(count_ - 1);
-    if (!b || t.pool_ != b.pool_ || t.slot_ != b.slot_ ||
-        b.size_ - pack.used_ < len) {
-      return false;
-    }
-  } else if (!pack.MakeRoom(len)) {
-    return false;
+    move = !b || t.pool_ != b.pool_ || t.slot_ != b.slot_ ||
+           b.size_ - pack.used_ < len;
   }
-  Reserve(size_t{count_} + 1);  // the only step that can throw
+  const size_t total = move ? size_ + len : len;
+  if (total > pack.pool_->buffer_size()) return false;
+  // MakeRoom() refills the current buffer from its start only when no
+  // slice is left in it, so the chain's bytes are never written over.
+  if ((count_ == 0 || move) && !pack.MakeRoom(total)) return false;
+  if (!move) Reserve(size_t{count_} + 1);  // the only step that can throw
   if (pack.spare_ == 0) {
     internal::SharedAccess::Ref(*b.pool_, b.slot_)
         .fetch_add(ReceivePack::kRefBatch, std::memory_order_relaxed);
     pack.spare_ = ReceivePack::kRefBatch;
   }
   std::byte* const dst = b.data_ + pack.used_;
-  std::memcpy(dst, src, len);
-  pack.used_ += static_cast<uint32_t>(len);
+  std::byte* at = dst;
+  if (move) {
+    for (uint32_t i = 0; i < count_; ++i) {
+      const SharedBuffer& s = At(i);
+      std::memcpy(at, s.data_, s.size_);
+      at += s.size_;
+    }
+    Clear();  // the ring keeps its capacity: the push below cannot throw
+  }
+  std::memcpy(at, src, len);
+  pack.used_ += static_cast<uint32_t>(total);
   // Bytes past the pack's used ones belong to no slice: the tail grows over
   // them when it ends where they start (its own earlier pack bytes).
-  if (GrowTail(dst, len)) return true;
+  if (!move && GrowTail(dst, len)) return true;
   SharedBuffer s;
   s.pool_ = b.pool_;
   s.data_ = dst;
-  s.size_ = len;
+  s.size_ = total;
   s.slot_ = b.slot_;
   --pack.spare_;
-  size_ += len;
+  size_ += total;
   PushBack(std::move(s));
   return true;
 }
