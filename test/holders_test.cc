@@ -489,7 +489,7 @@ void CheckRingsAreCountedApart(TrackHolders track) {
     } else {
       EXPECT_TRUE(absl::StartsWith(
           report, absl::StrCat("bufpool: 5 of 16 buffer(s) out (tracking "
-                               "all): 1 chain; 4 ring 3 (lent, not leaked)\n  ",
+                               "all): 1 chain; 4 ring 3 (lent, not leaked)\n  of these, ",
                                lent, "\n")))
           << report;
     }
@@ -505,7 +505,8 @@ void CheckRingsAreCountedApart(TrackHolders track) {
       EXPECT_TRUE(absl::StartsWith(
           report,
           absl::StrCat("bufpool: 6 of 16 buffer(s) out (tracking all): 1 "
-                       "Buffer; 1 chain; 4 ring 3 (lent, not leaked)\n  ",
+                       "Buffer; 1 chain; 4 ring 3 (lent, not leaked)\n  of "
+                       "these, ",
                        lent, "\n")))
           << report;
     }

@@ -555,8 +555,11 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
   }
   AppendKinds(holders, &report);
   // Tracked, the ring's lent buffers are its "ring N" kind above (its pack
-  // buffer is among the chains); this line gives the rings' own counts.
-  if (!lent_line.empty()) absl::StrAppend(&report, "  ", lent_line, "\n");
+  // buffer is among the chains); this line says which of those counts are
+  // the rings', so that a reader does not add them twice.
+  if (!lent_line.empty()) {
+    absl::StrAppend(&report, "  of these, ", lent_line, "\n");
+  }
 
   // Grouped by acquire site (the return address into the pool's caller:
   // frames beyond it need frame pointers in the caller's code, and may
