@@ -248,7 +248,9 @@ class BUFPOOL_EXPORT BufferChain {
   // pin more, and Compact() packs them.
 
   // Buffer bytes this chain keeps out of its pools: a buffer's size per run
-  // of adjacent slices of it. O(slice_count()).
+  // of adjacent slices of it, so a 100-byte slice of a pack buffer that 40
+  // chains share counts 4 KiB: the most it could keep out alone (the pool's
+  // in_use says what they keep together). O(slice_count()).
   size_t pinned_bytes() const;
   // Room after the tail that Append(bytes) fills first: 0 unless the chain
   // holds the only reference to the tail's buffer.

@@ -9,9 +9,10 @@
 // registers the pool's region; HeldSend keeps a sent chain alive until the
 // kernel is done with it.
 //
+//   auto pool = bufpool::BufferPool::Create({});  // checks omitted
 //   io_uring ring;
 //   auto setup = bufpool::InitServerRing(&ring);  // not io_uring_queue_init
-//   auto bufs = bufpool::ProvidedBufferRing::Create(&ring, *pool, {});
+//   auto bufs = bufpool::ProvidedBufferRing::Create(&ring, **pool, {});
 //   (*bufs)->PrepareRecv(io_uring_get_sqe(&ring), fd);   // multishot recv
 //   ... on each of its completions:  s = (*bufs)->Take(*cqe, conn.input);
 //   ... every loop turn:             (*bufs)->Refill();
@@ -322,7 +323,7 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
 // pool is dry, a read of the pool's notice (NotifyWhenFree() on an eventfd)
 // in the caller's ring wakes the loop when a buffer is free:
 //   auto parked = bufpool::ParkedReceives::Create(**bufs);
-//   if (cqe->res == -ENOBUFS && !more) (*parked)->Park(conn);
+//   if (cqe->res == -ENOBUFS && !more) (*parked)->Park(&conn);
 //   ... every loop turn:
 //   (*bufs)->Refill();
 //   (*parked)->Rearm(&ring, kNoticeTag, [&](void* c) { Receive(c); });
