@@ -1165,6 +1165,77 @@ TEST(ReceiveTest, HalfCommandsInTwoReadsStayPacked) {
   EXPECT_EQ(InUse(*pool), 1u);  // the pack's own
 }
 
+// The same half commands when every connection's first part arrives before
+// any second part: the first parts fill pack buffers that the second parts
+// find full, and the last chain left in an old pack buffer holds its only
+// reference (room after its slice). It still moves to the pack rather than
+// fill that room, which would keep a whole buffer for its 100 bytes.
+TEST(ReceiveTest, AChainLeftAloneInAnOldPackBufferMovesOut) {
+  constexpr size_t kConns = 400;
+  auto pool = testing_util::MakePool(4096, kConns + 16);
+  ReceivePack pack(*pool);
+  const BufferChain::ReceiveOptions opts{.copy_below = 512, .pack = &pack};
+  std::vector<BufferChain> conns;
+  for (size_t i = 0; i < kConns; ++i) conns.emplace_back(*pool);
+  auto receive = [&](BufferChain& c, const std::string& s) {
+    Buffer b = pool->TryAcquire();
+    ASSERT_TRUE(b);
+    std::memcpy(b.data(), s.data(), s.size());
+    EXPECT_FALSE(c.Receive(b, s.size(), opts));  // copied
+  };
+  const std::string first(37, 'f'), second(63, 's');
+  for (auto& c : conns) receive(c, first);
+  for (auto& c : conns) receive(c, second);
+  for (auto& c : conns) ASSERT_EQ(Contents(c), first + second);
+  EXPECT_LE(InUse(*pool), (kConns * 100 + 4095) / 4096 + 1);
+  // A chain whose bytes are the rest of a large read it linked: short
+  // now, and its next short read moves it into the pack, its buffer back.
+  BufferChain big(*pool);
+  Buffer b = pool->TryAcquire();
+  ASSERT_TRUE(b);
+  std::memset(b.data(), 'L', 3000);
+  ASSERT_TRUE(big.Receive(b, 3000, opts));  // linked
+  big.Consume(2990);
+  const size_t before = InUse(*pool);
+  receive(big, "tail");
+  EXPECT_EQ(Contents(big), std::string(10, 'L') + "tail");
+  EXPECT_LT(InUse(*pool), before);
+  conns.clear();
+  big.Clear();
+  EXPECT_EQ(InUse(*pool), 1u);  // the pack's own
+}
+
+// A round-robin trickle, one byte a receive for each of 200 connections:
+// what they pin stays near their bytes (old pack buffers empty out as their
+// chains move on), and each chain's bytes stay whole.
+TEST(ReceiveTest, ARoundRobinTricklePinsAboutItsBytes) {
+  constexpr size_t kConns = 200, kBytes = 100;
+  auto pool = testing_util::MakePool(4096, kConns + 16);
+  ReceivePack pack(*pool);
+  const BufferChain::ReceiveOptions opts{.copy_below = 512, .pack = &pack};
+  std::vector<BufferChain> conns;
+  for (size_t i = 0; i < kConns; ++i) conns.emplace_back(*pool);
+  std::vector<std::string> model(kConns);
+  size_t most = 0;
+  for (size_t k = 0; k < kBytes; ++k) {
+    for (size_t i = 0; i < kConns; ++i) {
+      Buffer b = pool->TryAcquire();
+      ASSERT_TRUE(b);
+      const char ch = static_cast<char>('a' + (i + k) % 26);
+      std::memcpy(b.data(), &ch, 1);
+      EXPECT_FALSE(conns[i].Receive(b, 1, opts));
+      model[i].push_back(ch);
+    }
+    most = std::max(most, InUse(*pool));
+  }
+  for (size_t i = 0; i < kConns; ++i) ASSERT_EQ(Contents(conns[i]), model[i]);
+  // 20,000 bytes fill 5 buffers; the chains still in older ones when the
+  // pack moves on keep those a while.
+  EXPECT_LE(most, 2 * ((kConns * kBytes + 4095) / 4096) + 2);
+  conns.clear();
+  EXPECT_EQ(InUse(*pool), 1u);
+}
+
 TEST_F(ChainDeathTest, PostallocatePastThePreallocatedRoomAborts) {
   auto pool = testing_util::MakePool(4096, 4);
   BufferChain chain(*pool);

@@ -227,7 +227,7 @@ class BUFPOOL_EXPORT BufferChain {
 
   struct ReceiveOptions {
     size_t copy_below = 0;        // fewer bytes are copied (0: never)
-    ReceivePack* pack = nullptr;  // packs short partials of an empty chain
+    ReceivePack* pack = nullptr;  // where chains under copy_below live
   };
   // Takes the first `n` bytes of a filled `buffer` by the policy: copied
   // (into the tail's room, the pack, or fresh buffers) or linked. True when
@@ -382,8 +382,8 @@ BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
                                                size_t max_bytes);
 // The same, each fresh buffer the read filled taken by
 // BufferChain::Receive() with `options`: with a ReceivePack and copy_below,
-// a short read into an empty chain (a half-sent command) pins about its
-// bytes, not a buffer; the buffer goes straight back.
+// a chain left under copy_below bytes (a half-sent command) pins about
+// its bytes, not a buffer; the buffer goes straight back.
 BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(
     int fd, BufferChain& chain, size_t max_bytes,
     const BufferChain::ReceiveOptions& options);

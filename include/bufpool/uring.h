@@ -247,7 +247,9 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
   bool multishot_cap() const { return multishot_cap_; }
   bool incremental() const { return incremental_; }
   size_t copy_below() const { return copy_below_; }  // as resolved
-  uint64_t copied() const { return copied_; }        // completions copied
+  // Completions copied, not linked; on an incremental ring, pieces: one
+  // that spans two buffers counts twice.
+  uint64_t copied() const { return copied_; }
   uint16_t group_id() const { return group_id_; }
   BufferPool& pool() const { return *pool_; }
 

@@ -130,16 +130,17 @@ bool BufferChain::ReceiveSlow(Buffer& buffer, size_t n,
   if (n > buffer.size()) DieTooLong(n, buffer.size());
   const std::byte* const src = buffer.data();
   if (options.copy_below != 0) {
+    // A short partial: packed, pinning about its bytes, even when its tail
+    // has room (a buffer of its own kept for a few bytes, or a pack buffer
+    // whose other slices are gone): AppendPacked() moves it.
+    if (options.pack != nullptr && size_ + n < options.copy_below &&
+        AppendPacked(absl::MakeConstSpan(src, n), *options.pack)) {
+      return false;
+    }
     const size_t room = TailRoom();
     if (room >= n) {
       std::memcpy(At(count_ - 1).data_ + At(count_ - 1).size_, src, n);
       Postallocate(n);
-      return false;
-    }
-    // A short partial: packed, pinning about its bytes.
-    if (room == 0 && options.pack != nullptr &&
-        size_ + n < options.copy_below &&
-        AppendPacked(absl::MakeConstSpan(src, n), *options.pack)) {
       return false;
     }
     // Room left empty inside the chain would let what it pins grow past

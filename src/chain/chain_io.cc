@@ -112,19 +112,30 @@ absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain, size_t max_bytes,
   iovec iov[kMaxIov + 1];
   int cnt = 0;
   const absl::Span<std::byte> tail = chain.Preallocate();
-  const size_t room = std::min(tail.size(), max_bytes);
-  if (room != 0) iov[cnt++] = {tail.data(), room};
   const size_t bs = pool->buffer_size();
   BufferBudget* const budget = chain.budget();
-  const size_t want = FreshWanted(max_bytes - room, bs, budget);
-  if (budget != nullptr && want == 0 && room == 0) {
-    // Refused before reading: the bytes stay in the socket.
-    return internal::BudgetAccess::Refuse(
-        *budget, absl::StrCat("ReadFrom(fd ", fd, ")"), bs);
-  }
   FreshBuffers fresh(budget);
-  cnt +=
-      static_cast<int>(fresh.Acquire(*pool, want, max_bytes - room, &iov[cnt]));
+  size_t room = 0;
+  // A short chain with a pack belongs in the pack (Receive() moves it
+  // there): its own tail's room, a buffer kept for a few bytes, is read
+  // into only when no fresh buffer can be had.
+  if (!tail.empty() && options.pack != nullptr &&
+      chain.size() < options.copy_below) {
+    cnt = static_cast<int>(fresh.Acquire(
+        *pool, FreshWanted(max_bytes, bs, budget), max_bytes, iov));
+  }
+  if (cnt == 0) {
+    room = std::min(tail.size(), max_bytes);
+    if (room != 0) iov[cnt++] = {tail.data(), room};
+    const size_t want = FreshWanted(max_bytes - room, bs, budget);
+    if (budget != nullptr && want == 0 && room == 0) {
+      // Refused before reading: the bytes stay in the socket.
+      return internal::BudgetAccess::Refuse(
+          *budget, absl::StrCat("ReadFrom(fd ", fd, ")"), bs);
+    }
+    cnt += static_cast<int>(
+        fresh.Acquire(*pool, want, max_bytes - room, &iov[cnt]));
+  }
   if (cnt == 0) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "ReadFrom(fd ", fd, "): the pool has no free buffer (",

@@ -688,7 +688,7 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
     // linked as a slice of the buffer.
     if (start != 0 && out.GrowTail(data, len)) {
       // joined
-    } else if (out.tail_room() == 0 && out.size() + len < copy_below_ &&
+    } else if (out.size() + len < copy_below_ &&
                out.AppendPacked(absl::MakeConstSpan(data, len), *pack_)) {
       ++copied_;
     } else if (copy_below_ != 0 &&

@@ -242,7 +242,9 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ProvidedBufferRing::TakeInline(
     ++copied_;
     return true;
   }
-  if (copy_below_ == 0) return false;
+  // A short chain goes to the pack (TakeSlow(), BufferChain::Receive()),
+  // not into room that would keep a buffer for its few bytes.
+  if (copy_below_ == 0 || out.size() + len < copy_below_) return false;
   const absl::Span<std::byte> room = out.Preallocate();
   if (room.size() < len) return false;
   std::byte* const dst = room.data();
