@@ -939,7 +939,8 @@ TEST(ReceivePackTest, ChainsShareOneBufferAndItComesBack) {
     const std::string most(4094, 'm');
     BufferChain long_one(*pool);
     ASSERT_TRUE(long_one.Append(absl::string_view(most)).ok());
-    EXPECT_FALSE(long_one.AppendPacked(absl::MakeConstSpan(Bytes("xyz")), pack));
+    EXPECT_FALSE(
+        long_one.AppendPacked(absl::MakeConstSpan(Bytes("xyz")), pack));
     EXPECT_EQ(Contents(long_one), most);
     long_one.Clear();
     own.Clear();
@@ -1244,6 +1245,83 @@ TEST_F(ChainDeathTest, PostallocatePastThePreallocatedRoomAborts) {
   ASSERT_TRUE(chain.Append(absl::string_view("abc")).ok());
   EXPECT_EQ(chain.Preallocate().size(), 4093u);
   EXPECT_DEATH(chain.Postallocate(4094), "Postallocate\\(4094\\)");
+}
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+absl::Span<const std::byte> B(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+// Bytes to pack that lie in the chain's own slice are copied before the
+// move lets that slice go (a scrubbing pool zeroes a buffer it gets back).
+TEST(ReceivePackTest, AMoveCopiesBytesOfTheChainItselfBeforeDroppingThem) {
+  auto pool = testing_util::MakePool({.buffer_size = 4096,
+                                      .buffer_count = 8,
+                                      .huge_pages = HugePages::kNever,
+                                      .populate = false,
+                                      .scrub_on_release = true});
+  ReceivePack pack(*pool);
+  BufferChain own(*pool);
+  ASSERT_TRUE(own.Append(absl::string_view("abc")).ok());
+  const SharedBuffer& s = own.slice(0);
+  ASSERT_TRUE(own.AppendPacked(s.span(), pack));
+  EXPECT_EQ(Contents(own), "abcabc");
+  own.Clear();
+}
+
+// A move of a bound chain is one change for its budget: no watermark
+// crossed down and up again, and a callback (which may pack another
+// connection's bytes, budget.h) never runs while the pack's used bytes
+// lag the moved slice. The budget pins what its chains pin.
+TEST(ReceivePackTest, AMoveOfABoundChainIsOneBudgetChange) {
+  auto pool = testing_util::MakePool(4096, 16);
+  ReceivePack pack(*pool);
+  BufferChain other(*pool);
+  int lows = 0, highs = 0;
+  auto budget = pool->CreateBudget({.name = "b",
+                                    .max_bytes = 8 * 4096,
+                                    .high_watermark = 2 * 4096,
+                                    .low_watermark = 1 * 4096,
+                                    .on_high = [&] { ++highs; },
+                                    .on_low =
+                                        [&] {
+                                          ++lows;
+                                          other.AppendPacked(B("OTHER"), pack);
+                                        }});
+  ASSERT_TRUE(budget.ok());
+  BufferChain keep(**budget), a(**budget);
+  ASSERT_TRUE(keep.Append(absl::string_view("k")).ok());
+  ASSERT_TRUE(a.Append(absl::string_view("0123456789")).ok());  // own buffer
+  EXPECT_EQ(highs, 1);
+  ASSERT_TRUE(a.AppendPacked(B("+"), pack));  // moves
+  EXPECT_EQ(Contents(a), "0123456789+");
+  EXPECT_TRUE(Contents(other).empty() || Contents(other) == "OTHER");
+  EXPECT_EQ((*budget)->pinned_bytes(), keep.pinned_bytes() + a.pinned_bytes());
+  // A short chain of two runs (two buffers) moves: one buffer less pinned.
+  BufferChain two(**budget);
+  ASSERT_TRUE(two.Append(absl::string_view("xy")).ok());
+  {
+    BufferChain y(*pool);
+    ASSERT_TRUE(y.Append(absl::string_view("zw")).ok());
+    two.Append(y.slice(0));
+  }
+  EXPECT_EQ(two.pinned_bytes(), 2u * 4096);
+  ASSERT_TRUE(two.AppendPacked(B("!"), pack));
+  EXPECT_EQ(Contents(two), "xyzw!");
+  EXPECT_EQ(two.pinned_bytes(), 4096u);
+  EXPECT_EQ((*budget)->pinned_bytes(),
+            keep.pinned_bytes() + a.pinned_bytes() + two.pinned_bytes());
+  two.Clear();
+  EXPECT_EQ(lows, 0) << "on_low ran inside a move that pins no less";
+  EXPECT_EQ(highs, 1);
+  a.Clear();
+  keep.Clear();
+  other.Clear();
 }
 
 }  // namespace

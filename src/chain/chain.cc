@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -542,8 +543,8 @@ bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
       std::memcpy(at, s.data_, s.size_);
       at += s.size_;
     }
-    Clear();  // the ring keeps its capacity: the push below cannot throw
   }
+  // Before the old slices go: `src` may lie in them.
   std::memcpy(at, src, len);
   pack.used_ += static_cast<uint32_t>(total);
   // Bytes past the pack's used ones belong to no slice: the tail grows over
@@ -555,8 +556,27 @@ bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
   s.size_ = total;
   s.slot_ = b.slot_;
   --pack.spare_;
-  size_ += total;
+  if (!move) {
+    size_ += total;
+    PushBack(std::move(s));
+    return true;
+  }
+  // The old slices go and the new one comes as one change for the budget,
+  // made once the pack's used_ covers the moved bytes: a watermark callback
+  // (which may pack another chain's bytes) sees neither a dip below the low
+  // mark nor the moved bytes where the pack would write next.
+  BufferBudget* const budget = std::exchange(budget_, nullptr);
+  const size_t released = budget != nullptr ? pinned_bytes() : 0;
+  const size_t charged = b.pool_->buffer_size();
+  Clear();  // the ring keeps its capacity: the push below cannot throw
+  size_ = total;
   PushBack(std::move(s));
+  budget_ = budget;
+  if (budget != nullptr && released > charged) {
+    internal::BudgetAccess::Release(*budget, released - charged);
+  } else if (budget != nullptr && charged > released) {
+    internal::BudgetAccess::Charge(*budget, charged - released);
+  }
   return true;
 }
 
