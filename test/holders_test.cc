@@ -488,9 +488,11 @@ void CheckRingsAreCountedApart(TrackHolders track) {
                                      ", 0 held by Buffer handles or chains\n"));
     } else {
       EXPECT_TRUE(absl::StartsWith(
-          report, absl::StrCat("bufpool: 5 of 16 buffer(s) out (tracking "
-                               "all): 1 chain; 4 ring 3 (lent, not leaked)\n  of these, ",
-                               lent, "\n")))
+          report,
+          absl::StrCat(
+              "bufpool: 5 of 16 buffer(s) out (tracking "
+              "all): 1 chain; 4 ring 3 (lent, not leaked)\n  of these, ",
+              lent, "\n")))
           << report;
     }
 
@@ -687,5 +689,25 @@ TEST(HoldersDeathTest, UntrackedPoolPrintsCountsAndTheSwitch) {
       "handles or chains\n");
 }
 
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+// Sampled, the per-kind line counts the sampled buffers only (here 1 of
+// the ring's 4): the rings' line is not "of these".
+TEST(HoldersTest, SampledRingsLineIsNotAPartOfTheSampledKinds) {
+  auto pool = MakePool(TrackHolders::kSampled, 16, 128);
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Open(*pool, 3));
+  Buffer mine = pool->TryAcquire();
+  const std::string report = pool->HoldersReport();
+  EXPECT_TRUE(absl::StrContains(report, "sampled)")) << report;
+  EXPECT_FALSE(absl::StrContains(report, "of these")) << report;
+  EXPECT_TRUE(absl::StrContains(report, "\n  4 lent to io_uring rings"))
+      << report;
+  mine.Reset();
+  rig.Close();
+}
 }  // namespace
 }  // namespace bufpool

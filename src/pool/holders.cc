@@ -556,9 +556,13 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
   AppendKinds(holders, &report);
   // Tracked, the ring's lent buffers are its "ring N" kind above (its pack
   // buffer is among the chains); this line says which of those counts are
-  // the rings', so that a reader does not add them twice.
+  // the rings', so that a reader does not add them twice. Sampled, the
+  // kinds count only the sampled buffers: the rings' counts are not a part
+  // of them.
   if (!lent_line.empty()) {
-    absl::StrAppend(&report, "  of these, ", lent_line, "\n");
+    absl::StrAppend(
+        &report, holders_->mode() == TrackHolders::kAll ? "  of these, " : "  ",
+        lent_line, "\n");
   }
 
   // Grouped by acquire site (the return address into the pool's caller:
