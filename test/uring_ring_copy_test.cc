@@ -274,10 +274,11 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsArePackedAndRelentAtOnce) {
 namespace bufpool {
 namespace {
 
-// A chain whose pack slice ends where the full pack buffer ends gets a
-// buffer of its own for its next bytes, never a slice that runs on into the
-// next pool buffer (the next pack buffer is often that one, adjacent in the
-// region). Every slice stays inside its buffer, and the bytes are intact.
+// A chain whose pack slice ends where the full pack buffer ends moves, with
+// its next bytes, to the pack's next buffer, never a slice that runs on
+// into the next pool buffer (the next pack buffer is often that one,
+// adjacent in the region). Every slice stays inside its buffer, and the
+// bytes are intact.
 TEST(ProvidedBufferRingCopyTest, APackSliceNeverRunsIntoTheNextBuffer) {
   Ring ring;
   ASSERT_TRUE(ring.ok());
