@@ -935,13 +935,17 @@ TEST(ReceivePackTest, ChainsShareOneBufferAndItComesBack) {
     EXPECT_EQ(Contents(own), "abcx");
     EXPECT_EQ(own.slice_count(), 1u);
     EXPECT_EQ(InUse(*pool), 1u);
-    // One that would not fit in a buffer is refused, unchanged.
-    const std::string most(4094, 'm');
+    // One over an eighth of a buffer is refused, unchanged: a move copies
+    // at most that many of a chain's bytes; at an eighth it moves.
+    const std::string most(513, 'm');
     BufferChain long_one(*pool);
     ASSERT_TRUE(long_one.Append(absl::string_view(most)).ok());
     EXPECT_FALSE(
         long_one.AppendPacked(absl::MakeConstSpan(Bytes("xyz")), pack));
     EXPECT_EQ(Contents(long_one), most);
+    long_one.Consume(1);
+    EXPECT_TRUE(long_one.AppendPacked(absl::MakeConstSpan(Bytes("xyz")), pack));
+    EXPECT_EQ(Contents(long_one), most.substr(1) + "xyz");
     long_one.Clear();
     own.Clear();
     for (auto& c : conns) c.Clear();
@@ -1217,7 +1221,7 @@ TEST(ReceiveTest, ARoundRobinTricklePinsAboutItsBytes) {
   std::vector<BufferChain> conns;
   for (size_t i = 0; i < kConns; ++i) conns.emplace_back(*pool);
   std::vector<std::string> model(kConns);
-  size_t most = 0;
+  size_t most = 0, most_slices = 0;
   for (size_t k = 0; k < kBytes; ++k) {
     for (size_t i = 0; i < kConns; ++i) {
       Buffer b = pool->TryAcquire();
@@ -1226,10 +1230,13 @@ TEST(ReceiveTest, ARoundRobinTricklePinsAboutItsBytes) {
       std::memcpy(b.data(), &ch, 1);
       EXPECT_FALSE(conns[i].Receive(b, 1, opts));
       model[i].push_back(ch);
+      // A slice per read would grow each chain a heap ring of 100 slices.
+      most_slices = std::max(most_slices, conns[i].slice_count());
     }
     most = std::max(most, InUse(*pool));
   }
   for (size_t i = 0; i < kConns; ++i) ASSERT_EQ(Contents(conns[i]), model[i]);
+  EXPECT_LE(most_slices, 4u);  // what a chain keeps inline
   // 20,000 bytes fill 5 buffers; the chains still in older ones when the
   // pack moves on keep those a while.
   EXPECT_LE(most, 2 * ((kConns * kBytes + 4095) / 4096) + 2);

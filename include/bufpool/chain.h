@@ -263,9 +263,10 @@ class BUFPOOL_EXPORT BufferChain {
   absl::Status Compact();
 
   // Copies `bytes` into `pack`'s shared buffer after the chain's tail when
-  // that is the pack's, with room; else moves the chain's bytes there too,
-  // one slice, and lets go of what they pinned (for short partials). False,
-  // nothing changed, past a buffer or with none free. May throw bad_alloc.
+  // that is the pack's, with room; else (or at 4 slices) moves the chain's
+  // bytes there too, one slice, and lets go of what they pinned. False,
+  // nothing changed, when that would copy over buffer_size / 8 of the
+  // chain's bytes, or with no buffer free. May throw bad_alloc.
   bool AppendPacked(absl::Span<const std::byte> bytes, ReceivePack& pack);
 
  private:

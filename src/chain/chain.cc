@@ -517,15 +517,23 @@ bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
   // buffer and it has room; otherwise the chain's bytes (a short partial
   // whose pack buffer filled, or that lies in a buffer of its own) move
   // with the new ones to where the pack writes now, as one slice, and what
-  // they pinned goes back.
+  // they pinned goes back. They move too once the chain has as many slices
+  // as it keeps inline (reads of many connections interleaved, each a
+  // slice): a trickle never grows a heap ring of one-byte slices.
   bool move = false;
   if (count_ != 0) {
     const SharedBuffer& t = At(count_ - 1);
-    move = !b || t.pool_ != b.pool_ || t.slot_ != b.slot_ ||
-           b.size_ - pack.used_ < len;
+    move =
+        !b || t.pool_ != b.pool_ || t.slot_ != b.slot_ ||
+        b.size_ - pack.used_ < len ||
+        (count_ >= kInlineSlices && t.data_ + t.size_ != b.data_ + pack.used_);
   }
+  // A move copies the chain's bytes: at most an eighth of a buffer of them,
+  // so a trickle of many connections costs a bounded copy per read.
+  const size_t bs = pack.pool_->buffer_size();
+  if (move && size_ > bs / 8) return false;
   const size_t total = move ? size_ + len : len;
-  if (total > pack.pool_->buffer_size()) return false;
+  if (total > bs) return false;
   // MakeRoom() refills the current buffer from its start only when no
   // slice is left in it, so the chain's bytes are never written over.
   if ((count_ == 0 || move) && !pack.MakeRoom(total)) return false;
