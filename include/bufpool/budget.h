@@ -4,7 +4,7 @@
 //   auto budget = pool->CreateBudget({.name = "conn 7",
 //                                     .max_bytes = 64 * 4096,
 //                                     .high_watermark = 48 * 4096,
-//                                     .low_watermark = 16 * 4096,
+//                                     .low_watermark = 24 * 4096,
 //                                     .on_high = [&] { conn.PauseReading(); },
 //                                     .on_low = [&] { conn.ResumeReading(); },
 //                                     .reserved_bytes = 2 * 4096});
@@ -39,7 +39,11 @@
 // when, after on_high, pinned_bytes() falls to low_watermark or below.
 // Both run on the thread whose chain call crossed the mark, inside that
 // call: they may set flags, cancel or arm receives and touch other objects,
-// but must not use or destroy the budget or any chain bound to it.
+// but must not use or destroy the budget or any chain bound to it. Set
+// low_watermark above the most an unfinished message may pin (a line up to
+// LineSplitter's max_line, a command's declared length): bytes that wait
+// for their message's end are not consumed, so a connection paused with
+// more than that never falls to low_watermark and never resumes.
 //
 // Reservation. reserved_bytes (rounded up to whole buffers) are taken from
 // the pool at CreateBudget() and kept by the budget while its chains pin

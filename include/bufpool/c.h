@@ -279,7 +279,7 @@ BUFPOOL_EXPORT size_t bufpool_capacity(const bufpool_pool* pool)
  *
  *   bufpool_budget_options bo = BUFPOOL_BUDGET_OPTIONS_INIT;
  *   bo.name = "conn 7"; bo.max_bytes = 64 * 4096;
- *   bo.high_watermark = 48 * 4096; bo.low_watermark = 16 * 4096;
+ *   bo.high_watermark = 48 * 4096; bo.low_watermark = 24 * 4096;
  *   bo.on_high = pause_reading; bo.on_low = resume_reading; bo.user_data = c;
  *   bufpool_budget* budget = bufpool_budget_create(pool, &bo, &err);
  *   void* b = bufpool_budget_acquire(budget, &err);  (NULL: refused or dry)
