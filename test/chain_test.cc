@@ -1139,35 +1139,45 @@ TEST(ReceiveTest, ReadFromWithAPackPinsAboutTheBytes) {
   EXPECT_EQ(plain.pinned_bytes(), 4096u);
 }
 
-// Half commands that arrive in two reads, many connections interleaved, so
-// that some first parts sit at a pack buffer's end when their second parts
-// come: every connection still pins about its bytes (a second part that
-// does not fit moves the partial whole to the pack's next buffer), not a
-// buffer of its own.
-TEST(ReceiveTest, HalfCommandsInTwoReadsStayPacked) {
-  constexpr size_t kConns = 400;
-  auto pool = testing_util::MakePool(4096, kConns + 16);
-  ReceivePack pack(*pool);
-  const BufferChain::ReceiveOptions opts{.copy_below = 512, .pack = &pack};
-  std::vector<BufferChain> conns;
-  for (size_t i = 0; i < kConns; ++i) conns.emplace_back(*pool);
-  auto receive = [&](BufferChain& c, const std::string& s) {
+// `n` connections' chains on one pool and one pack, and a short receive
+// into one of them by the pack's policy (copied, never linked).
+struct PackRig {
+  explicit PackRig(size_t n)
+      : pool(testing_util::MakePool(4096, n + 16)), pack(*pool) {
+    for (size_t i = 0; i < n; ++i) conns.emplace_back(*pool);
+  }
+  void Receive(BufferChain& c, absl::string_view s) {
     Buffer b = pool->TryAcquire();
     ASSERT_TRUE(b);
     std::memcpy(b.data(), s.data(), s.size());
     EXPECT_FALSE(c.Receive(b, s.size(), opts));  // copied
-  };
+  }
+  std::unique_ptr<BufferPool> pool;
+  ReceivePack pack;
+  const BufferChain::ReceiveOptions opts{.copy_below = 512, .pack = &pack};
+  std::vector<BufferChain> conns;
+};
+
+// Half commands that arrive in two reads, many connections interleaved, so
+// that some first parts sit at a pack buffer's end when their second parts
+// come: every connection still pins about its bytes (a second part that
+// does not fit moves the partial whole to where the pack writes now), not
+// a buffer of its own.
+TEST(ReceiveTest, HalfCommandsInTwoReadsStayPacked) {
+  constexpr size_t kConns = 400;
+  PackRig rig(kConns);
+  auto& conns = rig.conns;
   const std::string first(37, 'f'), second(63, 's');
   for (size_t i = 0; i < kConns; ++i) {
-    receive(conns[i], first);
-    if (i >= 3) receive(conns[i - 3], second);  // others' bytes in between
+    rig.Receive(conns[i], first);
+    if (i >= 3) rig.Receive(conns[i - 3], second);  // others' bytes between
   }
-  for (size_t i = kConns - 3; i < kConns; ++i) receive(conns[i], second);
+  for (size_t i = kConns - 3; i < kConns; ++i) rig.Receive(conns[i], second);
   for (auto& c : conns) ASSERT_EQ(Contents(c), first + second);
   // kConns * 100 bytes fill this many buffers, plus the pack's last one.
-  EXPECT_LE(InUse(*pool), (kConns * 100 + 4095) / 4096 + 1);
+  EXPECT_LE(InUse(*rig.pool), (kConns * 100 + 4095) / 4096 + 1);
   conns.clear();
-  EXPECT_EQ(InUse(*pool), 1u);  // the pack's own
+  EXPECT_EQ(InUse(*rig.pool), 1u);  // the pack's own
 }
 
 // The same half commands when every connection's first part arrives before
@@ -1177,37 +1187,28 @@ TEST(ReceiveTest, HalfCommandsInTwoReadsStayPacked) {
 // fill that room, which would keep a whole buffer for its 100 bytes.
 TEST(ReceiveTest, AChainLeftAloneInAnOldPackBufferMovesOut) {
   constexpr size_t kConns = 400;
-  auto pool = testing_util::MakePool(4096, kConns + 16);
-  ReceivePack pack(*pool);
-  const BufferChain::ReceiveOptions opts{.copy_below = 512, .pack = &pack};
-  std::vector<BufferChain> conns;
-  for (size_t i = 0; i < kConns; ++i) conns.emplace_back(*pool);
-  auto receive = [&](BufferChain& c, const std::string& s) {
-    Buffer b = pool->TryAcquire();
-    ASSERT_TRUE(b);
-    std::memcpy(b.data(), s.data(), s.size());
-    EXPECT_FALSE(c.Receive(b, s.size(), opts));  // copied
-  };
+  PackRig rig(kConns);
+  BufferPool& pool = *rig.pool;
   const std::string first(37, 'f'), second(63, 's');
-  for (auto& c : conns) receive(c, first);
-  for (auto& c : conns) receive(c, second);
-  for (auto& c : conns) ASSERT_EQ(Contents(c), first + second);
-  EXPECT_LE(InUse(*pool), (kConns * 100 + 4095) / 4096 + 1);
+  for (auto& c : rig.conns) rig.Receive(c, first);
+  for (auto& c : rig.conns) rig.Receive(c, second);
+  for (auto& c : rig.conns) ASSERT_EQ(Contents(c), first + second);
+  EXPECT_LE(InUse(pool), (kConns * 100 + 4095) / 4096 + 1);
   // A chain whose bytes are the rest of a large read it linked: short
   // now, and its next short read moves it into the pack, its buffer back.
-  BufferChain big(*pool);
-  Buffer b = pool->TryAcquire();
+  BufferChain big(pool);
+  Buffer b = pool.TryAcquire();
   ASSERT_TRUE(b);
   std::memset(b.data(), 'L', 3000);
-  ASSERT_TRUE(big.Receive(b, 3000, opts));  // linked
+  ASSERT_TRUE(big.Receive(b, 3000, rig.opts));  // linked
   big.Consume(2990);
-  const size_t before = InUse(*pool);
-  receive(big, "tail");
+  const size_t before = InUse(pool);
+  rig.Receive(big, "tail");
   EXPECT_EQ(Contents(big), std::string(10, 'L') + "tail");
-  EXPECT_LT(InUse(*pool), before);
-  conns.clear();
+  EXPECT_LT(InUse(pool), before);
+  rig.conns.clear();
   big.Clear();
-  EXPECT_EQ(InUse(*pool), 1u);  // the pack's own
+  EXPECT_EQ(InUse(pool), 1u);  // the pack's own
 }
 
 // A round-robin trickle, one byte a receive for each of 200 connections:
@@ -1215,33 +1216,28 @@ TEST(ReceiveTest, AChainLeftAloneInAnOldPackBufferMovesOut) {
 // chains move on), and each chain's bytes stay whole.
 TEST(ReceiveTest, ARoundRobinTricklePinsAboutItsBytes) {
   constexpr size_t kConns = 200, kBytes = 100;
-  auto pool = testing_util::MakePool(4096, kConns + 16);
-  ReceivePack pack(*pool);
-  const BufferChain::ReceiveOptions opts{.copy_below = 512, .pack = &pack};
-  std::vector<BufferChain> conns;
-  for (size_t i = 0; i < kConns; ++i) conns.emplace_back(*pool);
+  PackRig rig(kConns);
   std::vector<std::string> model(kConns);
   size_t most = 0, most_slices = 0;
   for (size_t k = 0; k < kBytes; ++k) {
     for (size_t i = 0; i < kConns; ++i) {
-      Buffer b = pool->TryAcquire();
-      ASSERT_TRUE(b);
       const char ch = static_cast<char>('a' + (i + k) % 26);
-      std::memcpy(b.data(), &ch, 1);
-      EXPECT_FALSE(conns[i].Receive(b, 1, opts));
+      rig.Receive(rig.conns[i], absl::string_view(&ch, 1));
       model[i].push_back(ch);
       // A slice per read would grow each chain a heap ring of 100 slices.
-      most_slices = std::max(most_slices, conns[i].slice_count());
+      most_slices = std::max(most_slices, rig.conns[i].slice_count());
     }
-    most = std::max(most, InUse(*pool));
+    most = std::max(most, InUse(*rig.pool));
   }
-  for (size_t i = 0; i < kConns; ++i) ASSERT_EQ(Contents(conns[i]), model[i]);
+  for (size_t i = 0; i < kConns; ++i) {
+    ASSERT_EQ(Contents(rig.conns[i]), model[i]);
+  }
   EXPECT_LE(most_slices, 4u);  // what a chain keeps inline
   // 20,000 bytes fill 5 buffers; the chains still in older ones when the
   // pack moves on keep those a while.
   EXPECT_LE(most, 2 * ((kConns * kBytes + 4095) / 4096) + 2);
-  conns.clear();
-  EXPECT_EQ(InUse(*pool), 1u);
+  rig.conns.clear();
+  EXPECT_EQ(InUse(*rig.pool), 1u);
 }
 
 TEST_F(ChainDeathTest, PostallocatePastThePreallocatedRoomAborts) {
