@@ -18,6 +18,8 @@
 // client-query-buffer-limit. (A connection reserves nothing: a reservation
 // would cost every idle connection a buffer, where an idle connection
 // here pins none.)
+// Built from an installed copy: c++ -std=c++20 resp_server.cc $(pkg-config
+// --cflags --libs bufpool absl_flat_hash_map absl_hash).
 // SIGUSR1 prints the pool's counters on stdout (bench/run_resp_bench reads
 // them): "stats: in_use=N cached=N high_water=N buffer_size=N conns=N".
 //

@@ -544,16 +544,9 @@ bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
     pack.spare_ = ReceivePack::kRefBatch;
   }
   std::byte* const dst = b.data_ + pack.used_;
-  std::byte* at = dst;
-  if (move) {
-    for (uint32_t i = 0; i < count_; ++i) {
-      const SharedBuffer& s = At(i);
-      std::memcpy(at, s.data_, s.size_);
-      at += s.size_;
-    }
-  }
+  const size_t moved = move ? CopyTo({dst, size_}) : 0;
   // Before the old slices go: `src` may lie in them.
-  std::memcpy(at, src, len);
+  std::memcpy(dst + moved, src, len);
   pack.used_ += static_cast<uint32_t>(total);
   // Bytes past the pack's used ones belong to no slice: the tail grows over
   // them when it ends where they start (its own earlier pack bytes).
@@ -575,7 +568,7 @@ bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
   // mark nor the moved bytes where the pack would write next.
   BufferBudget* const budget = std::exchange(budget_, nullptr);
   const size_t released = budget != nullptr ? pinned_bytes() : 0;
-  const size_t charged = b.pool_->buffer_size();
+  const size_t charged = bs;
   Clear();  // the ring keeps its capacity: the push below cannot throw
   size_ = total;
   PushBack(std::move(s));
