@@ -13,11 +13,12 @@
 //   receive capped at what is missing), echoes it, and gives the grant back
 //   as the reply leaves. So a frame that has started always finishes, and
 //   the pool never fills with halves of frames that wait for each other.
-// * A stalled frame (no byte received or sent for --stall-ms while other
-//   connections wait for memory) has its connection closed: a client that
-//   stops in the middle of a frame, or never reads, cannot keep memory that
-//   the others wait for. Without waiters a stalled connection keeps its
-//   grant (at most its budget).
+// * Stalled frames. When the oldest connection waiting for memory has
+//   waited --stall-ms (the queue's oldest_wait()), the connections whose
+//   granted frame has not moved (no byte received or sent) for as long are
+//   closed: a client that stops in the middle of a frame, or never reads,
+//   cannot keep memory that the others wait for. While the queue moves,
+//   a stalled connection keeps its grant (at most its budget).
 // * The ring (ProvidedBufferRing) lends at most --ring buffers; the queue
 //   gets what the ring and a few pack buffers leave (docs/uring.md, "Sizing
 //   a bounded server"); running out of ring buffers parks the receive
@@ -339,10 +340,14 @@ void Server::ResumeGranted() {
   }
 }
 
-// With connections waiting for memory, closes those whose granted frame has
-// not moved for stall_ms: a peer that stopped mid-frame or never reads.
+// When the queue's oldest waiter has waited stall_ms, closes the
+// connections whose granted frame has not moved for as long: peers that
+// stopped mid-frame or never read.
 void Server::CloseStalled() {
-  if (!queue_ || queue_->queue_length() == 0 || cfg_.stall_ms <= 0) return;
+  if (!queue_ || cfg_.stall_ms <= 0 || queue_->queue_length() == 0 ||
+      queue_->oldest_wait() < absl::Milliseconds(cfg_.stall_ms)) {
+    return;
+  }
   const auto limit = Clock::now() - std::chrono::milliseconds(cfg_.stall_ms);
   std::vector<Conn*> all(live_.begin(), live_.end());
   for (Conn* c : all) {

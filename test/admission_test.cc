@@ -6,6 +6,10 @@
 // never exceed the capacity and every request is granted once.
 #include "bufpool/admission.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <random>
@@ -17,8 +21,10 @@
 #include "bufpool/budget.h"
 #include "bufpool/chain.h"
 #include "bufpool/cursor.h"
+#include "bufpool/uring.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "uring_test_util.h"
 
 namespace bufpool {
 namespace {
@@ -262,6 +268,41 @@ TEST(AdmissionTest, CapacityIsCommittedAgainstThePool) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A ring or a reservation made after the queue must fit beside it: refused
+// with the numbers and what to lower, and nothing taken.
+TEST(AdmissionTest, ARingOrReservationAfterTheQueueIsChecked) {
+  testing_util::Ring ring(64, 0);
+  ASSERT_TRUE(ring.ok());
+  auto pool = MakePool(64);
+  auto q = MakeQueue(*pool, {.name = "frames", .capacity_buffers = 52});
+  auto big = ProvidedBufferRing::Create(
+      ring.get(), *pool, {.max_buffers = 16, .initial_buffers = 4});
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(
+      big.status().message(),
+      "lending up to 16 buffers would over-commit the pool (64 buffers, 0 "
+      "reserved by budgets and 52 lent to rings); lower max_buffers or the "
+      "reservations"))
+      << big.status();
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  auto reserve = pool->CreateBudget(
+      {.name = "conn 9", .max_bytes = 16 * kBs, .reserved_bytes = 13 * kBs});
+  ASSERT_FALSE(reserve.ok());
+  EXPECT_EQ(reserve.status().message(),
+            "CreateBudget(\"conn 9\"): reserving 13 buffers would "
+            "over-commit the pool (64 buffers, 0 reserved by budgets and 52 "
+            "lent to rings); lower reserved_bytes or what rings and "
+            "admission queues hold, or grow the pool");
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  auto fits = ProvidedBufferRing::Create(
+      ring.get(), *pool, {.max_buffers = 8, .initial_buffers = 4});
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  auto reserve_fits = pool->CreateBudget(
+      {.name = "conn 9", .max_bytes = 16 * kBs, .reserved_bytes = 4 * kBs});
+  EXPECT_TRUE(reserve_fits.ok()) << reserve_fits.status();
+}
+
 TEST(AdmissionDeathTest, DestroyingAQueueWithAGrantOutAborts) {
   auto pool = MakePool(16);
   auto budget = MakeBudget(*pool, "b", 16);
@@ -309,6 +350,46 @@ TEST(AdmissionTest, FrameSizeIsKnownOnceTheHeaderIsIn) {
 
 // ---- Threads ----------------------------------------------------------------
 
+// The pattern for a loop on its own thread (epoll or io_uring): on_grant
+// writes an eventfd the loop waits on; the loop then sees granted().
+TEST(AdmissionTest, AGrantWakesALoopOnAnotherThreadThroughAnEventfd) {
+  auto pool = MakePool(64);
+  auto q = MakeQueue(*pool, {.name = "q", .capacity_buffers = 8,
+                             .slack_buffers = 0});
+  auto holder = MakeBudget(*pool, "holder", 8);
+  auto waiter = MakeBudget(*pool, "waiter", 8);
+  Admission held;
+  ASSERT_TRUE(*q->Request(*holder, 8 * kBs, held, nullptr));
+  const int efd = eventfd(0, EFD_CLOEXEC);
+  ASSERT_GE(efd, 0);
+  Admission a;
+  std::atomic<bool> asked{false};
+  bool woke_granted = false;
+  std::thread loop([&] {
+    absl::StatusOr<bool> now = q->Request(*waiter, 4 * kBs, a, [efd] {
+      const uint64_t one = 1;
+      (void)!write(efd, &one, sizeof(one));
+    });
+    ASSERT_TRUE(now.ok());
+    ASSERT_FALSE(*now);
+    asked = true;
+    pollfd p{efd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 10000), 1);
+    uint64_t v;
+    ASSERT_EQ(read(efd, &v, sizeof(v)), 8);
+    woke_granted = a.granted();
+    a.Reset();
+  });
+  while (!asked.load()) std::this_thread::yield();
+  EXPECT_GT(q->oldest_wait(), absl::ZeroDuration());
+  held.Reset();  // on this thread: grants the loop's request
+  loop.join();
+  close(efd);
+  EXPECT_TRUE(woke_granted);
+  EXPECT_EQ(q->oldest_wait(), absl::ZeroDuration());
+  EXPECT_EQ(q->Stats().granted_buffers, 0u);
+}
+
 // Many threads, each its own budget, ask for random sizes, hold the grant a
 // moment and give it back (some shrink first, some give up while waiting).
 // Checked throughout: the granted buffers never pass the capacity; at the
@@ -323,9 +404,18 @@ TEST(AdmissionStressTest, GrantsNeverPassTheCapacityUnderThreads) {
   for (int t = 0; t < kThreads; ++t) {
     budgets.push_back(MakeBudget(*pool, "t" + std::to_string(t), 32));
   }
-  std::atomic<bool> over{false};
+  std::atomic<bool> over{false}, done{false};
   std::atomic<uint64_t> granted_total{0}, withdrawn{0};
   std::vector<std::thread> threads;
+  // A metrics reader on its own thread, as a scraper would be.
+  std::thread reader([&] {
+    while (!done.load()) {
+      if (q->Stats().granted_buffers > kCapacity) over = true;
+      (void)q->queue_length();
+      (void)q->oldest_wait();
+      std::this_thread::yield();
+    }
+  });
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937 rng(1000 + t);
@@ -357,6 +447,8 @@ TEST(AdmissionStressTest, GrantsNeverPassTheCapacityUnderThreads) {
     });
   }
   for (std::thread& t : threads) t.join();
+  done = true;
+  reader.join();
   EXPECT_FALSE(over.load());
   const AdmissionStats s = q->Stats();
   EXPECT_EQ(s.granted_buffers, 0u);

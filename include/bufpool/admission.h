@@ -63,6 +63,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/export.h"
@@ -75,7 +76,8 @@ struct AdmissionOptions {
   // The most buffers granted at once. 0: all the pool has not promised to
   // budgets' reservations and to rings when Create() runs. Committed
   // against the pool like a ring's lending (a ring or reservation created
-  // later must fit beside it).
+  // later must fit beside it; the pool's refusals count it with what rings
+  // may lend).
   size_t capacity_buffers = 0;
   // Buffers a grant counts beyond its bytes' own: what a chain may pin past
   // its bytes (a partly consumed first buffer, a partly filled last one).
@@ -130,6 +132,7 @@ class BUFPOOL_EXPORT Admission {
   size_t bytes_ = 0;
   size_t buffers_ = 0;
   std::function<void()> on_grant_;
+  absl::Time since_;  // when it began to wait
   Admission* prev_ = nullptr;  // the FIFO, guarded by the queue's mutex
   Admission* next_ = nullptr;
   std::atomic<State> state_{kIdle};
@@ -173,6 +176,11 @@ class BUFPOOL_EXPORT AdmissionQueue {
   size_t queue_length() const {
     return queue_length_.load(std::memory_order_relaxed);
   }
+  // How long the oldest waiting request has waited (zero when none): a
+  // server that sees it grow past what a message takes knows that grant
+  // holders have stopped moving (peers that stop mid-message or never read)
+  // and may close the ones that stalled. Any thread; takes the lock.
+  absl::Duration oldest_wait() const;
   size_t capacity_buffers() const { return capacity_; }
   const std::string& name() const { return name_; }
   BufferPool& pool() const { return *pool_; }

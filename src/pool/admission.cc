@@ -131,6 +131,7 @@ absl::StatusOr<bool> AdmissionQueue::Request(const BufferBudget& budget,
     return true;
   }
   admission.on_grant_ = std::move(on_grant);
+  admission.since_ = absl::Now();
   admission.prev_ = tail_;
   admission.next_ = nullptr;
   (tail_ != nullptr ? tail_->next_ : head_) = &admission;
@@ -183,6 +184,11 @@ AdmissionStats AdmissionQueue::Stats() const {
           grants_.load(std::memory_order_relaxed),
           waited_.load(std::memory_order_relaxed),
           refusals_.load(std::memory_order_relaxed)};
+}
+
+absl::Duration AdmissionQueue::oldest_wait() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return head_ == nullptr ? absl::ZeroDuration() : absl::Now() - head_->since_;
 }
 
 void Admission::Shrink(size_t bytes) {
