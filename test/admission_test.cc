@@ -317,6 +317,39 @@ TEST(AdmissionDeathTest, DestroyingAQueueWithAGrantOutAborts) {
       "grants");
 }
 
+TEST(AdmissionTest, MetricsSayTheQueueLengthAndGrants) {
+  auto pool = MakePool(64);
+  auto q = MakeQueue(*pool, {.name = "frames \"a\"", .capacity_buffers = 8,
+                             .slack_buffers = 0});
+  auto b = MakeBudget(*pool, "b", 8);
+  Admission held, waiting;
+  ASSERT_TRUE(*q->Request(*b, 8 * kBs, held, nullptr));
+  ASSERT_FALSE(*q->Request(*b, kBs, waiting, nullptr));
+  std::string text;
+  WriteMetrics(*q, &text, {.name = "rx"});
+  const std::string l = "{pool=\"rx\",queue=\"frames \\\"a\\\"\"}";
+  EXPECT_TRUE(absl::StrContains(
+      text, "# TYPE bufpool_admission_queue_length gauge\n"
+            "bufpool_admission_queue_length" + l + " 1\n"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(
+      text, "bufpool_admission_granted_buffers" + l + " 8\n"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(
+      text, "bufpool_admission_capacity_buffers" + l + " 8\n"))
+      << text;
+  EXPECT_TRUE(
+      absl::StrContains(text, "bufpool_admission_grants_total" + l + " 1\n"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(
+      text, "# TYPE bufpool_admission_refusals_total counter\n"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "bufpool_admission_oldest_wait_seconds"))
+      << text;
+  held.Reset();
+  waiting.Reset();
+}
+
 // ---- The splitter's frame size --------------------------------------------
 
 TEST(AdmissionTest, FrameSizeIsKnownOnceTheHeaderIsIn) {

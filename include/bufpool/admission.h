@@ -67,6 +67,7 @@
 #include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/export.h"
+#include "bufpool/metrics.h"
 
 namespace bufpool {
 
@@ -215,6 +216,17 @@ class BUFPOOL_EXPORT AdmissionQueue {
   std::atomic<uint64_t> waited_{0};
   std::atomic<uint64_t> refusals_{0};
 };
+
+// Appends the queue's families to *out, in the Prometheus text format of
+// bufpool/metrics.h (labels: pool, and queue="<its name>"), from one
+// Stats() and one oldest_wait(); any thread:
+//   bufpool_admission_queue_length, bufpool_admission_oldest_wait_seconds,
+//   bufpool_admission_granted_buffers, bufpool_admission_capacity_buffers
+//                                                       gauges
+//   bufpool_admission_grants_total, bufpool_admission_waited_total,
+//   bufpool_admission_refusals_total                    counters
+BUFPOOL_EXPORT void WriteMetrics(const AdmissionQueue& queue, std::string* out,
+                                 const MetricsOptions& options = {});
 
 }  // namespace bufpool
 
