@@ -28,7 +28,7 @@
 // budget of 24 buffers per connection with watermarks 20/16, receives
 // paused at the high mark and resumed at the low one, a ring of 32, no
 // queue. Under the load of test/frame_server_test.cc that server stops
-// serving (issue 57); it is kept to show the difference.
+// serving; it is kept to show the difference.
 //
 //   frame_server [--port N] [--buffers N] [--buffer-size N] [--ring N]
 //                [--stall-ms N] [--admission on|off]

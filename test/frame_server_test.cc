@@ -1,4 +1,4 @@
-// Runs examples/frame_server on loopback under the load of issue 57: 20
+// Runs examples/frame_server on loopback under load: 20
 // clients that send length-prefixed frames of 0-50 KB in chunks and check
 // every reply byte for byte, 5 that send frames and never read, 3 that send
 // half a frame and go idle, and a probe connection every 0.5 s. Checked: every
