@@ -47,6 +47,7 @@ function(check_package build_dir work)
             include/bufpool/export.h include/bufpool/options.h
             include/bufpool/uring.h share/doc/bufpool/docs/uring.md
             share/doc/bufpool/examples/uring_echo.cc
+            share/doc/bufpool/examples/frame_server.cc
             lib/cmake/bufpool/bufpoolConfig.cmake
             lib/cmake/bufpool/bufpoolConfigVersion.cmake lib/pkgconfig/bufpool.pc
             lib/pkgconfig/bufpool_core.pc)
@@ -172,6 +173,19 @@ function(check_package build_dir work)
   run(${env} "${work}/c_consumer_pc")
   if(NOT last_output MATCHES "c consumer ok")
     message(FATAL_ERROR "pkg-config C consumer printed: ${last_output}")
+  endif()
+  # The installed frame_server example builds from the installed package
+  # alone, as its users are told: pkg-config --static bufpool, -luring.
+  run(${PKG_CONFIG} --static --cflags --libs bufpool)
+  string(STRIP "${last_output}" static_flags)
+  separate_arguments(static_flags UNIX_COMMAND "${static_flags}")
+  run(c++ -std=c++20 -Wall -Wextra
+      "${prefix}/share/doc/bufpool/examples/frame_server.cc"
+      -o "${work}/frame_server_pc" ${static_flags} -luring)
+  execute_process(COMMAND ${env} "${work}/frame_server_pc" --buffers 0
+                  RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 2 OR NOT err MATCHES "^frame_server: ")
+    message(FATAL_ERROR "installed frame_server: exit ${rc}: ${err}")
   endif()
   # bufpool_core.pc: the C program and the pool-and-chains program, with no
   # liburing on their command lines or in what they load.

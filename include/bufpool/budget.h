@@ -44,6 +44,12 @@
 // LineSplitter's max_line, a command's declared length): bytes that wait
 // for their message's end are not consumed, so a connection paused with
 // more than that never falls to low_watermark and never resumes.
+// Watermarks bound one connection; they do not keep a pool shared by many
+// from filling with unfinished messages that wait for each other (caps that
+// fit a message, times the connections, exceed the pool): admit messages
+// by size with an AdmissionQueue (bufpool/admission.h), whose grants, not
+// the caps' sum, stay under the pool (docs/uring.md, "Sizing a bounded
+// server").
 //
 // Reservation. reserved_bytes (rounded up to whole buffers) are taken from
 // the pool at CreateBudget() and kept by the budget while its chains pin

@@ -408,6 +408,13 @@ struct BUFPOOL_EXPORT LengthPrefixSplitter {
   absl::StatusOr<size_t> ForEachFrame(BufferChain& in, std::string& scratch,
                                       Fn&& fn) const;
 
+  // The size of the frame at the front of `in` (header included) as soon as
+  // its header is in, whether or not the rest has come: what a reader asks
+  // an AdmissionQueue (bufpool/admission.h) for, all or nothing, before it
+  // receives the rest. nullopt while the header is incomplete; Next()'s
+  // errors (InvalidArgument, OutOfRange past max_frame), `in` unchanged.
+  absl::StatusOr<std::optional<size_t>> FrameSize(const BufferChain& in) const;
+
  private:
   // Next() past its inline case: the frame measured in full.
   absl::StatusOr<std::optional<BufferChain>> NextSlow(BufferChain& in) const;

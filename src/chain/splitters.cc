@@ -130,6 +130,15 @@ uint64_t ReadField(ChainCursor& c, size_t bytes, bool big_endian) {
 
 absl::StatusOr<std::optional<size_t>> LengthPrefixSplitter::Measure(
     const BufferChain& in) const {
+  absl::StatusOr<std::optional<size_t>> size = FrameSize(in);
+  if (size.ok() && size->has_value() && in.size() < **size) {
+    return std::nullopt;
+  }
+  return size;
+}
+
+absl::StatusOr<std::optional<size_t>> LengthPrefixSplitter::FrameSize(
+    const BufferChain& in) const {
   if (length_bytes != 1 && length_bytes != 2 && length_bytes != 3 &&
       length_bytes != 4 && length_bytes != 8) [[unlikely]] {
     return absl::InvalidArgumentError(
@@ -166,9 +175,7 @@ absl::StatusOr<std::optional<size_t>> LengthPrefixSplitter::Measure(
         "LengthPrefixSplitter: a frame of ", seen, " bytes (length field ",
         field, ") exceeds max_frame ", max_frame));
   }
-  const size_t size = static_cast<size_t>(frame);
-  if (in.size() < size) return std::nullopt;
-  return size;
+  return static_cast<size_t>(frame);
 }
 
 absl::StatusOr<std::optional<BufferChain>> LengthPrefixSplitter::NextSlow(

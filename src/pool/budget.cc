@@ -153,7 +153,9 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
   if (reserve > capacity() || c.reserved + c.lending > capacity() - reserve) {
     std::string msg = absl::StrCat(who, ": reserving ", reserve,
                                    " buffers would over-commit the pool (",
-                                   capacity(), " buffers, ", Promised(c), ")");
+                                   capacity(), " buffers, ", Promised(c),
+                                   "); lower reserved_bytes or what rings and "
+                                   "admission queues hold, or grow the pool");
     DropIfEmpty(this);
     return absl::ResourceExhaustedError(std::move(msg));
   }
@@ -165,7 +167,9 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
       return absl::ResourceExhaustedError(
           absl::StrCat(who, ": the pool has ", got, " free buffers of the ",
                        reserve, " to reserve (", capacity(), " buffers, ",
-                       Stats().in_use, " in use)"));
+                       Stats().in_use,
+                       " in use); create it when buffers are free, or lower "
+                       "reserved_bytes"));
     }
   }
   for (const Buffer& r : b->reserve_) b->NoteReserve(r, true);
