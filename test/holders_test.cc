@@ -22,12 +22,13 @@
 #include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
+#include "bufpool/testing.h"
 #include "bufpool/uring.h"
+#include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
 #include "pool/stack_symbolizer.h"
 #include "run_tool.h"
 #include "test_util.h"
-#include "testing/no_holders.h"
 
 namespace bufpool {
 
@@ -518,6 +519,35 @@ TEST(HoldersTest, NoHoldersFailsNamingTheSite) {
       << result.message();
   kept.clear();
   EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
+// For the EXPECT_NONFATAL_FAILURE statements below, which may not name a
+// test's locals.
+BufferPool* g_checked_pool = nullptr;
+std::vector<Buffer>* g_checked_kept = nullptr;
+
+// The scoped checker fails the test when it goes with a buffer out, naming
+// the site; ExpectNoHolders() is the same as a statement.
+TEST(HoldersTest, NoHoldersAtExitAndExpectNoHoldersFailNamingTheSite) {
+  auto pool = MakePool(TrackHolders::kAll);
+  std::vector<Buffer> kept;
+  g_checked_pool = pool.get();
+  g_checked_kept = &kept;
+  EXPECT_NONFATAL_FAILURE(
+      {
+        testing::NoHoldersAtExit check(*g_checked_pool);
+        PlantLeak(*g_checked_pool, *g_checked_kept);
+      },
+      "PlantLeak");
+  EXPECT_NONFATAL_FAILURE(testing::ExpectNoHolders(*g_checked_pool),
+                          "buffers are still out of the pool");
+  kept.clear();
+  {
+    testing::NoHoldersAtExit check(*pool);  // passes: nothing out
+    std::vector<Buffer> returned;
+    PlantLeak(*pool, returned);
+  }
+  testing::ExpectNoHolders(*pool);
 }
 
 std::map<std::string, size_t> Kinds(const BufferPool& pool) {
