@@ -16,7 +16,6 @@
 #include <new>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -324,9 +323,16 @@ class Symbolizer {
       }
       break;
     }
-    if (first == depth) first = 0, skip = 0;
+    if (first == depth) {  // nothing but the library: keep everything
+      first = 0;
+      skip = 0;
+    }
     for (uint32_t i = first; i < depth; ++i) {
       const std::vector<StackFrame>& chain = symbolizer_.Frames(pcs[i]);
+      // An address in no mapped file is no return address: the unwinder
+      // followed a frame pointer register that held something else (code
+      // without frame pointers above); the stack ends there.
+      if (i > first && chain.front().module.empty()) break;
       if (i == first) *site = pcs[i];
       for (size_t j = i == first ? skip : 0; j < chain.size(); ++j) {
         frames.push_back(FormatFrame(chain[j]));

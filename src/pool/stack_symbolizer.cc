@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -68,7 +69,9 @@ std::string LibrarySourceRoot() {
 
 bool IsLibraryFrame(const StackFrame& f) {
   static const std::string root = LibrarySourceRoot();
-  if (!f.file.empty()) {
+  // A relative file name (a compiler run from another directory, ccache's
+  // base_dir) cannot be placed: judged by the name instead.
+  if (!f.file.empty() && f.file.front() == '/') {
     // The installed headers' inline code, wherever the caller compiled it,
     // and the library's .cc files.
     return absl::StrContains(f.file, "/include/bufpool/") ||
@@ -83,7 +86,13 @@ bool IsLibraryFrame(const StackFrame& f) {
          absl::StartsWith(f.function, "bufpool_");
 }
 
-std::string Demangle(const char* name) {
+// `path` without "." and "dir/.." steps (a build directory's
+// "/src/build/../lib/x.cc" is "/src/lib/x.cc"), lexically: no file is read.
+[[maybe_unused]] std::string Normal(const char* path) {
+  return std::filesystem::path(path).lexically_normal().string();
+}
+
+[[maybe_unused]] std::string Demangle(const char* name) {
   int status = 0;
   char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
   if (status != 0 || out == nullptr) return name;
@@ -226,7 +235,7 @@ class StackSymbolizer::Dwarf {
       int lineno = 0;
       if (const char* file = dw_.lineinfo(line, nullptr, &lineno, nullptr,
                                           nullptr, nullptr)) {
-        innermost.file = file;
+        innermost.file = Normal(file);
         innermost.line = lineno;
       }
     }
@@ -267,7 +276,7 @@ class StackSymbolizer::Dwarf {
                         &file_index) == 0 &&
           file_index < nfiles) {
         if (const char* f = dw_.filesrc(files, file_index, nullptr, nullptr)) {
-          caller.file = f;
+          caller.file = Normal(f);
         }
       }
       if (dw_.formudata(dw_.attr_integrate(&die, DW_AT_call_line, &attr_mem),
