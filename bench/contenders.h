@@ -293,7 +293,7 @@ struct PoolBuffer {  // the Buffer handle
   bufpool::BufferPool& pool_ = SharedPool<kCache>();
 };
 
-// The same handle calls on an elastic pool (max_buffer_count, issue 42):
+// The same handle calls on an elastic pool (max_buffer_count):
 // 8,192 buffers backed of a 65,536 ceiling, so that growth is reachable but
 // the workloads run inside what is backed, as the fixed pool's do. Its hot
 // pair and working set must match libbufpool_buffer's.

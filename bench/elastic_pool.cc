@@ -1,4 +1,4 @@
-// The elastic pool's goals (issue 42), one fresh process per measurement so
+// The elastic pool's goals, one fresh process per measurement so
 // that resident memory starts from an empty process each time:
 //
 //   elastic_pool create   RSS after Create() with buffer_count 512 and a

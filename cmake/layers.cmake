@@ -17,6 +17,8 @@ set(BUFPOOL_LAYERS
   "arena    src/arena                                       | os"
   "pool     src/pool include/bufpool/buffer_pool.h include/bufpool/budget.h include/bufpool/admission.h include/bufpool/holders.h include/bufpool/metrics.h include/bufpool/internal | arena os"
   "c        src/c include/bufpool/c.h                       | pool"
+  # GoogleTest checks for users' tests (header-only; not in the libraries).
+  "testing  include/bufpool/testing.h                       | pool"
   "chain    src/chain include/bufpool/chain.h include/bufpool/internal/chain_inl.h include/bufpool/cursor.h include/bufpool/asio.h | pool os"
   "uring    src/uring include/bufpool/uring.h include/bufpool/internal/uring_inl.h | chain pool os os_uring"
   "io       src/io include/bufpool/buffered_stream.h include/bufpool/internal/stream_base.h | pool os"

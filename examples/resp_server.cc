@@ -19,7 +19,7 @@
 // would cost every idle connection a buffer, where an idle connection
 // here pins none.)
 // Built from an installed copy: c++ -std=c++20 resp_server.cc $(pkg-config
-// --cflags --libs bufpool absl_flat_hash_map absl_hash).
+// --cflags --libs bufpool).
 // SIGUSR1 prints the pool's counters on stdout (bench/run_resp_bench reads
 // them): "stats: in_use=N cached=N high_water=N buffer_size=N conns=N".
 //
@@ -36,11 +36,13 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -90,7 +92,16 @@ std::unique_ptr<bufpool::ProvidedBufferRing> bufs;
 std::unique_ptr<bufpool::ParkedReceives> parked;  // out of ring buffers
 std::unordered_set<Conn*> live;
 // Values: copied, or over kLinkAbove kept as slices (`second`, if not empty).
-absl::flat_hash_map<std::string, std::pair<std::string, BufferChain>> store;
+// Keys are found by the request's view of them, without a copy.
+struct KeyHash {
+  using is_transparent = void;
+  size_t operator()(absl::string_view key) const {
+    return std::hash<std::string_view>()({key.data(), key.size()});
+  }
+};
+std::unordered_map<std::string, std::pair<std::string, BufferChain>, KeyHash,
+                   std::equal_to<>>
+    store;
 size_t max_partial_buffers = 0;  // reported at exit
 volatile sig_atomic_t time_is_up = 0;
 volatile sig_atomic_t stats_wanted = 0;    // SIGUSR1: print the pool's Stats()
@@ -176,7 +187,12 @@ void Execute(Conn* c, absl::Span<const absl::string_view> args,
     big == nullptr ? Bulk(c, args[1]) : BulkChain(c, std::move(*big));
   } else if (Is(cmd, "DEL") && n >= 2) {
     size_t gone = 0;
-    for (size_t i = 1; i < n; ++i) gone += store.erase(args[i]);
+    for (size_t i = 1; i < n; ++i) {
+      if (auto it = store.find(args[i]); it != store.end()) {
+        store.erase(it);
+        ++gone;
+      }
+    }
     Reply(c, absl::StrCat(":", gone, "\r\n"));
   } else {
     Reply(c, absl::StrCat(

@@ -318,7 +318,7 @@ TEST(BudgetTest, ReservationHoldsWhileAnotherBudgetDrainsThePool) {
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
-// The server of issue 41: length-prefixed frames (4-byte length, then the
+// A server that deadlocked without reservations: length-prefixed frames (4-byte length, then the
 // payload) on a pool of 160 buffers, every connection holding a partial
 // frame when another consumer takes the rest of the pool. Each connection's
 // budget reserves one frame plus its reply, so every frame completes and

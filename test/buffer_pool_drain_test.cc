@@ -1287,7 +1287,7 @@ TEST(HighWaterTest, RandomTurnsNeverReadBelowThePeak) {
   EXPECT_LE(s.high_water, peak + Lent(*pool, 4));
 }
 
-// Issue 43's program: two threads taking turns, each taking 40 buffers and
+// The program high_water was found wrong with: two threads taking turns, each taking 40 buffers and
 // giving them back, ten turns each. The true peak is 40; high_water reads
 // at least that and at most one refill batch (two caches' lending) above,
 // while they run, while they idle and after they exit.

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "bufpool/chain.h"
+#include "bufpool/testing.h"
 #include "gtest/gtest.h"
 #include "os/socket.h"
 #include "os/syscalls.h"
 #include "test_util.h"
-#include "testing/no_holders.h"
 
 namespace bufpool {
 namespace {

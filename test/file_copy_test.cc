@@ -67,6 +67,21 @@ class CopyTest : public testing::Test {
   }
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
+  // Writes `data` to src, copies it to dst with the io_uring method through
+  // `pool`, and checks the bytes and that the copy used fixed buffers.
+  static void CopyByUring(BufferPool* pool, const std::string& src,
+                          const std::string& dst, const std::string& data) {
+    WriteFileOrDie(src, data);
+    CopyOptions o;
+    o.method = CopyMethod::kUring;
+    o.pool = pool;
+    absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->fixed_buffers);
+    EXPECT_TRUE(r->fallbacks.empty()) << r->fallbacks[0];
+    EXPECT_EQ(ReadFileOrDie(dst), data);
+  }
+
   static CopyOptions Options(const MethodCase& m) {
     CopyOptions o;
     o.method = m.method;
@@ -462,16 +477,8 @@ TEST_F(CopyTest, UringUsesFixedBuffersFromAPoolAboveOneGib) {
   ASSERT_TRUE(pool.ok()) << pool.status();
   const std::string src = Path("src"), dst = Path("dst");
   for (int i = 0; i < 3; ++i) {
-    const std::string data = RandomBytes(300001 + i, 40 + i);
-    WriteFileOrDie(src, data);
-    CopyOptions o;
-    o.method = CopyMethod::kUring;
-    o.pool = pool->get();
-    absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_TRUE(r->fixed_buffers);
-    EXPECT_TRUE(r->fallbacks.empty()) << r->fallbacks[0];
-    EXPECT_EQ(ReadFileOrDie(dst), data);
+    ASSERT_NO_FATAL_FAILURE(
+        CopyByUring(pool->get(), src, dst, RandomBytes(300001 + i, 40 + i)));
   }
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
@@ -484,15 +491,9 @@ TEST_F(CopyTest, UringCopiesCorrectlyThroughAPoolThatReplacedADeadOne) {
     auto pool = BufferPool::Create({.buffer_count = 256});
     ASSERT_TRUE(pool.ok()) << pool.status();
     for (int i = 0; i < 2; ++i) {
-      const std::string data = RandomBytes(200000 + round * 1000 + i, round);
-      WriteFileOrDie(src, data);
-      CopyOptions o;
-      o.method = CopyMethod::kUring;
-      o.pool = pool->get();
-      absl::StatusOr<CopyStats> r = CopyFile(src, dst, o);
-      ASSERT_TRUE(r.ok()) << r.status();
-      EXPECT_TRUE(r->fixed_buffers);
-      EXPECT_EQ(ReadFileOrDie(dst), data);
+      ASSERT_NO_FATAL_FAILURE(CopyByUring(
+          pool->get(), src, dst,
+          RandomBytes(200000 + round * 1000 + i, round)));
     }
   }
 }

@@ -1,5 +1,6 @@
 // Holder tracking: who holds a pool's buffers (bufpool/holders.h).
 #include <liburing.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,17 +15,31 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
+#include "bufpool/testing.h"
 #include "bufpool/uring.h"
+#include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
+#include "pool/stack_symbolizer.h"
+#include "run_tool.h"
 #include "test_util.h"
-#include "testing/no_holders.h"
 
 namespace bufpool {
+
+// holders_frameless.cc, compiled without frame pointers: a thread's start
+// routine that acquires into a FramelessArgs's `kept`.
+struct FramelessArgs {
+  BufferPool* pool;
+  std::vector<Buffer>* kept;
+};
+extern "C" void* BufpoolTestAcquireWithoutFramePointer(void* arg);
+
 namespace {
 
 std::unique_ptr<BufferPool> MakePool(TrackHolders track, size_t count = 64,
@@ -37,7 +52,9 @@ std::unique_ptr<BufferPool> MakePool(TrackHolders track, size_t count = 64,
   return std::move(*pool);
 }
 
-// Keeps one buffer acquired here in `kept`: the "leak".
+// Keeps one buffer acquired here in `kept`: the "leak", acquired on the
+// line kPlantLeakLine.
+constexpr int kPlantLeakLine = __LINE__ + 3;
 __attribute__((noinline)) void PlantLeak(BufferPool& pool,
                                          std::vector<Buffer>& kept) {
   kept.push_back(pool.TryAcquire());
@@ -87,6 +104,150 @@ TEST(HoldersTest, LeakIsReportedWithThePlantingFunctionInItsStack) {
   kept.clear();
   EXPECT_TRUE(pool->Holders().empty());
   EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
+// The path of `tool` on PATH, or empty.
+std::string OnPath(const std::string& tool) {
+  const char* path = getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "", ':')) {
+    const std::string candidate = absl::StrCat(dir, "/", tool);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// A frame's trailing "module+0xoffset": false if it has none.
+bool ModuleAndOffset(const std::string& frame, std::string* module,
+                     std::string* offset) {
+  const size_t space = frame.rfind(' ');
+  const size_t plus = frame.rfind("+0x");
+  if (space == std::string::npos || plus == std::string::npos || plus < space) {
+    return false;
+  }
+  *module = frame.substr(space + 1, plus - space - 1);
+  *offset = frame.substr(plus + 1);
+  uint64_t value;
+  return absl::SimpleHexAtoi(*offset, &value);
+}
+
+TEST(HoldersTest, FramesGiveFileLineAndAModuleOffsetThatAddr2lineResolves) {
+  auto pool = MakePool(TrackHolders::kAll);
+  std::vector<Buffer> kept;
+  PlantLeak(*pool, kept);
+  const std::vector<Holder> holders = pool->Holders();
+  ASSERT_EQ(holders.size(), 1u);
+  ASSERT_FALSE(holders[0].stack.empty());
+  const std::string& site = holders[0].stack[0];
+  // Always: where the call is in which ELF file.
+  std::string module, offset;
+  ASSERT_TRUE(ModuleAndOffset(site, &module, &offset)) << site;
+  EXPECT_TRUE(absl::EndsWith(module, "/holders_test")) << site;
+  EXPECT_EQ(access(module.c_str(), R_OK), 0) << module;
+  if (!StackSymbolizer::HaveLineInformation()) {
+    GTEST_SKIP() << "no libdw.so.1 here: frames have no file:line";
+  }
+  // The caller's line, not the pool's inline code's.
+  const std::string line = absl::StrCat("holders_test.cc:", kPlantLeakLine);
+  EXPECT_TRUE(absl::StrContains(site, "PlantLeak")) << site;
+  EXPECT_TRUE(absl::StrContains(site, absl::StrCat(line, ")"))) << site;
+  const std::string report = pool->HoldersReport();
+  EXPECT_TRUE(absl::StrContains(report, absl::StrCat("#0 ", site, "\n")))
+      << report;
+  // addr2line, given the module and offset alone, names the same line (it
+  // lists the pool's inlined code first: -i gives every inlined frame).
+  const std::string addr2line = OnPath("addr2line");
+  if (addr2line.empty()) GTEST_SKIP() << "no addr2line on PATH";
+  char dir[] = "/tmp/holders_addr2line_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const bufpool_test::Result r =
+      bufpool_test::RunTool(addr2line, {"-i", "-e", module, offset}, dir);
+  unlink(absl::StrCat(dir, "/.stdout").c_str());
+  unlink(absl::StrCat(dir, "/.stderr").c_str());
+  rmdir(dir);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, line)) << r.out;
+  kept.clear();
+}
+
+TEST(HoldersTest, AOneFrameStackSaysWhatTheFramePointersAreFor) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "holders_frameless.cc clears the frame pointer on x86-64";
+#endif
+  auto pool = MakePool(TrackHolders::kAll);
+  std::vector<Buffer> kept;
+  FramelessArgs args{pool.get(), &kept};
+  pthread_t thread;
+  // The thread starts with no frame pointer (clone leaves it 0), so the
+  // stack the pool records ends at the routine's frame.
+  ASSERT_EQ(pthread_create(&thread, nullptr,
+                           BufpoolTestAcquireWithoutFramePointer, &args),
+            0);
+  ASSERT_EQ(pthread_join(thread, nullptr), 0);
+  const std::string report = pool->HoldersReport();
+  EXPECT_TRUE(absl::StrContains(report, "#0 ")) << report;
+  EXPECT_TRUE(absl::StrContains(report, "AcquireWithoutFramePointer"))
+      << report;
+  EXPECT_FALSE(absl::StrContains(report, "#1 ")) << report;
+  EXPECT_TRUE(absl::StrContains(
+      report, "compile it with -fno-omit-frame-pointer to see its callers"))
+      << report;
+  // With frame pointers, no such line.
+  kept.clear();
+  PlantLeak(*pool, kept);
+  EXPECT_FALSE(absl::StrContains(pool->HoldersReport(), "frame pointer"))
+      << pool->HoldersReport();
+  kept.clear();
+}
+
+// A chain's fresh buffer is acquired inside BufferChain (AppendSlow,
+// AcquireFresh): the report starts at the chain's caller.
+__attribute__((noinline)) void AppendToChain(BufferChain& chain,
+                                             const std::string& bytes) {
+  ASSERT_TRUE(chain.Append(bytes).ok());
+}
+
+TEST(HoldersTest, AChainsFreshBuffersAreReportedFromTheChainsCaller) {
+  auto pool = MakePool(TrackHolders::kAll, 16);
+  {
+    BufferChain chain(*pool);
+    AppendToChain(chain, std::string(3 * pool->buffer_size(), 'x'));
+    const std::vector<Holder> holders = pool->Holders();
+    ASSERT_EQ(holders.size(), 3u);
+    for (const Holder& h : holders) {
+      EXPECT_EQ(h.held_by, "chain");
+      ASSERT_FALSE(h.stack.empty());
+      EXPECT_TRUE(absl::StrContains(h.stack[0], "AppendToChain"))
+          << absl::StrJoin(h.stack, "\n");
+    }
+    const std::string report = pool->HoldersReport();
+    EXPECT_FALSE(absl::StrContains(report, "BufferChain::")) << report;
+    EXPECT_FALSE(absl::StrContains(report, "BufferPool::")) << report;
+  }
+  EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
+// Sampled, buffers out that were not sampled are counted by kind, with the
+// switch that records them all.
+TEST(HoldersTest, SampledReportCountsTheUnsampledByKindAndGivesTheSwitch) {
+  auto pool = MakePool(TrackHolders::kSampled, 64, /*every=*/128);
+  std::vector<Buffer> kept;
+  std::vector<std::byte*> raw;
+  // A fresh thread's first acquire is the one sampled; the next 127 are not.
+  std::thread([&] {
+    pool->TryAcquire().Reset();
+    for (int i = 0; i < 3; ++i) raw.push_back(pool->TryAcquireRaw());
+    for (int i = 0; i < 2; ++i) kept.push_back(pool->TryAcquire());
+  }).join();
+  EXPECT_TRUE(pool->Holders().empty());
+  EXPECT_EQ(pool->HoldersReport(),
+            "bufpool: 5 of 64 buffer(s) out (tracking 1 in 128: 0 sampled; "
+            "run with BUFPOOL_TRACK_HOLDERS=all to see where each was "
+            "acquired):\n"
+            "  not sampled: 5 (3 as raw pointers, 2 held by Buffer handles, "
+            "chains or sends in flight); BUFPOOL_TRACK_HOLDERS=all records "
+            "every acquire\n");
+  for (std::byte* p : raw) pool->ReleaseRaw(p);
+  kept.clear();
 }
 
 TEST(HoldersTest, SampledRecordsOneInNAndNamesThePlantingFunction) {
@@ -361,6 +522,35 @@ TEST(HoldersTest, NoHoldersFailsNamingTheSite) {
       << result.message();
   kept.clear();
   EXPECT_TRUE(testing::NoHolders(*pool));
+}
+
+// For the EXPECT_NONFATAL_FAILURE statements below, which may not name a
+// test's locals.
+BufferPool* g_checked_pool = nullptr;
+std::vector<Buffer>* g_checked_kept = nullptr;
+
+// The scoped checker fails the test when it goes with a buffer out, naming
+// the site; ExpectNoHolders() is the same as a statement.
+TEST(HoldersTest, NoHoldersAtExitAndExpectNoHoldersFailNamingTheSite) {
+  auto pool = MakePool(TrackHolders::kAll);
+  std::vector<Buffer> kept;
+  g_checked_pool = pool.get();
+  g_checked_kept = &kept;
+  EXPECT_NONFATAL_FAILURE(
+      {
+        testing::NoHoldersAtExit check(*g_checked_pool);
+        PlantLeak(*g_checked_pool, *g_checked_kept);
+      },
+      "PlantLeak");
+  EXPECT_NONFATAL_FAILURE(testing::ExpectNoHolders(*g_checked_pool),
+                          "buffers are still out of the pool");
+  kept.clear();
+  {
+    testing::NoHoldersAtExit check(*pool);  // passes: nothing out
+    std::vector<Buffer> returned;
+    PlantLeak(*pool, returned);
+  }
+  testing::ExpectNoHolders(*pool);
 }
 
 std::map<std::string, size_t> Kinds(const BufferPool& pool) {
@@ -668,9 +858,33 @@ TEST(HoldersDeathTest, DestroyingAPoolWithALeakPrintsItsSite) {
         PlantLeak(*pool, kept);
         pool.reset();
       },
-      "still in use \\(1 held by Buffer handles, chains or rings\\)(.|\n)*1 "
-      "buffer\\(s\\) held "
-      "by 1 Buffer(.|\n)*PlantLeak");
+      absl::StrCat(
+          "still in use \\(1 held by Buffer handles, chains or "
+          "rings\\)(.|\n)*1 buffer\\(s\\) held by 1 Buffer(.|\n)*#0 [^\n]*",
+          "PlantLeak[^\n]*",
+          StackSymbolizer::HaveLineInformation()
+              ? absl::StrCat("\\(/[^\n]*/holders_test\\.cc:", kPlantLeakLine,
+                             "\\) ")
+              : "",
+          "/[^\n]*/holders_test\\+0x[0-9a-f]+\n(.|\n)*\n$"));
+}
+
+TEST(HoldersDeathTest, AnUnsampledLeakIsCountedWithTheSwitchOnALine) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_DEATH(
+      {
+        auto pool = MakePool(TrackHolders::kSampled, 64, 1000);
+        std::vector<Buffer> kept;
+        std::thread([&] {
+          pool->TryAcquire().Reset();  // the thread's one sample
+          kept.push_back(pool->TryAcquire());
+        }).join();
+        pool.reset();
+      },
+      "1 of 64 buffer\\(s\\) out \\(tracking 1 in 1000: 0 sampled; run with "
+      "BUFPOOL_TRACK_HOLDERS=all to see where each was acquired\\):\n"
+      "  not sampled: 1 \\(1 held by Buffer handles, chains or sends in "
+      "flight\\); BUFPOOL_TRACK_HOLDERS=all records every acquire\n$");
 }
 
 TEST(HoldersDeathTest, UntrackedPoolPrintsCountsAndTheSwitch) {
@@ -702,7 +916,7 @@ TEST(HoldersTest, SampledRingsLineIsNotAPartOfTheSampledKinds) {
   ASSERT_NO_FATAL_FAILURE(rig.Open(*pool, 3));
   Buffer mine = pool->TryAcquire();
   const std::string report = pool->HoldersReport();
-  EXPECT_TRUE(absl::StrContains(report, "sampled)")) << report;
+  EXPECT_TRUE(absl::StrContains(report, "sampled")) << report;
   EXPECT_FALSE(absl::StrContains(report, "of these")) << report;
   EXPECT_TRUE(absl::StrContains(report, "\n  4 lent to io_uring rings"))
       << report;

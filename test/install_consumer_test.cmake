@@ -118,6 +118,36 @@ function(check_package build_dir work)
   if(NOT last_output MATCHES "uring consumer ok")
     message(FATAL_ERROR "io_uring consumer printed: ${last_output}")
   endif()
+  # The installed program runs from its prefix with no environment: the
+  # package records a shared library's directory (RUNPATH), as CMake's
+  # build-tree RPATH did before the install dropped it.
+  run(${CMAKE_COMMAND} --install "${work}/build" --prefix "${work}/consumer_prefix")
+  run(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH
+      "${work}/consumer_prefix/bin/consumer")
+  if(NOT last_output MATCHES "consumer ok")
+    message(FATAL_ERROR "installed consumer printed: ${last_output}")
+  endif()
+  # A user's GoogleTest suite on bufpool/testing.h: a leak fails naming its
+  # site; no leak passes.
+  run(${env} "${work}/build/testing_consumer")
+  if(NOT last_output MATCHES "testing consumer ok")
+    message(FATAL_ERROR "testing consumer printed: ${last_output}")
+  endif()
+  # bufpool/metrics.h names every family the library writes.
+  run(${env} "${work}/build/metrics_consumer")
+  string(REGEX MATCHALL "# TYPE [a-z_]+" types "${last_output}")
+  list(LENGTH types ntypes)
+  if(ntypes LESS 15)
+    message(FATAL_ERROR "metrics consumer wrote ${ntypes} families:\n${last_output}")
+  endif()
+  file(READ "${prefix}/include/bufpool/metrics.h" metrics_h)
+  foreach(type IN LISTS types)
+    string(REPLACE "# TYPE " "" family "${type}")
+    string(FIND "${metrics_h}" "${family}" at)
+    if(at LESS 0)
+      message(FATAL_ERROR "bufpool/metrics.h does not list ${family}")
+    endif()
+  endforeach()
   # bufpool::core's programs run, and neither they nor anything they load
   # needs liburing (ldd: every library loaded; readelf: the executable's
   # own entries, also when the library is static).
@@ -216,6 +246,12 @@ function(check_package build_dir work)
     message(FATAL_ERROR "pkg-config io_uring consumer printed: ${last_output}")
   endif()
 
+  # The installed examples build with the command their comments give,
+  # pkg-config's bufpool alone, and run.
+  run(c++ -std=c++20 "${prefix}/share/doc/bufpool/examples/resp_server.cc"
+      -o "${work}/resp_server_pc" ${flags})
+  run(${env} "${work}/resp_server_pc" 0 1)
+
   # A shared library in this prefix is found without LD_LIBRARY_PATH by a
   # program that records its directory, as the README's quick start says:
   # -Wl,-rpath,$(pkg-config --variable=libdir bufpool).
@@ -230,12 +266,12 @@ function(check_package build_dir work)
     endif()
   endif()
 
-  # docs/c_api.md's Python example, against the installed shared library
-  # loaded by its full path in the prefix, as the doc shows it (no
-  # environment).
+  # docs/c_api.md's Python example as printed, against the installed shared
+  # library, found through the prefix's bufpool.pc (PKG_CONFIG_PATH, as for
+  # the C and C++ examples) and loaded by its full path.
   if(shared_lib AND PYTHON)
     run(${CMAKE_COMMAND} -DDOC=${SOURCE_DIR}/docs/c_api.md
-        -DLIB_DIR=${prefix}/lib -DPYTHON=${PYTHON} -DWORK_DIR=${work}
+        -DPC_DIR=${prefix}/lib/pkgconfig -DPYTHON=${PYTHON} -DWORK_DIR=${work}
         -P "${CMAKE_CURRENT_LIST_DIR}/readme_python_test.cmake")
   endif()
 endfunction()

@@ -1,7 +1,10 @@
 # Runs the Python ctypes example of docs/c_api.md (the ```python block under
-# "## From Python") with python3 against a shared libbufpool in LIB_DIR, as a user
-# would: its one LIB_DIR line set to that directory, and no environment
-# variable (the example loads the library by its full path).
+# "## From Python") with python3 exactly as printed, as a user of a custom
+# prefix would: PKG_CONFIG_PATH names the prefix's pkgconfig directory (as
+# for the C and C++ examples) and no LD_LIBRARY_PATH is set (the example
+# loads the library by its full path). PC_DIR: that directory, from an
+# install; or, for a build tree, LIB_DIR: the directory holding
+# libbufpool.so, for which a bufpool.pc naming it is written in WORK_DIR.
 include("${CMAKE_CURRENT_LIST_DIR}/readme_block.cmake")
 file(READ "${DOC}" doc)
 string(FIND "${doc}" "\n## From Python\n" at)
@@ -10,19 +13,19 @@ if(at LESS 0)
 endif()
 string(SUBSTRING "${doc}" ${at} -1 section)
 readme_block("${section}" python code)
-string(REGEX MATCH "\nLIB_DIR = \"[^\"\n]*\"" lib_dir_line "${code}")
-if(NOT lib_dir_line)
-  message(FATAL_ERROR "the Python example of docs/c_api.md has no LIB_DIR = \"...\" line")
-endif()
-string(REPLACE "${lib_dir_line}" "\nLIB_DIR = \"${LIB_DIR}\"" code "${code}")
-# The example falls back to the loader's search only when LIB_DIR has no
-# libbufpool.so; here it must load the one in LIB_DIR.
-if(NOT EXISTS "${LIB_DIR}/libbufpool.so")
-  message(FATAL_ERROR "no libbufpool.so in ${LIB_DIR}")
+if(NOT PC_DIR)
+  if(NOT EXISTS "${LIB_DIR}/libbufpool.so")
+    message(FATAL_ERROR "no libbufpool.so in ${LIB_DIR}")
+  endif()
+  set(PC_DIR "${WORK_DIR}/readme_python_pc")
+  file(WRITE "${PC_DIR}/bufpool.pc"
+    "libdir=${LIB_DIR}\nName: bufpool\nDescription: the build tree's\n"
+    "Version: 0\nLibs: -L${LIB_DIR} -lbufpool\n")
 endif()
 file(WRITE "${WORK_DIR}/readme_example.py" "${code}")
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH
+          "PKG_CONFIG_PATH=${PC_DIR}"
           "${PYTHON}" "${WORK_DIR}/readme_example.py"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT rc EQUAL 0)

@@ -595,7 +595,7 @@ def goals(values, counters, cold, copy, echo, elastic=None):
                       "(time ratio)",
                       per_round(V(w, "libbufpool_ring_take_buffer"),
                                 V(w, "raw_liburing"), div), target, True))
-    # Issue 41's costs of a budget: the same work through a bound chain.
+    # What a budget costs: the same work through a bound chain.
     g.append(goal("a chain bound to a budget: Append within 1.1x an unbound "
                   "chain (time ratio)",
                   per_round(V("AppendBudget", "libbufpool_budget"),
@@ -679,7 +679,7 @@ def goals(values, counters, cold, copy, echo, elastic=None):
 
 
 def elastic_goals(values, e):
-    """The elastic pool's rows (issue 42): bench/elastic_pool and the
+    """The elastic pool's rows: bench/elastic_pool and the
     libbufpool_elastic contender beside the fixed pool."""
     V = lambda w, c, t=1: values.get((w, c, t), {})
     div = lambda a, b: a / b

@@ -2,11 +2,31 @@
 //
 // A pool made with PoolOptions::track_holders other than kOff records, for
 // the acquires it tracks, the acquiring thread, the time and the call stack
-// (raw return addresses from absl::GetStackTrace; they are symbolized with
-// absl::Symbolize only when a report is made, never on the acquire path).
+// (raw return addresses from absl::GetStackTrace; they are symbolized only
+// when a report is made, never on the acquire path).
 // BufferPool::Holders() lists what is out now, BufferPool::HoldersReport()
 // groups it by acquire site, and destroying a pool with buffers out prints
-// the report before it aborts.
+// the report before it aborts. Each frame reads
+//
+//   HandleAuth() (/src/server/auth.cc:88) /usr/bin/server+0x2b6db
+//
+// the function (with the calls inlined there as frames of their own), its
+// file and line where the program has debug information (-g; read with
+// elfutils' libdw, loaded when a report is made if libdw.so.1 is
+// installed), and always the module and offset, which
+// `addr2line -f -i -e /usr/bin/server 0x2b6db` resolves later, from the
+// binary or its separate debug file. The library's own frames (the pool's,
+// a chain's, a ring's) are left out: the first frame is the caller's.
+//
+// Frame pointers: the stack is unwound by them, so each caller above the
+// code that acquired appears only if it was compiled with
+// -fno-omit-frame-pointer (the library is). A stack that stops after one
+// function says so in the report.
+//
+// Sampled (kSampled), a report also counts the buffers out that were not
+// sampled, by kind (raw pointers, lent to rings, in budgets' reserves; the
+// rest handles, chains or sends), and names the switch that records them
+// all: BUFPOOL_TRACK_HOLDERS=all.
 //
 //   auto pool = BufferPool::Create({.track_holders = TrackHolders::kAll});
 //   ...
@@ -30,12 +50,11 @@
 //             records its stack: about ten times kOff. For tests and for
 //             hunting a leak.
 // A record is the stack (absl::GetStackTrace, ~15 ns: it unwinds by frame
-// pointers, so frames beyond the acquiring function need
-// -fno-omit-frame-pointer in the caller's code; the library is built with
-// it), the thread id (cached per thread) and the time
+// pointers, see above), the thread id (cached per thread) and the time
 // (CLOCK_MONOTONIC_COARSE: a holder's age is good to the kernel's tick).
-// Reports symbolize (absl::Symbolize): milliseconds, never on the acquire
-// path. Memory: with tracking on, Create() allocates a record of about 350
+// Reports symbolize: milliseconds (the first in a process reads the
+// program's debug information: tens of milliseconds more), never on the
+// acquire path. Memory: with tracking on, Create() allocates a record of about 350
 // bytes per buffer (the stack, four touch labels) and a byte per buffer;
 // nothing with kOff.
 //
@@ -77,9 +96,10 @@ struct Holder {
   // flight" (a HeldSend the kernel has not finished with), "budget <name>" (in
   // a budget's reservation, bufpool/budget.h: reserved, not leaked).
   std::string held_by;
-  // Symbolized frames of the acquire, innermost first, starting at the
-  // caller of the pool (the pool's own frames are left out). A frame that
-  // cannot be symbolized is its address in hex.
+  // Frames of the acquire, innermost first, starting at the library's
+  // caller (its own frames are left out): "function (file:line)
+  // module+0xoffset", without "(file:line)" where there is no line
+  // information; a function that cannot be named is its address in hex.
   std::vector<std::string> stack;
   // Labels from Buffer::Touch(), oldest first (the last 4).
   std::vector<std::string> touches;

@@ -11,6 +11,10 @@
 //   bufpool_pool_high_water_buffers                    gauges
 //   bufpool_pool_acquire_failures_total,
 //   bufpool_pool_acquire_timeouts_total                counters
+//   bufpool_pool_committed_buffers    gauge: buffers backed by memory now
+//                                     (an elastic pool grows and trims it)
+//   bufpool_pool_grows_total, bufpool_pool_grow_failures_total,
+//   bufpool_pool_trims_total                           counters
 //   bufpool_budget_pinned_bytes, bufpool_budget_high_water_bytes,
 //   bufpool_budget_max_bytes, bufpool_budget_reserved_bytes   gauges
 //   bufpool_budget_refusals_total                      counter

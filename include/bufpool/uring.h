@@ -323,13 +323,8 @@ class BUFPOOL_EXPORT ProvidedBufferRing {
 // Receives that ended for want of a buffer (cqe.res == -ENOBUFS, without
 // IORING_CQE_F_MORE), re-armed, oldest first, once ShouldRearm(); while the
 // pool is dry, a read of the pool's notice (NotifyWhenFree() on an eventfd)
-// in the caller's ring wakes the loop when a buffer is free:
-//   auto parked = bufpool::ParkedReceives::Create(**bufs);
-//   if (cqe->res == -ENOBUFS && !more) (*parked)->Park(&conn);
-//   ... every loop turn:
-//   (*bufs)->Refill();
-//   (*parked)->Rearm(&ring, kNoticeTag, [&](void* c) { Receive(c); });
-//   ... case kNoticeTag: (*parked)->OnNotice(); break;  // its completion
+// in the caller's ring wakes the loop when a buffer is free. The loop that
+// uses it: docs/uring.md, "Parking and sending".
 //
 // Thread safety and lifetime: the ring's thread; it may be destroyed after
 // its ProvidedBufferRing. The eventfd read in flight writes into it:
@@ -379,13 +374,8 @@ class BUFPOOL_EXPORT ParkedReceives {
 // One send of a chain's bytes that keeps them alive until the kernel no
 // longer reads them: its completion, or for zero-copy (Linux 6.0+) the
 // notification (IORING_CQE_F_NOTIF). Not movable: the kernel reads its
-// msghdr from Prepare() until done().
-//   conn->send.Prepare(sqe, fd, std::move(chain), {.zero_copy = true});
-//   io_uring_sqe_set_data(sqe, conn);  // tagged apart from the receive's
-//   ... for every completion with that user_data:
-//   conn->send.OnCompletion(*cqe);
-//   if (conn->send.has_result()) ... result(): bytes sent or -errno;
-//   if (conn->send.done()) ... the held bytes are released; Prepare again
+// msghdr from Prepare() until done(). Its loop: docs/uring.md, "Parking and
+// sending".
 class BUFPOOL_EXPORT HeldSend {
  public:
   // Slices one send covers at most (UIO_MAXIOV); the rest stay unsent.

@@ -60,7 +60,7 @@ struct Job {
 };
 
 // The method kAuto runs, and why (CopyStats::method_reason). Measured on
-// ext4 and tmpfs (docs/benchmarks.md, issue 45): for regular files from
+// ext4 and tmpfs (docs/benchmarks.md, "Copies"): for regular files from
 // 4 KiB to 512 MiB the kernel method was the fastest of kernel, readwrite
 // and uring, on one file system (copy_file_range: one copy in the kernel,
 // no buffers) and across two (sendfile, since copy_file_range refuses

@@ -4,9 +4,7 @@
 #include "pool/holders.h"
 
 #include <pthread.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,18 +16,18 @@
 #include <new>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "absl/debugging/stacktrace.h"
-#include "absl/debugging/symbolize.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bufpool/budget.h"
 #include "bufpool/internal/shared_access.h"
+#include "os/thread.h"
 #include "pool/pool_internal.h"
+#include "pool/stack_symbolizer.h"
 
 namespace bufpool {
 
@@ -47,7 +45,7 @@ pid_t ThisThreadId() {
       return true;
     }();
     (void)registered;
-    t_thread_id = static_cast<pid_t>(::syscall(SYS_gettid));
+    t_thread_id = static_cast<pid_t>(os::CurrentThreadId());
   }
   return t_thread_id;
 }
@@ -299,53 +297,52 @@ TrackHolders BufferPool::track_holders() const {
 
 namespace {
 
-// Symbolizes return addresses, each once per report.
+// The frames of recorded stacks, each address resolved once per report
+// (stack_symbolizer.h), with the library's own frames folded away.
 class Symbolizer {
  public:
-  // The function `pc` returns into, or its address in hex; `*known` says
-  // which.
-  const std::string& Name(uintptr_t pc, bool* known) {
-    auto [it, fresh] = names_.try_emplace(pc);
-    if (fresh) {
-      char name[1024];
-      // pc - 1: a return address may be the first byte of the next
-      // function when the call was the last instruction (a noreturn
-      // callee).
-      it->second.known = absl::Symbolize(reinterpret_cast<const void*>(pc - 1),
-                                         name, sizeof(name));
-      it->second.name = it->second.known ? std::string(name)
-                                         : absl::StrCat("0x", absl::Hex(pc));
-    }
-    *known = it->second.known;
-    return it->second.name;
-  }
-
-  // Symbolized frames of `pcs`, without the pool's own leading frames;
-  // *site: the first frame kept (the acquire site's return address).
+  // The frames of `pcs`, innermost first, from the caller of the library
+  // on: leading addresses whose frames are all the library's are left out,
+  // and so are the library's inlined frames at the first address kept.
+  // *site: the first address kept (the acquire site's return address).
+  // Everything, if every frame is the library's.
   std::vector<std::string> Frames(const uintptr_t* pcs, uint32_t depth,
                                   uintptr_t* site) {
     std::vector<std::string> frames;
     *site = 0;
-    for (uint32_t i = 0; i < depth; ++i) {
-      bool known;
-      const std::string& name = Name(pcs[i], &known);
-      if (frames.empty() && known &&
-          (absl::StartsWith(name, "bufpool::BufferPool::") ||
-           absl::StartsWith(name, "bufpool::Buffer::"))) {
-        continue;  // the pool's acquire path, not the caller's site
+    uint32_t first = 0;
+    size_t skip = 0;  // of the first kept address's frames
+    for (; first < depth; ++first) {
+      const std::vector<StackFrame>& chain = symbolizer_.Frames(pcs[first]);
+      if (chain.back().library) continue;
+      for (size_t j = chain.size(); j-- > 0;) {
+        if (chain[j].library) {
+          skip = j + 1;
+          break;
+        }
       }
-      if (frames.empty()) *site = pcs[i];
-      frames.push_back(name);
+      break;
+    }
+    if (first == depth) {  // nothing but the library: keep everything
+      first = 0;
+      skip = 0;
+    }
+    for (uint32_t i = first; i < depth; ++i) {
+      const std::vector<StackFrame>& chain = symbolizer_.Frames(pcs[i]);
+      // An address in no mapped file is no return address: the unwinder
+      // followed a frame pointer register that held something else (code
+      // without frame pointers above); the stack ends there.
+      if (i > first && chain.front().module.empty()) break;
+      if (i == first) *site = pcs[i];
+      for (size_t j = i == first ? skip : 0; j < chain.size(); ++j) {
+        frames.push_back(FormatFrame(chain[j]));
+      }
     }
     return frames;
   }
 
  private:
-  struct Entry {
-    bool known = false;
-    std::string name;
-  };
-  std::unordered_map<uintptr_t, Entry> names_;
+  StackSymbolizer symbolizer_;
 };
 
 // The report's counts per kind of holder, over the tracked buffers: ": 3
@@ -384,6 +381,23 @@ std::vector<std::vector<const Holder*>> GroupsBySite(
   return groups;
 }
 
+// How many return addresses `stack`'s frames come from: the frames of one
+// address (a function and what was inlined into it) share its
+// "module+0xoffset", the last word of each.
+size_t Addresses(const std::vector<std::string>& stack) {
+  std::vector<absl::string_view> seen;
+  for (const std::string& frame : stack) {
+    absl::string_view where = frame;
+    if (const size_t space = where.rfind(' '); space != where.npos) {
+      where.remove_prefix(space + 1);
+    }
+    if (std::find(seen.begin(), seen.end(), where) == seen.end()) {
+      seen.push_back(where);
+    }
+  }
+  return seen.size();
+}
+
 // One acquire site's paragraph: how many buffers and what holds them, its
 // oldest member's age, thread, touches and stack, and the first 8 slots.
 void AppendGroup(const std::vector<const Holder*>& m, std::string* report) {
@@ -412,6 +426,14 @@ void AppendGroup(const std::vector<const Holder*>& m, std::string* report) {
   absl::StrAppend(report, "    acquired at:\n");
   for (size_t i = 0; i < oldest.stack.size(); ++i) {
     absl::StrAppend(report, "      #", i, " ", oldest.stack[i], "\n");
+  }
+  if (Addresses(oldest.stack) == 1) {
+    // The unwinder follows frame pointers: code compiled without them ends
+    // the stack at its own frame.
+    absl::StrAppend(report,
+                    "      (one frame: the stack ends where the code that "
+                    "acquired has no frame pointer; compile it with "
+                    "-fno-omit-frame-pointer to see its callers)\n");
   }
 }
 
@@ -506,6 +528,49 @@ size_t LentToKernel(const BufferPool& pool, std::string* detail) {
   return lent;
 }
 
+// The line of a sampled report that counts, by kind, the buffers out that
+// were not sampled: what the pool knows of every slot (raw pointers, the
+// rings' lent buffers, the budgets' reserves), less the sampled ones of
+// each kind; the rest are Buffer handles, chains or sends, which only a
+// record tells apart.
+void AppendUnsampled(const BufferPool& pool, const std::vector<Holder>& sampled,
+                     size_t out_now, size_t raw, size_t lent,
+                     std::string* report) {
+  size_t reserved = 0;
+  internal::ForEachBudget(
+      pool, [&](const BufferBudget& b) { reserved += b.reserve_buffers(); });
+  size_t sampled_raw = 0, sampled_lent = 0, sampled_reserved = 0;
+  for (const Holder& h : sampled) {
+    sampled_raw += h.held_by == "raw pointer";
+    sampled_lent += absl::StartsWith(h.held_by, "ring ");
+    sampled_reserved += absl::StartsWith(h.held_by, "budget ");
+  }
+  // Each count is a snapshot: clamped, so that none wraps.
+  const size_t unsampled = out_now - sampled.size();
+  auto less = [](size_t a, size_t b) { return a > b ? a - b : 0; };
+  size_t left = unsampled;
+  auto take = [&](size_t n) {
+    n = std::min(n, left);
+    left -= n;
+    return n;
+  };
+  const size_t u_raw = take(less(raw, sampled_raw));
+  const size_t u_lent = take(less(lent, sampled_lent));
+  const size_t u_reserved = take(less(reserved, sampled_reserved));
+  absl::StrAppend(report, "  not sampled: ", unsampled, " (");
+  if (u_raw != 0) absl::StrAppend(report, u_raw, " as raw pointers, ");
+  if (u_lent != 0) {
+    absl::StrAppend(report, u_lent, " lent to io_uring rings, not leaked, ");
+  }
+  if (u_reserved != 0) {
+    absl::StrAppend(report, u_reserved,
+                    " in budgets' reserves, not leaked, ");
+  }
+  absl::StrAppend(report, left,
+                  " held by Buffer handles, chains or sends in flight); "
+                  "BUFPOOL_TRACK_HOLDERS=all records every acquire\n");
+}
+
 }  // namespace
 
 std::string BufferPool::HoldersReport(size_t max_holders) const {
@@ -550,10 +615,21 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
   if (holders_->mode() == TrackHolders::kAll) {
     absl::StrAppend(&report, " (tracking all)");
   } else {
+    // Some out were not sampled: the switch that lists them all goes in
+    // the first line, as with tracking off.
     absl::StrAppend(&report, " (tracking 1 in ", holders_->sample_every(), ": ",
-                    holders.size(), " sampled)");
+                    holders.size(), " sampled",
+                    out_now > holders.size()
+                        ? "; run with BUFPOOL_TRACK_HOLDERS=all to see where "
+                          "each was acquired"
+                        : "",
+                    ")");
   }
   AppendKinds(holders, &report);
+  if (holders_->mode() == TrackHolders::kSampled &&
+      out_now > holders.size()) {
+    AppendUnsampled(*this, holders, out_now, raw, lent, &report);
+  }
   // Tracked, the ring's lent buffers are its "ring N" kind above (its pack
   // buffer is among the chains); this line says which of those counts are
   // the rings', so that a reader does not add them twice. Sampled, the
