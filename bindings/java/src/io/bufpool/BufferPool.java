@@ -6,8 +6,6 @@ import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
 import java.lang.ref.Cleaner;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -19,6 +17,7 @@ import java.util.concurrent.CancellationException;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.concurrent.locks.Condition;
@@ -214,7 +213,7 @@ public final class BufferPool implements AutoCloseable {
     long handle;
     try (Arena a = Arena.ofConfined()) {
       MemorySegment opts = a.allocate(Native.OPTIONS_SIZE, 8);
-      Native.OPTIONS_INIT.invokeExact(opts, Native.OPTIONS_SIZE);
+      Native.Setup.OPTIONS_INIT.invokeExact(opts, Native.OPTIONS_SIZE);
       opts.set(JAVA_LONG, Native.OPT_BUFFER_SIZE, o.bufferSize);
       opts.set(JAVA_LONG, Native.OPT_BUFFER_COUNT, o.bufferCount);
       opts.set(JAVA_INT, Native.OPT_HUGE_PAGES, o.hugePages.ordinal());
@@ -227,7 +226,7 @@ public final class BufferPool implements AutoCloseable {
       opts.set(JAVA_INT, Native.OPT_TRACK_HOLDERS, o.trackHolders.ordinal());
       opts.set(JAVA_INT, Native.OPT_HOLDER_SAMPLE_EVERY, o.holderSampleEvery);
       MemorySegment err = a.allocate(ADDRESS);
-      handle = (long) Native.CREATE.invokeExact(opts, err);
+      handle = (long) Native.Setup.CREATE.invokeExact(opts, err);
       if (handle == 0) {
         String msg = Native.takeError(err);
         String text = "BufferPool.create: " + msg;
@@ -262,12 +261,12 @@ public final class BufferPool implements AutoCloseable {
 
   /**
    * Per slot: even while free, odd while out; each acquire and release adds
-   * one. Written by the slot's owner only (the library's acquire and release
-   * order one owner before the next); read by close() and the reports to
-   * name what is out, and by the use-after-release check.
+   * one. Written by the slot's owner only, with plain accesses: the
+   * library's release and acquire of the slot (a release store and an
+   * acquire load in its cache or depot) order one owner's writes before the
+   * next owner's. Read by close() and the reports to name what is out.
    */
   private final int[] generations;
-  private static final VarHandle GEN = MethodHandles.arrayElementVarHandle(int[].class);
 
   /** Set once by close(); read by every release and accessor. */
   private volatile boolean closing;
@@ -277,8 +276,7 @@ public final class BufferPool implements AutoCloseable {
   // native call pins its carrier): releases signal while waiters is not 0.
   private final ReentrantLock waitLock = new ReentrantLock();
   private final Condition freed = waitLock.newCondition();
-  private volatile int virtualWaiters;
-  private static final VarHandle WAITERS;
+  private final AtomicInteger virtualWaiters = new AtomicInteger();
   private static final long MAX_PARK_NANOS = TimeUnit.MILLISECONDS.toNanos(1);
 
   /** Empty tries made while waiting: not failures of the caller's call. */
@@ -292,14 +290,6 @@ public final class BufferPool implements AutoCloseable {
   private static final int MAX_LEAK_LINES = 64;
   private static final System.Logger LOG = System.getLogger("io.bufpool");
 
-  static {
-    try {
-      WAITERS = MethodHandles.lookup().findVarHandle(BufferPool.class, "virtualWaiters", int.class);
-    } catch (ReflectiveOperationException e) {
-      throw new ExceptionInInitializerError(e);
-    }
-  }
-
   private BufferPool(long handle, Options o) {
     this.handle = handle;
     this.name = o.name;
@@ -309,7 +299,7 @@ public final class BufferPool implements AutoCloseable {
     try (Arena a = Arena.ofConfined()) {
       MemorySegment basePtr = a.allocate(ADDRESS);
       MemorySegment length = a.allocate(JAVA_LONG);
-      Native.REGION.invokeExact(handle, basePtr, length);
+      Native.Setup.REGION.invokeExact(handle, basePtr, length);
       this.base = basePtr.get(ADDRESS, 0).address();
       this.regionLength = length.get(JAVA_LONG, 0);
     } catch (Throwable t) {
@@ -343,7 +333,7 @@ public final class BufferPool implements AutoCloseable {
     checkOpen();
     long address;
     try {
-      address = (long) Native.TRY_ACQUIRE.invokeExact(handle);
+      address = (long) Native.Hot.TRY_ACQUIRE.invokeExact(handle);
     } catch (Throwable t) {
       throw Native.rethrow(t);
     }
@@ -388,7 +378,7 @@ public final class BufferPool implements AutoCloseable {
   private PooledBuffer waitNative(long nanos) {
     try (Arena a = Arena.ofConfined()) {
       MemorySegment err = a.allocate(ADDRESS);
-      long address = (long) Native.ACQUIRE.invokeExact(handle, nanos, err);
+      long address = (long) Native.Wait.ACQUIRE.invokeExact(handle, nanos, err);
       if (address == 0) {
         throw new AcquireTimeoutException("BufferPool" + label() + ".acquire: "
             + Native.takeError(err));
@@ -403,7 +393,7 @@ public final class BufferPool implements AutoCloseable {
 
   private PooledBuffer waitVirtual(long nanos, Duration timeout) {
     final long deadline = System.nanoTime() + nanos;
-    WAITERS.getAndAdd(this, 1);
+    virtualWaiters.incrementAndGet();
     try {
       while (true) {
         // Registered before this try: a release after it signals us. One
@@ -431,7 +421,7 @@ public final class BufferPool implements AutoCloseable {
         }
       }
     } finally {
-      WAITERS.getAndAdd(this, -1);
+      virtualWaiters.decrementAndGet();
     }
   }
 
@@ -456,10 +446,10 @@ public final class BufferPool implements AutoCloseable {
     MemorySegment out = MemorySegment.ofArray(addresses);
     long got;
     try {
-      got = (long) Native.TRY_ACQUIRE_BULK.invokeExact(handle, out, (long) n);
+      got = (long) Native.Bulk.TRY_ACQUIRE_BULK.invokeExact(handle, out, (long) n);
       if (got < n) {
         if (got > 0) {
-          Native.RELEASE_BULK.invokeExact(handle, out, got);
+          Native.Bulk.RELEASE_BULK.invokeExact(handle, out, got);
         }
         return null;
       }
@@ -475,8 +465,8 @@ public final class BufferPool implements AutoCloseable {
 
   private PooledBuffer wrap(long address) {
     int slot = (int) ((address - base) >>> shift);
-    int gen = (int) GEN.getAcquire(generations, slot) + 1;
-    GEN.setRelease(generations, slot, gen);
+    int gen = generations[slot] + 1;
+    generations[slot] = gen;
     PooledBuffer b;
     if (checkUseAfterRelease) {
       Arena own = Arena.ofShared();
@@ -499,7 +489,7 @@ public final class BufferPool implements AutoCloseable {
   void release(PooledBuffer b) {
     forget(b);
     try {
-      Native.RELEASE.invokeExact(handle, b.address);
+      Native.Hot.RELEASE.invokeExact(handle, b.address);
     } catch (Throwable t) {
       throw Native.rethrow(t);
     }
@@ -517,11 +507,11 @@ public final class BufferPool implements AutoCloseable {
     if (b.ownArena != null) {
       b.ownArena.close();
     }
-    GEN.setRelease(generations, b.slot, b.generation + 1);
+    generations[b.slot] = b.generation + 1;
   }
 
   private void afterRelease() {
-    if (virtualWaiters != 0) {
+    if (virtualWaiters.get() != 0) {
       waitLock.lock();
       try {
         freed.signal();
@@ -558,7 +548,7 @@ public final class BufferPool implements AutoCloseable {
       return;
     }
     try {
-      Native.RELEASE_BULK.invokeExact(handle, MemorySegment.ofArray(addresses), (long) n);
+      Native.Bulk.RELEASE_BULK.invokeExact(handle, MemorySegment.ofArray(addresses), (long) n);
     } catch (Throwable t) {
       throw Native.rethrow(t);
     }
@@ -618,9 +608,9 @@ public final class BufferPool implements AutoCloseable {
       }
     }
     LOG.log(System.Logger.Level.WARNING, line);
-    GEN.setRelease(generations, t.slot, t.generation + 1);
+    generations[t.slot] = t.generation + 1;
     try {
-      Native.RELEASE.invokeExact(handle, t.address);
+      Native.Hot.RELEASE.invokeExact(handle, t.address);
     } catch (Throwable e) {
       throw Native.rethrow(e);
     }
@@ -658,7 +648,7 @@ public final class BufferPool implements AutoCloseable {
     synchronized (this) {
       if (handle != 0) {
         try {
-          Native.GET_STATS.invokeExact(handle, MemorySegment.ofArray(w), (long) (8 * w.length));
+          Native.Admin.GET_STATS.invokeExact(handle, MemorySegment.ofArray(w), (long) (8 * w.length));
         } catch (Throwable t) {
           throw Native.rethrow(t);
         }
@@ -729,8 +719,8 @@ public final class BufferPool implements AutoCloseable {
       while (true) {
         MemorySegment buf = a.allocate(size);
         long n = holders
-            ? (long) Native.HOLDERS_REPORT.invokeExact(handle, 32L, buf, size)
-            : (long) Native.WRITE_METRICS.invokeExact(handle, label, buf, size);
+            ? (long) Native.Admin.HOLDERS_REPORT.invokeExact(handle, 32L, buf, size)
+            : (long) Native.Admin.WRITE_METRICS.invokeExact(handle, label, buf, size);
         if (n < size) {
           return buf.getString(0);
         }
@@ -745,7 +735,7 @@ public final class BufferPool implements AutoCloseable {
   public void flushCaches() {
     checkOpen();
     try {
-      Native.FLUSH_CACHES.invokeExact(handle);
+      Native.Admin.FLUSH_CACHES.invokeExact(handle);
     } catch (Throwable t) {
       throw Native.rethrow(t);
     }
@@ -829,14 +819,14 @@ public final class BufferPool implements AutoCloseable {
     }
     long[] w = new long[Native.STATS_WORDS];
     try {
-      Native.GET_STATS.invokeExact(handle, MemorySegment.ofArray(w), (long) (8 * w.length));
+      Native.Admin.GET_STATS.invokeExact(handle, MemorySegment.ofArray(w), (long) (8 * w.length));
       if (w[2] != 0) {
         return false;
       }
       if (regionArena.scope().isAlive()) {
         regionArena.close();
       }
-      Native.DESTROY.invokeExact(handle);
+      Native.Admin.DESTROY.invokeExact(handle);
     } catch (Throwable t) {
       throw Native.rethrow(t);
     }
@@ -848,7 +838,7 @@ public final class BufferPool implements AutoCloseable {
   private List<Integer> slotsOut() {
     List<Integer> out = new ArrayList<>();
     for (int i = 0; i < generations.length; i++) {
-      if (((int) GEN.getAcquire(generations, i) & 1) != 0) {
+      if ((generations[i] & 1) != 0) {
         out.add(i);
       }
     }

@@ -145,49 +145,77 @@ final class Native {
   /** Critical, and may be passed heap segments (arrays). */
   private static final Linker.Option CRITICAL_HEAP = Linker.Option.critical(true);
 
-  // void bufpool_options_init(bufpool_options*, size_t)
-  static final MethodHandle OPTIONS_INIT = handle("bufpool_options_init",
-      FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG));
-  // bufpool_pool* bufpool_create(const bufpool_options*, char** err)
-  static final MethodHandle CREATE = handle("bufpool_create",
-      FunctionDescriptor.of(JAVA_LONG, ADDRESS, ADDRESS));
-  // void bufpool_destroy(bufpool_pool*)
-  static final MethodHandle DESTROY = handle("bufpool_destroy",
-      FunctionDescriptor.ofVoid(JAVA_LONG));
-  // void bufpool_free_error(char*)
-  static final MethodHandle FREE_ERROR = handle("bufpool_free_error",
-      FunctionDescriptor.ofVoid(ADDRESS));
-  // void* bufpool_try_acquire(bufpool_pool*)
-  static final MethodHandle TRY_ACQUIRE = handle("bufpool_try_acquire",
-      FunctionDescriptor.of(JAVA_LONG, JAVA_LONG), CRITICAL);
-  // void* bufpool_acquire(bufpool_pool*, int64_t timeout_ns, char** err):
-  // may sleep, so not critical.
-  static final MethodHandle ACQUIRE = handle("bufpool_acquire",
-      FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, ADDRESS));
-  // void bufpool_release(bufpool_pool*, void*)
-  static final MethodHandle RELEASE = handle("bufpool_release",
-      FunctionDescriptor.ofVoid(JAVA_LONG, JAVA_LONG), CRITICAL);
-  // size_t bufpool_try_acquire_bulk(bufpool_pool*, void** out, size_t n)
-  static final MethodHandle TRY_ACQUIRE_BULK = handle("bufpool_try_acquire_bulk",
-      FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, ADDRESS, JAVA_LONG), CRITICAL_HEAP);
-  // void bufpool_release_bulk(bufpool_pool*, void* const* in, size_t n)
-  static final MethodHandle RELEASE_BULK = handle("bufpool_release_bulk",
-      FunctionDescriptor.ofVoid(JAVA_LONG, ADDRESS, JAVA_LONG), CRITICAL_HEAP);
-  // void bufpool_get_stats_sized(const bufpool_pool*, bufpool_stats*, size_t)
-  static final MethodHandle GET_STATS = handle("bufpool_get_stats_sized",
-      FunctionDescriptor.ofVoid(JAVA_LONG, ADDRESS, JAVA_LONG), CRITICAL_HEAP);
-  // void bufpool_region(const bufpool_pool*, void** base, size_t* length)
-  static final MethodHandle REGION = handle("bufpool_region",
-      FunctionDescriptor.ofVoid(JAVA_LONG, ADDRESS, ADDRESS));
-  // size_t bufpool_holders_report(const bufpool_pool*, size_t, char*, size_t)
-  static final MethodHandle HOLDERS_REPORT = handle("bufpool_holders_report",
-      FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, ADDRESS, JAVA_LONG));
-  // size_t bufpool_write_metrics(const bufpool_pool*, const char*, char*, size_t)
-  static final MethodHandle WRITE_METRICS = handle("bufpool_write_metrics",
-      FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, ADDRESS, ADDRESS, JAVA_LONG));
-  // void bufpool_flush_caches(bufpool_pool*): fences every CPU, not short.
-  static final MethodHandle FLUSH_CACHES = handle("bufpool_flush_caches",
-      FunctionDescriptor.ofVoid(JAVA_LONG));
+  // The handles, in holder classes by use: linking a downcall handle costs
+  // milliseconds in a JVM that has just started (tens with the first), so
+  // each group is linked when first used, and a program pays only for the
+  // calls it makes. A static final in a holder is a constant to the JIT.
+
+  /** Creating a pool. */
+  static final class Setup {
+    // void bufpool_options_init(bufpool_options*, size_t)
+    static final MethodHandle OPTIONS_INIT = handle("bufpool_options_init",
+        FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG));
+    // bufpool_pool* bufpool_create(const bufpool_options*, char** err)
+    static final MethodHandle CREATE = handle("bufpool_create",
+        FunctionDescriptor.of(JAVA_LONG, ADDRESS, ADDRESS));
+    // void bufpool_region(const bufpool_pool*, void** base, size_t* length)
+    static final MethodHandle REGION = handle("bufpool_region",
+        FunctionDescriptor.ofVoid(JAVA_LONG, ADDRESS, ADDRESS));
+  }
+
+  /** Freeing an error string. */
+  static final class Errors {
+    // void bufpool_free_error(char*)
+    static final MethodHandle FREE_ERROR = handle("bufpool_free_error",
+        FunctionDescriptor.ofVoid(ADDRESS));
+  }
+
+  /** The per-buffer calls. */
+  static final class Hot {
+    // void* bufpool_try_acquire(bufpool_pool*)
+    static final MethodHandle TRY_ACQUIRE = handle("bufpool_try_acquire",
+        FunctionDescriptor.of(JAVA_LONG, JAVA_LONG), CRITICAL);
+    // void bufpool_release(bufpool_pool*, void*)
+    static final MethodHandle RELEASE = handle("bufpool_release",
+        FunctionDescriptor.ofVoid(JAVA_LONG, JAVA_LONG), CRITICAL);
+  }
+
+  /** Many buffers per call. */
+  static final class Bulk {
+    // size_t bufpool_try_acquire_bulk(bufpool_pool*, void** out, size_t n)
+    static final MethodHandle TRY_ACQUIRE_BULK = handle("bufpool_try_acquire_bulk",
+        FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, ADDRESS, JAVA_LONG), CRITICAL_HEAP);
+    // void bufpool_release_bulk(bufpool_pool*, void* const* in, size_t n)
+    static final MethodHandle RELEASE_BULK = handle("bufpool_release_bulk",
+        FunctionDescriptor.ofVoid(JAVA_LONG, ADDRESS, JAVA_LONG), CRITICAL_HEAP);
+  }
+
+  /** Waiting for a buffer. */
+  static final class Wait {
+    // void* bufpool_acquire(bufpool_pool*, int64_t timeout_ns, char** err):
+    // may sleep, so not critical.
+    static final MethodHandle ACQUIRE = handle("bufpool_acquire",
+        FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, ADDRESS));
+  }
+
+  /** Counters, reports, teardown. */
+  static final class Admin {
+    // void bufpool_get_stats_sized(const bufpool_pool*, bufpool_stats*, size_t)
+    static final MethodHandle GET_STATS = handle("bufpool_get_stats_sized",
+        FunctionDescriptor.ofVoid(JAVA_LONG, ADDRESS, JAVA_LONG), CRITICAL_HEAP);
+    // void bufpool_destroy(bufpool_pool*)
+    static final MethodHandle DESTROY = handle("bufpool_destroy",
+        FunctionDescriptor.ofVoid(JAVA_LONG));
+    // size_t bufpool_holders_report(const bufpool_pool*, size_t, char*, size_t)
+    static final MethodHandle HOLDERS_REPORT = handle("bufpool_holders_report",
+        FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, ADDRESS, JAVA_LONG));
+    // size_t bufpool_write_metrics(const bufpool_pool*, const char*, char*, size_t)
+    static final MethodHandle WRITE_METRICS = handle("bufpool_write_metrics",
+        FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, ADDRESS, ADDRESS, JAVA_LONG));
+    // void bufpool_flush_caches(bufpool_pool*): fences every CPU, not short.
+    static final MethodHandle FLUSH_CACHES = handle("bufpool_flush_caches",
+        FunctionDescriptor.ofVoid(JAVA_LONG));
+  }
 
   // The byte offsets of bufpool_options' fields (LP64, c.h's order).
   static final long OPT_STRUCT_SIZE = 0;
@@ -216,7 +244,7 @@ final class Native {
     }
     String text = err.reinterpret(Long.MAX_VALUE).getString(0);
     try {
-      FREE_ERROR.invokeExact(err);
+      Errors.FREE_ERROR.invokeExact(err);
     } catch (Throwable t) {
       throw rethrow(t);
     }

@@ -2,9 +2,8 @@ package io.bufpool;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
+import java.util.concurrent.atomic.AtomicIntegerFieldUpdater;
 
 /**
  * One buffer of a {@link BufferPool}, held from its acquire until its
@@ -40,15 +39,10 @@ public final class PooledBuffer implements AutoCloseable {
   BufferPool.Tracker tracker;
   private MemorySegment segment;
   private volatile int released;
-  private static final VarHandle RELEASED;
-
-  static {
-    try {
-      RELEASED = MethodHandles.lookup().findVarHandle(PooledBuffer.class, "released", int.class);
-    } catch (ReflectiveOperationException e) {
-      throw new ExceptionInInitializerError(e);
-    }
-  }
+  // An updater rather than a VarHandle: the same code once compiled, and
+  // far cheaper in a JVM that has just started (no LambdaForms to spin).
+  private static final AtomicIntegerFieldUpdater<PooledBuffer> RELEASED =
+      AtomicIntegerFieldUpdater.newUpdater(PooledBuffer.class, "released");
 
   PooledBuffer(BufferPool pool, long address, int slot, int generation,
                MemorySegment ownSegment, Arena ownArena) {
