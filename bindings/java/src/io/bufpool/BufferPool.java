@@ -348,21 +348,24 @@ public final class BufferPool implements AutoCloseable {
   /**
    * A buffer: at once when one is free, else waits until one is released
    * or {@code timeout} passes (null: forever), then throws
-   * {@link AcquireTimeoutException}. A platform thread waits in the library
+   * {@link AcquireTimeoutException}, counted in {@code acquireTimeouts}
+   * (a timeout of zero or less does not wait: a failure, counted in
+   * {@code acquireFailures}, as in the library). A platform thread waits in the library
    * (not interruptible); a virtual thread waits in Java, unmounted, and
    * throws {@code CancellationException} when interrupted.
    */
   public PooledBuffer acquire(Duration timeout) {
-    PooledBuffer b = tryAcquireWaiting();
+    PooledBuffer b = tryAcquire();
     if (b != null) {
       return b;
     }
     long nanos = timeout == null ? Long.MAX_VALUE : saturatedNanos(timeout);
     if (nanos <= 0) {
-      javaTimeouts.increment();
+      // As in the library: no wait, and the empty try is a failure.
       throw new AcquireTimeoutException(
           "BufferPool" + label() + ".acquire: every buffer is in use (timeout " + timeout + ")");
     }
+    waitTries.increment();  // the try above was the wait's
     return Thread.currentThread().isVirtual() ? waitVirtual(nanos, timeout) : waitNative(nanos);
   }
 
