@@ -304,9 +304,9 @@ def load_java(run_dir):
 
 JAVA_TABLES = [
     ("pair", "Java: acquire + write one byte + release, one thread, in one "
-     "JVM", "ns/pair", "java_bufpool_pair"),
+     "JVM (the thread's CPU time)", "ns/pair", "java_bufpool_pair"),
     ("seed10k", "Java: obtain 10,000 buffers of 4 KiB and write each once, "
-     "warm JVM", "ms", "java_seed10k_bufpool_bulk"),
+     "warm JVM (the thread's CPU time)", "ms", "java_seed10k_bufpool_bulk"),
     ("copy", "Java: copy a 512 MiB file in the page cache", "s",
      "java_files_copy"),
     ("records", "Java: write and read back records field by field", "s",

@@ -496,7 +496,7 @@ public final class BufferPool implements AutoCloseable {
     } catch (Throwable t) {
       throw Native.rethrow(t);
     }
-    afterRelease();
+    afterRelease(false);
   }
 
   /** The Java side of a release, before the library gets the buffer. */
@@ -508,16 +508,28 @@ public final class BufferPool implements AutoCloseable {
       t.cleanable.clean();
     }
     if (b.ownArena != null) {
-      b.ownArena.close();
+      try {
+        b.ownArena.close();
+      } catch (IllegalStateException inUse) {
+        // An I/O call on another thread holds one of its views: giving the
+        // buffer to a next owner now would let that call write into it.
+        throw new IllegalStateException(PooledBuffer.describe(label(), b.slot)
+            + " was released while one of its views is in use by another thread;"
+            + " the buffer stays out of the pool", inUse);
+      }
     }
     generations[b.slot] = b.generation + 1;
   }
 
-  private void afterRelease() {
+  private void afterRelease(boolean many) {
     if (virtualWaiters.get() != 0) {
       waitLock.lock();
       try {
-        freed.signal();
+        if (many) {
+          freed.signalAll();
+        } else {
+          freed.signal();
+        }
       } finally {
         waitLock.unlock();
       }
@@ -541,21 +553,28 @@ public final class BufferPool implements AutoCloseable {
     }
     long[] addresses = new long[buffers.length];
     int n = 0;
+    RuntimeException failed = null;
     for (PooledBuffer b : buffers) {
       if (b != null && b.markReleased()) {
-        forget(b);
-        addresses[n++] = b.address;
+        try {
+          forget(b);
+          addresses[n++] = b.address;
+        } catch (RuntimeException e) {  // that one stays out; the rest go back
+          failed = failed == null ? e : failed;
+        }
       }
     }
-    if (n == 0) {
-      return;
+    if (n > 0) {
+      try {
+        Native.Bulk.RELEASE_BULK.invokeExact(handle, MemorySegment.ofArray(addresses), (long) n);
+      } catch (Throwable t) {
+        throw Native.rethrow(t);
+      }
+      afterRelease(n > 1);
     }
-    try {
-      Native.Bulk.RELEASE_BULK.invokeExact(handle, MemorySegment.ofArray(addresses), (long) n);
-    } catch (Throwable t) {
-      throw Native.rethrow(t);
+    if (failed != null) {
+      throw failed;
     }
-    afterRelease();
   }
 
   // ---- Leak detection --------------------------------------------------------
@@ -618,7 +637,7 @@ public final class BufferPool implements AutoCloseable {
       throw Native.rethrow(e);
     }
     leaks.incrementAndGet();  // after the release: a reader that sees it sees the buffer back
-    afterRelease();
+    afterRelease(false);
   }
 
   private static final Set<String> OWN_CLASSES = Set.of(
