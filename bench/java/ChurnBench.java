@@ -5,7 +5,10 @@
 // 5-second warm-up and prints one JSON line:
 // {"workload": "churn", "contender": "java_bufpool_churn", "threads",
 //  "seconds", "pairs", "region_mib", "rss_start_mib", "rss_end_mib",
-//  "rss_max_mib", "rss_growth_mib"}: growth is end minus start.
+//  "rss_max_mib", "rss_growth_mib", "leaks", "rss_every_10s_mib"}: growth is
+// end minus start. With -XX:NativeMemoryTracking=summary -Dchurn.nmt=true
+// it also prints on stderr the JVM's native memory by category, as a diff
+// against the start (where any growth went).
 //
 //   java --enable-native-access=ALL-UNNAMED -Xms128m -Xmx128m -XX:+AlwaysPreTouch \
 //        -cp bufpool.jar:. ChurnBench [seconds] [threads]
@@ -19,6 +22,7 @@ import static java.lang.foreign.ValueLayout.JAVA_LONG;
 import io.bufpool.BufferPool;
 import io.bufpool.PooledBuffer;
 import java.io.IOException;
+import java.lang.management.ManagementFactory;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -28,6 +32,7 @@ import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.LongAdder;
+import javax.management.ObjectName;
 
 public final class ChurnBench {
   static double rssMib() throws IOException {
@@ -37,6 +42,13 @@ public final class ChurnBench {
       }
     }
     throw new IOException("no VmRSS in /proc/self/status");
+  }
+
+  /** A jcmd VM.native_memory command, run in this JVM (-XX:NativeMemoryTracking). */
+  static String nativeMemory(String command) throws Exception {
+    return (String) ManagementFactory.getPlatformMBeanServer().invoke(
+        new ObjectName("com.sun.management:type=DiagnosticCommand"), "vmNativeMemory",
+        new Object[] {new String[] {command}}, new String[] {String[].class.getName()});
   }
 
   public static void main(String[] args) throws Exception {
@@ -82,13 +94,24 @@ public final class ChurnBench {
       }));
     }
     Thread.sleep(5000);
+    boolean nmt = Boolean.getBoolean("churn.nmt");
+    if (nmt) {
+      nativeMemory("baseline");
+    }
     double start = rssMib();
     double max = start;
     double end = start;
+    StringBuilder series = new StringBuilder();
     for (int s = 0; s < seconds; s++) {
       Thread.sleep(1000);
       end = rssMib();
       max = Math.max(max, end);
+      if (s % 10 == 9) {
+        series.append(series.length() == 0 ? "" : ", ").append(String.format("%.1f", end));
+      }
+    }
+    if (nmt) {
+      System.err.println(nativeMemory("summary.diff"));
     }
     stop.set(true);
     for (Thread t : ts) {
@@ -105,8 +128,8 @@ public final class ChurnBench {
     System.out.printf("{\"workload\": \"churn\", \"contender\": \"java_bufpool_churn\", "
         + "\"threads\": %d, \"seconds\": %d, \"pairs\": %d, \"region_mib\": %.1f, "
         + "\"rss_start_mib\": %.1f, \"rss_end_mib\": %.1f, \"rss_max_mib\": %.1f, "
-        + "\"rss_growth_mib\": %.1f, \"leaks\": %d}%n",
+        + "\"rss_growth_mib\": %.1f, \"leaks\": %d, \"rss_every_10s_mib\": [%s]}%n",
         threads, seconds, pairs.sum(), 4096 * 4096 / 1048576.0, start, end, max, end - start,
-        st.leaks());
+        st.leaks(), series);
   }
 }
