@@ -337,6 +337,62 @@ class RoundArithmetic(unittest.TestCase):
         self.assertFalse(any("trim_after_idle" in k for k in goals))
         self.assertFalse(any("hot pair / fixed" in k for k in goals))
 
+    def test_java_rounds(self):
+        lines = []
+        for r, (ours, netty, each, bulk, sliced, files, tt) in enumerate((
+                (20.0, 100.0, 50.0, 0.4, 5.0, 0.30, 0.29),
+                (40.0, 70.0, 60.0, 0.5, 4.0, 0.30, 0.31),
+                (25.0, 80.0, 55.0, 0.6, 6.0, 0.33, 0.30)), start=1):
+            lines += [
+                {"workload": "pair", "contender": "java_bufpool_pair",
+                 "round": r, "ns": ours},
+                {"workload": "pair", "contender": "java_netty_pooled_pair",
+                 "round": r, "ns": netty},
+                {"workload": "seed10k", "round": r, "ms": each,
+                 "contender": "java_seed10k_allocateDirect_each"},
+                {"workload": "seed10k", "round": r, "ms": sliced,
+                 "contender": "java_seed10k_allocateDirect_sliced"},
+                {"workload": "seed10k", "round": r, "ms": bulk,
+                 "contender": "java_seed10k_bufpool_bulk"},
+                {"workload": "copy", "contender": "java_files_copy",
+                 "round": r, "seconds": files},
+                {"workload": "copy", "round": r, "seconds": tt,
+                 "contender": "java_bufpool_copy_transfer_to"}]
+        lines.append({"workload": "churn", "contender": "java_bufpool_churn",
+                      "threads": 8, "seconds": 60, "pairs": 10, "leaks": 0,
+                      "region_mib": 16.0, "rss_start_mib": 200.0,
+                      "rss_end_mib": 201.5, "rss_max_mib": 202.0,
+                      "rss_growth_mib": 1.5})
+        with open(os.path.join(self.dir, "java_bench.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(x) for x in lines) + "\n")
+        java = report.load_java(self.dir)
+        self.assertEqual(java[("pair", "java_bufpool_pair")],
+                         {1: 20.0, 2: 40.0, 3: 25.0})
+        goals = {x["label"]: x for x in report.java_goals(java, {})}
+        pair = goals["Java acquire + release pair <= 30 ns (java_bufpool_pair)"]
+        self.assertEqual((pair["median"], pair["meeting"], pair["met"]),
+                         (25.0, 2, True))
+        netty = goals["Java pair >= 2x faster than Netty's pooled direct pair"]
+        # Round by round: 5.0, 1.75, 3.2.
+        self.assertEqual((netty["median"], netty["meeting"], netty["met"]),
+                         (3.2, 2, True))
+        seed = goals["10,000 buffers from the pool >= 100x faster than 10,000 "
+                     "allocateDirect (warm JVM)"]
+        self.assertEqual((seed["median"], seed["meeting"], seed["met"]),
+                         (120.0, 2, True))
+        copy = goals["the binding's copy (transfer_to) >= 1.0x the speed of "
+                     "java.nio.file.Files.copy"]
+        self.assertEqual((copy["meeting"], copy["met"]), (2, True))
+        self.assertNotIn("the binding's copy (read_write) >= 1.0x the speed "
+                         "of java.nio.file.Files.copy", goals)
+        churn = goals["Java churn on 8 threads: resident memory growth <= "
+                      "4 MiB (MiB)"]
+        self.assertEqual((churn["median"], churn["met"]), (1.5, True))
+        text = "\n".join(report.java_tables(java))
+        self.assertIn("| java_bufpool_pair | 25.00 | 20.00–40.00 | 3 | "
+                      "reference |", text)
+        self.assertIn("growth 1.5 MiB", text)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -10,6 +10,10 @@ Reads, from the run's directory:
   elastic.jsonl       bench/elastic_pool's lines (create, burst, idle), one
                       of each per round
   java.jsonl          the seed experiment in Java, when java was present
+                      (with the binding's bench/java/SeedPool.java lines)
+  java_bench.jsonl    the Java binding's interleaved rounds (bench/java:
+                      PairBench, IoBench, ChurnBench), one JSON line per
+                      contender per round, with its "workload"
   skipped.txt         contenders that could not run here, one per line
   run_copy_bench/copy_bench.csv, run_echo_bench/echo_bench.json
                       every round of the copy and echo benchmarks
@@ -272,6 +276,108 @@ def load_echo(run_dir):
         for m in data.get("runs", []):
             out.setdefault((m["engine"], m["message_bytes"]), {})[m["round"]] = m
     return out
+
+
+def load_java(run_dir):
+    """{(workload, contender): {round: value}} from java_bench.jsonl: ns per
+    pair, ms per 10,000 buffers, seconds per copy or record run; churn lines
+    as {(\"churn\", contender): {1: the line}}."""
+    path = os.path.join(run_dir, "java_bench.jsonl")
+    out = {}
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            w, c = r["workload"], r["contender"]
+            runs = out.setdefault((w, c), {})
+            rnd = r.get("round", len(runs) + 1)
+            if w == "churn":
+                runs[rnd] = r
+            else:
+                runs[rnd] = r.get("ns", r.get("ms", r.get("seconds")))
+    return out
+
+
+JAVA_TABLES = [
+    ("pair", "Java: acquire + write one byte + release, one thread, in one "
+     "JVM (the thread's CPU time)", "ns/pair", "java_bufpool_pair"),
+    ("seed10k", "Java: obtain 10,000 buffers of 4 KiB and write each once, "
+     "warm JVM (the thread's CPU time)", "ms", "java_seed10k_bufpool_bulk"),
+    ("copy", "Java: copy a 512 MiB file in the page cache", "s",
+     "java_files_copy"),
+    ("records", "Java: write and read back records field by field", "s",
+     "java_records_data_stream"),
+]
+
+
+def java_tables(java):
+    """Markdown for the Java binding's rows, one table per workload."""
+    out = []
+    for w, title, unit, ref in JAVA_TABLES:
+        entries = {c: v for (ww, c), v in java.items() if ww == w}
+        if not entries:
+            continue
+        out.extend(workload_table(title, unit, entries, ref, {}))
+    for (w, c), runs in sorted(java.items()):
+        if w != "churn":
+            continue
+        for r in runs.values():
+            out.append(f"\n{c}: {r['threads']} threads for {r['seconds']} s "
+                       f"({r['pairs']:,} buffers), region {r['region_mib']} "
+                       f"MiB: VmRSS {r['rss_start_mib']} MiB after warm-up, "
+                       f"{r['rss_end_mib']} MiB at the end (most "
+                       f"{r['rss_max_mib']}), growth {r['rss_growth_mib']} "
+                       f"MiB; {r['leaks']} leak(s).")
+    return out
+
+
+def java_goals(java, cold):
+    """The Java binding's goal rows (issue 60)."""
+    g = []
+    J = lambda w, c: java.get((w, c), {})
+    div = lambda a, b: a / b
+    pair = J("pair", "java_bufpool_pair")
+    g.append(goal("Java acquire + release pair <= 30 ns (java_bufpool_pair)",
+                  pair, 30, True))
+    g.append(goal("Java pair >= 2x faster than Netty's pooled direct pair",
+                  per_round(J("pair", "java_netty_pooled_pair"), pair, div),
+                  2, False))
+    each = J("seed10k", "java_seed10k_allocateDirect_each")
+    sliced = J("seed10k", "java_seed10k_allocateDirect_sliced")
+    bulk = J("seed10k", "java_seed10k_bufpool_bulk")
+    g.append(goal("10,000 buffers from the pool >= 100x faster than 10,000 "
+                  "allocateDirect (warm JVM)", per_round(each, bulk, div),
+                  100, False))
+    g.append(goal("10,000 buffers from the pool faster than one allocation "
+                  "sliced (warm JVM, time ratio)", per_round(sliced, bulk, div),
+                  1 + 1e-9, False))
+    fresh = cold.get("java_bufpool_bulk", {})
+    if fresh:
+        g.append(goal("10,000 buffers from the pool >= 100x faster than 10,000 "
+                      "allocateDirect (fresh JVM)",
+                      per_round(cold.get("java_allocateDirect_each", {}), fresh,
+                                div), 100, False))
+        g.append(goal("10,000 buffers from the pool faster than one allocation "
+                      "sliced (fresh JVM, time ratio)",
+                      per_round(cold.get("java_allocateDirect_sliced", {}),
+                                fresh, div), 1 + 1e-9, False))
+    files = J("copy", "java_files_copy")
+    for m in ("transfer_to", "read_write"):
+        g.append(goal(f"the binding's copy ({m}) >= 1.0x the speed of "
+                      f"java.nio.file.Files.copy",
+                      per_round(files, J("copy", f"java_bufpool_copy_{m}"),
+                                div), 1.0, False))
+    churn = J("churn", "java_bufpool_churn")
+    if churn:
+        g.append(goal("Java churn on 8 threads: resident memory growth <= "
+                      "4 MiB (MiB)",
+                      {r: v["rss_growth_mib"] for r, v in churn.items()},
+                      4, True))
+    return [x for x in g if x]
 
 
 # ---- Round arithmetic ----------------------------------------------------------
@@ -794,7 +900,9 @@ def main(run_dir):
                     "variants are represented by the one with the lowest "
                     "median.")
 
+    java = load_java(run_dir)
     g = goals(values, counters, cold, copy, echo, load_elastic(run_dir))
+    g.extend(java_goals(java, cold))
     if g:
         text.append("\n## Goals\n")
         text.append("A goal is met when the median over rounds of its "
@@ -844,6 +952,23 @@ def main(run_dir):
                     "floor_kernel_zeroing maps and populates the same huge-page "
                     "region the pool uses, with no pool (the kernel's zeroing "
                     "alone).")
+
+    jt = java_tables(java)
+    if jt:
+        text.append("\n## The Java binding (bindings/java, bench/java)")
+        text.extend(jt)
+        text.append("\nOne JVM per workload, contenders interleaved round by "
+                    "round; java_ffm_floor is two raw critical downcalls "
+                    "(bufpool_try_acquire, bufpool_release), what the binding "
+                    "adds its checks to. The seed in a fresh JVM is in the "
+                    "cold-start table (java_bufpool_*: the pool made before "
+                    "the clock; *_with_create: loading and linking the "
+                    "library and mapping the region timed too).")
+        for (w, c), v in sorted(java.items()):
+            if w != "churn":
+                med, lo, hi, n = summary(v)
+                csv_rows.append(f"Java_{w},{c},1,{med:.4f},{lo:.4f},{hi:.4f},"
+                                f"{n},{dict((t[0], t[2]) for t in JAVA_TABLES)[w]}")
 
     skipped = os.path.join(run_dir, "skipped.txt")
     if os.path.exists(skipped):
