@@ -43,7 +43,10 @@
 //     call is seen (one concurrent with it may be ordered after it; see
 //     src/pool/drain.cc), but for buffers in a cache that another call
 //     holds throughout (a drain moving them, or the cache's own thread),
-//     and for those a Trim() holds while it looks them over.
+//     and for those a trim or growth has in transit: chunks being given
+//     back or populated, and up to 256 slots a trim has taken from the
+//     depot and not yet made visible to other calls. Those it has made
+//     visible, the others take while it works.
 //     Before it gives up it takes buffers from every CPU's cache. An
 //     exhausted pool answers without taking a lock.
 //   * Acquire(timeout) sleeps only while every buffer is in use, and a
@@ -100,9 +103,14 @@
 // buffer_count buffers; capacity() and region() are the ceiling's. When an
 // acquire finds no buffer free anywhere (the depot and every cache empty),
 // it backs the next step of buffers (pre-faulted, mlocked with lock_memory)
-// before it reports empty (TryAcquire*()) or sleeps (Acquire()); concurrent
-// growers wait on one lock and grow once. The hit path, the caches and the
-// drain are those of a fixed pool. A step the system refuses is not fatal:
+// before it reports empty (TryAcquire*()) or sleeps (Acquire()). Growing
+// and trimming never make another call wait: no acquire or release takes
+// a lock that a grower or trimmer holds, and no system call of theirs runs
+// under one. Concurrent growers each back their own step (more than one
+// burst needed, at most a step per thread; Trim() takes the excess back).
+// A thread stopped while it grows or trims (a signal handler that sleeps)
+// keeps only what it has in transit out of reach. The hit path, the caches
+// and the drain are those of a fixed pool. A step the system refuses is not fatal:
 // the pool serves what it has (Grow() returns the refusal; Acquire() names
 // it in its error; Stats().grow_failures counts it). Trim() gives free
 // buffers' memory back; their slots go back to the reserve and are backed
@@ -289,9 +297,9 @@ class BUFPOOL_EXPORT BufferPool {
   // An empty Buffer only when no buffer was free anywhere in the pool
   // during the call (counted in acquire_failures): this CPU's cache, the
   // depot, then every other CPU's cache, which it empties into the
-  // depot. An elastic pool below its ceiling then grows one step
-  // (or waits for the thread growing it) before it reports empty. Never
-  // waits for a release.
+  // depot. An elastic pool below its ceiling then takes what a running
+  // trim holds, or grows one step, before it reports empty. Never waits:
+  // for a release, a trimmer or a grower.
   ABSL_ATTRIBUTE_ALWAYS_INLINE Buffer TryAcquire() {
     const uint32_t slot = TryAcquireSlot();
     return slot != kNoSlot ? Buffer(this, slot) : Buffer();
@@ -342,9 +350,12 @@ class BUFPOOL_EXPORT BufferPool {
   // CPUs; FlushCaches() first to include them). Their slots return to the
   // reserve, and growth backs them again when they are needed. Returns 0 for
   // a fixed pool, while a thread sleeps in Acquire(), and while FixedBuffers
-  // are registered for the pool (the kernel holds its pages). Serialized
-  // with growth; an acquire that finds the pool empty meanwhile waits for it
-  // to finish. Allocates (a list of the free slots); 0 if that fails.
+  // are registered for the pool (the kernel holds its pages). Trims run
+  // one at a time (a second Trim() waits for the first); acquires never
+  // wait for one: while it looks the free buffers over they take them from
+  // it, and while it gives chunks back they grow, or find the pool at its
+  // ceiling. Allocates (lists of the chunks and free slots); 0 if that
+  // fails.
   size_t Trim(size_t keep_free = 0);
   // trim_after_idle's tick, for a caller whose process makes no pool calls
   // while idle (the slow paths tick too): once a trim_after_idle window has
