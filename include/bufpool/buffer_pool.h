@@ -342,12 +342,12 @@ class BUFPOOL_EXPORT BufferPool {
 
   // Gives the memory of free buffers back to the kernel (MADV_DONTNEED),
   // whole chunks of them, the highest first, as long as at least
-  // `keep_free` free buffers of the depot stay backed (so between
-  // keep_free and keep_free + a chunk's buffers stay, plus free buffers
-  // that share a chunk with one in use); returns the bytes given back. Only
-  // buffers free in the depot are trimmed: never a buffer in use,
-  // and never one parked in a per-CPU cache (at most cache_capacity() x
-  // CPUs; FlushCaches() first to include them). Their slots return to the
+  // `keep_free` free buffers stay backed (so between keep_free and
+  // keep_free + a chunk's buffers stay, plus free buffers that share a
+  // chunk with one in use); returns the bytes given back. Free buffers
+  // parked in per-CPU caches count: it flushes the caches first
+  // (FlushCaches()), so Trim(0) leaves backed only the chunks that hold a
+  // buffer in use. Never a buffer in use. Their slots return to the
   // reserve, and growth backs them again when they are needed. Returns 0 for
   // a fixed pool, while a thread sleeps in Acquire(), and while FixedBuffers
   // are registered for the pool (the kernel holds its pages). Trims run

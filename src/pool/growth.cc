@@ -47,7 +47,8 @@
 // memory. The hit path, the caches and the drain never look at any of
 // this: to them grown slots are ordinary depot slots.
 //
-// Trimming. Trim() holds `mu` (trimmers only), drains the caches, sets
+// Trimming. Trim() holds `mu` (trimmers only), drains the caches (a
+// drain waits for no one and no one waits for it: drain.cc), sets
 // `trimming`, and pops the depot kTrimBatch slots at a time into `held`,
 // publishing each batch (entry i: slot + 1). It counts the entries of each
 // chunk and chooses, from the top chunk down, the chunks all of whose slots
@@ -716,6 +717,9 @@ size_t BufferPool::Trim(size_t keep_free) {
   Growth* const g = shared_->growth.get();
   if (g == nullptr) return 0;
   const std::lock_guard<std::mutex> lock(g->mu);
+  // The caches' idle buffers too: a caller asking for memory back expects
+  // all that is free. A cache in use refills from the depot.
+  PoolAccess::WakeWaiters(*this, PoolAccess::DrainAll(*this));
   return PoolAccess::TrimLocked(*this, keep_free);
 }
 
