@@ -7,7 +7,7 @@ Reads, from the run's directory:
   gb/r<N>/*.json      Google Benchmark output of round N, one file per
                       contender (one process each)
   cold_start.jsonl    one JSON line per fresh-process cold-start measurement
-  elastic.jsonl       bench/elastic_pool's lines (create, burst, idle), one
+  elastic.jsonl       bench/elastic_pool's lines (create, burst, growth, idle), one
                       of each per round
   java.jsonl          the seed experiment in Java, when java was present
   skipped.txt         contenders that could not run here, one per line
@@ -696,8 +696,17 @@ def elastic_goals(values, e):
         goal("elastic: trim_after_idle (200 ms, a 10 ms TrimIdle() tick) "
              "back within 4 MiB, ms after the release",
              E("elastic_idle.back_after_ms"), None, True),
-        goal("elastic: one growth step (512 buffers) p99 <= 1 ms (ms)",
-             E("elastic_burst.grow_step_p99_ms"), 1, True),
+        goal("elastic: the burst's growth steps (doubling from 512 buffers "
+             "to 32,768) p99 (ms)",
+             E("elastic_burst.grow_step_p99_ms"), None, True),
+        goal("elastic: burst to 200,000 / its floor (the bytes committed by "
+             "hand + a fixed pool's burst) <= 1.5 (time ratio)",
+             E("elastic_growth.burst_vs_floor"), 1.5, True),
+        goal("elastic: burst to 200,000 / its floor, thread CPU time "
+             "(ratio)", E("elastic_growth.burst_vs_floor_cpu"), None, True),
+        goal("elastic: one growth step of 2 MiB / a plain populate of 2 MiB "
+             "<= 2 (time ratio, medians of 64)",
+             E("elastic_growth.step_vs_populate"), 2, True),
         goal("elastic: the burst / the same from a fixed pool of the ceiling "
              "<= 1.5 (time ratio)",
              per_round(E("elastic_burst.elastic_burst_ms"),

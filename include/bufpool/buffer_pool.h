@@ -179,7 +179,12 @@ struct PoolOptions {
   size_t max_buffer_count = 0;
   // Buffers per growth step, >= 1; rounded up to whole chunks (a chunk is
   // a whole number of pages, of huge pages when the pool uses them, and of
-  // buffers; see BufferPool::Grow()).
+  // buffers; see BufferPool::Grow()). The first step; each growth on
+  // demand doubles the next, up to an eighth of the ceiling (a burst is
+  // met with large steps, so growing costs about what committing the
+  // memory costs, and backs at most as much again ahead of need); a
+  // Trim() or idle trim that gives memory back brings it back to
+  // grow_step. Grow() backs what it is asked for, at least grow_step.
   size_t grow_step = 512;
   // Trim free buffers the pool has not handed out for this long, checked on
   // the slow paths and by TrimIdle(). 0: only Trim() trims. Needs

@@ -41,10 +41,12 @@
 // lock_memory), raises `committed`, keeps the lowest new slot and pushes
 // the rest to the depot in one push, lowest on top. Concurrent growers
 // claim disjoint chunks, so each grows its own step (bounded by threads x
-// step; a later Trim() gives the excess back). A growth that follows
-// another within kBurstNs doubles next_step (up to max_step_chunks): a
-// burst is met with ever larger steps, so its cost tends to that of the
-// memory. The hit path, the caches and the drain never look at any of
+// step; a later Trim() gives the excess back). Each growth on demand
+// doubles next_step (up to max_step_chunks, an eighth of the ceiling), and
+// a trim that gives memory back resets it: a burst is met with ever larger
+// steps, so its cost tends to that of the memory, and what it backs ahead
+// of need is at most what it already needed (or an eighth of the
+// ceiling). The hit path, the caches and the drain never look at any of
 // this: to them grown slots are ordinary depot slots.
 //
 // Trimming. Trim() holds `mu` (trimmers only), drains the caches (a
@@ -121,10 +123,9 @@ namespace {
 constexpr uint64_t kMaxChunks = 16384;
 // Slots a trimmer pops from the depot before it publishes them.
 constexpr uint32_t kTrimBatch = 256;
-// A growth this soon after the previous one doubles the next step.
-constexpr int64_t kBurstNs = 100'000'000;
-// The largest step a doubling reaches: this much of the region's memory.
-constexpr size_t kMaxStepBytes = size_t{1} << 30;
+// The largest step a doubling reaches: this share of the ceiling (so a
+// burst's last step backs at most an eighth of it more than it needs).
+constexpr uint32_t kMaxStepShare = 8;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -304,8 +305,7 @@ absl::StatusOr<size_t> PoolAccess::InitGrowth(BufferPool& p, SharedState& s,
                                     g->chunk_slots);
   g->step_chunks = static_cast<uint32_t>(std::min<size_t>(
       g->chunks, (options.grow_step + g->chunk_slots - 1) / g->chunk_slots));
-  g->max_step_chunks = static_cast<uint32_t>(std::clamp<size_t>(
-      kMaxStepBytes / g->chunk_bytes, g->step_chunks, g->chunks));
+  g->max_step_chunks = std::max(g->step_chunks, g->chunks / kMaxStepShare);
   g->next_step.store(g->step_chunks, std::memory_order_relaxed);
   g->idle_ns = absl::ToInt64Nanoseconds(options.trim_after_idle);
   const auto backed = static_cast<uint32_t>(std::min<size_t>(
@@ -476,9 +476,13 @@ uint32_t PoolAccess::GrowAndTake(BufferPool& p, uint32_t* reshelved,
     if (error != nullptr) *error = AtCeiling(*g, p.capacity_);
     return BufferPool::kNoSlot;
   }
-  const uint32_t step = g->step_chunks;
+  // The step: each growth doubles the next, until a trim says the load
+  // has fallen (a burst is met with ever larger steps).
+  const uint32_t step = g->next_step.load(std::memory_order_relaxed);
   const uint32_t freed = GrowChunks(p, step, &slot, error);
   if (freed == 0) return BufferPool::kNoSlot;
+  g->next_step.store(std::min(g->max_step_chunks, step * 2),
+                     std::memory_order_relaxed);
   *reshelved += freed - 1;  // others may sleep for them
   return slot;
 }

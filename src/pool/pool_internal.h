@@ -170,11 +170,9 @@ struct Growth {
   // a sleeping Acquire()'s count (see growth.cc).
   std::atomic<uint32_t> unbacked_chunks{0};
   // The chunks the next growth on demand backs: step_chunks, doubled by
-  // each growth that follows another within kBurstNs, up to
-  // max_step_chunks; back to step_chunks after a trim. Relaxed: a
-  // heuristic.
+  // each such growth up to max_step_chunks; back to step_chunks after a
+  // trim that gave memory back. Relaxed: a heuristic.
   std::atomic<uint32_t> next_step{0};
-  std::atomic<int64_t> last_grow_ns{0};
   // True while a trimmer holds free slots out of the depot (seq_cst both
   // ways; growth.cc, "Exhaustion").
   std::atomic<bool> trimming{false};
