@@ -24,18 +24,31 @@
 //                         mapping, interleaved, medians of 64 each. The
 //                         burst's rounds alternate which runs first; wall
 //                         and thread CPU time, medians of the ratios
+//   elastic_pool stall    a stopped trimmer or grower: one thread grows and
+//                         trims in a loop (Grow(4096), Trim(0)) while a
+//                         SIGUSR1 every 250 ms puts it to sleep for 200 ms
+//                         in its handler, wherever it is; another thread
+//                         takes and releases 64 buffers at a time for 3 s.
+//                         The worst TryAcquire() and how many took over
+//                         10 ms, beside the same run without the sleeps
+//                         (set BUFPOOL_RSEQ_INDEX / GLIBC_TUNABLES for the
+//                         other per-CPU modes)
 //   elastic_pool idle     the same burst with trim_after_idle 200 ms and a
 //                         10 ms caller's tick (TrimIdle()): how long after the
 //                         release until RSS is back
 //
 // Prints one JSON line. tools/bench runs each once per round and
 // tools/bench_report.py turns them into goal rows.
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -374,6 +387,90 @@ int Growth() {
   return 0;
 }
 
+std::atomic<bool> g_sleepy{false};
+
+void SleepInHandler(int) {
+  if (!g_sleepy.load(std::memory_order_relaxed)) return;
+  const timespec ts{0, 200'000'000};
+  ::nanosleep(&ts, nullptr);
+}
+
+struct StallResult {
+  double worst_ms = 0;
+  uint64_t over_10ms = 0;
+  uint64_t acquires = 0;
+  uint64_t trims = 0;
+};
+
+StallResult StallRun(bool sleepy) {
+  auto created = bufpool::BufferPool::Create({.buffer_size = 4096,
+                                              .buffer_count = kStart,
+                                              .max_buffer_count = 65536,
+                                              .grow_step = kStep});
+  if (!created.ok()) Die(std::string(created.status().message()));
+  bufpool::BufferPool& pool = **created;
+  g_sleepy.store(sleepy);
+  std::atomic<bool> done{false};
+  std::thread resizer([&] {
+    while (!done.load(std::memory_order_relaxed)) {
+      (void)pool.Grow(4096);
+      pool.Trim(0);
+    }
+  });
+  const pthread_t target = resizer.native_handle();
+  std::thread signaller([&] {
+    while (!done.load(std::memory_order_relaxed)) {
+      ::usleep(250000);
+      ::pthread_kill(target, SIGUSR1);
+    }
+  });
+  StallResult r;
+  std::vector<bufpool::Buffer> held(64);
+  const Clock::time_point end = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < end) {
+    for (bufpool::Buffer& b : held) {
+      const Clock::time_point a = Clock::now();
+      b = pool.TryAcquire();
+      const double ms = Ms(Clock::now() - a);
+      if (!b) Die("the stall run ran dry");
+      r.worst_ms = std::max(r.worst_ms, ms);
+      r.over_10ms += ms > 10 ? 1 : 0;
+      ++r.acquires;
+    }
+    for (bufpool::Buffer& b : held) b.Reset();
+  }
+  done.store(true);
+  signaller.join();
+  resizer.join();
+  r.trims = pool.Stats().trims;
+  return r;
+}
+
+int Stall() {
+  struct sigaction sa = {};
+  sa.sa_handler = SleepInHandler;
+  sigemptyset(&sa.sa_mask);
+  if (::sigaction(SIGUSR1, &sa, nullptr) != 0) Die("sigaction");
+  const StallResult quiet = StallRun(false);
+  const StallResult sleepy = StallRun(true);
+  const char* index = std::getenv("BUFPOOL_RSEQ_INDEX");
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  const char* mode = tunables != nullptr &&
+                             std::strstr(tunables, "rseq=0") != nullptr
+                         ? "locked"
+                     : index != nullptr ? index
+                                        : "default";
+  std::printf(
+      "{\"contender\": \"elastic_stall_%s\", \"worst_ms\": %.3f, "
+      "\"over_10ms\": %llu, \"acquires\": %llu, \"trims\": %llu, "
+      "\"quiet_worst_ms\": %.3f, \"quiet_over_10ms\": %llu}\n",
+      mode, sleepy.worst_ms, static_cast<unsigned long long>(sleepy.over_10ms),
+      static_cast<unsigned long long>(sleepy.acquires),
+      static_cast<unsigned long long>(sleepy.trims), quiet.worst_ms,
+      static_cast<unsigned long long>(quiet.over_10ms));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -382,11 +479,12 @@ int main(int argc, char** argv) {
   if (what == "burst") return BurstAndTrim();
   if (what == "idle") return Idle();
   if (what == "growth") return Growth();
+  if (what == "stall") return Stall();
   if (what == "steps") return Steps(bufpool::HugePages::kTry, "thp");
   if (what == "steps_small") {
     return Steps(bufpool::HugePages::kNever, "small_pages");
   }
   std::fprintf(stderr,
-               "usage: elastic_pool create|burst|growth|idle|steps|steps_small\n");
+               "usage: elastic_pool create|burst|growth|stall|idle|steps|steps_small\n");
   return 2;
 }

@@ -717,6 +717,18 @@ def elastic_goals(values, e):
                        {r: v + E("elastic_burst.fixed_create_ms").get(r, 0)
                         for r, v in E("elastic_burst.fixed_burst_ms").items()},
                        div), None, True),
+    ] + [
+        row
+        for mode in ("default", "cpu_id", "locked")
+        for row in (
+            goal(f"elastic, {mode}: worst TryAcquire() while a trimmer/grower "
+                 f"sleeps 200 ms in a signal handler <= 10 ms (ms)",
+                 E(f"elastic_stall_{mode}.worst_ms"), 10, True),
+            goal(f"elastic, {mode}: the same with no sleeps (ms, this "
+                 f"machine's preemption)",
+                 E(f"elastic_stall_{mode}.quiet_worst_ms"), None, True),
+        )
+    ] + [
         goal("elastic: hot pair / fixed pool's (time ratio, within noise)",
              per_round(V("Pair", "libbufpool_elastic"), V("Pair", REFERENCE),
                        div), None, True),
