@@ -464,6 +464,18 @@ def goals(values, counters, cold, copy, echo, elastic=None):
                   "rseq pair, time ratio",
                   per_round(V("Pair", "libbufpool_fallback"), pair, div),
                   None, True))
+    g.append(goal("hot pair per mode: mm_cid (the default where the kernel "
+                  "has it), ns", pair, None, True))
+    g.append(goal("hot pair per mode: cpu_id (BUFPOOL_RSEQ_INDEX=cpu_id), ns",
+                  V("Pair", "libbufpool_cpu_id"), None, True))
+    g.append(goal("hot pair per mode: locked (glibc.pthread.rseq=0), ns",
+                  V("Pair", "libbufpool_fallback"), None, True))
+    g.append(goal("cpu_id pair / default pair <= 1.1 (time ratio)",
+                  per_round(V("Pair", "libbufpool_cpu_id"), pair, div), 1.1,
+                  True))
+    g.append(goal("cpu_id working set / default working set (time ratio)",
+                  per_round(V("WorkingSet", "libbufpool_cpu_id"),
+                            V("WorkingSet", REFERENCE), div), None, True))
     g.append(goal("working set (1,024 live) >= 1.2x faster than DPDK's "
                   "cached mempool",
                   per_round(V("WorkingSet", "dpdk_mempool_cache256"),

@@ -500,6 +500,8 @@ class BUFPOOL_EXPORT BufferPool {
   // This CPU's cache's top slot in one sequence, kNoSlot on a miss; counts
   // a kSampled pool's sample.
   uint32_t PopInline();
+  // PopInline() of a kSampled pool, or of one that runs no sequences.
+  uint32_t PopInlineSampled(uint32_t index);
   // Pushes `slot` onto this CPU's cache in one sequence; false on a miss
   // and for a kSampled pool's recorded slot.
   bool PushInline(uint32_t slot);
@@ -567,10 +569,11 @@ class BUFPOOL_EXPORT BufferPool {
   // The most slots a cache lends: a push hit needs count - floor below it
   // (internal/rseq.h; src/pool/accounting.cc, "High water").
   uint32_t lend_ = 0;
-  // The index field the inline paths use: rseq_index_, with
-  // internal::rseq::kSampledTag set in a kSampled pool. Their test for the
-  // mm_cid field (the common case) thus also rules out sampling: an
-  // untracked pool's pair reads nothing for holder tracking.
+  // The inline paths' mode, fixed at Create(): rseq_index_ (the mm_cid or
+  // cpu_id field), with internal::rseq::kSampledTag set in a kSampled
+  // pool; 0 where the pool runs no sequences. Each mode has its own block
+  // (internal/buffer_pool_inl.h): an untracked pool's pair reads nothing
+  // for holder tracking, and neither index tests the other's field again.
   uint32_t inline_index_ = 0;
   // kSampled holder tracking (src/pool/holders.h): one byte per slot, 1
   // while the slot's acquire was recorded; nullptr in every other pool.
