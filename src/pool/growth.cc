@@ -162,7 +162,8 @@ void AddChunk(std::vector<Run>& runs, uint32_t c) {
 }
 
 // Claims up to `want` unbacked chunks, the lowest first, clearing their
-// bits; appends them to `runs` (ascending) and returns how many.
+// bits; appends them to `runs` (ascending; its capacity must hold `want`
+// more, so that nothing here allocates) and returns how many.
 uint32_t ClaimChunks(Growth& g, uint32_t want, std::vector<Run>& runs) {
   uint32_t got = 0;
   for (uint32_t w = 0; w < g.words && got < want; ++w) {
@@ -358,20 +359,20 @@ uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks,
   uint32_t freed = 0;
   {
     const ResizePass pass(s);
+    // Room for a run per chunk first, so that claiming allocates nothing.
     try {
-      runs.reserve(8);
-      if (ClaimChunks(g, chunks, runs) == 0) {
-        if (error != nullptr) {
-          const std::lock_guard<std::mutex> lock(g.error_mu);
-          *error = g.last_error.ok() ? AtCeiling(g, capacity) : g.last_error;
-        }
-        return 0;
-      }
+      runs.reserve(std::min(chunks, g.chunks));
     } catch (const std::bad_alloc&) {
-      for (const Run r : runs) UnclaimRun(g, r);
       if (error != nullptr) {
         *error = absl::ResourceExhaustedError(
             "BufferPool: growing: out of memory for the step's list");
+      }
+      return 0;
+    }
+    if (ClaimChunks(g, std::min(chunks, g.chunks), runs) == 0) {
+      if (error != nullptr) {
+        const std::lock_guard<std::mutex> lock(g.error_mu);
+        *error = g.last_error.ok() ? AtCeiling(g, capacity) : g.last_error;
       }
       return 0;
     }
