@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -477,6 +478,107 @@ TEST(ElasticPoolTest, AChildForkedAfterGrowthUsesTheGrownPool) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(pool->Stats().in_use, 200u);
+}
+
+// Growth and trims racing everything else that moves slots: threads that
+// acquire, check a pattern of their own and release (one by one and in
+// bulk), a thread that drains the caches and pins and unpins the region,
+// and fork()s from the main thread, whose children must find every buffer
+// that no thread held at the fork free, once. At the end every buffer is
+// reachable once and none is in use.
+TEST(ElasticPoolTest, GrowthRacesAcquireReleaseDrainPinsAndFork) {
+  auto pool = *BufferPool::Create(Elastic(64, 8192, 64));
+  const int seconds_ms = testing_util::kSanitized ? 1500 : 3000;
+  std::atomic<bool> done{false};
+  std::atomic<bool> bad{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      const auto mark = static_cast<std::byte>(0x10 + t);
+      std::vector<Buffer> held;
+      for (int i = 0; !done.load(); ++i) {
+        const size_t want = 1 + (i * 37) % 700;
+        if (i % 3 == 0) {
+          std::vector<Buffer> bulk(want);
+          bulk.resize(pool->TryAcquireBulk(absl::MakeSpan(bulk)));
+          for (Buffer& b : bulk) held.push_back(std::move(b));
+        } else {
+          for (size_t k = 0; k < want; ++k) {
+            Buffer b = pool->TryAcquire();
+            if (!b) break;
+            held.push_back(std::move(b));
+          }
+        }
+        for (Buffer& b : held) {
+          b.data()[0] = mark;
+          b.data()[4095] = mark;
+        }
+        std::this_thread::yield();
+        for (Buffer& b : held) {
+          if (b.data()[0] != mark || b.data()[4095] != mark) bad.store(true);
+        }
+        if (i % 2 == 0) {
+          pool->ReleaseBulk(absl::MakeSpan(held));
+        }
+        held.clear();
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    while (!done.load()) {
+      (void)pool->Grow(512);
+      pool->Trim(64);
+      pool->TrimIdle();
+    }
+  });
+  threads.emplace_back([&] {
+    while (!done.load()) {
+      pool->FlushCaches();
+      pool->PinRegion();
+      std::this_thread::yield();
+      pool->UnpinRegion();
+    }
+  });
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(seconds_ms);
+  int forks = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (testing_util::kSanitized) continue;  // fork with threads: see above
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // Every buffer the parent's threads did not hold: free here, once,
+      // and the rest of the ceiling by growth.
+      std::set<uint32_t> seen;
+      bool ok = true;
+      while (Buffer b = pool->TryAcquire()) {
+        ok = ok && seen.insert(b.slot()).second;
+        b.Detach();  // kept out: the child exits
+      }
+      ok = ok && pool->Stats().committed == pool->capacity();
+      ::_exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ++forks;
+  }
+  done.store(true);
+  for (std::thread& th : threads) th.join();
+  EXPECT_FALSE(bad.load()) << "a buffer was handed out twice or trimmed";
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  std::vector<Buffer> all(8192);
+  EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 8192u);
+  std::set<uint32_t> slots;
+  for (const Buffer& b : all) {
+    if (b) {
+      EXPECT_TRUE(slots.insert(b.slot()).second) << "slot twice";
+    }
+  }
+  std::printf("%d forks, %llu grows, %llu trims\n", forks,
+              static_cast<unsigned long long>(pool->Stats().grows),
+              static_cast<unsigned long long>(pool->Stats().trims));
 }
 
 // Trim() racing with threads that acquire, write a pattern of their own,
