@@ -33,7 +33,10 @@
 // none out twice and makes no other thread wait: the caches the call holds
 // (its own in a refill or spill, those a drain took) are passed by, and
 // the buffers in them stay out of reach until the handler returns
-// (src/pool/drain.cc, "No thread waits for a drainer").
+// (src/pool/drain.cc, "No thread waits for a drainer"); a trim or growth
+// it interrupts keeps only what it has in transit out of reach, and other
+// calls take the trim's free buffers or grow past it
+// (src/pool/growth.cc, "Nobody waits").
 //
 // Per-CPU caches. Each pool keeps up to `cache_capacity()` free buffers per
 // CPU in a small cache, so the common acquire/release touches memory of the
