@@ -543,14 +543,20 @@ size_t PoolAccess::TrimLocked(BufferPool& p, size_t keep_free) {
   std::vector<uint32_t> start;    // [chunk + 1]: counting sort of entries
   std::vector<uint32_t> order;    // entry indexes, grouped by chunk
   std::vector<uint32_t> claimed;  // slots claimed for giving back
+  std::vector<Run> runs;          // of claimed chunks, to give back
   try {
     count.assign(g.chunks, 0);
     start.assign(size_t{g.chunks} + 1, 0);
     order.reserve(s.committed.load(std::memory_order_relaxed));
-    claimed.reserve(s.committed.load(std::memory_order_relaxed));
+    claimed.reserve(order.capacity());
+    runs.reserve(g.chunks);
   } catch (const std::bad_alloc&) {
     return 0;
   }
+  // Nothing below allocates: no more entries than these lists hold (a
+  // growth meanwhile may add free slots; those stay in the depot).
+  const size_t most = std::min<size_t>(
+      capacity, std::min(order.capacity(), claimed.capacity()));
   auto whole = [&](uint32_t c) {
     return LastSlot(g, c, capacity) - FirstSlot(g, c);
   };
@@ -558,14 +564,14 @@ size_t PoolAccess::TrimLocked(BufferPool& p, size_t keep_free) {
   g.take_from.store(0, std::memory_order_relaxed);
   g.trimming.store(true, std::memory_order_seq_cst);  // see "Exhaustion"
   // 1. The depot's slots into `held`, published a batch at a time. At most
-  // `capacity` entries: a slot taken from `held`, released and popped
-  // again would otherwise come round for ever.
+  // `most` entries: a slot taken from `held`, released and popped again
+  // would otherwise come round for ever.
   uint32_t n = 0;
-  while (n < capacity) {
+  while (n < most) {
     uint32_t batch[kTrimBatch];
     uint32_t reshelved = 0;  // put back by the trim anyway
     const uint32_t k = s.depot.Pop(
-        batch, static_cast<uint32_t>(std::min<size_t>(kTrimBatch, capacity - n)),
+        batch, static_cast<uint32_t>(std::min<size_t>(kTrimBatch, most - n)),
         nullptr, &reshelved);
     if (k == 0) break;
     if (p.cache_capacity_ != 0) {
@@ -670,7 +676,6 @@ size_t PoolAccess::TrimLocked(BufferPool& p, size_t keep_free) {
   // 6. Give the claimed chunks back, a run of adjacent ones per call; no
   // lock but `mu` (trimmers') is held. A chunk the system would not
   // decommit is backed still: its slots go back to the depot.
-  std::vector<Run> runs;
   for (uint32_t c = g.chunks; c > 0; --c) {
     if (count[c - 1] == 0 || count[c - 1] != whole(c - 1)) continue;
     if (!runs.empty() && runs.back().c0 == c) {
