@@ -4,7 +4,8 @@
 // malloc for the whole process, so they run the same code in
 // alloc_benchmark_<name>; DPDK in dpdk_benchmark. Run with
 // GLIBC_TUNABLES=glibc.pthread.rseq=0, it also has libbufpool_fallback (the
-// locked caches).
+// locked caches); with BUFPOOL_RSEQ_INDEX=cpu_id, libbufpool_cpu_id (the
+// rseq caches indexed by cpu_id, as on kernels before 6.3).
 //
 //   build/release/bench/buffer_pool_benchmark --benchmark_filter=Pair/
 #include "contenders.h"
@@ -23,6 +24,11 @@ int Register() {
   // runs this contender so, beside the rseq rows of a plain process.
   if (SharedPool<kPoolCache>().per_cpu_mode() == bufpool::PerCpuMode::kLocked) {
     RegisterAll<PoolBuffer<kPoolCache>>("libbufpool_fallback");
+  }
+  // The rseq caches indexed by cpu_id (kernels before 6.3), in a process
+  // started with BUFPOOL_RSEQ_INDEX=cpu_id (tools/bench runs it so).
+  if (SharedPool<kPoolCache>().per_cpu_mode() == bufpool::PerCpuMode::kRseq) {
+    RegisterAll<PoolBuffer<kPoolCache>>("libbufpool_cpu_id");
   }
   benchmark::RegisterBenchmark("Bulk32/libbufpool_bulk", Bulk32<PoolBulk>);
   benchmark::RegisterBenchmark("Bulk32/libbufpool_raw_bulk",

@@ -7,7 +7,7 @@ Reads, from the run's directory:
   gb/r<N>/*.json      Google Benchmark output of round N, one file per
                       contender (one process each)
   cold_start.jsonl    one JSON line per fresh-process cold-start measurement
-  elastic.jsonl       bench/elastic_pool's lines (create, burst, idle), one
+  elastic.jsonl       bench/elastic_pool's lines (create, burst, growth, idle), one
                       of each per round
   java.jsonl          the seed experiment in Java, when java was present
                       (with the binding's bench/java/SeedPool.java lines)
@@ -570,6 +570,18 @@ def goals(values, counters, cold, copy, echo, elastic=None):
                   "rseq pair, time ratio",
                   per_round(V("Pair", "libbufpool_fallback"), pair, div),
                   None, True))
+    g.append(goal("hot pair per mode: mm_cid (the default where the kernel "
+                  "has it), ns", pair, None, True))
+    g.append(goal("hot pair per mode: cpu_id (BUFPOOL_RSEQ_INDEX=cpu_id), ns",
+                  V("Pair", "libbufpool_cpu_id"), None, True))
+    g.append(goal("hot pair per mode: locked (glibc.pthread.rseq=0), ns",
+                  V("Pair", "libbufpool_fallback"), None, True))
+    g.append(goal("cpu_id pair / default pair <= 1.1 (time ratio)",
+                  per_round(V("Pair", "libbufpool_cpu_id"), pair, div), 1.1,
+                  True))
+    g.append(goal("cpu_id working set / default working set (time ratio)",
+                  per_round(V("WorkingSet", "libbufpool_cpu_id"),
+                            V("WorkingSet", REFERENCE), div), None, True))
     g.append(goal("working set (1,024 live) >= 1.2x faster than DPDK's "
                   "cached mempool",
                   per_round(V("WorkingSet", "dpdk_mempool_cache256"),
@@ -802,8 +814,17 @@ def elastic_goals(values, e):
         goal("elastic: trim_after_idle (200 ms, a 10 ms TrimIdle() tick) "
              "back within 4 MiB, ms after the release",
              E("elastic_idle.back_after_ms"), None, True),
-        goal("elastic: one growth step (512 buffers) p99 <= 1 ms (ms)",
-             E("elastic_burst.grow_step_p99_ms"), 1, True),
+        goal("elastic: the burst's growth steps (doubling from 512 buffers "
+             "to 32,768) p99 (ms)",
+             E("elastic_burst.grow_step_p99_ms"), None, True),
+        goal("elastic: burst to 200,000 / its floor (the bytes committed by "
+             "hand + a fixed pool's burst) <= 1.5 (time ratio)",
+             E("elastic_growth.burst_vs_floor"), 1.5, True),
+        goal("elastic: burst to 200,000 / its floor, thread CPU time "
+             "(ratio)", E("elastic_growth.burst_vs_floor_cpu"), None, True),
+        goal("elastic: one growth step of 2 MiB / a plain populate of 2 MiB "
+             "<= 2 (time ratio, medians of 64)",
+             E("elastic_growth.step_vs_populate"), 2, True),
         goal("elastic: the burst / the same from a fixed pool of the ceiling "
              "<= 1.5 (time ratio)",
              per_round(E("elastic_burst.elastic_burst_ms"),
@@ -814,6 +835,18 @@ def elastic_goals(values, e):
                        {r: v + E("elastic_burst.fixed_create_ms").get(r, 0)
                         for r, v in E("elastic_burst.fixed_burst_ms").items()},
                        div), None, True),
+    ] + [
+        row
+        for mode in ("default", "cpu_id", "locked")
+        for row in (
+            goal(f"elastic, {mode}: worst TryAcquire() while a trimmer/grower "
+                 f"sleeps 200 ms in a signal handler <= 10 ms (ms)",
+                 E(f"elastic_stall_{mode}.worst_ms"), 10, True),
+            goal(f"elastic, {mode}: the same with no sleeps (ms, this "
+                 f"machine's preemption)",
+                 E(f"elastic_stall_{mode}.quiet_worst_ms"), None, True),
+        )
+    ] + [
         goal("elastic: hot pair / fixed pool's (time ratio, within noise)",
              per_round(V("Pair", "libbufpool_elastic"), V("Pair", REFERENCE),
                        div), None, True),

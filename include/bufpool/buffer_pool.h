@@ -33,7 +33,10 @@
 // none out twice and makes no other thread wait: the caches the call holds
 // (its own in a refill or spill, those a drain took) are passed by, and
 // the buffers in them stay out of reach until the handler returns
-// (src/pool/drain.cc, "No thread waits for a drainer").
+// (src/pool/drain.cc, "No thread waits for a drainer"); a trim or growth
+// it interrupts keeps only what it has in transit out of reach, and other
+// calls take the trim's free buffers or grow past it
+// (src/pool/growth.cc, "Nobody waits").
 //
 // Per-CPU caches. Each pool keeps up to `cache_capacity()` free buffers per
 // CPU in a small cache, so the common acquire/release touches memory of the
@@ -43,7 +46,10 @@
 //     call is seen (one concurrent with it may be ordered after it; see
 //     src/pool/drain.cc), but for buffers in a cache that another call
 //     holds throughout (a drain moving them, or the cache's own thread),
-//     and for those a Trim() holds while it looks them over.
+//     and for those a trim or growth has in transit: chunks being given
+//     back or populated, and up to 256 slots a trim has taken from the
+//     depot and not yet made visible to other calls. Those it has made
+//     visible, the others take while it works.
 //     Before it gives up it takes buffers from every CPU's cache. An
 //     exhausted pool answers without taking a lock.
 //   * Acquire(timeout) sleeps only while every buffer is in use, and a
@@ -100,9 +106,14 @@
 // buffer_count buffers; capacity() and region() are the ceiling's. When an
 // acquire finds no buffer free anywhere (the depot and every cache empty),
 // it backs the next step of buffers (pre-faulted, mlocked with lock_memory)
-// before it reports empty (TryAcquire*()) or sleeps (Acquire()); concurrent
-// growers wait on one lock and grow once. The hit path, the caches and the
-// drain are those of a fixed pool. A step the system refuses is not fatal:
+// before it reports empty (TryAcquire*()) or sleeps (Acquire()). Growing
+// and trimming never make another call wait: no acquire or release takes
+// a lock that a grower or trimmer holds, and no system call of theirs runs
+// under one. Concurrent growers each back their own step (more than one
+// burst needed, at most a step per thread; Trim() takes the excess back).
+// A thread stopped while it grows or trims (a signal handler that sleeps)
+// keeps only what it has in transit out of reach. The hit path, the caches
+// and the drain are those of a fixed pool. A step the system refuses is not fatal:
 // the pool serves what it has (Grow() returns the refusal; Acquire() names
 // it in its error; Stats().grow_failures counts it). Trim() gives free
 // buffers' memory back; their slots go back to the reserve and are backed
@@ -171,7 +182,12 @@ struct PoolOptions {
   size_t max_buffer_count = 0;
   // Buffers per growth step, >= 1; rounded up to whole chunks (a chunk is
   // a whole number of pages, of huge pages when the pool uses them, and of
-  // buffers; see BufferPool::Grow()).
+  // buffers; see BufferPool::Grow()). The first step; each growth on
+  // demand doubles the next, up to an eighth of the ceiling (a burst is
+  // met with large steps, so growing costs about what committing the
+  // memory costs, and backs at most as much again ahead of need); a
+  // Trim() or idle trim that gives memory back brings it back to
+  // grow_step. Grow() backs what it is asked for, at least grow_step.
   size_t grow_step = 512;
   // Trim free buffers the pool has not handed out for this long, checked on
   // the slow paths and by TrimIdle(). 0: only Trim() trims. Needs
@@ -289,9 +305,9 @@ class BUFPOOL_EXPORT BufferPool {
   // An empty Buffer only when no buffer was free anywhere in the pool
   // during the call (counted in acquire_failures): this CPU's cache, the
   // depot, then every other CPU's cache, which it empties into the
-  // depot. An elastic pool below its ceiling then grows one step
-  // (or waits for the thread growing it) before it reports empty. Never
-  // waits for a release.
+  // depot. An elastic pool below its ceiling then takes what a running
+  // trim holds, or grows one step, before it reports empty. Never waits:
+  // for a release, a trimmer or a grower.
   ABSL_ATTRIBUTE_ALWAYS_INLINE Buffer TryAcquire() {
     const uint32_t slot = TryAcquireSlot();
     return slot != kNoSlot ? Buffer(this, slot) : Buffer();
@@ -334,17 +350,20 @@ class BUFPOOL_EXPORT BufferPool {
 
   // Gives the memory of free buffers back to the kernel (MADV_DONTNEED),
   // whole chunks of them, the highest first, as long as at least
-  // `keep_free` free buffers of the depot stay backed (so between
-  // keep_free and keep_free + a chunk's buffers stay, plus free buffers
-  // that share a chunk with one in use); returns the bytes given back. Only
-  // buffers free in the depot are trimmed: never a buffer in use,
-  // and never one parked in a per-CPU cache (at most cache_capacity() x
-  // CPUs; FlushCaches() first to include them). Their slots return to the
+  // `keep_free` free buffers stay backed (so between keep_free and
+  // keep_free + a chunk's buffers stay, plus free buffers that share a
+  // chunk with one in use); returns the bytes given back. Free buffers
+  // parked in per-CPU caches count: it flushes the caches first
+  // (FlushCaches()), so Trim(0) leaves backed only the chunks that hold a
+  // buffer in use. Never a buffer in use. Their slots return to the
   // reserve, and growth backs them again when they are needed. Returns 0 for
   // a fixed pool, while a thread sleeps in Acquire(), and while FixedBuffers
-  // are registered for the pool (the kernel holds its pages). Serialized
-  // with growth; an acquire that finds the pool empty meanwhile waits for it
-  // to finish. Allocates (a list of the free slots); 0 if that fails.
+  // are registered for the pool (the kernel holds its pages). Trims run
+  // one at a time (a second Trim() waits for the first); acquires never
+  // wait for one: while it looks the free buffers over they take them from
+  // it, and while it gives chunks back they grow, or find the pool at its
+  // ceiling. Allocates (lists of the chunks and free slots); 0 if that
+  // fails.
   size_t Trim(size_t keep_free = 0);
   // trim_after_idle's tick, for a caller whose process makes no pool calls
   // while idle (the slow paths tick too): once a trim_after_idle window has
@@ -484,6 +503,8 @@ class BUFPOOL_EXPORT BufferPool {
   // This CPU's cache's top slot in one sequence, kNoSlot on a miss; counts
   // a kSampled pool's sample.
   uint32_t PopInline();
+  // PopInline() of a kSampled pool, or of one that runs no sequences.
+  uint32_t PopInlineSampled(uint32_t index);
   // Pushes `slot` onto this CPU's cache in one sequence; false on a miss
   // and for a kSampled pool's recorded slot.
   bool PushInline(uint32_t slot);
@@ -551,10 +572,11 @@ class BUFPOOL_EXPORT BufferPool {
   // The most slots a cache lends: a push hit needs count - floor below it
   // (internal/rseq.h; src/pool/accounting.cc, "High water").
   uint32_t lend_ = 0;
-  // The index field the inline paths use: rseq_index_, with
-  // internal::rseq::kSampledTag set in a kSampled pool. Their test for the
-  // mm_cid field (the common case) thus also rules out sampling: an
-  // untracked pool's pair reads nothing for holder tracking.
+  // The inline paths' mode, fixed at Create(): rseq_index_ (the mm_cid or
+  // cpu_id field), with internal::rseq::kSampledTag set in a kSampled
+  // pool; 0 where the pool runs no sequences. Each mode has its own block
+  // (internal/buffer_pool_inl.h): an untracked pool's pair reads nothing
+  // for holder tracking, and neither index tests the other's field again.
   uint32_t inline_index_ = 0;
   // kSampled holder tracking (src/pool/holders.h): one byte per slot, 1
   // while the slot's acquire was recorded; nullptr in every other pool.

@@ -102,7 +102,14 @@ void PoolAccess::Popped(BufferPool& p, uint32_t n, uint32_t left,
                         uint32_t handed) {
   BufferPool::Shared& s = S(p);
   if (p.cache_capacity_ == 0) {
-    // Caches off: `left` is the depot's size after the pop, exact.
+    // Caches off, elastic: held_or_lent counts the buffers users hold
+    // (nothing is lent), raised here and lowered after each release, since
+    // `left` misses the slots a grower or trimmer has in transit.
+    if (s.growth != nullptr) {
+      Lent(p, handed);
+      return;
+    }
+    // Caches off, fixed: `left` is the depot's size after the pop, exact.
     const size_t committed = s.committed.load(std::memory_order_relaxed);
     UpdateMax(s.high_water, static_cast<int64_t>(committed) - left, committed);
     return;

@@ -366,11 +366,14 @@ void PoolAccess::ForkPrepare() {
   g_pools_mu.lock();
   for (BufferPool::Shared* s = g_pools; s != nullptr; s = s->next) {
     s->bulk_gate.Lock();  // before wait_mu: a bulk call may wake waiters
-    // No growth or Trim() half done (growth.cc): after the gate, which a
-    // bulk call holds while it grows, before wait_mu, which they take.
+    // No Trim() half done (growth.cc): after the gate, which a bulk call
+    // holds while it grows, before wait_mu, which a trimmer takes to wake.
+    // A grower between its claim and its push counts in `passing`, waited
+    // for below (growth.cc, "fork()").
     if (s->growth != nullptr) s->growth->mu.lock();
     s->wait_mu.lock();
-    // No single call between its cache and the depot (PassBy) from here on.
+    // No single call between its cache and the depot (PassBy), and no
+    // grower between its claim and its push (ResizePass), from here on.
     s->forking.store(true, std::memory_order_seq_cst);
     while (s->passing.load(std::memory_order_seq_cst) != 0) {
       std::this_thread::yield();

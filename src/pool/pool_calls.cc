@@ -333,6 +333,10 @@ void BufferPool::ReleaseUntracked(uint32_t slot) noexcept {
   BUFPOOL_INTERNAL_POISON(SlotData(slot), buffer_size_);
   if (shared_->ncaches == 0) {
     shared_->depot.PushOne(slot);
+    // Elastic: after the push (accounting.cc, Popped).
+    if (shared_->growth != nullptr) [[unlikely]] {
+      PoolAccess::Returned(*this, 1);
+    }
     PoolAccess::WakeWaiters(*this, 1);
     return;
   }
@@ -518,6 +522,8 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
     uint32_t pushed = k;
     if (shared_->ncaches == 0) {
       shared_->depot.Push(slots, k, nullptr);
+      // Elastic: after the push (accounting.cc, Popped).
+      if (shared_->growth != nullptr) PoolAccess::Returned(*this, k);
     } else if (shared_->rseq) {
       // This CPU's cache in one section while it has room; the rest to
       // the depot in one push.

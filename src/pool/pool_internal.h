@@ -141,27 +141,50 @@ class PassBy {
 // An elastic pool's growth state (growth.cc). The region is cut into chunks
 // of `chunk_slots` slots (chunk_bytes each: a whole number of commit units
 // and of buffers); a chunk is backed (its slots are free in the depot or a
-// cache, or in use) or unbacked (its slots are in no free store: the
-// reserve). Growth backs the lowest unbacked chunks; Trim() unbacks free
-// ones, the highest first.
+// cache, or in use), unbacked (its bit set in `unbacked`: the reserve), or
+// in transit (claimed by one grower or trimmer, its slots in no free store).
+// Growth claims the lowest unbacked chunks; Trim() gives back free ones,
+// the highest first. No acquire, release or growth takes a lock here.
 struct Growth {
   size_t chunk_bytes = 0;
   uint32_t chunk_slots = 0;  // slots per chunk (the last may have fewer)
   uint32_t chunks = 0;       // in the region
-  uint32_t step_chunks = 0;  // chunks per growth step
+  uint32_t step_chunks = 0;  // chunks per growth step (grow_step)
+  uint32_t max_step_chunks = 0;  // the most a doubled step reaches
   int64_t idle_ns = 0;       // trim_after_idle; 0: off
-  // Serializes growth and Trim() (and so every change of `unbacked`).
-  // Taken after a bulk call's fork gate and before wait_mu; the fork()
-  // prepare handler takes it after the gate.
+  // Serializes the trimmers (Trim(), the idle trim's try-lock) with each
+  // other, with PinRegion() and with the fork() prepare handler (taken
+  // after the bulk calls' gate, before wait_mu). No acquire, release or
+  // growth takes it, so a trimmer stopped while holding it stalls no call
+  // that needs a buffer (growth.cc, "Nobody waits").
   std::mutex mu;
-  std::vector<uint64_t> unbacked;  // bit c: chunk c unbacked; under mu
-  uint32_t scan_from = 0;          // no unbacked chunk below it; under mu
-  // Unbacked chunks. seq_cst: an exhausted caller's load of it and of
-  // `trimming` pairs with a sleeping Acquire()'s count (see growth.cc).
+  // Bit c of word c / 64: chunk c is unbacked and unclaimed. A grower
+  // claims chunks by clearing their bits (fetch_and, acquire: after the
+  // trimmer's decommit); a trimmer sets a chunk's bit after its decommit
+  // (fetch_or, release). [words]
+  std::unique_ptr<std::atomic<uint64_t>[]> unbacked;
+  uint32_t words = 0;
+  // Chunks whose bits are set, give or take a claim in flight (a grower
+  // lowers it after its fetch_and, a trimmer raises it after its fetch_or).
+  // seq_cst: an exhausted caller's load of it and of `trimming` pairs with
+  // a sleeping Acquire()'s count (see growth.cc).
   std::atomic<uint32_t> unbacked_chunks{0};
-  // True while Trim() holds free slots outside the depot (seq_cst both
+  // The chunks the next growth on demand backs: step_chunks, doubled by
+  // each such growth up to max_step_chunks; back to step_chunks after a
+  // trim that gave memory back. Relaxed: a heuristic.
+  std::atomic<uint32_t> next_step{0};
+  // True while a trimmer holds free slots out of the depot (seq_cst both
   // ways; growth.cc, "Exhaustion").
   std::atomic<bool> trimming{false};
+  // The trimmer's free slots, open to any caller that misses meanwhile:
+  // entry i holds slot + 1, or 0 once taken (by a caller, or back by the
+  // trimmer); [held_n] are written. Each entry leaves by an exchange, so a
+  // slot is taken once (growth.cc, "Trimming"). [capacity], calloc'd: the
+  // pages are touched by trims only.
+  std::unique_ptr<std::atomic<uint32_t>[], void (*)(void*)> held{nullptr,
+                                                                 &std::free};
+  std::atomic<uint32_t> held_n{0};
+  std::atomic<uint32_t> take_from{0};  // where takers start looking; relaxed
   // Counters for Stats(); relaxed, like the pool's other statistics.
   std::atomic<uint64_t> grows{0};
   std::atomic<uint64_t> trims{0};
@@ -170,7 +193,9 @@ struct Growth {
   // slots the depot was seen holding in it (relaxed: a heuristic).
   std::atomic<int64_t> window_start{0};
   std::atomic<int64_t> window_low{0};
-  // The most recent growth failure, for Acquire()'s error; under mu.
+  // The most recent growth failure, for Acquire()'s error; under error_mu,
+  // which guards nothing else and is never held across a system call.
+  std::mutex error_mu;
   absl::Status last_error;
   // FixedBuffers registrations of this pool alive now: Trim() gives back
   // nothing while the kernel holds the pages. Raised under `mu` (so never
@@ -371,6 +396,16 @@ struct PoolAccess {
   // CountedWait), where a signal handler that forks may run.
   static inline void (*before_count_for_test)(BufferPool& pool) = nullptr;
   static inline void (*after_count_for_test)(BufferPool& pool) = nullptr;
+  // Test seam (nullptr outside tests): called by a trimmer or grower at
+  // each point where it holds free slots or chunks in transit (growth.cc),
+  // where a signal handler that sleeps may run.
+  enum class ResizePoint {
+    kTrimPopped,        // a batch popped from the depot, not yet published
+    kTrimHolding,       // every free slot it took is published in `held`
+    kTrimDecommitting,  // the rest back; the chosen chunks about to go
+    kGrowClaimed,       // chunks claimed, about to be populated
+  };
+  static inline void (*resize_point_for_test)(ResizePoint point) = nullptr;
   // With c.mu held: pops one free slot, refilling from the depot when c is
   // empty; kNoSlot when both are empty. *reshelved: see Depot::Pop.
   // `lend_ahead` (this CPU's cache): when c lends nothing, it lends up to
@@ -426,19 +461,27 @@ struct PoolAccess {
   static absl::StatusOr<size_t> InitGrowth(BufferPool& p, SharedState& s,
                                            const PoolOptions& options);
   // For a caller that found no free slot anywhere (TakeAnywhere gave
-  // kNoSlot): grows an elastic pool by one step (or waits out a Trim() or
-  // a concurrent grower) and takes one slot; kNoSlot at the ceiling or when
-  // growing failed (then *error, when given, is the failure). Fixed pools:
-  // kNoSlot at once.
+  // kNoSlot): takes a slot a running Trim() holds, or grows an elastic pool
+  // by one step and takes one of the new slots; waits for nobody. kNoSlot
+  // at the ceiling, when growing failed (then *error, when given, is the
+  // failure), or when the only free slots are a concurrent grower's or
+  // trimmer's in transit. Fixed pools: kNoSlot at once. *reshelved: the
+  // slots it put in the depot (the caller owes waiters a wake-up).
   static uint32_t GrowAndTake(BufferPool& p, uint32_t* reshelved,
                               absl::Status* error = nullptr);
-  // With growth->mu held: backs at least one step's chunks (more steps for
-  // `min_slots`), the lowest unbacked first, and pushes their slots to the
-  // depot. The slots pushed; 0 at the ceiling or when the system refused
-  // the first chunk (then *error, when given, says why).
-  static uint32_t GrowLocked(BufferPool& p, size_t min_slots,
+  // Claims and backs `chunks` unbacked chunks (fewer at the ceiling), the
+  // lowest first, and pushes their slots to the depot in one batch; with
+  // `taken`, the lowest new slot goes to *taken instead, accounted as
+  // handed out. The slots made free (pushed or taken); 0 at the ceiling,
+  // when others hold the rest in transit, or when the system refused (then
+  // *error, when given, says why). Holds no lock.
+  static uint32_t GrowChunks(BufferPool& p, uint32_t chunks, uint32_t* taken,
                              absl::Status* error);
-  // With growth->mu held: Trim(keep_free); the bytes given back.
+  // Takes one of the slots a running Trim() holds and has not claimed,
+  // accounted as handed out; kNoSlot when none is left.
+  static uint32_t TakeFromTrimmer(BufferPool& p);
+  // With growth->mu held: Trim(keep_free) of the depot's free slots; the
+  // bytes given back.
   static size_t TrimLocked(BufferPool& p, size_t keep_free);
   // trim_after_idle: samples the depot and trims what stayed free for the
   // whole window once it has passed. Cheap when not due; never blocks.

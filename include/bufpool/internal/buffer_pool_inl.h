@@ -19,84 +19,102 @@ BUFPOOL_EXPORT extern __thread uint32_t t_holder_countdown
 // The single-buffer paths. The cache hit is one restartable sequence
 // (bufpool/internal/rseq.h) where the pool runs them (x86-64, glibc's rseq
 // area, not a sanitizer build); every miss, and the locked caches of other
-// setups, are one out-of-line call in tail position. There is no test of
-// whether the pool runs sequences: where it does not, rseq_cpus_ (and
-// rseq_release_cpus_) is 0, so the sequence fails at its index check, before
-// it touches the cache, and the call goes out of line (glibc reserves the
-// rseq area in every thread, registered or not, so the sequence's store of
-// rseq_cs and its loads are harmless there).
+// setups, are one out-of-line call in tail position.
 //
-// Which sequence: the pool's inline_index_ is compared with the mm_cid
-// field first (what every kernel since 6.3 gives); anything else (cpu_id, a
-// kSampled pool's tagged index, 0 where the pool runs no sequences) takes
-// the second branch. A kSampled pool's acquire counts this thread's
-// acquires down and records the one that reaches 0 (out of line); its
-// release of a recorded slot goes out of line, where the record is cleared.
-// The mark is read relaxed: it is written only by the slot's holders, and
-// this thread holds it (src/pool/holders.h).
+// One straight path per mode. The pool's inline_index_, fixed at Create(),
+// names the mode: the rseq field that indexes the caches (mm_cid or
+// cpu_id), with kSampledTag in a kSampled pool, or 0 where the pool runs
+// no sequences (the locked caches, caches off, sanitizer builds). Each
+// mode's block runs its own sequence with its field as a constant and
+// nothing of the others: mm_cid (what every kernel since 6.3 gives) is
+// tested first, cpu_id (kernels before 6.3) second, so each of the two
+// untracked modes costs one compare-and-branch or two before its section;
+// the sampled modes follow, and 0 goes out of line without a section. A
+// kAll-tracked pool keeps its field but has rseq_cpus_ 0, so its sections
+// fail at their index check (glibc reserves the rseq area in every thread,
+// registered or not, so a section's store of rseq_cs and its loads are
+// harmless there). A kSampled pool's acquire counts this thread's acquires
+// down and records the one that reaches 0 (out of line); its release of a
+// recorded slot goes out of line, where the record is cleared. The mark is
+// read relaxed: it is written only by the slot's holders, and this thread
+// holds it (src/pool/holders.h).
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::PopInline() {
 #if BUFPOOL_HAVE_RSEQ
+  using internal::rseq::kCpuIdField;
+  using internal::rseq::kMmCidField;
   const uint32_t index = inline_index_;
-  if (index == internal::rseq::kMmCidField) [[likely]] {
-    // A constant field: Pop's own test folds away.
-    return internal::rseq::Pop(rseq_base_, rseq_cpus_,
-                               internal::rseq::kMmCidField);
+  if (index == kMmCidField) [[likely]] {
+    return internal::rseq::PopAt<kMmCidField>(rseq_base_, rseq_cpus_);
   }
-  // A sampled pool on mm_cid: a constant field again, so one sequence, and
-  // its own straight block (likely among what is left), so that its hit
-  // adds only the countdown to the untracked one, not the tests of the
-  // other setups.
-  if (index == (internal::rseq::kMmCidField | internal::rseq::kSampledTag))
-      [[likely]] {
-    const uint32_t slot = internal::rseq::Pop(rseq_base_, rseq_cpus_,
-                                              internal::rseq::kMmCidField);
-    if (slot != internal::rseq::kNoSlot) [[likely]] {
-      if (--internal::t_holder_countdown == 0) [[unlikely]] {
-        AcquireSampled(slot);
-      }
+  if (index == kCpuIdField) [[likely]] {
+    return internal::rseq::PopAt<kCpuIdField>(rseq_base_, rseq_cpus_);
+  }
+  return PopInlineSampled(index);
+#else
+  return kNoSlot;
+#endif
+}
+
+// The sampled modes, and 0 (no sequences): kept out of the untracked
+// modes' blocks.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferPool::PopInlineSampled(
+    uint32_t index) {
+#if BUFPOOL_HAVE_RSEQ
+  using internal::rseq::kCpuIdField;
+  using internal::rseq::kMmCidField;
+  using internal::rseq::kSampledTag;
+  uint32_t slot;
+  if (index == (kMmCidField | kSampledTag)) {
+    slot = internal::rseq::PopAt<kMmCidField>(rseq_base_, rseq_cpus_);
+  } else if (index == (kCpuIdField | kSampledTag)) {
+    slot = internal::rseq::PopAt<kCpuIdField>(rseq_base_, rseq_cpus_);
+  } else {
+    return kNoSlot;  // no sequences: out of line
+  }
+  if (slot != internal::rseq::kNoSlot) [[likely]] {
+    if (--internal::t_holder_countdown == 0) [[unlikely]] {
+      AcquireSampled(slot);
     }
-    return slot;
-  }
-  const uint32_t slot = internal::rseq::Pop(
-      rseq_base_, rseq_cpus_, index & ~internal::rseq::kSampledTag);
-  if ((index & internal::rseq::kSampledTag) != 0 &&
-      slot != internal::rseq::kNoSlot) {
-    if (--internal::t_holder_countdown == 0) AcquireSampled(slot);
   }
   return slot;
 #else
+  (void)index;
   return kNoSlot;
 #endif
 }
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferPool::PushInline(uint32_t slot) {
 #if BUFPOOL_HAVE_RSEQ
+  using internal::rseq::kCpuIdField;
+  using internal::rseq::kMmCidField;
+  using internal::rseq::kSampledTag;
   // rseq_release_cpus_ is 0 for a scrubbing pool, which zeroes the buffer
   // out of line before it is published.
   const uint32_t index = inline_index_;
-  if (index == internal::rseq::kMmCidField) [[likely]] {
-    return internal::rseq::Push(rseq_base_, rseq_release_cpus_,
-                                internal::rseq::kMmCidField, &release_limit_,
-                                lend_, slot);
+  if (index == kMmCidField) [[likely]] {
+    return internal::rseq::PushAt<kMmCidField>(
+        rseq_base_, rseq_release_cpus_, &release_limit_, lend_, slot);
   }
-  // A sampled pool on mm_cid, as in PopInline: the mark's test, then the
-  // same sequence as the untracked pool's (the compiler may share it).
-  if (index == (internal::rseq::kMmCidField | internal::rseq::kSampledTag))
-      [[likely]] {
-    if (holder_marks_[slot].load(std::memory_order_relaxed) != 0) [[unlikely]] {
+  if (index == kCpuIdField) [[likely]] {
+    return internal::rseq::PushAt<kCpuIdField>(
+        rseq_base_, rseq_release_cpus_, &release_limit_, lend_, slot);
+  }
+  // The sampled modes: the mark's test, then the same sequences.
+  if (index == (kMmCidField | kSampledTag)) {
+    if (holder_marks_[slot].load(std::memory_order_relaxed) != 0) {
       return false;
     }
-    return internal::rseq::Push(rseq_base_, rseq_release_cpus_,
-                                internal::rseq::kMmCidField, &release_limit_,
-                                lend_, slot);
+    return internal::rseq::PushAt<kMmCidField>(
+        rseq_base_, rseq_release_cpus_, &release_limit_, lend_, slot);
   }
-  if ((index & internal::rseq::kSampledTag) != 0 &&
-      holder_marks_[slot].load(std::memory_order_relaxed) != 0) {
-    return false;
+  if (index == (kCpuIdField | kSampledTag)) {
+    if (holder_marks_[slot].load(std::memory_order_relaxed) != 0) {
+      return false;
+    }
+    return internal::rseq::PushAt<kCpuIdField>(
+        rseq_base_, rseq_release_cpus_, &release_limit_, lend_, slot);
   }
-  return internal::rseq::Push(rseq_base_, rseq_release_cpus_,
-                              index & ~internal::rseq::kSampledTag,
-                              &release_limit_, lend_, slot);
+  return false;  // no sequences: out of line
 #else
   (void)slot;
   return false;
