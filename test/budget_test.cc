@@ -158,6 +158,32 @@ TEST(BudgetTest, ChargesWhatItsChainsPinAndReleasesOnConsume) {
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
+// Compact() of a bound chain that keeps one run (at least half a buffer)
+// and copies another: the kept run moves to the packed chain with its
+// charge, the copied one is released, and nothing is read from the slices
+// the move left empty.
+TEST(BudgetTest, CompactKeepsOneRunAndCopiesAnother) {
+  auto pool = MakePool(16);
+  auto budget = MakeBudget(*pool, {.name = "compact", .max_bytes = 8 * kBs});
+  BufferChain loose(*pool);
+  ASSERT_TRUE(loose.Append(Bytes(kBs, 'k')).ok());   // kept: a whole buffer
+  ASSERT_TRUE(loose.Append(Bytes(100, 'c')).ok());   // copied: 100 bytes
+  const std::string want = Contents(loose);
+  BufferChain chain(*budget);
+  chain.Append(std::move(loose));
+  ASSERT_EQ(chain.slice_count(), 2u);
+  ASSERT_EQ(budget->pinned_bytes(), 2 * kBs);
+  ASSERT_TRUE(chain.Compact().ok());
+  EXPECT_EQ(Contents(chain), want);
+  EXPECT_EQ(chain.budget(), budget.get());
+  EXPECT_EQ(budget->pinned_bytes(), chain.pinned_bytes());
+  EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
+  EXPECT_EQ(pool->Stats().in_use, 2u);
+  chain.Clear();
+  EXPECT_EQ(budget->pinned_bytes(), 0u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
 TEST(BudgetTest, AppendPastTheLimitIsRefusedAndChangesNothing) {
   auto pool = MakePool(16);
   auto budget = MakeBudget(*pool, {.name = "conn 7", .max_bytes = 2 * kBs});

@@ -427,8 +427,13 @@ absl::Status BufferChain::Compact() {
         " buffers of ", bs, " bytes needed, got ", got, ")"));
   }
   // Pass 2: nothing below fails or throws (the ring is reserved first).
+  // The packed chain is built unbound and the budget hears of the change
+  // once, at the end: the kept slices are moved out of this chain as it
+  // goes, so it cannot release run by run, and a watermark callback sees
+  // no dip between the two.
+  BufferBudget* const budget = std::exchange(budget_, nullptr);
+  const size_t before = budget != nullptr ? pinned_bytes() : 0;
   BufferChain packed(*pool_);
-  packed.budget_ = budget_;  // charged meanwhile; *this releases below
   packed.Reserve(size_t{count_} + need);
   SharedBuffer cur;  // the open fresh buffer's slice
   size_t next = 0;
@@ -462,7 +467,16 @@ absl::Status BufferChain::Compact() {
     }
   });
   flush();
-  *this = std::move(packed);
+  *this = std::move(packed);  // unbound: the moved-from slices read nothing
+  budget_ = budget;
+  if (budget != nullptr) {
+    const size_t after = pinned_bytes();
+    if (after > before) {
+      internal::BudgetAccess::Charge(*budget, after - before);
+    } else if (before > after) {
+      internal::BudgetAccess::Release(*budget, before - after);
+    }
+  }
   return absl::OkStatus();
 }
 
