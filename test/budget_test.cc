@@ -124,27 +124,31 @@ TEST(BudgetTest, ChargesWhatItsChainsPinAndReleasesOnConsume) {
     ASSERT_TRUE(in.Append(Bytes(kBs, 'b')).ok());  // fills the tail, then one
     EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
     EXPECT_EQ(in.pinned_bytes(), 2 * kBs);
-    // Split and Clone: chains of the same budget, charged for what they pin.
+    // Split and Clone: chains of the same budget over the same two
+    // buffers, which it counts once each.
     BufferChain head = in.Split(50);
     EXPECT_EQ(head.budget(), budget.get());
-    EXPECT_EQ(budget->pinned_bytes(), in.pinned_bytes() + head.pinned_bytes());
+    EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
     BufferChain copy = in.Clone();
-    EXPECT_EQ(budget->pinned_bytes(),
-              in.pinned_bytes() + head.pinned_bytes() + copy.pinned_bytes());
-    // Appending a chain of the same budget: the joined run is counted once.
+    EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
+    EXPECT_EQ(in.pinned_bytes() + head.pinned_bytes() + copy.pinned_bytes(),
+              5 * kBs);  // each chain alone would keep these out
     out.Append(std::move(head));
     out.Append(std::move(copy));
-    EXPECT_EQ(budget->pinned_bytes(), in.pinned_bytes() + out.pinned_bytes());
-    // A chain of no budget moved in is charged; one moved out releases.
+    EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
+    // A chain of no budget moved in is charged its buffer; moved out to an
+    // unbound chain, what no other chain of the budget holds is released.
     BufferChain loose(*pool);
     ASSERT_TRUE(loose.Append(Bytes(10, 'c')).ok());
     out.Append(std::move(loose));
-    EXPECT_EQ(budget->pinned_bytes(), in.pinned_bytes() + out.pinned_bytes());
+    EXPECT_EQ(budget->pinned_bytes(), 3 * kBs);
     BufferChain elsewhere(*pool);
     elsewhere.Append(std::move(out));
     EXPECT_EQ(budget->pinned_bytes(), in.pinned_bytes());
-    in.Consume(in.size());
+    EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
+    in.Consume(in.size());  // `elsewhere`, of no budget, keeps them out
     EXPECT_EQ(budget->pinned_bytes(), 0u);
+    EXPECT_EQ(pool->Stats().in_use, 3u);
     ASSERT_TRUE(in.Append(Bytes(3 * kBs, 'd')).ok());
     EXPECT_EQ(budget->pinned_bytes(), 3 * kBs);
     BufferChain moved = std::move(in);  // the charge moves with the slices
@@ -154,7 +158,7 @@ TEST(BudgetTest, ChargesWhatItsChainsPinAndReleasesOnConsume) {
     EXPECT_EQ(budget->pinned_bytes(), moved.pinned_bytes());
   }  // destroyed: everything released
   EXPECT_EQ(budget->pinned_bytes(), 0u);
-  EXPECT_EQ(budget->Stats().high_water_bytes, 5 * kBs);
+  EXPECT_EQ(budget->Stats().high_water_bytes, 3 * kBs);
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
@@ -201,12 +205,25 @@ TEST(BudgetTest, AppendPastTheLimitIsRefusedAndChangesNothing) {
   // What fits the tail's room is taken without a new buffer.
   ASSERT_TRUE(chain.Append(Bytes(kBs - 10, 'z')).ok());
   EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
-  // Linking a slice cannot fail: it is charged past the limit.
+  EXPECT_NE(s.message().find("raise max_bytes"), std::string::npos) << s;
+  // Linking a slice cannot fail, and takes nothing from the pool: a buffer
+  // no budget counts stays uncounted when the budget has no room for it.
   BufferChain other(*pool);
   ASSERT_TRUE(other.Append(Bytes(5, 'q')).ok());
   chain.Append(std::move(other));
-  EXPECT_EQ(budget->pinned_bytes(), 3 * kBs);
+  EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
   EXPECT_EQ(budget->room_bytes(), 0u);
+  EXPECT_EQ(budget->Stats().high_water_bytes, budget->max_bytes());
+  EXPECT_EQ(pool->Stats().in_use, 3u);
+  chain.Consume(kBs + 10);  // a buffer back: room for one
+  EXPECT_EQ(budget->pinned_bytes(), kBs);
+  // A clone links the counted buffer again (free) and the uncounted one,
+  // which the budget now has room to count.
+  chain.Append(chain.Clone());
+  EXPECT_EQ(budget->pinned_bytes(), 2 * kBs);
+  chain.Clear();
+  EXPECT_EQ(budget->pinned_bytes(), 0u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
 TEST(BudgetTest, ReadFromPastTheLimitLeavesTheBytesInTheSocket) {
@@ -614,11 +631,12 @@ TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
     ASSERT_NO_FATAL_FAILURE(WriteAndReceiveOne(ring, **br, sv, chain, msg, &t));
     ASSERT_TRUE(t.status.ok()) << t.status;
     (*br)->Refill();
-    // Small receives share one buffer (the ring's pack): one charged, until
-    // the chain holds copy_below (512) bytes; then the ring's buffer is
-    // linked, a second.
-    EXPECT_EQ(budget->pinned_bytes(), i < 5 ? kBs : 2 * kBs) << "receive " << i;
-    EXPECT_EQ(budget->pinned_bytes(), chain.pinned_bytes()) << "receive " << i;
+    // Small receives share one buffer (the ring's pack) and are charged
+    // their bytes, rounded up to 64, until the chain holds copy_below (512)
+    // bytes; then the ring's buffer is linked, a whole buffer.
+    const size_t packed = i < 5 ? (i + 1) * 100 : 500;
+    const size_t charged = (packed + 63) / 64 * 64 + (i < 5 ? 0 : kBs);
+    EXPECT_EQ(budget->pinned_bytes(), charged) << "receive " << i;
   }
   EXPECT_EQ(Contents(chain), sent);
   chain.Consume(chain.size());
@@ -636,7 +654,7 @@ TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
   ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, &t));
   EXPECT_EQ(t.status.code(), absl::StatusCode::kResourceExhausted) << t.status;
   EXPECT_EQ(Contents(chain), "tiny");
-  EXPECT_EQ(budget->pinned_bytes(), 5 * kBs);
+  EXPECT_EQ(budget->pinned_bytes(), 4 * kBs + 64);
   chain.Clear();
   other.Clear();
 }
