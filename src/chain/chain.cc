@@ -41,7 +41,7 @@ BufferChain& BufferChain::MoveAssignSlow(BufferChain& other) noexcept {
   Clear();
   pool_ = other.pool_;
   budget_ = other.budget_;  // the slices keep the charge they made there
-  packed_ = std::exchange(other.packed_, 0);
+  const uint32_t packed = std::exchange(other.packed_, 0);
   if (slices_ == inline_) {
     StealFrom(other);
   } else if (other.slices_ != other.inline_) {
@@ -62,6 +62,7 @@ BufferChain& BufferChain::MoveAssignSlow(BufferChain& other) noexcept {
     other.head_ = 0;
     size_ = std::exchange(other.size_, 0);
   }
+  packed_ = packed;
   return *this;
 }
 
@@ -414,7 +415,9 @@ size_t BufferChain::ChargeRuns(size_t credit) {
       charged += LinkRun(s, owner, charged < room ? room - charged : 0);
     }
   }
-  packed_ = static_cast<uint32_t>(PackedTarget());
+  // Packed bytes count as far as there is room (see RecountPacked()).
+  const size_t left = charged < room ? room - charged : 0;
+  packed_ = static_cast<uint32_t>(std::min(PackedTarget(), left));
   return charged + packed_;
 }
 
@@ -452,10 +455,21 @@ size_t BufferChain::ReleasableBytes() const {
   return total;
 }
 
+// Packed bytes that arrive with no room in the budget (linked from a chain
+// of no budget, or received while it is full) are counted as far as there
+// is room and the rest at a later recount: they stay, like a linked buffer
+// no budget counts, out of the budget rather than over its limit.
 void BufferChain::RecountPacked() {
-  const uint32_t target = static_cast<uint32_t>(PackedTarget());
-  const uint32_t was = std::exchange(packed_, target);
-  Settle(target, was);
+  const size_t target = PackedTarget();
+  if (target <= packed_) {
+    const size_t less = packed_ - target;
+    packed_ = static_cast<uint32_t>(target);
+    if (less != 0) internal::BudgetAccess::Release(*budget_, less);
+    return;
+  }
+  const size_t more = std::min(target - packed_, budget_->room_bytes());
+  packed_ += static_cast<uint32_t>(more);
+  if (more != 0) internal::BudgetAccess::Charge(*budget_, more);
 }
 
 void BufferChain::Settle(size_t charge, size_t release) {

@@ -221,11 +221,18 @@ inline const SharedBuffer& BufferChain::slice(size_t i) const {
   return At(i);
 }
 
-// The common cases inline: a cut inside the front slice (one parsed
-// message of several a receive brought), and the whole of a one-slice
-// chain; anything that drops slices of a longer chain goes out of line.
+// The common cases inline: a cut inside the front slice of an unbound
+// chain (one parsed message of several a receive brought), and the whole
+// of a one-slice chain; anything that drops slices of a longer chain goes
+// out of line.
 inline void BufferChain::Consume(size_t n) {
+  // A bound chain's front may be packed bytes, counted by their size
+  // (ConsumeSlow() recounts them).
   if (count_ != 0 && n < At(0).size_) {
+    if (budget_ != nullptr) [[unlikely]] {
+      ConsumeSlow(n);
+      return;
+    }
     SharedBuffer& front = At(0);
     front.data_ += n;
     front.size_ -= n;
@@ -507,8 +514,9 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
 // PackedTarget() what it should be (each run of them rounded up to
 // kPackGranule), and RecountPacked() charges or releases the difference
 // whenever a chain links or drops one, so release always matches charge.
-// A packed slice that shrinks in Consume()'s inline case stays charged for
-// what it held until the chain next recounts.
+// So packed_ never exceeds PackedTarget() except while the tail grows in
+// place (Postallocate() into a pack buffer its pack let go of: counted at
+// the next recount).
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferChain::PackCharge(
     size_t bytes) {
