@@ -155,6 +155,10 @@ struct BudgetOptions {
   // Taken from the pool up front, rounded up to whole buffers: always
   // available to this budget (see "Reservation"). At most max_bytes.
   size_t reserved_bytes = 0;
+  // Budgets of one group (say, every connection of a listener) are written
+  // by WriteMetrics() as one series per group, their sums, instead of one
+  // per budget ("": a series of its own, for few budgets).
+  std::string group;
 };
 
 struct BudgetStats {
@@ -178,6 +182,8 @@ class BUFPOOL_EXPORT BufferBudget {
   BufferBudget& operator=(const BufferBudget&) = delete;
 
   const std::string& name() const { return name_; }
+  // BudgetOptions::group ("" for none).
+  const std::string& group() const { return group_; }
   BufferPool& pool() const { return *pool_; }
   // max_bytes rounded down to whole buffers (SIZE_MAX: no limit).
   size_t max_bytes() const { return max_bytes_; }
@@ -258,6 +264,7 @@ class BUFPOOL_EXPORT BufferBudget {
 
   BufferPool* pool_ = nullptr;
   std::string name_;
+  std::string group_;
   // Names this budget in holder notes (24 bits, process-wide, never 0).
   uint32_t holder_id_ = 0;
   // Names this budget in the slots' owner words (internal/shared_access.h):

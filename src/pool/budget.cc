@@ -136,6 +136,7 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
   std::unique_ptr<BufferBudget> b(new BufferBudget);
   b->pool_ = this;
   b->name_ = o.name;
+  b->group_ = o.group;
   {
     // relaxed: an id, not an order; it wraps after 2^24 budgets, and the
     // report names a reused id's live budget.
