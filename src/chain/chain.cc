@@ -194,7 +194,11 @@ absl::Status BufferChain::AppendSlow(absl::Span<const std::byte> bytes) {
       }
       SharedBuffer s(std::move(b));
       s.size_ = 0;
-      PushBack(std::move(s));
+      if (budget_ != nullptr) {
+        PushFresh(std::move(s));  // ours alone: claimed with a store
+      } else {
+        PushBack(std::move(s));
+      }
     }
   }
   const std::byte* src = bytes.data();
