@@ -618,8 +618,14 @@ inline void BufferChain::PopFrontBudgeted() {
   f.Reset();
   head_ = (head_ + 1) & (cap_ - 1);
   --count_;
-  if (pack) [[unlikely]]
-    RecountPacked();
+  if (pack) [[unlikely]] {
+    // The last slice (a packed partial consumed whole): all of packed_.
+    if (count_ != 0) {
+      RecountPacked();
+    } else if (packed_ != 0) {
+      internal::BudgetAccess::Release(*budget_, std::exchange(packed_, 0));
+    }
+  }
   if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
 }
 
@@ -631,8 +637,13 @@ inline void BufferChain::PopBackBudgeted() {
                 count_ == 1 || !SameBuffer(At(count_ - 2), t), &pack);
   t.Reset();
   --count_;
-  if (pack) [[unlikely]]
-    RecountPacked();
+  if (pack) [[unlikely]] {
+    if (count_ != 0) {
+      RecountPacked();
+    } else if (packed_ != 0) {
+      internal::BudgetAccess::Release(*budget_, std::exchange(packed_, 0));
+    }
+  }
   if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
 }
 
