@@ -32,26 +32,30 @@
 // counts (one word a slot; internal/shared_access.h), so a bound chain pays
 // a load and a store of that word per buffer it starts or stops holding.
 //
-// Invariant (asserted by the tests and the chain fuzz target after every
-// step): the sum over a pool's budgets of pinned_bytes() never exceeds the
-// pool bytes out for their chains (buffer_size times the buffers their
-// slices hold) plus buffer_size per budget; the slack covers packed runs
-// rounded up to 64 bytes, so a budget whose chains hold more than
-// buffer_size / 64 packed runs of one pack buffer can exceed it (Clone() or
-// many small splits of a packed partial). A chain's pinned_bytes() says what
-// that chain alone would keep out; the budget's is what its chains keep out
-// together, so it is at most the sum of theirs.
+// Invariant (asserted by the chain fuzz target after every step and by the
+// tests): the sum over a pool's budgets of pinned_bytes() never exceeds
+// the bytes of the distinct non-pack buffers their chains hold plus, for
+// each chain, its packed runs rounded up to 64. Hence it never exceeds the
+// pool bytes out for their chains plus buffer_size per budget while no
+// budget's chains hold more than buffer_size / 64 packed runs of one pack
+// buffer (which only Clone() or many small splits of a packed partial
+// make). And high_water_bytes <= max_bytes, given the arming rule below. A
+// chain's pinned_bytes() says what that chain alone would keep out; the
+// budget's is what its chains keep out together.
 //
 // The cap. pinned_bytes() never passes max_bytes through any call that
 // takes memory from the pool on the budget's behalf before the bytes move:
-// Append(bytes) and Compact() refuse (nothing taken or changed),
+// Append(bytes), AppendPacked() and Compact() refuse (nothing taken or
+// changed),
 // ReadFrom() and AsioReadBuffers(chain, ...) read only into buffers the
 // budget has room for, and ProvidedBufferRing::Take() packs or links into
 // an empty chain only with room for a buffer. Linking (Append of a
 // SharedBuffer, a Buffer or a chain; Split(); Clone()) takes nothing from
 // the pool: it cannot fail, and it claims a buffer no budget counts only
 // while the budget has room for it (otherwise the buffer stays as it was,
-// counted by none), so it never passes the cap either. One way remains:
+// counted by none), so it never passes the cap either; packed bytes that
+// arrive with no room are likewise counted only as far as there is room,
+// the rest at a later recount. One way remains:
 // bytes the kernel or an Asio read has already written into pool buffers
 // (a ring completion that cannot go into the tail's room, pack or an empty
 // chain with room; AsioReadBuffers(pool, ...)::CommitTo()) are kept and
