@@ -757,6 +757,7 @@ static void test_budget_options_defaults(void) {
   CHECK(macro.on_high == NULL && macro.on_low == NULL);
   CHECK(macro.user_data == NULL);
   CHECK(macro.reserved_bytes == 0);
+  CHECK(macro.group == NULL);
 }
 
 /* Creates a budget that must be refused; returns the error (the caller's). */

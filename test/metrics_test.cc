@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -236,6 +237,60 @@ TEST(MetricsTest, BudgetFamiliesParseAndMatchStats) {
   }
   ca.Clear();
   cb.Clear();
+}
+
+}  // namespace
+}  // namespace bufpool
+
+namespace bufpool {
+namespace {
+
+// Budgets of one group are one series per family, their sums; budgets of
+// no group keep a series each.
+TEST(MetricsTest, BudgetGroupsAreOneSeriesEach) {
+  auto pool = BufferPool::Create({.buffer_count = 64, .cache_size = 0});
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const size_t bs = (*pool)->buffer_size();
+  std::vector<std::unique_ptr<BufferBudget>> conns;
+  std::vector<BufferChain> chains;
+  chains.reserve(100);
+  for (int i = 0; i < 100; ++i) {
+    auto b = (*pool)->CreateBudget({.name = "conn " + std::to_string(i),
+                                    .max_bytes = 2 * bs,
+                                    .group = "listener 1"});
+    ASSERT_TRUE(b.ok()) << b.status();
+    conns.push_back(std::move(*b));
+    chains.emplace_back(*conns.back());
+    if (i % 10 == 0) ASSERT_TRUE(chains.back().Append("x").ok());
+  }
+  // One refusal in the group.
+  EXPECT_FALSE(chains[0].Append(std::string(2 * bs, 'y')).ok());
+  auto alone = (*pool)->CreateBudget({.name = "admin", .max_bytes = bs});
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  std::string text;
+  WriteMetrics(**pool, &text, {.name = "p"});
+  const std::string parsed = ParseWithPrometheusClient(text);
+  auto group = [](const std::string& type, const std::string& name,
+                  size_t v) {
+    return type + "|" + name + "|budget_group=listener 1,pool=p|" +
+           std::to_string(v) + ".0";
+  };
+  EXPECT_TRUE(Has(parsed, group("gauge", "bufpool_budget_group_budgets", 100)))
+      << parsed;
+  EXPECT_TRUE(Has(parsed, group("gauge", "bufpool_budget_group_pinned_bytes",
+                                10 * bs)))
+      << parsed;
+  EXPECT_TRUE(Has(parsed, group("gauge", "bufpool_budget_group_max_bytes",
+                                200 * bs)))
+      << parsed;
+  EXPECT_TRUE(Has(parsed, group("gauge", "bufpool_budget_group_refusals", 1)))
+      << parsed;
+  EXPECT_TRUE(Has(parsed, "gauge|bufpool_budget_pinned_bytes|budget=admin,"
+                          "pool=p|0.0"))
+      << parsed;
+  // No per-connection series for the grouped budgets.
+  EXPECT_EQ(text.find("budget=\"conn "), std::string::npos);
+  chains.clear();
 }
 
 }  // namespace

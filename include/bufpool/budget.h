@@ -13,25 +13,61 @@
 // PauseReading() and ResumeReading() are the caller's own: the library never
 // stops a receive (for an io_uring one, ProvidedBufferRing says how).
 //
-// Chains bound to a budget (BufferChain(BufferBudget&)) charge it for the
-// buffers they pin, by the rule of BufferChain::pinned_bytes(): a buffer's
-// whole buffer_size once per run of adjacent slices of it, however few of
-// its bytes the chain holds (a buffer shared with other chains counts in
-// each). So pinned_bytes() is the sum of the bound chains' pinned_bytes(),
-// always in whole buffers, and a chain that holds no bytes charges nothing.
-// Receiving into a chain's tail room charges nothing either; only a receive
-// that pins one more buffer does.
+// Accounting. A budget is charged for what its chains (BufferChain(
+// BufferBudget&)) keep out of the pool, by these rules:
+//   - A buffer counts buffer_size once for the budget, however many of its
+//     chains hold slices of it (an input chain and the reply that links
+//     its bytes; Split(); Clone()): the first chain of the budget to link
+//     it charges it, the last to let go releases it.
+//   - A buffer that another budget already counts is that budget's alone:
+//     linking it charges nothing (when that budget lets go, the next link
+//     of it by this one counts it). So a buffer is counted by at most one
+//     budget, and a budget is not charged for bytes another one pays for.
+//   - A slice of a ReceivePack's shared buffer (a short partial received
+//     with copy_below) counts its bytes rounded up to 64
+//     (BufferChain::kPackGranule), per run of such slices in each chain
+//     that holds one, not the buffer the pack shares among connections.
+//   - Receiving into a chain's tail room charges nothing.
+// A budget's chains and slot records live beside the pool's reference
+// counts (one word a slot; internal/shared_access.h), so a bound chain pays
+// a load and a store of that word per buffer it starts or stops holding.
 //
-// Refusals. Where a receive can refuse before any byte moves (Append of
-// bytes, ReadFrom, AsioReadSome) and pinning one more buffer would take the
-// budget past max_bytes, it returns ResourceExhausted naming the budget and
-// its limit, and the bytes stay where they were (the caller's span, the
-// socket). Where the bytes have already arrived (a ring completion, an Asio
-// read handler's CommitTo), they are kept, charged past the limit, and the
-// call returns ResourceExhausted all the same, so the caller stops reading
-// until the budget drains (see ProvidedBufferRing::Take). Linking slices
-// (Append of a SharedBuffer, a Buffer or a chain; Split; Clone) cannot fail
-// and is charged past the limit too. Each ResourceExhausted counts one
+// Invariant (asserted by the chain fuzz target after every step and by the
+// tests): the sum over a pool's budgets of pinned_bytes() never exceeds
+// the bytes of the distinct non-pack buffers their chains hold plus, for
+// each chain, its packed runs rounded up to 64. Hence it never exceeds the
+// pool bytes out for their chains plus buffer_size per budget while no
+// budget's chains hold more than buffer_size / 64 packed runs of one pack
+// buffer (which only Clone() or many small splits of a packed partial
+// make). And high_water_bytes <= max_bytes, given the arming rule below. A
+// chain's pinned_bytes() says what that chain alone would keep out; the
+// budget's is what its chains keep out together.
+//
+// The cap. pinned_bytes() never passes max_bytes through any call that
+// takes memory from the pool on the budget's behalf before the bytes move:
+// Append(bytes), AppendPacked() and Compact() refuse (nothing taken or
+// changed),
+// ReadFrom() and AsioReadBuffers(chain, ...) read only into buffers the
+// budget has room for, and ProvidedBufferRing::Take() packs or links into
+// an empty chain only with room for a buffer. Linking (Append of a
+// SharedBuffer, a Buffer or a chain; Split(); Clone()) takes nothing from
+// the pool: it cannot fail, and it claims a buffer no budget counts only
+// while the budget has room for it (otherwise the buffer stays as it was,
+// counted by none), so it never passes the cap either; packed bytes that
+// arrive with no room are likewise counted only as far as there is room,
+// the rest at a later recount. One way remains:
+// bytes the kernel or an Asio read has already written into pool buffers
+// (a ring completion that cannot go into the tail's room, pack or an empty
+// chain with room; AsioReadBuffers(pool, ...)::CommitTo()) are kept and
+// charged even past max_bytes, and the call returns ResourceExhausted. The
+// rule that keeps high_water_bytes <= max_bytes there too: arm such a
+// receive for a bound chain only while room_bytes() covers what it may
+// bring (buffer_size for a one-buffer receive; its max_bytes rounded up to
+// buffers for a bundle), and re-arm a multishot receive only then.
+//
+// Refusals. Each ResourceExhausted names the budget, its limit, what it
+// pins and needs, what became of the bytes (the caller's span or the
+// socket keeps them; nothing is lost) and what to change, and counts one
 // refusal in Stats().
 //
 // Watermarks, with hysteresis: on_high runs when pinned_bytes() rises to
@@ -85,9 +121,10 @@
 // ~BufferBudget() may run on any threads at once.
 //
 // Costs. A bound chain pays, per buffer it starts or stops pinning, a
-// comparison with its neighbour slice and a few loads and stores of the
-// budget; an unbound chain one predictable branch per slice linked or
-// dropped. Receives into tail room cost nothing more. CreateBudget() and
+// comparison with its neighbour slice, a load and a store of the slot's
+// owner word (a compare-and-swap when it links a buffer it did not take
+// fresh) and a few loads and stores of the budget; an unbound chain one
+// predictable branch per slice linked or dropped. Receives into tail room cost nothing more. CreateBudget() and
 // ~BufferBudget() take a process-wide mutex (the pool's budget list).
 #ifndef BUFPOOL_BUDGET_H_
 #define BUFPOOL_BUDGET_H_
@@ -106,14 +143,16 @@
 #include "absl/strings/string_view.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/export.h"
+#include "bufpool/internal/shared_access.h"
 
 namespace bufpool {
 
 struct BudgetOptions {
   // Appears in refusals, reports and metrics (the `budget` label).
   std::string name;
-  // Pool bytes the budget's chains may pin, in whole buffers (rounded
-  // down); at least one buffer_size. SIZE_MAX: no limit.
+  // Pool bytes the budget's chains may keep out (see "Accounting"), in
+  // whole buffers (rounded down); at least one buffer_size. SIZE_MAX: no
+  // limit.
   size_t max_bytes = 0;
   // on_high runs when pinned bytes rise to high_watermark or above, on_low
   // when they fall back to low_watermark or below (see the file comment).
@@ -126,6 +165,10 @@ struct BudgetOptions {
   // Taken from the pool up front, rounded up to whole buffers: always
   // available to this budget (see "Reservation"). At most max_bytes.
   size_t reserved_bytes = 0;
+  // Budgets of one group (say, every connection of a listener) are written
+  // by WriteMetrics() as one series per group, their sums, instead of one
+  // per budget ("": a series of its own, for few budgets).
+  std::string group;
 };
 
 struct BudgetStats {
@@ -149,6 +192,8 @@ class BUFPOOL_EXPORT BufferBudget {
   BufferBudget& operator=(const BufferBudget&) = delete;
 
   const std::string& name() const { return name_; }
+  // BudgetOptions::group ("" for none).
+  const std::string& group() const { return group_; }
   BufferPool& pool() const { return *pool_; }
   // max_bytes rounded down to whole buffers (SIZE_MAX: no limit).
   size_t max_bytes() const { return max_bytes_; }
@@ -229,8 +274,12 @@ class BUFPOOL_EXPORT BufferBudget {
 
   BufferPool* pool_ = nullptr;
   std::string name_;
+  std::string group_;
   // Names this budget in holder notes (24 bits, process-wide, never 0).
   uint32_t holder_id_ = 0;
+  // Names this budget in the slots' owner words (internal/shared_access.h):
+  // unique among live budgets, 1 .. kMaxAccounts, reused after it goes.
+  uint32_t account_ = 0;
   size_t buffer_size_ = 0;
   size_t max_bytes_ = 0;
   size_t high_mark_ = ~size_t{0};  // ~0: no watermarks
@@ -261,6 +310,12 @@ namespace internal {
 // For BufferChain and the I/O sources that feed chains (ReadFrom, the ring,
 // the Asio adapters): not for users, whose code goes through chains.
 struct BudgetAccess {
+  // The most budgets live at once (the owner words' id field).
+  static constexpr uint32_t kMaxAccounts = (uint32_t{1} << 20) - 2;
+  // The owner word of a slot that `b` counts, less its run count.
+  static uint32_t OwnerId(const BufferBudget& b) {
+    return b.account_ << internal::SharedAccess::kOwnerRunBits;
+  }
   static void Charge(BufferBudget& b, size_t bytes) { b.Charge(bytes); }
   static void Release(BufferBudget& b, size_t bytes) { b.Release(bytes); }
   static Buffer TakeFresh(BufferBudget& b) { return b.TakeFresh(); }

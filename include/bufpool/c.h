@@ -330,11 +330,14 @@ typedef struct bufpool_budget_options {
   void* user_data;                 /* passed to on_high and on_low */
   size_t reserved_bytes; /* taken from the pool up front, rounded up to
                             whole buffers; <= max_bytes; default 0 */
+  /* Since 0.4: metrics write budgets of one group as one series (see
+   * BudgetOptions::group); NULL or "": a series of its own. */
+  const char* group;
 } bufpool_budget_options;
 
 /* Everything 0 but struct_size: max_bytes must be set. */
 #define BUFPOOL_BUDGET_OPTIONS_INIT \
-  { sizeof(bufpool_budget_options), NULL, 0, 0, 0, NULL, NULL, NULL, 0 }
+  { sizeof(bufpool_budget_options), NULL, 0, 0, 0, NULL, NULL, NULL, 0, NULL }
 
 /* Fills the first `options_size` bytes of *options as
  * BUFPOOL_BUDGET_OPTIONS_INIT does, struct_size = options_size. */

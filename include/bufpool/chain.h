@@ -138,6 +138,9 @@ class BUFPOOL_EXPORT BufferChain {
  public:
   // Slices held without a heap allocation.
   static constexpr uint32_t kInlineSlices = 4;
+  // A run of slices of a ReceivePack's buffer charges a bound chain's
+  // budget its bytes rounded up to this (bufpool/budget.h).
+  static constexpr size_t kPackGranule = 64;
   // Removed in 0.4.
   ABSL_DEPRECATED("use kInlineSlices")
   static constexpr uint32_t kInlineSegments = kInlineSlices;
@@ -146,10 +149,12 @@ class BUFPOOL_EXPORT BufferChain {
   BufferChain() noexcept : slices_(inline_) {}
   explicit BufferChain(BufferPool& pool) noexcept
       : pool_(&pool), slices_(inline_) {}
-  // Bound to `budget` (bufpool/budget.h), charged for every buffer it pins
-  // (pinned_bytes()): Append(bytes) and ReadFrom() refuse past its limit
-  // with ResourceExhausted; linking slices is charged, never refused. The
-  // budget must outlive the chain's bytes; use it on the budget's thread.
+  // Bound to `budget` (bufpool/budget.h, "Accounting"), which is charged
+  // for the buffers its chains keep out (each once) and packed partials by
+  // their bytes: Append(bytes), AppendPacked() and ReadFrom() refuse past
+  // its limit; linking slices never fails and counts a new buffer only with
+  // room. The budget must outlive the chain's bytes; use it on the
+  // budget's thread.
   explicit BufferChain(BufferBudget& budget) noexcept
       : pool_(&budget.pool()), budget_(&budget), slices_(inline_) {}
   // A moved-from chain is empty, with its pool and budget; the target takes
@@ -250,7 +255,8 @@ class BUFPOOL_EXPORT BufferChain {
   // Buffer bytes this chain keeps out of its pools: a buffer's size per run
   // of adjacent slices of it, so a 100-byte slice of a pack buffer that 40
   // chains share counts 4 KiB: the most it could keep out alone (the pool's
-  // in_use says what they keep together). O(slice_count()).
+  // in_use says what they keep together, a budget what its chains keep
+  // together, budget.h). O(slice_count()).
   size_t pinned_bytes() const;
   // Room after the tail that Append(bytes) fills first: 0 unless the chain
   // holds the only reference to the tail's buffer.
@@ -266,13 +272,15 @@ class BUFPOOL_EXPORT BufferChain {
   // that is the pack's, with room; else (or at 4 slices) moves the chain's
   // bytes there too, one slice, and lets go of what they pinned. False,
   // nothing changed, when that would copy over buffer_size / 8 of the
-  // chain's bytes, or with no buffer free. May throw bad_alloc.
+  // chain's bytes, with no buffer free, or when the chain's budget has no
+  // room for the bytes (rounded up to kPackGranule). May throw bad_alloc.
   bool AppendPacked(absl::Span<const std::byte> bytes, ReceivePack& pack);
 
  private:
   friend struct internal::ChainAccess;
 
   static constexpr uint32_t kMaxReserve = 64;  // per handle (chain_inl.h)
+  static uint32_t PackCharge(size_t bytes);
 
   SharedBuffer& At(size_t i) const;
   size_t TailRoom() const;
@@ -284,9 +292,18 @@ class BUFPOOL_EXPORT BufferChain {
   void PopFront();
   void PopBack();
   static bool SameBuffer(const SharedBuffer& a, const SharedBuffer& b);
-  void ChargeLink(const SharedBuffer& s);
+  void PushBackBudgeted(SharedBuffer&& s);
+  void PushFresh(SharedBuffer&& s);
+  size_t LinkRun(const SharedBuffer& s, uint32_t owner, size_t room);
+  size_t UnlinkRun(BufferPool* pool, uint32_t slot, bool ends, bool* pack);
   void PopFrontBudgeted();
   void PopBackBudgeted();
+  size_t ReleaseRuns();
+  size_t ChargeRuns(size_t credit);
+  size_t ReleasableBytes() const;
+  size_t PackedTarget() const;
+  void RecountPacked();
+  void Settle(size_t charge, size_t release);
   void ReleaseAll();
   Buffer AcquireFresh();
   void Grow() { GrowTo(cap_ * 2); }
@@ -299,7 +316,8 @@ class BUFPOOL_EXPORT BufferChain {
   template <typename Fn>
   void ForEachRun(Fn&& fn) const;
   bool AppendPackedInline(const std::byte* src, size_t len, ReceivePack& pack);
-  bool AppendPackedSlow(const std::byte* src, size_t len, ReceivePack& pack);
+  bool AppendPackedSlow(const std::byte* src, size_t len, ReceivePack& pack,
+                        bool arrived);
   [[noreturn]] static void DieTooLong(size_t length, size_t size);
   [[noreturn]] void DieBadPostallocate(size_t n) const;
   [[noreturn]] void DieBadIndex(size_t i) const;
@@ -315,6 +333,8 @@ class BUFPOOL_EXPORT BufferChain {
   uint32_t cap_ = kInlineSlices;  // a power of two
   uint32_t head_ = 0;
   uint32_t count_ = 0;
+  // Bytes charged to budget_ for slices of pack buffers (RecountPacked()).
+  uint32_t packed_ = 0;
   union {
     SharedBuffer inline_[kInlineSlices];
   };

@@ -18,9 +18,16 @@
 //   bufpool_budget_pinned_bytes, bufpool_budget_high_water_bytes,
 //   bufpool_budget_max_bytes, bufpool_budget_reserved_bytes   gauges
 //   bufpool_budget_refusals_total                      counter
-//       one sample per live budget of the pool (bufpool/budget.h), labelled
-//       budget="<its name>" (give budgets distinct names); the families'
-//       HELP and TYPE lines are written even when the pool has none
+//       one sample per live budget of the pool (bufpool/budget.h) of no
+//       group, labelled budget="<its name>" (give budgets distinct names);
+//       the families' HELP and TYPE lines are written even when the pool
+//       has none
+//   bufpool_budget_group_budgets, bufpool_budget_group_pinned_bytes,
+//   bufpool_budget_group_max_bytes, bufpool_budget_group_reserved_bytes,
+//   bufpool_budget_group_refusals                      gauges
+//       one sample per BudgetOptions::group, labelled budget_group="<it>":
+//       the count and sums of its live budgets, so 10,000 connections in
+//       one group are 5 series, not 50,000
 //   bufpool_ring_lent_buffers, bufpool_ring_target_buffers,
 //   bufpool_ring_max_buffers                           gauges
 //   bufpool_ring_utilization_ratio    share of the ring's target the kernel

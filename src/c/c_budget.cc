@@ -41,9 +41,15 @@ static_assert(kBudgetDefaults.struct_size == sizeof(bufpool_budget_options));
 static_assert(kBudgetDefaults.reserved_bytes == 0);  // BudgetOptions' default
 
 // Every field of the first version: a caller's struct must hold them all
-// (later fields, when there are some, keep their defaults where a shorter
-// struct ends before them, as bufpool_options' do).
-constexpr size_t kBudgetOptionsV1Size = sizeof(bufpool_budget_options);
+// (later fields keep their defaults where a shorter struct ends before
+// them, as bufpool_options' do).
+constexpr size_t kBudgetOptionsV1Size =
+    offsetof(bufpool_budget_options, group);
+
+// Whether a caller's struct of `size` bytes holds `field` (at `offset`).
+constexpr bool Holds(size_t size, size_t offset, size_t field) {
+  return size >= offset + field;
+}
 
 BufferBudget* Budget(bufpool_budget* b) {
   return reinterpret_cast<BufferBudget*>(b);
@@ -78,6 +84,11 @@ absl::Status ToBudgetOptions(const bufpool_budget_options* in,
   out->high_watermark = in->high_watermark;
   out->low_watermark = in->low_watermark;
   out->reserved_bytes = in->reserved_bytes;
+  if (Holds(in->struct_size, offsetof(bufpool_budget_options, group),
+            sizeof(in->group)) &&
+      in->group != nullptr) {
+    out->group = in->group;
+  }
   void* const user_data = in->user_data;
   if (bufpool_budget_callback f = in->on_high; f != nullptr) {
     out->on_high = [f, user_data] { f(user_data); };

@@ -41,6 +41,7 @@ BufferChain& BufferChain::MoveAssignSlow(BufferChain& other) noexcept {
   Clear();
   pool_ = other.pool_;
   budget_ = other.budget_;  // the slices keep the charge they made there
+  const uint32_t packed = std::exchange(other.packed_, 0);
   if (slices_ == inline_) {
     StealFrom(other);
   } else if (other.slices_ != other.inline_) {
@@ -61,6 +62,7 @@ BufferChain& BufferChain::MoveAssignSlow(BufferChain& other) noexcept {
     other.head_ = 0;
     size_ = std::exchange(other.size_, 0);
   }
+  packed_ = packed;
   return *this;
 }
 
@@ -80,6 +82,7 @@ void BufferChain::FreeHeap() noexcept {
 
 void BufferChain::StealFrom(BufferChain& other) noexcept {
   size_ = std::exchange(other.size_, 0);
+  packed_ = std::exchange(other.packed_, 0);
   if (other.slices_ != other.inline_) {
     slices_ = std::exchange(other.slices_, other.inline_);
     cap_ = std::exchange(other.cap_, kInlineSlices);
@@ -112,9 +115,15 @@ void BufferChain::ReserveSlow(size_t segments) {
 }
 
 void BufferChain::Clear() {
-  while (count_ != 0) PopBack();
+  // A bound chain's budget hears once, after every slice is dropped.
+  const size_t released = budget_ != nullptr ? ReleaseRuns() : 0;
+  while (count_ != 0) {
+    At(count_ - 1).Reset();
+    --count_;
+  }
   head_ = 0;
   size_ = 0;
+  if (released != 0) internal::BudgetAccess::Release(*budget_, released);
 }
 
 void BufferChain::DieBadPostallocate(size_t n) const {
@@ -135,7 +144,7 @@ bool BufferChain::ReceiveSlow(Buffer& buffer, size_t n,
     // has room (a buffer of its own kept for a few bytes, or a pack buffer
     // whose other slices are gone): AppendPacked() moves it.
     if (options.pack != nullptr && size_ + n < options.copy_below &&
-        AppendPacked(absl::MakeConstSpan(src, n), *options.pack)) {
+        AppendPackedSlow(src, n, *options.pack, /*arrived=*/true)) {
       return false;
     }
     const size_t room = TailRoom();
@@ -185,7 +194,11 @@ absl::Status BufferChain::AppendSlow(absl::Span<const std::byte> bytes) {
       }
       SharedBuffer s(std::move(b));
       s.size_ = 0;
-      PushBack(std::move(s));
+      if (budget_ != nullptr) {
+        PushFresh(std::move(s));  // ours alone: claimed with a store
+      } else {
+        PushBack(std::move(s));
+      }
     }
   }
   const std::byte* src = bytes.data();
@@ -237,7 +250,12 @@ void BufferChain::Append(Buffer&& buffer, size_t length) {
     buffer.Reset();
     return;
   }
-  AppendFilled(std::move(buffer), length);
+  // A link (PushBack(), which claims the buffer only with room), not an
+  // arrival: the buffer is already out of the pool.
+  SharedBuffer s(std::move(buffer));
+  s.size_ = length;
+  size_ += length;
+  PushBack(std::move(s));
 }
 
 void BufferChain::Append(BufferChain&& other) {
@@ -245,16 +263,25 @@ void BufferChain::Append(BufferChain&& other) {
   if (other.count_ == 0) return;
   Reserve(size_t{count_} + other.count_);  // then nothing below can throw
   if (budget_ != nullptr && budget_ == other.budget_) {
-    // One budget: the charge stays, less a buffer whose run the two
-    // chains' slices now continue.
-    const size_t joined = count_ != 0 && SameBuffer(At(count_ - 1), other.At(0))
-                              ? other.At(0).pool_->buffer_size()
-                              : 0;
+    // One budget: the charge stays, less a run where the two chains'
+    // slices of one buffer now meet.
+    bool pack = false;
+    const size_t joined =
+        count_ != 0 && SameBuffer(At(count_ - 1), other.At(0))
+            ? UnlinkRun(other.At(0).pool_, other.At(0).slot_, true, &pack)
+            : 0;
     BufferBudget* const b = budget_;
     budget_ = nullptr;  // no charge per slice
     for (size_t i = 0; i < other.count_; ++i) PushBack(std::move(other.At(i)));
     budget_ = b;
+    packed_ += std::exchange(other.packed_, 0);
+    size_ += other.size_;
+    other.count_ = 0;
+    other.head_ = 0;
+    other.size_ = 0;
+    if (pack || packed_ != 0) RecountPacked();
     if (joined != 0) internal::BudgetAccess::Release(*b, joined);
+    return;
   } else {
     if (other.budget_ != nullptr) other.ReleaseAll();
     for (size_t i = 0; i < other.count_; ++i) PushBack(std::move(other.At(i)));
@@ -282,6 +309,7 @@ void BufferChain::ConsumeSlow(size_t n) {
   n = std::min(n, size_);
   size_ -= n;
   size_t released = 0;
+  bool pack = false;
   while (n != 0) {
     SharedBuffer& front = At(0);
     if (n < front.size_) {
@@ -290,14 +318,17 @@ void BufferChain::ConsumeSlow(size_t n) {
       break;
     }
     n -= front.size_;
-    if (budget_ != nullptr && (count_ == 1 || !SameBuffer(front, At(1))))
-        [[unlikely]] {
-      released += front.pool_->buffer_size();
+    if (budget_ != nullptr) [[unlikely]] {
+      released += UnlinkRun(front.pool_, front.slot_,
+                            count_ == 1 || !SameBuffer(front, At(1)), &pack);
     }
     front.Reset();
     head_ = (head_ + 1) & (cap_ - 1);
     --count_;
   }
+  if (budget_ == nullptr) return;
+  // A packed front that shrank, or packed slices that went.
+  if (pack || packed_ != 0) RecountPacked();
   if (released != 0) internal::BudgetAccess::Release(*budget_, released);
 }
 
@@ -307,25 +338,28 @@ void BufferChain::SplitSlow(BufferChain& first, size_t n) {
   const size_t cut = n;
   size_ -= n;
   first.size_ = n;
+  size_t released = 0;
+  bool pack = false;
   while (n != 0) {
     SharedBuffer& front = At(0);
     if (n < front.size_) {
       first.PushBack(ShareFront(n, cut));
+      if (budget_ != nullptr && packed_ != 0) pack = true;  // front shrank
       break;
     }
     n -= front.size_;
-    // The slice leaves this chain's run (a buffer released when it was
-    // the run's last) before it joins `first`'s (charged when it starts
-    // one).
+    // The slice joins `first`'s run before it leaves this chain's, so a
+    // buffer that both chains' runs hold stays counted throughout.
     const bool ends = count_ == 1 || !SameBuffer(front, At(1));
-    const size_t bs = front.pool_->buffer_size();
+    BufferPool* const pool = front.pool_;
+    const uint32_t slot = front.slot_;
     first.PushBack(std::move(front));
     head_ = (head_ + 1) & (cap_ - 1);
     --count_;
-    if (ends && budget_ != nullptr) {
-      internal::BudgetAccess::Release(*budget_, bs);
-    }
+    if (budget_ != nullptr) released += UnlinkRun(pool, slot, ends, &pack);
   }
+  if (pack) RecountPacked();
+  if (released != 0) internal::BudgetAccess::Release(*budget_, released);
 }
 
 size_t BufferChain::CopyTo(absl::Span<std::byte> out) const {
@@ -353,11 +387,100 @@ BufferChain BufferChain::Clone() const {
 // ---- Budgets (bufpool/budget.h) ---------------------------------------------
 
 void BufferChain::ReleaseAll() {
+  const size_t released = ReleaseRuns();
+  if (released != 0) internal::BudgetAccess::Release(*budget_, released);
+}
+
+// Unlinks every run, as if every slice left (they stay): the bytes to
+// release, the packed ones among them; packed_ becomes 0.
+size_t BufferChain::ReleaseRuns() {
+  size_t released = std::exchange(packed_, 0);
+  bool pack = false;
   for (uint32_t i = 0; i < count_; ++i) {
     const SharedBuffer& s = At(i);
-    if (i == 0 || !SameBuffer(At(i - 1), s)) {
-      internal::BudgetAccess::Release(*budget_, s.pool_->buffer_size());
+    released += UnlinkRun(s.pool_, s.slot_,
+                          i + 1 == count_ || !SameBuffer(s, At(i + 1)), &pack);
+  }
+  return released;
+}
+
+// Links every run, as if every slice arrived (they are here), with
+// `credit` bytes released that the budget has not yet heard of: the bytes
+// to charge, the packed ones among them (then in packed_, which was 0).
+size_t BufferChain::ChargeRuns(size_t credit) {
+  const size_t room = budget_->room_bytes() + credit;
+  size_t charged = 0;
+  for (uint32_t i = 0; i < count_; ++i) {
+    const SharedBuffer& s = At(i);
+    if (i != 0 && SameBuffer(At(i - 1), s)) continue;
+    const uint32_t owner = internal::SharedAccess::Owner(*s.pool_, s.slot_)
+                               .load(std::memory_order_relaxed);
+    if (owner != internal::SharedAccess::kOwnerPack) {
+      charged += LinkRun(s, owner, charged < room ? room - charged : 0);
     }
+  }
+  // Packed bytes count as far as there is room (see RecountPacked()).
+  const size_t left = charged < room ? room - charged : 0;
+  packed_ = static_cast<uint32_t>(std::min(PackedTarget(), left));
+  return charged + packed_;
+}
+
+size_t BufferChain::PackedTarget() const {
+  size_t total = 0;
+  uint32_t i = 0;
+  while (i < count_) {
+    const SharedBuffer& first = At(i);
+    size_t bytes = first.size_;
+    uint32_t j = i + 1;
+    for (; j < count_ && SameBuffer(At(j), first); ++j) bytes += At(j).size_;
+    if (internal::SharedAccess::Owner(*first.pool_, first.slot_)
+            .load(std::memory_order_relaxed) ==
+        internal::SharedAccess::kOwnerPack) {
+      total += PackCharge(bytes);
+    }
+    i = j;
+  }
+  return std::min<size_t>(total, ~uint32_t{0} / 2);
+}
+
+// What ReleaseRuns() would release: the packed charge and each buffer this
+// chain's runs alone hold for the budget.
+size_t BufferChain::ReleasableBytes() const {
+  size_t total = packed_;
+  const uint32_t me = internal::BudgetAccess::OwnerId(*budget_);
+  for (uint32_t i = 0; i < count_; ++i) {
+    const SharedBuffer& s = At(i);
+    if (i + 1 != count_ && SameBuffer(s, At(i + 1))) continue;
+    if (internal::SharedAccess::Owner(*s.pool_, s.slot_)
+            .load(std::memory_order_relaxed) == (me | 1)) {
+      total += s.pool_->buffer_size();
+    }
+  }
+  return total;
+}
+
+// Packed bytes that arrive with no room in the budget (linked from a chain
+// of no budget, or received while it is full) are counted as far as there
+// is room and the rest at a later recount: they stay, like a linked buffer
+// no budget counts, out of the budget rather than over its limit.
+void BufferChain::RecountPacked() {
+  const size_t target = PackedTarget();
+  if (target <= packed_) {
+    const size_t less = packed_ - target;
+    packed_ = static_cast<uint32_t>(target);
+    if (less != 0) internal::BudgetAccess::Release(*budget_, less);
+    return;
+  }
+  const size_t more = std::min(target - packed_, budget_->room_bytes());
+  packed_ += static_cast<uint32_t>(more);
+  if (more != 0) internal::BudgetAccess::Charge(*budget_, more);
+}
+
+void BufferChain::Settle(size_t charge, size_t release) {
+  if (charge > release) {
+    internal::BudgetAccess::Charge(*budget_, charge - release);
+  } else if (release > charge) {
+    internal::BudgetAccess::Release(*budget_, release - charge);
   }
 }
 
@@ -414,6 +537,15 @@ absl::Status BufferChain::Compact() {
     return absl::FailedPreconditionError(
         "BufferChain::Compact: slices to copy but the chain has no pool");
   }
+  // The fresh buffers may not take the budget past its limit, counting
+  // what the copied runs give back (a buffer that another of its chains
+  // shares stays charged).
+  if (budget_ != nullptr &&
+      need * bs > budget_->room_bytes() + ReleasableBytes()) {
+    return internal::BudgetAccess::Refuse(
+        *budget_, "BufferChain::Compact", need * bs,
+        "nothing was copied; consume or clear the budget's chains first");
+  }
   std::vector<Buffer> fresh(need);
   size_t got = 0;
   if (budget_ == nullptr) {
@@ -427,8 +559,14 @@ absl::Status BufferChain::Compact() {
         " buffers of ", bs, " bytes needed, got ", got, ")"));
   }
   // Pass 2: nothing below fails or throws (the ring is reserved first).
+  // The packed chain is built unbound and the budget hears of the change
+  // once, at the end: the kept slices are moved out of this chain as it
+  // goes, so it cannot release run by run, and a watermark callback sees
+  // no dip between the two.
+  BufferBudget* const budget = budget_;
+  const size_t released = budget != nullptr ? ReleaseRuns() : 0;
+  budget_ = nullptr;
   BufferChain packed(*pool_);
-  packed.budget_ = budget_;  // charged meanwhile; *this releases below
   packed.Reserve(size_t{count_} + need);
   SharedBuffer cur;  // the open fresh buffer's slice
   size_t next = 0;
@@ -462,7 +600,9 @@ absl::Status BufferChain::Compact() {
     }
   });
   flush();
-  *this = std::move(packed);
+  *this = std::move(packed);  // unbound: the moved-from slices read nothing
+  budget_ = budget;
+  if (budget != nullptr) Settle(ChargeRuns(released), released);
   return absl::OkStatus();
 }
 
@@ -489,6 +629,10 @@ bool ReceivePack::MakeRoom(size_t len) {
   if (!fresh || fresh.size() < len) return false;
   Drop();  // the old buffer goes back with its last slice
   buf_ = SharedBuffer(std::move(fresh));
+  // Chains count this buffer's slices by their bytes (chain_inl.h,
+  // "Accounting"): marked while the pack holds it alone.
+  internal::SharedAccess::Owner(*buf_.pool_, buf_.slot_)
+      .store(internal::SharedAccess::kOwnerPack, std::memory_order_relaxed);
   // held_ mirrors bool(buf_) for holds_buffer() on other threads (a pool's
   // lender count): written here and in Drop() only, when the pack takes or
   // lets go of a buffer, never on the append path.
@@ -509,8 +653,10 @@ void ReceivePack::Drop() noexcept {
   used_ = 0;
 }
 
+// `arrived`: for Receive(), bytes that have arrived already, packed even
+// past the budget's limit (they would otherwise be linked, a buffer).
 bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
-                                   ReceivePack& pack) {
+                                   ReceivePack& pack, bool arrived) {
   if (len == 0) return false;
   SharedBuffer& b = pack.buf_;
   // Onto the chain's own earlier pack bytes when they are in the current
@@ -534,6 +680,12 @@ bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
   if (move && size_ > bs / 8) return false;
   const size_t total = move ? size_ + len : len;
   if (total > bs) return false;
+  // The budget's room for the bytes (what a move releases is not counted:
+  // a refusal errs on the side of the cap).
+  if (budget_ != nullptr && !arrived &&
+      budget_->room_bytes() < PackCharge(total)) {
+    return false;
+  }
   // MakeRoom() refills the current buffer from its start only when no
   // slice is left in it, so the chain's bytes are never written over.
   if ((count_ == 0 || move) && !pack.MakeRoom(total)) return false;
@@ -550,7 +702,10 @@ bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
   pack.used_ += static_cast<uint32_t>(total);
   // Bytes past the pack's used ones belong to no slice: the tail grows over
   // them when it ends where they start (its own earlier pack bytes).
-  if (!move && GrowTail(dst, len)) return true;
+  if (!move && GrowTail(dst, len)) {
+    if (budget_ != nullptr) RecountPacked();
+    return true;
+  }
   SharedBuffer s;
   s.pool_ = b.pool_;
   s.data_ = dst;
@@ -566,18 +721,14 @@ bool BufferChain::AppendPackedSlow(const std::byte* src, size_t len,
   // made once the pack's used_ covers the moved bytes: a watermark callback
   // (which may pack another chain's bytes) sees neither a dip below the low
   // mark nor the moved bytes where the pack would write next.
-  BufferBudget* const budget = std::exchange(budget_, nullptr);
-  const size_t released = budget != nullptr ? pinned_bytes() : 0;
-  const size_t charged = bs;
+  BufferBudget* const budget = budget_;
+  const size_t released = budget != nullptr ? ReleaseRuns() : 0;
+  budget_ = nullptr;
   Clear();  // the ring keeps its capacity: the push below cannot throw
   size_ = total;
   PushBack(std::move(s));
   budget_ = budget;
-  if (budget != nullptr && released > charged) {
-    internal::BudgetAccess::Release(*budget, released - charged);
-  } else if (budget != nullptr && charged > released) {
-    internal::BudgetAccess::Charge(*budget, charged - released);
-  }
+  if (budget != nullptr) Settle(ChargeRuns(released), released);
   return true;
 }
 

@@ -30,6 +30,14 @@ struct Commitments {
   }
 };
 
+// Account ids of live budgets (BufferBudget::account_), guarded by
+// BookMutex(): the next never used, and those given back.
+uint32_t next_account = 1;
+std::vector<uint32_t>& FreeAccounts() {
+  static auto* const free = new std::vector<uint32_t>;
+  return *free;
+}
+
 std::mutex& BookMutex() {
   static std::mutex* const mu = new std::mutex;  // never destroyed
   return *mu;
@@ -128,6 +136,7 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
   std::unique_ptr<BufferBudget> b(new BufferBudget);
   b->pool_ = this;
   b->name_ = o.name;
+  b->group_ = o.group;
   {
     // relaxed: an id, not an order; it wraps after 2^24 budgets, and the
     // report names a reused id's live budget.
@@ -149,6 +158,13 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
   b->reserve_.resize(reserve);
 
   std::lock_guard<std::mutex> lock(BookMutex());
+  if (FreeAccounts().empty() &&
+      next_account > internal::BudgetAccess::kMaxAccounts) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        who, ": ", internal::BudgetAccess::kMaxAccounts,
+        " budgets are live in this process, the most there may be; destroy "
+        "some, or let connections share one"));
+  }
   Commitments& c = Book()[this];
   if (reserve > capacity() || c.reserved + c.lending > capacity() - reserve) {
     std::string msg = absl::StrCat(who, ": reserving ", reserve,
@@ -176,6 +192,12 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
   b->reserve_size_ = reserve;
   b->reserve_count_.store(reserve, std::memory_order_relaxed);
   b->Rearm();
+  if (!FreeAccounts().empty()) {
+    b->account_ = FreeAccounts().back();
+    FreeAccounts().pop_back();
+  } else {
+    b->account_ = next_account++;
+  }
   c.reserved += reserve;
   c.budgets.push_back(b.get());
   return b;
@@ -194,6 +216,9 @@ BufferBudget::~BufferBudget() {
   for (size_t i = 0; i < reserve_size_; ++i) reserve_[i].Reset();
   if (pool_ == nullptr) return;
   std::lock_guard<std::mutex> lock(BookMutex());
+  // No owner word names this account now: a budget pinning nothing holds
+  // no run of any slot (see "Accounting" in budget.h).
+  if (account_ != 0) FreeAccounts().push_back(account_);
   Commitments& c = Book()[pool_];
   c.reserved -= std::min(c.reserved, reserved_buffers_);
   auto it = std::find(c.budgets.begin(), c.budgets.end(), this);
@@ -216,7 +241,10 @@ absl::Status BufferBudget::Refuse(absl::string_view what, size_t wanted,
       what, ": budget \"", name_, "\" is at its limit of ", max_bytes_,
       " bytes (it pins ", pinned_bytes(),
       wanted != 0 ? absl::StrCat(", ", wanted, " more needed") : "", ")",
-      then.empty() ? "" : "; ", then));
+      "; ",
+      then.empty() ? "nothing was taken: consume or clear what its chains "
+                     "hold, or raise max_bytes"
+                   : then));
 }
 
 void BufferBudget::Rearm() {

@@ -146,7 +146,8 @@ __attribute__((noinline)) void BufferPool::HolderTable::Record(
   // chain's. relaxed: the slot is this thread's alone now (as in
   // SharedBuffer's constructor).
   if (uint32_t* refs = pool.shared_refs_.load(std::memory_order_acquire)) {
-    std::atomic_ref<uint32_t>(refs[slot]).store(0, std::memory_order_relaxed);
+    std::atomic_ref<uint32_t>(refs[slot * internal::SharedAccess::kRefStride])
+        .store(0, std::memory_order_relaxed);
   }
   Entry& e = entries_[slot];
   const uint32_t locked = LockAlone(e);
@@ -459,7 +460,9 @@ std::string BufferPool::HeldBy(uint32_t slot, uint32_t note) const {
   // pointer never changes once published.
   if (uint32_t* refs = shared_refs_.load(std::memory_order_acquire);
       refs != nullptr &&
-      std::atomic_ref<uint32_t>(refs[slot]).load(std::memory_order_relaxed) !=
+      std::atomic_ref<uint32_t>(
+          refs[slot * internal::SharedAccess::kRefStride])
+              .load(std::memory_order_relaxed) !=
           0) {
     return "chain";
   }

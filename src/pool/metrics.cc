@@ -1,6 +1,7 @@
 // WriteMetrics(pool): bufpool/metrics.h.
 #include "bufpool/metrics.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,20 +63,42 @@ std::string LabelValue(absl::string_view v) {
 }
 
 // The budgets' families: each family's HELP and TYPE, then one sample per
-// budget (none when the pool has none), from one Stats() per budget.
+// budget of no group (none when the pool has none), from one Stats() per
+// budget; then the group families, one sample per group, the sums of its
+// budgets' (so the series a scraper stores grow with the groups, not with
+// the connections).
 void WriteBudgetMetrics(const BufferPool& pool, absl::string_view labels,
                         std::string* out) {
   struct Row {
     std::string label;
     BudgetStats st;
     size_t max_bytes, reserved_bytes;
+    size_t members;
   };
   std::vector<Row> rows;
+  std::map<std::string, Row> groups;  // by group name, sorted
+  const std::string open = labels.empty() ? "{" : absl::StrCat(labels, ",");
   internal::ForEachBudget(pool, [&](const BufferBudget& b) {
-    rows.push_back(
-        {absl::StrCat(labels.empty() ? "{" : absl::StrCat(labels, ","),
-                      "budget=\"", LabelValue(b.name()), "\"}"),
-         b.Stats(), b.max_bytes(), b.reserved_bytes()});
+    const BudgetStats st = b.Stats();
+    if (b.group().empty()) {
+      rows.push_back({absl::StrCat(open, "budget=\"", LabelValue(b.name()),
+                                   "\"}"),
+                      st, b.max_bytes(), b.reserved_bytes(), 1});
+      return;
+    }
+    auto [it, fresh] = groups.try_emplace(b.group());
+    Row& g = it->second;
+    if (fresh) {
+      g.label = absl::StrCat(open, "budget_group=\"", LabelValue(b.group()),
+                             "\"}");
+      g.st = {};
+      g.max_bytes = g.reserved_bytes = g.members = 0;
+    }
+    g.st.pinned_bytes += st.pinned_bytes;
+    g.st.refusals += st.refusals;
+    g.max_bytes += b.max_bytes();
+    g.reserved_bytes += b.reserved_bytes();
+    ++g.members;
   });
   struct Family {
     const char* name;
@@ -85,10 +108,11 @@ void WriteBudgetMetrics(const BufferPool& pool, absl::string_view labels,
   };
   static constexpr Family kFamilies[] = {
       {"bufpool_budget_pinned_bytes", "gauge",
-       "Pool bytes the budget's chains pin now (whole buffers).",
+       "Pool bytes the budget's chains keep out now (each buffer once; "
+       "packed partials by their bytes).",
        [](const Row& r) { return static_cast<double>(r.st.pinned_bytes); }},
       {"bufpool_budget_high_water_bytes", "gauge",
-       "The most bytes the budget's chains have pinned at once.",
+       "The most bytes the budget's chains have kept out at once.",
        [](const Row& r) { return static_cast<double>(r.st.high_water_bytes); }},
       {"bufpool_budget_max_bytes", "gauge",
        "The budget's limit (whole buffers).",
@@ -105,6 +129,31 @@ void WriteBudgetMetrics(const BufferPool& pool, absl::string_view labels,
                     " ", f.type, "\n");
     for (const Row& r : rows) {
       absl::StrAppend(out, f.name, r.label, " ", f.value(r), "\n");
+    }
+  }
+  static constexpr Family kGroupFamilies[] = {
+      {"bufpool_budget_group_budgets", "gauge",
+       "Live budgets of the group.",
+       [](const Row& r) { return static_cast<double>(r.members); }},
+      {"bufpool_budget_group_pinned_bytes", "gauge",
+       "Pool bytes the group's budgets keep out now, summed.",
+       [](const Row& r) { return static_cast<double>(r.st.pinned_bytes); }},
+      {"bufpool_budget_group_max_bytes", "gauge",
+       "The group's budgets' limits, summed.",
+       [](const Row& r) { return static_cast<double>(r.max_bytes); }},
+      {"bufpool_budget_group_reserved_bytes", "gauge",
+       "Bytes of the pool reserved for the group's budgets, summed.",
+       [](const Row& r) { return static_cast<double>(r.reserved_bytes); }},
+      {"bufpool_budget_group_refusals", "gauge",
+       "Refusals of the group's live budgets, summed (a gauge: a budget's "
+       "refusals leave the sum with it).",
+       [](const Row& r) { return static_cast<double>(r.st.refusals); }},
+  };
+  for (const Family& f : kGroupFamilies) {
+    absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,
+                    " ", f.type, "\n");
+    for (const auto& [name, g] : groups) {
+      absl::StrAppend(out, f.name, g.label, " ", f.value(g), "\n");
     }
   }
 }

@@ -46,6 +46,21 @@
 #include "os/syscalls.h"
 
 namespace bufpool {
+
+namespace {
+
+// Links `len` (> 0) received bytes of `buffer` to `out`. An arrival, not a
+// link of bytes the caller already held: a bound chain's budget is charged
+// the buffer even past its limit (Receive() with copying off), so that
+// what the ring takes from the pool to replace it is counted; TakeSlow()
+// then reports the limit (bufpool/budget.h, "The cap").
+void LinkArrived(BufferChain& out, Buffer&& buffer, size_t len) {
+  Buffer b = std::move(buffer);
+  out.Receive(b, len, {});
+}
+
+}  // namespace
+
 namespace {
 
 // Newer than liburing 2.3's header (Linux 6.10): a receive that fills
@@ -592,7 +607,7 @@ absl::Status ProvidedBufferRing::TakeBundleByCopy(uint32_t id, size_t n,
         }
         if (in_room < len) {
           std::memcpy(fresh.data(), data + in_room, len - in_room);
-          out.Append(std::move(fresh), len - in_room);
+          LinkArrived(out, std::move(fresh), len - in_room);
         }
         Relend(b, data);  // lent again at once, in_ring_ unchanged
         copied_first = copied_first || i == 0;
@@ -600,7 +615,7 @@ absl::Status ProvidedBufferRing::TakeBundleByCopy(uint32_t id, size_t n,
       }
     }
     free_ids_.push_back(b);
-    out.Append(TakeLent(b), len);  // TakeLent() aborts on an id not lent
+    LinkArrived(out, TakeLent(b), len);  // TakeLent() aborts on an id not lent
     --in_ring_;
   }
   if (copied_first) ++copied_;
@@ -636,7 +651,7 @@ absl::Status ProvidedBufferRing::TakeLinked(uint32_t id, size_t n, int res,
     if (len == 0) {
       TakeLent(b);  // dropped: back to the pool
     } else {
-      out.Append(TakeLent(b), len);
+      LinkArrived(out, TakeLent(b), len);
     }
   }
   in_ring_ -= n;
@@ -696,7 +711,7 @@ absl::Status ProvidedBufferRing::TakeIncremental(const io_uring_cqe& cqe,
                out.Append(absl::MakeConstSpan(data, len)).ok()) {
       ++copied_;
     } else if (!stays && start == 0 && lent_[id].data != nullptr) {
-      out.Append(TakeLent(id), len);  // all of it, in one go
+      LinkArrived(out, TakeLent(id), len);  // all of it, in one go
     } else {
       out.Append(Shared(id).Slice(start, len));
     }

@@ -26,7 +26,15 @@
 //   * a chain consumed to empty pins no buffer (the pool's in_use counts
 //     only the slots slices reference, plus a pack's buffer);
 //   * Receive() took the buffer (the handle is empty) or left it as it was,
-//     and a failed AppendPacked left the chain as it was.
+//     and a failed AppendPacked left the chain as it was;
+//   * budgets (bufpool/budget.h): a chain is unbound, or bound to one of two
+//     budgets of pool 0 (with limits the input picks, so they refuse), and
+//     slices, chains and clones travel between them. The budgets' pinned
+//     bytes sum to at most the bytes of the buffers their chains hold plus
+//     a buffer per budget, and no budget's high water passes its max_bytes
+//     (receives into a bound chain are made, as the arming rule says, only
+//     while its budget has room for what they may bring). When the chains
+//     are gone, every budget pins nothing.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <sys/uio.h>
 
@@ -40,6 +48,7 @@
 #include <utility>
 #include <vector>
 
+#include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "bufpool/chain.h"
 #include "bufpool/cursor.h"
@@ -87,6 +96,14 @@ class Session {
     for (int k = 0; k < 2; ++k) {
       packs_[k] = std::make_unique<bufpool::ReceivePack>(*pools_[k]);
     }
+    const size_t bs0 = pools_[0]->buffer_size();
+    for (int k = 0; k < 2; ++k) {
+      const size_t buffers = in_.ConsumeIntegralInRange<size_t>(1, 12);
+      auto b = pools_[0]->CreateBudget(
+          {.name = k == 0 ? "A" : "B", .max_bytes = buffers * bs0});
+      FUZZ_CHECK(b.ok(), "CreateBudget: %s", b.status().ToString().c_str());
+      budgets_[k] = std::move(*b);
+    }
     for (int i = 0; i < kChains; ++i) {
       chains_[i] = MakeChain();
       // Fixed per chain, so they take no input bytes away from the steps.
@@ -102,6 +119,12 @@ class Session {
     for (auto& c : chains_) c.reset();
     for (auto& l : lines_) l.Reset();  // views hold buffers too
     held_.clear();
+    for (auto& b : budgets_) {
+      FUZZ_CHECK(b->pinned_bytes() == 0,
+                 "budget %s pins %zu after its chains are gone",
+                 b->name().c_str(), b->pinned_bytes());
+      b.reset();
+    }
     for (auto& p : packs_) p.reset();
     for (auto& pool : pools_) {
       FUZZ_CHECK(pool->Stats().in_use == 0,
@@ -113,7 +136,8 @@ class Session {
 
  private:
   BufferChain MakeChain() {
-    const int which = in_.ConsumeIntegralInRange<int>(0, 2);
+    const int which = in_.ConsumeIntegralInRange<int>(0, 4);
+    if (which >= 3) return BufferChain(*budgets_[which - 3]);
     return which == 2 ? BufferChain() : BufferChain(*pools_[which]);
   }
   size_t PickChain() {
@@ -380,6 +404,13 @@ class Session {
     options.copy_below = d == 0 ? 0 : bs / d;
     const int pack = in_.ConsumeIntegralInRange<int>(-1, 1);
     if (pack >= 0) options.pack = packs_[pack].get();
+    // The arming rule (budget.h): bytes that have arrived are kept even
+    // past the limit, so a bound chain receives only with room for what a
+    // receive may bring: the buffer linked, or a buffer of its pool.
+    if (c.budget() != nullptr &&
+        c.budget()->room_bytes() < std::max(b.size(), bs)) {
+      return;
+    }
     std::byte* const data = b.data();
     const size_t size = b.size();
     const bool took = c.Receive(b, bytes.size(), options);
@@ -757,6 +788,7 @@ class Session {
                  want);
       if (count > want) extra[{s->pool(), s->slot()}] = true;
     }
+    CheckBudgets();
     for (int k = 0; k < 2; ++k) {
       BufferPool* pool = pools_[k].get();
       size_t slots = 0, extras = 0;
@@ -775,8 +807,56 @@ class Session {
     }
   }
 
+  // The accounting invariant (budget.h) after every step: the budgets pin
+  // at most the buffers their chains hold (each once) plus, for slices of
+  // pack buffers, each chain's runs of them rounded up to 64 bytes.
+  void CheckBudgets() {
+    using bufpool::internal::SharedAccess;
+    std::map<std::pair<BufferPool*, uint32_t>, bool> held;
+    size_t out = 0, packed = 0;
+    for (int i = 0; i < kChains; ++i) {
+      const BufferChain& c = *chains_[i];
+      if (c.budget() == nullptr) continue;
+      size_t run = 0;
+      for (size_t k = 0; k < c.slice_count(); ++k) {
+        const SharedBuffer& s = c.slice(k);
+        const bool pack = SharedAccess::Owner(*s.pool(), s.slot())
+                              .load(std::memory_order_relaxed) ==
+                          SharedAccess::kOwnerPack;
+        const bool ends = k + 1 == c.slice_count() ||
+                          c.slice(k + 1).pool() != s.pool() ||
+                          c.slice(k + 1).slot() != s.slot();
+        if (pack) {
+          run += s.size();
+          if (ends) {
+            packed += (run + BufferChain::kPackGranule - 1) /
+                      BufferChain::kPackGranule * BufferChain::kPackGranule;
+            run = 0;
+          }
+          continue;
+        }
+        if (!held[{s.pool(), s.slot()}]) out += s.pool()->buffer_size();
+        held[{s.pool(), s.slot()}] = true;
+      }
+    }
+    size_t pinned = 0;
+    for (const auto& b : budgets_) {
+      const bufpool::BudgetStats st = b->Stats();
+      pinned += st.pinned_bytes;
+      FUZZ_CHECK(st.high_water_bytes <= b->max_bytes(),
+                 "budget %s high water %zu past its max_bytes %zu",
+                 b->name().c_str(), st.high_water_bytes, b->max_bytes());
+    }
+    FUZZ_CHECK(pinned <= out + packed,
+               "budgets pin %zu, their chains hold buffers of %zu bytes and "
+               "packed runs of %zu rounded",
+               pinned, out, packed);
+  }
+
   FuzzedDataProvider& in_;
   std::unique_ptr<BufferPool> pools_[2];
+  // Destroyed after the chains (declared before them), before the pools.
+  std::unique_ptr<bufpool::BufferBudget> budgets_[2];
   // Destroyed before the pools (declared after them).
   std::optional<BufferChain> chains_[kChains];
   std::string models_[kChains];

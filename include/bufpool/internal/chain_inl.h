@@ -94,8 +94,11 @@ inline SharedBuffer::SharedBuffer(Buffer&& buffer) noexcept {
   uint32_t* refs = internal::SharedAccess::Refs(pool);
   slot_ = internal::SharedAccess::TakeSlot(buffer);
   // relaxed: the slot is ours alone; the pool's hand-over ordered its
-  // previous holders' accesses before this.
-  std::atomic_ref<uint32_t>(refs[slot_]).store(1, std::memory_order_relaxed);
+  // previous holders' accesses before this. No budget counts it yet (the
+  // owner word beside the count, shared_access.h).
+  uint32_t* const word = refs + slot_ * internal::SharedAccess::kRefStride;
+  std::atomic_ref<uint32_t>(word[0]).store(1, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(word[1]).store(0, std::memory_order_relaxed);
   pool_ = &pool;
   data_ = pool.SlotData(slot_);
   size_ = pool.buffer_size();
@@ -185,6 +188,7 @@ inline BufferChain::BufferChain(BufferChain&& other) noexcept
     Place(inline_[0], std::move(other.At(0)));
     count_ = 1;
     size_ = std::exchange(other.size_, 0);
+    packed_ = std::exchange(other.packed_, 0);
     other.count_ = 0;
     other.head_ = 0;
     return;
@@ -217,11 +221,18 @@ inline const SharedBuffer& BufferChain::slice(size_t i) const {
   return At(i);
 }
 
-// The common cases inline: a cut inside the front slice (one parsed
-// message of several a receive brought), and the whole of a one-slice
-// chain; anything that drops slices of a longer chain goes out of line.
+// The common cases inline: a cut inside the front slice of an unbound
+// chain (one parsed message of several a receive brought), and the whole
+// of a one-slice chain; anything that drops slices of a longer chain goes
+// out of line.
 inline void BufferChain::Consume(size_t n) {
+  // A bound chain's front may be packed bytes, counted by their size
+  // (ConsumeSlow() recounts them).
   if (count_ != 0 && n < At(0).size_) {
+    if (budget_ != nullptr) [[unlikely]] {
+      ConsumeSlow(n);
+      return;
+    }
     SharedBuffer& front = At(0);
     front.data_ += n;
     front.size_ -= n;
@@ -365,7 +376,7 @@ inline bool BufferChain::AppendPacked(absl::Span<const std::byte> bytes,
       [[likely]] {
     return true;
   }
-  return AppendPackedSlow(bytes.data(), bytes.size(), pack);
+  return AppendPackedSlow(bytes.data(), bytes.size(), pack, false);
 }
 
 inline SharedBuffer& BufferChain::At(size_t i) const {
@@ -381,14 +392,14 @@ inline size_t BufferChain::TailRoom() const {
   return t.use_count() == 1 ? t.room() : 0;
 }
 
-// Links `s` after the tail.
-// A bound chain charges its budget a buffer for a slice that starts a
-// run (see pinned_bytes()) and releases it when the run's last slice
-// goes; an unbound one pays one branch.
+// Links `s` after the tail. A bound chain tells its budget (see
+// "Accounting" below); an unbound one pays one branch.
 inline void BufferChain::PushBack(SharedBuffer&& s) {
   if (count_ == cap_) Grow();
-  if (budget_ != nullptr) [[unlikely]]
-    ChargeLink(s);
+  if (budget_ != nullptr) [[unlikely]] {
+    PushBackBudgeted(std::move(s));
+    return;
+  }
   Place(At(count_), std::move(s));
   ++count_;
 }
@@ -430,6 +441,10 @@ inline void BufferChain::AppendFilled(Buffer&& buffer, size_t n) {
   SharedBuffer s(std::move(buffer));
   s.size_ = n;
   size_ += n;
+  if (budget_ != nullptr) [[unlikely]] {
+    PushFresh(std::move(s));
+    return;
+  }
   PushBack(std::move(s));
 }
 
@@ -447,6 +462,10 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
   if (pack.spare_ == 0 || b.size_ - pack.used_ < len || len == 0) {
     return false;
   }
+  if (budget_ != nullptr && budget_->room_bytes() < PackCharge(len))
+      [[unlikely]] {
+    return false;  // the slow path refuses it too
+  }
   std::byte* const dst = b.data_ + pack.used_;
   // At(0) holds nothing (the chain is empty).
   Place(At(0), SharedBuffer(b.pool_, dst, len, b.slot_, 0));
@@ -454,38 +473,177 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
   pack.used_ += static_cast<uint32_t>(len);
   count_ = 1;
   size_ = len;
-  // The chain was empty: the slice starts a run, a buffer pinned.
-  if (budget_ != nullptr) [[unlikely]]
-    internal::BudgetAccess::Charge(*budget_, b.pool_->buffer_size());
+  // The chain was empty: it holds this slice alone, counted by its bytes.
+  if (budget_ != nullptr) [[unlikely]] {
+    const uint32_t charge = PackCharge(len);
+    packed_ = charge;
+    internal::BudgetAccess::Charge(*budget_, charge);
+  }
   std::memcpy(dst, src, len);
   return true;
 }
 
-inline void BufferChain::ChargeLink(const SharedBuffer& s) {
-  if (count_ == 0 || !SameBuffer(At(count_ - 1), s)) {
-    internal::BudgetAccess::Charge(*budget_, s.pool_->buffer_size());
+// ---- Accounting (bufpool/budget.h) -----------------------------------------
+//
+// A bound chain keeps, for each slot it holds a run of (adjacent slices of
+// one buffer), the slot's owner word (internal/shared_access.h) up to
+// date:
+//   - linking a run's first slice: if the word names this chain's budget,
+//     one run more (no charge); if it is 0, the budget claims it (a
+//     compare-and-swap, as another budget's thread may claim it at once)
+//     and is charged buffer_size; if it names another budget, nothing: the
+//     buffer is that budget's. A fresh buffer (PushFresh()) is this chain's
+//     alone, so the claim is a plain store.
+//   - unlinking a run's last slice, before the slice is dropped (the slot
+//     may be reused as soon as it is): if the word names this budget, one
+//     run fewer, and at none the word goes back to 0 and buffer_size is
+//     released.
+// So the budget is charged a buffer once however many runs of it its
+// chains hold, and what it is charged and released always match: a run
+// linked while another budget counted the slot releases nothing even if
+// this budget counts it by then (it decrements a count that its own claim
+// set, and the last of its runs to go releases the one charge).
+// Only the budget's thread writes a word naming it; others only read it or
+// swap it from 0, so a load and a store suffice where it is ours. Relaxed
+// throughout: the word orders nothing, and a slot is reused only after
+// every slice of it was dropped (the drop's release order publishes the
+// last store).
+//
+// Slices of a ReceivePack's buffer (owner word kOwnerPack) are counted by
+// their bytes instead: packed_ is what the chain is charged for them,
+// PackedTarget() what it should be (each run of them rounded up to
+// kPackGranule), and RecountPacked() charges or releases the difference
+// whenever a chain links or drops one, so release always matches charge.
+// So packed_ never exceeds PackedTarget() except while the tail grows in
+// place (Postallocate() into a pack buffer its pack let go of: counted at
+// the next recount).
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferChain::PackCharge(
+    size_t bytes) {
+  return static_cast<uint32_t>(
+      std::min<size_t>((bytes + kPackGranule - 1) & ~(kPackGranule - 1),
+                       ~uint32_t{0} / 2));
+}
+
+// Linking `s`, the first slice of a run here, whose owner word read
+// `owner`, with `room` bytes the budget may still be charged: the bytes to
+// charge. A buffer no budget counts is claimed only when there is room:
+// linking takes nothing from the pool, so a buffer that arrives with no
+// room stays as it was, counted by no budget.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline size_t BufferChain::LinkRun(
+    const SharedBuffer& s, uint32_t owner, size_t room) {
+  std::atomic_ref<uint32_t> word =
+      internal::SharedAccess::Owner(*s.pool_, s.slot_);
+  const uint32_t me = internal::BudgetAccess::OwnerId(*budget_);
+  if ((owner & ~internal::SharedAccess::kOwnerRuns) == me) {
+    // Saturated: the run goes uncounted (the budget then releases the
+    // buffer while some of its runs remain: less charged, never more).
+    if ((owner & internal::SharedAccess::kOwnerRuns) !=
+        internal::SharedAccess::kOwnerRuns) {
+      word.store(owner + 1, std::memory_order_relaxed);
+    }
+    return 0;
   }
+  const size_t bs = s.pool_->buffer_size();
+  if (owner == 0 && room >= bs &&
+      word.compare_exchange_strong(owner, me | 1, std::memory_order_relaxed)) {
+    return bs;
+  }
+  return 0;  // another budget's, or no room
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferChain::PushBackBudgeted(
+    SharedBuffer&& s) {
+  const uint32_t owner = internal::SharedAccess::Owner(*s.pool_, s.slot_)
+                             .load(std::memory_order_relaxed);
+  if (owner == internal::SharedAccess::kOwnerPack) [[unlikely]] {
+    Place(At(count_), std::move(s));
+    ++count_;
+    RecountPacked();
+    return;
+  }
+  const size_t charge = count_ == 0 || !SameBuffer(At(count_ - 1), s)
+                            ? LinkRun(s, owner, budget_->room_bytes())
+                            : 0;
+  Place(At(count_), std::move(s));
+  ++count_;
+  if (charge != 0) internal::BudgetAccess::Charge(*budget_, charge);
+}
+
+// A bound chain links `s`, a slice of a buffer it holds alone (just made
+// from a Buffer): its budget claims the slot with a store.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void BufferChain::PushFresh(
+    SharedBuffer&& s) {
+  if (count_ == cap_) Grow();
+  internal::SharedAccess::Owner(*s.pool_, s.slot_)
+      .store(internal::BudgetAccess::OwnerId(*budget_) | 1,
+             std::memory_order_relaxed);
+  const size_t bs = s.pool_->buffer_size();
+  Place(At(count_), std::move(s));
+  ++count_;
+  internal::BudgetAccess::Charge(*budget_, bs);
+}
+
+// A slice of `slot` of `pool` leaves a bound chain (before it is dropped);
+// `ends`: no slice of its buffer next to it stays, so its run goes. The
+// bytes to release; *pack set for a slice of a pack buffer (then the
+// caller recounts).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline size_t BufferChain::UnlinkRun(
+    BufferPool* pool, uint32_t slot, bool ends, bool* pack) {
+  std::atomic_ref<uint32_t> word = internal::SharedAccess::Owner(*pool, slot);
+  const uint32_t owner = word.load(std::memory_order_relaxed);
+  if (owner == internal::SharedAccess::kOwnerPack) [[unlikely]] {
+    *pack = true;
+    return 0;
+  }
+  if (!ends || (owner & ~internal::SharedAccess::kOwnerRuns) !=
+                   internal::BudgetAccess::OwnerId(*budget_)) {
+    return 0;
+  }
+  if ((owner & internal::SharedAccess::kOwnerRuns) > 1) {
+    word.store(owner - 1, std::memory_order_relaxed);
+    return 0;
+  }
+  word.store(0, std::memory_order_relaxed);
+  return pool->buffer_size();
 }
 
 // The slice is dropped before the budget hears of it, so that a budget
 // refilling its reserve finds the buffer back in the pool.
 inline void BufferChain::PopFrontBudgeted() {
   SharedBuffer& f = slices_[head_];
-  const size_t bs =
-      count_ == 1 || !SameBuffer(f, At(1)) ? f.pool_->buffer_size() : 0;
+  bool pack = false;
+  const size_t bs = UnlinkRun(f.pool_, f.slot_,
+                              count_ == 1 || !SameBuffer(f, At(1)), &pack);
   f.Reset();
   head_ = (head_ + 1) & (cap_ - 1);
   --count_;
+  if (pack) [[unlikely]] {
+    // The last slice (a packed partial consumed whole): all of packed_.
+    if (count_ != 0) {
+      RecountPacked();
+    } else if (packed_ != 0) {
+      internal::BudgetAccess::Release(*budget_, std::exchange(packed_, 0));
+    }
+  }
   if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
 }
 
 inline void BufferChain::PopBackBudgeted() {
   SharedBuffer& t = At(count_ - 1);
-  const size_t bs = count_ == 1 || !SameBuffer(At(count_ - 2), t)
-                        ? t.pool_->buffer_size()
-                        : 0;
+  bool pack = false;
+  const size_t bs =
+      UnlinkRun(t.pool_, t.slot_,
+                count_ == 1 || !SameBuffer(At(count_ - 2), t), &pack);
   t.Reset();
   --count_;
+  if (pack) [[unlikely]] {
+    if (count_ != 0) {
+      RecountPacked();
+    } else if (packed_ != 0) {
+      internal::BudgetAccess::Release(*budget_, std::exchange(packed_, 0));
+    }
+  }
   if (bs != 0) internal::BudgetAccess::Release(*budget_, bs);
 }
 

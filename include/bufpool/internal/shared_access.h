@@ -4,7 +4,12 @@
 // The counts are one uint32_t per slot, out of band like the pool's other
 // per-slot data (never inside a buffer), in an array the pool calloc's the
 // first time a SharedBuffer is made from it (AllocateRefs) and frees in its
-// destructor. A slot's count is meaningful only while SharedBuffers hold it
+// destructor. Each count has its slot's owner word beside it (the array
+// holds kRefStride words a slot: count, owner), so the two share a cache
+// line: which budget counts the slot, or that it is a ReceivePack's buffer
+// (bufpool/budget.h, "Accounting"; BufferChain keeps them). A SharedBuffer
+// made from a Buffer stores 0 there with the count's 1, so no owner word
+// outlives the slices it describes. A slot's count is meaningful only while SharedBuffers hold it
 // (or a ProvidedBufferRing lends it: then it is 1, see bufpool/uring.h):
 // the first one stores 1, and the last one returns the slot to the pool
 // without storing 0 (the next first one overwrites it).
@@ -41,6 +46,16 @@ enum HolderNote : uint32_t {
 };
 
 struct BUFPOOL_EXPORT SharedAccess {
+  // Words a slot in the counts array: [0] the count, [1] the owner word.
+  static constexpr uint32_t kRefStride = 2;
+  // Owner words. 0: no budget counts the slot. kOwnerPack: a ReceivePack's
+  // buffer, whose slices chains count by their bytes. Otherwise a budget's
+  // account id (BufferBudget::account_) above kOwnerRunBits bits holding
+  // how many runs of the slot that budget's chains hold (saturating).
+  static constexpr uint32_t kOwnerPack = ~uint32_t{0};
+  static constexpr uint32_t kOwnerRunBits = 12;
+  static constexpr uint32_t kOwnerRuns = (uint32_t{1} << kOwnerRunBits) - 1;
+
   // The counts array of `pool`, allocated on first use.
   ABSL_ATTRIBUTE_ALWAYS_INLINE static uint32_t* Refs(BufferPool& pool) {
     uint32_t* refs = pool.shared_refs_.load(std::memory_order_acquire);
@@ -50,7 +65,16 @@ struct BUFPOOL_EXPORT SharedAccess {
   ABSL_ATTRIBUTE_ALWAYS_INLINE static std::atomic_ref<uint32_t> Ref(
       const BufferPool& pool, uint32_t slot) {
     return std::atomic_ref<uint32_t>(
-        pool.shared_refs_.load(std::memory_order_relaxed)[slot]);
+        pool.shared_refs_.load(std::memory_order_relaxed)[slot * kRefStride]);
+  }
+  // The owner word of `slot`, which a live SharedBuffer holds (pointer as
+  // for Ref()). Written only by the budget whose account it names, or from
+  // 0 by a compare-and-swap, or by whoever holds the slot alone.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE static std::atomic_ref<uint32_t> Owner(
+      const BufferPool& pool, uint32_t slot) {
+    return std::atomic_ref<uint32_t>(
+        pool.shared_refs_.load(
+            std::memory_order_relaxed)[slot * kRefStride + 1]);
   }
   // Takes the slot out of a non-empty handle without returning it: the
   // handle becomes empty and the slot stays out (counted in in_use).
