@@ -398,7 +398,7 @@ static void test_elastic_pool(void) {
   CHECK(bufpool_try_acquire_bulk(pool, out, 200) == 200);
   bufpool_stats st = stats_of(pool);
   CHECK(st.committed == 256);
-  CHECK(st.grows == 3);
+  CHECK(st.grows == 2); /* 64, then 128: steps double through a burst */
   bufpool_release_bulk(pool, out, 200);
   bufpool_flush_caches(pool);
   CHECK(bufpool_trim(pool, 0) > 0);
