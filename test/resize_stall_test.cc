@@ -227,7 +227,8 @@ TEST_P(ResizeStallTest, ATrimmerStoppedHoldingTheDepotsSlotsHandsThemOn) {
   auto pool = Make(512, 4096);
   Burst(*pool, 2048);
   ASSERT_NO_FATAL_FAILURE(ExpectTakesWhileStoppedAt(
-      *pool, Point::kTrimHolding, [&] { pool->Trim(0); }, 1500, [&] {
+      *pool, Point::kTrimHolding, [&] { pool->Trim(0); }, 1500,
+      [&] {
         // Acquire() does not sleep for it either.
         EXPECT_TRUE(ReturnsWhileStopped([&] {
           absl::StatusOr<Buffer> b = pool->Acquire(absl::Minutes(1));
