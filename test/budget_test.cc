@@ -53,6 +53,35 @@ std::unique_ptr<BufferBudget> MakeBudget(BufferPool& pool,
   return b.ok() ? std::move(*b) : nullptr;
 }
 
+// The ring tests' set-up: a ring, a 64-buffer pool, a budget over it, an
+// 8-buffer provided ring without incremental consumption (copy_below as given,
+// or the default), and a connected socket pair.
+struct BudgetRingRig {
+  Ring ring{64, 0};
+  std::unique_ptr<BufferPool> pool;
+  std::unique_ptr<BufferBudget> budget;
+  absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> br =
+      absl::FailedPreconditionError("not opened");
+  UniqueFd sv[2];
+
+  void Open(const BudgetOptions& o,
+            size_t copy_below = ProvidedBufferRingOptions{}.copy_below) {
+    ASSERT_TRUE(ring.ok());
+    pool = MakePool(64);
+    ASSERT_NE(pool, nullptr);
+    budget = MakeBudget(*pool, o);
+    ASSERT_NE(budget, nullptr);
+    br = ProvidedBufferRing::Create(
+        ring.get(), *pool,
+        {.max_buffers = 8,
+         .initial_buffers = 8,
+         .copy_below = copy_below,
+         .incremental = ProvidedBufferRingOptions::Incremental::kOff});
+    ASSERT_TRUE(br.ok()) << br.status();
+    ASSERT_EQ(SocketPair(SOCK_STREAM, sv), 0);
+  }
+};
+
 std::string Bytes(size_t n, char seed) {
   std::string s(n, '\0');
   for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(seed + i * 7);
@@ -565,31 +594,22 @@ void WriteAndReceiveOne(Ring& ring, ProvidedBufferRing& br,
 }
 
 TEST(BudgetRingTest, TakePastTheLimitKeepsTheBytesAndSaysSo) {
-  Ring ring(64, 0);
-  ASSERT_TRUE(ring.ok());
-  auto pool = MakePool(64);
-  auto budget = MakeBudget(*pool, {.name = "ring conn", .max_bytes = 2 * kBs});
+  BudgetRingRig rig;
   // copy_below 0: every completion links its buffer, one buffer each.
-  auto br = ProvidedBufferRing::Create(
-      ring.get(), *pool,
-      {.max_buffers = 8,
-       .initial_buffers = 8,
-       .copy_below = 0,
-       .incremental = ProvidedBufferRingOptions::Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  UniqueFd sv[2];
-  ASSERT_EQ(SocketPair(SOCK_STREAM, sv), 0);
-  BufferChain chain(*budget);
+  ASSERT_NO_FATAL_FAILURE(
+      rig.Open({.name = "ring conn", .max_bytes = 2 * kBs}, 0));
+  BufferChain chain(*rig.budget);
   std::string sent;
   std::vector<absl::Status> results;
   for (int i = 0; i < 4; ++i) {
     const std::string msg = Bytes(1000, static_cast<char>('a' + i));
     sent += msg;
     TakenCompletion t;
-    ASSERT_NO_FATAL_FAILURE(WriteAndReceiveOne(ring, **br, sv, chain, msg, &t));
+    ASSERT_NO_FATAL_FAILURE(
+        WriteAndReceiveOne(rig.ring, **rig.br, rig.sv, chain, msg, &t));
     ASSERT_EQ(t.res, 1000);
     results.push_back(t.status);
-    (*br)->Refill();
+    (*rig.br)->Refill();
   }
   EXPECT_TRUE(results[0].ok()) << results[0];
   EXPECT_TRUE(results[1].ok()) << results[1];
@@ -605,59 +625,51 @@ TEST(BudgetRingTest, TakePastTheLimitKeepsTheBytesAndSaysSo) {
         << results[i];
   }
   EXPECT_EQ(Contents(chain), sent);  // nothing lost
-  EXPECT_EQ(budget->pinned_bytes(), 4 * kBs);
-  EXPECT_EQ(budget->Stats().refusals, 2u);
+  EXPECT_EQ(rig.budget->pinned_bytes(), 4 * kBs);
+  EXPECT_EQ(rig.budget->Stats().refusals, 2u);
   chain.Consume(chain.size());
-  EXPECT_EQ(budget->pinned_bytes(), 0u);
+  EXPECT_EQ(rig.budget->pinned_bytes(), 0u);
 }
 
 TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
-  Ring ring(64, 0);
-  ASSERT_TRUE(ring.ok());
-  auto pool = MakePool(64);
-  auto budget = MakeBudget(*pool, {.name = "small", .max_bytes = 4 * kBs});
-  auto br = ProvidedBufferRing::Create(
-      ring.get(), *pool,
-      {.max_buffers = 8,
-       .initial_buffers = 8,
-       .incremental = ProvidedBufferRingOptions::Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  UniqueFd sv[2];
-  ASSERT_EQ(SocketPair(SOCK_STREAM, sv), 0);
-  BufferChain chain(*budget);
+  BudgetRingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Open({.name = "small", .max_bytes = 4 * kBs}));
+  BufferChain chain(*rig.budget);
   std::string sent;
   for (int i = 0; i < 6; ++i) {
     const std::string msg = Bytes(100, static_cast<char>('a' + i));
     sent += msg;
     TakenCompletion t;
-    ASSERT_NO_FATAL_FAILURE(WriteAndReceiveOne(ring, **br, sv, chain, msg, &t));
+    ASSERT_NO_FATAL_FAILURE(
+        WriteAndReceiveOne(rig.ring, **rig.br, rig.sv, chain, msg, &t));
     ASSERT_TRUE(t.status.ok()) << t.status;
-    (*br)->Refill();
+    (*rig.br)->Refill();
     // Small receives share one buffer (the ring's pack) and are charged
     // their bytes, rounded up to 64, until the chain holds copy_below (512)
     // bytes; then the ring's buffer is linked, a whole buffer.
     const size_t packed = i < 5 ? (i + 1) * 100 : 500;
     const size_t charged = (packed + 63) / 64 * 64 + (i < 5 ? 0 : kBs);
-    EXPECT_EQ(budget->pinned_bytes(), charged) << "receive " << i;
+    EXPECT_EQ(rig.budget->pinned_bytes(), charged) << "receive " << i;
   }
   EXPECT_EQ(Contents(chain), sent);
   chain.Consume(chain.size());
-  EXPECT_EQ(budget->pinned_bytes(), 0u);
+  EXPECT_EQ(rig.budget->pinned_bytes(), 0u);
   // A budget at its limit (another of its chains pins it all): a small
   // receive into an empty chain is packed and kept, and counted only as far
   // as the budget has room (none): the limit is not passed.
-  BufferChain other(*budget);
+  BufferChain other(*rig.budget);
   ASSERT_TRUE(other.Append(Bytes(4 * kBs, 'o')).ok());
-  ASSERT_EQ(budget->room_bytes(), 0u);
-  ASSERT_EQ(write(sv[0].get(), "tiny", 4), 4);
-  io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
-  (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
+  ASSERT_EQ(rig.budget->room_bytes(), 0u);
+  ASSERT_EQ(write(rig.sv[0].get(), "tiny", 4), 4);
+  io_uring_sqe* sqe = io_uring_get_sqe(rig.ring.get());
+  (*rig.br)->PrepareRecv(sqe, rig.sv[1].get(),
+                         {.multishot = false, .bundle = false});
   TakenCompletion t;
-  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, &t));
+  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(rig.ring, **rig.br, chain, &t));
   EXPECT_TRUE(t.status.ok()) << t.status;
   EXPECT_EQ(Contents(chain), "tiny");
-  EXPECT_EQ(budget->pinned_bytes(), 4 * kBs);
-  EXPECT_LE(budget->Stats().high_water_bytes, budget->max_bytes());
+  EXPECT_EQ(rig.budget->pinned_bytes(), 4 * kBs);
+  EXPECT_LE(rig.budget->Stats().high_water_bytes, rig.budget->max_bytes());
   chain.Clear();
   other.Clear();
 }
@@ -667,25 +679,16 @@ TEST(BudgetRingTest, CopiedAndPackedReceivesChargeTheirBuffers) {
 // Consume() releases it; a budget without room for that buffer leaves the
 // completion to the slow path, which keeps the bytes and says so.
 TEST(BudgetRingTest, ALinkIntoAnEmptyChainChargesItsBuffer) {
-  Ring ring(64, 0);
-  ASSERT_TRUE(ring.ok());
-  auto pool = MakePool(64);
-  auto budget = MakeBudget(*pool, {.name = "linked", .max_bytes = 2 * kBs});
-  auto br = ProvidedBufferRing::Create(
-      ring.get(), *pool,
-      {.max_buffers = 8,
-       .initial_buffers = 8,
-       .incremental = ProvidedBufferRingOptions::Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  UniqueFd sv[2];
-  ASSERT_EQ(SocketPair(SOCK_STREAM, sv), 0);
-  BufferChain chain(*budget);
+  BudgetRingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Open({.name = "linked", .max_bytes = 2 * kBs}));
+  BufferChain chain(*rig.budget);
   auto receive = [&](const std::string& msg, TakenCompletion* t) {
-    ASSERT_EQ(write(sv[0].get(), msg.data(), msg.size()),
+    ASSERT_EQ(write(rig.sv[0].get(), msg.data(), msg.size()),
               static_cast<ssize_t>(msg.size()));
-    io_uring_sqe* sqe = io_uring_get_sqe(ring.get());
-    (*br)->PrepareRecv(sqe, sv[1].get(), {.multishot = false, .bundle = false});
-    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **br, chain, t));
+    io_uring_sqe* sqe = io_uring_get_sqe(rig.ring.get());
+    (*rig.br)->PrepareRecv(sqe, rig.sv[1].get(),
+                           {.multishot = false, .bundle = false});
+    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(rig.ring, **rig.br, chain, t));
     ASSERT_EQ(t->res, static_cast<int>(msg.size()));
   };
   const std::string msg = Bytes(1000, 'm');  // above copy_below (512)
@@ -693,20 +696,20 @@ TEST(BudgetRingTest, ALinkIntoAnEmptyChainChargesItsBuffer) {
     TakenCompletion t;
     ASSERT_NO_FATAL_FAILURE(receive(msg, &t));
     EXPECT_TRUE(t.status.ok()) << t.status;
-    EXPECT_EQ((*br)->available(), 8u);  // linked; the id lent again
-    EXPECT_EQ((*br)->copied(), 0u);
-    EXPECT_EQ(budget->pinned_bytes(), kBs);
+    EXPECT_EQ((*rig.br)->available(), 8u);  // linked; the id lent again
+    EXPECT_EQ((*rig.br)->copied(), 0u);
+    EXPECT_EQ(rig.budget->pinned_bytes(), kBs);
     EXPECT_EQ(chain.pinned_bytes(), kBs);
     EXPECT_EQ(Contents(chain), msg);
     chain.Consume(chain.size());
-    EXPECT_EQ(budget->pinned_bytes(), 0u);
-    (*br)->Refill();
+    EXPECT_EQ(rig.budget->pinned_bytes(), 0u);
+    (*rig.br)->Refill();
   }
   // Another chain pins all but half a buffer: no room for the link, so
   // the completion goes to the slow path, which keeps it and reports it.
-  BufferChain other(*budget);
+  BufferChain other(*rig.budget);
   ASSERT_TRUE(other.Append(Bytes(2 * kBs - 1, 'o')).ok());
-  ASSERT_EQ(budget->room_bytes(), 0u);
+  ASSERT_EQ(rig.budget->room_bytes(), 0u);
   TakenCompletion t;
   ASSERT_NO_FATAL_FAILURE(receive(msg, &t));
   EXPECT_EQ(t.status.code(), absl::StatusCode::kResourceExhausted) << t.status;
@@ -714,11 +717,11 @@ TEST(BudgetRingTest, ALinkIntoAnEmptyChainChargesItsBuffer) {
             std::string::npos)
       << t.status;
   EXPECT_EQ(Contents(chain), msg);
-  EXPECT_EQ(budget->pinned_bytes(), 3 * kBs);
-  EXPECT_EQ(budget->Stats().refusals, 1u);
+  EXPECT_EQ(rig.budget->pinned_bytes(), 3 * kBs);
+  EXPECT_EQ(rig.budget->Stats().refusals, 1u);
   chain.Clear();
   other.Clear();
-  EXPECT_EQ(budget->pinned_bytes(), 0u);
+  EXPECT_EQ(rig.budget->pinned_bytes(), 0u);
 }
 
 }  // namespace
@@ -841,28 +844,18 @@ TEST(BudgetAccountingTest, ABufferInInputAndReplyCountsOnce) {
 // for what it may bring (budget.h, "The cap"), and stops when it has none:
 // the budget's high water never passes max_bytes, and nothing is lost.
 TEST(BudgetAccountingTest, ASlowReaderNeverPassesTheCap) {
-  Ring ring(64, 0);
-  ASSERT_TRUE(ring.ok());
-  auto pool = MakePool(64);
-  auto budget = MakeBudget(*pool, {.name = "slow", .max_bytes = 10 * kBs});
-  auto br = ProvidedBufferRing::Create(
-      ring.get(), *pool,
-      {.max_buffers = 8,
-       .initial_buffers = 8,
-       .incremental = ProvidedBufferRingOptions::Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  UniqueFd sv[2];
-  ASSERT_EQ(SocketPair(SOCK_STREAM, sv), 0);
-  BufferChain input(*budget), replies(*budget);
+  BudgetRingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.Open({.name = "slow", .max_bytes = 10 * kBs}));
+  BufferChain input(*rig.budget), replies(*rig.budget);
   std::string want;
   int served = 0, refused = 0;
   for (int i = 0; i < 40; ++i) {
-    if (budget->room_bytes() < kBs) break;  // do not arm: paused
+    if (rig.budget->room_bytes() < kBs) break;  // do not arm: paused
     const std::string msg = Bytes(i % 3 == 0 ? 300 : 2500, 'a' + i % 26);
     TakenCompletion t;
     ASSERT_NO_FATAL_FAILURE(
-        WriteAndReceiveOne(ring, **br, sv, input, msg, &t));
-    (*br)->Refill();
+        WriteAndReceiveOne(rig.ring, **rig.br, rig.sv, input, msg, &t));
+    (*rig.br)->Refill();
     ASSERT_EQ(t.res, static_cast<int>(msg.size()));
     const std::string header = "len " + std::to_string(msg.size()) + "\n";
     const absl::Status s = replies.Append(header);
@@ -875,15 +868,15 @@ TEST(BudgetAccountingTest, ASlowReaderNeverPassesTheCap) {
     want += header + msg;
     replies.Append(input.Split(input.size()));  // links the request
     ++served;
-    ExpectInvariant({budget.get()}, {&input, &replies});
+    ExpectInvariant({rig.budget.get()}, {&input, &replies});
   }
   EXPECT_GT(served, 3);
-  EXPECT_LE(budget->Stats().high_water_bytes, budget->max_bytes());
+  EXPECT_LE(rig.budget->Stats().high_water_bytes, rig.budget->max_bytes());
   EXPECT_EQ(Contents(replies), want);
-  EXPECT_EQ(budget->Stats().refusals, static_cast<uint64_t>(refused));
+  EXPECT_EQ(rig.budget->Stats().refusals, static_cast<uint64_t>(refused));
   input.Clear();
   replies.Clear();
-  EXPECT_EQ(budget->pinned_bytes(), 0u);
+  EXPECT_EQ(rig.budget->pinned_bytes(), 0u);
 }
 
 // Chains bound to four budgets, one a thread, on one pool with caches:

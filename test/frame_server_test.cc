@@ -210,6 +210,7 @@ class FrameServerTest : public ::testing::Test {
   }
 
   LoadResult RunLoad(size_t frames, double guard_s);
+  void ServeTheLoadOn(size_t buffers);
 
   Child child_;
   int port_ = 0;
@@ -368,11 +369,12 @@ void ExpectServed(const LoadResult& r, size_t frames) {
       << r.probes_answered << " of " << r.probes << " probes answered";
 }
 
-TEST_F(FrameServerTest, ServesEveryClientOn160Buffers) {
+// Starts the server on `buffers` (admission as FRAME_SERVER_ADMISSION says,
+// "on" by default), runs the load and expects every client served.
+void FrameServerTest::ServeTheLoadOn(size_t buffers) {
+  const char* admission = std::getenv("FRAME_SERVER_ADMISSION");
   ASSERT_NO_FATAL_FAILURE(
-      Start(160, std::getenv("FRAME_SERVER_ADMISSION") != nullptr
-                     ? std::getenv("FRAME_SERVER_ADMISSION")
-                     : "on"));
+      Start(buffers, admission != nullptr ? admission : "on"));
   const size_t frames = EnvOr("FRAME_SERVER_FRAMES", 8);
   const LoadResult r = RunLoad(frames, EnvOr("FRAME_SERVER_GUARD_S", 8));
   ExpectServed(r, frames);
@@ -380,17 +382,9 @@ TEST_F(FrameServerTest, ServesEveryClientOn160Buffers) {
   if (HasFailure()) std::fputs(ServerErrors().c_str(), stderr);
 }
 
-TEST_F(FrameServerTest, ServesEveryClientOn64Buffers) {
-  ASSERT_NO_FATAL_FAILURE(
-      Start(64, std::getenv("FRAME_SERVER_ADMISSION") != nullptr
-                    ? std::getenv("FRAME_SERVER_ADMISSION")
-                    : "on"));
-  const size_t frames = EnvOr("FRAME_SERVER_FRAMES", 8);
-  const LoadResult r = RunLoad(frames, EnvOr("FRAME_SERVER_GUARD_S", 8));
-  ExpectServed(r, frames);
-  StopServer();
-  if (HasFailure()) std::fputs(ServerErrors().c_str(), stderr);
-}
+TEST_F(FrameServerTest, ServesEveryClientOn160Buffers) { ServeTheLoadOn(160); }
+
+TEST_F(FrameServerTest, ServesEveryClientOn64Buffers) { ServeTheLoadOn(64); }
 
 // Bad flags: one line naming the flag, exit status 2, no signal.
 TEST_F(FrameServerTest, RefusesBadFlags) {

@@ -188,48 +188,74 @@ bool TakesWhileStopped(BufferPool& pool, size_t n, size_t* got = nullptr) {
   return returned && taken.size() == n;
 }
 
+// Stops `resize` at `point`, takes `n` buffers while it is stopped, runs
+// `also` (if any) while it is still stopped, and lets it go on.
+void ExpectTakesWhileStoppedAt(BufferPool& pool, Point point,
+                               std::function<void()> resize, size_t n,
+                               const std::function<void()>& also = nullptr) {
+  StoppedResizer resizer(point, std::move(resize));
+  ASSERT_TRUE(resizer.WaitStopped());
+  size_t got = 0;
+  EXPECT_TRUE(TakesWhileStopped(pool, n, &got)) << got << " of " << n;
+  if (also) also();
+  resizer.Release();
+}
+
+// `n` buffers taken with TryAcquire() (the caller checks the last one came).
+std::vector<Buffer> Hold(BufferPool& pool, size_t n) {
+  std::vector<Buffer> held;
+  for (size_t i = 0; i < n; ++i) held.push_back(pool.TryAcquire());
+  return held;
+}
+
+// A sleeper in Acquire() gets the buffer that `held` gives back 20 ms later;
+// true when that call returned while the resizer stays stopped.
+bool SleeperGetsTheNextRelease(BufferPool& pool, std::vector<Buffer>& held) {
+  return ReturnsWhileStopped([&] {
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      held.pop_back();
+    });
+    absl::StatusOr<Buffer> b = pool.Acquire(absl::Minutes(1));
+    EXPECT_TRUE(b.ok()) << b.status();
+    releaser.join();
+  });
+}
+
 TEST_P(ResizeStallTest, ATrimmerStoppedHoldingTheDepotsSlotsHandsThemOn) {
   auto pool = Make(512, 4096);
   Burst(*pool, 2048);
-  StoppedResizer trimmer(Point::kTrimHolding, [&] { pool->Trim(0); });
-  ASSERT_TRUE(trimmer.WaitStopped());
-  size_t got = 0;
-  EXPECT_TRUE(TakesWhileStopped(*pool, 1500, &got)) << got << " of 1500";
-  // Acquire() does not sleep for it either.
-  EXPECT_TRUE(ReturnsWhileStopped([&] {
-    absl::StatusOr<Buffer> b = pool->Acquire(absl::Minutes(1));
-    EXPECT_TRUE(b.ok()) << b.status();
-  }));
-  trimmer.Release();
+  ASSERT_NO_FATAL_FAILURE(ExpectTakesWhileStoppedAt(
+      *pool, Point::kTrimHolding, [&] { pool->Trim(0); }, 1500,
+      [&] {
+        // Acquire() does not sleep for it either.
+        EXPECT_TRUE(ReturnsWhileStopped([&] {
+          absl::StatusOr<Buffer> b = pool->Acquire(absl::Minutes(1));
+          EXPECT_TRUE(b.ok()) << b.status();
+        }));
+      }));
   ExpectWhole(*pool);
 }
 
 TEST_P(ResizeStallTest, ATrimmerStoppedBetweenAPopAndItsPublicationHidesOneBatch) {
   auto pool = Make(512, 4096);
   Burst(*pool, 2048);
-  StoppedResizer trimmer(Point::kTrimPopped, [&] { pool->Trim(0); });
-  ASSERT_TRUE(trimmer.WaitStopped());
-  size_t got = 0;
-  EXPECT_TRUE(TakesWhileStopped(*pool, 1500, &got)) << got << " of 1500";
-  trimmer.Release();
+  ASSERT_NO_FATAL_FAILURE(ExpectTakesWhileStoppedAt(
+      *pool, Point::kTrimPopped, [&] { pool->Trim(0); }, 1500));
   ExpectWhole(*pool);
 }
 
 TEST_P(ResizeStallTest, ATrimmerStoppedGivingChunksBackLetsOthersGrow) {
   auto pool = Make(512, 4096);
   Burst(*pool, 2048);
-  StoppedResizer trimmer(Point::kTrimDecommitting, [&] { pool->Trim(0); });
-  ASSERT_TRUE(trimmer.WaitStopped());
-  size_t got = 0;
-  EXPECT_TRUE(TakesWhileStopped(*pool, 600, &got)) << got << " of 600";
-  trimmer.Release();
+  ASSERT_NO_FATAL_FAILURE(ExpectTakesWhileStoppedAt(
+      *pool, Point::kTrimDecommitting, [&] { pool->Trim(0); }, 600));
   ExpectWhole(*pool);
 }
 
 TEST_P(ResizeStallTest, AtTheCeilingAStoppedTrimmerMakesTryAcquireAnswerAtOnce) {
   auto pool = Make(512, 2048);
-  std::vector<Buffer> held;
-  for (int i = 0; i < 2048; ++i) held.push_back(pool->TryAcquire());
+  std::vector<Buffer> held = Hold(*pool, 2048);
   ASSERT_TRUE(held.back());
   held.resize(100);  // 1948 free, all in whole chunks
   pool->FlushCaches();  // all in the depot, for the trimmer to take
@@ -241,15 +267,7 @@ TEST_P(ResizeStallTest, AtTheCeilingAStoppedTrimmerMakesTryAcquireAnswerAtOnce) 
     EXPECT_FALSE(pool->Acquire(absl::Milliseconds(1)).ok());
   }));
   // A sleeper gets the next release, though the trimmer still sleeps.
-  EXPECT_TRUE(ReturnsWhileStopped([&] {
-    std::thread releaser([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      held.pop_back();
-    });
-    absl::StatusOr<Buffer> b = pool->Acquire(absl::Minutes(1));
-    EXPECT_TRUE(b.ok()) << b.status();
-    releaser.join();
-  }));
+  EXPECT_TRUE(SleeperGetsTheNextRelease(*pool, held));
   trimmer.Release();
   held.clear();
   ExpectWhole(*pool);
@@ -257,16 +275,12 @@ TEST_P(ResizeStallTest, AtTheCeilingAStoppedTrimmerMakesTryAcquireAnswerAtOnce) 
 
 TEST_P(ResizeStallTest, AStoppedGrowerLetsOthersGrowPastIt) {
   auto pool = Make(512, 4096);
-  std::vector<Buffer> held;
-  for (int i = 0; i < 512; ++i) held.push_back(pool->TryAcquire());
+  std::vector<Buffer> held = Hold(*pool, 512);
   ASSERT_TRUE(held.back());
   Buffer grower_got;
-  StoppedResizer grower(Point::kGrowClaimed,
-                        [&] { grower_got = pool->TryAcquire(); });
-  ASSERT_TRUE(grower.WaitStopped());
-  size_t got = 0;
-  EXPECT_TRUE(TakesWhileStopped(*pool, 600, &got)) << got << " of 600";
-  grower.Release();
+  ASSERT_NO_FATAL_FAILURE(ExpectTakesWhileStoppedAt(
+      *pool, Point::kGrowClaimed, [&] { grower_got = pool->TryAcquire(); },
+      600));
   EXPECT_TRUE(grower_got);
   grower_got.Reset();
   held.clear();
@@ -275,23 +289,14 @@ TEST_P(ResizeStallTest, AStoppedGrowerLetsOthersGrowPastIt) {
 
 TEST_P(ResizeStallTest, AGrowerStoppedWithTheLastChunksMakesTryAcquireAnswerAtOnce) {
   auto pool = Make(512, 1024);
-  std::vector<Buffer> held;
-  for (int i = 0; i < 512; ++i) held.push_back(pool->TryAcquire());
+  std::vector<Buffer> held = Hold(*pool, 512);
   ASSERT_TRUE(held.back());
   Buffer grower_got;
   StoppedResizer grower(Point::kGrowClaimed,
                         [&] { grower_got = pool->TryAcquire(); });
   ASSERT_TRUE(grower.WaitStopped());
   EXPECT_TRUE(ReturnsWhileStopped([&] { EXPECT_FALSE(pool->TryAcquire()); }));
-  EXPECT_TRUE(ReturnsWhileStopped([&] {
-    std::thread releaser([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      held.pop_back();
-    });
-    absl::StatusOr<Buffer> b = pool->Acquire(absl::Minutes(1));
-    EXPECT_TRUE(b.ok()) << b.status();
-    releaser.join();
-  }));
+  EXPECT_TRUE(SleeperGetsTheNextRelease(*pool, held));
   grower.Release();
   EXPECT_TRUE(grower_got);
   grower_got.Reset();
@@ -304,11 +309,8 @@ TEST_P(ResizeStallTest, AnIdleTrimStoppedInTrimIdleStallsNoOne) {
   auto pool = Make(512, 4096, absl::Milliseconds(1));
   Burst(*pool, 2048);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  StoppedResizer trimmer(Point::kTrimHolding, [&] { pool->TrimIdle(); });
-  ASSERT_TRUE(trimmer.WaitStopped());
-  size_t got = 0;
-  EXPECT_TRUE(TakesWhileStopped(*pool, 1500, &got)) << got << " of 1500";
-  trimmer.Release();
+  ASSERT_NO_FATAL_FAILURE(ExpectTakesWhileStoppedAt(
+      *pool, Point::kTrimHolding, [&] { pool->TrimIdle(); }, 1500));
   ExpectWhole(*pool);
 }
 
@@ -318,12 +320,9 @@ TEST_P(ResizeStallTest, AnIdleTrimStoppedInAnAcquiresSlowPathStallsNoOne) {
   pool->FlushCaches();  // so that the next acquire takes the slow path
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   Buffer trimmer_got;
-  StoppedResizer trimmer(Point::kTrimHolding,
-                         [&] { trimmer_got = pool->TryAcquire(); });
-  ASSERT_TRUE(trimmer.WaitStopped());
-  size_t got = 0;
-  EXPECT_TRUE(TakesWhileStopped(*pool, 1500, &got)) << got << " of 1500";
-  trimmer.Release();
+  ASSERT_NO_FATAL_FAILURE(ExpectTakesWhileStoppedAt(
+      *pool, Point::kTrimHolding, [&] { trimmer_got = pool->TryAcquire(); },
+      1500));
   EXPECT_TRUE(trimmer_got);
   trimmer_got.Reset();
   ExpectWhole(*pool);

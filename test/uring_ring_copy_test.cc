@@ -40,6 +40,7 @@ using testing_util::MakePairs;
 using testing_util::Pairs;
 using testing_util::RandomBytes;
 using testing_util::Ring;
+using testing_util::RingRig;
 using testing_util::RunLoad;
 using testing_util::SendAndTake;
 using testing_util::UniqueFd;
@@ -179,33 +180,30 @@ namespace {
 // join it; a chain past copy_below fills a buffer of its own; a large one
 // is linked; an emptied chain pins nothing; copy_below is validated.
 TEST(ProvidedBufferRingCopyTest, SmallCompletionsArePackedAndRelentAtOnce) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 64});
-  ASSERT_TRUE(pool.ok());
-  const size_t bs = (*pool)->buffer_size();
-  auto bad =
-      ProvidedBufferRing::Create(ring.get(), **pool, {.copy_below = bs + 1});
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 64}));
+  const size_t bs = (*rig.pool)->buffer_size();
+  auto bad = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
+                                        {.copy_below = bs + 1});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   Pairs pairs;
   MakePairs(2, &pairs);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 16,
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.max_buffers = 16,
                                         .initial_buffers = 16,
                                         .bundles = Bundles::kOff,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  EXPECT_EQ((*br)->copy_below(), bs / 8);
-  BufferChain queue(**pool), other(**pool);
-  (*br)->PrepareRecv(ring.Sqe(), pairs.server[0]);
-  (*br)->PrepareRecv(ring.Sqe(), pairs.server[1]);
+                                        .incremental = Incremental::kOff}));
+  EXPECT_EQ((*rig.br)->copy_below(), bs / 8);
+  BufferChain queue(**rig.pool), other(**rig.pool);
+  (*rig.br)->PrepareRecv(rig.ring.Sqe(), pairs.server[0]);
+  (*rig.br)->PrepareRecv(rig.ring.Sqe(), pairs.server[1]);
   auto take = [&](int conn, const std::string& msg, BufferChain& q) {
-    SendAndTake(ring, **br, pairs.client[conn], msg, q, /*refill=*/false);
+    SendAndTake(rig.ring, **rig.br, pairs.client[conn], msg, q,
+                /*refill=*/false);
   };
   take(0, "tiny", queue);  // packed: a slice of the pack buffer
-  EXPECT_EQ((*br)->copied(), 1u);
-  EXPECT_EQ((*br)->available(), 16u);       // lent again, no Refill()
-  EXPECT_EQ((*pool)->Stats().in_use, 17u);  // 16 lent, the pack buffer
+  EXPECT_EQ((*rig.br)->copied(), 1u);
+  EXPECT_EQ((*rig.br)->available(), 16u);       // lent again, no Refill()
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 17u);  // 16 lent, the pack buffer
   ASSERT_EQ(queue.slice_count(), 1u);
   EXPECT_GT(queue.slice(0).use_count(), 1u);  // the ring's and the queue's
   EXPECT_EQ(queue.tail_room(), 0u);           // shared: not the queue's
@@ -216,18 +214,18 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsArePackedAndRelentAtOnce) {
   take(1, "x", other);  // another connection: the same pack buffer
   ASSERT_EQ(other.slice_count(), 1u);
   EXPECT_EQ(other.slice(0).data(), pack + 8);
-  EXPECT_EQ((*pool)->Stats().in_use, 17u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 17u);
   take(0, "!", queue);  // not adjacent any more: a second slice
   EXPECT_EQ(queue.slice_count(), 2u);
   EXPECT_EQ(testing_util::Contents(queue), "tinymore!");
-  EXPECT_EQ((*pool)->Stats().in_use, 17u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 17u);
   // Emptied, a chain pins nothing; the pack buffer, its slices all gone,
   // is filled again from its start once it is full (no fresh buffer).
   queue.Consume(queue.size());
   other.Consume(other.size());
   EXPECT_EQ(queue.slice_count(), 0u);
   EXPECT_EQ(queue.pinned_bytes(), 0u);
-  EXPECT_EQ((*pool)->Stats().in_use, 17u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 17u);
   const std::string fill(bs / 8 - 1, 'f');
   bool wrapped = false;
   for (size_t i = 0; i < 2 * bs / fill.size() && !wrapped; ++i) {
@@ -238,10 +236,10 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsArePackedAndRelentAtOnce) {
     queue.Consume(queue.size());
   }
   EXPECT_TRUE(wrapped);
-  EXPECT_EQ((*pool)->Stats().in_use, 17u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 17u);
   take(0, "again", queue);
   EXPECT_EQ(queue.slice(0).data() - queue.slice(0).offset(), pack);
-  EXPECT_EQ((*pool)->Stats().in_use, 17u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 17u);
   // Past copy_below the chain's next small bytes go to a buffer of its
   // own, which the ones after fill.
   const std::string part(bs / 8 - 4, 'p');  // 5 + 508 >= 512
@@ -254,18 +252,18 @@ TEST(ProvidedBufferRingCopyTest, SmallCompletionsArePackedAndRelentAtOnce) {
   EXPECT_EQ(testing_util::Contents(queue), "again" + part + "tail");
   queue.Clear();
   // A buffer's worth into an empty chain: linked, not copied.
-  const uint64_t copied = (*br)->copied();
+  const uint64_t copied = (*rig.br)->copied();
   take(0, std::string(bs, 'L'), queue);
-  EXPECT_EQ((*br)->copied(), copied);
+  EXPECT_EQ((*rig.br)->copied(), copied);
   ASSERT_EQ(queue.slice_count(), 1u);
   EXPECT_EQ(queue.slice(0).use_count(), 1u);
   EXPECT_EQ(queue.slice(0).view(), std::string(bs, 'L'));
   queue.Clear();
   shutdown(pairs.client[0], SHUT_WR);
   shutdown(pairs.client[1], SHUT_WR);
-  br->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);  // the pack buffer too
+  rig.br->reset();
+  rig.ring.DropCompletions();
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 0u);  // the pack buffer too
 }
 
 }  // namespace
@@ -280,26 +278,22 @@ namespace {
 // adjacent in the region). Every slice stays inside its buffer, and the
 // bytes are intact.
 TEST(ProvidedBufferRingCopyTest, APackSliceNeverRunsIntoTheNextBuffer) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 64, .cache_size = 0});
-  ASSERT_TRUE(pool.ok());
-  const size_t bs = (*pool)->buffer_size();
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 64, .cache_size = 0}));
+  const size_t bs = (*rig.pool)->buffer_size();
   Pairs pairs;
   MakePairs(1, &pairs);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 16,
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.max_buffers = 16,
                                         .initial_buffers = 16,
                                         .bundles = Bundles::kOff,
                                         .copy_below = bs,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  (*br)->PrepareRecv(ring.Sqe(), pairs.server[0]);
-  BufferChain q(**pool);
+                                        .incremental = Incremental::kOff}));
+  (*rig.br)->PrepareRecv(rig.ring.Sqe(), pairs.server[0]);
+  BufferChain q(**rig.pool);
   std::string model;
   auto take = [&](const std::string& msg) {
     model += msg;
-    SendAndTake(ring, **br, pairs.client[0], msg, q, /*refill=*/true);
+    SendAndTake(rig.ring, **rig.br, pairs.client[0], msg, q, /*refill=*/true);
   };
   auto consume = [&](size_t n) {
     q.Consume(n);
@@ -320,9 +314,7 @@ TEST(ProvidedBufferRingCopyTest, APackSliceNeverRunsIntoTheNextBuffer) {
   EXPECT_EQ(q.pinned_bytes(), bs);
   q.Clear();
   shutdown(pairs.client[0], SHUT_WR);
-  br->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  rig.ExpectEveryBufferBack();
 }
 
 // What a server's connections pin while idle or holding a short partial
@@ -332,38 +324,36 @@ TEST(ProvidedBufferRingCopyTest, APackSliceNeverRunsIntoTheNextBuffer) {
 TEST(ProvidedBufferRingCopyTest,
      IdleAndHalfCommandConnectionsPinAboutTheirBytes) {
   constexpr size_t kConns = 200;
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 512, .cache_size = 0});
-  ASSERT_TRUE(pool.ok());
-  const size_t bs = (*pool)->buffer_size();
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 512, .cache_size = 0}));
+  const size_t bs = (*rig.pool)->buffer_size();
   Pairs pairs;
   ASSERT_NO_FATAL_FAILURE(MakePairs(kConns, &pairs));
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 64,
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.max_buffers = 64,
                                         .initial_buffers = 64,
                                         .bundles = Bundles::kOff,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
+                                        .incremental = Incremental::kOff}));
   std::vector<BufferChain> in;
   for (size_t i = 0; i < kConns; ++i) {
-    in.emplace_back(**pool);
-    (*br)->PrepareRecv(ring.Sqe(), pairs.server[i]);
+    in.emplace_back(**rig.pool);
+    (*rig.br)->PrepareRecv(rig.ring.Sqe(), pairs.server[i]);
   }
   for (size_t i = 0; i < kConns; ++i) {
-    SendAndTake(ring, **br, pairs.client[i], "*1\r\n$4\r\nPING\r\n", in[i],
+    SendAndTake(rig.ring, **rig.br, pairs.client[i], "*1\r\n$4\r\nPING\r\n",
+                in[i],
                 /*refill=*/true);
     in[i].Consume(in[i].size());  // the request answered
   }
   // Idle: the ring's lent buffers and at most its pack buffer.
-  EXPECT_LE((*pool)->Stats().in_use, (*br)->available() + 1);
+  EXPECT_LE((*rig.pool)->Stats().in_use, (*rig.br)->available() + 1);
   const std::string half =
       "*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$200\r\n" + std::string(100 - 28, 'v');
   ASSERT_EQ(half.size(), 100u);
   for (size_t i = 0; i < kConns; ++i) {
-    SendAndTake(ring, **br, pairs.client[i], half, in[i], /*refill=*/true);
+    SendAndTake(rig.ring, **rig.br, pairs.client[i], half, in[i],
+                /*refill=*/true);
   }
-  const size_t pinned = (*pool)->Stats().in_use - (*br)->available();
+  const size_t pinned = (*rig.pool)->Stats().in_use - (*rig.br)->available();
   // 100 bytes each, packed: kConns * 100 bytes fill this many buffers.
   EXPECT_LE(pinned, (kConns * 100 + bs - 1) / bs + 1);
   EXPECT_LE(pinned * bs / kConns, 1024u);  // the goal: <= 1 KiB each
@@ -372,9 +362,7 @@ TEST(ProvidedBufferRingCopyTest,
   }
   in.clear();
   for (int fd : pairs.client) shutdown(fd, SHUT_WR);
-  br->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  rig.ExpectEveryBufferBack();
 }
 
 // The completions Take() hands on from its inline path: a tail whose room
@@ -459,80 +447,80 @@ TEST(ProvidedBufferRingCopyTest, CasesBesideTheInlinePathKeepEveryRule) {
 // keeps nothing. With copy_below 0 even one byte is linked; a chain
 // without a pool links the same.
 TEST(ProvidedBufferRingCopyTest, ALargeCompletionIntoAnEmptyChainIsLinked) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 64});
-  ASSERT_TRUE(pool.ok());
-  const size_t bs = (*pool)->buffer_size();
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 64}));
+  const size_t bs = (*rig.pool)->buffer_size();
   Pairs pairs;
   MakePairs(2, &pairs);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 16,
-                                        .initial_buffers = 16,
-                                        .bundles = Bundles::kOff,
-                                        .incremental = Incremental::kOff});
-  auto never = ProvidedBufferRing::Create(ring.get(), **pool,
+  rig.br = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
+                                      {.max_buffers = 16,
+                                       .initial_buffers = 16,
+                                       .bundles = Bundles::kOff,
+                                       .incremental = Incremental::kOff});
+  auto never = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
                                           {.group_id = 1,
                                            .max_buffers = 4,
                                            .initial_buffers = 4,
                                            .bundles = Bundles::kOff,
                                            .copy_below = 0,
                                            .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
+  ASSERT_TRUE(rig.br.ok()) << rig.br.status();
   ASSERT_TRUE(never.ok()) << never.status();
-  (*br)->PrepareRecv(ring.Sqe(), pairs.server[0]);
-  (*never)->PrepareRecv(ring.Sqe(), pairs.server[1]);
+  (*rig.br)->PrepareRecv(rig.ring.Sqe(), pairs.server[0]);
+  (*never)->PrepareRecv(rig.ring.Sqe(), pairs.server[1]);
   using testing_util::Contents;
-  BufferChain queue(**pool);
+  BufferChain queue(**rig.pool);
   const std::string msg(bs / 8, 'k');  // exactly copy_below: linked
   // More turns than the ring has ids: each linked buffer goes back.
   for (int i = 0; i < 40; ++i) {
-    SendAndTake(ring, **br, pairs.client[0], msg, queue, /*refill=*/false);
-    EXPECT_EQ((*br)->available(), 16u) << i;  // the id lent again
-    EXPECT_EQ((*br)->copied(), 0u);
+    SendAndTake(rig.ring, **rig.br, pairs.client[0], msg, queue,
+                /*refill=*/false);
+    EXPECT_EQ((*rig.br)->available(), 16u) << i;  // the id lent again
+    EXPECT_EQ((*rig.br)->copied(), 0u);
     ASSERT_EQ(queue.slice_count(), 1u);
     EXPECT_EQ(queue.slice(0).offset(), 0u);  // a buffer of its own
     EXPECT_EQ(queue.slice(0).use_count(), 1u);
     EXPECT_EQ(queue.tail_room(), bs - msg.size());
     EXPECT_EQ(queue.pinned_bytes(), bs);
     EXPECT_EQ(Contents(queue), msg);
-    EXPECT_EQ((*pool)->Stats().in_use, 16u + 4u + 1u);  // lent, the queue's
+    EXPECT_EQ((*rig.pool)->Stats().in_use, 16u + 4u + 1u);  // lent, the queue's
     queue.Consume(queue.size());
     EXPECT_EQ(queue.pinned_bytes(), 0u);
-    EXPECT_EQ((*pool)->Stats().in_use, 16u + 4u);  // straight back
-    EXPECT_EQ((*br)->Refill(), 16u);
+    EXPECT_EQ((*rig.pool)->Stats().in_use, 16u + 4u);  // straight back
+    EXPECT_EQ((*rig.br)->Refill(), 16u);
   }
   // The next bytes fill the linked buffer's room (copied, lent again).
-  SendAndTake(ring, **br, pairs.client[0], msg, queue, /*refill=*/true);
-  SendAndTake(ring, **br, pairs.client[0], "more", queue, /*refill=*/true);
+  SendAndTake(rig.ring, **rig.br, pairs.client[0], msg, queue, /*refill=*/true);
+  SendAndTake(rig.ring, **rig.br, pairs.client[0], "more", queue,
+              /*refill=*/true);
   EXPECT_EQ(queue.slice_count(), 1u);
-  EXPECT_EQ((*br)->copied(), 1u);
+  EXPECT_EQ((*rig.br)->copied(), 1u);
   EXPECT_EQ(Contents(queue), msg + "more");
   queue.Clear();
   // copy_below 0: one byte is linked; so is a message into a chain
   // without a pool.
   BufferChain poolless;
-  SendAndTake(ring, **never, pairs.client[1], "1", queue, /*refill=*/false);
+  SendAndTake(rig.ring, **never, pairs.client[1], "1", queue, /*refill=*/false);
   EXPECT_EQ((*never)->available(), 4u);
   ASSERT_EQ(queue.slice_count(), 1u);
   EXPECT_EQ(queue.slice(0).use_count(), 1u);
   EXPECT_EQ(Contents(queue), "1");
-  SendAndTake(ring, **never, pairs.client[1], msg, poolless,
+  SendAndTake(rig.ring, **never, pairs.client[1], msg, poolless,
               /*refill=*/false);
   EXPECT_EQ((*never)->available(), 4u);
   ASSERT_EQ(poolless.slice_count(), 1u);
-  EXPECT_EQ(poolless.slice(0).pool(), pool->get());
+  EXPECT_EQ(poolless.slice(0).pool(), rig.pool->get());
   EXPECT_EQ(Contents(poolless), msg);
   EXPECT_EQ((*never)->copied(), 0u);
   queue.Clear();
   poolless.Clear();
-  EXPECT_EQ((*pool)->Stats().in_use, 16u + 4u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 16u + 4u);
   shutdown(pairs.client[0], SHUT_WR);
   shutdown(pairs.client[1], SHUT_WR);
-  br->reset();
+  rig.br->reset();
   never->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  rig.ring.DropCompletions();
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 0u);
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ using testing_util::MakePairs;
 using testing_util::Pairs;
 using testing_util::RandomBytes;
 using testing_util::Ring;
+using testing_util::RingRig;
 using testing_util::RunLoad;
 using testing_util::SendAndTake;
 using testing_util::SocketPair;
@@ -65,45 +66,41 @@ class MaxBytesTest : public testing::TestWithParam<std::tuple<bool, Bundles>> {
 
 TEST_P(MaxBytesTest, AReceiveDeliversAtMostMaxBytes) {
   const auto [multishot, bundles] = GetParam();
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 256});
-  ASSERT_TRUE(pool.ok());
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 256}));
   Pairs pairs;
   MakePairs(1, &pairs);
-  auto br = ProvidedBufferRing::Create(
-      ring.get(), **pool,
-      {.max_buffers = 64, .initial_buffers = 64, .bundles = bundles});
-  ASSERT_TRUE(br.ok()) << br.status();
-  if (bundles == Bundles::kProbe && !(*br)->bundles()) {
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing(
+      {.max_buffers = 64, .initial_buffers = 64, .bundles = bundles}));
+  if (bundles == Bundles::kProbe && !(*rig.br)->bundles()) {
     GTEST_SKIP() << "no bundles in this kernel";
   }
   const std::string data(40000, 'q');
   ASSERT_TRUE(WriteAll(pairs.client[0], data.data(), data.size()));
   constexpr size_t kCap = 9000;  // two buffers and a part
-  io_uring_sqe* sqe = ring.Sqe();
-  (*br)->PrepareRecv(sqe, pairs.server[0],
-                     {.multishot = multishot, .max_bytes = kCap});
-  BufferChain got(**pool);
+  io_uring_sqe* sqe = rig.ring.Sqe();
+  (*rig.br)->PrepareRecv(sqe, pairs.server[0],
+                         {.multishot = multishot, .max_bytes = kCap});
+  BufferChain got(**rig.pool);
   bool more = true;
   size_t completions = 0;
   while (more) {
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    ASSERT_GE(io_uring_submit_and_wait(rig.ring.get(), 1), 0);
     io_uring_cqe* cqe;
-    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    ASSERT_EQ(io_uring_peek_cqe(rig.ring.get(), &cqe), 0);
     more = (cqe->flags & IORING_CQE_F_MORE) != 0;
     ASSERT_GE(cqe->res, 0);
-    absl::Status s = (*br)->Take(*cqe, got);
-    io_uring_cqe_seen(ring.get(), cqe);
+    absl::Status s = (*rig.br)->Take(*cqe, got);
+    io_uring_cqe_seen(rig.ring.get(), cqe);
     ASSERT_TRUE(s.ok()) << s;
     ++completions;
     if (!multishot) {
       EXPECT_FALSE(more);
     }
   }
-  const size_t bs = (*pool)->buffer_size();
-  const bool bundle = (*br)->bundles();
-  if (multishot && (*br)->multishot_cap()) {
+  const size_t bs = (*rig.pool)->buffer_size();
+  const bool bundle = (*rig.br)->bundles();
+  if (multishot && (*rig.br)->multishot_cap()) {
     // The kernel fills whole buffers but for a bundle's last.
     EXPECT_GE(got.size(), kCap) << completions << " completions";
     EXPECT_LE(got.size(), bundle ? kCap : (kCap + bs - 1) / bs * bs);
@@ -130,17 +127,15 @@ INSTANTIATE_TEST_SUITE_P(Modes, MaxBytesTest,
                                                           Bundles::kProbe)));
 
 TEST(ProvidedBufferRingTest, MultishotCapIsProbedOnThisKernel) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 16});
-  ASSERT_TRUE(pool.ok());
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {});
-  ASSERT_TRUE(br.ok());
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 16}));
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({}));
   utsname u{};
   ASSERT_EQ(uname(&u), 0);
   int major = 0, minor = 0;
   ASSERT_EQ(sscanf(u.release, "%d.%d", &major, &minor), 2);
-  EXPECT_EQ((*br)->multishot_cap(), major > 6 || (major == 6 && minor >= 17))
+  EXPECT_EQ((*rig.br)->multishot_cap(),
+            major > 6 || (major == 6 && minor >= 17))
       << u.release;
 }
 
@@ -214,23 +209,19 @@ TEST(IncrementalTest, SixtyFourKibMessagesThroughSixtyFourKibBuffers) {
 // (the end of stream, an incremental ring's completion) it leaves for
 // Take().
 TEST(VisitTest, BytesAreHandledInPlaceAndTheBufferLentAgain) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 16});
-  ASSERT_TRUE(pool.ok());
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 16}));
   Pairs pairs;
   MakePairs(1, &pairs);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 4,
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.max_buffers = 4,
                                         .initial_buffers = 4,
                                         .bundles = Bundles::kOff,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  (*br)->PrepareRecv(ring.Sqe(), pairs.server[0]);
+                                        .incremental = Incremental::kOff}));
+  (*rig.br)->PrepareRecv(rig.ring.Sqe(), pairs.server[0]);
   auto next = [&]() -> io_uring_cqe* {
     io_uring_cqe* cqe = nullptr;
-    EXPECT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-    EXPECT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    EXPECT_GE(io_uring_submit_and_wait(rig.ring.get(), 1), 0);
+    EXPECT_EQ(io_uring_peek_cqe(rig.ring.get(), &cqe), 0);
     return cqe;
   };
   std::mt19937 rng(7);
@@ -244,7 +235,7 @@ TEST(VisitTest, BytesAreHandledInPlaceAndTheBufferLentAgain) {
       ASSERT_GT(cqe->res, 0);
       bool visited = false;
       try {
-        visited = (*br)->Visit(*cqe, [&](absl::Span<const std::byte> b) {
+        visited = (*rig.br)->Visit(*cqe, [&](absl::Span<const std::byte> b) {
           got.append(reinterpret_cast<const char*>(b.data()), b.size());
           if (i % 3 == 2) throw std::runtime_error("handler failed");
         });
@@ -252,106 +243,94 @@ TEST(VisitTest, BytesAreHandledInPlaceAndTheBufferLentAgain) {
         visited = i % 3 == 2;
       }
       EXPECT_TRUE(visited);
-      io_uring_cqe_seen(ring.get(), cqe);
-      (*br)->Refill();
+      io_uring_cqe_seen(rig.ring.get(), cqe);
+      (*rig.br)->Refill();
     }
     EXPECT_EQ(got, msg) << "message " << i;
     // The ring's four buffers only: none went to a chain or the pool.
-    EXPECT_EQ((*pool)->Stats().in_use, 4u);
-    EXPECT_EQ((*br)->available(), 4u);
+    EXPECT_EQ((*rig.pool)->Stats().in_use, 4u);
+    EXPECT_EQ((*rig.br)->available(), 4u);
   }
   shutdown(pairs.client[0], SHUT_WR);
   io_uring_cqe* eof = next();
   ASSERT_NE(eof, nullptr);
   ASSERT_EQ(eof->res, 0);
-  EXPECT_FALSE((*br)->Visit(*eof, [](absl::Span<const std::byte>) {
+  EXPECT_FALSE((*rig.br)->Visit(*eof, [](absl::Span<const std::byte>) {
     ADD_FAILURE() << "called for the end of stream";
   }));
-  BufferChain rest(**pool);
-  EXPECT_TRUE((*br)->Take(*eof, rest).ok());
+  BufferChain rest(**rig.pool);
+  EXPECT_TRUE((*rig.br)->Take(*eof, rest).ok());
   EXPECT_TRUE(rest.empty());
-  io_uring_cqe_seen(ring.get(), eof);
-  br->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  io_uring_cqe_seen(rig.ring.get(), eof);
+  rig.ExpectEveryBufferBack();
 }
 
 // Datagrams, the case Visit() is for, on a ring without incremental mode
 // (which would put a datagram into a buffer's rest and cut it short): 200
 // of random lengths up to a buffer each arrive whole, through four buffers.
 TEST(VisitTest, DatagramsArriveWholeThroughFourBuffers) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 16});
-  ASSERT_TRUE(pool.ok());
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 16}));
   UniqueFd fds[2];
   ASSERT_EQ(SocketPair(SOCK_DGRAM | SOCK_CLOEXEC, fds), 0);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 4,
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.max_buffers = 4,
                                         .initial_buffers = 4,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
+                                        .incremental = Incremental::kOff}));
+  (*rig.br)->PrepareRecv(rig.ring.Sqe(), fds[1].get());
   std::mt19937 rng(11);
   for (int i = 0; i < 200; ++i) {
     const std::string msg =
-        RandomBytes(1 + rng() % (*pool)->buffer_size(), rng);
+        RandomBytes(1 + rng() % (*rig.pool)->buffer_size(), rng);
     ASSERT_EQ(send(fds[0].get(), msg.data(), msg.size(), 0),
               static_cast<ssize_t>(msg.size()));
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    ASSERT_GE(io_uring_submit_and_wait(rig.ring.get(), 1), 0);
     io_uring_cqe* cqe;
-    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    ASSERT_EQ(io_uring_peek_cqe(rig.ring.get(), &cqe), 0);
     const bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
     std::string got;
-    EXPECT_TRUE((*br)->Visit(
+    EXPECT_TRUE((*rig.br)->Visit(
         *cqe,
         [&](absl::Span<const std::byte> b) {
           got.assign(reinterpret_cast<const char*>(b.data()), b.size());
         }))
         << "datagram " << i << ", res " << cqe->res;
-    io_uring_cqe_seen(ring.get(), cqe);
+    io_uring_cqe_seen(rig.ring.get(), cqe);
     EXPECT_EQ(got, msg) << "datagram " << i;
-    (*br)->Refill();
-    if (!more) (*br)->PrepareRecv(ring.Sqe(), fds[1].get());
+    (*rig.br)->Refill();
+    if (!more) (*rig.br)->PrepareRecv(rig.ring.Sqe(), fds[1].get());
   }
-  EXPECT_EQ((*pool)->Stats().in_use, 4u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 4u);
   fds[0].reset();
   fds[1].reset();
-  br->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  rig.ExpectEveryBufferBack();
 }
 
 TEST(VisitTest, AnIncrementalRingsCompletionsGoToTake) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 16});
-  ASSERT_TRUE(pool.ok());
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 4,
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 16}));
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.max_buffers = 4,
                                         .initial_buffers = 4,
-                                        .incremental = Incremental::kProbe});
-  ASSERT_TRUE(br.ok()) << br.status();
-  if (!(*br)->incremental()) GTEST_SKIP() << "no incremental rings here";
+                                        .incremental = Incremental::kProbe}));
+  if (!(*rig.br)->incremental()) GTEST_SKIP() << "no incremental rings here";
   Pairs pairs;
   MakePairs(1, &pairs);
-  (*br)->PrepareRecv(ring.Sqe(), pairs.server[0]);
+  (*rig.br)->PrepareRecv(rig.ring.Sqe(), pairs.server[0]);
   ASSERT_TRUE(WriteAll(pairs.client[0], "abc", 3));
-  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+  ASSERT_GE(io_uring_submit_and_wait(rig.ring.get(), 1), 0);
   io_uring_cqe* cqe;
-  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+  ASSERT_EQ(io_uring_peek_cqe(rig.ring.get(), &cqe), 0);
   ASSERT_EQ(cqe->res, 3);
-  EXPECT_FALSE((*br)->Visit(*cqe, [](absl::Span<const std::byte>) {
+  EXPECT_FALSE((*rig.br)->Visit(*cqe, [](absl::Span<const std::byte>) {
     ADD_FAILURE() << "called on an incremental ring";
   }));
-  BufferChain got(**pool);
-  ASSERT_TRUE((*br)->Take(*cqe, got).ok());
-  io_uring_cqe_seen(ring.get(), cqe);
+  BufferChain got(**rig.pool);
+  ASSERT_TRUE((*rig.br)->Take(*cqe, got).ok());
+  io_uring_cqe_seen(rig.ring.get(), cqe);
   EXPECT_EQ(testing_util::Contents(got), "abc");
   got.Clear();
   shutdown(pairs.client[0], SHUT_WR);
-  br->reset();
-  ring.DropCompletions();
+  rig.br->reset();
+  rig.ring.DropCompletions();
 }
 
 // Waits up to 5 s for one completion of `ring` (submitting first);
@@ -680,23 +659,21 @@ TEST_F(TakeBufferTest, WhatItCannotTakeIsLeftToTakeUnchanged) {
 // Take() says why, and the datagrams stay in the socket, whole, for a ring
 // without incremental mode. Stream sockets are received as before.
 TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 16});
-  ASSERT_TRUE(pool.ok());
-  auto inc = ProvidedBufferRing::Create(ring.get(), **pool,
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 16}));
+  auto inc = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
                                         {.group_id = 1,
                                          .max_buffers = 4,
                                          .initial_buffers = 4,
                                          .incremental = Incremental::kOn});
   if (!inc.ok()) GTEST_SKIP() << "no incremental rings: " << inc.status();
-  auto plain = ProvidedBufferRing::Create(ring.get(), **pool,
+  auto plain = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
                                           {.group_id = 2,
                                            .max_buffers = 4,
                                            .initial_buffers = 4,
                                            .incremental = Incremental::kOff});
   ASSERT_TRUE(plain.ok()) << plain.status();
-  const size_t bs = (*pool)->buffer_size();
+  const size_t bs = (*rig.pool)->buffer_size();
   for (int type : {SOCK_SEQPACKET, SOCK_DGRAM}) {
     SCOPED_TRACE(type == SOCK_DGRAM ? "SOCK_DGRAM" : "SOCK_SEQPACKET");
     UniqueFd fds[2];
@@ -712,10 +689,10 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
     EXPECT_NE(checked.message().find("kOff"), absl::string_view::npos)
         << checked;
     EXPECT_TRUE((*plain)->CheckSocket(fds[1].get()).ok());
-    (*inc)->PrepareRecv(ring.Sqe(), fds[1].get());
-    BufferChain out(**pool);
+    (*inc)->PrepareRecv(rig.ring.Sqe(), fds[1].get());
+    BufferChain out(**rig.pool);
     TakenCompletion t;
-    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
+    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(rig.ring, **inc, out, &t));
     ASSERT_EQ(t.res, -EPROTOTYPE);
     ASSERT_EQ(t.flags & (IORING_CQE_F_BUFFER | IORING_CQE_F_MORE), 0u);
     EXPECT_EQ(t.status.code(), absl::StatusCode::kFailedPrecondition)
@@ -727,10 +704,10 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
     EXPECT_EQ((*inc)->available(), 4u);  // no buffer used
     // Receive flags added to the refused receive: the kernel rejects the
     // NOP, and Take() says where to look.
-    io_uring_sqe* sqe = ring.Sqe();
+    io_uring_sqe* sqe = rig.ring.Sqe();
     (*inc)->PrepareRecv(sqe, fds[1].get());
     sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
-    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
+    ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(rig.ring, **inc, out, &t));
     ASSERT_LT(t.res, 0);
     EXPECT_FALSE(t.status.ok());
     EXPECT_NE(t.status.message().find("CheckSocket"), absl::string_view::npos)
@@ -738,8 +715,8 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
     EXPECT_TRUE(out.empty());
     // Both datagrams are still there, whole, for the plain ring.
     for (const std::string* m : {&first, &second}) {
-      (*plain)->PrepareRecv(ring.Sqe(), fds[1].get(), {.multishot = false});
-      ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **plain, out, &t));
+      (*plain)->PrepareRecv(rig.ring.Sqe(), fds[1].get(), {.multishot = false});
+      ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(rig.ring, **plain, out, &t));
       ASSERT_EQ(t.res, static_cast<int>(m->size()));
       ASSERT_TRUE(t.status.ok()) << t.status;
       EXPECT_EQ(testing_util::Contents(out), *m);
@@ -752,10 +729,10 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
   ASSERT_EQ(SocketPair(SOCK_STREAM | SOCK_CLOEXEC, s), 0);
   EXPECT_TRUE((*inc)->CheckSocket(s[1].get()).ok());
   ASSERT_EQ(send(s[0].get(), "stream", 6, 0), 6);
-  (*inc)->PrepareRecv(ring.Sqe(), s[1].get(), {.multishot = false});
-  BufferChain out(**pool);
+  (*inc)->PrepareRecv(rig.ring.Sqe(), s[1].get(), {.multishot = false});
+  BufferChain out(**rig.pool);
   TakenCompletion t;
-  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
+  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(rig.ring, **inc, out, &t));
   EXPECT_EQ(t.res, 6);
   ASSERT_TRUE(t.status.ok()) << t.status;
   EXPECT_EQ(testing_util::Contents(out), "stream");
@@ -764,8 +741,8 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
   s[1].reset();
   inc->reset();
   plain->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  rig.ring.DropCompletions();
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 0u);
 }
 
 // RecvOptions::socket_checked with a registered file: `fd` indexes the
@@ -774,11 +751,9 @@ TEST(IncrementalTest, MessageSocketsAreRefusedNotTruncated) {
 // in the process, while the registered file at the index is a stream socket:
 // received.
 TEST(IncrementalTest, FixedFileReceivesSkipTheProcessDescriptorsType) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 16});
-  ASSERT_TRUE(pool.ok());
-  auto inc = ProvidedBufferRing::Create(ring.get(), **pool,
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 16}));
+  auto inc = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
                                         {.max_buffers = 4,
                                          .initial_buffers = 4,
                                          .incremental = Incremental::kOn});
@@ -789,45 +764,42 @@ TEST(IncrementalTest, FixedFileReceivesSkipTheProcessDescriptorsType) {
   const int index = dgram[1].get();
   std::vector<int> files(static_cast<size_t>(index) + 1, -1);
   files[static_cast<size_t>(index)] = stream[1].get();
-  ASSERT_EQ(io_uring_register_files(ring.get(), files.data(),
+  ASSERT_EQ(io_uring_register_files(rig.ring.get(), files.data(),
                                     static_cast<unsigned>(files.size())),
             0);
   ASSERT_EQ(send(stream[0].get(), "fixed", 5, 0), 5);
   ASSERT_TRUE((*inc)->CheckSocket(stream[1].get()).ok());
-  io_uring_sqe* sqe = ring.Sqe();
+  io_uring_sqe* sqe = rig.ring.Sqe();
   (*inc)->PrepareRecv(sqe, index, {.multishot = false, .socket_checked = true});
   sqe->flags |= IOSQE_FIXED_FILE;
-  BufferChain out(**pool);
+  BufferChain out(**rig.pool);
   TakenCompletion t;
-  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(ring, **inc, out, &t));
+  ASSERT_NO_FATAL_FAILURE(SubmitAndTakeOne(rig.ring, **inc, out, &t));
   ASSERT_EQ(t.res, 5);
   ASSERT_TRUE(t.status.ok()) << t.status;
   EXPECT_EQ(testing_util::Contents(out), "fixed");
   out.Clear();
-  io_uring_unregister_files(ring.get());
+  io_uring_unregister_files(rig.ring.get());
   for (UniqueFd* fd : {&dgram[0], &dgram[1], &stream[0], &stream[1]}) {
     fd->reset();
   }
   inc->reset();
-  ring.DropCompletions();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  rig.ring.DropCompletions();
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 0u);
 }
 
 TEST(IncrementalTest, ProbeMatchesTheKernel) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 256});
-  ASSERT_TRUE(pool.ok());
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {.max_buffers = 64});
-  ASSERT_TRUE(br.ok()) << br.status();
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 256}));
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.max_buffers = 64}));
   utsname u{};
   ASSERT_EQ(uname(&u), 0);
   int major = 0, minor = 0;
   ASSERT_EQ(sscanf(u.release, "%d.%d", &major, &minor), 2);
-  EXPECT_EQ((*br)->incremental(), major > 6 || (major == 6 && minor >= 12))
+  EXPECT_EQ((*rig.br)->incremental(), major > 6 || (major == 6 && minor >= 12))
       << u.release;
   auto off = ProvidedBufferRing::Create(
-      ring.get(), **pool,
+      rig.ring.get(), **rig.pool,
       {.group_id = 1, .max_buffers = 64, .incremental = Incremental::kOff});
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_FALSE((*off)->incremental());

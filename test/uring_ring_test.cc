@@ -39,6 +39,7 @@ using testing_util::MakePairs;
 using testing_util::Pairs;
 using testing_util::RandomBytes;
 using testing_util::Ring;
+using testing_util::RingRig;
 using testing_util::RunLoad;
 using testing_util::SendAndTake;
 using testing_util::WriteAll;
@@ -202,13 +203,10 @@ TEST(ProvidedBufferRingCopyTest,
 }
 
 TEST(ProvidedBufferRingTest, BundlesAreProbedFromTheRingsFeatures) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 64});
-  ASSERT_TRUE(pool.ok());
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {});
-  ASSERT_TRUE(br.ok()) << br.status();
-  EXPECT_EQ((*br)->bundles(), (ring.get()->features & (1u << 14)) != 0);
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 64}));
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({}));
+  EXPECT_EQ((*rig.br)->bundles(), (rig.ring.get()->features & (1u << 14)) != 0);
 }
 
 TEST(ProvidedBufferRingTest, LendsSlotsAboveSixtyFiveThousand) {
@@ -224,157 +222,147 @@ TEST(ProvidedBufferRingTest, LendsSlotsAboveSixtyFiveThousand) {
 }
 
 TEST(ProvidedBufferRingTest, TeardownReturnsLentBuffersAndTakenChainsStay) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 256});
-  ASSERT_TRUE(pool.ok());
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 256}));
   Pairs pairs;
   MakePairs(1, &pairs);
   BufferChain kept;
   {
-    auto br = ProvidedBufferRing::Create(ring.get(), **pool,
+    auto br = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
                                          {.max_buffers = 64,
                                           .initial_buffers = 64,
                                           .copy_below = 0,
                                           .incremental = Incremental::kOff});
     ASSERT_TRUE(br.ok()) << br.status();
-    EXPECT_EQ((*pool)->Stats().in_use, 64u);
-    io_uring_sqe* sqe = ring.Sqe();
+    EXPECT_EQ((*rig.pool)->Stats().in_use, 64u);
+    io_uring_sqe* sqe = rig.ring.Sqe();
     (*br)->PrepareRecv(sqe, pairs.server[0]);
     ASSERT_TRUE(WriteAll(pairs.client[0], "first", 5));
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    ASSERT_GE(io_uring_submit_and_wait(rig.ring.get(), 1), 0);
     io_uring_cqe* cqe;
-    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+    ASSERT_EQ(io_uring_peek_cqe(rig.ring.get(), &cqe), 0);
     absl::StatusOr<BufferChain> c = (*br)->Take(*cqe);
-    io_uring_cqe_seen(ring.get(), cqe);
+    io_uring_cqe_seen(rig.ring.get(), cqe);
     ASSERT_TRUE(c.ok()) << c.status();
     kept = *std::move(c);
     // A second message the kernel takes a buffer for; its completion is
     // never taken: teardown must return that buffer too.
     ASSERT_TRUE(WriteAll(pairs.client[0], "second", 6));
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    ASSERT_GE(io_uring_submit_and_wait(rig.ring.get(), 1), 0);
     // The taken buffer's id was lent again with a fresh buffer; the second
     // one is still the ring's.
     EXPECT_EQ((*br)->available(), 64u);
   }  // destroyed with the multishot receive still armed
-  EXPECT_EQ((*pool)->Stats().in_use, 1u);  // the kept chain's buffer
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 1u);  // the kept chain's buffer
   EXPECT_EQ(kept.size(), 5u);
   std::string bytes(5, '\0');
   kept.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()), 5));
   EXPECT_EQ(bytes, "first");
   kept.Clear();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 0u);
   // The receive, left without its group, ends; nothing names our buffers.
   shutdown(pairs.client[0], SHUT_WR);
-  ring.DropCompletions();
+  rig.ring.DropCompletions();
 }
 
 TEST(ProvidedBufferRingTest, TakeReportsErrorsByTheirErrno) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 64});
-  ASSERT_TRUE(pool.ok());
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool, {.group_id = 9});
-  ASSERT_TRUE(br.ok()) << br.status();
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 64}));
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.group_id = 9}));
   io_uring_cqe cqe{};
   cqe.res = -ENOBUFS;
-  absl::StatusOr<BufferChain> c = (*br)->Take(cqe);
+  absl::StatusOr<BufferChain> c = (*rig.br)->Take(cqe);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ((*br)->enobufs(), 1u);
+  EXPECT_EQ((*rig.br)->enobufs(), 1u);
   cqe.res = -ECANCELED;
-  EXPECT_EQ((*br)->Take(cqe).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ((*rig.br)->Take(cqe).status().code(), absl::StatusCode::kCancelled);
   cqe.res = -ECONNRESET;
-  c = (*br)->Take(cqe);
+  c = (*rig.br)->Take(cqe);
   EXPECT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("Connection reset"), std::string::npos)
       << c.status();
   cqe.res = 0;
-  c = (*br)->Take(cqe);
+  c = (*rig.br)->Take(cqe);
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->empty());
   cqe.res = 100;  // bytes but no buffer
-  EXPECT_EQ((*br)->Take(cqe).status().code(),
+  EXPECT_EQ((*rig.br)->Take(cqe).status().code(),
             absl::StatusCode::kFailedPrecondition);
   cqe.flags = IORING_CQE_F_BUFFER | (5000u << IORING_CQE_BUFFER_SHIFT);
-  EXPECT_EQ((*br)->Take(cqe).status().code(),
+  EXPECT_EQ((*rig.br)->Take(cqe).status().code(),
             absl::StatusCode::kFailedPrecondition);  // an id never lent
 }
 
 TEST(ProvidedBufferRingTest, TakeIntoAppendsToTheCallersChain) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 64});
-  ASSERT_TRUE(pool.ok());
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 64}));
   auto other = BufferPool::Create({.buffer_count = 4});  // the queue's pool
   ASSERT_TRUE(other.ok());
   Pairs pairs;
   MakePairs(1, &pairs);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 16,
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.max_buffers = 16,
                                         .initial_buffers = 16,
                                         .bundles = Bundles::kOff,
                                         .copy_below = 0,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
+                                        .incremental = Incremental::kOff}));
   BufferChain queue(**other);
   ASSERT_TRUE(queue.Append("head:").ok());
-  io_uring_sqe* sqe = ring.Sqe();
-  (*br)->PrepareRecv(sqe, pairs.server[0]);
+  io_uring_sqe* sqe = rig.ring.Sqe();
+  (*rig.br)->PrepareRecv(sqe, pairs.server[0]);
   for (const char* msg : {"one", "two!"}) {
     ASSERT_TRUE(WriteAll(pairs.client[0], msg, strlen(msg)));
-    ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
+    ASSERT_GE(io_uring_submit_and_wait(rig.ring.get(), 1), 0);
     io_uring_cqe* cqe;
-    ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
-    absl::Status s = (*br)->Take(*cqe, queue);
-    io_uring_cqe_seen(ring.get(), cqe);
+    ASSERT_EQ(io_uring_peek_cqe(rig.ring.get(), &cqe), 0);
+    absl::Status s = (*rig.br)->Take(*cqe, queue);
+    io_uring_cqe_seen(rig.ring.get(), cqe);
     ASSERT_TRUE(s.ok()) << s;
   }
   // Linked, each id lent again at once with a fresh buffer of the pool.
-  EXPECT_EQ((*br)->available(), 16u);
+  EXPECT_EQ((*rig.br)->available(), 16u);
   EXPECT_EQ(queue.size(), 12u);
   EXPECT_EQ(queue.slice_count(), 3u);  // linked, not copied
   std::string bytes(12, '\0');
   queue.CopyTo(absl::MakeSpan(reinterpret_cast<std::byte*>(bytes.data()), 12));
   EXPECT_EQ(bytes, "head:onetwo!");
-  EXPECT_EQ((*pool)->Stats().in_use, 18u);  // 16 lent + 2 in the queue
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 18u);  // 16 lent + 2 in the queue
 
   // Errors and end of stream leave the queue as it was.
   io_uring_cqe fake{};
   for (int res : {-ENOBUFS, -ECONNRESET, 0}) {
     fake.res = res;
-    absl::Status s = (*br)->Take(fake, queue);
+    absl::Status s = (*rig.br)->Take(fake, queue);
     EXPECT_EQ(s.ok(), res == 0) << res << ": " << s;
     EXPECT_EQ(queue.size(), 12u) << res;
   }
   fake.res = 7;
   fake.flags = IORING_CQE_F_BUFFER | (9999u << IORING_CQE_BUFFER_SHIFT);
-  EXPECT_EQ((*br)->Take(fake, queue).code(),
+  EXPECT_EQ((*rig.br)->Take(fake, queue).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(queue.size(), 12u);
 
   queue.Clear();
-  EXPECT_EQ((*pool)->Stats().in_use, 16u);
-  EXPECT_EQ((*br)->Refill(), 16u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 16u);
+  EXPECT_EQ((*rig.br)->Refill(), 16u);
   shutdown(pairs.client[0], SHUT_WR);
-  br->reset();
-  ring.DropCompletions();
+  rig.br->reset();
+  rig.ring.DropCompletions();
 }
 
 TEST(ProvidedBufferRingTest, BadOptionsAndTakenGroupsAreRefused) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 64});
-  ASSERT_TRUE(pool.ok());
-  auto bad =
-      ProvidedBufferRing::Create(ring.get(), **pool, {.max_buffers = 40000});
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 64}));
+  auto bad = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
+                                        {.max_buffers = 40000});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   // More than the pool has (see also budget_test).
-  bad = ProvidedBufferRing::Create(ring.get(), **pool, {.max_buffers = 65});
+  bad = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
+                                   {.max_buffers = 65});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kResourceExhausted);
-  auto first = ProvidedBufferRing::Create(ring.get(), **pool,
+  auto first = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
                                           {.group_id = 4, .max_buffers = 16});
   ASSERT_TRUE(first.ok()) << first.status();
-  auto second = ProvidedBufferRing::Create(ring.get(), **pool,
+  auto second = ProvidedBufferRing::Create(rig.ring.get(), **rig.pool,
                                            {.group_id = 4, .max_buffers = 16});
   ASSERT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find("already registered"),
@@ -383,59 +371,52 @@ TEST(ProvidedBufferRingTest, BadOptionsAndTakenGroupsAreRefused) {
 }
 
 TEST(ProvidedBufferRingTest, StartsSmallAndGrowsWhileRunningLow) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 1024});
-  ASSERT_TRUE(pool.ok());
-  auto br = ProvidedBufferRing::Create(
-      ring.get(), **pool, {.max_buffers = 256, .initial_buffers = 16});
-  ASSERT_TRUE(br.ok()) << br.status();
-  EXPECT_EQ((*br)->available(), 16u);
-  EXPECT_EQ((*br)->Refill(), 16u);  // nothing needed: unchanged
-  EXPECT_EQ((*br)->target(), 16u);
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 1024}));
+  ASSERT_NO_FATAL_FAILURE(
+      rig.OpenRing({.max_buffers = 256, .initial_buffers = 16}));
+  EXPECT_EQ((*rig.br)->available(), 16u);
+  EXPECT_EQ((*rig.br)->Refill(), 16u);  // nothing needed: unchanged
+  EXPECT_EQ((*rig.br)->target(), 16u);
   io_uring_cqe cqe{};
   cqe.res = -ENOBUFS;  // the ring ran dry: the next Refill() grows it
-  EXPECT_FALSE((*br)->Take(cqe).ok());
-  EXPECT_EQ((*br)->Refill(), 32u);
-  EXPECT_EQ((*br)->target(), 32u);
-  EXPECT_EQ((*br)->rearm_threshold(), 8u);  // a quarter of the most held
-  EXPECT_TRUE((*br)->ShouldRearm());
+  EXPECT_FALSE((*rig.br)->Take(cqe).ok());
+  EXPECT_EQ((*rig.br)->Refill(), 32u);
+  EXPECT_EQ((*rig.br)->target(), 32u);
+  EXPECT_EQ((*rig.br)->rearm_threshold(), 8u);  // a quarter of the most held
+  EXPECT_TRUE((*rig.br)->ShouldRearm());
 }
 
 // The pool buffers an idle ring keeps out: those lent, and the pack buffer
 // from the first short receive packed into an empty chain on; a holders
 // report names the pack buffer "chain".
 TEST(ProvidedBufferRingTest, AnIdleRingKeepsItsLentBuffersAndOnePackBuffer) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create(
-      {.buffer_count = 64, .track_holders = TrackHolders::kAll});
-  ASSERT_TRUE(pool.ok());
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(
+      rig.OpenPool({.buffer_count = 64, .track_holders = TrackHolders::kAll}));
   Pairs pairs;
   MakePairs(1, &pairs);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 8,
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.max_buffers = 8,
                                         .initial_buffers = 8,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
-  EXPECT_EQ((*br)->pack_buffers(), 0u);
-  EXPECT_EQ((*pool)->Stats().in_use, (*br)->available());
-  (*br)->PrepareRecv(ring.Sqe(), pairs.server[0]);
-  BufferChain conn(**pool);
-  SendAndTake(ring, **br, pairs.client[0], "PING\r\n", conn, true);
+                                        .incremental = Incremental::kOff}));
+  EXPECT_EQ((*rig.br)->pack_buffers(), 0u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, (*rig.br)->available());
+  (*rig.br)->PrepareRecv(rig.ring.Sqe(), pairs.server[0]);
+  BufferChain conn(**rig.pool);
+  SendAndTake(rig.ring, **rig.br, pairs.client[0], "PING\r\n", conn, true);
   EXPECT_EQ(conn.size(), 6u);
-  EXPECT_EQ((*br)->pack_buffers(), 1u);
+  EXPECT_EQ((*rig.br)->pack_buffers(), 1u);
   conn.Clear();  // the connection is idle: it pins nothing
-  EXPECT_EQ((*br)->Refill(), 8u);
-  EXPECT_EQ((*pool)->Stats().in_use,
-            (*br)->available() + (*br)->pack_buffers());
+  EXPECT_EQ((*rig.br)->Refill(), 8u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use,
+            (*rig.br)->available() + (*rig.br)->pack_buffers());
   size_t chains = 0;
-  for (const Holder& h : (*pool)->Holders()) chains += h.held_by == "chain";
+  for (const Holder& h : (*rig.pool)->Holders()) chains += h.held_by == "chain";
   EXPECT_EQ(chains, 1u);  // the pack buffer
   shutdown(pairs.client[0], SHUT_WR);
-  br->reset();
-  EXPECT_EQ((*pool)->Stats().in_use, 0u);
-  ring.DropCompletions();
+  rig.br->reset();
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 0u);
+  rig.ring.DropCompletions();
 }
 
 // Closing a connection whose multishot receive is armed: close(fd) alone
@@ -445,83 +426,79 @@ TEST(ProvidedBufferRingTest, AnIdleRingKeepsItsLentBuffersAndOnePackBuffer) {
 // buffer, and shutdown(fd, SHUT_RDWR) ends it as end of stream does: OK,
 // nothing appended.
 TEST(ProvidedBufferRingTest, CompletionsOfAClosedConnectionStillGoToTake) {
-  Ring ring;
-  ASSERT_TRUE(ring.ok());
-  auto pool = BufferPool::Create({.buffer_count = 64});
-  ASSERT_TRUE(pool.ok());
+  RingRig rig;
+  ASSERT_NO_FATAL_FAILURE(rig.OpenPool({.buffer_count = 64}));
   Pairs pairs;
   MakePairs(3, &pairs);
-  auto br = ProvidedBufferRing::Create(ring.get(), **pool,
-                                       {.max_buffers = 8,
+  ASSERT_NO_FATAL_FAILURE(rig.OpenRing({.max_buffers = 8,
                                         .initial_buffers = 8,
                                         .copy_below = 0,
-                                        .incremental = Incremental::kOff});
-  ASSERT_TRUE(br.ok()) << br.status();
+                                        .incremental = Incremental::kOff}));
   constexpr uint64_t kRecv = 1;
-  io_uring_sqe* sqe = ring.Sqe();
-  (*br)->PrepareRecv(sqe, pairs.server[0]);
+  io_uring_sqe* sqe = rig.ring.Sqe();
+  (*rig.br)->PrepareRecv(sqe, pairs.server[0]);
   io_uring_sqe_set_data64(sqe, kRecv);
-  ASSERT_GE(io_uring_submit(ring.get()), 1);
+  ASSERT_GE(io_uring_submit(rig.ring.get()), 1);
   ASSERT_EQ(close(pairs.server[0]), 0);  // the receive stays armed
   pairs.server[0] = -1;
   ASSERT_TRUE(WriteAll(pairs.client[0], "late", 4));
   io_uring_cqe* cqe;
-  ASSERT_EQ(io_uring_wait_cqe(ring.get(), &cqe), 0);
+  ASSERT_EQ(io_uring_wait_cqe(rig.ring.get(), &cqe), 0);
   ASSERT_EQ(cqe->res, 4);
   ASSERT_TRUE(cqe->flags & IORING_CQE_F_BUFFER);
   EXPECT_TRUE(cqe->flags & IORING_CQE_F_MORE);
-  EXPECT_EQ((*br)->available(), 8u);  // counted until taken
+  EXPECT_EQ((*rig.br)->available(), 8u);  // counted until taken
   {
-    absl::StatusOr<BufferChain> dropped = (*br)->Take(*cqe);  // and dropped
+    absl::StatusOr<BufferChain> dropped = (*rig.br)->Take(*cqe);  // and dropped
     ASSERT_TRUE(dropped.ok()) << dropped.status();
   }
-  io_uring_cqe_seen(ring.get(), cqe);
-  EXPECT_EQ((*br)->Refill(), 8u);
-  EXPECT_EQ((*pool)->Stats().in_use, 8u);
-  sqe = ring.Sqe();
+  io_uring_cqe_seen(rig.ring.get(), cqe);
+  EXPECT_EQ((*rig.br)->Refill(), 8u);
+  EXPECT_EQ((*rig.pool)->Stats().in_use, 8u);
+  sqe = rig.ring.Sqe();
   io_uring_prep_cancel64(sqe, kRecv, 0);
   io_uring_sqe_set_data64(sqe, 2);
-  ASSERT_GE(io_uring_submit(ring.get()), 1);
+  ASSERT_GE(io_uring_submit(rig.ring.get()), 1);
   for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(io_uring_wait_cqe(ring.get(), &cqe), 0);
+    ASSERT_EQ(io_uring_wait_cqe(rig.ring.get(), &cqe), 0);
     if (cqe->user_data == kRecv) {
       EXPECT_EQ(cqe->res, -ECANCELED);
       EXPECT_FALSE(cqe->flags & (IORING_CQE_F_MORE | IORING_CQE_F_BUFFER));
-      EXPECT_EQ((*br)->Take(*cqe).status().code(),
+      EXPECT_EQ((*rig.br)->Take(*cqe).status().code(),
                 absl::StatusCode::kCancelled);
     }
-    io_uring_cqe_seen(ring.get(), cqe);
+    io_uring_cqe_seen(rig.ring.get(), cqe);
   }
-  EXPECT_EQ((*br)->available(), 8u);
+  EXPECT_EQ((*rig.br)->available(), 8u);
 
   // End of stream into the caller's chain: OK, the chain unchanged, the
   // receive's last completion (no IORING_CQE_F_MORE).
-  sqe = ring.Sqe();
-  (*br)->PrepareRecv(sqe, pairs.server[1]);
+  sqe = rig.ring.Sqe();
+  (*rig.br)->PrepareRecv(sqe, pairs.server[1]);
   ASSERT_EQ(shutdown(pairs.client[1], SHUT_WR), 0);
-  ASSERT_GE(io_uring_submit_and_wait(ring.get(), 1), 0);
-  ASSERT_EQ(io_uring_peek_cqe(ring.get(), &cqe), 0);
+  ASSERT_GE(io_uring_submit_and_wait(rig.ring.get(), 1), 0);
+  ASSERT_EQ(io_uring_peek_cqe(rig.ring.get(), &cqe), 0);
   EXPECT_EQ(cqe->res, 0);
   EXPECT_FALSE(cqe->flags & IORING_CQE_F_MORE);
-  BufferChain input(**pool);
+  BufferChain input(**rig.pool);
   ASSERT_TRUE(input.Append("kept").ok());
-  EXPECT_TRUE((*br)->Take(*cqe, input).ok());
-  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_TRUE((*rig.br)->Take(*cqe, input).ok());
+  io_uring_cqe_seen(rig.ring.get(), cqe);
   EXPECT_EQ(input.size(), 4u);
-  EXPECT_EQ((*br)->available(), 8u);
+  EXPECT_EQ((*rig.br)->available(), 8u);
 
   // Our own shutdown() ends an armed receive the same way.
-  sqe = ring.Sqe();
-  (*br)->PrepareRecv(sqe, pairs.server[2]);
-  ASSERT_EQ(io_uring_submit(ring.get()), 1);
+  sqe = rig.ring.Sqe();
+  (*rig.br)->PrepareRecv(sqe, pairs.server[2]);
+  ASSERT_EQ(io_uring_submit(rig.ring.get()), 1);
   ASSERT_EQ(shutdown(pairs.server[2], SHUT_RDWR), 0);
-  ASSERT_EQ(io_uring_wait_cqe(ring.get(), &cqe), 0);
+  ASSERT_EQ(io_uring_wait_cqe(rig.ring.get(), &cqe), 0);
   EXPECT_EQ(cqe->res, 0);
   EXPECT_FALSE(cqe->flags & IORING_CQE_F_MORE);
-  EXPECT_TRUE((*br)->Take(*cqe, input).ok());
-  io_uring_cqe_seen(ring.get(), cqe);
+  EXPECT_TRUE((*rig.br)->Take(*cqe, input).ok());
+  io_uring_cqe_seen(rig.ring.get(), cqe);
   EXPECT_EQ(input.size(), 4u);
-  EXPECT_EQ((*br)->available(), 8u);
+  EXPECT_EQ((*rig.br)->available(), 8u);
 }
 
 // ParkedReceives never touches its ProvidedBufferRing when destroyed, so it

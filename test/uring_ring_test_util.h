@@ -283,6 +283,33 @@ inline void RunLoad(const LoadOptions& o, LoadResult* result) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
+// What most ProvidedBufferRing tests set up and take down: a Ring, a pool,
+// and a ProvidedBufferRing of both. OpenPool() and OpenRing() assert that
+// each was made; ExpectEveryBufferBack() gives the ring's buffers back,
+// drops the completions left and expects every buffer back in the pool.
+struct RingRig {
+  Ring ring;
+  absl::StatusOr<std::unique_ptr<BufferPool>> pool =
+      absl::FailedPreconditionError("OpenPool() not called");
+  absl::StatusOr<std::unique_ptr<ProvidedBufferRing>> br =
+      absl::FailedPreconditionError("OpenRing() not called");
+
+  void OpenPool(const PoolOptions& o) {
+    ASSERT_TRUE(ring.ok());
+    pool = BufferPool::Create(o);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+  }
+  void OpenRing(const ProvidedBufferRingOptions& o) {
+    br = ProvidedBufferRing::Create(ring.get(), **pool, o);
+    ASSERT_TRUE(br.ok()) << br.status();
+  }
+  void ExpectEveryBufferBack() {
+    br->reset();
+    ring.DropCompletions();
+    EXPECT_EQ((*pool)->Stats().in_use, 0u);
+  }
+};
+
 }  // namespace bufpool::testing_util
 
 #endif  // BUFPOOL_TEST_URING_RING_TEST_UTIL_H_

@@ -425,21 +425,31 @@ size_t BufferChain::ChargeRuns(size_t credit) {
   return charged + packed_;
 }
 
-size_t BufferChain::PackedTarget() const {
-  size_t total = 0;
+// Calls fn(first, end, bytes, copy) for each run [first, end) of adjacent
+// slices of one buffer; `copy` when the run holds less than half of it.
+template <typename Fn>
+void BufferChain::ForEachRun(Fn&& fn) const {
   uint32_t i = 0;
   while (i < count_) {
     const SharedBuffer& first = At(i);
     size_t bytes = first.size_;
     uint32_t j = i + 1;
     for (; j < count_ && SameBuffer(At(j), first); ++j) bytes += At(j).size_;
-    if (internal::SharedAccess::Owner(*first.pool_, first.slot_)
+    fn(i, j, bytes, bytes * 2 < first.pool_->buffer_size());
+    i = j;
+  }
+}
+
+size_t BufferChain::PackedTarget() const {
+  size_t total = 0;
+  ForEachRun([&](uint32_t first, uint32_t, size_t bytes, bool) {
+    const SharedBuffer& s = At(first);
+    if (internal::SharedAccess::Owner(*s.pool_, s.slot_)
             .load(std::memory_order_relaxed) ==
         internal::SharedAccess::kOwnerPack) {
       total += PackCharge(bytes);
     }
-    i = j;
-  }
+  });
   return std::min<size_t>(total, ~uint32_t{0} / 2);
 }
 
@@ -491,21 +501,6 @@ size_t BufferChain::pinned_bytes() const {
     if (i == 0 || !SameBuffer(At(i - 1), s)) total += s.pool_->buffer_size();
   }
   return total;
-}
-
-// Calls fn(first, end, bytes, copy) for each run [first, end) of adjacent
-// slices of one buffer; `copy` when the run holds less than half of it.
-template <typename Fn>
-void BufferChain::ForEachRun(Fn&& fn) const {
-  uint32_t i = 0;
-  while (i < count_) {
-    const SharedBuffer& first = At(i);
-    size_t bytes = first.size_;
-    uint32_t j = i + 1;
-    for (; j < count_ && SameBuffer(At(j), first); ++j) bytes += At(j).size_;
-    fn(i, j, bytes, bytes * 2 < first.pool_->buffer_size());
-    i = j;
-  }
 }
 
 absl::Status BufferChain::Compact() {

@@ -3,33 +3,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "bufpool/admission.h"
+#include "pool/metrics_writer.h"
 
 namespace bufpool {
-namespace internal {
-std::string MetricsLabels(absl::string_view name);  // src/pool/metrics.cc
-void MetricsFamily(std::string* out, absl::string_view family,
-                   absl::string_view type, absl::string_view help,
-                   absl::string_view labels, absl::string_view extra,
-                   absl::string_view value);
-}  // namespace internal
-
 namespace {
 
 // queue="name", the value escaped as the exposition format quotes it.
 std::string QueueLabel(absl::string_view name) {
-  std::string out = "queue=\"";
-  for (char c : name) {
-    if (c == '\\' || c == '"') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-  return out;
+  return absl::StrCat("queue=\"", internal::MetricsLabelValue(name), "\"");
 }
 
 }  // namespace

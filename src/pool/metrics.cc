@@ -7,12 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "bufpool/budget.h"
+#include "pool/metrics_writer.h"
 
 namespace bufpool {
 namespace internal {
 
-// `{pool="name"` (no closing brace), or "" for no name; shared with the
-// ring's metrics (src/uring/ring_metrics.cc).
 std::string MetricsLabels(absl::string_view name) {
   if (name.empty()) return "";
   std::string clean(name);
@@ -25,8 +24,6 @@ std::string MetricsLabels(absl::string_view name) {
   return absl::StrCat("{pool=\"", clean, "\"");
 }
 
-// One family of one sample: HELP, TYPE, then `name{labels} value`.
-// `labels` is MetricsLabels()'s form; `extra` one more label, or "".
 void MetricsFamily(std::string* out, absl::string_view family,
                    absl::string_view type, absl::string_view help,
                    absl::string_view labels, absl::string_view extra,
@@ -41,12 +38,7 @@ void MetricsFamily(std::string* out, absl::string_view family,
   absl::StrAppend(out, " ", value, "\n");
 }
 
-}  // namespace internal
-
-namespace {
-
-// A label value as the exposition format quotes it: \\, \" and \n escaped.
-std::string LabelValue(absl::string_view v) {
+std::string MetricsLabelValue(absl::string_view v) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
@@ -61,6 +53,10 @@ std::string LabelValue(absl::string_view v) {
   }
   return out;
 }
+
+}  // namespace internal
+
+namespace {
 
 // The budgets' families: each family's HELP and TYPE, then one sample per
 // budget of no group (none when the pool has none), from one Stats() per
@@ -81,16 +77,17 @@ void WriteBudgetMetrics(const BufferPool& pool, absl::string_view labels,
   internal::ForEachBudget(pool, [&](const BufferBudget& b) {
     const BudgetStats st = b.Stats();
     if (b.group().empty()) {
-      rows.push_back({absl::StrCat(open, "budget=\"", LabelValue(b.name()),
-                                   "\"}"),
-                      st, b.max_bytes(), b.reserved_bytes(), 1});
+      rows.push_back(
+          {absl::StrCat(open, "budget=\"",
+                        internal::MetricsLabelValue(b.name()), "\"}"),
+           st, b.max_bytes(), b.reserved_bytes(), 1});
       return;
     }
     auto [it, fresh] = groups.try_emplace(b.group());
     Row& g = it->second;
     if (fresh) {
-      g.label = absl::StrCat(open, "budget_group=\"", LabelValue(b.group()),
-                             "\"}");
+      g.label = absl::StrCat(open, "budget_group=\"",
+                             internal::MetricsLabelValue(b.group()), "\"}");
       g.st = {};
       g.max_bytes = g.reserved_bytes = g.members = 0;
     }

@@ -5,16 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "bufpool/metrics.h"
 #include "bufpool/uring.h"
+#include "pool/metrics_writer.h"
 
 namespace bufpool {
-namespace internal {
-std::string MetricsLabels(absl::string_view name);  // src/pool/metrics.cc
-void MetricsFamily(std::string* out, absl::string_view family,
-                   absl::string_view type, absl::string_view help,
-                   absl::string_view labels, absl::string_view extra,
-                   absl::string_view value);
-}  // namespace internal
-
 void WriteMetrics(const ProvidedBufferRing& ring, std::string* out,
                   const MetricsOptions& options) {
   const std::string labels = internal::MetricsLabels(options.name);
