@@ -119,8 +119,8 @@
 // buffers' memory back; their slots go back to the reserve and are backed again
 // by a later growth, so a buffer handed out is always backed. Memory grows and
 // is trimmed in chunks: whole pages (2 MiB with huge pages) and whole buffers,
-// at least 1/16384 of the region (the io_uring fixed-buffer
-// table's limit, so that each chunk can be one registered buffer).
+// at least 1/16384 of the region (the io_uring fixed-buffer table's limit,
+// so that each chunk can be one registered buffer).
 //
 // Destruction. Destroy a pool only after every call into it on other threads
 // has returned, as with any object.
