@@ -19,7 +19,7 @@ set(BUFPOOL_LAYERS
   "c        src/c include/bufpool/c.h                       | pool"
   # GoogleTest checks for users' tests (header-only; not in the libraries).
   "testing  include/bufpool/testing.h                       | pool"
-  "chain    src/chain include/bufpool/chain.h include/bufpool/internal/chain_inl.h include/bufpool/cursor.h include/bufpool/asio.h | pool os"
+  "chain    src/chain include/bufpool/chain.h include/bufpool/chain_io.h include/bufpool/internal/chain_inl.h include/bufpool/cursor.h include/bufpool/asio.h | pool os"
   "uring    src/uring include/bufpool/uring.h include/bufpool/internal/uring_inl.h | chain pool os os_uring"
   "io       src/io include/bufpool/buffered_stream.h include/bufpool/internal/stream_base.h | pool os"
   "copy     src/copy include/bufpool/file_copy.h            | uring pool os os_uring"

@@ -124,8 +124,9 @@
 // comparison with its neighbour slice, a load and a store of the slot's
 // owner word (a compare-and-swap when it links a buffer it did not take
 // fresh) and a few loads and stores of the budget; an unbound chain one
-// predictable branch per slice linked or dropped. Receives into tail room cost nothing more. CreateBudget() and
-// ~BufferBudget() take a process-wide mutex (the pool's budget list).
+// predictable branch per slice linked or dropped. Receives into tail room
+// cost nothing more. CreateBudget() and ~BufferBudget() take a process-wide
+// mutex (the pool's budget list).
 #ifndef BUFPOOL_BUDGET_H_
 #define BUFPOOL_BUDGET_H_
 
@@ -168,7 +169,7 @@ struct BudgetOptions {
   // Budgets of one group (say, every connection of a listener) are written
   // by WriteMetrics() as one series per group, their sums, instead of one
   // per budget ("": a series of its own, for few budgets).
-  std::string group;
+  std::string group = "";
 };
 
 struct BudgetStats {

@@ -113,14 +113,14 @@
 // burst needed, at most a step per thread; Trim() takes the excess back).
 // A thread stopped while it grows or trims (a signal handler that sleeps)
 // keeps only what it has in transit out of reach. The hit path, the caches
-// and the drain are those of a fixed pool. A step the system refuses is not fatal:
-// the pool serves what it has (Grow() returns the refusal; Acquire() names
-// it in its error; Stats().grow_failures counts it). Trim() gives free
-// buffers' memory back; their slots go back to the reserve and are backed
-// again by a later growth, so a buffer handed out is always backed. Memory
-// grows and is trimmed in chunks: whole pages (2 MiB with huge pages) and
-// whole buffers, at least 1/16384 of the region (the io_uring fixed-buffer
-// table's limit, so that each chunk can be one registered buffer).
+// and the drain are those of a fixed pool. A step the system refuses is not
+// fatal: the pool serves what it has (Grow() returns the refusal; Acquire()
+// names it in its error; Stats().grow_failures counts it). Trim() gives free
+// buffers' memory back; their slots go back to the reserve and are backed again
+// by a later growth, so a buffer handed out is always backed. Memory grows and
+// is trimmed in chunks: whole pages (2 MiB with huge pages) and whole buffers,
+// at least 1/16384 of the region (the io_uring fixed-buffer table's limit,
+// so that each chunk can be one registered buffer).
 //
 // Destruction. Destroy a pool only after every call into it on other threads
 // has returned, as with any object.

@@ -2,8 +2,8 @@
 //
 // SharedBuffer is a counted reference to a byte range (a slice) of one pool
 // buffer; BufferChain is a byte sequence made of such slices, possibly of
-// many buffers; ReadFrom()/WriteTo() move a chain through a socket, pipe or
-// file with readv/writev (sendmsg with MSG_NOSIGNAL on sockets).
+// many buffers; ReadFrom()/WriteTo() (bufpool/chain_io.h, included here)
+// move a chain through a socket, pipe or file with readv/writev.
 //
 // docs/architecture.md ("A chain in memory") draws the layout.
 //
@@ -373,53 +373,9 @@ class BUFPOOL_EXPORT ReceivePack {
   std::atomic<bool> held_{false};  // bool(buf_), for holds_buffer()
 };
 
-// ---- I/O ---------------------------------------------------------------
-//
-// Status codes, to branch on:
-//   kUnavailable         `fd` is non-blocking and has nothing to read / no
-//                        room to write now (EAGAIN): retry when it is ready;
-//                        the chain is unchanged.
-//   kFailedPrecondition  the connection is gone: the peer closed it or reset
-//                        it (EPIPE, ECONNRESET). SIGPIPE is never raised.
-//   kResourceExhausted   (ReadFrom) the pool has no free buffer, or the
-//                        chain's budget allows none more and the tail has
-//                        no room (the message names the budget and its
-//                        limit; nothing was read).
-//   kInvalidArgument     a bad descriptor (EBADF), or max_bytes == 0.
-//   others               the system's error (EIO, ...); the message names
-//                        the call and the system's words.
-// EINTR is retried.
-
-// Reads up to `max_bytes` (> 0) from `fd` with one readv, into the tail's
-// room (when the chain holds the only reference to the tail buffer) and
-// then into fresh buffers from chain.pool() (at most 64 per call), appended
-// to `chain`. Returns the bytes read, 0 at end of file. Buffers the read did
-// not fill go straight back. When the pool (or the chain's budget) has
-// fewer buffers than max_bytes needs, it reads into those it has;
-// ResourceExhausted only when it has none (and there is no room).
-// InvalidArgument for max_bytes == 0, FailedPrecondition for a chain without a
-// pool.
-BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(int fd, BufferChain& chain,
-                                               size_t max_bytes);
-// The same, each fresh buffer the read filled taken by
-// BufferChain::Receive() with `options`: with a ReceivePack and copy_below,
-// a chain left under copy_below bytes (a half-sent command) pins about
-// its bytes, not a buffer; the buffer goes straight back.
-BUFPOOL_EXPORT absl::StatusOr<size_t> ReadFrom(
-    int fd, BufferChain& chain, size_t max_bytes,
-    const BufferChain::ReceiveOptions& options);
-
-// Writes `chain` to `fd` (sendmsg with MSG_NOSIGNAL on a socket, writev
-// with SIGPIPE blocked on anything else), at most 256 slices per call,
-// looping until the chain is empty or `fd` would block, and consumes what
-// was written. Returns the bytes written: all of them on a blocking fd, a
-// part on a non-blocking one whose buffer filled; kUnavailable when not one
-// byte fit. On an error the bytes written before it are consumed too and the
-// rest stay in the chain. An empty chain writes nothing and returns 0.
-BUFPOOL_EXPORT absl::StatusOr<size_t> WriteTo(int fd, BufferChain& chain);
-
 }  // namespace bufpool
 
 #include "bufpool/internal/chain_inl.h"  // IWYU pragma: export
+#include "bufpool/chain_io.h"            // IWYU pragma: export
 
 #endif  // BUFPOOL_CHAIN_H_

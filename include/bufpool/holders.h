@@ -54,9 +54,9 @@
 // (CLOCK_MONOTONIC_COARSE: a holder's age is good to the kernel's tick).
 // Reports symbolize: milliseconds (the first in a process reads the
 // program's debug information: tens of milliseconds more), never on the
-// acquire path. Memory: with tracking on, Create() allocates a record of about 350
-// bytes per buffer (the stack, four touch labels) and a byte per buffer;
-// nothing with kOff.
+// acquire path. Memory: with tracking on, Create() allocates a record of
+// about 350 bytes per buffer (the stack, four touch labels) and a byte per
+// buffer; nothing with kOff.
 //
 // Thread safety. Holders() and HoldersReport() may be called from any
 // thread at any time, concurrently with acquires and releases on others

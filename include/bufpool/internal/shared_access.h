@@ -9,7 +9,8 @@
 // line: which budget counts the slot, or that it is a ReceivePack's buffer
 // (bufpool/budget.h, "Accounting"; BufferChain keeps them). A SharedBuffer
 // made from a Buffer stores 0 there with the count's 1, so no owner word
-// outlives the slices it describes. A slot's count is meaningful only while SharedBuffers hold it
+// outlives the slices it describes. A slot's count is meaningful only
+// while SharedBuffers hold it
 // (or a ProvidedBufferRing lends it: then it is 1, see bufpool/uring.h):
 // the first one stores 1, and the last one returns the slot to the pool
 // without storing 0 (the next first one overwrites it).
