@@ -263,6 +263,14 @@ TEST(ElasticPoolTest, ARefusedGrowIsAStatusAndThePoolServesWhatItHas) {
   st = pool->Stats();
   EXPECT_EQ(st.grows, 1u);
   EXPECT_EQ(st.committed, 128u);
+  // Grown to the ceiling since, a refusal there is the ceiling's, not the
+  // old failure's.
+  ASSERT_TRUE(pool->Grow(1024).ok());
+  const absl::Status full = pool->Grow(1);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("at its ceiling of 1024"),
+            absl::string_view::npos)
+      << full;
 }
 
 TEST(ElasticPoolTest, ARefusedMlockOfAGrowthNamesTheLimit) {

@@ -394,6 +394,7 @@ uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks,
         break;
       }
     }
+    const bool all_committed = ok_runs == runs.size();
     for (size_t i = ok_runs; i < runs.size(); ++i) UnclaimRun(g, runs[i]);
     runs.resize(ok_runs);
     size_t n = 0;
@@ -401,6 +402,13 @@ uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks,
       n += LastSlot(g, r.c1 - 1, capacity) - FirstSlot(g, r.c0);
     }
     if (n == 0) return 0;
+    if (all_committed) {
+      // A step that committed all it claimed ends the last failure's story:
+      // a caller that later finds nothing to claim is at the ceiling, not
+      // refused again.
+      const std::lock_guard<std::mutex> lock(g.error_mu);
+      g.last_error = absl::OkStatus();
+    }
     // Counted before they are free (accounting.cc): in transit = in use.
     s.committed.fetch_add(n, std::memory_order_relaxed);
     g.grows.fetch_add(1, std::memory_order_relaxed);
