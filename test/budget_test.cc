@@ -219,6 +219,32 @@ TEST(BudgetTest, CompactKeepsOneRunAndCopiesAnother) {
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
+// A Compact() the pool cannot supply gives what it took from the budget's
+// reserve back to the reserve, not to the pool.
+TEST(BudgetTest, ACompactThatFailsKeepsTheReserve) {
+  auto pool = MakePool(16);
+  auto budget = MakeBudget(*pool, {.name = "compact", .max_bytes = 16 * kBs,
+                                   .reserved_bytes = 5 * kBs});
+  BufferChain loose(*pool);
+  for (int i = 0; i < 4; ++i) {  // four buffers under half full: two to copy
+    Buffer b = pool->TryAcquire();
+    ASSERT_TRUE(b);
+    loose.Append(std::move(b), kBs / 2 - 1);
+  }
+  BufferChain chain(*budget);
+  chain.Append(std::move(loose));
+  ASSERT_EQ(budget->pinned_bytes(), 4 * kBs);
+  ASSERT_EQ(budget->reserve_buffers(), 1u);  // max(5, 4 pinned) kept out
+  std::vector<Buffer> others;                // another consumer drains it
+  while (Buffer b = pool->TryAcquire()) others.push_back(std::move(b));
+  const size_t in_use = pool->Stats().in_use;
+  EXPECT_EQ(chain.Compact().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(budget->reserve_buffers(), 1u);
+  EXPECT_EQ(pool->Stats().in_use, in_use);
+  EXPECT_FALSE(pool->TryAcquire());  // the reserve's buffer stayed its own
+  EXPECT_EQ(chain.slice_count(), 4u);
+}
+
 TEST(BudgetTest, AppendPastTheLimitIsRefusedAndChangesNothing) {
   auto pool = MakePool(16);
   auto budget = MakeBudget(*pool, {.name = "conn 7", .max_bytes = 2 * kBs});

@@ -549,6 +549,12 @@ absl::Status BufferChain::Compact() {
     while (got < need && (fresh[got] = AcquireFresh())) ++got;
   }
   if (got < need) {
+    // What came from the budget's reserve goes back to it.
+    if (budget_ != nullptr) {
+      for (size_t i = 0; i < got; ++i) {
+        internal::BudgetAccess::GiveBack(*budget_, std::move(fresh[i]));
+      }
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
         "BufferChain::Compact: the pool has no free buffer (", need,
         " buffers of ", bs, " bytes needed, got ", got, ")"));
