@@ -36,8 +36,12 @@
 // thread gave back memory. on_grant runs on that thread, under the queue's
 // lock: it must be short and must not call the queue or any Admission (set
 // a flag, push onto a list, write an eventfd: see below); once Reset() or
-// ~Admission() has returned it does not run. queue_length(), Stats() and
-// Admission::granted() may be read from any thread at any time.
+// ~Admission() has returned it does not run. It may still be running when
+// granted() turns true: declare what it touches before the Admission (so
+// ~Admission(), which waits for it, runs first), and do not take in it a
+// lock that a thread may hold while it calls Reset() or Shrink() (it runs
+// on that thread). queue_length(), Stats() and Admission::granted() may be
+// read from any thread at any time.
 //
 // For a loop on another thread (io_uring or epoll), on_grant writes an
 // eventfd the loop waits on, and the loop then looks at its waiting
