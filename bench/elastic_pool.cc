@@ -48,13 +48,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -455,11 +455,11 @@ int Stall() {
   const StallResult sleepy = StallRun(true);
   const char* index = std::getenv("BUFPOOL_RSEQ_INDEX");
   const char* tunables = std::getenv("GLIBC_TUNABLES");
-  const char* mode = tunables != nullptr &&
-                             std::strstr(tunables, "rseq=0") != nullptr
-                         ? "locked"
-                     : index != nullptr ? index
-                                        : "default";
+  const char* mode =
+      tunables != nullptr && std::strstr(tunables, "rseq=0") != nullptr
+          ? "locked"
+      : index != nullptr ? index
+                         : "default";
   std::printf(
       "{\"contender\": \"elastic_stall_%s\", \"worst_ms\": %.3f, "
       "\"over_10ms\": %llu, \"acquires\": %llu, \"trims\": %llu, "
@@ -484,7 +484,8 @@ int main(int argc, char** argv) {
   if (what == "steps_small") {
     return Steps(bufpool::HugePages::kNever, "small_pages");
   }
-  std::fprintf(stderr,
-               "usage: elastic_pool create|burst|growth|stall|idle|steps|steps_small\n");
+  std::fprintf(
+      stderr,
+      "usage: elastic_pool create|burst|growth|stall|idle|steps|steps_small\n");
   return 2;
 }

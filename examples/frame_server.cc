@@ -187,8 +187,8 @@ bool Server::Start() {
     return false;
   }
   size_t ring = cfg_.ring;
-  if (ring == 0) ring = cfg_.admission ? std::max<size_t>(8, cfg_.buffers / 10)
-                                       : 32;
+  if (ring == 0)
+    ring = cfg_.admission ? std::max<size_t>(8, cfg_.buffers / 10) : 32;
   auto created = bufpool::ProvidedBufferRing::Create(
       &ring_, pool_,
       {.group_id = 1,
@@ -235,8 +235,7 @@ Conn* Server::NewConn(int fd) {
   if (cfg_.admission) {
     // The largest frame's grant: nothing more is ever received.
     budget = pool_.CreateBudget(
-        {.name = name,
-         .max_bytes = queue_->BuffersFor(kMaxFrame) * bs});
+        {.name = name, .max_bytes = queue_->BuffersFor(kMaxFrame) * bs});
   } else {
     budget = pool_.CreateBudget({.name = name,
                                  .max_bytes = 24 * bs,
@@ -294,7 +293,8 @@ void Server::Fail(Conn* c, const std::string& why) {
 void Server::Frames(Conn* c) {
   if (!cfg_.admission) {
     for (;;) {
-      absl::StatusOr<std::optional<bufpool::BufferChain>> f = split_.Next(c->in);
+      absl::StatusOr<std::optional<bufpool::BufferChain>> f =
+          split_.Next(c->in);
       if (!f.ok()) return Fail(c, std::string(f.status().message()));
       if (!f->has_value()) break;
       ++frames_;
@@ -317,7 +317,8 @@ void Server::Frames(Conn* c) {
   if (c->in.size() < c->frame) return;
   absl::StatusOr<std::optional<bufpool::BufferChain>> f = split_.Next(c->in);
   if (!f.ok() || !f->has_value()) {
-    return Fail(c, f.ok() ? "frame not cut" : std::string(f.status().message()));
+    return Fail(c,
+                f.ok() ? "frame not cut" : std::string(f.status().message()));
   }
   ++frames_;
   c->replying = true;

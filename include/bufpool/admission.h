@@ -137,7 +137,7 @@ class BUFPOOL_EXPORT Admission {
   size_t bytes_ = 0;
   size_t buffers_ = 0;
   std::function<void()> on_grant_;
-  absl::Time since_;  // when it began to wait
+  absl::Time since_;           // when it began to wait
   Admission* prev_ = nullptr;  // the FIFO, guarded by the queue's mutex
   Admission* next_ = nullptr;
   std::atomic<State> state_{kIdle};

@@ -375,7 +375,7 @@ class BUFPOOL_EXPORT ReceivePack {
 
 }  // namespace bufpool
 
-#include "bufpool/internal/chain_inl.h"  // IWYU pragma: export
 #include "bufpool/chain_io.h"            // IWYU pragma: export
+#include "bufpool/internal/chain_inl.h"  // IWYU pragma: export
 
 #endif  // BUFPOOL_CHAIN_H_

@@ -92,27 +92,27 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferPool::PushInline(uint32_t slot) {
   // out of line before it is published.
   const uint32_t index = inline_index_;
   if (index == kMmCidField) [[likely]] {
-    return internal::rseq::PushAt<kMmCidField>(
-        rseq_base_, rseq_release_cpus_, &release_limit_, lend_, slot);
+    return internal::rseq::PushAt<kMmCidField>(rseq_base_, rseq_release_cpus_,
+                                               &release_limit_, lend_, slot);
   }
   if (index == kCpuIdField) [[likely]] {
-    return internal::rseq::PushAt<kCpuIdField>(
-        rseq_base_, rseq_release_cpus_, &release_limit_, lend_, slot);
+    return internal::rseq::PushAt<kCpuIdField>(rseq_base_, rseq_release_cpus_,
+                                               &release_limit_, lend_, slot);
   }
   // The sampled modes: the mark's test, then the same sequences.
   if (index == (kMmCidField | kSampledTag)) {
     if (holder_marks_[slot].load(std::memory_order_relaxed) != 0) {
       return false;
     }
-    return internal::rseq::PushAt<kMmCidField>(
-        rseq_base_, rseq_release_cpus_, &release_limit_, lend_, slot);
+    return internal::rseq::PushAt<kMmCidField>(rseq_base_, rseq_release_cpus_,
+                                               &release_limit_, lend_, slot);
   }
   if (index == (kCpuIdField | kSampledTag)) {
     if (holder_marks_[slot].load(std::memory_order_relaxed) != 0) {
       return false;
     }
-    return internal::rseq::PushAt<kCpuIdField>(
-        rseq_base_, rseq_release_cpus_, &release_limit_, lend_, slot);
+    return internal::rseq::PushAt<kCpuIdField>(rseq_base_, rseq_release_cpus_,
+                                               &release_limit_, lend_, slot);
   }
   return false;  // no sequences: out of line
 #else
