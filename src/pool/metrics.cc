@@ -3,9 +3,11 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "bufpool/budget.h"
 #include "pool/metrics_writer.h"
 
@@ -58,21 +60,80 @@ std::string MetricsLabelValue(absl::string_view v) {
 
 namespace {
 
-// The budgets' families: each family's HELP and TYPE, then one sample per
-// budget of no group (none when the pool has none), from one Stats() per
-// budget; then the group families, one sample per group, the sums of its
-// budgets' (so the series a scraper stores grow with the groups, not with
-// the connections).
+// One budget's sample, or one group's (its budgets' sums).
+struct BudgetRow {
+  std::string label;
+  BudgetStats st;
+  size_t max_bytes, reserved_bytes;
+  size_t members;
+};
+
+struct BudgetFamily {
+  const char* name;
+  const char* type;
+  const char* help;
+  double (*value)(const BudgetRow&);
+};
+
+constexpr BudgetFamily kBudgetFamilies[] = {
+    {"bufpool_budget_pinned_bytes", "gauge",
+     "Pool bytes the budget's chains keep out now (each buffer once; "
+     "packed partials by their bytes).",
+     [](const BudgetRow& r) { return static_cast<double>(r.st.pinned_bytes); }},
+    {"bufpool_budget_high_water_bytes", "gauge",
+     "The most bytes the budget's chains have kept out at once.",
+     [](const BudgetRow& r) {
+       return static_cast<double>(r.st.high_water_bytes);
+     }},
+    {"bufpool_budget_max_bytes", "gauge", "The budget's limit (whole buffers).",
+     [](const BudgetRow& r) { return static_cast<double>(r.max_bytes); }},
+    {"bufpool_budget_reserved_bytes", "gauge",
+     "Bytes of the pool reserved for the budget.",
+     [](const BudgetRow& r) { return static_cast<double>(r.reserved_bytes); }},
+    {"bufpool_budget_refusals_total", "counter",
+     "Receives and appends refused (or reported) for passing the limit.",
+     [](const BudgetRow& r) { return static_cast<double>(r.st.refusals); }},
+};
+
+constexpr BudgetFamily kBudgetGroupFamilies[] = {
+    {"bufpool_budget_group_budgets", "gauge", "Live budgets of the group.",
+     [](const BudgetRow& r) { return static_cast<double>(r.members); }},
+    {"bufpool_budget_group_pinned_bytes", "gauge",
+     "Pool bytes the group's budgets keep out now, summed.",
+     [](const BudgetRow& r) { return static_cast<double>(r.st.pinned_bytes); }},
+    {"bufpool_budget_group_max_bytes", "gauge",
+     "The group's budgets' limits, summed.",
+     [](const BudgetRow& r) { return static_cast<double>(r.max_bytes); }},
+    {"bufpool_budget_group_reserved_bytes", "gauge",
+     "Bytes of the pool reserved for the group's budgets, summed.",
+     [](const BudgetRow& r) { return static_cast<double>(r.reserved_bytes); }},
+    {"bufpool_budget_group_refusals", "gauge",
+     "Refusals of the group's live budgets, summed (a gauge: a budget's "
+     "refusals leave the sum with it).",
+     [](const BudgetRow& r) { return static_cast<double>(r.st.refusals); }},
+};
+
+// Each family's HELP and TYPE, then a sample per row.
+template <typename Rows>
+void WriteBudgetFamilies(absl::Span<const BudgetFamily> families,
+                         const Rows& rows, std::string* out) {
+  for (const BudgetFamily& f : families) {
+    absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,
+                    " ", f.type, "\n");
+    for (const BudgetRow& r : rows) {
+      absl::StrAppend(out, f.name, r.label, " ", f.value(r), "\n");
+    }
+  }
+}
+
+// The budgets' families: one sample per budget of no group (none when the
+// pool has none), from one Stats() per budget; then the group families,
+// one sample per group, the sums of its budgets' (so the series a scraper
+// stores grow with the groups, not with the connections).
 void WriteBudgetMetrics(const BufferPool& pool, absl::string_view labels,
                         std::string* out) {
-  struct Row {
-    std::string label;
-    BudgetStats st;
-    size_t max_bytes, reserved_bytes;
-    size_t members;
-  };
-  std::vector<Row> rows;
-  std::map<std::string, Row> groups;  // by group name, sorted
+  std::vector<BudgetRow> rows;
+  std::map<std::string, BudgetRow> by_group;  // sorted by name
   const std::string open = labels.empty() ? "{" : absl::StrCat(labels, ",");
   internal::ForEachBudget(pool, [&](const BufferBudget& b) {
     const BudgetStats st = b.Stats();
@@ -83,8 +144,8 @@ void WriteBudgetMetrics(const BufferPool& pool, absl::string_view labels,
            st, b.max_bytes(), b.reserved_bytes(), 1});
       return;
     }
-    auto [it, fresh] = groups.try_emplace(b.group());
-    Row& g = it->second;
+    auto [it, fresh] = by_group.try_emplace(b.group());
+    BudgetRow& g = it->second;
     if (fresh) {
       g.label = absl::StrCat(open, "budget_group=\"",
                              internal::MetricsLabelValue(b.group()), "\"}");
@@ -97,62 +158,11 @@ void WriteBudgetMetrics(const BufferPool& pool, absl::string_view labels,
     g.reserved_bytes += b.reserved_bytes();
     ++g.members;
   });
-  struct Family {
-    const char* name;
-    const char* type;
-    const char* help;
-    double (*value)(const Row&);
-  };
-  static constexpr Family kFamilies[] = {
-      {"bufpool_budget_pinned_bytes", "gauge",
-       "Pool bytes the budget's chains keep out now (each buffer once; "
-       "packed partials by their bytes).",
-       [](const Row& r) { return static_cast<double>(r.st.pinned_bytes); }},
-      {"bufpool_budget_high_water_bytes", "gauge",
-       "The most bytes the budget's chains have kept out at once.",
-       [](const Row& r) { return static_cast<double>(r.st.high_water_bytes); }},
-      {"bufpool_budget_max_bytes", "gauge",
-       "The budget's limit (whole buffers).",
-       [](const Row& r) { return static_cast<double>(r.max_bytes); }},
-      {"bufpool_budget_reserved_bytes", "gauge",
-       "Bytes of the pool reserved for the budget.",
-       [](const Row& r) { return static_cast<double>(r.reserved_bytes); }},
-      {"bufpool_budget_refusals_total", "counter",
-       "Receives and appends refused (or reported) for passing the limit.",
-       [](const Row& r) { return static_cast<double>(r.st.refusals); }},
-  };
-  for (const Family& f : kFamilies) {
-    absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,
-                    " ", f.type, "\n");
-    for (const Row& r : rows) {
-      absl::StrAppend(out, f.name, r.label, " ", f.value(r), "\n");
-    }
-  }
-  static constexpr Family kGroupFamilies[] = {
-      {"bufpool_budget_group_budgets", "gauge",
-       "Live budgets of the group.",
-       [](const Row& r) { return static_cast<double>(r.members); }},
-      {"bufpool_budget_group_pinned_bytes", "gauge",
-       "Pool bytes the group's budgets keep out now, summed.",
-       [](const Row& r) { return static_cast<double>(r.st.pinned_bytes); }},
-      {"bufpool_budget_group_max_bytes", "gauge",
-       "The group's budgets' limits, summed.",
-       [](const Row& r) { return static_cast<double>(r.max_bytes); }},
-      {"bufpool_budget_group_reserved_bytes", "gauge",
-       "Bytes of the pool reserved for the group's budgets, summed.",
-       [](const Row& r) { return static_cast<double>(r.reserved_bytes); }},
-      {"bufpool_budget_group_refusals", "gauge",
-       "Refusals of the group's live budgets, summed (a gauge: a budget's "
-       "refusals leave the sum with it).",
-       [](const Row& r) { return static_cast<double>(r.st.refusals); }},
-  };
-  for (const Family& f : kGroupFamilies) {
-    absl::StrAppend(out, "# HELP ", f.name, " ", f.help, "\n# TYPE ", f.name,
-                    " ", f.type, "\n");
-    for (const auto& [name, g] : groups) {
-      absl::StrAppend(out, f.name, g.label, " ", f.value(g), "\n");
-    }
-  }
+  WriteBudgetFamilies(kBudgetFamilies, rows, out);
+  std::vector<BudgetRow> groups;
+  groups.reserve(by_group.size());
+  for (auto& [name, g] : by_group) groups.push_back(std::move(g));
+  WriteBudgetFamilies(kBudgetGroupFamilies, groups, out);
 }
 
 }  // namespace
