@@ -305,6 +305,8 @@ class BUFPOOL_EXPORT BufferChain {
   void RecountPacked();
   void Settle(size_t charge, size_t release);
   void ReleaseAll();
+  size_t CompactNeed(size_t bs, bool* any) const;
+  BufferChain CompactInto(absl::Span<Buffer> fresh);
   Buffer AcquireFresh();
   void Grow() { GrowTo(cap_ * 2); }
   void GrowTo(uint32_t cap);  // cap: a power of two > cap_

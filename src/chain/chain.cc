@@ -503,20 +503,20 @@ size_t BufferChain::pinned_bytes() const {
   return total;
 }
 
-absl::Status BufferChain::Compact() {
-  // Pass 1: the fresh buffers the copied bytes fill, in order; a linked run
-  // between two copied ones closes the fresh buffer being filled, so the
-  // slices of every buffer stay adjacent.
-  const size_t bs = pool_ != nullptr ? pool_->buffer_size() : 0;
+// Compact()'s first pass: the fresh buffers the copied bytes fill, in
+// order; a linked run between two copied ones closes the fresh buffer being
+// filled, so the slices of every buffer stay adjacent. *any: some run is
+// copied.
+size_t BufferChain::CompactNeed(size_t bs, bool* any) const {
   size_t need = 0;
   size_t fill = bs;  // bytes in the fresh buffer being filled; bs: none open
-  bool any = false;
+  *any = false;
   ForEachRun([&](uint32_t, uint32_t, size_t bytes, bool copy) {
     if (!copy) {
       fill = bs;
       return;
     }
-    any = true;
+    *any = true;
     for (size_t left = bytes; left != 0 && bs != 0;) {
       if (fill == bs) {
         ++need;
@@ -527,48 +527,16 @@ absl::Status BufferChain::Compact() {
       left -= take;
     }
   });
-  if (!any) return absl::OkStatus();
-  if (pool_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "BufferChain::Compact: slices to copy but the chain has no pool");
-  }
-  // The fresh buffers may not take the budget past its limit, counting
-  // what the copied runs give back (a buffer that another of its chains
-  // shares stays charged).
-  if (budget_ != nullptr &&
-      need * bs > budget_->room_bytes() + ReleasableBytes()) {
-    return internal::BudgetAccess::Refuse(
-        *budget_, "BufferChain::Compact", need * bs,
-        "nothing was copied; consume or clear the budget's chains first");
-  }
-  std::vector<Buffer> fresh(need);
-  size_t got = 0;
-  if (budget_ == nullptr) {
-    got = pool_->TryAcquireBulk(absl::MakeSpan(fresh));
-  } else {
-    while (got < need && (fresh[got] = AcquireFresh())) ++got;
-  }
-  if (got < need) {
-    // What came from the budget's reserve goes back to it.
-    if (budget_ != nullptr) {
-      for (size_t i = 0; i < got; ++i) {
-        internal::BudgetAccess::GiveBack(*budget_, std::move(fresh[i]));
-      }
-    }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "BufferChain::Compact: the pool has no free buffer (", need,
-        " buffers of ", bs, " bytes needed, got ", got, ")"));
-  }
-  // Pass 2: nothing below fails or throws (the ring is reserved first).
-  // The packed chain is built unbound and the budget hears of the change
-  // once, at the end: the kept slices are moved out of this chain as it
-  // goes, so it cannot release run by run, and a watermark callback sees
-  // no dip between the two.
-  BufferBudget* const budget = budget_;
-  const size_t released = budget != nullptr ? ReleaseRuns() : 0;
-  budget_ = nullptr;
+  return need;
+}
+
+// Compact()'s second pass, into an unbound chain: kept slices move, copied
+// ones fill `fresh` in order. Nothing fails or throws (the ring is reserved
+// first).
+BufferChain BufferChain::CompactInto(absl::Span<Buffer> fresh) {
+  const size_t bs = pool_->buffer_size();
   BufferChain packed(*pool_);
-  packed.Reserve(size_t{count_} + need);
+  packed.Reserve(size_t{count_} + fresh.size());
   SharedBuffer cur;  // the open fresh buffer's slice
   size_t next = 0;
   auto flush = [&] {
@@ -601,7 +569,54 @@ absl::Status BufferChain::Compact() {
     }
   });
   flush();
-  *this = std::move(packed);  // unbound: the moved-from slices read nothing
+  return packed;
+}
+
+absl::Status BufferChain::Compact() {
+  const size_t bs = pool_ != nullptr ? pool_->buffer_size() : 0;
+  bool any = false;
+  const size_t need = CompactNeed(bs, &any);
+  if (!any) return absl::OkStatus();
+  if (pool_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "BufferChain::Compact: slices to copy but the chain has no pool");
+  }
+  // The fresh buffers may not take the budget past its limit, counting
+  // what the copied runs give back (a buffer that another of its chains
+  // shares stays charged).
+  if (budget_ != nullptr &&
+      need * bs > budget_->room_bytes() + ReleasableBytes()) {
+    return internal::BudgetAccess::Refuse(
+        *budget_, "BufferChain::Compact", need * bs,
+        "nothing was copied; consume or clear the budget's chains first");
+  }
+  std::vector<Buffer> fresh(need);
+  size_t got = 0;
+  if (budget_ == nullptr) {
+    got = pool_->TryAcquireBulk(absl::MakeSpan(fresh));
+  } else {
+    while (got < need && (fresh[got] = AcquireFresh())) ++got;
+  }
+  if (got < need) {
+    // What came from the budget's reserve goes back to it.
+    if (budget_ != nullptr) {
+      for (size_t i = 0; i < got; ++i) {
+        internal::BudgetAccess::GiveBack(*budget_, std::move(fresh[i]));
+      }
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "BufferChain::Compact: the pool has no free buffer (", need,
+        " buffers of ", bs, " bytes needed, got ", got, ")"));
+  }
+  // The packed chain is built unbound and the budget hears of the change
+  // once, at the end: the kept slices are moved out of this chain as it
+  // goes, so it cannot release run by run, and a watermark callback sees
+  // no dip between the two.
+  BufferBudget* const budget = budget_;
+  const size_t released = budget != nullptr ? ReleaseRuns() : 0;
+  budget_ = nullptr;
+  // Unbound while it moves: nothing is read from the moved-from slices.
+  *this = CompactInto(absl::MakeSpan(fresh));
   budget_ = budget;
   if (budget != nullptr) Settle(ChargeRuns(released), released);
   return absl::OkStatus();
