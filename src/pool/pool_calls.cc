@@ -297,18 +297,22 @@ uint32_t BufferPool::AcquireSlow() noexcept {
 }
 
 uint32_t BufferPool::AcquireUntracked() noexcept {
+  uint32_t reshelved = 0;
+  uint32_t slot = kNoSlot;
   if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
     // shared_->ncaches, not rseq_cpus_, which is 0 in a tracked pool.
-    const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, shared_->ncaches, rseq_index_);
+    slot = internal::rseq::Pop(rseq_base_, shared_->ncaches, rseq_index_);
     if (slot != internal::rseq::kNoSlot) [[likely]] {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
       return slot;
     }
+    // This CPU's cache lends nothing: its lend or refill, without popping
+    // it again; the other caches only when that finds nothing.
+    slot = PoolAccess::RseqTakeMissed(*this, &reshelved);
   }
-  uint32_t reshelved = 0;
-  uint32_t slot =
-      PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
+  if (slot == kNoSlot) {
+    slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
+  }
   if (shared_->growth != nullptr) [[unlikely]] {  // elastic (growth.cc)
     if (slot == kNoSlot) slot = PoolAccess::GrowAndTake(*this, &reshelved);
     PoolAccess::IdleTick(*this);

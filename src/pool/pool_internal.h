@@ -330,6 +330,9 @@ struct PoolAccess {
   // rseq mode: this CPU's slot, or a refill from the depot (one handed out,
   // the rest pushed into whichever cache the thread runs on).
   static uint32_t RseqTake(BufferPool& p, uint32_t* reshelved);
+  // RseqTake after its pop missed (the caller's own pop of this CPU's cache
+  // found nothing lent): the lend and pop, or the refill.
+  static uint32_t RseqTakeMissed(BufferPool& p, uint32_t* reshelved);
   // rseq mode, for a bulk acquire: up to `max` slots into out[0, n) in the
   // order to hand them out: this CPU's cache in one section (its top
   // first), then RseqTakeBulk, then one slot from the drain. 0 only when
@@ -341,8 +344,10 @@ struct PoolAccess {
   // out[0, n): whole magazines straight from the depot, then what is left
   // of a refill of this CPU's cache (the rest of the refill stays cached).
   // Fewer than `max` only when the depot ran out.
+  // *lent (when not null): set when the refill also let the cache lend its
+  // allowance, with one rise for the slots handed out and the lend together.
   static uint32_t RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
-                               uint32_t* reshelved);
+                               uint32_t* reshelved, bool* lent = nullptr);
   // rseq mode, with c.mu held (c: ThisCpu, for its spare): pushes slots[0,
   // n) into whichever cache this thread runs on now, in one section per
   // batch (a migration between batches only costs locality), slots[n - 1]
@@ -356,6 +361,9 @@ struct PoolAccess {
   // rseq mode: lets the cache the thread runs on lend up to p.lend_ slots
   // (internal::rseq::Lend, accounted first); what it lent more.
   static uint32_t RseqLend(BufferPool& p);
+  // rseq mode: RseqLend and a pop in one section (internal::rseq::LendPop);
+  // the slot, or kNoSlot when that cache is empty or stopped.
+  static uint32_t RseqLendPop(BufferPool& p);
   // rseq mode: takes back what that cache lends (internal::rseq::Reclaim,
   // accounted after); how much.
   static uint32_t RseqReclaim(BufferPool& p);
@@ -498,6 +506,8 @@ struct PoolAccess {
   static void Pushed(BufferPool& p, uint32_t n, uint32_t returned);
   // Caches on: n more buffers held or lent, added (and high_water raised)
   // before they can be handed out; n fewer, subtracted after they left.
+  // Inline (below): the slow paths of the caches call them once per lend,
+  // reclaim, refill and spill.
   static void Lent(BufferPool& p, uint32_t n);
   static void Returned(BufferPool& p, uint32_t n);
   // The depot's free slots.
@@ -529,6 +539,35 @@ struct PoolAccess {
   // inline_index_), once p.shared_ and p.holders_ are made.
   static void InitInlinePaths(BufferPool& p, TrackHolders track);
 };
+
+namespace internal {
+
+// Raises target to min(value, limit) unless it is already there (relaxed:
+// a statistic; accounting.cc).
+inline void UpdateMax(std::atomic<size_t>& target, int64_t value,
+                      size_t limit) {
+  if (value <= 0) return;
+  value = std::min<int64_t>(value, static_cast<int64_t>(limit));
+  size_t seen = target.load(std::memory_order_relaxed);
+  while (static_cast<size_t>(value) > seen &&
+         !target.compare_exchange_weak(seen, static_cast<size_t>(value),
+                                       std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace internal
+
+// The bound's rises and falls (accounting.cc, "High water").
+inline void PoolAccess::Lent(BufferPool& p, uint32_t n) {
+  BufferPool::Shared& s = S(p);
+  const int64_t before = s.held_or_lent.fetch_add(n, std::memory_order_relaxed);
+  const size_t committed = s.committed.load(std::memory_order_relaxed);
+  internal::UpdateMax(s.high_water, before + n, committed);
+}
+
+inline void PoolAccess::Returned(BufferPool& p, uint32_t n) {
+  S(p).held_or_lent.fetch_sub(n, std::memory_order_relaxed);
+}
 
 }  // namespace bufpool
 
