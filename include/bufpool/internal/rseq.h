@@ -732,6 +732,21 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint32_t ncpu,
   return *slot != kNoSlot;
 }
 
+// The per-mode forms that the inline paths name (buffer_pool_inl.h). Here
+// the index field is a register operand of the one sequence, so each is
+// that sequence with the field fixed.
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopAt(char* base, uint32_t ncpu) {
+  return Pop(base, ncpu, kField);
+}
+
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool PushAt(char* base, uint32_t ncpu,
+                                                const void* limit,
+                                                uint32_t lend, uint32_t slot) {
+  return Push(base, ncpu, kField, limit, lend, slot);
+}
+
 // One slot of a batch: the top slot under the floor (count and floor both
 // fall by one, in one 8-byte commit), or kNoSlot.
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopUnder(char* base, uint32_t ncpu,
