@@ -481,7 +481,7 @@ uint32_t PoolAccess::GrowAndTake(BufferPool& p, uint32_t* reshelved,
     slot = TakeFromTrimmer(p);
     if (slot != BufferPool::kNoSlot) return slot;
   }
-  if (g->unbacked_chunks.load(std::memory_order_seq_cst) == 0) {
+  if (g->unbacked_chunks.load(std::memory_order_seq_cst) <= 0) {
     if (error != nullptr) *error = AtCeiling(*g, p.capacity_);
     return BufferPool::kNoSlot;
   }

@@ -164,11 +164,15 @@ struct Growth {
   // (fetch_or, release). [words]
   std::unique_ptr<std::atomic<uint64_t>[]> unbacked;
   uint32_t words = 0;
-  // Chunks whose bits are set, give or take a claim in flight (a grower
-  // lowers it after its fetch_and, a trimmer raises it after its fetch_or).
-  // seq_cst: an exhausted caller's load of it and of `trimming` pairs with
-  // a sleeping Acquire()'s count (see growth.cc).
-  std::atomic<uint32_t> unbacked_chunks{0};
+  // Chunks whose bits are set, give or take a claim or an unclaim in
+  // flight: a grower lowers it after its fetch_and, a trimmer raises it
+  // after its fetch_or, so it may lag the bits and, while a grower claims
+  // bits a trimmer has set but not yet counted, read below zero (signed:
+  // a reader treats <= 0 as "nothing to claim"; such a reader overlaps the
+  // unclaim, which may be ordered after it). seq_cst: an exhausted caller's
+  // load of it and of `trimming` pairs with a sleeping Acquire()'s count
+  // (see growth.cc).
+  std::atomic<int64_t> unbacked_chunks{0};
   // The chunks the next growth on demand backs: step_chunks, doubled by
   // each such growth up to max_step_chunks; back to step_chunks after a
   // trim that gave memory back. Relaxed: a heuristic.
