@@ -76,7 +76,7 @@ size_t Parked(const BufferPool& pool) {
 // (Stats(); src/pool/accounting.cc, "High water"). Two caches: one refill
 // batch.
 size_t Lent(const BufferPool& pool, size_t caches) {
-  const size_t lend = std::max<size_t>(1, pool.cache_capacity() / 4);
+  const size_t lend = std::max<size_t>(1, pool.cache_capacity() / 2);
   return lend * std::min<size_t>(caches, PoolAccess::CpuCount());
 }
 

@@ -22,7 +22,7 @@
 // caches' hits made a peak together; instead it bounds what hits can do.
 // Each cache has a floor (CpuCache::floor; word 1 of an rseq cache, rseq.h)
 // with floor <= count: a single pop hits only while count > floor, a single
-// push only while count - floor < lend (BufferPool::lend_, half a refill
+// push only while count - floor < lend (BufferPool::lend_, one refill
 // batch). The slots above the floor are lent: hits may hand them out without
 // telling the pool. Shared::held_or_lent keeps
 //
@@ -51,8 +51,8 @@
 // lowers the floor to count - lend, a push stops at count - floor = lend),
 // so high_water <= peak + lend x (caches that lend at that moment), plus a
 // Lend added ahead and not granted (at most lend, given back at once). Two
-// threads taking turns (two caches) stay within peak + 2 x lend = one
-// refill batch. A drain revokes what the drained cache lends.
+// threads taking turns (two caches) stay within peak + 2 x lend = two
+// refill batches. A drain revokes what the drained cache lends.
 //
 // Memory ordering: every counter here is relaxed. They are statistics: each
 // read-modify-write returns the exact value before it, and a reader that

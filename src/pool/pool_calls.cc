@@ -107,9 +107,11 @@ void PoolAccess::InitFixedFields(BufferPool& p, const Arena& arena,
   p.capacity_ = ceiling;
   p.region_bytes_ = ceiling * size;
   p.cache_capacity_ = std::min(cache_size, options.buffer_count / 8);
-  // Half a refill batch: two caches lending at once overstate high_water
-  // by at most one batch (accounting.cc, "High water").
-  p.lend_ = std::max<uint32_t>(1, RefillBatch(p) / 2);
+  // One refill batch: the crossings of the lend window then coincide with
+  // the refills and spills a working set makes anyway; two caches lending
+  // at once overstate high_water by at most two batches (accounting.cc,
+  // "High water").
+  p.lend_ = std::max<uint32_t>(1, RefillBatch(p));
   SetWaiters(p, 0, std::memory_order_relaxed);
   p.shift_ = static_cast<unsigned>(__builtin_ctzll(size));
   p.scrub_ = options.scrub_on_release;
