@@ -3,7 +3,6 @@
 // 8 threads and many pools, 9 statistics; plus the Buffer handle itself.
 // (5 is in buffer_pool_death_test.cc, 6 in buffer_pool_asan_test.cc.)
 #include "bufpool/buffer_pool.h"
-#include "bufpool/testing.h"
 
 #include <linux/capability.h>
 #include <sched.h>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "absl/base/config.h"
+#include "bufpool/testing.h"
 #include "gtest/gtest.h"
 #include "os/memory.h"
 #include "test_util.h"

@@ -349,13 +349,91 @@ absl::StatusOr<size_t> PoolAccess::InitGrowth(BufferPool& p, SharedState& s,
   return ready;
 }
 
-uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks,
-                                uint32_t* taken, absl::Status* error) {
+namespace {
+
+// Populates each run with one call, outside every lock. A refused run goes
+// back to the reserve, and so does everything after it: the pool serves
+// what it has. Leaves in `runs` the runs committed; returns their slots.
+size_t CommitRuns(Arena& arena, Growth& g, size_t capacity,
+                  std::vector<Run>& runs, absl::Status* error) {
+  size_t ok_runs = 0;
+  for (; ok_runs < runs.size(); ++ok_runs) {
+    const Run r = runs[ok_runs];
+    const size_t off = size_t{r.c0} * g.chunk_bytes;
+    const size_t len =
+        std::min(arena.mapped_size(), size_t{r.c1} * g.chunk_bytes) - off;
+    if (absl::Status st = arena.Commit(off, len); !st.ok()) {
+      (void)arena.Decommit(off, len);  // what the refused call backed
+      NoteFailure(g, st, len, error);
+      break;
+    }
+  }
+  const bool all_committed = ok_runs == runs.size();
+  for (size_t i = ok_runs; i < runs.size(); ++i) UnclaimRun(g, runs[i]);
+  runs.resize(ok_runs);
+  size_t n = 0;
+  for (const Run r : runs) {
+    n += LastSlot(g, r.c1 - 1, capacity) - FirstSlot(g, r.c0);
+  }
+  if (n != 0 && all_committed) {
+    // A step that committed all it claimed ends the last failure's story:
+    // a caller that later finds nothing to claim is at the ceiling, not
+    // refused again.
+    const std::lock_guard<std::mutex> lock(g.error_mu);
+    g.last_error = absl::OkStatus();
+  }
+  return n;
+}
+
+// Pushes the n new slots of `runs` but `skip` (the one a caller takes, or
+// kNoSlot) onto the depot in one push, lowest on top: the lowest
+// addresses are handed out first (what stays hot stays low, and the high
+// chunks are the ones Trim() finds free). Without memory for the list,
+// pieces of it, the highest first.
+void PushNewSlots(Depot& depot, const Growth& g, const std::vector<Run>& runs,
+                  size_t capacity, size_t n, uint32_t skip) {
+  std::vector<uint32_t> slots;
+  try {
+    slots.reserve(n);
+  } catch (const std::bad_alloc&) {
+  }
+  uint32_t piece[256];
+  uint32_t piece_n = 0;
+  for (size_t j = runs.size(); j > 0; --j) {
+    const Run r = runs[j - 1];
+    const uint32_t first = FirstSlot(g, r.c0);
+    for (uint32_t i = LastSlot(g, r.c1 - 1, capacity); i > first; --i) {
+      if (i - 1 == skip) continue;
+      if (slots.capacity() >= n) {
+        slots.push_back(i - 1);
+        continue;
+      }
+      piece[piece_n++] = i - 1;
+      if (piece_n == 256) {
+        std::reverse(piece, piece + piece_n);
+        depot.Push(piece, piece_n, nullptr);
+        piece_n = 0;
+      }
+    }
+  }
+  if (piece_n != 0) {
+    std::reverse(piece, piece + piece_n);
+    depot.Push(piece, piece_n, nullptr);
+  }
+  if (!slots.empty()) {
+    std::reverse(slots.begin(), slots.end());
+    depot.Push(slots.data(), static_cast<uint32_t>(slots.size()), nullptr);
+  }
+}
+
+}  // namespace
+
+uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks, uint32_t* taken,
+                                absl::Status* error) {
   SharedState& s = S(p);
   Growth& g = *s.growth;
   const size_t capacity = p.capacity_;
   std::vector<Run> runs;
-  std::vector<uint32_t> slots;
   uint32_t freed = 0;
   {
     const ResizePass pass(s);
@@ -379,36 +457,8 @@ uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks,
     if (resize_point_for_test != nullptr) [[unlikely]] {
       resize_point_for_test(ResizePoint::kGrowClaimed);
     }
-    // Populate each run with one call, outside every lock. A refused run
-    // goes back to the reserve, and so does everything after it: the pool
-    // serves what it has.
-    size_t ok_runs = 0;
-    for (; ok_runs < runs.size(); ++ok_runs) {
-      const Run r = runs[ok_runs];
-      const size_t off = size_t{r.c0} * g.chunk_bytes;
-      const size_t len =
-          std::min(s.arena.mapped_size(), size_t{r.c1} * g.chunk_bytes) - off;
-      if (absl::Status st = s.arena.Commit(off, len); !st.ok()) {
-        (void)s.arena.Decommit(off, len);  // what the refused call backed
-        NoteFailure(g, st, len, error);
-        break;
-      }
-    }
-    const bool all_committed = ok_runs == runs.size();
-    for (size_t i = ok_runs; i < runs.size(); ++i) UnclaimRun(g, runs[i]);
-    runs.resize(ok_runs);
-    size_t n = 0;
-    for (const Run r : runs) {
-      n += LastSlot(g, r.c1 - 1, capacity) - FirstSlot(g, r.c0);
-    }
+    const size_t n = CommitRuns(s.arena, g, capacity, runs, error);
     if (n == 0) return 0;
-    if (all_committed) {
-      // A step that committed all it claimed ends the last failure's story:
-      // a caller that later finds nothing to claim is at the ceiling, not
-      // refused again.
-      const std::lock_guard<std::mutex> lock(g.error_mu);
-      g.last_error = absl::OkStatus();
-    }
     // Counted before they are free (accounting.cc): in transit = in use.
     s.committed.fetch_add(n, std::memory_order_relaxed);
     g.grows.fetch_add(1, std::memory_order_relaxed);
@@ -423,41 +473,8 @@ uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks,
       *taken = lowest;
       Lent(p, 1);  // handed out: accounted before it reaches its user
     }
-    // The rest in one push, lowest on top: the lowest addresses are handed
-    // out first (what stays hot stays low, and the high chunks are the ones
-    // Trim() finds free). Without memory for the list, pieces of it, the
-    // highest first.
-    try {
-      slots.reserve(n);
-    } catch (const std::bad_alloc&) {
-    }
-    uint32_t piece[256];
-    uint32_t piece_n = 0;
-    for (size_t j = runs.size(); j > 0; --j) {
-      const Run r = runs[j - 1];
-      const uint32_t first = FirstSlot(g, r.c0);
-      for (uint32_t i = LastSlot(g, r.c1 - 1, capacity); i > first; --i) {
-        if (taken != nullptr && i - 1 == lowest) continue;
-        if (slots.capacity() >= n) {
-          slots.push_back(i - 1);
-          continue;
-        }
-        piece[piece_n++] = i - 1;
-        if (piece_n == 256) {
-          std::reverse(piece, piece + piece_n);
-          s.depot.Push(piece, piece_n, nullptr);
-          piece_n = 0;
-        }
-      }
-    }
-    if (piece_n != 0) {
-      std::reverse(piece, piece + piece_n);
-      s.depot.Push(piece, piece_n, nullptr);
-    }
-    if (!slots.empty()) {
-      std::reverse(slots.begin(), slots.end());
-      s.depot.Push(slots.data(), static_cast<uint32_t>(slots.size()), nullptr);
-    }
+    PushNewSlots(s.depot, g, runs, capacity, n,
+                 taken != nullptr ? lowest : BufferPool::kNoSlot);
     const uint32_t pushed =
         static_cast<uint32_t>(n) - (taken != nullptr ? 1 : 0);
     if (p.cache_capacity_ != 0 && pushed != 0) {
@@ -499,7 +516,8 @@ uint32_t PoolAccess::GrowAndTake(BufferPool& p, uint32_t* reshelved,
 uint32_t PoolAccess::TakeFromTrimmer(BufferPool& p) {
   Growth& g = *S(p).growth;
   const uint32_t n = g.held_n.load(std::memory_order_acquire);
-  const uint32_t from = std::min(n, g.take_from.load(std::memory_order_relaxed));
+  const uint32_t from =
+      std::min(n, g.take_from.load(std::memory_order_relaxed));
   for (uint32_t k = 0; k < n; ++k) {
     const uint32_t i = from + k < n ? from + k : from + k - n;
     if (g.held[i].load(std::memory_order_relaxed) == 0) continue;
@@ -521,8 +539,9 @@ absl::Status BufferPool::Grow(size_t buffers) {
   }
   absl::Status error;
   const uint32_t chunks = static_cast<uint32_t>(std::min<size_t>(
-      g->chunks, std::max<size_t>(g->step_chunks, (buffers + g->chunk_slots -
-                                                   1) / g->chunk_slots)));
+      g->chunks,
+      std::max<size_t>(g->step_chunks,
+                       (buffers + g->chunk_slots - 1) / g->chunk_slots)));
   uint32_t freed = 0;
   while (freed < buffers || freed == 0) {
     const uint32_t more =
@@ -561,14 +580,12 @@ struct TrimWork {
   std::vector<Run> runs;          // of claimed chunks, to give back
   uint32_t back[kTrimBatch];      // slots on their way back to the depot
   uint32_t back_n = 0;
-  size_t returned = 0;            // slots put back
+  size_t returned = 0;  // slots put back
 
   uint32_t Whole(uint32_t c) const {
     return LastSlot(g, c, capacity) - FirstSlot(g, c);
   }
-  uint32_t ChunkOf(uint32_t entry) const {
-    return (entry - 1) / g.chunk_slots;
-  }
+  uint32_t ChunkOf(uint32_t entry) const { return (entry - 1) / g.chunk_slots; }
   void FlushBack() {
     if (back_n == 0) return;
     s.depot.Push(back, back_n, nullptr);
@@ -732,9 +749,16 @@ size_t PoolAccess::TrimLocked(BufferPool& p, size_t keep_free) {
       Waiting(p, std::memory_order_seq_cst)) {
     return 0;
   }
-  TrimWork w{.s = s, .g = g, .capacity = p.capacity_,
-             .caches = p.cache_capacity_ != 0, .count = {}, .start = {},
-             .order = {}, .claimed = {}, .runs = {}, .back = {}};
+  TrimWork w{.s = s,
+             .g = g,
+             .capacity = p.capacity_,
+             .caches = p.cache_capacity_ != 0,
+             .count = {},
+             .start = {},
+             .order = {},
+             .claimed = {},
+             .runs = {},
+             .back = {}};
   try {
     w.count.assign(g.chunks, 0);
     w.start.assign(size_t{g.chunks} + 1, 0);

@@ -266,9 +266,8 @@ BufferPool::~BufferPool() {
 uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
   // calloc: zeroed pages the program never touches cost nothing, and pools
   // that never make a SharedBuffer never pay for the array at all.
-  auto* fresh =
-      static_cast<uint32_t*>(std::calloc(pool.capacity_ * kRefStride,
-                                         sizeof(uint32_t)));
+  auto* fresh = static_cast<uint32_t*>(
+      std::calloc(pool.capacity_ * kRefStride, sizeof(uint32_t)));
   if (fresh == nullptr) {
     std::fprintf(stderr,
                  "bufpool: out of memory for the SharedBuffer reference "

@@ -147,11 +147,11 @@ class PassBy {
 // the highest first. No acquire, release or growth takes a lock here.
 struct Growth {
   size_t chunk_bytes = 0;
-  uint32_t chunk_slots = 0;  // slots per chunk (the last may have fewer)
-  uint32_t chunks = 0;       // in the region
-  uint32_t step_chunks = 0;  // chunks per growth step (grow_step)
+  uint32_t chunk_slots = 0;      // slots per chunk (the last may have fewer)
+  uint32_t chunks = 0;           // in the region
+  uint32_t step_chunks = 0;      // chunks per growth step (grow_step)
   uint32_t max_step_chunks = 0;  // the most a doubled step reaches
-  int64_t idle_ns = 0;       // trim_after_idle; 0: off
+  int64_t idle_ns = 0;           // trim_after_idle; 0: off
   // Serializes the trimmers (Trim(), the idle trim's try-lock) with each
   // other, with PinRegion() and with the fork() prepare handler (taken
   // after the bulk calls' gate, before wait_mu). No acquire, release or
@@ -185,8 +185,9 @@ struct Growth {
   // trimmer); [held_n] are written. Each entry leaves by an exchange, so a
   // slot is taken once (growth.cc, "Trimming"). [capacity], calloc'd: the
   // pages are touched by trims only.
-  std::unique_ptr<std::atomic<uint32_t>[], void (*)(void*)> held{nullptr,
-                                                                 &std::free};
+  std::unique_ptr<std::atomic<uint32_t>[], void (*)(void*)> held {
+    nullptr, &std::free
+  };
   std::atomic<uint32_t> held_n{0};
   std::atomic<uint32_t> take_from{0};  // where takers start looking; relaxed
   // Counters for Stats(); relaxed, like the pool's other statistics.
