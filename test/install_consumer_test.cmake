@@ -16,6 +16,7 @@
 # PART (<linkage>:<consumers>) picks one quarter: the main or the other
 # linkage, the CMake or the pkg-config consumers (see the end of the file).
 # Fails on any step.
+cmake_policy(SET CMP0057 NEW)  # if(IN_LIST) in script mode
 file(REMOVE_RECURSE "${WORK_DIR}")
 
 include("${CMAKE_CURRENT_LIST_DIR}/run_checked.cmake")
