@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace bufpool::os {
@@ -120,6 +121,18 @@ struct SyscallTable {
   // membarrier(2): returns what the system call returns (-1 and errno on
   // failure).
   long (*membarrier)(int cmd, unsigned flags, int cpu);
+
+  // ---- Memory shared between processes, and waking them (channels) ----
+  // memfd_create(2); the seam adds MFD_CLOEXEC.
+  int (*memfd_create)(const char* name, unsigned flags);
+  // futex(2) FUTEX_WAIT on a word that may be shared between processes
+  // (not FUTEX_PRIVATE_FLAG): sleeps while *word == expected, at most
+  // `timeout` (relative; nullptr: no limit). 0 when woken; -1 with errno
+  // EAGAIN (the word differed), ETIMEDOUT or EINTR.
+  int (*futex_wait)(uint32_t* word, uint32_t expected, const timespec* timeout);
+  // futex(2) FUTEX_WAKE: wakes up to `count` sleepers on `word` in any
+  // process; returns how many it woke.
+  int (*futex_wake)(uint32_t* word, int count);
 };
 
 // The real system calls.
