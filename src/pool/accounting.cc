@@ -182,6 +182,8 @@ PoolStats BufferPool::Stats() const {
       .grow_failures = s.growth == nullptr ? 0
                                            : s.growth->grow_failures.load(
                                                  std::memory_order_relaxed),
+      .processes = 1,
+      .reclaimed = 0,
   };
 }
 
