@@ -1,15 +1,20 @@
 // BufferChannel and the token ring beneath it (src/pool/token_ring.h):
 // order, a full ring, timeouts, the eventfd, two threads, across fork.
 #include <poll.h>
+#include <sys/stat.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bufpool/buffer_pool.h"
+#include "bufpool/channel.h"
 #include "gtest/gtest.h"
 #include "pool/token_ring.h"
 
@@ -213,6 +218,409 @@ TEST(TokenRingTest, HandsTokensBothWaysAcrossFork) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+
+// ---- BufferChannel ----
+
+std::unique_ptr<BufferPool> MakePool(bool shared, size_t count = 64) {
+  PoolOptions options;
+  options.buffer_count = count;
+  options.shared = shared;
+  auto pool = BufferPool::Create(options);
+  if (!pool.ok()) {
+    ADD_FAILURE() << pool.status();
+    return nullptr;
+  }
+  return *std::move(pool);
+}
+
+// Writes `stamp` into every word of the buffer; Stamped() checks it.
+void Stamp(const Buffer& b, uint64_t stamp) {
+  auto* words = reinterpret_cast<uint64_t*>(b.data());
+  for (size_t i = 0; i < b.size() / sizeof(uint64_t); ++i) words[i] = stamp + i;
+}
+bool Stamped(const Buffer& b, uint64_t stamp) {
+  const auto* words = reinterpret_cast<const uint64_t*>(b.data());
+  for (size_t i = 0; i < b.size() / sizeof(uint64_t); ++i) {
+    if (words[i] != stamp + i) return false;
+  }
+  return true;
+}
+
+// How many buffers the pool hands this process now: takes them all and
+// gives them back.
+size_t CountFree(BufferPool& pool) {
+  std::vector<Buffer> all;
+  while (Buffer b = pool.TryAcquire()) all.push_back(std::move(b));
+  return all.size();
+}
+
+class BufferChannelTest : public testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(PrivateAndShared, BufferChannelTest, testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "Shared" : "Private";
+                         });
+
+TEST_P(BufferChannelTest, DeliversInOrderWithContentsIntact) {
+  auto pool = MakePool(GetParam());
+  ASSERT_NE(pool, nullptr);
+  auto ch = BufferChannel::Create(*pool, 16);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  std::vector<uint32_t> slots;
+  for (uint64_t i = 0; i < 16; ++i) {
+    Buffer b = pool->TryAcquire();
+    ASSERT_TRUE(b);
+    Stamp(b, i << 32);
+    slots.push_back(b.slot());
+    ASSERT_TRUE((*ch)->Send(std::move(b)).ok());
+    EXPECT_FALSE(b);  // the handle was emptied
+  }
+  EXPECT_EQ((*ch)->size(), 16u);
+  for (uint64_t i = 0; i < 16; ++i) {
+    absl::StatusOr<Buffer> b = (*ch)->Receive(absl::ZeroDuration());
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->slot(), slots[i]);  // the same buffer: no copy
+    EXPECT_TRUE(Stamped(*b, i << 32));
+  }
+  EXPECT_FALSE((*ch)->TryReceive());
+  EXPECT_EQ((*ch)->Stats().sent, 16u);
+  EXPECT_EQ((*ch)->Stats().received, 16u);
+  EXPECT_EQ((*ch)->Stats().refused, 0u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
+TEST_P(BufferChannelTest, FullChannelLeavesTheBufferWithTheCaller) {
+  auto pool = MakePool(GetParam());
+  ASSERT_NE(pool, nullptr);
+  auto ch = BufferChannel::Create(*pool, 2);
+  ASSERT_TRUE(ch.ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE((*ch)->Send(pool->TryAcquire()).ok());
+  Buffer extra = pool->TryAcquire();
+  Stamp(extra, 99);
+  const uint32_t slot = extra.slot();
+  absl::Status full = (*ch)->Send(std::move(extra));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("full"), std::string::npos) << full;
+  ASSERT_TRUE(extra);  // kept, untouched
+  EXPECT_EQ(extra.slot(), slot);
+  EXPECT_TRUE(Stamped(extra, 99));
+  EXPECT_EQ(pool->Stats().in_use, 3u);
+  EXPECT_EQ((*ch)->Drain(), 2u);
+  ASSERT_TRUE((*ch)->Send(std::move(extra)).ok());  // room again
+  EXPECT_EQ((*ch)->Drain(), 1u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
+TEST_P(BufferChannelTest, SendRefusesEmptyAndForeignHandles) {
+  auto pool = MakePool(GetParam());
+  auto other = MakePool(false);
+  ASSERT_TRUE(pool && other);
+  auto ch = BufferChannel::Create(*pool, 4);
+  ASSERT_TRUE(ch.ok());
+  EXPECT_EQ((*ch)->Send(Buffer()).code(), absl::StatusCode::kInvalidArgument);
+  Buffer foreign = other->TryAcquire();
+  EXPECT_EQ((*ch)->Send(std::move(foreign)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(foreign);
+  EXPECT_EQ((*ch)->size(), 0u);
+}
+
+TEST_P(BufferChannelTest, ReceiveTimesOut) {
+  auto pool = MakePool(GetParam());
+  ASSERT_NE(pool, nullptr);
+  auto ch = BufferChannel::Create(*pool, 4);
+  ASSERT_TRUE(ch.ok());
+  const absl::Time start = absl::Now();
+  auto b = (*ch)->Receive(absl::Milliseconds(20));
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+  EXPECT_EQ((*ch)->Receive(absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_P(BufferChannelTest, EventFdBecomesReadableAfterAnArmingReceive) {
+  auto pool = MakePool(GetParam());
+  ASSERT_NE(pool, nullptr);
+  auto ch = BufferChannel::Create(*pool, 4);
+  ASSERT_TRUE(ch.ok());
+  BufferChannel& c = **ch;
+  EXPECT_EQ(c.Receive(absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);  // arms
+  EXPECT_FALSE(Readable(c.event_fd(), 0));
+  ASSERT_TRUE(c.Send(pool->TryAcquire()).ok());
+  EXPECT_TRUE(Readable(c.event_fd(), 0));
+  ASSERT_TRUE(c.Receive(absl::ZeroDuration()).ok());
+  EXPECT_EQ(c.Receive(absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded);  // re-arms, clears
+  EXPECT_FALSE(Readable(c.event_fd(), 0));
+  std::thread sender([&] {
+    absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_TRUE(c.Send(pool->TryAcquire()).ok());
+  });
+  EXPECT_TRUE(Readable(c.event_fd(), 10000));
+  sender.join();
+  EXPECT_TRUE(c.Receive(absl::ZeroDuration()).ok());
+}
+
+TEST_P(BufferChannelTest, BlockingReceiveIsWokenBySend) {
+  auto pool = MakePool(GetParam());
+  ASSERT_NE(pool, nullptr);
+  auto ch = BufferChannel::Create(*pool, 4);
+  ASSERT_TRUE(ch.ok());
+  std::thread sender([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    Buffer b = pool->TryAcquire();
+    Stamp(b, 5);
+    ASSERT_TRUE((*ch)->Send(std::move(b)).ok());
+  });
+  auto b = (*ch)->Receive();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(Stamped(*b, 5));
+  sender.join();
+}
+
+// A token the pool refuses (imported already: stale) is skipped and
+// counted, and the buffers behind it still arrive.
+TEST_P(BufferChannelTest, SkipsAndCountsARefusedToken) {
+  auto pool = MakePool(GetParam());
+  ASSERT_NE(pool, nullptr);
+  auto ch = BufferChannel::Create(*pool, 4);
+  ASSERT_TRUE(ch.ok());
+  // A second view of the same ring, to push a raw token into it.
+  internal::RingIdentity id{.ino = reinterpret_cast<uintptr_t>(pool.get()),
+                            .buffer_size = pool->buffer_size()};
+  if (pool->shared_fd() >= 0) {
+    struct stat st;
+    ASSERT_EQ(fstat(pool->shared_fd(), &st), 0);
+    id = {.dev = static_cast<uint64_t>(st.st_dev) | (uint64_t{1} << 63),
+          .ino = static_cast<uint64_t>(st.st_ino),
+          .buffer_size = pool->buffer_size()};
+  }
+  auto raw = TokenRing::Join((*ch)->memory_fd(), (*ch)->event_fd(), id);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  const BufferToken token = pool->Export(pool->TryAcquire());
+  absl::StatusOr<Buffer> first = pool->Import(token);
+  ASSERT_TRUE(first.ok()) << first.status();
+  (*raw)->Push(token.value);  // stale now
+  (*raw)->Push(0x7fffffffffffffffu);  // forged
+  Buffer good = pool->TryAcquire();
+  Stamp(good, 17);
+  ASSERT_TRUE((*ch)->Send(std::move(good)).ok());
+  Buffer got = (*ch)->TryReceive();
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(Stamped(got, 17));
+  EXPECT_EQ((*ch)->Stats().refused, 2u);
+  EXPECT_FALSE((*ch)->last_refusal().ok());
+  EXPECT_EQ(pool->Stats().in_use, 2u);  // `first` and `got`: nothing else
+}
+
+// Two threads, many buffers through a small channel, each stamped with its
+// sequence number; the receiver mixes polling, sleeping and the eventfd.
+TEST_P(BufferChannelTest, TwoThreadsHandEveryBufferOverIntact) {
+  auto pool = MakePool(GetParam(), 64);
+  ASSERT_NE(pool, nullptr);
+  auto ch = BufferChannel::Create(*pool, 8);
+  ASSERT_TRUE(ch.ok());
+  BufferChannel& c = **ch;
+  constexpr uint64_t kBuffers = 20000;
+  std::thread sender([&] {
+    for (uint64_t i = 0; i < kBuffers; ++i) {
+      Buffer b;
+      while (!(b = pool->TryAcquire())) std::this_thread::yield();
+      reinterpret_cast<uint64_t*>(b.data())[0] = i;
+      reinterpret_cast<uint64_t*>(b.data())[b.size() / 8 - 1] = ~i;
+      absl::Status s;
+      while ((s = c.Send(std::move(b))).code() ==
+             absl::StatusCode::kResourceExhausted) {
+        std::this_thread::yield();
+      }
+      ASSERT_TRUE(s.ok()) << s;
+    }
+  });
+  for (uint64_t next = 0; next < kBuffers;) {
+    Buffer b;
+    switch (next % 3) {
+      case 0:
+        b = c.TryReceive();
+        break;
+      case 1: {
+        auto r = c.Receive(absl::Seconds(10));
+        ASSERT_TRUE(r.ok()) << r.status();
+        b = *std::move(r);
+        break;
+      }
+      case 2: {
+        auto r = c.Receive(absl::ZeroDuration());
+        if (r.ok()) {
+          b = *std::move(r);
+        } else {
+          Readable(c.event_fd(), 10000);
+        }
+        break;
+      }
+    }
+    if (!b) continue;
+    ASSERT_EQ(reinterpret_cast<uint64_t*>(b.data())[0], next);
+    ASSERT_EQ(reinterpret_cast<uint64_t*>(b.data())[b.size() / 8 - 1], ~next);
+    ++next;
+  }
+  sender.join();
+  EXPECT_EQ(c.Stats().received, kBuffers);
+  EXPECT_EQ(c.Stats().refused, 0u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
+TEST(BufferChannelJoinTest, RefusesAPrivatePoolAndAnotherPoolsChannel) {
+  auto priv = MakePool(false);
+  auto a = MakePool(true);
+  auto b = MakePool(true);
+  ASSERT_TRUE(priv && a && b);
+  auto ch = BufferChannel::Create(*a, 4);
+  ASSERT_TRUE(ch.ok());
+  EXPECT_EQ(BufferChannel::Join(*priv, (*ch)->memory_fd(), (*ch)->event_fd())
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto wrong = BufferChannel::Join(*b, (*ch)->memory_fd(), (*ch)->event_fd());
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(BufferChannel::Join(*a, (*ch)->memory_fd(), (*ch)->event_fd())
+                  .ok());
+}
+
+// ---- Across processes (a shared pool) ----
+
+// A forked child joins the pool and two channels; buffers go both ways,
+// stamped by each side; at the end every buffer is back.
+TEST(BufferChannelProcessTest, ForkedChildHandsBuffersBothWays) {
+  constexpr size_t kCount = 128;
+  auto pool = MakePool(true, kCount);
+  ASSERT_NE(pool, nullptr);
+  auto to_child = BufferChannel::Create(*pool, 16);
+  auto to_parent = BufferChannel::Create(*pool, 16);
+  ASSERT_TRUE(to_child.ok() && to_parent.ok());
+  constexpr uint64_t kRounds = 5000;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int code = 0;
+    {
+      auto joined = BufferPool::Join(pool->shared_fd());
+      if (!joined.ok()) _exit(2);
+      auto in = BufferChannel::Join(**joined, (*to_child)->memory_fd(),
+                                    (*to_child)->event_fd());
+      auto out = BufferChannel::Join(**joined, (*to_parent)->memory_fd(),
+                                     (*to_parent)->event_fd());
+      if (!in.ok() || !out.ok()) _exit(3);
+      for (uint64_t i = 0; i < kRounds && code == 0; ++i) {
+        auto b = (*in)->Receive(absl::Seconds(20));
+        if (!b.ok()) { code = 4; break; }
+        if (!Stamped(*b, i << 20)) { code = 5; break; }
+        Stamp(*b, (i << 20) + 7);  // answered in the same buffer
+        Buffer mine = (*joined)->TryAcquire();  // and one of the child's
+        if (!mine) { code = 6; break; }
+        Stamp(mine, (i << 20) + 9);
+        if (!(*out)->Send(*std::move(b)).ok()) { code = 7; break; }
+        absl::Status s;
+        while ((s = (*out)->Send(std::move(mine))).code() ==
+               absl::StatusCode::kResourceExhausted) {
+          sched_yield();
+        }
+        if (!s.ok()) code = 8;
+      }
+      if ((*joined)->Stats().in_use != 0) code = 9;
+    }
+    _exit(code);
+  }
+  BufferChannel& out = **to_child;
+  BufferChannel& in = **to_parent;
+  for (uint64_t i = 0; i < kRounds; ++i) {
+    Buffer b = pool->TryAcquire();
+    ASSERT_TRUE(b);
+    Stamp(b, i << 20);
+    ASSERT_TRUE(out.Send(std::move(b)).ok());
+    for (uint64_t want : {uint64_t{7}, uint64_t{9}}) {
+      auto back = in.Receive(absl::Seconds(20));
+      ASSERT_TRUE(back.ok()) << back.status() << " at round " << i;
+      ASSERT_TRUE(Stamped(*back, (i << 20) + want)) << "round " << i;
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  pool->ReclaimDead();
+  EXPECT_EQ(in.Stats().refused, 0u);
+  EXPECT_EQ(CountFree(*pool), kCount);
+}
+
+// A child holding buffers, with tokens in flight both ways, is killed with
+// SIGKILL: after ReclaimDead() every buffer is back, the tokens it sent are
+// refused (stale) and skipped, and those sent to it are received again.
+TEST(BufferChannelProcessTest, KilledPeerWithTokensInFlightLosesNothing) {
+  constexpr size_t kCount = 64;
+  auto pool = MakePool(true, kCount);
+  ASSERT_NE(pool, nullptr);
+  auto to_child = BufferChannel::Create(*pool, 16);
+  auto to_parent = BufferChannel::Create(*pool, 16);
+  ASSERT_TRUE(to_child.ok() && to_parent.ok());
+  // The parent sends 8; the child imports 3 of them and keeps them.
+  for (int i = 0; i < 8; ++i) {
+    Buffer b = pool->TryAcquire();
+    Stamp(b, 1000 + i);
+    ASSERT_TRUE((*to_child)->Send(std::move(b)).ok());
+  }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto joined = BufferPool::Join(pool->shared_fd());
+    if (!joined.ok()) _exit(2);
+    auto in = BufferChannel::Join(**joined, (*to_child)->memory_fd(),
+                                  (*to_child)->event_fd());
+    auto out = BufferChannel::Join(**joined, (*to_parent)->memory_fd(),
+                                   (*to_parent)->event_fd());
+    if (!in.ok() || !out.ok()) _exit(3);
+    std::vector<Buffer> held;
+    for (int i = 0; i < 3; ++i) held.push_back((*in)->TryReceive());
+    for (int i = 0; i < 5; ++i) held.push_back((*joined)->TryAcquire());
+    for (int i = 0; i < 6; ++i) {  // 6 tokens in flight to the parent
+      if (!(*out)->Send((*joined)->TryAcquire()).ok()) _exit(4);
+    }
+    for (const Buffer& b : held) {
+      if (!b) _exit(5);
+    }
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(6);
+    pause();
+    _exit(7);
+  }
+  close(ready[1]);
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const size_t reclaimed = pool->ReclaimDead();
+  // 3 imported + 5 acquired + 6 exported by the child, at least (its caches
+  // and depot share may hold more).
+  EXPECT_GE(reclaimed, 14u);
+  EXPECT_EQ(pool->ReclaimDead(), 0u);  // twice is harmless
+  // The 6 the child sent are stale now: skipped and counted.
+  EXPECT_FALSE((*to_parent)->TryReceive());
+  EXPECT_EQ((*to_parent)->Stats().refused, 6u);
+  // Of the 8 sent to the child, the 5 it did not import come back here.
+  size_t stamped = 0;
+  for (Buffer b; (b = (*to_child)->TryReceive());) {
+    EXPECT_TRUE(Stamped(b, 1003 + stamped));
+    ++stamped;
+  }
+  EXPECT_EQ(stamped, 5u);
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_EQ(CountFree(*pool), kCount);
 }
 
 }  // namespace
