@@ -8,13 +8,17 @@
 // each way) and a socket pair, forks a child that joins the pool and the
 // channels, and pins itself to CPU A and the child to CPU B
 // (sched_setaffinity; default the first two CPUs it may run on). Each round
-// runs both contenders, `--iters` round trips each after a warm-up, the
-// order alternating from round to round:
+// runs every contender, `--iters` round trips each after a warm-up, the
+// order rotating from round to round:
 //
 //   channel   the parent writes the round trip's number into the buffer's
 //             first word and Send()s it; the child TryReceive()s in a busy
 //             loop, checks the word, writes it + 1 and sends the same
 //             buffer back; the parent busy polls for it and checks.
+//   ring      the floor under the channel: the same ping-pong of 8-byte
+//             tokens through the same kind of ring (src/pool/token_ring.h)
+//             with no pool behind it (no Export/Import, no buffer touched):
+//             what the ownership ledger adds is channel - ring.
 //   socket    the parent write()s 4 KiB (the number in its first word); the
 //             child read()s all 4 KiB, checks, and writes 4 KiB back; the
 //             parent reads them and checks. Blocking descriptors, as a
@@ -24,6 +28,7 @@
 // half a round trip. Prints one JSON line per round:
 //   {"contender": "channel_handoff", "channel_oneway_p50_ns": ...,
 //    "channel_oneway_p99_ns": ..., "socket_oneway_p50_ns": ...,
+//    "ring_oneway_p50_ns": ..., "ring_oneway_p99_ns": ...,
 //    "socket_oneway_p99_ns": ..., "socket_vs_channel_p50": ...}
 // and a summary on stderr. tools/bench runs it; tools/bench_report.py turns
 // the lines into goal rows.
@@ -45,6 +50,7 @@
 
 #include "bufpool/buffer_pool.h"
 #include "bufpool/channel.h"
+#include "pool/token_ring.h"
 
 namespace {
 
@@ -112,6 +118,20 @@ void ChildChannel(BufferChannel& in, BufferChannel& out, int n) {
   }
 }
 
+void ChildRing(bufpool::internal::TokenRing& in,
+               bufpool::internal::TokenRing& out, int n) {
+  for (int i = 0; i < n; ++i) {
+    uint64_t token;
+    while (!in.Front(&token)) {
+    }
+    in.Pop();
+    if (token != static_cast<uint64_t>(i)) Die("ring: wrong token");
+    while (!out.HasRoom()) {
+    }
+    out.Push(token + 1);
+  }
+}
+
 void ChildSocket(int fd, int n) {
   alignas(64) static char buf[kBytes];
   for (int i = 0; i < n; ++i) {
@@ -141,6 +161,27 @@ std::vector<double> ParentChannel(BufferPool& pool, BufferChannel& out,
     b = Spin(in);
     const Clock::time_point t1 = Clock::now();
     if (Word(b) != static_cast<uint64_t>(i) + 1) Die("channel: wrong reply");
+    if (i >= kWarmup) {
+      rtt.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+    }
+  }
+  return rtt;
+}
+
+std::vector<double> ParentRing(bufpool::internal::TokenRing& out,
+                               bufpool::internal::TokenRing& in, int n) {
+  std::vector<double> rtt;
+  rtt.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    if (!out.HasRoom()) Die("ring: full");
+    out.Push(i);
+    uint64_t token;
+    while (!in.Front(&token)) {
+    }
+    in.Pop();
+    const Clock::time_point t1 = Clock::now();
+    if (token != static_cast<uint64_t>(i) + 1) Die("ring: wrong reply");
     if (i >= kWarmup) {
       rtt.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
     }
@@ -223,6 +264,10 @@ int main(int argc, char** argv) {
   if (!to_child.ok() || !to_parent.ok()) Die("channels: create failed");
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) Die("socketpair");
+  constexpr bufpool::internal::RingIdentity kRingId{.buffer_size = 1};
+  auto ring_to_child = bufpool::internal::TokenRing::Create(64, kRingId);
+  auto ring_to_parent = bufpool::internal::TokenRing::Create(64, kRingId);
+  if (!ring_to_child.ok() || !ring_to_parent.ok()) Die("rings: create failed");
 
   const pid_t pid = fork();
   if (pid < 0) Die("fork");
@@ -236,12 +281,24 @@ int main(int argc, char** argv) {
     auto out = BufferChannel::Join(**joined, (*to_parent)->memory_fd(),
                                    (*to_parent)->event_fd());
     if (!in.ok() || !out.ok()) Die("child: joining the channels failed");
+    auto ring_in = bufpool::internal::TokenRing::Join(
+        (*ring_to_child)->memory_fd(), (*ring_to_child)->event_fd(), kRingId);
+    auto ring_out = bufpool::internal::TokenRing::Join(
+        (*ring_to_parent)->memory_fd(), (*ring_to_parent)->event_fd(),
+        kRingId);
+    if (!ring_in.ok() || !ring_out.ok()) Die("child: joining the rings failed");
     for (int r = 0; r < rounds; ++r) {
-      for (int k = 0; k < 2; ++k) {
-        if ((k == 0) == (r % 2 == 0)) {
-          ChildChannel(**in, **out, total);
-        } else {
-          ChildSocket(sv[1], total);
+      for (int k = 0; k < 3; ++k) {
+        switch ((r + k) % 3) {
+          case 0:
+            ChildChannel(**in, **out, total);
+            break;
+          case 1:
+            ChildRing(**ring_in, **ring_out, total);
+            break;
+          case 2:
+            ChildSocket(sv[1], total);
+            break;
         }
       }
     }
@@ -257,28 +314,37 @@ int main(int argc, char** argv) {
                "trips a contender a round, %d rounds; one-way = RTT / 2\n",
                cpu_a, cpu_b, iters, rounds);
   for (int r = 0; r < rounds; ++r) {
-    std::vector<double> ch, so;
-    for (int k = 0; k < 2; ++k) {
-      if ((k == 0) == (r % 2 == 0)) {
-        ch = ParentChannel(**pool, **to_child, **to_parent, total);
-      } else {
-        so = ParentSocket(sv[0], total);
+    std::vector<double> ch, ring, so;
+    for (int k = 0; k < 3; ++k) {
+      switch ((r + k) % 3) {
+        case 0:
+          ch = ParentChannel(**pool, **to_child, **to_parent, total);
+          break;
+        case 1:
+          ring = ParentRing(**ring_to_child, **ring_to_parent, total);
+          break;
+        case 2:
+          so = ParentSocket(sv[0], total);
+          break;
       }
     }
     const double c50 = Percentile(ch, 0.5) / 2, c99 = Percentile(ch, 0.99) / 2;
+    const double r50 = Percentile(ring, 0.5) / 2,
+                 r99 = Percentile(ring, 0.99) / 2;
     const double s50 = Percentile(so, 0.5) / 2, s99 = Percentile(so, 0.99) / 2;
     std::printf(
         "{\"contender\": \"channel_handoff\", \"channel_oneway_p50_ns\": "
-        "%.1f, \"channel_oneway_p99_ns\": %.1f, \"socket_oneway_p50_ns\": "
+        "%.1f, \"channel_oneway_p99_ns\": %.1f, \"ring_oneway_p50_ns\": "
+        "%.1f, \"ring_oneway_p99_ns\": %.1f, \"socket_oneway_p50_ns\": "
         "%.1f, \"socket_oneway_p99_ns\": %.1f, \"socket_vs_channel_p50\": "
         "%.2f}\n",
-        c50, c99, s50, s99, s50 / c50);
+        c50, c99, r50, r99, s50, s99, s50 / c50);
     std::fflush(stdout);
     std::fprintf(stderr,
-                 "round %d: channel one-way p50 %.0f ns p99 %.0f ns | socket "
-                 "pair one-way p50 %.0f ns p99 %.0f ns | socket/channel p50 "
-                 "%.1fx\n",
-                 r + 1, c50, c99, s50, s99, s50 / c50);
+                 "round %d: channel one-way p50 %.0f ns p99 %.0f ns | raw "
+                 "ring p50 %.0f ns p99 %.0f ns | socket pair p50 %.0f ns p99 "
+                 "%.0f ns | socket/channel p50 %.1fx\n",
+                 r + 1, c50, c99, r50, r99, s50, s99, s50 / c50);
   }
   int status = 0;
   if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||

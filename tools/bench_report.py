@@ -816,6 +816,8 @@ def channel_goals(c):
              None, True),
         goal("channel: >= 10x faster than 4 KiB over a Unix socket pair "
              "(p50 ratio)", C("socket_vs_channel_p50"), 10, False),
+        goal("channel: its floor, the bare token ring without the pool, "
+             "one-way p50 (ns)", C("ring_oneway_p50_ns"), None, True),
         goal("channel: the socket pair, one-way p50 (ns)",
              C("socket_oneway_p50_ns"), None, True),
     ] if x]
