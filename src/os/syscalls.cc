@@ -53,6 +53,12 @@ int RealSocket(int domain, int type, int protocol) {
 int RealSocketPair(int domain, int type, int protocol, int fds[2]) {
   return ::socketpair(domain, type | SOCK_CLOEXEC, protocol, fds);
 }
+int RealMemfdCreate(const char* name, unsigned flags) {
+  return ::memfd_create(name, flags | MFD_CLOEXEC);
+}
+int RealFcntlLock(int fd, int cmd, struct flock* lock) {
+  return ::fcntl(fd, cmd, lock);
+}
 constexpr SyscallTable kReal = {
     .open = RealOpen,
     .close = ::close,
@@ -115,6 +121,9 @@ constexpr SyscallTable kReal = {
     .munlock = ::munlock,
     .sched_getcpu = ::sched_getcpu,
     .membarrier = RealMembarrier,
+    .memfd_create = RealMemfdCreate,
+    .fcntl_lock = RealFcntlLock,
+    .getpid = ::getpid,
 };
 
 // Relaxed: tables are installed before the threads that use them start

@@ -20,6 +20,7 @@
 #define BUFPOOL_SRC_OS_SYSCALLS_H_
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -120,6 +121,13 @@ struct SyscallTable {
   // membarrier(2): returns what the system call returns (-1 and errno on
   // failure).
   long (*membarrier)(int cmd, unsigned flags, int cpu);
+
+  // ---- Shared pools (the memfd, its locks, the process) ----
+  // memfd_create(2), MFD_CLOEXEC added.
+  int (*memfd_create)(const char* name, unsigned flags);
+  // fcntl with a struct flock argument (F_OFD_SETLK, F_OFD_GETLK).
+  int (*fcntl_lock)(int fd, int cmd, struct flock* lock);
+  pid_t (*getpid)();
 };
 
 // The real system calls.
