@@ -57,6 +57,9 @@ int RealSocketPair(int domain, int type, int protocol, int fds[2]) {
 int RealMemfdCreate(const char* name, unsigned flags) {
   return ::memfd_create(name, flags | MFD_CLOEXEC);
 }
+int RealFcntlLock(int fd, int cmd, struct flock* lock) {
+  return ::fcntl(fd, cmd, lock);
+}
 int RealFutexWait(uint32_t* word, uint32_t expected, const timespec* timeout) {
   return static_cast<int>(
       ::syscall(SYS_futex, word, FUTEX_WAIT, expected, timeout, nullptr, 0));
@@ -128,6 +131,8 @@ constexpr SyscallTable kReal = {
     .sched_getcpu = ::sched_getcpu,
     .membarrier = RealMembarrier,
     .memfd_create = RealMemfdCreate,
+    .fcntl_lock = RealFcntlLock,
+    .getpid = ::getpid,
     .futex_wait = RealFutexWait,
     .futex_wake = RealFutexWake,
 };

@@ -20,6 +20,7 @@
 #define BUFPOOL_SRC_OS_SYSCALLS_H_
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -122,9 +123,14 @@ struct SyscallTable {
   // failure).
   long (*membarrier)(int cmd, unsigned flags, int cpu);
 
-  // ---- Memory shared between processes, and waking them (channels) ----
-  // memfd_create(2); the seam adds MFD_CLOEXEC.
+  // ---- Shared pools (the memfd, its locks, the process) ----
+  // memfd_create(2), MFD_CLOEXEC added.
   int (*memfd_create)(const char* name, unsigned flags);
+  // fcntl with a struct flock argument (F_OFD_SETLK, F_OFD_GETLK).
+  int (*fcntl_lock)(int fd, int cmd, struct flock* lock);
+  pid_t (*getpid)();
+
+  // ---- Waking a process that waits on shared memory (channels) ----
   // futex(2) FUTEX_WAIT on a word that may be shared between processes
   // (not FUTEX_PRIVATE_FLAG): sleeps while *word == expected, at most
   // `timeout` (relative; nullptr: no limit). 0 when woken; -1 with errno

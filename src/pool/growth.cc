@@ -472,7 +472,9 @@ uint32_t PoolAccess::GrowAndTake(BufferPool& p, uint32_t* reshelved,
                                  absl::Status* error) {
   SharedState& s = S(p);
   Growth* const g = s.growth.get();
-  if (g == nullptr) return BufferPool::kNoSlot;
+  if (g == nullptr) {  // a fixed pool; a shared one takes a batch
+    return s.xproc != nullptr ? SharedTake(p, reshelved) : BufferPool::kNoSlot;
+  }
   // "Exhaustion": `trimming` before the depot.
   const bool trimming = g->trimming.load(std::memory_order_seq_cst);
   uint32_t slot = TakeFromDepot(p, reshelved);
