@@ -233,10 +233,15 @@ void TokenRing::Wake() {
 bool TokenRing::Front(uint64_t* token) {
   // Relaxed: only this receiver writes head.
   const uint64_t head = layout_->head.load(std::memory_order_relaxed);
-  if (head == cached_tail_) {
+  // >=, not ==: the copy may be older than head itself when another
+  // receiver (another process, or another object on this ring) took tokens
+  // since this one last looked.
+  if (head >= cached_tail_) {
     // Acquire: pairs with Push()'s release, so the slot is written.
     cached_tail_ = layout_->tail.load(std::memory_order_acquire);
-    if (head == cached_tail_) return false;
+    // A head past tail is only possible in a ring written with nonsense:
+    // empty.
+    if (head >= cached_tail_) return false;
   }
   *token = layout_->slots[head & mask_].load(std::memory_order_relaxed);
   return true;

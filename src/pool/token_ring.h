@@ -21,8 +21,11 @@
 //   tail and head only grow (64-bit: they never wrap in practice), so a
 //   stale copy of either is a conservative one: a sender that read an old
 //   head sees less room, a receiver that read an old tail sees fewer
-//   tokens. Each process keeps such copies (cached_head_, cached_tail_) and
-//   reloads the shared index only when its copy says full or empty.
+//   tokens. Each object keeps such copies (cached_head_, cached_tail_) and
+//   reloads the shared index only when its copy says full or empty. The
+//   roles may move between objects and processes (one at a time), so a
+//   receiver's copy of tail may even lag head, which other receivers
+//   advanced: "empty" is head >= the copy, never head == the copy.
 //
 // Memory ordering:
 //   Push: slot store (relaxed), tail.store(release): the receiver's
