@@ -110,6 +110,9 @@ class EchoCliTest : public testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
 
+  // The body of WorkersServeOnWhenOneIsKilledAndEveryBufferComesBack.
+  void WorkersServeOnWhenOneIsKilled(const std::string& engine);
+
   std::string dir_;
 };
 
@@ -146,10 +149,19 @@ TEST_F(EchoCliTest, ServesAndVerifiesWithBothFlagForms) {
 // client loads the server: the parent reports it and what it reclaimed,
 // the other two keep serving new clients, and at the stop every buffer of
 // the pool is free again.
+// Both engines: epoll, and uring, whose rings lend the shared pool's slots
+// to each worker's kernel ring (epoll where io_uring is unavailable).
 TEST_F(EchoCliTest, WorkersServeOnWhenOneIsKilledAndEveryBufferComesBack) {
+  for (const char* engine : {"--engine=epoll", "--engine=uring"}) {
+    SCOPED_TRACE(engine);
+    WorkersServeOnWhenOneIsKilled(engine);
+  }
+}
+
+void EchoCliTest::WorkersServeOnWhenOneIsKilled(const std::string& engine) {
   Child echo = StartChild(
       kEcho,
-      {kEcho, "--workers=3", "--engine=epoll", "--buffer-count=512",
+      {kEcho, "--workers=3", engine, "--buffer-count=512",
        "--buffer-size=4096", "--listen=127.0.0.1:0"},
       bufpool::testing_util::ChildOutput::kStdoutAndStderr);
   ASSERT_GT(echo.pid, 0);
@@ -199,7 +211,7 @@ TEST_F(EchoCliTest, WorkersServeOnWhenOneIsKilledAndEveryBufferComesBack) {
   std::string summary;
   while (!(line = ReadLine(echo.out.get())).empty()) {
     if (line.rfind("stopped: ", 0) == 0) summary = line;
-    if (line.find(" stopped: engine=epoll ") != std::string::npos) {
+    if (line.find(" stopped: engine=") != std::string::npos) {
       stopped.push_back(line);
     }
   }
