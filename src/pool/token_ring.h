@@ -39,7 +39,10 @@
 //     either the receiver's reload sees the new tail (and it does not
 //     sleep) or the sender's load sees the receiver waiting (and wakes it):
 //     no lost wake-up. A sender that sees kNone pays one fence and a load
-//     of a line nobody writes while the receiver polls.
+//     of a line nobody writes while the receiver polls. ThreadSanitizer
+//     does not model fences (-Wtsan says so): it checks the slots'
+//     publication, which the acquire/release pairs order, not the
+//     wake-ups, which only the fences order.
 //
 // Thread and process safety: one thread (in any process) may be the sender
 // at a time and one the receiver at a time; Push()/HasRoom() by the sender,
