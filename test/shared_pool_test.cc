@@ -137,6 +137,12 @@ TEST(SharedPoolTest, CreatesASealedMemfd) {
     EXPECT_EQ(pool->Stats().in_use, 64u);
   }
   EXPECT_EQ(pool->Stats().in_use, 0u);
+  {
+    // A bulk call takes batch after batch from the shared depot.
+    std::vector<Buffer> bulk(64);
+    EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(bulk)), 64u);
+    pool->ReleaseBulk(absl::MakeSpan(bulk));
+  }
   ExpectLedgerConsistent(*pool);
 }
 
