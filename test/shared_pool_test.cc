@@ -67,14 +67,13 @@ bool StampIsMine(const Buffer& b) {
 // Export and Import change no free word).
 void ExpectLedgerConsistent(BufferPool& pool) {
   ProcessShare& x = *PoolAccess::S(pool).xproc;
-  const int rc = ::pthread_mutex_lock(&x.hdr->mu);
-  if (rc == EOWNERDEAD) ::pthread_mutex_consistent(&x.hdr->mu);
-  ASSERT_NE(rc, EOWNERDEAD) << "a dead holder nobody repaired";
-  ASSERT_EQ(rc, 0);
+  // A victim killed while it held the mutex is repaired here, as by any
+  // locker.
+  PoolAccess::LockSharedState(pool);
   struct Unlock {
-    ProcessShare& x;
-    ~Unlock() { ::pthread_mutex_unlock(&x.hdr->mu); }
-  } unlock{x};
+    BufferPool& pool;
+    ~Unlock() { PoolAccess::UnlockSharedState(pool); }
+  } unlock{pool};
   const size_t n = pool.capacity();
   std::vector<int> in_depot(n, 0);
   for (uint32_t k = 0; k < x.hdr->depot_count; ++k) {
