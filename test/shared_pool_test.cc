@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "bufpool/buffer_pool.h"
+#include "bufpool/metrics.h"
 #include "gtest/gtest.h"
 #include "pool/pool_internal.h"
 
@@ -143,6 +144,24 @@ TEST(SharedPoolTest, CreatesASealedMemfd) {
     pool->ReleaseBulk(absl::MakeSpan(bulk));
   }
   ExpectLedgerConsistent(*pool);
+}
+
+TEST(SharedPoolTest, MetricsNameTheProcess) {
+  auto pool = MakeShared();
+  ASSERT_NE(pool, nullptr);
+  std::string text;
+  WriteMetrics(*pool, &text, {.name = "rx"});
+  const std::string me = "pool=\"rx\",process=\"" +
+                         std::to_string(::getpid()) + "\"";
+  EXPECT_NE(text.find("bufpool_pool_processes{" + me + "} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("bufpool_pool_reclaimed_total{" + me + "} 0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("bufpool_pool_buffers{" + me + ",state=\"in_use\"} 0"),
+            std::string::npos)
+      << text;
 }
 
 TEST(SharedPoolTest, PrivatePoolHasNoFd) {
