@@ -509,6 +509,37 @@ TEST(SharedPoolTest, SlowPathReclaimsTheDeadWhenTheDepotIsEmpty) {
   EXPECT_EQ(pool->Stats().reclaimed, 32u);
 }
 
+TEST(SharedPoolTest, AcquireWaitsForAnotherProcessToGiveBack) {
+  auto pool = MakeShared(16, 0);
+  ASSERT_NE(pool, nullptr);
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(p[0]);
+    auto joined = BufferPool::Join(pool->shared_fd());
+    if (!joined.ok()) _exit(2);
+    {
+      std::vector<Buffer> all = TakeAll(**joined);
+      if (all.size() != 16) _exit(3);
+      const char c = 'x';
+      if (::write(p[1], &c, 1) != 1) _exit(4);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    joined->reset();  // leaves: everything back to the shared depot
+    _exit(0);
+  }
+  ::close(p[1]);
+  char c;
+  ASSERT_EQ(::read(p[0], &c, 1), 1);
+  ::close(p[0]);
+  EXPECT_FALSE(pool->TryAcquire());
+  auto b = pool->Acquire(absl::Seconds(10));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(WaitExit(child), 0);
+}
+
 using SharedPoolDeathTest = ::testing::Test;
 
 TEST(SharedPoolDeathTest, ReleasingAnotherProcessesBufferNamesBoth) {
@@ -615,11 +646,10 @@ TEST(SharedPoolDeathTest, ReleasingAnotherProcessesBufferNamesBoth) {
   }
 }
 
-TEST(SharedPoolTest, KillLoopLosesNothingAndOwnsNothingTwice) {
-  size_t kills = 150;
+void KillLoop(size_t kills, size_t cache_size) {
   if (const char* n = std::getenv("BUFPOOL_KILL_LOOP")) kills = std::atoi(n);
   constexpr size_t kCount = 256;
-  auto pool = MakeShared(kCount, 16);
+  auto pool = MakeShared(kCount, cache_size);
   ASSERT_NE(pool, nullptr);
   std::mt19937 rng(59);
   std::vector<double> reclaim_us;
@@ -665,7 +695,7 @@ TEST(SharedPoolTest, KillLoopLosesNothingAndOwnsNothingTwice) {
                                .count());
     }
     EXPECT_EQ(pool->Stats().processes, 2u) << "after kill " << k;
-    if (HasFailure()) break;
+    if (::testing::Test::HasFailure()) break;
     ExpectLedgerConsistent(*pool);
   }
   ASSERT_EQ(::kill(survivor, 0), 0) << "the survivor died";
@@ -694,6 +724,14 @@ TEST(SharedPoolTest, KillLoopLosesNothingAndOwnsNothingTwice) {
                 reclaim_us.back());
   }
 }
+
+TEST(SharedPoolTest, KillLoopLosesNothingAndOwnsNothingTwice) {
+  KillLoop(150, 16);
+}
+
+// Caches off: every release reaches the process's depot, and batches go
+// back to the shared one from there.
+TEST(SharedPoolTest, KillLoopWithCachesOff) { KillLoop(50, 0); }
 
 // Threads of one process on a shared pool (the paths ThreadSanitizer can
 // see): acquire, release, export and import between threads.
