@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "bufpool/buffer_pool.h"
+#include "bufpool/metrics.h"
 #include "gtest/gtest.h"
 #include "pool/pool_internal.h"
 
@@ -67,14 +68,13 @@ bool StampIsMine(const Buffer& b) {
 // Export and Import change no free word).
 void ExpectLedgerConsistent(BufferPool& pool) {
   ProcessShare& x = *PoolAccess::S(pool).xproc;
-  const int rc = ::pthread_mutex_lock(&x.hdr->mu);
-  if (rc == EOWNERDEAD) ::pthread_mutex_consistent(&x.hdr->mu);
-  ASSERT_NE(rc, EOWNERDEAD) << "a dead holder nobody repaired";
-  ASSERT_EQ(rc, 0);
+  // A victim killed while it held the mutex is repaired here, as by any
+  // locker.
+  PoolAccess::LockSharedState(pool);
   struct Unlock {
-    ProcessShare& x;
-    ~Unlock() { ::pthread_mutex_unlock(&x.hdr->mu); }
-  } unlock{x};
+    BufferPool& pool;
+    ~Unlock() { PoolAccess::UnlockSharedState(pool); }
+  } unlock{pool};
   const size_t n = pool.capacity();
   std::vector<int> in_depot(n, 0);
   for (uint32_t k = 0; k < x.hdr->depot_count; ++k) {
@@ -137,7 +137,31 @@ TEST(SharedPoolTest, CreatesASealedMemfd) {
     EXPECT_EQ(pool->Stats().in_use, 64u);
   }
   EXPECT_EQ(pool->Stats().in_use, 0u);
+  {
+    // A bulk call takes batch after batch from the shared depot.
+    std::vector<Buffer> bulk(64);
+    EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(bulk)), 64u);
+    pool->ReleaseBulk(absl::MakeSpan(bulk));
+  }
   ExpectLedgerConsistent(*pool);
+}
+
+TEST(SharedPoolTest, MetricsNameTheProcess) {
+  auto pool = MakeShared();
+  ASSERT_NE(pool, nullptr);
+  std::string text;
+  WriteMetrics(*pool, &text, {.name = "rx"});
+  const std::string me = "pool=\"rx\",process=\"" +
+                         std::to_string(::getpid()) + "\"";
+  EXPECT_NE(text.find("bufpool_pool_processes{" + me + "} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("bufpool_pool_reclaimed_total{" + me + "} 0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("bufpool_pool_buffers{" + me + ",state=\"in_use\"} 0"),
+            std::string::npos)
+      << text;
 }
 
 TEST(SharedPoolTest, PrivatePoolHasNoFd) {
@@ -485,6 +509,37 @@ TEST(SharedPoolTest, SlowPathReclaimsTheDeadWhenTheDepotIsEmpty) {
   EXPECT_EQ(pool->Stats().reclaimed, 32u);
 }
 
+TEST(SharedPoolTest, AcquireWaitsForAnotherProcessToGiveBack) {
+  auto pool = MakeShared(16, 0);
+  ASSERT_NE(pool, nullptr);
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(p[0]);
+    auto joined = BufferPool::Join(pool->shared_fd());
+    if (!joined.ok()) _exit(2);
+    {
+      std::vector<Buffer> all = TakeAll(**joined);
+      if (all.size() != 16) _exit(3);
+      const char c = 'x';
+      if (::write(p[1], &c, 1) != 1) _exit(4);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    joined->reset();  // leaves: everything back to the shared depot
+    _exit(0);
+  }
+  ::close(p[1]);
+  char c;
+  ASSERT_EQ(::read(p[0], &c, 1), 1);
+  ::close(p[0]);
+  EXPECT_FALSE(pool->TryAcquire());
+  auto b = pool->Acquire(absl::Seconds(10));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(WaitExit(child), 0);
+}
+
 using SharedPoolDeathTest = ::testing::Test;
 
 TEST(SharedPoolDeathTest, ReleasingAnotherProcessesBufferNamesBoth) {
@@ -591,11 +646,10 @@ TEST(SharedPoolDeathTest, ReleasingAnotherProcessesBufferNamesBoth) {
   }
 }
 
-TEST(SharedPoolTest, KillLoopLosesNothingAndOwnsNothingTwice) {
-  size_t kills = 150;
+void KillLoop(size_t kills, size_t cache_size) {
   if (const char* n = std::getenv("BUFPOOL_KILL_LOOP")) kills = std::atoi(n);
   constexpr size_t kCount = 256;
-  auto pool = MakeShared(kCount, 16);
+  auto pool = MakeShared(kCount, cache_size);
   ASSERT_NE(pool, nullptr);
   std::mt19937 rng(59);
   std::vector<double> reclaim_us;
@@ -641,7 +695,7 @@ TEST(SharedPoolTest, KillLoopLosesNothingAndOwnsNothingTwice) {
                                .count());
     }
     EXPECT_EQ(pool->Stats().processes, 2u) << "after kill " << k;
-    if (HasFailure()) break;
+    if (::testing::Test::HasFailure()) break;
     ExpectLedgerConsistent(*pool);
   }
   ASSERT_EQ(::kill(survivor, 0), 0) << "the survivor died";
@@ -670,6 +724,14 @@ TEST(SharedPoolTest, KillLoopLosesNothingAndOwnsNothingTwice) {
                 reclaim_us.back());
   }
 }
+
+TEST(SharedPoolTest, KillLoopLosesNothingAndOwnsNothingTwice) {
+  KillLoop(150, 16);
+}
+
+// Caches off: every release reaches the process's depot, and batches go
+// back to the shared one from there.
+TEST(SharedPoolTest, KillLoopWithCachesOff) { KillLoop(50, 0); }
 
 // Threads of one process on a shared pool (the paths ThreadSanitizer can
 // see): acquire, release, export and import between threads.

@@ -160,9 +160,12 @@
 //   * fork(): a child of a process with a shared pool must Join() the pool
 //     (the parent's shared_fd() is inherited) and must not use the
 //     parent's BufferPool object, whose caches and buffers the parent owns:
-//     every call on it in the child that leaves the inline hit path aborts
-//     (the child's copies of its caches are emptied at the fork, so the
-//     first call does), and destroying it there only unmaps it.
+//     the fork turns the child's copy's inline paths off, so every call on
+//     it there aborts with a message that says to Join, and destroying it
+//     there only unmaps it.
+//   * A process must not close the pool's descriptors behind its back (a
+//     closefrom() or a loop over /proc/self/fd): its liveness lock would
+//     go, it would look dead, and what it holds would be reclaimed.
 //   * Huge pages: the memfd's pages are what shmem gives (transparent huge
 //     pages where /sys/kernel/mm/transparent_hugepage/shmem_enabled allows
 //     them; huge_pages() reports false); kRequire is refused.

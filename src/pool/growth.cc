@@ -473,7 +473,10 @@ uint32_t PoolAccess::GrowAndTake(BufferPool& p, uint32_t* reshelved,
   SharedState& s = S(p);
   Growth* const g = s.growth.get();
   if (g == nullptr) {  // a fixed pool; a shared one takes a batch
-    return s.xproc != nullptr ? SharedTake(p, reshelved) : BufferPool::kNoSlot;
+    if (s.xproc == nullptr) return BufferPool::kNoSlot;
+    // What an earlier batch left in the depot first (a bulk call's loop).
+    const uint32_t slot = TakeFromDepot(p, reshelved);
+    return slot != BufferPool::kNoSlot ? slot : SharedTake(p, reshelved);
   }
   // "Exhaustion": `trimming` before the depot.
   const bool trimming = g->trimming.load(std::memory_order_seq_cst);

@@ -540,6 +540,11 @@ struct PoolAccess {
   // back to the shared depot and the process out of the table (nothing in
   // a fork() child but the descriptors).
   static void SharedLeave(BufferPool& p);
+  // The shared mutex, held across a caller's look at the shared state
+  // (tests: the ledger's invariants); the lock repairs after a dead holder
+  // as every locker does.
+  static void LockSharedState(BufferPool& p);
+  static void UnlockSharedState(BufferPool& p);
   // Live entries in the process table (dead ones not yet reclaimed
   // count), for Stats().
   static size_t SharedProcesses(const BufferPool& p);

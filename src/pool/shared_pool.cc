@@ -197,20 +197,23 @@ void Repair(ProcessShare& x) {
   h.repairs.fetch_add(1, std::memory_order_relaxed);
 }
 
-// The shared mutex for a scope; repairs after a dead holder (EOWNERDEAD).
+// Takes the shared mutex; repairs after a dead holder (EOWNERDEAD).
+void LockShared(ProcessShare& x) {
+  const int rc = ::pthread_mutex_lock(&x.hdr->mu);
+  if (rc == EOWNERDEAD) {
+    Repair(x);
+    ::pthread_mutex_consistent(&x.hdr->mu);
+  } else if (rc != 0) {
+    std::fprintf(stderr, "bufpool: shared pool's mutex: %s\n",
+                 std::strerror(rc));
+    std::abort();
+  }
+}
+
+// The shared mutex for a scope.
 class SharedLock {
  public:
-  explicit SharedLock(ProcessShare& x) : x_(x) {
-    const int rc = ::pthread_mutex_lock(&x_.hdr->mu);
-    if (rc == EOWNERDEAD) {
-      Repair(x_);
-      ::pthread_mutex_consistent(&x_.hdr->mu);
-    } else if (rc != 0) {
-      std::fprintf(stderr, "bufpool: shared pool's mutex: %s\n",
-                   std::strerror(rc));
-      std::abort();
-    }
-  }
+  explicit SharedLock(ProcessShare& x) : x_(x) { LockShared(x_); }
   ~SharedLock() { ::pthread_mutex_unlock(&x_.hdr->mu); }
   SharedLock(const SharedLock&) = delete;
   SharedLock& operator=(const SharedLock&) = delete;
@@ -796,6 +799,12 @@ std::string PoolAccess::OwnerNote(const BufferPool& p, uint32_t slot) {
       return absl::StrCat("; ", me,
                           ", but the shared pool's ledger says it is free");
   }
+}
+
+void PoolAccess::LockSharedState(BufferPool& p) { LockShared(*S(p).xproc); }
+
+void PoolAccess::UnlockSharedState(BufferPool& p) {
+  ::pthread_mutex_unlock(&S(p).xproc->hdr->mu);
 }
 
 size_t PoolAccess::SharedProcesses(const BufferPool& p) {
