@@ -125,7 +125,7 @@ void ExpectRelayed(int fd, int who) {
 TEST(ChannelUringTest, TwoProcessesRelayEachOthersReceivesWithoutACopy) {
   PoolOptions po;
   po.buffer_size = kBufferSize;
-  po.buffer_count = 1024;
+  po.buffer_count = 256;
   po.shared = true;
   auto pool = BufferPool::Create(po);
   ASSERT_TRUE(pool.ok()) << pool.status();
