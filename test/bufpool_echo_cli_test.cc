@@ -145,6 +145,21 @@ TEST_F(EchoCliTest, ServesAndVerifiesWithBothFlagForms) {
   }
 }
 
+// TCP sockets listening on `port` now (/proc/net/tcp, state 0A).
+int ListenersOn(int port) {
+  std::ifstream tcp("/proc/net/tcp");
+  char want[16];
+  std::snprintf(want, sizeof(want), ":%04X ", port);
+  int n = 0;
+  for (std::string line; std::getline(tcp, line);) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    if ((local + " ").find(want) != std::string::npos && state == "0A") ++n;
+  }
+  return n;
+}
+
 // --workers: three workers on one shared pool; one killed with -9 while a
 // client loads the server: the parent reports it and what it reclaimed,
 // the other two keep serving new clients, and at the stop every buffer of
@@ -195,7 +210,16 @@ void EchoCliTest::WorkersServeOnWhenOneIsKilled(const std::string& engine) {
   kill(load.pid, SIGKILL);
   load.Wait();
 
-  // New clients are served by the two left, every byte checked.
+  // The dead worker's listener goes when the kernel has torn down what the
+  // process held (an io_uring ring's teardown runs after the process is
+  // gone, and it holds the listener until then); connections the kernel
+  // hands that listener meanwhile are reset. Then new clients are served
+  // by the two left, every byte checked.
+  const int port = std::atoi(address.c_str() + address.rfind(':') + 1);
+  for (int i = 0; i < 500 && ListenersOn(port) != 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(ListenersOn(port), 2);
   for (int i = 0; i < 3; ++i) {
     Result r = Run(kLoad, {"--target=" + address, "--connections=8",
                            "--messages=50", "--size=1:20000", "--seed=7"});
