@@ -19,6 +19,11 @@
 //             tokens through the same kind of ring (src/pool/token_ring.h)
 //             with no pool behind it (no Export/Import, no buffer touched):
 //             what the ownership ledger adds is channel - ring.
+//   line      the floor of any hand-off between the two CPUs: the same
+//             ping-pong on one 8-byte word in shared memory (one cache
+//             line each way). On a VM it moves with where the host places
+//             the two vCPUs; channel / line says how far above the floor
+//             the channel is, whatever the machine.
 //   socket    the parent write()s 4 KiB (the number in its first word); the
 //             child read()s all 4 KiB, checks, and writes 4 KiB back; the
 //             parent reads them and checks. Blocking descriptors, as a
@@ -29,15 +34,18 @@
 //   {"contender": "channel_handoff", "channel_oneway_p50_ns": ...,
 //    "channel_oneway_p99_ns": ..., "socket_oneway_p50_ns": ...,
 //    "ring_oneway_p50_ns": ..., "ring_oneway_p99_ns": ...,
+//    "line_oneway_p50_ns": ..., "channel_vs_line_p50": ...,
 //    "socket_oneway_p99_ns": ..., "socket_vs_channel_p50": ...}
 // and a summary on stderr. tools/bench runs it; tools/bench_report.py turns
 // the lines into goal rows.
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -132,6 +140,23 @@ void ChildRing(bufpool::internal::TokenRing& in,
   }
 }
 
+// The one-line floor: the parent stores i in `ping`, the child answers in
+// `pong` (its own line).
+struct alignas(128) Line {
+  std::atomic<uint64_t> word{0};
+};
+
+// Run `run` uses the values run * n + 1 .. (run + 1) * n, so no side
+// ever resets a word the other may still be waiting to see.
+void ChildLine(Line* ping, Line* pong, int n, int run) {
+  const uint64_t base = static_cast<uint64_t>(run) * n;
+  for (uint64_t i = base + 1; i <= base + n; ++i) {
+    while (ping->word.load(std::memory_order_acquire) != i) {
+    }
+    pong->word.store(i, std::memory_order_release);
+  }
+}
+
 void ChildSocket(int fd, int n) {
   alignas(64) static char buf[kBytes];
   for (int i = 0; i < n; ++i) {
@@ -183,6 +208,23 @@ std::vector<double> ParentRing(bufpool::internal::TokenRing& out,
     const Clock::time_point t1 = Clock::now();
     if (token != static_cast<uint64_t>(i) + 1) Die("ring: wrong reply");
     if (i >= kWarmup) {
+      rtt.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+    }
+  }
+  return rtt;
+}
+
+std::vector<double> ParentLine(Line* ping, Line* pong, int n, int run) {
+  std::vector<double> rtt;
+  rtt.reserve(n);
+  const uint64_t base = static_cast<uint64_t>(run) * n;
+  for (uint64_t i = base + 1; i <= base + n; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    ping->word.store(i, std::memory_order_release);
+    while (pong->word.load(std::memory_order_acquire) != i) {
+    }
+    const Clock::time_point t1 = Clock::now();
+    if (i > base + kWarmup) {
       rtt.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
     }
   }
@@ -268,6 +310,11 @@ int main(int argc, char** argv) {
   auto ring_to_child = bufpool::internal::TokenRing::Create(64, kRingId);
   auto ring_to_parent = bufpool::internal::TokenRing::Create(64, kRingId);
   if (!ring_to_child.ok() || !ring_to_parent.ok()) Die("rings: create failed");
+  void* lines = mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (lines == MAP_FAILED) Die("mmap");
+  Line* ping = new (lines) Line[2];
+  Line* pong = ping + 1;
 
   const pid_t pid = fork();
   if (pid < 0) Die("fork");
@@ -288,8 +335,8 @@ int main(int argc, char** argv) {
         kRingId);
     if (!ring_in.ok() || !ring_out.ok()) Die("child: joining the rings failed");
     for (int r = 0; r < rounds; ++r) {
-      for (int k = 0; k < 3; ++k) {
-        switch ((r + k) % 3) {
+      for (int k = 0; k < 4; ++k) {
+        switch ((r + k) % 4) {
           case 0:
             ChildChannel(**in, **out, total);
             break;
@@ -298,6 +345,9 @@ int main(int argc, char** argv) {
             break;
           case 2:
             ChildSocket(sv[1], total);
+            break;
+          case 3:
+            ChildLine(ping, pong, total, r);
             break;
         }
       }
@@ -314,9 +364,12 @@ int main(int argc, char** argv) {
                "trips a contender a round, %d rounds; one-way = RTT / 2\n",
                cpu_a, cpu_b, iters, rounds);
   for (int r = 0; r < rounds; ++r) {
-    std::vector<double> ch, ring, so;
-    for (int k = 0; k < 3; ++k) {
-      switch ((r + k) % 3) {
+    std::vector<double> ch, ring, so, line;
+    for (int k = 0; k < 4; ++k) {
+      switch ((r + k) % 4) {
+        case 3:
+          line = ParentLine(ping, pong, total, r);
+          break;
         case 0:
           ch = ParentChannel(**pool, **to_child, **to_parent, total);
           break;
@@ -332,19 +385,22 @@ int main(int argc, char** argv) {
     const double r50 = Percentile(ring, 0.5) / 2,
                  r99 = Percentile(ring, 0.99) / 2;
     const double s50 = Percentile(so, 0.5) / 2, s99 = Percentile(so, 0.99) / 2;
+    const double l50 = Percentile(line, 0.5) / 2;
     std::printf(
         "{\"contender\": \"channel_handoff\", \"channel_oneway_p50_ns\": "
         "%.1f, \"channel_oneway_p99_ns\": %.1f, \"ring_oneway_p50_ns\": "
-        "%.1f, \"ring_oneway_p99_ns\": %.1f, \"socket_oneway_p50_ns\": "
+        "%.1f, \"ring_oneway_p99_ns\": %.1f, \"line_oneway_p50_ns\": %.1f, "
+        "\"channel_vs_line_p50\": %.2f, \"socket_oneway_p50_ns\": "
         "%.1f, \"socket_oneway_p99_ns\": %.1f, \"socket_vs_channel_p50\": "
         "%.2f}\n",
-        c50, c99, r50, r99, s50, s99, s50 / c50);
+        c50, c99, r50, r99, l50, c50 / l50, s50, s99, s50 / c50);
     std::fflush(stdout);
     std::fprintf(stderr,
                  "round %d: channel one-way p50 %.0f ns p99 %.0f ns | raw "
-                 "ring p50 %.0f ns p99 %.0f ns | socket pair p50 %.0f ns p99 "
-                 "%.0f ns | socket/channel p50 %.1fx\n",
-                 r + 1, c50, c99, r50, r99, s50, s99, s50 / c50);
+                 "ring p50 %.0f ns p99 %.0f ns | one line p50 %.0f ns | "
+                 "socket pair p50 %.0f ns p99 %.0f ns | socket/channel p50 "
+                 "%.1fx | channel/line %.2f\n",
+                 r + 1, c50, c99, r50, r99, l50, s50, s99, s50 / c50, c50 / l50);
   }
   int status = 0;
   if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||

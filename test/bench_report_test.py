@@ -342,6 +342,7 @@ class RoundArithmetic(unittest.TestCase):
         lines = [{"contender": "channel_handoff", "channel_oneway_p50_ns": c,
                   "channel_oneway_p99_ns": c * 3, "socket_oneway_p50_ns": so,
                   "socket_oneway_p99_ns": so * 2,
+                  "line_oneway_p50_ns": c / 2, "channel_vs_line_p50": 2.0,
                   "socket_vs_channel_p50": so / c}
                  for c, so in ((300.0, 4000.0), (400.0, 3000.0),
                                (200.0, 2500.0))]
@@ -359,6 +360,8 @@ class RoundArithmetic(unittest.TestCase):
                       "pair (p50 ratio)"]
         self.assertAlmostEqual(ratio["median"], 12.5)
         self.assertEqual((ratio["meeting"], ratio["met"]), (2, True))
+        floor = goals["channel: BufferChannel / that floor (p50 ratio)"]
+        self.assertEqual((floor["median"], floor["met"]), (2.0, None))
         self.assertEqual(report.channel_goals({}), [])
 
     def test_java_rounds(self):

@@ -818,6 +818,11 @@ def channel_goals(c):
              "(p50 ratio)", C("socket_vs_channel_p50"), 10, False),
         goal("channel: its floor, the bare token ring without the pool, "
              "one-way p50 (ns)", C("ring_oneway_p50_ns"), None, True),
+        goal("channel: the machine's floor, one cache line bounced between "
+             "the two CPUs, one-way p50 (ns)", C("line_oneway_p50_ns"), None,
+             True),
+        goal("channel: BufferChannel / that floor (p50 ratio)",
+             C("channel_vs_line_p50"), None, True),
         goal("channel: the socket pair, one-way p50 (ns)",
              C("socket_oneway_p50_ns"), None, True),
     ] if x]
