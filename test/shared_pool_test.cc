@@ -179,6 +179,17 @@ TEST(SharedPoolTest, MetricsNameTheProcess) {
       << text;
 }
 
+TEST(SharedPoolTest, HoldersReportNamesTheProcess) {
+  auto pool = MakeShared();
+  ASSERT_NE(pool, nullptr);
+  Buffer b = pool->TryAcquire();
+  const std::string report = pool->HoldersReport();
+  EXPECT_NE(report.find("bufpool: 1 of 64 buffer(s) out in process pid " +
+                        std::to_string(::getpid()) + " (shared pool)"),
+            std::string::npos)
+      << report;
+}
+
 TEST(SharedPoolTest, PrivatePoolHasNoFd) {
   auto pool = BufferPool::Create({.buffer_count = 16});
   ASSERT_TRUE(pool.ok());
