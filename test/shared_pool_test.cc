@@ -190,6 +190,26 @@ TEST(SharedPoolTest, HoldersReportNamesTheProcess) {
       << report;
 }
 
+TEST(SharedPoolTest, AProcessKeepsAtMostTwoBatchesInItsDepot) {
+  for (size_t cache : {size_t{0}, size_t{8}}) {
+    auto pool = MakeShared(256, cache);
+    ASSERT_NE(pool, nullptr);
+    auto joined = BufferPool::Join(pool->shared_fd());
+    ASSERT_TRUE(joined.ok());
+    {
+      std::vector<Buffer> all(256);
+      ASSERT_EQ(pool->TryAcquireBulk(absl::MakeSpan(all)), 256u);
+      pool->ReleaseBulk(absl::MakeSpan(all));
+    }
+    pool->FlushCaches();
+    pool->TryAcquire().Reset();  // a release that finds the depot full
+    // What this process keeps back is bounded: the other gets the rest.
+    const size_t kept = pool->Stats().committed;
+    EXPECT_LE(kept, 2 * 32 + 1u) << "cache " << cache;
+    EXPECT_EQ(TakeAll(**joined).size(), 256 - kept) << "cache " << cache;
+  }
+}
+
 TEST(SharedPoolTest, PrivatePoolHasNoFd) {
   auto pool = BufferPool::Create({.buffer_count = 16});
   ASSERT_TRUE(pool.ok());
