@@ -546,6 +546,7 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
       shared_->depot.Push(slots, k, nullptr);
       // Elastic: after the push (accounting.cc, Popped).
       if (shared_->growth != nullptr) PoolAccess::Returned(*this, k);
+      if (shared_->xproc != nullptr) PoolAccess::SharedMaybeGive(*this);
     } else if (shared_->rseq) {
       // This CPU's cache in one section while it has room; the rest to
       // the depot in one push.

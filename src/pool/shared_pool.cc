@@ -685,19 +685,21 @@ void PoolAccess::SharedMaybeGive(BufferPool& p) {
   SharedState& s = S(p);
   ProcessShare* const x = s.xproc.get();
   if (x == nullptr || x->forked) return;
-  if (DepotSize(p) <= int64_t{2} * x->batch) return;
-  uint32_t out[kMaxShareBatch];
-  uint32_t reshelved = 0;
-  const uint32_t n = s.depot.Pop(out, x->batch, nullptr, &reshelved);
-  if (n == 0) return;
-  if (p.cache_capacity_ != 0) {
-    s.depot_free.fetch_sub(n, std::memory_order_relaxed);
+  // Down to two batches (a drain or a bulk release may leave many more).
+  while (DepotSize(p) > int64_t{2} * x->batch) {
+    uint32_t out[kMaxShareBatch];
+    uint32_t reshelved = 0;
+    const uint32_t n = s.depot.Pop(out, x->batch, nullptr, &reshelved);
+    if (n == 0) return;
+    if (p.cache_capacity_ != 0) {
+      s.depot_free.fetch_sub(n, std::memory_order_relaxed);
+    }
+    {
+      SharedLock lock(*x);
+      GiveLocked(*x, out, n);
+    }
+    s.committed.fetch_sub(n, std::memory_order_relaxed);
   }
-  {
-    SharedLock lock(*x);
-    GiveLocked(*x, out, n);
-  }
-  s.committed.fetch_sub(n, std::memory_order_relaxed);
 }
 
 // ---- Death ------------------------------------------------------------------
