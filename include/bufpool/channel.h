@@ -15,7 +15,8 @@
 // through memory, so another process joins with both descriptors: pass them
 // over a Unix socket (SCM_RIGHTS; one message can carry both, with the
 // pool's shared_fd()), or let a forked child inherit them, and call
-// Join(pool, memory_fd, event_fd) there.
+// Join(pool, memory_fd, event_fd) there with the pool joined there (a
+// child, like its pool, never uses the parent's channel object).
 //
 // Receiving, three ways:
 //   * TryReceive(): busy polling; an empty handle when nothing is there.
