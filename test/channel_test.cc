@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -650,6 +651,88 @@ TEST(BufferChannelProcessTest, KilledPeerWithTokensInFlightLosesNothing) {
   EXPECT_EQ(stamped, 5u);
   EXPECT_EQ(pool->Stats().in_use, 0u);
   EXPECT_EQ(CountFree(*pool), kCount);
+}
+
+// A child that receives, checks and sends back buffers in a loop is killed
+// at a random moment, again and again: between an import and its pop,
+// between an export and its push, anywhere. After each death and
+// ReclaimDead() the parent drains both channels (tokens the child sent are
+// refused as stale; those it had not imported come back), every buffer of
+// the pool is free again, and every buffer the parent ever received carried
+// the stamps it should (none had two owners writing it).
+TEST(BufferChannelProcessTest, KillLoopLosesNoBuffer) {
+  constexpr size_t kCount = 64;
+  constexpr int kKills = 40;
+  auto pool = MakePool(true, kCount);
+  ASSERT_NE(pool, nullptr);
+  auto to_child = BufferChannel::Create(*pool, 16);
+  auto to_parent = BufferChannel::Create(*pool, 16);
+  ASSERT_TRUE(to_child.ok() && to_parent.ok());
+  std::mt19937 rng(59);
+  uint64_t next_stamp = 1;
+  uint64_t refused_total = 0;
+  for (int kill_no = 0; kill_no < kKills; ++kill_no) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto joined = BufferPool::Join(pool->shared_fd());
+      if (!joined.ok()) _exit(2);
+      auto in = BufferChannel::Join(**joined, (*to_child)->memory_fd(),
+                                    (*to_child)->event_fd());
+      auto out = BufferChannel::Join(**joined, (*to_parent)->memory_fd(),
+                                     (*to_parent)->event_fd());
+      if (!in.ok() || !out.ok()) _exit(3);
+      for (;;) {
+        Buffer b = (*in)->TryReceive();
+        if (!b) continue;
+        // Each word holds the stamp + its index: the child answers with
+        // the stamp's complement, written whole, then sends it back.
+        const uint64_t stamp = reinterpret_cast<uint64_t*>(b.data())[0];
+        if (!Stamped(b, stamp)) _exit(4);
+        Stamp(b, ~stamp);
+        while (!(*out)->Send(std::move(b)).ok()) {
+        }
+      }
+    }
+    // Traffic for a random while, then the kill.
+    const auto until = absl::Now() + absl::Microseconds(200 + rng() % 3000);
+    while (absl::Now() < until) {
+      if (Buffer b = pool->TryAcquire()) {
+        Stamp(b, next_stamp << 16);
+        ++next_stamp;
+        absl::Status s = (*to_child)->Send(std::move(b));
+        ASSERT_TRUE(s.ok() || absl::IsResourceExhausted(s)) << s;
+      }
+      if (Buffer back = (*to_parent)->TryReceive()) {
+        const uint64_t stamp = reinterpret_cast<uint64_t*>(back.data())[0];
+        ASSERT_TRUE(Stamped(back, stamp)) << "kill " << kill_no;
+        ASSERT_EQ(stamp & 0xffff, 0xffffu) << "not answered: kill " << kill_no;
+      }
+    }
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the child failed: " << status;
+    pool->ReclaimDead();
+    // What the child sent and the parent did not receive: answered (the
+    // child's exports were reclaimed: refused), or never imported by the
+    // child: the parent's own, received here.
+    const uint64_t refused_before = (*to_parent)->Stats().refused;
+    while (Buffer b = (*to_parent)->TryReceive()) {
+      ADD_FAILURE() << "a buffer the dead child exported was imported";
+    }
+    refused_total += (*to_parent)->Stats().refused - refused_before;
+    while (Buffer b = (*to_child)->TryReceive()) {
+      const uint64_t stamp = reinterpret_cast<uint64_t*>(b.data())[0];
+      EXPECT_TRUE(Stamped(b, stamp));
+      EXPECT_EQ(stamp & 0xffff, 0u);  // the parent's, never answered
+    }
+    ASSERT_EQ(pool->Stats().in_use, 0u) << "kill " << kill_no;
+    ASSERT_EQ(CountFree(*pool), kCount) << "kill " << kill_no;
+  }
+  // The loop did hand buffers over and kill with tokens in flight.
+  EXPECT_GT(next_stamp, static_cast<uint64_t>(kKills));
+  RecordProperty("refused_after_kills", static_cast<int>(refused_total));
 }
 
 }  // namespace
