@@ -108,7 +108,9 @@ bool ReadAll(int fd, void* p, size_t n) {
   return true;
 }
 
-uint64_t& Word(const Buffer& b) { return *reinterpret_cast<uint64_t*>(b.data()); }
+uint64_t& Word(const Buffer& b) {
+  return *reinterpret_cast<uint64_t*>(b.data());
+}
 
 Buffer Spin(BufferChannel& ch) {
   for (;;) {
@@ -331,8 +333,7 @@ int main(int argc, char** argv) {
     auto ring_in = bufpool::internal::TokenRing::Join(
         (*ring_to_child)->memory_fd(), (*ring_to_child)->event_fd(), kRingId);
     auto ring_out = bufpool::internal::TokenRing::Join(
-        (*ring_to_parent)->memory_fd(), (*ring_to_parent)->event_fd(),
-        kRingId);
+        (*ring_to_parent)->memory_fd(), (*ring_to_parent)->event_fd(), kRingId);
     if (!ring_in.ok() || !ring_out.ok()) Die("child: joining the rings failed");
     for (int r = 0; r < rounds; ++r) {
       for (int k = 0; k < 4; ++k) {
@@ -400,7 +401,8 @@ int main(int argc, char** argv) {
                  "ring p50 %.0f ns p99 %.0f ns | one line p50 %.0f ns | "
                  "socket pair p50 %.0f ns p99 %.0f ns | socket/channel p50 "
                  "%.1fx | channel/line %.2f\n",
-                 r + 1, c50, c99, r50, r99, l50, s50, s99, s50 / c50, c50 / l50);
+                 r + 1, c50, c99, r50, r99, l50, s50, s99, s50 / c50,
+                 c50 / l50);
   }
   int status = 0;
   if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||

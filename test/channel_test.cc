@@ -1,8 +1,10 @@
 // BufferChannel and the token ring beneath it (src/pool/token_ring.h):
 // order, a full ring, timeouts, the eventfd, two threads, across fork.
+#include "bufpool/channel.h"
+
 #include <poll.h>
-#include <sys/stat.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,7 +17,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bufpool/buffer_pool.h"
-#include "bufpool/channel.h"
 #include "gtest/gtest.h"
 #include "pool/token_ring.h"
 
@@ -85,10 +86,9 @@ TEST(TokenRingTest, ReceiverRoleMovesBetweenObjects) {
 TEST(TokenRingTest, RejectsBadCapacity) {
   EXPECT_EQ(TokenRing::Create(0, kIdentity).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(TokenRing::Create(TokenRing::kMaxCapacity + 1, kIdentity)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      TokenRing::Create(TokenRing::kMaxCapacity + 1, kIdentity).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TokenRingTest, WaitTimesOutWhenEmpty) {
@@ -132,7 +132,7 @@ TEST(TokenRingTest, ArmedEventFdFiresOnceOnPush) {
   EXPECT_FALSE(Readable(r.event_fd(), 0));
   r.Push(2);
   EXPECT_TRUE(Readable(r.event_fd(), 0));
-  r.Push(3);  // the notice was used: no second write
+  r.Push(3);             // the notice was used: no second write
   EXPECT_TRUE(r.Arm());  // clears the count, finds tokens
   EXPECT_FALSE(Readable(r.event_fd(), 0));
 }
@@ -210,8 +210,8 @@ TEST(TokenRingTest, HandsTokensBothWaysAcrossFork) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    auto in = TokenRing::Join((*to_child)->memory_fd(),
-                              (*to_child)->event_fd(), kIdentity);
+    auto in = TokenRing::Join((*to_child)->memory_fd(), (*to_child)->event_fd(),
+                              kIdentity);
     auto out = TokenRing::Join((*to_parent)->memory_fd(),
                                (*to_parent)->event_fd(), kIdentity);
     if (!in.ok() || !out.ok()) _exit(2);
@@ -246,7 +246,6 @@ TEST(TokenRingTest, HandsTokensBothWaysAcrossFork) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
-
 
 // ---- BufferChannel ----
 
@@ -432,7 +431,7 @@ TEST_P(BufferChannelTest, SkipsAndCountsARefusedToken) {
   const BufferToken token = pool->Export(pool->TryAcquire());
   absl::StatusOr<Buffer> first = pool->Import(token);
   ASSERT_TRUE(first.ok()) << first.status();
-  (*raw)->Push(token.value);  // stale now
+  (*raw)->Push(token.value);          // stale now
   (*raw)->Push(0x7fffffffffffffffu);  // forged
   Buffer good = pool->TryAcquire();
   Stamp(good, 17);
@@ -514,8 +513,8 @@ TEST(BufferChannelJoinTest, RefusesAPrivatePoolAndAnotherPoolsChannel) {
             absl::StatusCode::kFailedPrecondition);
   auto wrong = BufferChannel::Join(*b, (*ch)->memory_fd(), (*ch)->event_fd());
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(BufferChannel::Join(*a, (*ch)->memory_fd(), (*ch)->event_fd())
-                  .ok());
+  EXPECT_TRUE(
+      BufferChannel::Join(*a, (*ch)->memory_fd(), (*ch)->event_fd()).ok());
 }
 
 // ---- Across processes (a shared pool) ----
@@ -544,13 +543,25 @@ TEST(BufferChannelProcessTest, ForkedChildHandsBuffersBothWays) {
       if (!in.ok() || !out.ok()) _exit(3);
       for (uint64_t i = 0; i < kRounds && code == 0; ++i) {
         auto b = (*in)->Receive(absl::Seconds(20));
-        if (!b.ok()) { code = 4; break; }
-        if (!Stamped(*b, i << 20)) { code = 5; break; }
-        Stamp(*b, (i << 20) + 7);  // answered in the same buffer
+        if (!b.ok()) {
+          code = 4;
+          break;
+        }
+        if (!Stamped(*b, i << 20)) {
+          code = 5;
+          break;
+        }
+        Stamp(*b, (i << 20) + 7);               // answered in the same buffer
         Buffer mine = (*joined)->TryAcquire();  // and one of the child's
-        if (!mine) { code = 6; break; }
+        if (!mine) {
+          code = 6;
+          break;
+        }
         Stamp(mine, (i << 20) + 9);
-        if (!(*out)->Send(*std::move(b)).ok()) { code = 7; break; }
+        if (!(*out)->Send(*std::move(b)).ok()) {
+          code = 7;
+          break;
+        }
         absl::Status s;
         while ((s = (*out)->Send(std::move(mine))).code() ==
                absl::StatusCode::kResourceExhausted) {

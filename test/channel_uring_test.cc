@@ -40,7 +40,7 @@ uint8_t Pattern(int who, int i, size_t offset) {
 // What one process did, slot by slot, written where the other can read it
 // (a shared anonymous mapping made before the fork).
 struct Report {
-  int ok;  // 1 when the process finished its part
+  int ok;                       // 1 when the process finished its part
   uint32_t filled[kMessages];   // slots its ring's receives filled
   uint32_t written[kMessages];  // slots it wrote out with write_fixed
   int fixed_index_misses;       // buffers FixedBuffers::IndexOf() missed
@@ -117,7 +117,8 @@ void ExpectRelayed(int fd, int who) {
               static_cast<ssize_t>(msg.size()))
         << "message " << i;
     size_t wrong = 0;
-    for (size_t o = 0; o < kBufferSize; ++o) wrong += msg[o] != Pattern(who, i, o);
+    for (size_t o = 0; o < kBufferSize; ++o)
+      wrong += msg[o] != Pattern(who, i, o);
     ASSERT_EQ(wrong, 0u) << "message " << i << " of process " << who;
   }
 }
@@ -144,9 +145,9 @@ TEST(ChannelUringTest, TwoProcessesRelayEachOthersReceivesWithoutACopy) {
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, out[p]), 0);
     Feed(in[p][0], p);
   }
-  auto* reports = static_cast<Report*>(
-      mmap(nullptr, 2 * sizeof(Report), PROT_READ | PROT_WRITE,
-           MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  auto* reports = static_cast<Report*>(mmap(nullptr, 2 * sizeof(Report),
+                                            PROT_READ | PROT_WRITE,
+                                            MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(reports, MAP_FAILED);
   std::memset(reports, 0, 2 * sizeof(Report));
 
@@ -161,8 +162,7 @@ TEST(ChannelUringTest, TwoProcessesRelayEachOthersReceivesWithoutACopy) {
       auto from_peer = BufferChannel::Join(**joined, (*a_to_b)->memory_fd(),
                                            (*a_to_b)->event_fd());
       if (!to_peer.ok() || !from_peer.ok()) _exit(3);
-      Relay(**joined, in[1][1], out[1][1], **to_peer, **from_peer,
-            &reports[1]);
+      Relay(**joined, in[1][1], out[1][1], **to_peer, **from_peer, &reports[1]);
     }
     _exit(testing::Test::HasFailure() ? 4 : 0);
   }

@@ -93,8 +93,8 @@ class BUFPOOL_EXPORT BufferChannel {
   // InvalidArgument). A private pool's channel serves threads of this
   // process only; a shared pool's may be joined by its other processes.
   // Errors of memfd_create, mmap and eventfd name the call.
-  static absl::StatusOr<std::unique_ptr<BufferChannel>> Create(
-      BufferPool& pool, size_t capacity);
+  static absl::StatusOr<std::unique_ptr<BufferChannel>> Create(BufferPool& pool,
+                                                               size_t capacity);
   // Joins the channel behind `memory_fd` and `event_fd` (another channel's
   // memory_fd() and event_fd(), received over a Unix socket or inherited)
   // for buffers of `pool`, which must be the same shared pool (joined in

@@ -126,9 +126,9 @@ absl::StatusOr<Buffer> BufferChannel::Receive(absl::Duration timeout) {
     }
     if (!ring_->Wait(deadline)) {
       if (Buffer b = TryReceive()) return b;
-      return absl::DeadlineExceededError(absl::StrCat(
-          "BufferChannel::Receive: nothing received within ",
-          absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("BufferChannel::Receive: nothing received within ",
+                       absl::FormatDuration(timeout)));
     }
   }
 }

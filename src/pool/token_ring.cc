@@ -75,15 +75,16 @@ static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 absl::StatusOr<std::unique_ptr<TokenRing>> TokenRing::Create(
     size_t capacity, const RingIdentity& identity) {
   if (capacity == 0 || capacity > kMaxCapacity) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "BufferChannel capacity ", capacity, " is not in [1, ", kMaxCapacity,
-        "]"));
+    return absl::InvalidArgumentError(absl::StrCat("BufferChannel capacity ",
+                                                   capacity, " is not in [1, ",
+                                                   kMaxCapacity, "]"));
   }
   capacity = std::bit_ceil(capacity);
   const size_t bytes = MapBytes(capacity);
   const os::SyscallTable& sys = os::Sys();
   const int memory_fd = sys.memfd_create("bufpool-channel", MFD_ALLOW_SEALING);
-  if (memory_fd < 0) return os::PosixError("memfd_create (BufferChannel)", errno);
+  if (memory_fd < 0)
+    return os::PosixError("memfd_create (BufferChannel)", errno);
   if (sys.ftruncate(memory_fd, static_cast<off_t>(bytes)) != 0 ||
       sys.fcntl(memory_fd, F_ADD_SEALS, kSeals) != 0) {
     const int err = errno;
@@ -132,9 +133,9 @@ absl::StatusOr<std::unique_ptr<TokenRing>> TokenRing::Join(
   }
   if (static_cast<size_t>(st.st_size) < MapBytes(1) ||
       static_cast<size_t>(st.st_size) > MapBytes(kMaxCapacity)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "BufferChannel::Join: fd ", memory_fd, " has ", st.st_size,
-        " bytes, not a channel's"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("BufferChannel::Join: fd ", memory_fd, " has ", st.st_size,
+                     " bytes, not a channel's"));
   }
   // Our own copies of both descriptors, so that the caller's may close.
   const int own_memory = sys.fcntl(memory_fd, F_DUPFD_CLOEXEC, 0);
@@ -220,7 +221,8 @@ void TokenRing::Push(uint64_t token) {
 void TokenRing::Wake() {
   // Exchange: of a sender that saw the flag and a receiver that resets it,
   // exactly one acts on it.
-  const uint32_t was = layout_->waiting.exchange(kNone, std::memory_order_acq_rel);
+  const uint32_t was =
+      layout_->waiting.exchange(kNone, std::memory_order_acq_rel);
   if (was == kSleeping) {
     os::Sys().futex_wake(reinterpret_cast<uint32_t*>(&layout_->waiting), 1);
   } else if (was == kArmed) {
