@@ -174,16 +174,15 @@ TEST_F(EchoCliTest, WorkersServeOnWhenOneIsKilledAndEveryBufferComesBack) {
 }
 
 void EchoCliTest::WorkersServeOnWhenOneIsKilled(const std::string& engine) {
-  Child echo = StartChild(
-      kEcho,
-      {kEcho, "--workers=3", engine, "--buffer-count=512",
-       "--buffer-size=4096", "--listen=127.0.0.1:0"},
-      bufpool::testing_util::ChildOutput::kStdoutAndStderr);
+  Child echo = StartChild(kEcho,
+                          {kEcho, "--workers=3", engine, "--buffer-count=512",
+                           "--buffer-size=4096", "--listen=127.0.0.1:0"},
+                          bufpool::testing_util::ChildOutput::kStdoutAndStderr);
   ASSERT_GT(echo.pid, 0);
   std::string line = ReadLine(echo.out.get());
   ASSERT_EQ(line.rfind("listening on 127.0.0.1:", 0), 0u) << line;
-  const std::string address =
-      line.substr(strlen("listening on "), line.size() - 1 - strlen("listening on "));
+  const std::string address = line.substr(
+      strlen("listening on "), line.size() - 1 - strlen("listening on "));
   line = ReadLine(echo.out.get());
   ASSERT_EQ(line.rfind("workers: ", 0), 0u) << line;
   std::istringstream pids(line.substr(strlen("workers: ")));
@@ -193,16 +192,16 @@ void EchoCliTest::WorkersServeOnWhenOneIsKilled(const std::string& engine) {
 
   // Load on many connections (spread over the three by the kernel), and
   // the kill in the middle of it.
-  Child load = StartChild(kLoad, {kLoad, "--target=" + address,
-                                  "--connections=24", "--messages=200000",
-                                  "--size=1:20000", "--seed=5"});
+  Child load =
+      StartChild(kLoad, {kLoad, "--target=" + address, "--connections=24",
+                         "--messages=200000", "--size=1:20000", "--seed=5"});
   ASSERT_GT(load.pid, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ASSERT_EQ(kill(workers[0], SIGKILL), 0);
   line = ReadLine(echo.err.get());
-  const std::string died =
-      "bufpool-echo: worker " + std::to_string(workers[0]) +
-      " died (signal 9); reclaimed ";
+  const std::string died = "bufpool-echo: worker " +
+                           std::to_string(workers[0]) +
+                           " died (signal 9); reclaimed ";
   ASSERT_EQ(line.rfind(died, 0), 0u) << line;
   EXPECT_GT(std::atol(line.c_str() + died.size()), 0) << line;
   EXPECT_TRUE(line.ends_with(" buffers\n")) << line;
@@ -243,8 +242,7 @@ void EchoCliTest::WorkersServeOnWhenOneIsKilled(const std::string& engine) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_EQ(stopped.size(), 2u);
   EXPECT_EQ(summary.rfind("stopped: workers=3 failed=1 ", 0), 0u) << summary;
-  EXPECT_NE(summary.find(" pool_free=512/512\n"), std::string::npos)
-      << summary;
+  EXPECT_NE(summary.find(" pool_free=512/512\n"), std::string::npos) << summary;
 }
 
 TEST_F(EchoCliTest, EchoFailedBindIsExitOne) {

@@ -215,8 +215,7 @@ sigset_t BlockSignalsAndChild(const sigset_t& signals) {
     run_status = (*server)->Run();
     if (!run_status.ok()) ::kill(::getpid(), SIGTERM);
   });
-  WaitForStop(signals, false, command.metrics_every_seconds, **pool,
-              **server);
+  WaitForStop(signals, false, command.metrics_every_seconds, **pool, **server);
   (*server)->Stop();
   loop.join();
   if (!run_status.ok()) {
@@ -289,8 +288,8 @@ int RunWorkers(const bufpool::tools::EchoCommand& command) {
   if (!reserved.ok()) return FailStatus(reserved.status());
   const std::string host =
       command.server.listen.substr(0, command.server.listen.rfind(':'));
-  const std::string listen = absl::StrCat(
-      host == "localhost" ? "127.0.0.1" : host, ":", port);
+  const std::string listen =
+      absl::StrCat(host == "localhost" ? "127.0.0.1" : host, ":", port);
 
   const sigset_t signals = BlockSignals();
   const sigset_t watched = BlockSignalsAndChild(signals);
@@ -351,10 +350,9 @@ int RunWorkers(const bufpool::tools::EchoCommand& command) {
       const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (!clean) ++failed;
       if (!clean || reclaimed != 0 || !stopping) {
-        std::fprintf(stderr,
-                     "bufpool-echo: worker %d %s; reclaimed %zu buffers\n",
-                     static_cast<int>(pid), DeathText(status).c_str(),
-                     reclaimed);
+        std::fprintf(
+            stderr, "bufpool-echo: worker %d %s; reclaimed %zu buffers\n",
+            static_cast<int>(pid), DeathText(status).c_str(), reclaimed);
       }
     }
   };
@@ -387,15 +385,15 @@ int RunWorkers(const bufpool::tools::EchoCommand& command) {
   (*pool)->ReclaimDead();
   const bufpool::PoolStats p = (*pool)->Stats();
   const size_t free_now = CountFree(**pool);
-  std::printf("stopped: workers=%zu failed=%llu reclaimed=%llu pool_free=%zu/%zu\n",
-              workers.size(), static_cast<unsigned long long>(failed),
-              static_cast<unsigned long long>(p.reclaimed), free_now,
-              p.capacity);
+  std::printf(
+      "stopped: workers=%zu failed=%llu reclaimed=%llu pool_free=%zu/%zu\n",
+      workers.size(), static_cast<unsigned long long>(failed),
+      static_cast<unsigned long long>(p.reclaimed), free_now, p.capacity);
   std::fflush(stdout);
   if (free_now != p.capacity) {
-    return Fail(absl::StrCat("the pool lost ", p.capacity - free_now,
-                             " buffers"),
-                kExitFailure);
+    return Fail(
+        absl::StrCat("the pool lost ", p.capacity - free_now, " buffers"),
+        kExitFailure);
   }
   return live.empty() && failed < workers.size() ? kExitSuccess : kExitFailure;
 }

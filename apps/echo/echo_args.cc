@@ -103,8 +103,8 @@ void AddLimitAndOutputOptions(CLI::App& app, EchoCommand& c) {
       ->check(CLI::Range(0.001, 86400.0));
   app.add_option("--workers", c.workers,
                  absl::StrCat("serve from N worker processes on one shared "
-                              "pool\n(SO_REUSEPORT), 1 to ", kMaxEchoWorkers,
-                              " (default: 0, this process)"))
+                              "pool\n(SO_REUSEPORT), 1 to ",
+                              kMaxEchoWorkers, " (default: 0, this process)"))
       ->type_name("N")
       ->option_text("N")
       ->transform(NumberIn(1, kMaxEchoWorkers));
@@ -129,9 +129,11 @@ void FinishEchoArgs(int argc, const char* const* argv,
   }
   if (c.workers != 0 && c.pool.max_buffer_count != 0) {
     result.action = ParseAction::kUsageError;
-    result.text = absl::StrCat(
-        kTool, ": --workers: a shared pool is a fixed pool; drop "
-        "--max-buffers; see '", kTool, " --help'");
+    result.text =
+        absl::StrCat(kTool,
+                     ": --workers: a shared pool is a fixed pool; drop "
+                     "--max-buffers; see '",
+                     kTool, " --help'");
     return;
   }
   if (c.workers != 0) c.pool.shared = true;

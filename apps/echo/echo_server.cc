@@ -48,10 +48,9 @@ absl::StatusOr<int> Listen(absl::string_view address, bool reuse_port) {
   absl::StatusOr<int> fd = os::Socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
   if (!fd.ok()) return fd.status();
   (void)os::SetSockOptInt(*fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR");
-  absl::Status s =
-      reuse_port
-          ? os::SetSockOptInt(*fd, SOL_SOCKET, SO_REUSEPORT, 1, "SO_REUSEPORT")
-          : absl::OkStatus();
+  absl::Status s = reuse_port ? os::SetSockOptInt(*fd, SOL_SOCKET, SO_REUSEPORT,
+                                                  1, "SO_REUSEPORT")
+                              : absl::OkStatus();
   if (s.ok()) s = os::Bind(*fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
   if (s.ok()) s = os::Listen(*fd, SOMAXCONN);
   if (!s.ok()) {
