@@ -623,6 +623,22 @@ TEST(SharedPoolDeathTest, ReleasingAnotherProcessesBufferNamesBoth) {
       "owns it");
 }
 
+TEST(SharedPoolDeathTest, AForkedChildMayNotUseItsParentsPool) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
+  auto pool = MakeShared();
+  ASSERT_NE(pool, nullptr);
+  // The parent caches slots: a child using its copy would own them twice.
+  pool->TryAcquire().Reset();
+  GTEST_FLAG_SET(death_test_style, "fast");  // the child is a fork() child
+  EXPECT_DEATH(pool->TryAcquire().Reset(),
+               "a fork\\(\\) child must BufferPool::Join\\(shared_fd\\(\\)\\)");
+  EXPECT_DEATH(pool->ReclaimDead(), "must BufferPool::Join");
+  // The parent's pool is untouched.
+  Buffer b = pool->TryAcquire();
+  EXPECT_TRUE(b);
+  ExpectLedgerConsistent(*pool);
+}
+
 // One kill: a child that joins and works the pool at random until it is
 // killed at a random moment. Its stamps catch a buffer owned twice while
 // it lives (exit 5: a stamp changed under it).
