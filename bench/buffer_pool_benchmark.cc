@@ -17,6 +17,7 @@ int Register() {
   RegisterAll<PoolBuffer<kPoolCache>>("libbufpool_buffer");
   RegisterAll<PoolRaw>("libbufpool_raw");
   RegisterAll<PoolElastic>("libbufpool_elastic");  // max_buffer_count
+  RegisterAll<PoolJoined>("libbufpool_joined");    // shared, joined
   RegisterAll<PoolCacheOff>("libbufpool_cache_off");
   RegisterAll<PoolC>("libbufpool_c");  // bufpool/c.h
   // The locked caches, which run where rseq is missing, exist only in a

@@ -320,6 +320,36 @@ struct PoolElastic {
   bufpool::BufferPool& pool_ = Shared();
 };
 
+// The same handle calls on a shared pool (PoolOptions::shared), through a
+// BufferPool that joined it (Join(shared_fd()), its own caches) as another
+// process would; joined in this process, so that the rows share a run.
+// Its hot pair must stay within 1.2x of libbufpool_buffer's.
+struct PoolJoined {
+  using Item = bufpool::Buffer;
+  static bufpool::BufferPool& Joined() {
+    static bufpool::BufferPool* pool = [] {
+      auto creator = bufpool::BufferPool::Create({.buffer_size = kBufferSize,
+                                                  .buffer_count = 8192,
+                                                  .cache_size = kPoolCache,
+                                                  .shared = true});
+      if (!creator.ok()) Die("BufferPool::Create (shared)");
+      auto joined = bufpool::BufferPool::Join((*creator)->shared_fd());
+      if (!joined.ok()) Die("BufferPool::Join");
+      creator->release();  // kept for the process's life, as the joined one
+      return joined->release();
+    }();
+    return *pool;
+  }
+  BENCH_INLINE Item Get() {
+    bufpool::Buffer b = pool_.TryAcquire();
+    if (!b) Die("pool empty");
+    return b;
+  }
+  BENCH_INLINE static std::byte* Data(const Item& b) { return b.data(); }
+  BENCH_INLINE void Put(Item& b) { b.Reset(); }
+  bufpool::BufferPool& pool_ = Joined();
+};
+
 struct PoolRaw {  // TryAcquireRaw / ReleaseRaw
   using Item = std::byte*;
   BENCH_INLINE Item Get() {

@@ -91,6 +91,7 @@ static void test_options_defaults(void) {
   CHECK(macro.trim_after_idle_ns == 0);
   CHECK(macro.track_holders == BUFPOOL_TRACK_HOLDERS_OFF);
   CHECK(macro.holder_sample_every == 128);
+  CHECK(macro.shared == 0);
 
   /* A caller with an older, shorter struct: only its bytes are written. */
   unsigned char raw[sizeof(bufpool_options) + 8];
@@ -1024,6 +1025,67 @@ static void test_budget_misuse_aborts_with_message(void) {
                "double release");
 }
 
+/* A shared pool: joined in a forked child, a buffer handed back by token,
+ * refused tokens, and a child that dies holding buffers. */
+static void test_shared_pool(void) {
+  bufpool_options o = BUFPOOL_OPTIONS_INIT;
+  o.buffer_count = 32;
+  o.cache_size = 4;
+  o.shared = 1;
+  char* err = NULL;
+  bufpool_pool* pool = bufpool_create(&o, &err);
+  REQUIRE(pool != NULL);
+  const int fd = bufpool_shared_fd(pool);
+  CHECK(fd >= 0);
+  CHECK(stats_of(pool).processes == 1);
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(p[0]);
+    bufpool_pool* joined = bufpool_join(fd, NULL);
+    if (joined == NULL) _exit(2);
+    void* b = bufpool_try_acquire(joined);
+    if (b == NULL) _exit(3);
+    strcpy((char*)b, "from C");
+    const uint64_t t = bufpool_export(joined, b);
+    for (int i = 0; i < 5; ++i) (void)bufpool_try_acquire(joined);
+    if (write(p[1], &t, sizeof(t)) != (ssize_t)sizeof(t)) _exit(4);
+    _exit(0); /* dies holding 5 buffers and its caches */
+  }
+  close(p[1]);
+  uint64_t token = 0;
+  REQUIRE(read(p[0], &token, sizeof(token)) == (ssize_t)sizeof(token));
+  close(p[0]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(token != 0);
+  void* got = bufpool_import(pool, token, &err);
+  REQUIRE(got != NULL);
+  CHECK(strcmp((const char*)got, "from C") == 0);
+  CHECK(bufpool_import(pool, token, &err) == NULL); /* twice */
+  CHECK(contains(err, "FAILED_PRECONDITION"));
+  CHECK(bufpool_import(pool, 0, &err) == NULL); /* forged */
+  CHECK(contains(err, "INVALID_ARGUMENT"));
+  bufpool_free_error(err);
+  err = NULL;
+  CHECK(bufpool_reclaim_dead(pool) >= 5);
+  const bufpool_stats st = stats_of(pool);
+  CHECK(st.reclaimed >= 5);
+  CHECK(st.processes == 1);
+  bufpool_release(pool, got);
+  CHECK(bufpool_join(-1, &err) == NULL);
+  CHECK(contains(err, "INVALID_ARGUMENT: BufferPool::Join(fd -1)"));
+  bufpool_free_error(err);
+  /* Every buffer is back. */
+  void* all[32];
+  CHECK(bufpool_try_acquire_bulk(pool, all, 32) == 32);
+  bufpool_release_bulk(pool, all, 32);
+  bufpool_destroy(pool);
+}
+
 /* ---- Driver -------------------------------------------------------------- */
 
 static const struct {
@@ -1053,6 +1115,7 @@ static const struct {
      test_budget_reservation_survives_a_drained_pool},
     {"budget_misuse_aborts_with_message",
      test_budget_misuse_aborts_with_message},
+    {"shared_pool", test_shared_pool},
 };
 
 int main(int argc, char** argv) {

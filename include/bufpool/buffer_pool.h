@@ -122,6 +122,55 @@
 // at least 1/16384 of the region (the io_uring fixed-buffer table's limit,
 // so that each chunk can be one registered buffer).
 //
+// Shared pools. With PoolOptions::shared, the region and the pool's shared
+// state live in one memfd (no name in /dev/shm; sealed against shrinking
+// and growing; gone when the last process that maps it exits): a header,
+// a table of the processes joined, a ledger with one owner word per slot,
+// and the shared depot of free slots. Other processes Join(shared_fd())
+// it and use the same buffers, each at its own address (slots are by
+// number: SlotData(i) in every process), each process with its own per-CPU
+// caches and a depot of its own share: a slot is free in the shared depot,
+// owned by one process (cached there, free in its depot, or out as a
+// handle, raw pointer, chain or ring), or exported by one process to be
+// imported by another (Export/Import). Whole batches move between the
+// shared depot and a process on its slow paths only; the inline hit path
+// is a private pool's. What a process owns but does not use (its caches
+// and a depot share of at most two batches) is not visible to the others.
+//   * Trust: joining needs the fd, which only its holders can pass on.
+//     The processes that join are parts of one service and are trusted
+//     with the shared state: a process that writes into the header or the
+//     ledger can corrupt the pool for all of them.
+//   * Death: a process may be killed at any instruction; nothing it held
+//     is lost or owned twice. Each process holds an open-file-description
+//     lock on its own byte of the memfd, which the kernel drops when it
+//     dies; ReclaimDead() (any process; also run when the shared depot is
+//     found empty) gives back all that a dead process held and bumps the
+//     generations of the tokens it exported. Processes are named by pid and
+//     start time in messages, so a reused pid is never taken for the dead.
+//   * The shared depot's batch moves run under one process-shared robust
+//     mutex: a process stopped (SIGSTOP, a debugger) while it holds it
+//     delays the other processes' refills, spills and joins until it runs
+//     again (their cache hits are unaffected); a process killed while it
+//     holds it is repaired by the next locker (src/pool/shared_pool.cc).
+//   * A release in one process of a slot another process owns is caught in
+//     O(1) by the state byte (raw pointers, as in a private pool) and the
+//     message names both processes.
+//   * Acquire(timeout) in a shared pool is woken by releases in its own
+//     process; releases in others are seen by polling every millisecond.
+//   * fork(): a child of a process with a shared pool must Join() the pool
+//     (the parent's shared_fd() is inherited) and must not use the
+//     parent's BufferPool object, whose caches and buffers the parent owns:
+//     the fork turns the child's copy's inline paths off, so every call on
+//     it there aborts with a message that says to Join, and destroying it
+//     there only unmaps it.
+//   * A process must not close the pool's descriptors behind its back (a
+//     closefrom() or a loop over /proc/self/fd): its liveness lock would
+//     go, it would look dead, and what it holds would be reclaimed.
+//   * Huge pages: the memfd's pages are what shmem gives (transparent huge
+//     pages where /sys/kernel/mm/transparent_hugepage/shmem_enabled allows
+//     them; huge_pages() reports false); kRequire is refused.
+//   * Elastic pools (max_buffer_count) cannot be shared in this version.
+//
 // Destruction. Destroy a pool only after every call into it on other threads
 // has returned, as with any object.
 #ifndef BUFPOOL_BUFFER_POOL_H_
@@ -199,6 +248,13 @@ struct PoolOptions {
   // BUFPOOL_TRACK_HOLDERS=off|sampled|all in the environment overrides it.
   TrackHolders track_holders = TrackHolders::kOff;
   uint32_t holder_sample_every = 128;  // kSampled: 1 in this many, >= 1
+
+  // ---- A pool shared by processes (see "Shared pools" on BufferPool) ----
+  // The region and the pool's shared state (its depot, the per-slot
+  // ownership ledger, the table of processes) in one sealed memfd that
+  // other processes join with BufferPool::Join(shared_fd()). Fixed pools
+  // only in this version: with max_buffer_count Create() refuses it.
+  bool shared = false;
 };
 #pragma GCC diagnostic pop
 
@@ -230,6 +286,19 @@ struct PoolStats {
   uint64_t grows;    // growth steps taken
   uint64_t trims;    // Trim() calls (and idle trims) that gave back memory
   uint64_t grow_failures;  // steps the system refused (see BufferPool::Grow)
+  // ---- Shared pools (PoolOptions::shared); a private pool reports 1 and 0.
+  // capacity is the whole pool's; in_use, cached, committed and high_water
+  // are this process's: committed is what it owns now (its caches, its
+  // depot's share and what it holds), in_use what of that it holds.
+  size_t processes;    // processes joined now, dead ones not yet reclaimed
+  uint64_t reclaimed;  // buffers ReclaimDead() gave back, by any process
+};
+
+// Names one buffer of a shared pool and its generation, for handing the
+// buffer to another process (BufferPool::Export / Import). Trivially
+// copyable, 8 bytes: send it through any channel. value 0 names nothing.
+struct BufferToken {
+  uint64_t value = 0;
 };
 
 class BufferPool;
@@ -294,6 +363,45 @@ class BUFPOOL_EXPORT BufferPool {
   // movable; keep the unique_ptr.
   static absl::StatusOr<std::unique_ptr<BufferPool>> Create(
       const PoolOptions& options = {});
+
+  // ---- Shared pools (see "Shared pools" above) ----
+
+  // The memfd of a pool made with PoolOptions::shared (or joined), -1 for
+  // a private pool. The pool owns it (closed with the pool): pass it to
+  // another process over a Unix socket (SCM_RIGHTS) or let a forked child
+  // inherit it, and Join() it there.
+  int shared_fd() const;
+  // Joins the shared pool behind `fd` (from SCM_RIGHTS, or inherited by a
+  // forked child): the same slots and buffer_size, this process's own
+  // per-CPU caches. Dups `fd`; the caller keeps its copy. Errors:
+  // InvalidArgument for a descriptor that is not a pool's memfd (bad fd,
+  // wrong size, no magic), FailedPrecondition for another layout version,
+  // ResourceExhausted when the process table is full or mapping fails.
+  static absl::StatusOr<std::unique_ptr<BufferPool>> Join(int fd);
+  // Hands `buffer` (a handle of this pool, emptied) to whoever imports the
+  // token, in any process of a shared pool, or in this process for a
+  // private one. Until it is imported the buffer belongs to this process
+  // (reclaimed if it dies) but is out of its hands; it is imported at most
+  // once. An empty handle gives the token 0 (which every Import refuses),
+  // as does a handle of another pool, which is released to its own pool.
+  // O(1), no lock: one store to the slot's owner word.
+  BufferToken Export(Buffer&& buffer);
+  // Takes ownership of an exported buffer. InvalidArgument for a token that
+  // names no slot (forged); FailedPrecondition for one that is stale (its
+  // buffer was imported already, reclaimed, or exported again since) or
+  // names a buffer that is not exported. Nothing changes on a refusal.
+  // O(1), no lock: one CAS of the slot's owner word.
+  absl::StatusOr<Buffer> Import(BufferToken token);
+  // Gives back to the shared depot everything processes that died held:
+  // their caches, buffers they held (handles, raw pointers, chains, rings),
+  // tokens they exported that nobody imported. Any live process may call it
+  // at any time; it is idempotent, and a reclaimer that dies is taken over
+  // by the next. Returns the buffers reclaimed by this call. A private pool:
+  // 0. Also run on the slow path when the shared depot is found empty.
+  // Cost: a liveness test (one fcntl) per process in the table; for each
+  // dead one, a scan of the ledger (8 bytes a buffer) under the shared
+  // mutex.
+  size_t ReclaimDead();
 
   // Aborts with "still in use" if any buffer is out. Buffers idle in the
   // caches are free and do not count.

@@ -114,6 +114,9 @@ typedef struct bufpool_options {
      overrides it. */
   int track_holders;            /* BUFPOOL_TRACK_HOLDERS_*; default _OFF */
   uint32_t holder_sample_every; /* _SAMPLED: 1 in this many; default 128 */
+  /* A pool shared by processes (since 0.4; see "Shared pools" in
+     buffer_pool.h and bufpool_join() below); default 0. */
+  int shared;
 } bufpool_options;
 
 /* The C++ defaults (PoolOptions{}); the library checks at compile time that
@@ -122,7 +125,7 @@ typedef struct bufpool_options {
 #define BUFPOOL_OPTIONS_INIT                                                  \
   {                                                                           \
     sizeof(bufpool_options), 4096, 1024, BUFPOOL_HUGE_PAGES_TRY, 1, 0, 0, 64, \
-        0, 512, 0, BUFPOOL_TRACK_HOLDERS_OFF, 128                             \
+        0, 512, 0, BUFPOOL_TRACK_HOLDERS_OFF, 128, 0                          \
   }
 
 /* A snapshot of a pool's counters; see PoolStats and BufferPool::Stats() in
@@ -142,6 +145,11 @@ typedef struct bufpool_stats {
   uint64_t grows;            /* growth steps taken */
   uint64_t trims;            /* trims that gave memory back */
   uint64_t grow_failures;    /* growth steps the system refused */
+  /* Shared pools (since 0.4): processes joined now (dead ones not yet
+     reclaimed count), and buffers reclaimed from dead ones; a private
+     pool: 1 and 0. */
+  size_t processes;
+  uint64_t reclaimed;
 } bufpool_stats;
 
 /* Fills the first `options_size` bytes of *options with BUFPOOL_OPTIONS_INIT
@@ -256,6 +264,46 @@ BUFPOOL_EXPORT int bufpool_grow(bufpool_pool* pool, size_t buffers,
 BUFPOOL_EXPORT size_t bufpool_holders_report(const bufpool_pool* pool,
                                              size_t max_holders, char* buf,
                                              size_t size) BUFPOOL_C_NOEXCEPT;
+
+/* ---- Shared pools (since 0.4; "Shared pools" in bufpool/buffer_pool.h) ---
+ *
+ * A pool created with options.shared = 1 lives in a sealed memfd that
+ * other processes join: pass bufpool_shared_fd() over a Unix socket
+ * (SCM_RIGHTS), or let a forked child inherit it, and bufpool_join() it
+ * there. Each process gets the same buffers (at its own addresses: slots
+ * are by number) and its own per-CPU caches. A buffer crosses processes as
+ * a token: bufpool_export() in one, bufpool_import() in another, once.
+ * Everything a process held when it died comes back with
+ * bufpool_reclaim_dead() in any live process (also run on the slow path).
+ * A forked child must join; it may not use its parent's bufpool_pool*.
+ * Processes that join one pool are trusted with its shared state. */
+
+/* The memfd of a shared pool (the pool owns it: do not close it), -1 for
+ * a private one. */
+BUFPOOL_EXPORT int bufpool_shared_fd(const bufpool_pool* pool)
+    BUFPOOL_C_NOEXCEPT;
+/* Joins the shared pool behind `fd` (dup'd; the caller keeps its copy):
+ * a bufpool_pool* of this process's, freed with bufpool_destroy(). NULL
+ * and the message in *err for a descriptor that is not a pool's memfd, a
+ * layout of another version, or a full process table. */
+BUFPOOL_EXPORT bufpool_pool* bufpool_join(int fd,
+                                          char** err) BUFPOOL_C_NOEXCEPT;
+/* Hands `buffer` (out as from bufpool_try_acquire(); no longer the
+ * caller's) to whoever imports the returned token, once; nonzero. Aborts as
+ * bufpool_release() does when `buffer` is not out. On a private pool it
+ * works within the process. */
+BUFPOOL_EXPORT uint64_t bufpool_export(bufpool_pool* pool,
+                                       void* buffer) BUFPOOL_C_NOEXCEPT;
+/* The exported buffer named by `token`, now the caller's (released with
+ * bufpool_release()); NULL and the message in *err for a forged token
+ * ("INVALID_ARGUMENT: ...") or one stale or imported already
+ * ("FAILED_PRECONDITION: ..."): nothing changes then. */
+BUFPOOL_EXPORT void* bufpool_import(bufpool_pool* pool, uint64_t token,
+                                    char** err) BUFPOOL_C_NOEXCEPT;
+/* Gives back everything processes that died held; the buffers reclaimed.
+ * 0 for a private pool. */
+BUFPOOL_EXPORT size_t bufpool_reclaim_dead(bufpool_pool* pool)
+    BUFPOOL_C_NOEXCEPT;
 
 /* The pool's buffer_size and buffer_count (an elastic pool: its ceiling). */
 BUFPOOL_EXPORT size_t bufpool_buffer_size(const bufpool_pool* pool)

@@ -103,6 +103,28 @@ absl::StatusOr<Arena> Arena::Map(const ArenaOptions& options) {
   return arena;
 }
 
+absl::StatusOr<Arena> Arena::MapFile(int fd, size_t offset, size_t size,
+                                     bool populate, bool lock_memory) {
+  Arena arena;
+  arena.size_ = size;
+  arena.mapped_ = RoundUp(size, os::kPageSize);
+  absl::StatusOr<void*> p = os::MapSharedFile(fd, offset, arena.mapped_);
+  if (!p.ok()) return absl::ResourceExhaustedError(p.status().message());
+  arena.base_ = static_cast<std::byte*>(*p);
+  arena.lock_memory_ = lock_memory;
+  if (populate) {
+    if (absl::Status s = os::Prefault(arena.base_, arena.mapped_); !s.ok()) {
+      return absl::ResourceExhaustedError(s.message());
+    }
+  }
+  if (lock_memory) {
+    if (absl::Status s = os::LockMemory(arena.base_, arena.mapped_); !s.ok()) {
+      return absl::ResourceExhaustedError(s.message());
+    }
+  }
+  return arena;
+}
+
 size_t Arena::commit_unit() const {
   return huge_pages_ ? os::kHugePageSize : os::kPageSize;
 }

@@ -37,6 +37,11 @@ class Arena {
   // Errors: ResourceExhausted (mmap/mlock refused), Unavailable (kRequire
   // without reserved huge pages). Messages name the size and the remedy.
   static absl::StatusOr<Arena> Map(const ArenaOptions& options);
+  // `size` bytes of the file `fd` from `offset` (a page multiple), mapped
+  // shared (a shared pool's memfd), populated and locked as asked; small
+  // pages as far as the arena knows (shmem may still use huge ones).
+  static absl::StatusOr<Arena> MapFile(int fd, size_t offset, size_t size,
+                                       bool populate, bool lock_memory);
 
   Arena() = default;
   Arena(Arena&& other) noexcept;

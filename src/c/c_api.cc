@@ -50,6 +50,7 @@ static_assert(kCDefaults.track_holders ==
               static_cast<int>(kCppDefaults.track_holders));
 static_assert(kCDefaults.holder_sample_every ==
               kCppDefaults.holder_sample_every);
+static_assert(kCDefaults.shared == kCppDefaults.shared);
 static_assert(BUFPOOL_TRACK_HOLDERS_OFF ==
               static_cast<int>(bufpool::TrackHolders::kOff));
 static_assert(BUFPOOL_TRACK_HOLDERS_SAMPLED ==
@@ -144,6 +145,10 @@ absl::Status ToPoolOptions(const bufpool_options* in,
   if (in->struct_size >=
       offsetof(bufpool_options, holder_sample_every) + sizeof(uint32_t)) {
     out->holder_sample_every = in->holder_sample_every;
+  }
+  // Since 0.4.
+  if (has(offsetof(bufpool_options, shared), sizeof(int))) {
+    out->shared = in->shared != 0;
   }
   return absl::OkStatus();
 }
@@ -316,9 +321,59 @@ void bufpool_get_stats_sized(const bufpool_pool* pool, bufpool_stats* stats,
   out.grows = s.grows;
   out.trims = s.trims;
   out.grow_failures = s.grow_failures;
+  out.processes = s.processes;
+  out.reclaimed = s.reclaimed;
   const size_t n = std::min(stats_size, sizeof(out));
   out.struct_size = n;
   std::memcpy(stats, &out, n);
+}
+
+int bufpool_shared_fd(const bufpool_pool* pool) noexcept {
+  return Pool(pool)->shared_fd();
+}
+
+bufpool_pool* bufpool_join(int fd, char** err) noexcept {
+  try {
+    absl::StatusOr<std::unique_ptr<BufferPool>> pool = BufferPool::Join(fd);
+    if (!pool.ok()) {
+      StoreError(err, pool.status());
+      return nullptr;
+    }
+    return reinterpret_cast<bufpool_pool*>(pool->release());
+  } catch (const std::exception& e) {
+    StoreError(err,
+               absl::StrCat("RESOURCE_EXHAUSTED: bufpool_join: ", e.what()));
+  } catch (...) {
+    StoreError(err, "UNKNOWN: bufpool_join: unknown C++ exception");
+  }
+  return nullptr;
+}
+
+uint64_t bufpool_export(bufpool_pool* pool, void* buffer) noexcept {
+  // Adopt() checks the pointer as a release does (aborts if it is not out).
+  BufferPool* const p = Pool(pool);
+  return p->Export(p->Adopt(static_cast<std::byte*>(buffer))).value;
+}
+
+void* bufpool_import(bufpool_pool* pool, uint64_t token, char** err) noexcept {
+  try {
+    absl::StatusOr<bufpool::Buffer> b =
+        Pool(pool)->Import(bufpool::BufferToken{token});
+    if (!b.ok()) {
+      StoreError(err, b.status());
+      return nullptr;
+    }
+    return b->Detach();  // out as a raw pointer, released as one
+  } catch (const std::exception& e) {
+    StoreError(err, absl::StrCat("UNKNOWN: bufpool_import: ", e.what()));
+  } catch (...) {
+    StoreError(err, "UNKNOWN: bufpool_import: unknown C++ exception");
+  }
+  return nullptr;
+}
+
+size_t bufpool_reclaim_dead(bufpool_pool* pool) noexcept {
+  return Pool(pool)->ReclaimDead();
 }
 
 void bufpool_region(const bufpool_pool* pool, void** base,

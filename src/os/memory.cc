@@ -40,6 +40,17 @@ absl::StatusOr<void*> MapAnonymous(size_t len, bool hugetlb) {
   return MapWithFlags(len, hugetlb, 0);
 }
 
+absl::StatusOr<void*> MapSharedFile(int fd, size_t offset, size_t len) {
+  void* p = Sys().mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                       static_cast<off_t>(offset));
+  if (p == MAP_FAILED) {
+    return PosixError(absl::StrCat("mmap of ", len, " bytes of fd ", fd,
+                                   " at offset ", offset, " (MAP_SHARED)"),
+                      errno);
+  }
+  return p;
+}
+
 absl::StatusOr<void*> ReserveAnonymous(size_t len, bool hugetlb) {
   return MapWithFlags(len, hugetlb, MAP_NORESERVE);
 }

@@ -22,6 +22,10 @@ inline constexpr size_t kHugePageSize = size_t{2} << 20;
 absl::StatusOr<void*> MapAnonymous(size_t len, bool hugetlb);
 void Unmap(void* addr, size_t len);  // aborts on failure: a bug, not an error
 
+// A shared read/write mapping of `len` bytes of `fd` from `offset` (both
+// page multiples): a shared pool's memfd.
+absl::StatusOr<void*> MapSharedFile(int fd, size_t offset, size_t len);
+
 // MapAnonymous with MAP_NORESERVE: address space for a pool's ceiling that
 // costs no memory (and, under the default overcommit policy, no commit
 // charge) until a page is written or populated. With `hugetlb`, no huge

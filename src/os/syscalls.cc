@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <linux/futex.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -52,6 +53,20 @@ int RealSocket(int domain, int type, int protocol) {
 }
 int RealSocketPair(int domain, int type, int protocol, int fds[2]) {
   return ::socketpair(domain, type | SOCK_CLOEXEC, protocol, fds);
+}
+int RealMemfdCreate(const char* name, unsigned flags) {
+  return ::memfd_create(name, flags | MFD_CLOEXEC);
+}
+int RealFcntlLock(int fd, int cmd, struct flock* lock) {
+  return ::fcntl(fd, cmd, lock);
+}
+int RealFutexWait(uint32_t* word, uint32_t expected, const timespec* timeout) {
+  return static_cast<int>(
+      ::syscall(SYS_futex, word, FUTEX_WAIT, expected, timeout, nullptr, 0));
+}
+int RealFutexWake(uint32_t* word, int count) {
+  return static_cast<int>(
+      ::syscall(SYS_futex, word, FUTEX_WAKE, count, nullptr, nullptr, 0));
 }
 constexpr SyscallTable kReal = {
     .open = RealOpen,
@@ -115,6 +130,11 @@ constexpr SyscallTable kReal = {
     .munlock = ::munlock,
     .sched_getcpu = ::sched_getcpu,
     .membarrier = RealMembarrier,
+    .memfd_create = RealMemfdCreate,
+    .fcntl_lock = RealFcntlLock,
+    .getpid = ::getpid,
+    .futex_wait = RealFutexWait,
+    .futex_wake = RealFutexWake,
 };
 
 // Relaxed: tables are installed before the threads that use them start

@@ -20,6 +20,7 @@
 #define BUFPOOL_SRC_OS_SYSCALLS_H_
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -28,6 +29,7 @@
 #include <time.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace bufpool::os {
@@ -120,6 +122,23 @@ struct SyscallTable {
   // membarrier(2): returns what the system call returns (-1 and errno on
   // failure).
   long (*membarrier)(int cmd, unsigned flags, int cpu);
+
+  // ---- Shared pools (the memfd, its locks, the process) ----
+  // memfd_create(2), MFD_CLOEXEC added.
+  int (*memfd_create)(const char* name, unsigned flags);
+  // fcntl with a struct flock argument (F_OFD_SETLK, F_OFD_GETLK).
+  int (*fcntl_lock)(int fd, int cmd, struct flock* lock);
+  pid_t (*getpid)();
+
+  // ---- Waking a process that waits on shared memory (channels) ----
+  // futex(2) FUTEX_WAIT on a word that may be shared between processes
+  // (not FUTEX_PRIVATE_FLAG): sleeps while *word == expected, at most
+  // `timeout` (relative; nullptr: no limit). 0 when woken; -1 with errno
+  // EAGAIN (the word differed), ETIMEDOUT or EINTR.
+  int (*futex_wait)(uint32_t* word, uint32_t expected, const timespec* timeout);
+  // futex(2) FUTEX_WAKE: wakes up to `count` sleepers on `word` in any
+  // process; returns how many it woke.
+  int (*futex_wake)(uint32_t* word, int count);
 };
 
 // The real system calls.

@@ -98,6 +98,8 @@ void PoolAccess::Pushed(BufferPool& p, uint32_t n, uint32_t returned) {
   if (p.cache_capacity_ == 0) return;  // a push never raises in_use
   S(p).depot_free.fetch_add(n, std::memory_order_relaxed);
   if (returned != 0) Returned(p, returned);
+  // A shared pool gives what it does not need back (shared_pool.cc).
+  if (S(p).xproc != nullptr) [[unlikely]] SharedMaybeGive(p);
 }
 
 int64_t PoolAccess::DepotSize(const BufferPool& p) {
@@ -158,6 +160,10 @@ PoolStats BufferPool::Stats() const {
       .grow_failures = s.growth == nullptr ? 0
                                            : s.growth->grow_failures.load(
                                                  std::memory_order_relaxed),
+      .processes = s.xproc == nullptr ? 1 : PoolAccess::SharedProcesses(*this),
+      .reclaimed = s.xproc == nullptr
+                       ? 0
+                       : s.xproc->hdr->reclaimed.load(std::memory_order_relaxed),
   };
 }
 

@@ -405,6 +405,7 @@ void PoolAccess::ForkChild() {
     // thread's own Acquire() calls on the pool.
     new (&s->wait_cv) std::condition_variable();
     BufferPool& p = *s->pool;
+    if (s->xproc != nullptr) SharedForkChild(p);
     int64_t waiters = static_cast<int64_t>(s->notify_fds.size());
     for (const CountedWait* w = t_counted_waits; w != nullptr; w = w->outer()) {
       waiters += w->pool() == &p && w->counted() ? 1 : 0;
@@ -424,11 +425,12 @@ void BufferPool::FlushCaches() {
 }
 
 absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
+  PoolAccess::CheckNotForked(*this);
   uint32_t reshelved = 0;
   uint32_t slot = PoolAccess::TakeAnywhere(*this, false, &reshelved);
   // An elastic pool grows before it waits (growth.cc).
   absl::Status grow_error;
-  if (slot == kNoSlot && shared_->growth != nullptr) {
+  if (slot == kNoSlot && PoolAccess::Refills(*this)) {
     slot = PoolAccess::GrowAndTake(*this, &reshelved, &grow_error);
   }
   if (slot != kNoSlot || timeout <= absl::ZeroDuration()) {
@@ -454,7 +456,7 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
     bool busy_left = false;
     slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/true, &reshelved,
                                     &busy_left);
-    if (slot == kNoSlot && shared_->growth != nullptr) {
+    if (slot == kNoSlot && PoolAccess::Refills(*this)) {
       // A Trim() may have taken what a release freed ("Sleepers").
       slot = PoolAccess::GrowAndTake(*this, &reshelved, &grow_error);
     }
@@ -465,9 +467,11 @@ absl::StatusOr<Buffer> BufferPool::Acquire(absl::Duration timeout) {
     if (slot != kNoSlot) break;
     const Clock::time_point now = Clock::now();
     if (now >= deadline) break;
-    if (busy_left) {
+    if (busy_left || shared_->xproc != nullptr) {
       // Step 2 skipped a cache whose lock stayed busy: look again soon
-      // ("No thread waits for a drainer").
+      // ("No thread waits for a drainer"). A shared pool's other
+      // processes release into the shared depot without waking us: it
+      // looks there again each millisecond.
       shared_->wait_cv.wait_until(
           lock, std::min(deadline, now + std::chrono::milliseconds(1)));
     } else if (forever) {

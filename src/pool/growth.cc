@@ -489,7 +489,12 @@ uint32_t PoolAccess::GrowAndTake(BufferPool& p, uint32_t* reshelved,
                                  absl::Status* error) {
   SharedState& s = S(p);
   Growth* const g = s.growth.get();
-  if (g == nullptr) return BufferPool::kNoSlot;
+  if (g == nullptr) {  // a fixed pool; a shared one takes a batch
+    if (s.xproc == nullptr) return BufferPool::kNoSlot;
+    // What an earlier batch left in the depot first (a bulk call's loop).
+    const uint32_t slot = TakeFromDepot(p, reshelved);
+    return slot != BufferPool::kNoSlot ? slot : SharedTake(p, reshelved);
+  }
   // "Exhaustion": `trimming` before the depot.
   const bool trimming = g->trimming.load(std::memory_order_seq_cst);
   uint32_t slot = TakeFromDepot(p, reshelved);

@@ -594,6 +594,10 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
   out_now = std::max(out_now, raw + lent);
   std::string report =
       absl::StrCat("bufpool: ", out_now, " of ", capacity_, " buffer(s) out");
+  // A shared pool's report is one process's: say which.
+  if (const ProcessShare* x = shared_->xproc.get()) {
+    absl::StrAppend(&report, " in process pid ", x->pid, " (shared pool)");
+  }
   // Buffers that io_uring rings hold for the kernel are out for as long as
   // the ring lives, by design: named apart, so that they do not read as
   // leaks.

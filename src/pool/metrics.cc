@@ -10,6 +10,7 @@
 #include "absl/types/span.h"
 #include "bufpool/budget.h"
 #include "pool/metrics_writer.h"
+#include "pool/pool_internal.h"
 
 namespace bufpool {
 namespace internal {
@@ -170,7 +171,14 @@ void WriteBudgetMetrics(const BufferPool& pool, absl::string_view labels,
 void WriteMetrics(const BufferPool& pool, std::string* out,
                   const MetricsOptions& options) {
   const PoolStats st = pool.Stats();
-  const std::string labels = internal::MetricsLabels(options.name);
+  std::string labels = internal::MetricsLabels(options.name);
+  // A shared pool's samples are this process's: the pid tells the
+  // processes' series apart.
+  const ProcessShare* const x = PoolAccess::S(pool).xproc.get();
+  if (x != nullptr) {
+    absl::StrAppend(&labels, labels.empty() ? "{" : ",", "process=\"", x->pid,
+                    "\"");
+  }
   // A snapshot of counters read one by one: never report a negative free.
   // Free: backed and in the depot (an elastic pool's unbacked reserve is
   // not free until it grows).
@@ -222,6 +230,14 @@ void WriteMetrics(const BufferPool& pool, std::string* out,
   internal::MetricsFamily(out, "bufpool_pool_trims_total", "counter",
                           "Trims that gave memory back to the kernel.", labels,
                           "", absl::StrCat(st.trims));
+  // Shared pools (PoolOptions::shared); a private pool: 1 and 0.
+  internal::MetricsFamily(out, "bufpool_pool_processes", "gauge",
+                          "Processes joined to the pool (dead ones not yet "
+                          "reclaimed count).",
+                          labels, "", absl::StrCat(st.processes));
+  internal::MetricsFamily(out, "bufpool_pool_reclaimed_total", "counter",
+                          "Buffers given back from processes that died.",
+                          labels, "", absl::StrCat(st.reclaimed));
   WriteBudgetMetrics(pool, labels, out);
 }
 

@@ -182,6 +182,9 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
   }
   const absl::StatusOr<TrackHolders> track = ResolveTrackHolders(options);
   if (!track.ok()) return track.status();
+  if (options.shared) {  // shared_pool.cc
+    return PoolAccess::CreateShared(options, *cache_size, *track);
+  }
   // Slots: the ceiling of an elastic pool (growth.cc), all reserved now.
   const size_t ceiling = options.max_buffer_count != 0
                              ? options.max_buffer_count
@@ -208,6 +211,10 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
       pool->holders_ = std::make_unique<HolderTable>(
           *track, options.holder_sample_every, ceiling);
     }
+    // Export/Import within the process (shared_pool.cc).
+    pool->shared_->local_ledger.reset(static_cast<std::atomic<uint64_t>*>(
+        std::calloc(ceiling, sizeof(std::atomic<uint64_t>))));
+    if (pool->shared_->local_ledger == nullptr) throw std::bad_alloc();
   } catch (const std::bad_alloc&) {
     if (pool != nullptr) pool->shared_.reset();
     return CreateError(
@@ -223,6 +230,12 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
 
 BufferPool::~BufferPool() {
   if (shared_ == nullptr) return;  // Create() failed before the pool was made
+  if (shared_->xproc != nullptr && shared_->xproc->forked) {
+    // A fork() child's copy of its parent's shared pool: the parent owns
+    // what it holds; only the mappings and descriptors go.
+    PoolAccess::Unregister(*this);
+    return;
+  }
   // Raw pointers out are marked in state_ and can be named; handles are not,
   // so the total comes from the accounting, exact here because nothing may
   // run concurrently with destruction. The scan needs no lock.
@@ -258,6 +271,7 @@ BufferPool::~BufferPool() {
     std::fputs(Report(20, out).c_str(), stderr);
     std::abort();
   }
+  if (shared_->xproc != nullptr) PoolAccess::SharedLeave(*this);
   PoolAccess::Unregister(*this);
   BUFPOOL_INTERNAL_UNPOISON(base_, capacity_ * buffer_size_);
   std::free(shared_refs_.load(std::memory_order_relaxed));
@@ -291,6 +305,7 @@ uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
 // ---- Single buffers ---------------------------------------------------------
 
 uint32_t BufferPool::AcquireSlow() noexcept {
+  PoolAccess::CheckNotForked(*this);
   if (holders_ != nullptr) [[unlikely]] {
     return AcquireTracked();
   }
@@ -314,7 +329,7 @@ uint32_t BufferPool::AcquireUntracked() noexcept {
   if (slot == kNoSlot) {
     slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
   }
-  if (shared_->growth != nullptr) [[unlikely]] {  // elastic (growth.cc)
+  if (PoolAccess::Refills(*this)) [[unlikely]] {  // growth.cc, shared_pool.cc
     if (slot == kNoSlot) slot = PoolAccess::GrowAndTake(*this, &reshelved);
     PoolAccess::IdleTick(*this);
   }
@@ -328,6 +343,7 @@ uint32_t BufferPool::AcquireUntracked() noexcept {
 }
 
 void BufferPool::ReleaseSlow(uint32_t slot) noexcept {
+  PoolAccess::CheckNotForked(*this);
   if (holders_ != nullptr) [[unlikely]] {
     return ReleaseTracked(slot);
   }
@@ -342,6 +358,9 @@ void BufferPool::ReleaseUntracked(uint32_t slot) noexcept {
     // Elastic: after the push (accounting.cc, Popped).
     if (shared_->growth != nullptr) [[unlikely]] {
       PoolAccess::Returned(*this, 1);
+    }
+    if (shared_->xproc != nullptr) [[unlikely]] {
+      PoolAccess::SharedMaybeGive(*this);
     }
     PoolAccess::WakeWaiters(*this, 1);
     return;
@@ -471,6 +490,7 @@ void TakeBulkDepot(BufferPool& p, size_t want, uint32_t* reshelved,
 // stores the i-th slot handed out (and, for raw pointers, marks it).
 template <class Emit>
 size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
+  PoolAccess::CheckNotForked(*this);
   const SharedForkGate gate(shared_->bulk_gate);  // all before or after a fork
   size_t got = 0;
   uint32_t reshelved = 0;  // as in Depot::Pop
@@ -489,7 +509,7 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
     TakeBulkDepot(*this, want, &reshelved, hand_out);
   }
   // Everything free is taken: an elastic pool grows for the rest.
-  while (got < want && shared_->growth != nullptr) {
+  while (got < want && PoolAccess::Refills(*this)) {
     const uint32_t slot = PoolAccess::GrowAndTake(*this, &reshelved);
     if (slot == kNoSlot) break;
     hand_out(slot);
@@ -508,6 +528,7 @@ size_t BufferPool::AcquireBulkImpl(size_t want, Emit emit) {
 template <class TakeSlot, class Clear>
 void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
                                  TakeSlot take_slot, Clear clear) {
+  PoolAccess::CheckNotForked(*this);
   // A span inside the region is read whole first; its room is allocated
   // before the gate below, so no malloc lock is taken while holding it.
   const bool whole = count > kBulkChunk && Contains(span_bytes);
@@ -530,6 +551,7 @@ void BufferPool::ReleaseBulkImpl(size_t count, const void* span_bytes,
       shared_->depot.Push(slots, k, nullptr);
       // Elastic: after the push (accounting.cc, Popped).
       if (shared_->growth != nullptr) PoolAccess::Returned(*this, k);
+      if (shared_->xproc != nullptr) PoolAccess::SharedMaybeGive(*this);
     } else if (shared_->rseq) {
       // This CPU's cache in one section while it has room; the rest to
       // the depot in one push.
@@ -695,8 +717,9 @@ void BufferPool::DieNotRaw(const char* call, uint32_t slot) const {
                "bufpool: %s: double release of slot %u (%p): the buffer is "
                "not out as a raw pointer; it is free already, or a Buffer "
                "handle owns it (a handle returns it itself; Detach() it to "
-               "take the raw pointer)\n",
-               call, slot, static_cast<void*>(SlotData(slot)));
+               "take the raw pointer)%s\n",
+               call, slot, static_cast<void*>(SlotData(slot)),
+               PoolAccess::OwnerNote(*this, slot).c_str());
   std::abort();
 }
 

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #include "bufpool/budget.h"
 #include "bufpool/buffer_pool.h"
 #include "pool/depot.h"
+#include "pool/shared_region.h"
 
 namespace bufpool {
 
@@ -246,6 +248,17 @@ struct BufferPool::Shared {
   // accounting.cc). Relaxed: a statistic like the counts beside it.
   std::atomic<size_t> committed{0};
   std::unique_ptr<Growth> growth;  // elastic pools only (max_buffer_count)
+  // A shared pool (PoolOptions::shared): the memfd's state and this
+  // process's place in it (shared_pool.cc); nullptr for a private pool.
+  // Then `committed` counts the slots this process owns.
+  std::unique_ptr<ProcessShare> xproc;
+  // A private pool's ledger for Export/Import within the process: the
+  // shared ledger's words (shared_region.h), all of process 0, kFree
+  // meaning "not exported"; calloc'd (untouched pages cost nothing).
+  struct FreeWords {
+    void operator()(std::atomic<uint64_t>* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::atomic<uint64_t>[], FreeWords> local_ledger;
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> timeouts{0};
   ForkGate bulk_gate;  // held shared by the bulk calls (see ForkGate)
@@ -499,6 +512,58 @@ struct PoolAccess {
   // trim_after_idle: samples the depot and trims what stayed free for the
   // whole window once it has passed. Cheap when not due; never blocks.
   static size_t IdleTick(BufferPool& p);
+
+  // ---- shared_pool.cc
+
+  // Create() of a shared pool (options.shared), and Join(fd).
+  static absl::StatusOr<std::unique_ptr<BufferPool>> CreateShared(
+      const PoolOptions& options, size_t cache_size, TrackHolders track);
+  // Their common end: the pool over the memfd that x describes (its
+  // metadata mapped): the region mapped, the private parts made as
+  // Create() makes them, the process registered. The process's depot
+  // starts empty: every slot is in the shared depot or another process's.
+  static absl::StatusOr<std::unique_ptr<BufferPool>> FinishShared(
+      std::unique_ptr<ProcessShare> x, const PoolOptions& options,
+      size_t cache_size, TrackHolders track);
+  // Whether the slow paths go past an empty process for more: an elastic
+  // pool grows, a shared one takes from the shared depot (GrowAndTake).
+  static bool Refills(const BufferPool& p) {
+    return p.shared_->growth != nullptr || p.shared_->xproc != nullptr;
+  }
+  // The slow path of a shared pool that found no free slot in the process:
+  // a batch from the shared depot (after reclaiming the dead, rate-limited,
+  // when it is empty); one slot handed out, the rest in the process's
+  // depot (added to *reshelved). kNoSlot when the shared depot is empty.
+  static uint32_t SharedTake(BufferPool& p, uint32_t* reshelved);
+  // After slots reached the process's depot: gives a batch back to the
+  // shared depot while the process's depot holds more than two.
+  static void SharedMaybeGive(BufferPool& p);
+  // Aborts, naming the pool, in a fork() child that uses its parent's
+  // BufferPool object of a shared pool.
+  [[noreturn]] static void DieForked(const BufferPool& p);
+  static void CheckNotForked(const BufferPool& p) {
+    const ProcessShare* x = p.shared_->xproc.get();
+    if (x != nullptr && x->forked) [[unlikely]] DieForked(p);
+  }
+  // The fork() child's handler for a shared pool: the parent owns what the
+  // object caches, so its inline paths are turned off and its own lock
+  // description closed.
+  static void SharedForkChild(BufferPool& p);
+  // The destructor's part for a shared pool: everything this process owns
+  // back to the shared depot and the process out of the table (nothing in
+  // a fork() child but the descriptors).
+  static void SharedLeave(BufferPool& p);
+  // The shared mutex, held across a caller's look at the shared state
+  // (tests: the ledger's invariants); the lock repairs after a dead holder
+  // as every locker does.
+  static void LockSharedState(BufferPool& p);
+  static void UnlockSharedState(BufferPool& p);
+  // Live entries in the process table (dead ones not yet reclaimed
+  // count), for Stats().
+  static size_t SharedProcesses(const BufferPool& p);
+  // " (owned by process pid P ...)" for a raw-pointer abort in a shared
+  // pool; empty for a private one.
+  static std::string OwnerNote(const BufferPool& p, uint32_t slot);
 
   // ---- accounting.cc
 
