@@ -15,6 +15,11 @@
 //                                     (an elastic pool grows and trims it)
 //   bufpool_pool_grows_total, bufpool_pool_grow_failures_total,
 //   bufpool_pool_trims_total                           counters
+//   bufpool_pool_processes            gauge: processes using a shared pool
+//                                     (1 for a private one)
+//   bufpool_pool_reclaimed_total      counter: buffers given back from
+//                                     processes that died (shared pools)
+//       a shared pool's samples also carry process="<pid>"
 //   bufpool_budget_pinned_bytes, bufpool_budget_high_water_bytes,
 //   bufpool_budget_max_bytes, bufpool_budget_reserved_bytes   gauges
 //   bufpool_budget_refusals_total                      counter
