@@ -374,7 +374,7 @@ void BufferPool::ReleaseUntracked(uint32_t slot) noexcept {
     return;
   }
   CpuCache& c = PoolAccess::ThisCpu(*this);
-  uint32_t pushed;
+  uint32_t pushed = 0;
   {
     // Held by a drainer (or another thread on this CPU): the depot,
     // without waiting (drain.cc, "No thread waits for a drainer").
