@@ -190,7 +190,7 @@ TEST(SharedPoolTest, HoldersReportNamesTheProcess) {
       << report;
 }
 
-TEST(SharedPoolTest, AProcessKeepsAtMostTwoBatchesInItsDepot) {
+TEST(SharedPoolTest, AProcessGivesBackWhatItsDepotDoesNotNeed) {
   for (size_t cache : {size_t{0}, size_t{8}}) {
     auto pool = MakeShared(256, cache);
     ASSERT_NE(pool, nullptr);
@@ -203,7 +203,7 @@ TEST(SharedPoolTest, AProcessKeepsAtMostTwoBatchesInItsDepot) {
     }
     pool->FlushCaches();
     pool->TryAcquire().Reset();  // a release that finds the depot full
-    // What this process keeps back is bounded: the other gets the rest.
+    // Past four batches it gives back down to two: the other gets the rest.
     const size_t kept = pool->Stats().committed;
     EXPECT_LE(kept, 2 * 32 + 1u) << "cache " << cache;
     EXPECT_EQ(TakeAll(**joined).size(), 256 - kept) << "cache " << cache;

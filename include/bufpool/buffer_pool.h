@@ -135,7 +135,8 @@
 // imported by another (Export/Import). Whole batches move between the
 // shared depot and a process on its slow paths only; the inline hit path
 // is a private pool's. What a process owns but does not use (its caches
-// and a depot share of at most two batches) is not visible to the others.
+// and a depot share of at most four batches, given back down to two) is
+// not visible to the others.
 //   * Trust: joining needs the fd, which only its holders can pass on.
 //     The processes that join are parts of one service and are trusted
 //     with the shared state: a process that writes into the header or the

@@ -522,8 +522,8 @@ struct PoolAccess {
   // when it is empty); one slot handed out, the rest in the process's
   // depot (added to *reshelved). kNoSlot when the shared depot is empty.
   static uint32_t SharedTake(BufferPool& p, uint32_t* reshelved);
-  // After slots reached the process's depot: gives a batch back to the
-  // shared depot while the process's depot holds more than two.
+  // After slots reached the process's depot: when it holds more than four
+  // batches, gives batches back to the shared depot until two are left.
   static void SharedMaybeGive(BufferPool& p);
   // Aborts, naming the pool, in a fork() child that uses its parent's
   // BufferPool object of a shared pool.

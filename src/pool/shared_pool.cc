@@ -10,7 +10,7 @@
 // hit path touches only those, so it is a private pool's; slots cross
 // between a process and the shared depot in batches on the slow path
 // (SharedTake when the process has none free anywhere, SharedMaybeGive
-// when its depot holds more than two batches), and one at a time through
+// when its depot holds more than four batches, down to two), and one at a time through
 // Export and Import.
 //
 // Invariants (every slot s, at every instant no one holds the mutex):
@@ -685,7 +685,10 @@ void PoolAccess::SharedMaybeGive(BufferPool& p) {
   SharedState& s = S(p);
   ProcessShare* const x = s.xproc.get();
   if (x == nullptr || x->forked) return;
-  // Down to two batches (a drain or a bulk release may leave many more).
+  // Past four batches, down to two (a drain or a bulk release may leave
+  // many more): the gap keeps a process whose load swings by a batch or
+  // two from giving back and taking again across the mutex each time.
+  if (DepotSize(p) <= int64_t{4} * x->batch) return;
   while (DepotSize(p) > int64_t{2} * x->batch) {
     uint32_t out[kMaxShareBatch];
     uint32_t reshelved = 0;
