@@ -15,7 +15,7 @@ set(BUFPOOL_LAYERS
   "os       src/os                                          | base"
   "os_uring src/os/uring.h src/os/uring.cc                  | os"
   "arena    src/arena                                       | os"
-  "pool     src/pool include/bufpool/buffer_pool.h include/bufpool/budget.h include/bufpool/admission.h include/bufpool/holders.h include/bufpool/metrics.h include/bufpool/internal | arena os"
+  "pool     src/pool include/bufpool/buffer_pool.h include/bufpool/channel.h include/bufpool/budget.h include/bufpool/admission.h include/bufpool/holders.h include/bufpool/metrics.h include/bufpool/internal | arena os"
   "c        src/c include/bufpool/c.h                       | pool"
   # GoogleTest checks for users' tests (header-only; not in the libraries).
   "testing  include/bufpool/testing.h                       | pool"

@@ -32,12 +32,11 @@ namespace {
 constexpr size_t kBs = 4096;
 
 std::unique_ptr<BufferPool> MakePool(size_t count) {
-  return testing_util::MakePool(
-      {.buffer_size = kBs,
-       .buffer_count = count,
-       .huge_pages = HugePages::kNever,
-       .populate = false,
-       .cache_size = 0});
+  return testing_util::MakePool({.buffer_size = kBs,
+                                 .buffer_count = count,
+                                 .huge_pages = HugePages::kNever,
+                                 .populate = false,
+                                 .cache_size = 0});
 }
 
 std::unique_ptr<BufferBudget> MakeBudget(BufferPool& pool,
@@ -66,7 +65,7 @@ TEST(AdmissionTest, GrantsAtOnceWhileThereIsRoom) {
   ASSERT_TRUE(now.ok()) << now.status();
   EXPECT_TRUE(*now);
   EXPECT_TRUE(a.granted());
-  EXPECT_FALSE(called);  // granted now: the caller knows
+  EXPECT_FALSE(called);         // granted now: the caller knows
   EXPECT_EQ(a.buffers(), 12u);  // 10 + 2 of slack
   EXPECT_EQ(q->Stats().granted_buffers, 12u);
   a.Reset();
@@ -78,8 +77,8 @@ TEST(AdmissionTest, GrantsAtOnceWhileThereIsRoom) {
 
 TEST(AdmissionTest, WaitersAreGrantedInArrivalOrderAcrossBudgets) {
   auto pool = MakePool(64);
-  auto q = MakeQueue(*pool, {.name = "q", .capacity_buffers = 10,
-                             .slack_buffers = 0});
+  auto q = MakeQueue(*pool,
+                     {.name = "q", .capacity_buffers = 10, .slack_buffers = 0});
   std::vector<std::unique_ptr<BufferBudget>> budgets;
   for (int i = 0; i < 5; ++i) {
     budgets.push_back(MakeBudget(*pool, "conn " + std::to_string(i), 10));
@@ -90,9 +89,9 @@ TEST(AdmissionTest, WaitersAreGrantedInArrivalOrderAcrossBudgets) {
   std::vector<int> order;
   Admission waiting[4];
   for (int i = 0; i < 4; ++i) {
-    absl::StatusOr<bool> now = q->Request(*budgets[i + 1], (i + 2) * kBs,
-                                          waiting[i],
-                                          [&order, i] { order.push_back(i); });
+    absl::StatusOr<bool> now =
+        q->Request(*budgets[i + 1], (i + 2) * kBs, waiting[i],
+                   [&order, i] { order.push_back(i); });
     ASSERT_TRUE(now.ok()) << now.status();
     EXPECT_FALSE(*now);
     EXPECT_TRUE(waiting[i].waiting());
@@ -116,8 +115,8 @@ TEST(AdmissionTest, WaitersAreGrantedInArrivalOrderAcrossBudgets) {
 
 TEST(AdmissionTest, ALargeRequestIsNotOvertakenBySmallOnes) {
   auto pool = MakePool(64);
-  auto q = MakeQueue(*pool, {.name = "q", .capacity_buffers = 16,
-                             .slack_buffers = 0});
+  auto q = MakeQueue(*pool,
+                     {.name = "q", .capacity_buffers = 16, .slack_buffers = 0});
   auto small = MakeBudget(*pool, "small", 16);
   auto large = MakeBudget(*pool, "large", 16);
   Admission held, big, later;
@@ -126,8 +125,7 @@ TEST(AdmissionTest, ALargeRequestIsNotOvertakenBySmallOnes) {
   ASSERT_FALSE(*q->Request(*large, 16 * kBs, big, [&] { big_granted = true; }));
   // 12 free, but the large one came first: a small one waits behind it.
   bool later_granted = false;
-  ASSERT_FALSE(
-      *q->Request(*small, kBs, later, [&] { later_granted = true; }));
+  ASSERT_FALSE(*q->Request(*small, kBs, later, [&] { later_granted = true; }));
   EXPECT_TRUE(later.waiting());
   held.Reset();
   EXPECT_TRUE(big_granted);
@@ -141,8 +139,8 @@ TEST(AdmissionTest, ALargeRequestIsNotOvertakenBySmallOnes) {
 
 TEST(AdmissionTest, AHeadThatLeavesLetsTheNextIn) {
   auto pool = MakePool(64);
-  auto q = MakeQueue(*pool, {.name = "q", .capacity_buffers = 8,
-                             .slack_buffers = 0});
+  auto q = MakeQueue(*pool,
+                     {.name = "q", .capacity_buffers = 8, .slack_buffers = 0});
   auto b = MakeBudget(*pool, "b", 8);
   Admission held, head, next;
   ASSERT_TRUE(*q->Request(*b, 4 * kBs, held, nullptr));
@@ -232,14 +230,15 @@ TEST(AdmissionTest, CapacityIsCommittedAgainstThePool) {
   auto reserving = pool->CreateBudget(
       {.name = "r", .max_bytes = 8 * kBs, .reserved_bytes = 8 * kBs});
   ASSERT_TRUE(reserving.ok()) << reserving.status();
-  auto big = AdmissionQueue::Create(*pool, {.name = "frames",
-                                            .capacity_buffers = 60});
+  auto big =
+      AdmissionQueue::Create(*pool, {.name = "frames", .capacity_buffers = 60});
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(big.status().message(),
             "AdmissionQueue(\"frames\"): capacity_buffers 60 does not fit "
             "the pool (64 buffers, 8 already promised to budgets' "
-            "reservations and rings, 56 left); lower capacity_buffers to at "
+            "reservations, rings and admission queues, 56 left); lower "
+            "capacity_buffers to at "
             "most 56, or the rings' max_buffers or reservations, or grow the "
             "pool");
   // Automatic: what is left.
@@ -259,11 +258,11 @@ TEST(AdmissionTest, CapacityIsCommittedAgainstThePool) {
   EXPECT_TRUE(absl::StrContains(late.status().message(), "over-commit"))
       << late.status();
   q.reset();  // gives its capacity back
-  auto fits = AdmissionQueue::Create(*pool, {.name = "again",
-                                             .capacity_buffers = 56});
+  auto fits =
+      AdmissionQueue::Create(*pool, {.name = "again", .capacity_buffers = 56});
   EXPECT_TRUE(fits.ok()) << fits.status();
-  auto bad = AdmissionQueue::Create(*pool, {.name = "x", .capacity_buffers = 1,
-                                            .slack_buffers = 65});
+  auto bad = AdmissionQueue::Create(
+      *pool, {.name = "x", .capacity_buffers = 1, .slack_buffers = 65});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -282,8 +281,8 @@ TEST(AdmissionTest, ARingOrReservationAfterTheQueueIsChecked) {
   EXPECT_TRUE(absl::StrContains(
       big.status().message(),
       "lending up to 16 buffers would over-commit the pool (64 buffers, 0 "
-      "reserved by budgets and 52 lent to rings); lower max_buffers or the "
-      "reservations"))
+      "reserved by budgets and 0 lent to rings, 52 held by admission "
+      "queues); lower max_buffers or the reservations"))
       << big.status();
   EXPECT_EQ(pool->Stats().in_use, 0u);
   auto reserve = pool->CreateBudget(
@@ -291,8 +290,9 @@ TEST(AdmissionTest, ARingOrReservationAfterTheQueueIsChecked) {
   ASSERT_FALSE(reserve.ok());
   EXPECT_EQ(reserve.status().message(),
             "CreateBudget(\"conn 9\"): reserving 13 buffers would "
-            "over-commit the pool (64 buffers, 0 reserved by budgets and 52 "
-            "lent to rings); lower reserved_bytes or what rings and "
+            "over-commit the pool (64 buffers, 0 reserved by budgets and 0 "
+            "lent to rings, 52 held by admission queues); lower "
+            "reserved_bytes or what rings and "
             "admission queues hold, or grow the pool");
   EXPECT_EQ(pool->Stats().in_use, 0u);
   auto fits = ProvidedBufferRing::Create(
@@ -319,8 +319,9 @@ TEST(AdmissionDeathTest, DestroyingAQueueWithAGrantOutAborts) {
 
 TEST(AdmissionTest, MetricsSayTheQueueLengthAndGrants) {
   auto pool = MakePool(64);
-  auto q = MakeQueue(*pool, {.name = "frames \"a\"", .capacity_buffers = 8,
-                             .slack_buffers = 0});
+  auto q = MakeQueue(
+      *pool,
+      {.name = "frames \"a\"", .capacity_buffers = 8, .slack_buffers = 0});
   auto b = MakeBudget(*pool, "b", 8);
   Admission held, waiting;
   ASSERT_TRUE(*q->Request(*b, 8 * kBs, held, nullptr));
@@ -328,12 +329,13 @@ TEST(AdmissionTest, MetricsSayTheQueueLengthAndGrants) {
   std::string text;
   WriteMetrics(*q, &text, {.name = "rx"});
   const std::string l = "{pool=\"rx\",queue=\"frames \\\"a\\\"\"}";
-  EXPECT_TRUE(absl::StrContains(
-      text, "# TYPE bufpool_admission_queue_length gauge\n"
-            "bufpool_admission_queue_length" + l + " 1\n"))
+  EXPECT_TRUE(absl::StrContains(text,
+                                "# TYPE bufpool_admission_queue_length gauge\n"
+                                "bufpool_admission_queue_length" +
+                                    l + " 1\n"))
       << text;
-  EXPECT_TRUE(absl::StrContains(
-      text, "bufpool_admission_granted_buffers" + l + " 8\n"))
+  EXPECT_TRUE(
+      absl::StrContains(text, "bufpool_admission_granted_buffers" + l + " 8\n"))
       << text;
   EXPECT_TRUE(absl::StrContains(
       text, "bufpool_admission_capacity_buffers" + l + " 8\n"))
@@ -387,8 +389,8 @@ TEST(AdmissionTest, FrameSizeIsKnownOnceTheHeaderIsIn) {
 // writes an eventfd the loop waits on; the loop then sees granted().
 TEST(AdmissionTest, AGrantWakesALoopOnAnotherThreadThroughAnEventfd) {
   auto pool = MakePool(64);
-  auto q = MakeQueue(*pool, {.name = "q", .capacity_buffers = 8,
-                             .slack_buffers = 0});
+  auto q = MakeQueue(*pool,
+                     {.name = "q", .capacity_buffers = 8, .slack_buffers = 0});
   auto holder = MakeBudget(*pool, "holder", 8);
   auto waiter = MakeBudget(*pool, "waiter", 8);
   Admission held;

@@ -338,6 +338,32 @@ class RoundArithmetic(unittest.TestCase):
         self.assertFalse(any("trim_after_idle" in k for k in goals))
         self.assertFalse(any("hot pair / fixed" in k for k in goals))
 
+    def test_channel_rounds(self):
+        lines = [{"contender": "channel_handoff", "channel_oneway_p50_ns": c,
+                  "channel_oneway_p99_ns": c * 3, "socket_oneway_p50_ns": so,
+                  "socket_oneway_p99_ns": so * 2,
+                  "line_oneway_p50_ns": c / 2, "channel_vs_line_p50": 2.0,
+                  "socket_vs_channel_p50": so / c}
+                 for c, so in ((300.0, 4000.0), (400.0, 3000.0),
+                               (200.0, 2500.0))]
+        with open(os.path.join(self.dir, "channel.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(x) for x in lines) + "\n")
+        c = report.load_jsonl_rounds(self.dir, "channel.jsonl")
+        self.assertEqual(c["channel_handoff.channel_oneway_p50_ns"],
+                         {1: 300.0, 2: 400.0, 3: 200.0})
+        goals = {x["label"]: x for x in report.channel_goals(c)}
+        p50 = goals["channel: BufferChannel hand-off of 4 KiB between two "
+                    "processes, one-way p50 <= 350 ns (ns)"]
+        self.assertEqual((p50["median"], p50["meeting"], p50["met"]),
+                         (300.0, 2, True))
+        ratio = goals["channel: >= 10x faster than 4 KiB over a Unix socket "
+                      "pair (p50 ratio)"]
+        self.assertAlmostEqual(ratio["median"], 12.5)
+        self.assertEqual((ratio["meeting"], ratio["met"]), (2, True))
+        floor = goals["channel: BufferChannel / that floor (p50 ratio)"]
+        self.assertEqual((floor["median"], floor["met"]), (2.0, None))
+        self.assertEqual(report.channel_goals({}), [])
+
     def test_java_rounds(self):
         lines = []
         for r, (ours, netty, each, bulk, sliced, files, tt) in enumerate((

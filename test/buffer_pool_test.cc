@@ -3,7 +3,6 @@
 // 8 threads and many pools, 9 statistics; plus the Buffer handle itself.
 // (5 is in buffer_pool_death_test.cc, 6 in buffer_pool_asan_test.cc.)
 #include "bufpool/buffer_pool.h"
-#include "bufpool/testing.h"
 
 #include <linux/capability.h>
 #include <sched.h>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "absl/base/config.h"
+#include "bufpool/testing.h"
 #include "gtest/gtest.h"
 #include "os/memory.h"
 #include "test_util.h"
@@ -34,13 +34,13 @@ using testing_util::MakePool;
 using testing_util::ScopedPin;
 
 // high_water is exact with caches off; with caches on it may exceed the
-// peak by what the caches in use lend (half a refill batch each; see
+// peak by what the caches in use lend (a refill batch each; see
 // Stats()): these tests pin one thread, so one cache lends.
 ::testing::AssertionResult HighWaterIs(const BufferPool& pool,
                                        size_t high_water, size_t peak) {
   const size_t slack = pool.per_cpu_mode() == PerCpuMode::kOff
                            ? 0
-                           : std::max<size_t>(1, pool.cache_capacity() / 4);
+                           : std::max<size_t>(1, pool.cache_capacity() / 2);
   if (high_water >= peak && high_water <= peak + slack) {
     return ::testing::AssertionSuccess();
   }
@@ -590,12 +590,14 @@ TEST(BufferPoolTest, BulkCallsTakeFromTheCacheThenTheDepotAndSpillTheRest) {
   EXPECT_EQ(pool->Stats().acquire_failures, failures + 1);
   again.clear();
   all.clear();
-  // Cache 64 full, depot 1984: 100 = 64 cached + one batch of 32 straight
-  // from the depot + 4 of a refill, whose other 28 stay cached.
+  // Cache 64 full (the last 32 pushed by single releases, which the cache
+  // lends: a bulk call takes only what is under the floor), depot 1984:
+  // 100 = the 32 under the floor + two batches of 32 straight from the
+  // depot + 4 of a refill, whose other 28 stay cached beside the 32 lent.
   EXPECT_EQ(pool->Stats().cached, 64u);
   again.resize(100);
   EXPECT_EQ(pool->TryAcquireBulk(absl::MakeSpan(again)), 100u);
-  EXPECT_EQ(pool->Stats().cached, 28u);
+  EXPECT_EQ(pool->Stats().cached, 60u);
   EXPECT_EQ(pool->Stats().in_use, 100u);
 }
 

@@ -110,6 +110,9 @@ class EchoCliTest : public testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
 
+  // The body of WorkersServeOnWhenOneIsKilledAndEveryBufferComesBack.
+  void WorkersServeOnWhenOneIsKilled(const std::string& engine);
+
   std::string dir_;
 };
 
@@ -142,6 +145,106 @@ TEST_F(EchoCliTest, ServesAndVerifiesWithBothFlagForms) {
   }
 }
 
+// TCP sockets listening on `port` now (/proc/net/tcp, state 0A).
+int ListenersOn(int port) {
+  std::ifstream tcp("/proc/net/tcp");
+  char want[16];
+  std::snprintf(want, sizeof(want), ":%04X ", port);
+  int n = 0;
+  for (std::string line; std::getline(tcp, line);) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    if ((local + " ").find(want) != std::string::npos && state == "0A") ++n;
+  }
+  return n;
+}
+
+// --workers: three workers on one shared pool; one killed with -9 while a
+// client loads the server: the parent reports it and what it reclaimed,
+// the other two keep serving new clients, and at the stop every buffer of
+// the pool is free again.
+// Both engines: epoll, and uring, whose rings lend the shared pool's slots
+// to each worker's kernel ring (epoll where io_uring is unavailable).
+TEST_F(EchoCliTest, WorkersServeOnWhenOneIsKilledAndEveryBufferComesBack) {
+  for (const char* engine : {"--engine=epoll", "--engine=uring"}) {
+    SCOPED_TRACE(engine);
+    WorkersServeOnWhenOneIsKilled(engine);
+  }
+}
+
+void EchoCliTest::WorkersServeOnWhenOneIsKilled(const std::string& engine) {
+  Child echo = StartChild(kEcho,
+                          {kEcho, "--workers=3", engine, "--buffer-count=512",
+                           "--buffer-size=4096", "--listen=127.0.0.1:0"},
+                          bufpool::testing_util::ChildOutput::kStdoutAndStderr);
+  ASSERT_GT(echo.pid, 0);
+  std::string line = ReadLine(echo.out.get());
+  ASSERT_EQ(line.rfind("listening on 127.0.0.1:", 0), 0u) << line;
+  const std::string address = line.substr(
+      strlen("listening on "), line.size() - 1 - strlen("listening on "));
+  line = ReadLine(echo.out.get());
+  ASSERT_EQ(line.rfind("workers: ", 0), 0u) << line;
+  std::istringstream pids(line.substr(strlen("workers: ")));
+  std::vector<pid_t> workers;
+  for (pid_t p; pids >> p;) workers.push_back(p);
+  ASSERT_EQ(workers.size(), 3u) << line;
+
+  // Load on many connections (spread over the three by the kernel), and
+  // the kill in the middle of it.
+  Child load =
+      StartChild(kLoad, {kLoad, "--target=" + address, "--connections=24",
+                         "--messages=200000", "--size=1:20000", "--seed=5"});
+  ASSERT_GT(load.pid, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(kill(workers[0], SIGKILL), 0);
+  line = ReadLine(echo.err.get());
+  const std::string died = "bufpool-echo: worker " +
+                           std::to_string(workers[0]) +
+                           " died (signal 9); reclaimed ";
+  ASSERT_EQ(line.rfind(died, 0), 0u) << line;
+  EXPECT_GT(std::atol(line.c_str() + died.size()), 0) << line;
+  EXPECT_TRUE(line.ends_with(" buffers\n")) << line;
+  // Its connections to the dead worker were reset: its status says nothing.
+  kill(load.pid, SIGKILL);
+  load.Wait();
+
+  // The dead worker's listener goes when the kernel has torn down what the
+  // process held (an io_uring ring's teardown runs after the process is
+  // gone, and it holds the listener until then); connections the kernel
+  // hands that listener meanwhile are reset. Then new clients are served
+  // by the two left, every byte checked.
+  const int port = std::atoi(address.c_str() + address.rfind(':') + 1);
+  for (int i = 0; i < 500 && ListenersOn(port) != 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(ListenersOn(port), 2);
+  for (int i = 0; i < 3; ++i) {
+    Result r = Run(kLoad, {"--target=" + address, "--connections=8",
+                           "--messages=50", "--size=1:20000", "--seed=7"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out.rfind("verified 400 messages", 0), 0u) << r.out;
+  }
+  kill(echo.pid, SIGUSR1);
+  line = ReadLine(echo.out.get());
+  EXPECT_EQ(line.rfind("stats: workers=2/3 ", 0), 0u) << line;
+
+  kill(echo.pid, SIGTERM);
+  std::vector<std::string> stopped;
+  std::string summary;
+  while (!(line = ReadLine(echo.out.get())).empty()) {
+    if (line.rfind("stopped: ", 0) == 0) summary = line;
+    if (line.find(" stopped: engine=") != std::string::npos) {
+      stopped.push_back(line);
+    }
+  }
+  const int status = echo.Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(stopped.size(), 2u);
+  EXPECT_EQ(summary.rfind("stopped: workers=3 failed=1 ", 0), 0u) << summary;
+  EXPECT_NE(summary.find(" pool_free=512/512\n"), std::string::npos) << summary;
+}
+
 TEST_F(EchoCliTest, EchoFailedBindIsExitOne) {
   Server first = StartEcho({"--engine=epoll", "--buffer-count=16"});
   ASSERT_GT(first.child.pid, 0);
@@ -171,6 +274,10 @@ TEST_F(EchoCliTest, EchoUsageErrorsExitTwo) {
   ExpectUsageError(kEcho, {"--listen"}, "--listen");
   ExpectUsageError(kEcho, {"--metrics-every=0"}, "--metrics-every");
   ExpectUsageError(kEcho, {"--metrics-every", "soon"}, "--metrics-every");
+  ExpectUsageError(kEcho, {"--workers=0"}, "--workers: 0 is out of range");
+  ExpectUsageError(kEcho, {"--workers", "many"}, "--workers: 'many'");
+  ExpectUsageError(kEcho, {"--workers=2", "--max-buffers=8192"},
+                   "--workers: a shared pool is a fixed pool");
 }
 
 // --metrics-every prints WriteMetrics() of the pool on stdout, each print

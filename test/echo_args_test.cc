@@ -99,6 +99,19 @@ TEST(EchoArgsTest, ValueOptionsTakeBothForms) {
             "localhost:0");
 }
 
+TEST(EchoArgsTest, WorkersMakeThePoolShared) {
+  ParsedArgs<EchoCommand> r = Echo({"--workers=3"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_EQ(r.command.workers, 3u);
+  EXPECT_TRUE(r.command.pool.shared);
+  r = Echo({"--workers", "1"});
+  ASSERT_EQ(r.action, ParseAction::kRun) << r.text;
+  EXPECT_EQ(r.command.workers, 1u);
+  r = Echo({});
+  EXPECT_EQ(r.command.workers, 0u);
+  EXPECT_FALSE(r.command.pool.shared);
+}
+
 TEST(EchoArgsTest, MaxBuffersMakesAnElasticPoolThatTrimsWhenIdle) {
   ParsedArgs<EchoCommand> r =
       Echo({"--buffer-count=512", "--max-buffers=262144"});
@@ -143,6 +156,12 @@ TEST(EchoArgsTest, BadValuesNameTheFlag) {
            {{"extra"}, "extra"},
            {{"--listen"}, "--listen"},
            {{"--listen=", "--engine=epoll"}, "--listen: an empty value"},
+           {{"--workers=0"}, "--workers: 0 is out of range (1 to 256)"},
+           {{"--workers=257"}, "--workers: 257 is out of range (1 to 256)"},
+           {{"--workers=two"}, "--workers: 'two' is not a whole number"},
+           {{"--workers=-1"}, "--workers"},
+           {{"--workers=2", "--max-buffers=8192"},
+            "--workers: a shared pool is a fixed pool"},
        }) {
     SCOPED_TRACE(c.args[0]);
     const std::string e = EchoError(c.args);
@@ -179,7 +198,8 @@ TEST(EchoArgsTest, HelpListsEveryFlagWithItsDefault) {
   EXPECT_EQ(r.text.rfind("usage: bufpool-echo [OPTIONS]\n", 0), 0u) << r.text;
   for (const char* flag :
        {"--listen HOST:PORT", "--engine ENGINE", "--buffer-count, --buffers N",
-        "--buffer-size BYTES", "--max-unsent BYTES", "--max-buffers N"}) {
+        "--buffer-size BYTES", "--max-unsent BYTES", "--max-buffers N",
+        "--workers N"}) {
     ExpectListedWithDefault(r.text, flag);
   }
   for (const char* word :

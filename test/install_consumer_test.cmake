@@ -13,7 +13,10 @@
 # installs libbufpool as a shared library (the library alone, from the
 # build's own objects), and a shared build a static one, so both kinds of
 # package are checked on every run.
+# PART (<linkage>:<consumers>) picks one quarter: the main or the other
+# linkage, the CMake or the pkg-config consumers (see the end of the file).
 # Fails on any step.
+cmake_policy(SET CMP0057 NEW)  # if(IN_LIST) in script mode
 file(REMOVE_RECURSE "${WORK_DIR}")
 
 include("${CMAKE_CURRENT_LIST_DIR}/run_checked.cmake")
@@ -38,74 +41,14 @@ function(expect_no_liburing program)
   endif()
 endfunction()
 
-# Runs every consumer check against the build in `build_dir`, installed into
-# `work`/prefix.
-function(check_package build_dir work)
-  set(prefix "${work}/prefix")
-  run(${CMAKE_COMMAND} --install "${build_dir}" --prefix "${prefix}")
-  foreach(f include/bufpool/buffer_pool.h include/bufpool/c.h
-            include/bufpool/export.h include/bufpool/options.h
-            include/bufpool/uring.h share/doc/bufpool/docs/uring.md
-            share/doc/bufpool/examples/uring_echo.cc
-            share/doc/bufpool/examples/frame_server.cc
-            lib/cmake/bufpool/bufpoolConfig.cmake
-            lib/cmake/bufpool/bufpoolConfigVersion.cmake lib/pkgconfig/bufpool.pc
-            lib/pkgconfig/bufpool_core.pc)
-    if(NOT EXISTS "${prefix}/${f}")
-      message(FATAL_ERROR "install is missing ${f}")
-    endif()
-  endforeach()
-  if(EXISTS "${prefix}/include/arena" OR EXISTS "${prefix}/include/pool")
-    message(FATAL_ERROR "private headers were installed")
-  endif()
-  if(EXISTS "${prefix}/include/bufpool/echo_server.h" OR
-     EXISTS "${prefix}/include/echo")
-    message(FATAL_ERROR "the echo server (apps/echo) was installed as API")
-  endif()
-
-  # A shared libbufpool exports the public API only: C API functions and
-  # bufpool:: C++ symbols (with their typeinfo), nothing of Abseil or std.
-  file(GLOB shared_lib "${prefix}/lib/libbufpool.so.*.*.*")  # the real file
-  file(GLOB shared_core "${prefix}/lib/libbufpool_core.so.*.*.*")
-  if(shared_lib AND NOT shared_core)
-    message(FATAL_ERROR "a shared install without libbufpool_core.so")
-  endif()
-  foreach(lib IN LISTS shared_lib shared_core)
-    run(nm -D --defined-only --format=posix "${lib}")
-    string(REPLACE "\n" ";" lines "${last_output}")
-    set(c_api 0)
-    foreach(line IN LISTS lines)
-      string(REGEX REPLACE " .*" "" sym "${line}")
-      if(sym STREQUAL "")
-        continue()
-      elseif(sym MATCHES "^bufpool_")
-        math(EXPR c_api "${c_api} + 1")
-      elseif(NOT sym MATCHES "^_Z(T[IVSHW]|GV)?NK?7bufpool" AND
-             NOT sym MATCHES "^(_init|_fini|__bss_start|_edata|_end)$")
-        message(FATAL_ERROR "${lib} exports ${sym}, outside the public API")
-      endif()
-    endforeach()
-    if(c_api LESS 10)
-      message(FATAL_ERROR "${lib} exports ${c_api} bufpool_* functions")
-    endif()
-  endforeach()
-  # The same soname scheme for both: lib<name>.so.<major>.<minor>.
-  if(shared_core)
-    run(readelf -d "${shared_core}")
-    if(NOT last_output MATCHES "SONAME[^\n]*libbufpool_core\\.so\\.[0-9]+\\.[0-9]+\\]")
-      message(FATAL_ERROR "libbufpool_core's soname:\n${last_output}")
-    endif()
-    if(last_output MATCHES "liburing")
-      message(FATAL_ERROR "libbufpool_core.so needs liburing:\n${last_output}")
-    endif()
-  endif()
-
+# check_cmake_consumers() and check_pkgconfig_consumers(): the two halves
+# of check_package below, as macros that run in its scope (prefix, work,
+# env, shared_lib).
+macro(check_cmake_consumers)
   run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install_consumer" -B "${work}/build"
       -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
       -DBUFPOOL_EXPECT_VERSION=${VERSION})
   run(${CMAKE_COMMAND} --build "${work}/build")
-  # A shared libbufpool is found at run time like any other library.
-  set(env ${CMAKE_COMMAND} -E env "LD_LIBRARY_PATH=${prefix}/lib")
   run(${env} "${work}/build/consumer")
   if(NOT last_output MATCHES "consumer ok")
     message(FATAL_ERROR "consumer printed: ${last_output}")
@@ -180,6 +123,9 @@ function(check_package build_dir work)
   endif()
   expect_no_liburing("${work}/build_c_core/c_consumer")
 
+endmacro()
+
+macro(check_pkgconfig_consumers)
   # pkg-config users get the same library; C++ adds the standard itself.
   find_program(PKG_CONFIG pkg-config REQUIRED)
   set(ENV{PKG_CONFIG_PATH} "${prefix}/lib/pkgconfig")
@@ -274,10 +220,92 @@ function(check_package build_dir work)
         -DPC_DIR=${prefix}/lib/pkgconfig -DPYTHON=${PYTHON} -DWORK_DIR=${work}
         -P "${CMAKE_CURRENT_LIST_DIR}/readme_python_test.cmake")
   endif()
+endmacro()
+
+# Installs the build in `build_dir` into `work`/prefix, checks what the
+# install holds and exports, then runs the consumer checks of each of
+# `phases` (cmake, pkg-config) against it.
+function(check_package build_dir work phases)
+  set(prefix "${work}/prefix")
+  run(${CMAKE_COMMAND} --install "${build_dir}" --prefix "${prefix}")
+  foreach(f include/bufpool/buffer_pool.h include/bufpool/c.h
+            include/bufpool/export.h include/bufpool/options.h
+            include/bufpool/uring.h share/doc/bufpool/docs/uring.md
+            share/doc/bufpool/examples/uring_echo.cc
+            share/doc/bufpool/examples/frame_server.cc
+            lib/cmake/bufpool/bufpoolConfig.cmake
+            lib/cmake/bufpool/bufpoolConfigVersion.cmake lib/pkgconfig/bufpool.pc
+            lib/pkgconfig/bufpool_core.pc)
+    if(NOT EXISTS "${prefix}/${f}")
+      message(FATAL_ERROR "install is missing ${f}")
+    endif()
+  endforeach()
+  if(EXISTS "${prefix}/include/arena" OR EXISTS "${prefix}/include/pool")
+    message(FATAL_ERROR "private headers were installed")
+  endif()
+  if(EXISTS "${prefix}/include/bufpool/echo_server.h" OR
+     EXISTS "${prefix}/include/echo")
+    message(FATAL_ERROR "the echo server (apps/echo) was installed as API")
+  endif()
+
+  # A shared libbufpool exports the public API only: C API functions and
+  # bufpool:: C++ symbols (with their typeinfo), nothing of Abseil or std.
+  file(GLOB shared_lib "${prefix}/lib/libbufpool.so.*.*.*")  # the real file
+  file(GLOB shared_core "${prefix}/lib/libbufpool_core.so.*.*.*")
+  if(shared_lib AND NOT shared_core)
+    message(FATAL_ERROR "a shared install without libbufpool_core.so")
+  endif()
+  foreach(lib IN LISTS shared_lib shared_core)
+    run(nm -D --defined-only --format=posix "${lib}")
+    string(REPLACE "\n" ";" lines "${last_output}")
+    set(c_api 0)
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE " .*" "" sym "${line}")
+      if(sym STREQUAL "")
+        continue()
+      elseif(sym MATCHES "^bufpool_")
+        math(EXPR c_api "${c_api} + 1")
+      elseif(NOT sym MATCHES "^_Z(T[IVSHW]|GV)?NK?7bufpool" AND
+             NOT sym MATCHES "^(_init|_fini|__bss_start|_edata|_end)$")
+        message(FATAL_ERROR "${lib} exports ${sym}, outside the public API")
+      endif()
+    endforeach()
+    if(c_api LESS 10)
+      message(FATAL_ERROR "${lib} exports ${c_api} bufpool_* functions")
+    endif()
+  endforeach()
+  # The same soname scheme for both: lib<name>.so.<major>.<minor>.
+  if(shared_core)
+    run(readelf -d "${shared_core}")
+    if(NOT last_output MATCHES "SONAME[^\n]*libbufpool_core\\.so\\.[0-9]+\\.[0-9]+\\]")
+      message(FATAL_ERROR "libbufpool_core's soname:\n${last_output}")
+    endif()
+    if(last_output MATCHES "liburing")
+      message(FATAL_ERROR "libbufpool_core.so needs liburing:\n${last_output}")
+    endif()
+  endif()
+
+  # A shared libbufpool is found at run time like any other library.
+  set(env ${CMAKE_COMMAND} -E env "LD_LIBRARY_PATH=${prefix}/lib")
+  if("cmake" IN_LIST phases)
+    check_cmake_consumers()
+  endif()
+  if("pkg-config" IN_LIST phases)
+    check_pkgconfig_consumers()
+  endif()
 endfunction()
 
-check_package("${BUILD_DIR}" "${WORK_DIR}/main")
-message(STATUS "install consumer test passed for ${BUILD_DIR}")
+# PART is <linkage>:<consumers>: main (this build) or other (below), and
+# cmake or pkg-config; test/CMakeLists.txt runs the four as separate tests
+# so that they run side by side.
+string(REPLACE ":" ";" part "${PART}")
+list(GET part 0 linkage)
+list(GET part 1 consumers)
+if(linkage STREQUAL "main")
+  check_package("${BUILD_DIR}" "${WORK_DIR}/main" "${consumers}")
+  message(STATUS "install consumer test (${consumers}) passed for ${BUILD_DIR}")
+  return()
+endif()
 
 # The other linkage: the libraries alone, with this build's toolchain and
 # flags (OTHER_CACHE), linked from this build's objects where the build
@@ -309,5 +337,6 @@ run(${CMAKE_COMMAND} -C "${OTHER_CACHE}" -S "${SOURCE_DIR}"
     -DBUFPOOL_BUILD_TESTS=OFF -DBUFPOOL_BUILD_BENCHMARKS=OFF
     -DBUFPOOL_BUILD_TOOLS=OFF -DBUFPOOL_BUILD_EXAMPLES=OFF)
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/other_build" --target bufpool bufpool_core)
-check_package("${WORK_DIR}/other_build" "${WORK_DIR}/other")
-message(STATUS "install consumer test passed (BUILD_SHARED_LIBS=${other})")
+check_package("${WORK_DIR}/other_build" "${WORK_DIR}/other" "${consumers}")
+message(STATUS
+  "install consumer test (${consumers}) passed (BUILD_SHARED_LIBS=${other})")

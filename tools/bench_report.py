@@ -9,6 +9,8 @@ Reads, from the run's directory:
   cold_start.jsonl    one JSON line per fresh-process cold-start measurement
   elastic.jsonl       bench/elastic_pool's lines (create, burst, growth, idle), one
                       of each per round
+  channel.jsonl       bench/channel_handoff's lines, one per round (BufferChannel
+                      and a socket pair in the same round, interleaved)
   java.jsonl          the seed experiment in Java, when java was present
                       (with the binding's bench/java/SeedPool.java lines)
   java_bench.jsonl    the Java binding's interleaved rounds (bench/java:
@@ -236,8 +238,14 @@ def load_cold(run_dir):
 def load_elastic(run_dir):
     """{"<contender>.<field>": {round: value}} from elastic.jsonl; the k-th
     line of a contender is its round k."""
+    return load_jsonl_rounds(run_dir, "elastic.jsonl")
+
+
+def load_jsonl_rounds(run_dir, name):
+    """{"<contender>.<field>": {round: value}} from the JSON lines of `name`;
+    the k-th line of a contender is its round k."""
     out, seen = {}, {}
-    path = os.path.join(run_dir, "elastic.jsonl")
+    path = os.path.join(run_dir, name)
     if not os.path.exists(path):
         return out
     with open(path) as f:
@@ -796,6 +804,30 @@ def goals(values, counters, cold, copy, echo, elastic=None):
     return [x for x in g if x]
 
 
+def channel_goals(c):
+    """bench/channel_handoff's rows: a 4 KiB buffer between two pinned
+    processes, one-way = half a ping-pong round trip."""
+    C = lambda k: c.get(f"channel_handoff.{k}", {})
+    return [x for x in [
+        goal("channel: BufferChannel hand-off of 4 KiB between two processes, "
+             "one-way p50 <= 350 ns (ns)", C("channel_oneway_p50_ns"), 350,
+             True),
+        goal("channel: the same, one-way p99 (ns)", C("channel_oneway_p99_ns"),
+             None, True),
+        goal("channel: >= 10x faster than 4 KiB over a Unix socket pair "
+             "(p50 ratio)", C("socket_vs_channel_p50"), 10, False),
+        goal("channel: its floor, the bare token ring without the pool, "
+             "one-way p50 (ns)", C("ring_oneway_p50_ns"), None, True),
+        goal("channel: the machine's floor, one cache line bounced between "
+             "the two CPUs, one-way p50 (ns)", C("line_oneway_p50_ns"), None,
+             True),
+        goal("channel: BufferChannel / that floor (p50 ratio)",
+             C("channel_vs_line_p50"), None, True),
+        goal("channel: the socket pair, one-way p50 (ns)",
+             C("socket_oneway_p50_ns"), None, True),
+    ] if x]
+
+
 def elastic_goals(values, e):
     """The elastic pool's rows: bench/elastic_pool and the
     libbufpool_elastic contender beside the fixed pool."""
@@ -936,6 +968,7 @@ def main(run_dir):
     java = load_java(run_dir)
     g = goals(values, counters, cold, copy, echo, load_elastic(run_dir))
     g.extend(java_goals(java, cold))
+    g.extend(channel_goals(load_jsonl_rounds(run_dir, "channel.jsonl")))
     if g:
         text.append("\n## Goals\n")
         text.append("A goal is met when the median over rounds of its "

@@ -54,7 +54,7 @@ int main() {
   if (cpu_id < 0) {
     Expect(rs::Pop(base, 2, rs::kCpuIdField) == rs::kNoSlot,
            "unregistered: Pop fails");
-    Expect(!rs::Push(base, 2, rs::kMmCidField, &room8, 5),
+    Expect(!rs::Push(base, 2, rs::kMmCidField, &room8, 8, 5),
            "unregistered: Push on mm_cid 0 fails");
     Expect(caches[0].count == 0, "unregistered: no store");
   }
@@ -62,25 +62,42 @@ int main() {
   const uint32_t one = 1, zero = 0;
   std::memcpy(area + 4, &one, 4);
   std::memcpy(area + rs::kMmCidField, &zero, 4);
-  Expect(rs::Push(base, 2, rs::kCpuIdField, &room8, 7), "Push by cpu_id");
+  Expect(rs::Push(base, 2, rs::kCpuIdField, &room8, 8, 7), "Push by cpu_id");
   Expect(caches[1].count == 1 && caches[1].slots[0] == 7,
          "cpu_id 1 indexes cache 1");
-  Expect(rs::Push(base, 2, rs::kMmCidField, &room8, 9) &&
-             rs::Push(base, 2, rs::kMmCidField, &room8, 10),
+  Expect(rs::Push(base, 2, rs::kMmCidField, &room8, 8, 9) &&
+             rs::Push(base, 2, rs::kMmCidField, &room8, 8, 10),
          "Push by mm_cid");
   Expect(caches[0].count == 2 && caches[0].slots[1] == 10,
          "mm_cid 0 indexes cache 0");
-  Expect(!rs::Push(base, 2, rs::kMmCidField, &waiting, 11),
+  Expect(!rs::Push(base, 2, rs::kMmCidField, &waiting, 8, 11),
          "Push fails while someone waits");
-  Expect(!rs::Push(base, 2, rs::kMmCidField, &room2, 11),
+  Expect(!rs::Push(base, 2, rs::kMmCidField, &room2, 8, 11),
          "Push fails when full");
   Expect(rs::Pop(base, 2, rs::kMmCidField) == 10 &&
              rs::Pop(base, 2, rs::kMmCidField) == 9 &&
              rs::Pop(base, 2, rs::kMmCidField) == rs::kNoSlot,
          "Pop is LIFO and fails when empty");
+  // The lend window (count - floor < lend) and the slow paths' fused
+  // forms: cache 0 is empty, its floor 0.
+  Expect(rs::Push(base, 2, rs::kMmCidField, &room8, 2, 20) &&
+             rs::Push(base, 2, rs::kMmCidField, &room8, 2, 21) &&
+             !rs::Push(base, 2, rs::kMmCidField, &room8, 2, 22),
+         "Push stops when the cache lends its allowance");
+  uint32_t rose = 0;
+  Expect(rs::ReclaimPush(base, 2, rs::kMmCidField, &room8, 22, &rose) &&
+             rose == 2 && caches[0].count == 3 && caches[0].pad[0] == 2,
+         "ReclaimPush takes back what was lent, then pushes");
+  uint32_t fell = 0;
+  Expect(rs::LendPop(base, 2, rs::kMmCidField, 8, &fell) == 22 &&
+             rs::Pop(base, 2, rs::kMmCidField) == 21 &&
+             rs::Pop(base, 2, rs::kMmCidField) == 20 &&
+             rs::Pop(base, 2, rs::kMmCidField) == rs::kNoSlot,
+         "LendPop lends down to the floor and pops");
+  Expect(fell == 2 && caches[0].pad[0] == 0, "LendPop lowered the floor");
   caches[1].count |= rs::kStopped;
   Expect(rs::Pop(base, 2, rs::kCpuIdField) == rs::kNoSlot &&
-             !rs::Push(base, 2, rs::kCpuIdField, &room8, 3),
+             !rs::Push(base, 2, rs::kCpuIdField, &room8, 8, 3),
          "a stopped cache fails both");
   caches[1].count &= ~rs::kStopped;
   Expect(rs::Pop(base, 1, rs::kCpuIdField) == rs::kNoSlot,
@@ -103,7 +120,8 @@ int main() {
     std::memcpy(&sig, reinterpret_cast<const void*>(abort_ip - 4), 4);
     Expect(reinterpret_cast<uintptr_t>(d) % 32 == 0 && d[0] == 0,
            "descriptor: aligned, version 0");
-    Expect(post > 0 && post < 64, "descriptor: a short section");
+    // Each is the index prologue and a few instructions (72 bytes here).
+    Expect(post > 0 && post < 128, "descriptor: a short section");
     Expect(abort_ip < start || abort_ip >= start + post,
            "descriptor: abort outside the section");
     Expect(sig == 0xd428bc00u, "RSEQ_SIG before the abort label");

@@ -7,10 +7,25 @@
 // line without stopping. --metrics-every SECONDS prints WriteMetrics() of
 // the pool (with the connections' budgets) on stdout, the same stream, each
 // exposition ended by "# EOF".
+//
+// --workers N: this process makes the pool shared and forks N workers; each
+// joins the pool (BufferPool::Join of the inherited shared_fd()) and serves
+// on its own SO_REUSEPORT listener of one port, which this process reserves
+// first (bound, not listening, so no connection is queued on it). This
+// process serves nothing: it watches. A worker that dies is reaped and
+// ReclaimDead() gives back what it held (reported on stderr); the others
+// go on. SIGINT/SIGTERM stop every worker, then it checks that every
+// buffer of the pool is free again and says so.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,8 +34,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -150,6 +167,237 @@ void WaitForStop(const sigset_t& signals, bool elastic, double every,
   }
 }
 
+// Blocks `signals` and SIGCHLD; returns the set with SIGCHLD.
+sigset_t BlockSignalsAndChild(const sigset_t& signals) {
+  sigset_t all = signals;
+  sigaddset(&all, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  return all;
+}
+
+// Ends a worker without running the destructors of what it shares with
+// the parent (the parent's pool object, which a child must not use).
+[[noreturn]] void ExitWorker(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(code);
+}
+
+// A worker: joins the shared pool behind `pool_fd`, serves on `listen` with
+// SO_REUSEPORT, writes one byte to `ready_fd` once it listens, and serves
+// until SIGINT/SIGTERM. Never returns.
+[[noreturn]] void RunWorker(const bufpool::tools::EchoCommand& command,
+                            const std::string& listen, int pool_fd,
+                            int ready_fd, const sigset_t& signals) {
+  const std::string me = absl::StrCat("worker ", getpid());
+  absl::StatusOr<std::unique_ptr<bufpool::BufferPool>> pool =
+      bufpool::BufferPool::Join(pool_fd);
+  if (!pool.ok()) {
+    Fail(absl::StrCat(me, ": joining the pool: ", pool.status().message()),
+         kExitFailure);
+    ExitWorker(kExitFailure);
+  }
+  bufpool::EchoServerOptions options = command.server;
+  options.listen = listen;
+  options.reuse_port = true;
+  options.pool = pool->get();
+  absl::StatusOr<std::unique_ptr<bufpool::EchoServer>> server =
+      bufpool::EchoServer::Create(options);
+  if (!server.ok()) {
+    Fail(absl::StrCat(me, ": ", server.status().message()), kExitFailure);
+    ExitWorker(kExitFailure);
+  }
+  const char byte = 1;
+  if (write(ready_fd, &byte, 1) != 1) ExitWorker(kExitFailure);
+  close(ready_fd);
+  absl::Status run_status;
+  std::thread loop([&] {
+    run_status = (*server)->Run();
+    if (!run_status.ok()) ::kill(::getpid(), SIGTERM);
+  });
+  WaitForStop(signals, false, command.metrics_every_seconds, **pool, **server);
+  (*server)->Stop();
+  loop.join();
+  if (!run_status.ok()) {
+    Fail(absl::StrCat(me, ": ", run_status.message()), kExitFailure);
+    ExitWorker(kExitFailure);
+  }
+  std::printf("%s stopped: %s\n", me.c_str(),
+              Summary(**server, **pool).c_str());
+  server->reset();
+  pool->reset();
+  ExitWorker(kExitSuccess);
+}
+
+// Binds (without listening) an SO_REUSEPORT socket to `listen`, holding
+// its port for the workers; the port it got (the kernel's pick for 0) in
+// *port.
+absl::StatusOr<int> ReservePort(const std::string& listen, uint16_t* port) {
+  const size_t colon = listen.rfind(':');
+  std::string host = listen.substr(0, colon);
+  if (host == "localhost") host = "127.0.0.1";
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(
+      std::strtoul(listen.c_str() + colon + 1, nullptr, 10)));
+  if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", listen, "' is not IPv4"));
+  }
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::ErrnoToStatus(errno, "socket");
+  const int one = 1;
+  socklen_t len = sizeof(sa);
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
+      bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::ErrnoToStatus(err, absl::StrCat("listen on ", listen));
+  }
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+// How many buffers this process can take from the pool now: takes them
+// all and gives them back. With every worker gone, the whole pool.
+size_t CountFree(bufpool::BufferPool& pool) {
+  std::vector<bufpool::Buffer> all;
+  while (bufpool::Buffer b = pool.TryAcquire()) all.push_back(std::move(b));
+  return all.size();
+}
+
+std::string DeathText(int status) {
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("died (signal ", WTERMSIG(status), ")");
+  }
+  return absl::StrCat("exited with status ", WEXITSTATUS(status));
+}
+
+// --workers N: see the file comment.
+int RunWorkers(const bufpool::tools::EchoCommand& command) {
+  absl::StatusOr<std::unique_ptr<bufpool::BufferPool>> pool =
+      bufpool::BufferPool::Create(command.pool);  // shared: set by the parser
+  if (!pool.ok()) return FailStatus(pool.status());
+  if ((*pool)->shared_fd() < 0) {
+    return Fail("--workers: the pool could not be made shared", kExitFailure);
+  }
+  uint16_t port = 0;
+  absl::StatusOr<int> reserved = ReservePort(command.server.listen, &port);
+  if (!reserved.ok()) return FailStatus(reserved.status());
+  const std::string host =
+      command.server.listen.substr(0, command.server.listen.rfind(':'));
+  const std::string listen =
+      absl::StrCat(host == "localhost" ? "127.0.0.1" : host, ":", port);
+
+  const sigset_t signals = BlockSignals();
+  const sigset_t watched = BlockSignalsAndChild(signals);
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) {
+    return Fail(absl::StrCat("pipe: ", std::strerror(errno)), kExitFailure);
+  }
+  std::vector<pid_t> workers;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  for (size_t i = 0; i < command.workers; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(ready[0]);
+      close(*reserved);
+      RunWorker(command, listen, (*pool)->shared_fd(), ready[1], signals);
+    }
+    if (pid < 0) {
+      const int err = errno;
+      for (pid_t w : workers) kill(w, SIGKILL);
+      for (pid_t w : workers) waitpid(w, nullptr, 0);
+      return Fail(absl::StrCat("fork: ", std::strerror(err)), kExitFailure);
+    }
+    workers.push_back(pid);
+  }
+  close(ready[1]);
+  // One byte from each worker once it listens; EOF first means one failed
+  // (it said why on stderr).
+  for (size_t got = 0; got < workers.size();) {
+    char buf[64];
+    const ssize_t n = read(ready[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      for (pid_t w : workers) kill(w, SIGKILL);
+      for (pid_t w : workers) waitpid(w, nullptr, 0);
+      (*pool)->ReclaimDead();
+      return Fail("a worker could not start", kExitFailure);
+    }
+    got += static_cast<size_t>(n);
+  }
+  close(ready[0]);
+  std::printf("listening on %s\n", listen.c_str());
+  std::string pids;
+  for (pid_t w : workers) absl::StrAppend(&pids, pids.empty() ? "" : " ", w);
+  std::printf("workers: %s\n", pids.c_str());
+  std::fflush(stdout);
+
+  std::vector<pid_t> live = workers;
+  uint64_t failed = 0;  // workers that did not exit 0 on their own
+  // Reaps what ended; reclaims what the dead held.
+  auto reap = [&](bool stopping) {
+    for (;;) {
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) return;
+      live.erase(std::remove(live.begin(), live.end(), pid), live.end());
+      const size_t reclaimed = (*pool)->ReclaimDead();
+      const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!clean) ++failed;
+      if (!clean || reclaimed != 0 || !stopping) {
+        std::fprintf(
+            stderr, "bufpool-echo: worker %d %s; reclaimed %zu buffers\n",
+            static_cast<int>(pid), DeathText(status).c_str(), reclaimed);
+      }
+    }
+  };
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&watched, &sig) != 0) continue;
+    if (sig == SIGCHLD) {
+      reap(false);
+      if (live.empty()) {
+        Fail("every worker is gone", kExitFailure);
+        break;
+      }
+      continue;
+    }
+    if (sig == SIGUSR1) {
+      const bufpool::PoolStats p = (*pool)->Stats();
+      std::printf("stats: workers=%zu/%zu processes=%zu reclaimed=%llu\n",
+                  live.size(), workers.size(), p.processes,
+                  static_cast<unsigned long long>(p.reclaimed));
+      std::fflush(stdout);
+      continue;
+    }
+    for (pid_t w : live) kill(w, SIGTERM);  // SIGINT or SIGTERM: stop
+    while (!live.empty()) {
+      if (sigwait(&watched, &sig) == 0 && sig == SIGCHLD) reap(true);
+    }
+    break;
+  }
+  close(*reserved);
+  (*pool)->ReclaimDead();
+  const bufpool::PoolStats p = (*pool)->Stats();
+  const size_t free_now = CountFree(**pool);
+  std::printf(
+      "stopped: workers=%zu failed=%llu reclaimed=%llu pool_free=%zu/%zu\n",
+      workers.size(), static_cast<unsigned long long>(failed),
+      static_cast<unsigned long long>(p.reclaimed), free_now, p.capacity);
+  std::fflush(stdout);
+  if (free_now != p.capacity) {
+    return Fail(
+        absl::StrCat("the pool lost ", p.capacity - free_now, " buffers"),
+        kExitFailure);
+  }
+  return live.empty() && failed < workers.size() ? kExitSuccess : kExitFailure;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +406,7 @@ int main(int argc, char** argv) {
   if (const int code = bufpool::tools::PrintUnlessRun(parsed); code >= 0) {
     return code;
   }
+  if (parsed.command.workers != 0) return RunWorkers(parsed.command);
   bufpool::EchoServerOptions options = parsed.command.server;
   absl::StatusOr<std::unique_ptr<bufpool::BufferPool>> pool =
       bufpool::BufferPool::Create(parsed.command.pool);

@@ -21,6 +21,14 @@ on. --metrics-every SECONDS: print the pool's metrics (Prometheus text,
 its per-connection budgets included) on stdout every SECONDS, each print
 closed by a line '# EOF'.
 
+--workers N: N worker processes serve one shared pool, each on its own
+SO_REUSEPORT listener of the same port; the second line on stdout is
+'workers: PID...'. A worker that dies is reported on stderr ('worker PID
+died (signal S); reclaimed N buffers': everything it held is back in the
+pool) and the others keep serving. SIGINT/SIGTERM stop every worker (each
+prints 'worker PID stopped: ...'), then 'stopped: workers=...
+pool_free=F/C' (every buffer back: F = C).
+
 )";
 
 // Where the server listens and which engine runs it; the engine's name
@@ -93,6 +101,13 @@ void AddLimitAndOutputOptions(CLI::App& app, EchoCommand& c) {
       ->type_name("SECONDS")
       ->option_text("SECONDS")
       ->check(CLI::Range(0.001, 86400.0));
+  app.add_option("--workers", c.workers,
+                 absl::StrCat("serve from N worker processes on one shared "
+                              "pool\n(SO_REUSEPORT), 1 to ",
+                              kMaxEchoWorkers, " (default: 0, this process)"))
+      ->type_name("N")
+      ->option_text("N")
+      ->transform(NumberIn(1, kMaxEchoWorkers));
 }
 
 // After a successful parse: the checks that span options (an elastic
@@ -112,6 +127,16 @@ void FinishEchoArgs(int argc, const char* const* argv,
                      "); use 0 for a fixed pool; see '", kTool, " --help'");
     return;
   }
+  if (c.workers != 0 && c.pool.max_buffer_count != 0) {
+    result.action = ParseAction::kUsageError;
+    result.text =
+        absl::StrCat(kTool,
+                     ": --workers: a shared pool is a fixed pool; drop "
+                     "--max-buffers; see '",
+                     kTool, " --help'");
+    return;
+  }
+  if (c.workers != 0) c.pool.shared = true;
   if (c.pool.max_buffer_count != 0) {
     // Idle memory goes back on its own: main() ticks the idle trim.
     c.pool.trim_after_idle = absl::Seconds(1);

@@ -27,7 +27,13 @@ struct EchoCommand {
   // --metrics-every: seconds between two prints of the pool's metrics
   // (bufpool/metrics.h) on stdout; 0: never.
   double metrics_every_seconds = 0;
+  // --workers: 0 serves in this process; N (1 to kMaxEchoWorkers) makes the
+  // pool shared (PoolOptions::shared) and forks N worker processes that
+  // join it, each with its own SO_REUSEPORT listener on the same port.
+  size_t workers = 0;
 };
+
+inline constexpr uint64_t kMaxEchoWorkers = 256;
 
 // Parses bufpool-echo's argv. Never exits, prints or opens a socket.
 ParsedArgs<EchoCommand> ParseEchoArgs(int argc, const char* const* argv);

@@ -23,8 +23,9 @@
 namespace bufpool {
 namespace {
 
-// A bound, listening, non-blocking socket for "HOST:PORT" (IPv4).
-absl::StatusOr<int> Listen(absl::string_view address) {
+// A bound, listening, non-blocking socket for "HOST:PORT" (IPv4), with
+// SO_REUSEPORT when `reuse_port`.
+absl::StatusOr<int> Listen(absl::string_view address, bool reuse_port) {
   const size_t colon = address.rfind(':');
   if (colon == absl::string_view::npos) {
     return absl::InvalidArgumentError(
@@ -47,7 +48,10 @@ absl::StatusOr<int> Listen(absl::string_view address) {
   absl::StatusOr<int> fd = os::Socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
   if (!fd.ok()) return fd.status();
   (void)os::SetSockOptInt(*fd, SOL_SOCKET, SO_REUSEADDR, 1, "SO_REUSEADDR");
-  absl::Status s = os::Bind(*fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  absl::Status s = reuse_port ? os::SetSockOptInt(*fd, SOL_SOCKET, SO_REUSEPORT,
+                                                  1, "SO_REUSEPORT")
+                              : absl::OkStatus();
+  if (s.ok()) s = os::Bind(*fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
   if (s.ok()) s = os::Listen(*fd, SOMAXCONN);
   if (!s.ok()) {
     (void)os::CloseSocket(*fd);
@@ -95,7 +99,7 @@ absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Create(
     return absl::InvalidArgumentError(
         "EchoServerOptions.max_unsent_bytes must be > 0");
   }
-  absl::StatusOr<int> listen_fd = Listen(options.listen);
+  absl::StatusOr<int> listen_fd = Listen(options.listen, options.reuse_port);
   if (!listen_fd.ok()) return listen_fd.status();
   absl::StatusOr<int> stop = os::EventFd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (!stop.ok()) {

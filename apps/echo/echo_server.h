@@ -118,6 +118,10 @@ struct EchoServerOptions {
   // environment variable BUFPOOL_DISABLE_IO_URING=1 makes io_uring count as
   // unavailable.
   bool fallback_to_epoll = true;
+  // SO_REUSEPORT on the listener: several servers (in several processes)
+  // listen on one port and the kernel spreads new connections among them;
+  // when one closes, the others take its share (bufpool-echo --workers).
+  bool reuse_port = false;
 };
 
 // Buffers one read fills at most (kEpoll: iovecs per readv; kMalloc: the

@@ -329,13 +329,17 @@ struct BudgetAccess {
   }
 };
 
-// Pool commitments: reservations and ring lending may not together exceed
-// the pool's capacity. CommitLending() adds a ring's most-lent buffers
-// (InvalidArgument naming the numbers when they do not fit);
-// UncommitLending() takes them back when the ring goes.
+// Pool commitments: reservations, ring lending and admission queues'
+// capacities may not together exceed the pool's capacity. CommitLending()
+// adds a ring's most-lent buffers or a queue's capacity (ResourceExhausted
+// naming the numbers when they do not fit); UncommitLending() takes them
+// back when the ring or queue goes.
+enum class Commitment { kRing, kAdmissionQueue };
 BUFPOOL_EXPORT absl::Status CommitLending(BufferPool& pool, size_t buffers,
-                                          absl::string_view who);
-BUFPOOL_EXPORT void UncommitLending(BufferPool& pool, size_t buffers);
+                                          absl::string_view who,
+                                          Commitment kind = Commitment::kRing);
+BUFPOOL_EXPORT void UncommitLending(BufferPool& pool, size_t buffers,
+                                    Commitment kind = Commitment::kRing);
 // The pool's capacity less its reservations and ring lending.
 BUFPOOL_EXPORT size_t UncommittedBuffers(const BufferPool& pool);
 

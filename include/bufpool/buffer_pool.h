@@ -561,10 +561,10 @@ class BUFPOOL_EXPORT BufferPool {
   // pool is in flight. high_water is never below the largest in_use there
   // has been. It is exact with caches off; with caches on it may exceed the
   // true peak by what the caches lent at that moment: a cache hands out at
-  // most cache_capacity() / 4 buffers (half a refill batch) on hits before
+  // most cache_capacity() / 2 buffers (one refill batch) on hits before
   // the pool accounts for them, so the overshoot is at most that much per
-  // cache in use (two threads taking turns: one refill batch,
-  // cache_capacity() / 2; src/pool/accounting.cc, "High water"). A Stats()
+  // cache in use (two threads taking turns: cache_capacity();
+  // src/pool/accounting.cc, "High water"). A Stats()
   // call that overlaps acquires or releases on other threads reads a moving
   // picture: its in_use may be off by the batch being moved (up to
   // cache_capacity()). Takes no lock: cheap while other threads wait.

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <linux/futex.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -58,6 +59,14 @@ int RealMemfdCreate(const char* name, unsigned flags) {
 }
 int RealFcntlLock(int fd, int cmd, struct flock* lock) {
   return ::fcntl(fd, cmd, lock);
+}
+int RealFutexWait(uint32_t* word, uint32_t expected, const timespec* timeout) {
+  return static_cast<int>(
+      ::syscall(SYS_futex, word, FUTEX_WAIT, expected, timeout, nullptr, 0));
+}
+int RealFutexWake(uint32_t* word, int count) {
+  return static_cast<int>(
+      ::syscall(SYS_futex, word, FUTEX_WAKE, count, nullptr, nullptr, 0));
 }
 constexpr SyscallTable kReal = {
     .open = RealOpen,
@@ -124,6 +133,8 @@ constexpr SyscallTable kReal = {
     .memfd_create = RealMemfdCreate,
     .fcntl_lock = RealFcntlLock,
     .getpid = ::getpid,
+    .futex_wait = RealFutexWait,
+    .futex_wake = RealFutexWake,
 };
 
 // Relaxed: tables are installed before the threads that use them start

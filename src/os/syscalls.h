@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace bufpool::os {
@@ -128,6 +129,16 @@ struct SyscallTable {
   // fcntl with a struct flock argument (F_OFD_SETLK, F_OFD_GETLK).
   int (*fcntl_lock)(int fd, int cmd, struct flock* lock);
   pid_t (*getpid)();
+
+  // ---- Waking a process that waits on shared memory (channels) ----
+  // futex(2) FUTEX_WAIT on a word that may be shared between processes
+  // (not FUTEX_PRIVATE_FLAG): sleeps while *word == expected, at most
+  // `timeout` (relative; nullptr: no limit). 0 when woken; -1 with errno
+  // EAGAIN (the word differed), ETIMEDOUT or EINTR.
+  int (*futex_wait)(uint32_t* word, uint32_t expected, const timespec* timeout);
+  // futex(2) FUTEX_WAKE: wakes up to `count` sleepers on `word` in any
+  // process; returns how many it woke.
+  int (*futex_wake)(uint32_t* word, int count);
 };
 
 // The real system calls.

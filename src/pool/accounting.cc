@@ -22,7 +22,7 @@
 // caches' hits made a peak together; instead it bounds what hits can do.
 // Each cache has a floor (CpuCache::floor; word 1 of an rseq cache, rseq.h)
 // with floor <= count: a single pop hits only while count > floor, a single
-// push only while count - floor < lend (BufferPool::lend_, half a refill
+// push only while count - floor < lend (BufferPool::lend_, one refill
 // batch). The slots above the floor are lent: hits may hand them out without
 // telling the pool. Shared::held_or_lent keeps
 //
@@ -51,8 +51,8 @@
 // lowers the floor to count - lend, a push stops at count - floor = lend),
 // so high_water <= peak + lend x (caches that lend at that moment), plus a
 // Lend added ahead and not granted (at most lend, given back at once). Two
-// threads taking turns (two caches) stay within peak + 2 x lend = one
-// refill batch. A drain revokes what the drained cache lends.
+// threads taking turns (two caches) stay within peak + 2 x lend = two
+// refill batches. A drain revokes what the drained cache lends.
 //
 // Memory ordering: every counter here is relaxed. They are statistics: each
 // read-modify-write returns the exact value before it, and a reader that
@@ -65,37 +65,12 @@
 
 namespace bufpool {
 
-namespace {
-
-void UpdateMax(std::atomic<size_t>& target, int64_t value, size_t limit) {
-  if (value <= 0) return;
-  value = std::min<int64_t>(value, static_cast<int64_t>(limit));
-  size_t seen = target.load(std::memory_order_relaxed);
-  while (static_cast<size_t>(value) > seen &&
-         !target.compare_exchange_weak(seen, static_cast<size_t>(value),
-                                       std::memory_order_relaxed)) {
-  }
-}
-
-}  // namespace
-
 void PoolAccess::DieCorrupt(const BufferPool& p, const char* what,
                             uint64_t value) {
   std::fprintf(stderr, "bufpool: internal error: %s (%llu) in pool %p\n", what,
                static_cast<unsigned long long>(value),
                static_cast<const void*>(&p));
   std::abort();
-}
-
-void PoolAccess::Lent(BufferPool& p, uint32_t n) {
-  BufferPool::Shared& s = S(p);
-  const int64_t before = s.held_or_lent.fetch_add(n, std::memory_order_relaxed);
-  const size_t committed = s.committed.load(std::memory_order_relaxed);
-  UpdateMax(s.high_water, before + n, committed);
-}
-
-void PoolAccess::Returned(BufferPool& p, uint32_t n) {
-  S(p).held_or_lent.fetch_sub(n, std::memory_order_relaxed);
 }
 
 void PoolAccess::Popped(BufferPool& p, uint32_t n, uint32_t left,
@@ -111,7 +86,8 @@ void PoolAccess::Popped(BufferPool& p, uint32_t n, uint32_t left,
     }
     // Caches off, fixed: `left` is the depot's size after the pop, exact.
     const size_t committed = s.committed.load(std::memory_order_relaxed);
-    UpdateMax(s.high_water, static_cast<int64_t>(committed) - left, committed);
+    internal::UpdateMax(s.high_water, static_cast<int64_t>(committed) - left,
+                        committed);
     return;
   }
   s.depot_free.fetch_sub(n, std::memory_order_relaxed);

@@ -43,14 +43,16 @@ absl::StatusOr<std::unique_ptr<AdmissionQueue>> AdmissionQueue::Create(
             ? absl::StrCat("capacity_buffers ", o.capacity_buffers)
             : std::string("an automatic capacity"),
         " does not fit the pool (", pool.capacity(), " buffers, ", promised,
-        " already promised to budgets' reservations and rings, ", free,
-        " left); lower capacity_buffers to at most ", free,
+        " already promised to budgets' reservations, rings and admission "
+        "queues, ",
+        free, " left); lower capacity_buffers to at most ", free,
         ", or the rings' max_buffers or reservations, or grow the pool"));
   }
   // Commits as a ring's lending does, so that rings and reservations made
   // later are checked against it too; a race with another commitment since
   // UncommittedBuffers() is refused here, with its numbers.
-  absl::Status committed = internal::CommitLending(pool, capacity, who);
+  absl::Status committed = internal::CommitLending(
+      pool, capacity, who, internal::Commitment::kAdmissionQueue);
   if (!committed.ok()) return committed;
 
   std::unique_ptr<AdmissionQueue> q(new AdmissionQueue);
@@ -75,12 +77,12 @@ AdmissionQueue::~AdmissionQueue() {
                  name_.c_str(), live);
     std::abort();
   }
-  internal::UncommitLending(*pool_, capacity_);
+  internal::UncommitLending(*pool_, capacity_,
+                            internal::Commitment::kAdmissionQueue);
 }
 
 absl::StatusOr<bool> AdmissionQueue::Request(const BufferBudget& budget,
-                                             size_t bytes,
-                                             Admission& admission,
+                                             size_t bytes, Admission& admission,
                                              std::function<void()> on_grant) {
   if (&budget.pool() != pool_) {
     return absl::InvalidArgumentError(
@@ -98,13 +100,13 @@ absl::StatusOr<bool> AdmissionQueue::Request(const BufferBudget& budget,
   const size_t want_bytes = want * buffer_size_;
   if (want_bytes > budget.max_bytes()) {
     refusals_.fetch_add(1, std::memory_order_relaxed);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "AdmissionQueue(\"", name_, "\"): budget \"", budget.name(),
-        "\" can never be granted ", bytes, " bytes: they count ", want,
-        " buffers (", want_bytes, " bytes with ", slack_,
-        " of slack), over its max_bytes ", budget.max_bytes(),
-        "; raise max_bytes to at least ", want_bytes,
-        " or lower the largest message"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("AdmissionQueue(\"", name_, "\"): budget \"",
+                     budget.name(), "\" can never be granted ", bytes,
+                     " bytes: they count ", want, " buffers (", want_bytes,
+                     " bytes with ", slack_, " of slack), over its max_bytes ",
+                     budget.max_bytes(), "; raise max_bytes to at least ",
+                     want_bytes, " or lower the largest message"));
   }
   if (want > capacity_) {
     refusals_.fetch_add(1, std::memory_order_relaxed);

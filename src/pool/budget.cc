@@ -24,10 +24,10 @@ namespace {
 struct Commitments {
   size_t reserved = 0;  // buffers held in budgets' reservations
   size_t lending = 0;   // the most buffers rings may lend at once
+  size_t queued = 0;    // admission queues' capacities
   std::vector<const BufferBudget*> budgets;
-  bool empty() const {
-    return reserved == 0 && lending == 0 && budgets.empty();
-  }
+  size_t promised() const { return reserved + lending + queued; }
+  bool empty() const { return promised() == 0 && budgets.empty(); }
 };
 
 // Account ids of live budgets (BufferBudget::account_), guarded by
@@ -56,8 +56,12 @@ void DropIfEmpty(const BufferPool* pool) {
 }
 
 std::string Promised(const Commitments& c) {
-  return absl::StrCat(c.reserved, " reserved by budgets and ", c.lending,
-                      " lent to rings");
+  std::string s = absl::StrCat(c.reserved, " reserved by budgets and ",
+                               c.lending, " lent to rings");
+  if (c.queued != 0) {
+    absl::StrAppend(&s, ", ", c.queued, " held by admission queues");
+  }
+  return s;
 }
 
 }  // namespace
@@ -65,26 +69,32 @@ std::string Promised(const Commitments& c) {
 namespace internal {
 
 absl::Status CommitLending(BufferPool& pool, size_t buffers,
-                           absl::string_view who) {
+                           absl::string_view who, Commitment kind) {
   std::lock_guard<std::mutex> lock(BookMutex());
   Commitments& c = Book()[&pool];
-  if (buffers > pool.capacity() ||
-      c.reserved + c.lending > pool.capacity() - buffers) {
-    std::string msg = absl::StrCat(who, ": lending up to ", buffers,
-                                   " buffers would over-commit the pool (",
-                                   pool.capacity(), " buffers, ", Promised(c),
-                                   "); lower max_buffers or the reservations");
+  if (buffers > pool.capacity() || c.promised() > pool.capacity() - buffers) {
+    std::string msg =
+        kind == Commitment::kRing
+            ? absl::StrCat(who, ": lending up to ", buffers,
+                           " buffers would over-commit the pool (",
+                           pool.capacity(), " buffers, ", Promised(c),
+                           "); lower max_buffers or the reservations")
+            : absl::StrCat(who, ": holding ", buffers,
+                           " buffers would over-commit the pool (",
+                           pool.capacity(), " buffers, ", Promised(c),
+                           "); lower capacity_buffers or the reservations");
     DropIfEmpty(&pool);
     return absl::ResourceExhaustedError(std::move(msg));
   }
-  c.lending += buffers;
+  (kind == Commitment::kRing ? c.lending : c.queued) += buffers;
   return absl::OkStatus();
 }
 
-void UncommitLending(BufferPool& pool, size_t buffers) {
+void UncommitLending(BufferPool& pool, size_t buffers, Commitment kind) {
   std::lock_guard<std::mutex> lock(BookMutex());
   Commitments& c = Book()[&pool];
-  c.lending -= std::min(c.lending, buffers);
+  size_t& n = kind == Commitment::kRing ? c.lending : c.queued;
+  n -= std::min(n, buffers);
   DropIfEmpty(&pool);
 }
 
@@ -92,7 +102,7 @@ size_t UncommittedBuffers(const BufferPool& pool) {
   std::lock_guard<std::mutex> lock(BookMutex());
   auto it = Book().find(&pool);
   if (it == Book().end()) return pool.capacity();
-  const size_t promised = it->second.reserved + it->second.lending;
+  const size_t promised = it->second.promised();
   return promised < pool.capacity() ? pool.capacity() - promised : 0;
 }
 
@@ -166,7 +176,7 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
         "some, or let connections share one"));
   }
   Commitments& c = Book()[this];
-  if (reserve > capacity() || c.reserved + c.lending > capacity() - reserve) {
+  if (reserve > capacity() || c.promised() > capacity() - reserve) {
     std::string msg = absl::StrCat(who, ": reserving ", reserve,
                                    " buffers would over-commit the pool (",
                                    capacity(), " buffers, ", Promised(c),
@@ -180,12 +190,11 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
     if (got < reserve) {
       for (Buffer& r : b->reserve_) r.Reset();
       DropIfEmpty(this);
-      return absl::ResourceExhaustedError(
-          absl::StrCat(who, ": the pool has ", got, " free buffers of the ",
-                       reserve, " to reserve (", capacity(), " buffers, ",
-                       Stats().in_use,
-                       " in use); create it when buffers are free, or lower "
-                       "reserved_bytes"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          who, ": the pool has ", got, " free buffers of the ", reserve,
+          " to reserve (", capacity(), " buffers, ", Stats().in_use,
+          " in use); create it when buffers are free, or lower "
+          "reserved_bytes"));
     }
   }
   for (const Buffer& r : b->reserve_) b->NoteReserve(r, true);
@@ -240,8 +249,7 @@ absl::Status BufferBudget::Refuse(absl::string_view what, size_t wanted,
   return absl::ResourceExhaustedError(absl::StrCat(
       what, ": budget \"", name_, "\" is at its limit of ", max_bytes_,
       " bytes (it pins ", pinned_bytes(),
-      wanted != 0 ? absl::StrCat(", ", wanted, " more needed") : "", ")",
-      "; ",
+      wanted != 0 ? absl::StrCat(", ", wanted, " more needed") : "", ")", "; ",
       then.empty() ? "nothing was taken: consume or clear what its chains "
                      "hold, or raise max_bytes"
                    : then));

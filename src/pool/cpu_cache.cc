@@ -5,7 +5,8 @@
 // Each pool keeps one CpuCache per CPU the system may run
 // (sysconf(_SC_NPROCESSORS_CONF)); a call uses the cache of the CPU that
 // sched_getcpu() names (os::CurrentCpu(); glibc answers it from the rseq
-// area, or the vDSO: no system call). A cache holds at most cache_capacity()
+// area, or the vDSO: no system call), or named a few calls ago (the locked
+// caches: LockedCpu below). A cache holds at most cache_capacity()
 // free slots, so what all caches park is at most cache_capacity() x CPUs,
 // whatever the number of threads: a thread owns nothing, and its exit leaves
 // nothing behind.
@@ -113,6 +114,32 @@ absl::Status PoolAccess::InitCaches(SharedState& s, uint32_t cache_capacity) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The locked caches' index for this thread. sched_getcpu (the vDSO's
+// getcpu) costs as much as the rest of an acquire and release together in
+// a VM, so a thread reads it again only every kCpuRecheck calls. A stale
+// index costs locality, never correctness: each cache has its own lock,
+// and any thread may use any cache.
+constexpr uint32_t kCpuRecheck = 32;
+struct ThreadCpu {
+  int cpu = -1;
+  uint32_t left = 0;
+};
+thread_local ThreadCpu t_cpu;
+
+int LockedCpu() {
+  ThreadCpu& t = t_cpu;
+  if (t.left == 0) {
+    t.cpu = os::CurrentCpu();
+    t.left = kCpuRecheck;
+  }
+  --t.left;
+  return t.cpu;
+}
+
+}  // namespace
+
 CpuCache& PoolAccess::ThisCpu(BufferPool& p) {
   BufferPool::Shared& s = S(p);
   // rseq mode: the index the sequences use (cpu_id or mm_cid), so that the
@@ -120,7 +147,7 @@ CpuCache& PoolAccess::ThisCpu(BufferPool& p) {
   // area, no system call.
   const int cpu =
       s.rseq ? static_cast<int>(internal::rseq::CurrentIndex(s.rseq_index))
-             : os::CurrentCpu();
+             : LockedCpu();
   auto i = static_cast<uint32_t>(cpu < 0 ? 0 : cpu);
   if (i >= s.ncaches) i %= s.ncaches;  // CPUs numbered past the count
   return s.caches[i];

@@ -349,13 +349,91 @@ absl::StatusOr<size_t> PoolAccess::InitGrowth(BufferPool& p, SharedState& s,
   return ready;
 }
 
-uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks,
-                                uint32_t* taken, absl::Status* error) {
+namespace {
+
+// Populates each run with one call, outside every lock. A refused run goes
+// back to the reserve, and so does everything after it: the pool serves
+// what it has. Leaves in `runs` the runs committed; returns their slots.
+size_t CommitRuns(Arena& arena, Growth& g, size_t capacity,
+                  std::vector<Run>& runs, absl::Status* error) {
+  size_t ok_runs = 0;
+  for (; ok_runs < runs.size(); ++ok_runs) {
+    const Run r = runs[ok_runs];
+    const size_t off = size_t{r.c0} * g.chunk_bytes;
+    const size_t len =
+        std::min(arena.mapped_size(), size_t{r.c1} * g.chunk_bytes) - off;
+    if (absl::Status st = arena.Commit(off, len); !st.ok()) {
+      (void)arena.Decommit(off, len);  // what the refused call backed
+      NoteFailure(g, st, len, error);
+      break;
+    }
+  }
+  const bool all_committed = ok_runs == runs.size();
+  for (size_t i = ok_runs; i < runs.size(); ++i) UnclaimRun(g, runs[i]);
+  runs.resize(ok_runs);
+  size_t n = 0;
+  for (const Run r : runs) {
+    n += LastSlot(g, r.c1 - 1, capacity) - FirstSlot(g, r.c0);
+  }
+  if (n != 0 && all_committed) {
+    // A step that committed all it claimed ends the last failure's story:
+    // a caller that later finds nothing to claim is at the ceiling, not
+    // refused again.
+    const std::lock_guard<std::mutex> lock(g.error_mu);
+    g.last_error = absl::OkStatus();
+  }
+  return n;
+}
+
+// Pushes the n new slots of `runs` but `skip` (the one a caller takes, or
+// kNoSlot) onto the depot in one push, lowest on top: the lowest
+// addresses are handed out first (what stays hot stays low, and the high
+// chunks are the ones Trim() finds free). Without memory for the list,
+// pieces of it, the highest first.
+void PushNewSlots(Depot& depot, const Growth& g, const std::vector<Run>& runs,
+                  size_t capacity, size_t n, uint32_t skip) {
+  std::vector<uint32_t> slots;
+  try {
+    slots.reserve(n);
+  } catch (const std::bad_alloc&) {
+  }
+  uint32_t piece[256];
+  uint32_t piece_n = 0;
+  for (size_t j = runs.size(); j > 0; --j) {
+    const Run r = runs[j - 1];
+    const uint32_t first = FirstSlot(g, r.c0);
+    for (uint32_t i = LastSlot(g, r.c1 - 1, capacity); i > first; --i) {
+      if (i - 1 == skip) continue;
+      if (slots.capacity() >= n) {
+        slots.push_back(i - 1);
+        continue;
+      }
+      piece[piece_n++] = i - 1;
+      if (piece_n == 256) {
+        std::reverse(piece, piece + piece_n);
+        depot.Push(piece, piece_n, nullptr);
+        piece_n = 0;
+      }
+    }
+  }
+  if (piece_n != 0) {
+    std::reverse(piece, piece + piece_n);
+    depot.Push(piece, piece_n, nullptr);
+  }
+  if (!slots.empty()) {
+    std::reverse(slots.begin(), slots.end());
+    depot.Push(slots.data(), static_cast<uint32_t>(slots.size()), nullptr);
+  }
+}
+
+}  // namespace
+
+uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks, uint32_t* taken,
+                                absl::Status* error) {
   SharedState& s = S(p);
   Growth& g = *s.growth;
   const size_t capacity = p.capacity_;
   std::vector<Run> runs;
-  std::vector<uint32_t> slots;
   uint32_t freed = 0;
   {
     const ResizePass pass(s);
@@ -379,36 +457,8 @@ uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks,
     if (resize_point_for_test != nullptr) [[unlikely]] {
       resize_point_for_test(ResizePoint::kGrowClaimed);
     }
-    // Populate each run with one call, outside every lock. A refused run
-    // goes back to the reserve, and so does everything after it: the pool
-    // serves what it has.
-    size_t ok_runs = 0;
-    for (; ok_runs < runs.size(); ++ok_runs) {
-      const Run r = runs[ok_runs];
-      const size_t off = size_t{r.c0} * g.chunk_bytes;
-      const size_t len =
-          std::min(s.arena.mapped_size(), size_t{r.c1} * g.chunk_bytes) - off;
-      if (absl::Status st = s.arena.Commit(off, len); !st.ok()) {
-        (void)s.arena.Decommit(off, len);  // what the refused call backed
-        NoteFailure(g, st, len, error);
-        break;
-      }
-    }
-    const bool all_committed = ok_runs == runs.size();
-    for (size_t i = ok_runs; i < runs.size(); ++i) UnclaimRun(g, runs[i]);
-    runs.resize(ok_runs);
-    size_t n = 0;
-    for (const Run r : runs) {
-      n += LastSlot(g, r.c1 - 1, capacity) - FirstSlot(g, r.c0);
-    }
+    const size_t n = CommitRuns(s.arena, g, capacity, runs, error);
     if (n == 0) return 0;
-    if (all_committed) {
-      // A step that committed all it claimed ends the last failure's story:
-      // a caller that later finds nothing to claim is at the ceiling, not
-      // refused again.
-      const std::lock_guard<std::mutex> lock(g.error_mu);
-      g.last_error = absl::OkStatus();
-    }
     // Counted before they are free (accounting.cc): in transit = in use.
     s.committed.fetch_add(n, std::memory_order_relaxed);
     g.grows.fetch_add(1, std::memory_order_relaxed);
@@ -423,41 +473,8 @@ uint32_t PoolAccess::GrowChunks(BufferPool& p, uint32_t chunks,
       *taken = lowest;
       Lent(p, 1);  // handed out: accounted before it reaches its user
     }
-    // The rest in one push, lowest on top: the lowest addresses are handed
-    // out first (what stays hot stays low, and the high chunks are the ones
-    // Trim() finds free). Without memory for the list, pieces of it, the
-    // highest first.
-    try {
-      slots.reserve(n);
-    } catch (const std::bad_alloc&) {
-    }
-    uint32_t piece[256];
-    uint32_t piece_n = 0;
-    for (size_t j = runs.size(); j > 0; --j) {
-      const Run r = runs[j - 1];
-      const uint32_t first = FirstSlot(g, r.c0);
-      for (uint32_t i = LastSlot(g, r.c1 - 1, capacity); i > first; --i) {
-        if (taken != nullptr && i - 1 == lowest) continue;
-        if (slots.capacity() >= n) {
-          slots.push_back(i - 1);
-          continue;
-        }
-        piece[piece_n++] = i - 1;
-        if (piece_n == 256) {
-          std::reverse(piece, piece + piece_n);
-          s.depot.Push(piece, piece_n, nullptr);
-          piece_n = 0;
-        }
-      }
-    }
-    if (piece_n != 0) {
-      std::reverse(piece, piece + piece_n);
-      s.depot.Push(piece, piece_n, nullptr);
-    }
-    if (!slots.empty()) {
-      std::reverse(slots.begin(), slots.end());
-      s.depot.Push(slots.data(), static_cast<uint32_t>(slots.size()), nullptr);
-    }
+    PushNewSlots(s.depot, g, runs, capacity, n,
+                 taken != nullptr ? lowest : BufferPool::kNoSlot);
     const uint32_t pushed =
         static_cast<uint32_t>(n) - (taken != nullptr ? 1 : 0);
     if (p.cache_capacity_ != 0 && pushed != 0) {
@@ -486,7 +503,7 @@ uint32_t PoolAccess::GrowAndTake(BufferPool& p, uint32_t* reshelved,
     slot = TakeFromTrimmer(p);
     if (slot != BufferPool::kNoSlot) return slot;
   }
-  if (g->unbacked_chunks.load(std::memory_order_seq_cst) == 0) {
+  if (g->unbacked_chunks.load(std::memory_order_seq_cst) <= 0) {
     if (error != nullptr) *error = AtCeiling(*g, p.capacity_);
     return BufferPool::kNoSlot;
   }
@@ -504,7 +521,8 @@ uint32_t PoolAccess::GrowAndTake(BufferPool& p, uint32_t* reshelved,
 uint32_t PoolAccess::TakeFromTrimmer(BufferPool& p) {
   Growth& g = *S(p).growth;
   const uint32_t n = g.held_n.load(std::memory_order_acquire);
-  const uint32_t from = std::min(n, g.take_from.load(std::memory_order_relaxed));
+  const uint32_t from =
+      std::min(n, g.take_from.load(std::memory_order_relaxed));
   for (uint32_t k = 0; k < n; ++k) {
     const uint32_t i = from + k < n ? from + k : from + k - n;
     if (g.held[i].load(std::memory_order_relaxed) == 0) continue;
@@ -526,8 +544,9 @@ absl::Status BufferPool::Grow(size_t buffers) {
   }
   absl::Status error;
   const uint32_t chunks = static_cast<uint32_t>(std::min<size_t>(
-      g->chunks, std::max<size_t>(g->step_chunks, (buffers + g->chunk_slots -
-                                                   1) / g->chunk_slots)));
+      g->chunks,
+      std::max<size_t>(g->step_chunks,
+                       (buffers + g->chunk_slots - 1) / g->chunk_slots)));
   uint32_t freed = 0;
   while (freed < buffers || freed == 0) {
     const uint32_t more =
@@ -541,198 +560,241 @@ absl::Status BufferPool::Grow(size_t buffers) {
   return absl::OkStatus();
 }
 
+namespace {
+
+using SharedState = PoolAccess::SharedState;
+
+void TrimPoint(PoolAccess::ResizePoint point) {
+  if (PoolAccess::resize_point_for_test != nullptr) [[unlikely]] {
+    PoolAccess::resize_point_for_test(point);
+  }
+}
+
+// What one trim works with: the pool's fields it reads, and lists
+// allocated before any slot leaves the depot, so that nothing allocates
+// while the trimmer holds free slots.
+struct TrimWork {
+  SharedState& s;
+  Growth& g;
+  size_t capacity;
+  bool caches;                    // depot_free is kept (caches on)
+  std::vector<uint32_t> count;    // [chunk]: entries seen, then claimed
+  std::vector<uint32_t> start;    // [chunk + 1]: counting sort of entries
+  std::vector<uint32_t> order;    // entry indexes, grouped by chunk
+  std::vector<uint32_t> claimed;  // slots claimed for giving back
+  std::vector<Run> runs;          // of claimed chunks, to give back
+  uint32_t back[kTrimBatch];      // slots on their way back to the depot
+  uint32_t back_n = 0;
+  size_t returned = 0;  // slots put back
+
+  uint32_t Whole(uint32_t c) const {
+    return LastSlot(g, c, capacity) - FirstSlot(g, c);
+  }
+  uint32_t ChunkOf(uint32_t entry) const { return (entry - 1) / g.chunk_slots; }
+  void FlushBack() {
+    if (back_n == 0) return;
+    s.depot.Push(back, back_n, nullptr);
+    if (caches) s.depot_free.fetch_add(back_n, std::memory_order_relaxed);
+    returned += back_n;
+    back_n = 0;
+  }
+  void PutBack(uint32_t slot) {
+    back[back_n++] = slot;
+    if (back_n == kTrimBatch) FlushBack();
+  }
+};
+
+// 1. The depot's slots into `held`, published a batch at a time; at most
+// `most` entries (a slot taken from `held`, released and popped again
+// would otherwise come round for ever). Returns how many.
+uint32_t PopIntoHeld(TrimWork& w, size_t most) {
+  uint32_t n = 0;
+  while (n < most) {
+    uint32_t batch[kTrimBatch];
+    uint32_t reshelved = 0;  // put back by the trim anyway
+    const uint32_t k = w.s.depot.Pop(
+        batch, static_cast<uint32_t>(std::min<size_t>(kTrimBatch, most - n)),
+        nullptr, &reshelved);
+    if (k == 0) break;
+    if (w.caches) w.s.depot_free.fetch_sub(k, std::memory_order_relaxed);
+    TrimPoint(PoolAccess::ResizePoint::kTrimPopped);
+    for (uint32_t i = 0; i < k; ++i) {
+      w.g.held[n + i].store(batch[i] + 1, std::memory_order_release);
+    }
+    n += k;
+    w.g.held_n.store(n, std::memory_order_release);
+  }
+  TrimPoint(PoolAccess::ResizePoint::kTrimHolding);
+  return n;
+}
+
+// 2. Counts each chunk's entries among the n (a taker may empty some
+// meanwhile: that chunk then fails its claim). 3. Chooses, from the top
+// down, the chunks all of whose slots are here, while more than keep_free
+// free slots would stay; none while a sleeper waits. count[c] becomes 1
+// for a chosen chunk, else 0.
+void ChooseChunks(TrimWork& w, uint32_t n, size_t keep_free, bool sleeper) {
+  size_t stay = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t v = w.g.held[i].load(std::memory_order_relaxed);
+    if (v == 0) continue;
+    ++w.count[w.ChunkOf(v)];
+    ++stay;
+  }
+  for (uint32_t c = w.g.chunks; c > 0; --c) {
+    const uint32_t whole = w.Whole(c - 1);
+    const bool give = !sleeper && w.count[c - 1] == whole && stay >= whole &&
+                      stay - whole >= keep_free;
+    if (give) stay -= whole;
+    w.count[c - 1] = give ? 1 : 0;
+  }
+}
+
+// 4. Claims the chosen chunks' entries, one exchange each; count[c]
+// becomes the slots of chunk c claimed.
+void ClaimChosen(TrimWork& w, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t v = w.g.held[i].load(std::memory_order_relaxed);
+    if (v == 0 || w.count[w.ChunkOf(v)] == 0) continue;
+    const uint32_t mine = w.g.held[i].exchange(0, std::memory_order_acq_rel);
+    if (mine != 0) w.claimed.push_back(mine - 1);
+  }
+  std::fill(w.count.begin(), w.count.end(), 0);
+  for (const uint32_t slot : w.claimed) ++w.count[slot / w.g.chunk_slots];
+}
+
+// 5. Everything else back to the depot, the highest chunks first so that
+// the lowest end on top (a counting sort of the entries by chunk), then
+// the slots of chosen chunks that lost one to a taker; `claimed` keeps
+// the slots of whole chunks only.
+void PutBackTheRest(TrimWork& w, uint32_t n) {
+  Growth& g = w.g;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t v = g.held[i].load(std::memory_order_relaxed);
+    if (v != 0) ++w.start[w.ChunkOf(v) + 1];
+  }
+  for (uint32_t c = 0; c < g.chunks; ++c) w.start[c + 1] += w.start[c];
+  w.order.resize(w.start[g.chunks]);  // within the reserve: no allocation
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t v = g.held[i].load(std::memory_order_relaxed);
+    if (v == 0) continue;
+    const uint32_t c = w.ChunkOf(v);
+    if (w.start[c] < w.start[c + 1]) w.order[w.start[c]++] = i;
+  }
+  for (size_t j = w.order.size(); j > 0; --j) {
+    const uint32_t v =
+        g.held[w.order[j - 1]].exchange(0, std::memory_order_acq_rel);
+    if (v != 0) w.PutBack(v - 1);
+  }
+  for (uint32_t i = 0; i < n; ++i) {  // what the grouping missed (races)
+    if (g.held[i].load(std::memory_order_relaxed) == 0) continue;
+    const uint32_t v = g.held[i].exchange(0, std::memory_order_acq_rel);
+    if (v != 0) w.PutBack(v - 1);
+  }
+  size_t kept = 0;  // claimed slots of whole chunks, to the front
+  for (const uint32_t slot : w.claimed) {
+    const uint32_t c = slot / g.chunk_slots;
+    if (w.count[c] == w.Whole(c)) {
+      w.claimed[kept++] = slot;
+    } else {
+      w.PutBack(slot);
+    }
+  }
+  w.claimed.resize(kept);
+  w.FlushBack();
+}
+
+// 6. Gives the claimed chunks back, a run of adjacent ones per call; no
+// lock but `mu` (trimmers') is held. A chunk the system would not
+// decommit is backed still: its slots go back to the depot. Returns the
+// bytes given back.
+size_t DecommitClaimed(TrimWork& w) {
+  Growth& g = w.g;
+  for (uint32_t c = g.chunks; c > 0; --c) {
+    if (w.count[c - 1] == 0 || w.count[c - 1] != w.Whole(c - 1)) continue;
+    if (!w.runs.empty() && w.runs.back().c0 == c) {
+      --w.runs.back().c0;
+    } else {
+      w.runs.push_back({c - 1, c});
+    }
+  }
+  if (!w.runs.empty()) TrimPoint(PoolAccess::ResizePoint::kTrimDecommitting);
+  size_t bytes = 0;
+  for (const Run r : w.runs) {
+    const size_t off = size_t{r.c0} * g.chunk_bytes;
+    const size_t len =
+        std::min(w.s.arena.mapped_size(), size_t{r.c1} * g.chunk_bytes) - off;
+    if (!w.s.arena.Decommit(off, len).ok()) {
+      for (const uint32_t slot : w.claimed) {
+        if (slot >= FirstSlot(g, r.c0) && slot < FirstSlot(g, r.c1)) {
+          w.PutBack(slot);
+        }
+      }
+      w.FlushBack();
+      continue;
+    }
+    // Lowered after the slots left the depot (accounting.cc).
+    const size_t nslots =
+        LastSlot(g, r.c1 - 1, w.capacity) - FirstSlot(g, r.c0);
+    w.s.committed.fetch_sub(nslots, std::memory_order_relaxed);
+    UnclaimRun(g, r);
+    bytes += len;
+  }
+  return bytes;
+}
+
+}  // namespace
+
 size_t PoolAccess::TrimLocked(BufferPool& p, size_t keep_free) {
   SharedState& s = S(p);
   Growth& g = *s.growth;
-  const size_t capacity = p.capacity_;
   // The kernel holds registered pages: DONTNEED would leave it writing to
   // pages the process no longer maps. A sleeper needs what is free.
   if (g.pinned.load(std::memory_order_acquire) != 0 ||
       Waiting(p, std::memory_order_seq_cst)) {
     return 0;
   }
-  // Allocated before any slot leaves the depot.
-  std::vector<uint32_t> count;    // [chunk]: its entries seen, then claimed
-  std::vector<uint32_t> start;    // [chunk + 1]: counting sort of entries
-  std::vector<uint32_t> order;    // entry indexes, grouped by chunk
-  std::vector<uint32_t> claimed;  // slots claimed for giving back
-  std::vector<Run> runs;          // of claimed chunks, to give back
+  TrimWork w{.s = s,
+             .g = g,
+             .capacity = p.capacity_,
+             .caches = p.cache_capacity_ != 0,
+             .count = {},
+             .start = {},
+             .order = {},
+             .claimed = {},
+             .runs = {},
+             .back = {}};
   try {
-    count.assign(g.chunks, 0);
-    start.assign(size_t{g.chunks} + 1, 0);
-    order.reserve(s.committed.load(std::memory_order_relaxed));
-    claimed.reserve(order.capacity());
-    runs.reserve(g.chunks);
+    w.count.assign(g.chunks, 0);
+    w.start.assign(size_t{g.chunks} + 1, 0);
+    w.order.reserve(s.committed.load(std::memory_order_relaxed));
+    w.claimed.reserve(w.order.capacity());
+    w.runs.reserve(g.chunks);
   } catch (const std::bad_alloc&) {
     return 0;
   }
   // Nothing below allocates: no more entries than these lists hold (a
   // growth meanwhile may add free slots; those stay in the depot).
   const size_t most = std::min<size_t>(
-      capacity, std::min(order.capacity(), claimed.capacity()));
-  auto whole = [&](uint32_t c) {
-    return LastSlot(g, c, capacity) - FirstSlot(g, c);
-  };
-  auto chunk_of = [&](uint32_t entry) { return (entry - 1) / g.chunk_slots; };
+      w.capacity, std::min(w.order.capacity(), w.claimed.capacity()));
   g.take_from.store(0, std::memory_order_relaxed);
   g.trimming.store(true, std::memory_order_seq_cst);  // see "Exhaustion"
-  // 1. The depot's slots into `held`, published a batch at a time. At most
-  // `most` entries: a slot taken from `held`, released and popped again
-  // would otherwise come round for ever.
-  uint32_t n = 0;
-  while (n < most) {
-    uint32_t batch[kTrimBatch];
-    uint32_t reshelved = 0;  // put back by the trim anyway
-    const uint32_t k = s.depot.Pop(
-        batch, static_cast<uint32_t>(std::min<size_t>(kTrimBatch, most - n)),
-        nullptr, &reshelved);
-    if (k == 0) break;
-    if (p.cache_capacity_ != 0) {
-      s.depot_free.fetch_sub(k, std::memory_order_relaxed);
-    }
-    if (resize_point_for_test != nullptr) [[unlikely]] {
-      resize_point_for_test(ResizePoint::kTrimPopped);
-    }
-    for (uint32_t i = 0; i < k; ++i) {
-      g.held[n + i].store(batch[i] + 1, std::memory_order_release);
-    }
-    n += k;
-    g.held_n.store(n, std::memory_order_release);
-  }
-  if (resize_point_for_test != nullptr) [[unlikely]] {
-    resize_point_for_test(ResizePoint::kTrimHolding);
-  }
-  // 2. Count each chunk's entries (a taker may empty some meanwhile: that
-  // chunk then fails its claim in 4).
-  size_t stay = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t v = g.held[i].load(std::memory_order_relaxed);
-    if (v == 0) continue;
-    ++count[chunk_of(v)];
-    ++stay;
-  }
-  // 3. From the top down, the chunks all of whose slots are here, while
-  // more than keep_free free slots would stay; none while a sleeper waits.
-  const bool sleeper = Waiting(p, std::memory_order_seq_cst);
-  for (uint32_t c = g.chunks; c > 0; --c) {
-    const uint32_t w = whole(c - 1);
-    const bool give = !sleeper && count[c - 1] == w && stay >= w &&
-                      stay - w >= keep_free;
-    if (give) stay -= w;
-    count[c - 1] = give ? 1 : 0;  // now: chosen
-  }
-  // 4. Claim the chosen chunks' entries, one exchange each.
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t v = g.held[i].load(std::memory_order_relaxed);
-    if (v == 0 || count[chunk_of(v)] == 0) continue;
-    const uint32_t mine = g.held[i].exchange(0, std::memory_order_acq_rel);
-    if (mine != 0) claimed.push_back(mine - 1);
-  }
-  std::fill(count.begin(), count.end(), 0);
-  for (const uint32_t slot : claimed) ++count[slot / g.chunk_slots];
-  // 5. Everything else back to the depot, the highest chunks first so that
-  // the lowest end on top (a counting sort of the entries by chunk), then
-  // the slots of chosen chunks that lost one to a taker.
-  uint32_t back[kTrimBatch];
-  uint32_t back_n = 0;
-  size_t returned = 0;
-  auto flush_back = [&] {
-    if (back_n == 0) return;
-    s.depot.Push(back, back_n, nullptr);
-    if (p.cache_capacity_ != 0) {
-      s.depot_free.fetch_add(back_n, std::memory_order_relaxed);
-    }
-    returned += back_n;
-    back_n = 0;
-  };
-  auto put_back = [&](uint32_t slot) {
-    back[back_n++] = slot;
-    if (back_n == kTrimBatch) flush_back();
-  };
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t v = g.held[i].load(std::memory_order_relaxed);
-    if (v != 0) ++start[chunk_of(v) + 1];
-  }
-  for (uint32_t c = 0; c < g.chunks; ++c) start[c + 1] += start[c];
-  order.resize(start[g.chunks]);  // within the reserve: no allocation
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t v = g.held[i].load(std::memory_order_relaxed);
-    if (v == 0) continue;
-    const uint32_t c = chunk_of(v);
-    if (start[c] < start[c + 1]) order[start[c]++] = i;
-  }
-  for (size_t j = order.size(); j > 0; --j) {
-    const uint32_t v =
-        g.held[order[j - 1]].exchange(0, std::memory_order_acq_rel);
-    if (v != 0) put_back(v - 1);
-  }
-  for (uint32_t i = 0; i < n; ++i) {  // what the grouping missed (races)
-    if (g.held[i].load(std::memory_order_relaxed) == 0) continue;
-    const uint32_t v = g.held[i].exchange(0, std::memory_order_acq_rel);
-    if (v != 0) put_back(v - 1);
-  }
-  size_t kept = 0;  // claimed slots of whole chunks, to the front
-  for (const uint32_t slot : claimed) {
-    const uint32_t c = slot / g.chunk_slots;
-    if (count[c] == whole(c)) {
-      claimed[kept++] = slot;
-    } else {
-      put_back(slot);
-    }
-  }
-  claimed.resize(kept);
-  flush_back();
+  const uint32_t n = PopIntoHeld(w, most);
+  ChooseChunks(w, n, keep_free, Waiting(p, std::memory_order_seq_cst));
+  ClaimChosen(w, n);
+  PutBackTheRest(w, n);
   // Every free slot but the claimed chunks' is back: callers that miss from
   // here on grow, or find the pool at its ceiling.
   g.held_n.store(0, std::memory_order_relaxed);
   g.trimming.store(false, std::memory_order_seq_cst);
-  // 6. Give the claimed chunks back, a run of adjacent ones per call; no
-  // lock but `mu` (trimmers') is held. A chunk the system would not
-  // decommit is backed still: its slots go back to the depot.
-  for (uint32_t c = g.chunks; c > 0; --c) {
-    if (count[c - 1] == 0 || count[c - 1] != whole(c - 1)) continue;
-    if (!runs.empty() && runs.back().c0 == c) {
-      --runs.back().c0;
-    } else {
-      runs.push_back({c - 1, c});
-    }
-  }
-  if (resize_point_for_test != nullptr && !runs.empty()) [[unlikely]] {
-    resize_point_for_test(ResizePoint::kTrimDecommitting);
-  }
-  size_t bytes = 0;
-  size_t slots_out = 0;
-  uint32_t chunks_out = 0;
-  for (const Run r : runs) {
-    const size_t off = size_t{r.c0} * g.chunk_bytes;
-    const size_t len =
-        std::min(s.arena.mapped_size(), size_t{r.c1} * g.chunk_bytes) - off;
-    const size_t nslots = LastSlot(g, r.c1 - 1, capacity) - FirstSlot(g, r.c0);
-    if (!s.arena.Decommit(off, len).ok()) {
-      for (const uint32_t slot : claimed) {
-        if (slot >= FirstSlot(g, r.c0) && slot < FirstSlot(g, r.c1)) {
-          put_back(slot);
-        }
-      }
-      flush_back();
-      continue;
-    }
-    // Lowered after the slots left the depot (accounting.cc).
-    s.committed.fetch_sub(nslots, std::memory_order_relaxed);
-    UnclaimRun(g, r);
-    bytes += len;
-    slots_out += nslots;
-    chunks_out += r.c1 - r.c0;
-  }
+  const size_t bytes = DecommitClaimed(w);
   if (bytes != 0) {
     g.trims.fetch_add(1, std::memory_order_relaxed);
     g.next_step.store(g.step_chunks, std::memory_order_relaxed);
   }
-  (void)slots_out;
-  (void)chunks_out;
   // Wake any sleeper that counted itself meanwhile: it grows what it needs
   // ("Sleepers"); with nothing put back, pretend two so all look again.
-  WakeWaiters(p, static_cast<uint32_t>(std::max<size_t>(returned, 2)));
+  WakeWaiters(p, static_cast<uint32_t>(std::max<size_t>(w.returned, 2)));
   return bytes;
 }
 

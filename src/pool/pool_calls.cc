@@ -107,9 +107,11 @@ void PoolAccess::InitFixedFields(BufferPool& p, const Arena& arena,
   p.capacity_ = ceiling;
   p.region_bytes_ = ceiling * size;
   p.cache_capacity_ = std::min(cache_size, options.buffer_count / 8);
-  // Half a refill batch: two caches lending at once overstate high_water
-  // by at most one batch (accounting.cc, "High water").
-  p.lend_ = std::max<uint32_t>(1, RefillBatch(p) / 2);
+  // One refill batch: the crossings of the lend window then coincide with
+  // the refills and spills a working set makes anyway; two caches lending
+  // at once overstate high_water by at most two batches (accounting.cc,
+  // "High water").
+  p.lend_ = std::max<uint32_t>(1, RefillBatch(p));
   SetWaiters(p, 0, std::memory_order_relaxed);
   p.shift_ = static_cast<unsigned>(__builtin_ctzll(size));
   p.scrub_ = options.scrub_on_release;
@@ -278,9 +280,8 @@ BufferPool::~BufferPool() {
 uint32_t* internal::SharedAccess::AllocateRefs(BufferPool& pool) {
   // calloc: zeroed pages the program never touches cost nothing, and pools
   // that never make a SharedBuffer never pay for the array at all.
-  auto* fresh =
-      static_cast<uint32_t*>(std::calloc(pool.capacity_ * kRefStride,
-                                         sizeof(uint32_t)));
+  auto* fresh = static_cast<uint32_t*>(
+      std::calloc(pool.capacity_ * kRefStride, sizeof(uint32_t)));
   if (fresh == nullptr) {
     std::fprintf(stderr,
                  "bufpool: out of memory for the SharedBuffer reference "
@@ -312,18 +313,22 @@ uint32_t BufferPool::AcquireSlow() noexcept {
 }
 
 uint32_t BufferPool::AcquireUntracked() noexcept {
+  uint32_t reshelved = 0;
+  uint32_t slot = kNoSlot;
   if (rseq_base_ != nullptr) {  // the hit: one sequence (rseq.h)
     // shared_->ncaches, not rseq_cpus_, which is 0 in a tracked pool.
-    const uint32_t slot =
-        internal::rseq::Pop(rseq_base_, shared_->ncaches, rseq_index_);
+    slot = internal::rseq::Pop(rseq_base_, shared_->ncaches, rseq_index_);
     if (slot != internal::rseq::kNoSlot) [[likely]] {
       BUFPOOL_INTERNAL_UNPOISON(SlotData(slot), buffer_size_);
       return slot;
     }
+    // This CPU's cache lends nothing: its lend or refill, without popping
+    // it again; the other caches only when that finds nothing.
+    slot = PoolAccess::RseqTakeMissed(*this, &reshelved);
   }
-  uint32_t reshelved = 0;
-  uint32_t slot =
-      PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
+  if (slot == kNoSlot) {
+    slot = PoolAccess::TakeAnywhere(*this, /*lock_all=*/false, &reshelved);
+  }
   if (PoolAccess::Refills(*this)) [[unlikely]] {  // growth.cc, shared_pool.cc
     if (slot == kNoSlot) slot = PoolAccess::GrowAndTake(*this, &reshelved);
     PoolAccess::IdleTick(*this);

@@ -149,11 +149,11 @@ class PassBy {
 // the highest first. No acquire, release or growth takes a lock here.
 struct Growth {
   size_t chunk_bytes = 0;
-  uint32_t chunk_slots = 0;  // slots per chunk (the last may have fewer)
-  uint32_t chunks = 0;       // in the region
-  uint32_t step_chunks = 0;  // chunks per growth step (grow_step)
+  uint32_t chunk_slots = 0;      // slots per chunk (the last may have fewer)
+  uint32_t chunks = 0;           // in the region
+  uint32_t step_chunks = 0;      // chunks per growth step (grow_step)
   uint32_t max_step_chunks = 0;  // the most a doubled step reaches
-  int64_t idle_ns = 0;       // trim_after_idle; 0: off
+  int64_t idle_ns = 0;           // trim_after_idle; 0: off
   // Serializes the trimmers (Trim(), the idle trim's try-lock) with each
   // other, with PinRegion() and with the fork() prepare handler (taken
   // after the bulk calls' gate, before wait_mu). No acquire, release or
@@ -166,11 +166,15 @@ struct Growth {
   // (fetch_or, release). [words]
   std::unique_ptr<std::atomic<uint64_t>[]> unbacked;
   uint32_t words = 0;
-  // Chunks whose bits are set, give or take a claim in flight (a grower
-  // lowers it after its fetch_and, a trimmer raises it after its fetch_or).
-  // seq_cst: an exhausted caller's load of it and of `trimming` pairs with
-  // a sleeping Acquire()'s count (see growth.cc).
-  std::atomic<uint32_t> unbacked_chunks{0};
+  // Chunks whose bits are set, give or take a claim or an unclaim in
+  // flight: a grower lowers it after its fetch_and, a trimmer raises it
+  // after its fetch_or, so it may lag the bits and, while a grower claims
+  // bits a trimmer has set but not yet counted, read below zero (signed:
+  // a reader treats <= 0 as "nothing to claim"; such a reader overlaps the
+  // unclaim, which may be ordered after it). seq_cst: an exhausted caller's
+  // load of it and of `trimming` pairs with a sleeping Acquire()'s count
+  // (see growth.cc).
+  std::atomic<int64_t> unbacked_chunks{0};
   // The chunks the next growth on demand backs: step_chunks, doubled by
   // each such growth up to max_step_chunks; back to step_chunks after a
   // trim that gave memory back. Relaxed: a heuristic.
@@ -183,8 +187,9 @@ struct Growth {
   // trimmer); [held_n] are written. Each entry leaves by an exchange, so a
   // slot is taken once (growth.cc, "Trimming"). [capacity], calloc'd: the
   // pages are touched by trims only.
-  std::unique_ptr<std::atomic<uint32_t>[], void (*)(void*)> held{nullptr,
-                                                                 &std::free};
+  std::unique_ptr<std::atomic<uint32_t>[], void (*)(void*)> held {
+    nullptr, &std::free
+  };
   std::atomic<uint32_t> held_n{0};
   std::atomic<uint32_t> take_from{0};  // where takers start looking; relaxed
   // Counters for Stats(); relaxed, like the pool's other statistics.
@@ -343,6 +348,9 @@ struct PoolAccess {
   // rseq mode: this CPU's slot, or a refill from the depot (one handed out,
   // the rest pushed into whichever cache the thread runs on).
   static uint32_t RseqTake(BufferPool& p, uint32_t* reshelved);
+  // RseqTake after its pop missed (the caller's own pop of this CPU's cache
+  // found nothing lent): the lend and pop, or the refill.
+  static uint32_t RseqTakeMissed(BufferPool& p, uint32_t* reshelved);
   // rseq mode, for a bulk acquire: up to `max` slots into out[0, n) in the
   // order to hand them out: this CPU's cache in one section (its top
   // first), then RseqTakeBulk, then one slot from the drain. 0 only when
@@ -354,8 +362,10 @@ struct PoolAccess {
   // out[0, n): whole magazines straight from the depot, then what is left
   // of a refill of this CPU's cache (the rest of the refill stays cached).
   // Fewer than `max` only when the depot ran out.
+  // *lent (when not null): set when the refill also let the cache lend its
+  // allowance, with one rise for the slots handed out and the lend together.
   static uint32_t RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
-                               uint32_t* reshelved);
+                               uint32_t* reshelved, bool* lent = nullptr);
   // rseq mode, with c.mu held (c: ThisCpu, for its spare): pushes slots[0,
   // n) into whichever cache this thread runs on now, in one section per
   // batch (a migration between batches only costs locality), slots[n - 1]
@@ -369,6 +379,9 @@ struct PoolAccess {
   // rseq mode: lets the cache the thread runs on lend up to p.lend_ slots
   // (internal::rseq::Lend, accounted first); what it lent more.
   static uint32_t RseqLend(BufferPool& p);
+  // rseq mode: RseqLend and a pop in one section (internal::rseq::LendPop);
+  // the slot, or kNoSlot when that cache is empty or stopped.
+  static uint32_t RseqLendPop(BufferPool& p);
   // rseq mode: takes back what that cache lends (internal::rseq::Reclaim,
   // accounted after); how much.
   static uint32_t RseqReclaim(BufferPool& p);
@@ -563,6 +576,8 @@ struct PoolAccess {
   static void Pushed(BufferPool& p, uint32_t n, uint32_t returned);
   // Caches on: n more buffers held or lent, added (and high_water raised)
   // before they can be handed out; n fewer, subtracted after they left.
+  // Inline (below): the slow paths of the caches call them once per lend,
+  // reclaim, refill and spill.
   static void Lent(BufferPool& p, uint32_t n);
   static void Returned(BufferPool& p, uint32_t n);
   // The depot's free slots.
@@ -594,6 +609,35 @@ struct PoolAccess {
   // inline_index_), once p.shared_ and p.holders_ are made.
   static void InitInlinePaths(BufferPool& p, TrackHolders track);
 };
+
+namespace internal {
+
+// Raises target to min(value, limit) unless it is already there (relaxed:
+// a statistic; accounting.cc).
+inline void UpdateMax(std::atomic<size_t>& target, int64_t value,
+                      size_t limit) {
+  if (value <= 0) return;
+  value = std::min<int64_t>(value, static_cast<int64_t>(limit));
+  size_t seen = target.load(std::memory_order_relaxed);
+  while (static_cast<size_t>(value) > seen &&
+         !target.compare_exchange_weak(seen, static_cast<size_t>(value),
+                                       std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace internal
+
+// The bound's rises and falls (accounting.cc, "High water").
+inline void PoolAccess::Lent(BufferPool& p, uint32_t n) {
+  BufferPool::Shared& s = S(p);
+  const int64_t before = s.held_or_lent.fetch_add(n, std::memory_order_relaxed);
+  const size_t committed = s.committed.load(std::memory_order_relaxed);
+  internal::UpdateMax(s.high_water, before + n, committed);
+}
+
+inline void PoolAccess::Returned(BufferPool& p, uint32_t n) {
+  S(p).held_or_lent.fetch_sub(n, std::memory_order_relaxed);
+}
 
 }  // namespace bufpool
 

@@ -121,6 +121,17 @@ uint32_t PoolAccess::RseqLend(BufferPool& p) {
   return got;
 }
 
+uint32_t PoolAccess::RseqLendPop(BufferPool& p) {
+  SharedState& s = S(p);
+  const uint32_t want = p.lend_;
+  Lent(p, want);  // before the floor falls (accounting.cc, invariant 1)
+  uint32_t fell;
+  const uint32_t slot = internal::rseq::LendPop(s.rseq_base, s.ncaches,
+                                                s.rseq_index, want, &fell);
+  if (fell < want) Returned(p, want - fell);
+  return slot;
+}
+
 uint32_t PoolAccess::RseqReclaim(BufferPool& p) {
   SharedState& s = S(p);
   const uint32_t got =
@@ -130,21 +141,30 @@ uint32_t PoolAccess::RseqReclaim(BufferPool& p) {
 }
 
 uint32_t PoolAccess::RseqTake(BufferPool& p, uint32_t* reshelved) {
-  SharedState& s = S(p);
-  uint32_t slot = PopHere(s);
+  const uint32_t slot = PopHere(S(p));
   if (slot != internal::rseq::kNoSlot) return slot;
-  // The cache lends nothing (or nothing is left): let it lend its allowance
-  // when it holds slots (a hint read; an empty one would lend nothing).
-  if (CountHere(s) != 0 && RseqLend(p) != 0) {
-    slot = PopHere(s);
+  return RseqTakeMissed(p, reshelved);
+}
+
+uint32_t PoolAccess::RseqTakeMissed(BufferPool& p, uint32_t* reshelved) {
+  SharedState& s = S(p);
+  uint32_t slot;
+  // The cache lends nothing (or nothing is left): when it holds slots (a
+  // hint read; an empty one would lend nothing), it lends its allowance and
+  // hands out its top slot in one section.
+  if (CountHere(s) != 0) {
+    slot = RseqLendPop(p);
     if (slot != internal::rseq::kNoSlot) return slot;
   }
   // A refill of one: under this CPU's lock, the slot the caller gets and
   // the rest of the batch parked in the cache, under its floor; then it
   // lends, so that the next pops hit.
   uint32_t out;
-  if (RseqTakeBulk(p, &out, 1, reshelved) != 1) return BufferPool::kNoSlot;
-  if (CountHere(s) != 0) RseqLend(p);
+  bool lent = false;
+  if (RseqTakeBulk(p, &out, 1, reshelved, &lent) != 1) {
+    return BufferPool::kNoSlot;
+  }
+  if (!lent && CountHere(s) != 0) RseqLend(p);
   return out;
 }
 
@@ -171,7 +191,7 @@ uint32_t PoolAccess::RseqTakeChunk(BufferPool& p, uint32_t* out, uint32_t max,
 }
 
 uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
-                                  uint32_t* reshelved) {
+                                  uint32_t* reshelved, bool* lent) {
   SharedState& s = S(p);
   uint32_t n = 0;
   // Whole magazines straight to the caller: no cache in between.
@@ -213,12 +233,23 @@ uint32_t PoolAccess::RseqTakeBulk(BufferPool& p, uint32_t* out, uint32_t max,
   const uint32_t k = s.depot.Pop(got, want, &c.spare, reshelved);
   if (k == 0) return n;
   const uint32_t handed = std::min(k, rest);
-  Popped(p, k, 0, handed);
+  // RseqTake's refill: the cache lends its allowance of what is parked, and
+  // that rise is added with the handed slots' (before either can reach a
+  // user: accounting.cc, invariant 1); what the Lend did not grant is given
+  // back after it.
+  const uint32_t lend = lent != nullptr && k > handed ? p.lend_ : 0;
+  Popped(p, k, 0, handed + lend);
   std::copy(got, got + handed, out + n);
   n += handed;
   if (k > handed) {
     std::reverse(got + handed, got + k);  // got[handed] on top
     ParkInCache(p, c, got + handed, k - handed, reshelved);
+  }
+  if (lend != 0) {
+    const uint32_t fell =
+        internal::rseq::Lend(s.rseq_base, s.ncaches, s.rseq_index, lend);
+    if (fell < lend) Returned(p, lend - fell);
+    *lent = true;
   }
   return n;
 }
@@ -229,10 +260,15 @@ uint32_t PoolAccess::RseqGive(BufferPool& p, uint32_t slot) {
     return internal::rseq::Push(s.rseq_base, s.ncaches, s.rseq_index,
                                 &p.release_limit_, p.lend_, x);
   };
-  if (push(slot)) return 0;
-  // The cache lends its allowance already (or is full): it lends nothing
-  // more until a pop needs it, and the push goes on (accounting.cc).
-  if (!Waiting(p) && RseqReclaim(p) != 0 && push(slot)) return 0;
+  // The caller's push failed: the cache lends its allowance already (or is
+  // full, stopped, or someone waits). With room, it lends nothing more until
+  // a pop needs it, and the push goes on: one section for both, the fall
+  // subtracted after it (accounting.cc).
+  uint32_t rose;
+  const bool pushed = internal::rseq::ReclaimPush(
+      s.rseq_base, s.ncaches, s.rseq_index, &p.release_limit_, slot, &rose);
+  if (rose != 0) Returned(p, rose);
+  if (pushed) return 0;
   CpuCache& c = ThisCpu(p);
   // Busy (a drainer, or a slow path of another thread on this index): the
   // slot goes to the depot, and the caller wakes whoever waits.

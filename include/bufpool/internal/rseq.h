@@ -18,7 +18,9 @@
 // cache's count inside a window the pool has accounted for, and the pool's
 // bound (buffers held plus buffers lent) changes only out of line. Lend and
 // Reclaim (below) move the floor alone; the batch forms move count and floor
-// together, so what is lent stays lent; a drain takes both to 0.
+// together, so what is lent stays lent; LendPop and ReclaimPush, for the
+// slow paths, are a Lend then a pop and a Reclaim then a push, each
+// committed as one; a drain takes both to 0.
 //
 // The index. Where the kernel fills the rseq concurrency id (mm_cid, Linux
 // 6.3+: getauxval(AT_RSEQ_FEATURE_SIZE) >= 28), the caches are indexed by
@@ -485,6 +487,111 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t ReclaimAt(char* base,
   return n;
 }
 
+// The slow paths' fused forms (src/pool/rseq.cc), one section each where
+// Lend + Pop and Reclaim + Push took two. LendPop lowers the floor of this
+// index's cache to min(floor, max(0, count - lend)) and pops the top slot,
+// committing count - 1 and the new floor with one 8-byte store; it fails
+// (kNoSlot, *fell 0) when the cache is empty or stopped. *fell is how far
+// the floor fell: the caller adds `lend` to the accounting before the
+// section and gives back lend - *fell after it (accounting.cc, Lend). The
+// popped slot moves from lent to held, which leaves the bound unchanged.
+// ReclaimPush pushes `slot` with the floor raised to the old count, so that
+// the cache lends one slot (the pushed one, within any lend >= 1),
+// committing count + 1 and the floor with one 8-byte store; ReclaimPushAt
+// returns how far the floor rose (count - floor before), or kNoSlot when
+// the count is not below *limit (full, stopped, or someone waits). The
+// caller subtracts the rise after the section (Reclaim's rule). Both write
+// nothing before their commit except, for ReclaimPush, the slot above the
+// count, which nothing reads: an abort restarts them whole.
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t LendPopAt(char* base,
+                                                       uint32_t ncpu,
+                                                       uint32_t lend,
+                                                       uint32_t* fell) {
+  uint32_t slot;
+  uint64_t f;
+  asm volatile(
+      BUFPOOL_RSEQ_X86_START
+      "movl (%%rax), %%ecx\n\t"  // count
+      "testl %%ecx, %%ecx\n\t"
+      "jle 5f\n\t"  // empty, or kStopped (negative)
+      "xorl %k[f], %k[f]\n\t"
+      "movl %%ecx, %%edx\n\t"
+      "subl %[lend], %%edx\n\t"
+      "cmovsl %k[f], %%edx\n\t"   // max(0, count - lend)
+      "movl 4(%%rax), %k[f]\n\t"  // floor
+      "cmpl %k[f], %%edx\n\t"
+      "cmoval %k[f], %%edx\n\t"  // the new floor: min(floor, that) < count
+      "subl %%edx, %k[f]\n\t"    // how far it falls
+      "subl $1, %%ecx\n\t"
+      "movl 64(%%rax,%%rcx,4), %[slot]\n\t"
+      "shlq $32, %%rdx\n\t"
+      "orq %%rdx, %%rcx\n\t"
+      "movq %%rcx, (%%rax)\n\t"  // commit: count - 1 and the new floor
+      BUFPOOL_RSEQ_X86_END BUFPOOL_RSEQ_X86_ABORT
+      "movl $0xffffffff, %[slot]\n\t"
+      "xorl %k[f], %k[f]\n\t"
+      "jmp 2b\n\t"
+      ".popsection\n\t"
+      : [slot] "=&r"(slot), [f] "=&r"(f)
+      : [off] "r"(__rseq_offset), [field] "i"(kField), [shift] "i"(kCacheShift),
+        [base] "rm"(base), [ncpu] "rm"(ncpu), [lend] "rm"(lend)
+      : "rax", "rcx", "rdx", "memory", "cc");
+  *fell = static_cast<uint32_t>(f);
+  return slot;
+}
+
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t ReclaimPushAt(char* base,
+                                                           uint32_t ncpu,
+                                                           const void* limit,
+                                                           uint32_t slot) {
+  uint32_t n;
+  asm volatile(BUFPOOL_RSEQ_X86_START
+               "movl (%%rax), %%ecx\n\t"  // count, zero-extended into rcx
+               "cmpq (%[limit]), %%rcx\n\t"
+               "jge 5f\n\t"  // full, kStopped (2^31), or someone waits (< 0)
+               "movl %%ecx, %[n]\n\t"
+               "subl 4(%%rax), %[n]\n\t"  // what the cache lent: count - floor
+               "movl %[slot], 64(%%rax,%%rcx,4)\n\t"
+               "movq %%rcx, %%rdx\n\t"
+               "shlq $32, %%rdx\n\t"  // the new floor: the old count
+               "addq $1, %%rcx\n\t"
+               "orq %%rdx, %%rcx\n\t"
+               "movq %%rcx, (%%rax)\n\t"  // commit: count + 1 and the new floor
+               BUFPOOL_RSEQ_X86_END BUFPOOL_RSEQ_X86_ABORT
+               "movl $0xffffffff, %[n]\n\t"
+               "jmp 2b\n\t"
+               ".popsection\n\t"
+               : [n] "=&r"(n)
+               : [off] "r"(__rseq_offset), [field] "i"(kField),
+                 [shift] "i"(kCacheShift), [base] "rm"(base), [ncpu] "rm"(ncpu),
+                 [limit] "r"(limit), [slot] "r"(slot)
+               : "rax", "rcx", "rdx", "memory", "cc");
+  return n;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t LendPop(char* base, uint32_t ncpu,
+                                                     uint64_t index,
+                                                     uint32_t lend,
+                                                     uint32_t* fell) {
+  return index == kMmCidField ? LendPopAt<kMmCidField>(base, ncpu, lend, fell)
+                              : LendPopAt<kCpuIdField>(base, ncpu, lend, fell);
+}
+
+// Whether it pushed; *rose: how far the floor rose (0 when it failed).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ReclaimPush(char* base, uint32_t ncpu,
+                                                     uint64_t index,
+                                                     const void* limit,
+                                                     uint32_t slot,
+                                                     uint32_t* rose) {
+  const uint32_t n = index == kMmCidField
+                         ? ReclaimPushAt<kMmCidField>(base, ncpu, limit, slot)
+                         : ReclaimPushAt<kCpuIdField>(base, ncpu, limit, slot);
+  *rose = n == kNoSlot ? 0 : n;
+  return n != kNoSlot;
+}
+
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopBatch(char* base, uint32_t ncpu,
                                                       uint64_t index,
                                                       uint32_t* out,
@@ -623,6 +730,21 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool TryPop(char* base, uint32_t ncpu,
                                                 uint32_t* slot) {
   *slot = Pop(base, ncpu, index);
   return *slot != kNoSlot;
+}
+
+// The per-mode forms that the inline paths name (buffer_pool_inl.h). Here
+// the index field is a register operand of the one sequence, so each is
+// that sequence with the field fixed.
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PopAt(char* base, uint32_t ncpu) {
+  return Pop(base, ncpu, kField);
+}
+
+template <uint64_t kField>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool PushAt(char* base, uint32_t ncpu,
+                                                const void* limit,
+                                                uint32_t lend, uint32_t slot) {
+  return Push(base, ncpu, kField, limit, lend, slot);
 }
 
 // One slot of a batch: the top slot under the floor (count and floor both
@@ -774,6 +896,21 @@ inline uint32_t PushBatch(char* base, uint32_t ncpu, uint64_t index,
   return n;
 }
 
+// LendPop and ReclaimPush (see the x86-64 ones) as two sections each,
+// Lend then Pop and Reclaim then Push: the same accounting, one more
+// section.
+inline uint32_t LendPop(char* base, uint32_t ncpu, uint64_t index,
+                        uint32_t lend, uint32_t* fell) {
+  *fell = Lend(base, ncpu, index, lend);
+  return Pop(base, ncpu, index);
+}
+
+inline bool ReclaimPush(char* base, uint32_t ncpu, uint64_t index,
+                        const void* limit, uint32_t slot, uint32_t* rose) {
+  *rose = Reclaim(base, ncpu, index);
+  return Push(base, ncpu, index, limit, 1, slot);
+}
+
 #undef BUFPOOL_RSEQ_A64_START
 
 #endif
@@ -823,6 +960,17 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t PushBatch(char*, uint32_t,
 }
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t CurrentIndex(uint64_t) {
   return 0;
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t LendPop(char*, uint32_t, uint64_t,
+                                                     uint32_t, uint32_t* fell) {
+  *fell = 0;
+  return kNoSlot;
+}
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool ReclaimPush(char*, uint32_t, uint64_t,
+                                                     const void*, uint32_t,
+                                                     uint32_t* rose) {
+  *rose = 0;
+  return false;
 }
 
 #endif
