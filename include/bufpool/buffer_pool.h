@@ -148,6 +148,19 @@
 //     found empty) gives back all that a dead process held and bumps the
 //     generations of the tokens it exported. Processes are named by pid and
 //     start time in messages, so a reused pid is never taken for the dead.
+//   * Kernel I/O after death: the liveness lock drops when the kernel
+//     releases the process's file table, and what it frees may be reused at
+//     once by another process, so no kernel I/O on a slot may outlive that.
+//     Zero-copy sends would (TCP keeps the pages queued for retransmission
+//     until acknowledged): HeldSend sends a shared pool's buffers with a
+//     copying send even when Options::zero_copy asks otherwise. io_uring
+//     work that runs on io-wq worker threads is safe: the workers share the
+//     process's file table, which, with the lock, goes only after they
+//     exit. Still the process's after death, so avoid it on a shared
+//     pool's buffers: a read the kernel completes without a worker or the
+//     task (an O_DIRECT or block-device read into a registered buffer,
+//     written by the device when it completes) may land after the lock
+//     dropped and before the ring's teardown waits for it.
 //   * The shared depot's batch moves run under one process-shared robust
 //     mutex: a process stopped (SIGSTOP, a debugger) while it holds it
 //     delays the other processes' refills, spills and joins until it runs
