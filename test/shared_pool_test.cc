@@ -539,6 +539,46 @@ TEST(SharedPoolTest, ExitWithBuffersOutIsReclaimedAndCounted) {
   EXPECT_EQ(TakeAll(*pool).size(), 64u);
 }
 
+// A joined process P forks a child C that does not join and outlives P:
+// C must not keep P's liveness lock, or P's death goes unseen.
+TEST(SharedPoolTest, AForkedChildDoesNotKeepItsDeadParentAlive) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
+  auto pool = MakeShared(64, 8);
+  ASSERT_NE(pool, nullptr);
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const pid_t parent = ::fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    ::close(p[0]);
+    auto joined = BufferPool::Join(pool->shared_fd());
+    if (!joined.ok()) _exit(2);
+    std::vector<Buffer> held;
+    for (int i = 0; i < 5; ++i) held.push_back((*joined)->TryAcquire());
+    const pid_t c = ::fork();
+    if (c < 0) _exit(3);
+    if (c == 0) {
+      for (;;) ::pause();  // lives on, joins nothing; killed by the test
+    }
+    if (::write(p[1], &c, sizeof(c)) != sizeof(c)) _exit(4);
+    for (;;) ::pause();  // killed by the test with buffers out
+  }
+  ::close(p[1]);
+  pid_t c = 0;
+  ASSERT_EQ(::read(p[0], &c, sizeof(c)), static_cast<ssize_t>(sizeof(c)));
+  ::close(p[0]);
+  ASSERT_GT(c, 0);
+  ASSERT_EQ(::kill(parent, SIGKILL), 0);
+  const int status = WaitExit(parent);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  ASSERT_EQ(::kill(c, 0), 0) << "the grandchild should still live";
+  EXPECT_GE(pool->ReclaimDead(), 5u);  // P's 5 buffers (and its caches)
+  EXPECT_EQ(pool->Stats().processes, 1u);
+  ::kill(c, SIGKILL);  // init reaps it
+  ExpectLedgerConsistent(*pool);
+  EXPECT_EQ(TakeAll(*pool).size(), 64u);
+}
+
 TEST(SharedPoolTest, SlowPathReclaimsTheDeadWhenTheDepotIsEmpty) {
   SKIP_FORKED_JOIN_UNDER_TSAN();
   auto pool = MakeShared(32, 0);

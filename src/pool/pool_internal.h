@@ -468,6 +468,13 @@ struct PoolAccess {
   // eventfd requests.
   static void WakeWaiters(BufferPool& p, uint32_t pushed);
   static void Register(BufferPool& p);    // into the fork() list
+  // Register() in parts, for a pool that must be on the fork() list before
+  // a fork can copy what it opens (a shared pool's liveness lock): the
+  // handlers installed, the list's mutex held (a fork() waits for it in
+  // its prepare handler) across the opening and RegisterLocked().
+  static void InstallForkHandlers();
+  static std::unique_lock<std::mutex> LockPoolList();
+  static void RegisterLocked(BufferPool& p);
   static void Unregister(BufferPool& p);  // out of it
   // The fork() handlers, also called by tests: Prepare takes every lock of
   // every pool; Parent releases them; Child releases them and forgets the

@@ -621,14 +621,23 @@ absl::StatusOr<std::unique_ptr<BufferPool>> PoolAccess::FinishShared(
   batch = std::min<uint32_t>(
       batch, std::max<uint32_t>(1, static_cast<uint32_t>(count / 8)));
   x->batch = std::min(batch, kMaxShareBatch);
+  // No fork() between opening the liveness lock's description and the pool
+  // being on the fork list, whose child handler closes the child's copy: a
+  // child forked in between would keep the description, and with it the
+  // lock, open after this process dies, which would then go unseen. The
+  // list's mutex is what a fork() takes first (ForkPrepare), so it waits.
+  // Lock order: the list's mutex, then the shared mutex (RegisterProcess).
+  InstallForkHandlers();
+  std::unique_lock<std::mutex> list = LockPoolList();
   if (absl::Status r = RegisterProcess(*x); !r.ok()) {
+    list.unlock();
     // Nothing of the pool's is ours yet: the pool goes without leaving.
     pool->shared_.reset();
     return r;
   }
   s.xproc = std::move(x);
   InitInlinePaths(*pool, track);
-  Register(*pool);
+  RegisterLocked(*pool);
   return pool;
 }
 
