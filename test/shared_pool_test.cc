@@ -210,6 +210,45 @@ TEST(SharedPoolTest, AProcessGivesBackWhatItsDepotDoesNotNeed) {
   }
 }
 
+// A process that takes most of the pool in a burst, releases it all and
+// then idles keeps at most its caches and max(batch, capacity / (4 x
+// processes)) in its depot: the other process gets all the rest.
+TEST(SharedPoolTest, AnIdleProcessAfterABurstKeepsOnlyItsCachesAndAShare) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
+  constexpr size_t kCount = 256;
+  auto pool = MakeShared(kCount, 64);  // batch 32 (= kCount / 8)
+  ASSERT_NE(pool, nullptr);
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(p[0]);
+    auto joined = BufferPool::Join(pool->shared_fd());
+    if (!joined.ok()) _exit(2);
+    {
+      std::vector<Buffer> all = TakeAll(**joined);  // the burst
+      if (all.size() != kCount) _exit(3);
+    }  // every buffer released
+    const PoolStats st = (*joined)->Stats();
+    const size_t report[2] = {st.committed, st.cached};
+    if (::write(p[1], report, sizeof(report)) != sizeof(report)) _exit(4);
+    for (;;) ::pause();  // idle, never releasing again
+  }
+  ::close(p[1]);
+  size_t report[2] = {0, 0};
+  ASSERT_EQ(::read(p[0], report, sizeof(report)),
+            static_cast<ssize_t>(sizeof(report)));
+  ::close(p[0]);
+  const size_t kept = report[0], cached = report[1];
+  const size_t share = std::max<size_t>(32, kCount / (4 * 2));
+  EXPECT_LE(kept, cached + share) << "cached " << cached;
+  EXPECT_EQ(TakeAll(*pool).size(), kCount - kept);
+  ::kill(child, SIGKILL);
+  WaitExit(child);
+  EXPECT_GE(pool->ReclaimDead(), kept);
+}
+
 TEST(SharedPoolTest, PrivatePoolHasNoFd) {
   auto pool = BufferPool::Create({.buffer_count = 16});
   ASSERT_TRUE(pool.ok());

@@ -134,9 +134,14 @@
 // handle, raw pointer, chain or ring), or exported by one process to be
 // imported by another (Export/Import). Whole batches move between the
 // shared depot and a process on its slow paths only; the inline hit path
-// is a private pool's. What a process owns but does not use (its caches
-// and a depot share of at most four batches, given back down to two) is
-// not visible to the others.
+// is a private pool's. What a process owns but does not use is not
+// visible to the others: its caches (cache_capacity() per cache) and a
+// depot share of at most max(one batch, buffer_count / (4 x processes
+// joined)), and never more than four batches, given back down to half of
+// that by its own releases. So a process idle after a burst keeps at most
+// that much; a process that never releases again never gives it back
+// before it leaves or dies. (A batch: half a cache's capacity, doubled,
+// at most buffer_count / 8; 16 without caches.)
 //   * Trust: joining needs the fd, which only its holders can pass on.
 //     The processes that join are parts of one service and are trusted
 //     with the shared state: a process that writes into the header or the

@@ -317,6 +317,27 @@ bool DeadLocked(const ProcessShare& x, uint32_t i) {
          !Alive(x, i);
 }
 
+// Recounts the processes in the table (entries not empty, the dead not
+// yet reclaimed included) and sets what this process keeps in its depot:
+// an idle process after a burst then holds at most its caches and
+// capacity / (4 x processes) (or one batch) of the slots, the rest given
+// back by the burst's own releases.
+void RefreshKeep(ProcessShare& x, int64_t now_ns) {
+  uint32_t live = 0;
+  for (uint32_t i = 0; i < x.hdr->max_processes; ++i) {
+    live += x.procs[i].state.load(std::memory_order_relaxed) !=
+                    ProcessEntry::kEmpty
+                ? 1
+                : 0;
+  }
+  const int64_t batch = x.batch;
+  const int64_t share = static_cast<int64_t>(x.hdr->buffer_count) /
+                        (int64_t{4} * std::max<uint32_t>(live, 1));
+  x.keep.store(std::min(int64_t{4} * batch, std::max(batch, share)),
+               std::memory_order_relaxed);
+  x.keep_ns.store(now_ns, std::memory_order_relaxed);
+}
+
 // Takes an entry in the table for this process: its own description of
 // the memfd, the lock on the entry's byte, then the entry marked live.
 absl::Status RegisterProcess(ProcessShare& x) {
@@ -351,6 +372,7 @@ absl::Status RegisterProcess(ProcessShare& x) {
     e.state.store(ProcessEntry::kLive, std::memory_order_release);
     EndIntent(*x.hdr);
     x.index = i;
+    RefreshKeep(x, NowNs());
     return absl::OkStatus();
   }
   return absl::ResourceExhaustedError(absl::StrCat(
@@ -654,6 +676,10 @@ uint32_t PoolAccess::SharedTake(BufferPool& p, uint32_t* reshelved) {
   ProcessShare& x = *s.xproc;
   uint32_t got[kMaxShareBatch];
   uint32_t n;
+  if (const int64_t now = NowNs();
+      now - x.keep_ns.load(std::memory_order_relaxed) >= kReclaimEveryNs) {
+    RefreshKeep(x, now);  // outside the mutex: the states are atomic
+  }
   {
     SharedLock lock(x);
     n = TakeLocked(x, got, x.batch);
@@ -694,14 +720,26 @@ void PoolAccess::SharedMaybeGive(BufferPool& p) {
   SharedState& s = S(p);
   ProcessShare* const x = s.xproc.get();
   if (x == nullptr || x->forked) return;
-  // Past four batches, down to two (a drain or a bulk release may leave
-  // many more): the gap keeps a process whose load swings by a batch or
-  // two from giving back and taking again across the mutex each time.
-  if (DepotSize(p) <= int64_t{4} * x->batch) return;
-  while (DepotSize(p) > int64_t{2} * x->batch) {
+  // Past `keep` (RefreshKeep: at most four batches, less when many
+  // processes share the pool), down to half of it (a drain or a bulk
+  // release may leave many more): the gap keeps a process whose load
+  // swings by a batch or two from giving back and taking again across the
+  // mutex each time, and the cap keeps a process idle after a burst from
+  // holding slots the others starve for.
+  const int64_t keep = x->keep.load(std::memory_order_relaxed);
+  if (DepotSize(p) <= keep) return;
+  if (const int64_t now = NowNs();
+      now - x->keep_ns.load(std::memory_order_relaxed) >= kReclaimEveryNs) {
+    RefreshKeep(*x, now);
+  }
+  const int64_t low = x->keep.load(std::memory_order_relaxed) / 2;
+  for (int64_t size = DepotSize(p); size > low; size = DepotSize(p)) {
     uint32_t out[kMaxShareBatch];
     uint32_t reshelved = 0;
-    const uint32_t n = s.depot.Pop(out, x->batch, nullptr, &reshelved);
+    const uint32_t n = s.depot.Pop(
+        out,
+        static_cast<uint32_t>(std::min<int64_t>(x->batch, size - low)),
+        nullptr, &reshelved);
     if (n == 0) return;
     if (p.cache_capacity_ != 0) {
       s.depot_free.fetch_sub(n, std::memory_order_relaxed);
