@@ -419,6 +419,41 @@ TEST(SharedPoolTest, PrivatePoolExportsWithinTheProcess) {
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
+// A private pool pays for its export ledger only once it exports: the
+// first Export allocates it (threads racing install one, the others free
+// theirs); an Import before any Export is refused, not a crash.
+TEST(SharedPoolTest, PrivatePoolAllocatesItsLedgerAtTheFirstExport) {
+  auto pool = BufferPool::Create({.buffer_count = 64, .cache_size = 4});
+  ASSERT_TRUE(pool.ok());
+  EXPECT_EQ(PoolAccess::S(**pool).local_ledger.Load(), nullptr);
+  auto early = (*pool)->Import(BufferToken{(uint64_t{1} << 32) | 3});
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(PoolAccess::S(**pool).local_ledger.Load(), nullptr);
+  constexpr int kThreads = 8;
+  std::vector<BufferToken> tokens(kThreads);
+  std::atomic<int> ready{0};
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] {
+        Buffer b = (*pool)->TryAcquire();
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) {
+        }
+        tokens[i] = (*pool)->Export(std::move(b));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  EXPECT_NE(PoolAccess::S(**pool).local_ledger.Load(), nullptr);
+  for (const BufferToken& t : tokens) {
+    auto r = (*pool)->Import(t);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
 TEST(SharedPoolTest, ForkedChildJoinsAndHandsABufferBack) {
   SKIP_FORKED_JOIN_UNDER_TSAN();
   auto pool = MakeShared();

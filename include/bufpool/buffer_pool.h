@@ -403,7 +403,9 @@ class BUFPOOL_EXPORT BufferPool {
   // (reclaimed if it dies) but is out of its hands; it is imported at most
   // once. An empty handle gives the token 0 (which every Import refuses),
   // as does a handle of another pool, which is released to its own pool.
-  // O(1), no lock: one store to the slot's owner word.
+  // O(1), no lock: one store to the slot's owner word. A private pool
+  // allocates its ledger (8 bytes a buffer) at its first Export; if that
+  // allocation fails, the buffer is released and the token is 0.
   BufferToken Export(Buffer&& buffer);
   // Takes ownership of an exported buffer. InvalidArgument for a token that
   // names no slot (forged); FailedPrecondition for one that is stale (its

@@ -254,11 +254,35 @@ struct BufferPool::Shared {
   std::unique_ptr<ProcessShare> xproc;
   // A private pool's ledger for Export/Import within the process: the
   // shared ledger's words (shared_region.h), all of process 0, kFree
-  // meaning "not exported"; calloc'd (untouched pages cost nothing).
-  struct FreeWords {
-    void operator()(std::atomic<uint64_t>* p) const { std::free(p); }
+  // meaning "not exported"; calloc'd at the first Export (a pool that never
+  // exports pays nothing), installed with a CAS whose loser frees its own.
+  // Ordering: the CAS (acq_rel) and Load (acquire) make the zeroed words
+  // visible before the pointer is used.
+  struct LazyWords {
+    std::atomic<std::atomic<uint64_t>*> words{nullptr};
+    LazyWords() = default;
+    LazyWords(const LazyWords&) = delete;
+    LazyWords& operator=(const LazyWords&) = delete;
+    ~LazyWords() { std::free(words.load(std::memory_order_relaxed)); }
+    std::atomic<uint64_t>* Load() const {
+      return words.load(std::memory_order_acquire);
+    }
+    // The words, allocated first if need be; nullptr when out of memory.
+    std::atomic<uint64_t>* GetOrMake(size_t n) {
+      std::atomic<uint64_t>* w = Load();
+      if (w != nullptr) return w;
+      auto* made = static_cast<std::atomic<uint64_t>*>(
+          std::calloc(n, sizeof(std::atomic<uint64_t>)));
+      if (made == nullptr) return nullptr;
+      if (words.compare_exchange_strong(w, made, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        return made;
+      }
+      std::free(made);  // another thread installed its own first
+      return w;
+    }
   };
-  std::unique_ptr<std::atomic<uint64_t>[], FreeWords> local_ledger;
+  LazyWords local_ledger;
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> timeouts{0};
   ForkGate bulk_gate;  // held shared by the bulk calls (see ForkGate)

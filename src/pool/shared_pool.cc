@@ -22,15 +22,20 @@
 //       process's caches, depot or hands; the one token (s, g) names it.
 //   L4. Every change of a ledger word to or from kFree, of depot_count, of
 //       the depot stack and of a process entry's state is made under `mu`.
-//       Without it only two changes happen, each one CAS of one word:
+//       Without it only two changes happen, each one write of one word:
 //       Export (kOwned by me -> kExported by me, by the owner, which is
-//       alive) and Import (kExported -> kOwned by the importer).
+//       alive: a load and a plain store, not a CAS, which is right only
+//       because nothing else changes a live owner's kOwned word: Import
+//       changes only kExported words, ReclaimDead only the dead's) and
+//       Import (kExported -> kOwned by the importer: a CAS, racing a
+//       reclaimer's CAS of the same word, one wins).
 //
 // Kill -9 at any instruction. A process that dies holds nothing but what
 // the ledger names as its own (L2, L3): its caches and depot die with it,
 // and what it held is kOwned or kExported by its index. What it may leave
 // half done:
-//   * Outside the mutex: an Export or Import is one CAS: before it nothing
+//   * Outside the mutex: an Export (one store) or Import (one CAS) is one
+//     write of one word: before it nothing
 //     changed, after it the word names the new state; a slot whose CAS
 //     made it the dead process's is reclaimed with the rest. Between a
 //     SharedTake's unlock and its push into the private depot, or a
@@ -878,12 +883,17 @@ BufferToken BufferPool::Export(Buffer&& buffer) {
     return BufferToken{};
   }
   PoolAccess::CheckNotForked(*this);
+  ProcessShare* const x = shared_->xproc.get();
+  std::atomic<uint64_t>* const words =
+      x != nullptr ? x->ledger : shared_->local_ledger.GetOrMake(capacity_);
+  if (words == nullptr) {  // a private pool's first Export, out of memory
+    buffer.Reset();
+    return BufferToken{};
+  }
   const uint32_t slot = buffer.slot_;
   buffer.pool_ = nullptr;
   if (holders_ != nullptr) holders_->Released(slot);
-  ProcessShare* const x = shared_->xproc.get();
-  std::atomic<uint64_t>& word =
-      x != nullptr ? x->ledger[slot] : shared_->local_ledger[slot];
+  std::atomic<uint64_t>& word = words[slot];
   const uint32_t me = x != nullptr ? x->index : 0;
   const uint64_t w = word.load(std::memory_order_relaxed);
   const uint64_t want = x != nullptr ? kOwned : kFree;
@@ -893,6 +903,9 @@ BufferToken BufferPool::Export(Buffer&& buffer) {
   }
   uint32_t gen = ledger::Gen(w) + 1;
   if (gen == 0) gen = 1;
+  // A plain store after the load, no CAS: nobody else changes a live
+  // owner's kOwned word (Import changes kExported words only, a reclaimer
+  // only a dead process's), nor a private pool's kFree word of a held slot.
   // release: the buffer's bytes, written before, reach the importer.
   word.store(ledger::Word(gen, kExported, me), std::memory_order_release);
   if (x != nullptr) {
@@ -914,8 +927,11 @@ absl::StatusOr<Buffer> BufferPool::Import(BufferToken token) {
   }
   PoolAccess::CheckNotForked(*this);
   ProcessShare* const x = shared_->xproc.get();
-  std::atomic<uint64_t>& word =
-      x != nullptr ? x->ledger[slot] : shared_->local_ledger[slot];
+  std::atomic<uint64_t>* const words =
+      x != nullptr ? x->ledger : shared_->local_ledger.Load();
+  // A private pool without a ledger has exported nothing: every word free.
+  static std::atomic<uint64_t> none{0};
+  std::atomic<uint64_t>& word = words != nullptr ? words[slot] : none;
   uint64_t w = word.load(std::memory_order_acquire);
   auto refuse = [&](uint64_t seen) {
     std::string why;
