@@ -318,6 +318,26 @@ TEST(SharedPoolTest, JoinRefusesAnotherLayoutVersion) {
   EXPECT_EQ(pool->Stats().processes, 1u);
 }
 
+// A header with the magic whose buffer_size x buffer_count wraps around
+// 2^64 to the real region's size: every offset would match the file.
+TEST(SharedPoolTest, JoinRefusesAHeaderWhoseSizesOverflow) {
+  auto pool = MakeShared(64, 8);
+  ASSERT_NE(pool, nullptr);
+  auto* h = static_cast<SharedHeader*>(::mmap(
+      nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, pool->shared_fd(), 0));
+  ASSERT_NE(h, MAP_FAILED);
+  const uint64_t real = h->buffer_size;
+  h->buffer_size = real + (uint64_t{1} << 58);  // x 64 wraps to real x 64
+  auto r = BufferPool::Join(pool->shared_fd());
+  h->buffer_size = real;
+  ::munmap(h, 4096);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("corrupt"), absl::string_view::npos)
+      << r.status();
+  EXPECT_EQ(pool->Stats().processes, 1u);
+}
+
 TEST(SharedPoolTest, TwoJoinsInOneProcessShareTheSlots) {
   auto a = MakeShared(32, 4);
   ASSERT_NE(a, nullptr);
@@ -917,6 +937,128 @@ TEST(SharedPoolTest, KillLoopWithCachesOff) { KillLoop(50, 0); }
 
 // Threads of one process on a shared pool (the paths ThreadSanitizer can
 // see): acquire, release, export and import between threads.
+// Import racing ReclaimDead: a victim exports stamped buffers and passes
+// the tokens through a pipe to a survivor that imports them, while the
+// test kills the victim and reclaims at once, the pipe's backlog still
+// being imported. Every token is imported or reclaimed, never both (a slot
+// the survivor imported that the reclaim also freed would be in the depot
+// while owned: the ledger check; and taken and stamped by the test: the
+// survivor's stamp check) and never neither (every slot back at the end).
+TEST(SharedPoolTest, ImportRacingReclaimImportsXorReclaims) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
+  constexpr size_t kCount = 256;
+  auto pool = MakeShared(kCount, 8);
+  ASSERT_NE(pool, nullptr);
+  int rounds = 40;
+  if (const char* n = std::getenv("BUFPOOL_KILL_LOOP")) rounds = std::atoi(n);
+  std::mt19937 rng(59);
+  size_t imported_all = 0, refused_all = 0, reclaimed_all = 0;
+  for (int round = 0; round < rounds; ++round) {
+    SCOPED_TRACE(round);
+    int tp[2], rp[2];
+    ASSERT_EQ(::pipe(tp), 0);
+    ASSERT_EQ(::pipe(rp), 0);
+    const pid_t survivor = ::fork();
+    ASSERT_GE(survivor, 0);
+    if (survivor == 0) {
+      ::close(tp[1]);
+      ::close(rp[0]);
+      auto joined = BufferPool::Join(pool->shared_fd());
+      if (!joined.ok()) _exit(2);
+      BufferPool& j = **joined;
+      std::vector<Buffer> held;
+      size_t counts[2] = {0, 0};  // imported, refused
+      BufferToken t;
+      while (::read(tp[0], &t, sizeof(t)) == sizeof(t)) {
+        auto r = j.Import(t);
+        if (!r.ok()) {
+          if (r.status().code() != absl::StatusCode::kFailedPrecondition) {
+            _exit(3);
+          }
+          ++counts[1];
+          continue;
+        }
+        Stamp st;
+        std::memcpy(&st, r->data(), sizeof(st));
+        if (st.magic != kStampMagic || st.slot != r->slot() ||
+            st.pid == ::getpid()) {
+          _exit(4);  // not the exporter's bytes
+        }
+        ++counts[0];
+        StampBuffer(*r, 0);
+        held.push_back(*std::move(r));
+        if (held.size() > 16) {
+          if (!StampIsMine(held.front())) _exit(5);  // owned twice
+          held.erase(held.begin());
+        }
+      }
+      for (const Buffer& b : held) {
+        if (!StampIsMine(b)) _exit(5);
+      }
+      if (::write(rp[1], counts, sizeof(counts)) != sizeof(counts)) _exit(6);
+      _exit(0);  // the kernel's exit: what it holds is reclaimed
+    }
+    const pid_t victim = ::fork();
+    ASSERT_GE(victim, 0);
+    if (victim == 0) {
+      ::close(tp[0]);
+      ::close(rp[0]);
+      ::close(rp[1]);
+      auto joined = BufferPool::Join(pool->shared_fd());
+      if (!joined.ok()) _exit(2);
+      BufferPool& j = **joined;
+      for (uint32_t seq = 0;; ++seq) {
+        Buffer b = j.TryAcquire();
+        if (!b) {
+          std::this_thread::yield();
+          continue;
+        }
+        StampBuffer(b, seq);
+        const BufferToken t = j.Export(std::move(b));
+        if (::write(tp[1], &t, sizeof(t)) != sizeof(t)) _exit(3);
+      }
+    }
+    ::close(tp[0]);
+    ::close(tp[1]);  // EOF for the survivor once the victim is dead
+    ::close(rp[1]);
+    std::this_thread::sleep_for(std::chrono::microseconds(
+        std::uniform_int_distribution<int>(100, 3000)(rng)));
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+    WaitExit(victim);
+    reclaimed_all += pool->ReclaimDead();  // the survivor still importing
+    // The test takes some of what came back and stamps it: a slot that
+    // the survivor also imported would get two stamps.
+    std::vector<Buffer> mine;
+    for (int i = 0; i < 32; ++i) {
+      Buffer b = pool->TryAcquire();
+      if (!b) break;
+      StampBuffer(b, 1);
+      mine.push_back(std::move(b));
+    }
+    ExpectLedgerConsistent(*pool);
+    size_t counts[2] = {0, 0};
+    ASSERT_EQ(::read(rp[0], counts, sizeof(counts)),
+              static_cast<ssize_t>(sizeof(counts)));
+    ::close(rp[0]);
+    const int status = WaitExit(survivor);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    for (const Buffer& b : mine) EXPECT_TRUE(StampIsMine(b));
+    mine.clear();
+    imported_all += counts[0];
+    refused_all += counts[1];
+    reclaimed_all += pool->ReclaimDead();  // the survivor's holdings
+    ExpectLedgerConsistent(*pool);
+    ASSERT_EQ(TakeAll(*pool).size(), kCount);  // nothing lost
+    ASSERT_EQ(pool->Stats().processes, 1u);
+  }
+  // A refused token's slot was reclaimed (counted among the reclaimed).
+  EXPECT_GE(reclaimed_all, refused_all);
+  std::fprintf(stderr,
+               "import/reclaim race: %d rounds, %zu imported, %zu refused "
+               "(reclaimed first), %zu reclaimed in all\n",
+               rounds, imported_all, refused_all, reclaimed_all);
+}
+
 TEST(SharedPoolTest, ThreadsHandBuffersOverByToken) {
   auto pool = MakeShared(128, 8);
   ASSERT_NE(pool, nullptr);

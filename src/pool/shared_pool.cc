@@ -578,6 +578,21 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Join(int fd) {
                               "; this library reads version ",
                               kSharedVersion));
   }
+  // The geometry before any arithmetic on it: a header that carries the
+  // magic but whose sizes wrap around would otherwise compute offsets that
+  // match the file and map buffers far larger than it.
+  size_t region_bytes = 0;
+  if (copy.buffer_size == 0 || copy.buffer_count == 0 ||
+      copy.buffer_count >= BufferPool::kNoSlot ||
+      __builtin_mul_overflow(copy.buffer_size, copy.buffer_count,
+                             &region_bytes) ||
+      region_bytes > static_cast<uint64_t>(st.st_size)) {
+    return error(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("the pool's header is corrupt: ",
+                              copy.buffer_count, " buffers of ",
+                              copy.buffer_size, " bytes do not fit its ",
+                              st.st_size, " bytes"));
+  }
   const Layout l = LayoutFor(copy.buffer_size, copy.buffer_count);
   if (copy.max_processes != kMaxProcesses || copy.procs_offset != l.procs ||
       copy.ledger_offset != l.ledger || copy.depot_offset != l.depot ||
