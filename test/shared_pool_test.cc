@@ -938,12 +938,14 @@ TEST(SharedPoolTest, KillLoopWithCachesOff) { KillLoop(50, 0); }
 // Threads of one process on a shared pool (the paths ThreadSanitizer can
 // see): acquire, release, export and import between threads.
 // Import racing ReclaimDead: a victim exports stamped buffers and passes
-// the tokens through a pipe to a survivor that imports them, while the
-// test kills the victim and reclaims at once, the pipe's backlog still
-// being imported. Every token is imported or reclaimed, never both (a slot
-// the survivor imported that the reclaim also freed would be in the depot
-// while owned: the ledger check; and taken and stamped by the test: the
-// survivor's stamp check) and never neither (every slot back at the end).
+// the tokens through a pipe to a survivor that imports and keeps them,
+// while the test kills the victim and reclaims at once, the pipe's backlog
+// still being imported. Every token is imported or reclaimed, never both:
+// the test then takes every free buffer and stamps it, so a slot the
+// survivor imported that the reclaim also freed gets the test's stamp over
+// the survivor's (the survivor checks its stamps after that; the ledger
+// check would also see it owned while in the depot); and never neither:
+// every slot comes back at the end.
 TEST(SharedPoolTest, ImportRacingReclaimImportsXorReclaims) {
   SKIP_FORKED_JOIN_UNDER_TSAN();
   constexpr size_t kCount = 256;
@@ -955,14 +957,16 @@ TEST(SharedPoolTest, ImportRacingReclaimImportsXorReclaims) {
   size_t imported_all = 0, refused_all = 0, reclaimed_all = 0;
   for (int round = 0; round < rounds; ++round) {
     SCOPED_TRACE(round);
-    int tp[2], rp[2];
+    int tp[2], rp[2], gp[2];
     ASSERT_EQ(::pipe(tp), 0);
     ASSERT_EQ(::pipe(rp), 0);
+    ASSERT_EQ(::pipe(gp), 0);
     const pid_t survivor = ::fork();
     ASSERT_GE(survivor, 0);
     if (survivor == 0) {
       ::close(tp[1]);
       ::close(rp[0]);
+      ::close(gp[1]);
       auto joined = BufferPool::Join(pool->shared_fd());
       if (!joined.ok()) _exit(2);
       BufferPool& j = **joined;
@@ -987,23 +991,23 @@ TEST(SharedPoolTest, ImportRacingReclaimImportsXorReclaims) {
         ++counts[0];
         StampBuffer(*r, 0);
         held.push_back(*std::move(r));
-        if (held.size() > 16) {
-          if (!StampIsMine(held.front())) _exit(5);  // owned twice
-          held.erase(held.begin());
-        }
       }
+      char go;
+      if (::read(gp[0], &go, 1) != 1) _exit(6);  // the test has stamped
       for (const Buffer& b : held) {
-        if (!StampIsMine(b)) _exit(5);
+        if (!StampIsMine(b)) _exit(5);  // owned twice
       }
       if (::write(rp[1], counts, sizeof(counts)) != sizeof(counts)) _exit(6);
       _exit(0);  // the kernel's exit: what it holds is reclaimed
     }
+    ::close(gp[0]);
     const pid_t victim = ::fork();
     ASSERT_GE(victim, 0);
     if (victim == 0) {
       ::close(tp[0]);
       ::close(rp[0]);
       ::close(rp[1]);
+      ::close(gp[1]);
       auto joined = BufferPool::Join(pool->shared_fd());
       if (!joined.ok()) _exit(2);
       BufferPool& j = **joined;
@@ -1026,22 +1030,19 @@ TEST(SharedPoolTest, ImportRacingReclaimImportsXorReclaims) {
     ASSERT_EQ(::kill(victim, SIGKILL), 0);
     WaitExit(victim);
     reclaimed_all += pool->ReclaimDead();  // the survivor still importing
-    // The test takes some of what came back and stamps it: a slot that
-    // the survivor also imported would get two stamps.
-    std::vector<Buffer> mine;
-    for (int i = 0; i < 32; ++i) {
-      Buffer b = pool->TryAcquire();
-      if (!b) break;
-      StampBuffer(b, 1);
-      mine.push_back(std::move(b));
-    }
     ExpectLedgerConsistent(*pool);
+    std::vector<Buffer> mine = TakeAll(*pool);
+    for (const Buffer& b : mine) StampBuffer(b, 1);
+    ASSERT_EQ(::write(gp[1], "g", 1), 1);
+    ::close(gp[1]);
     size_t counts[2] = {0, 0};
-    ASSERT_EQ(::read(rp[0], counts, sizeof(counts)),
-              static_cast<ssize_t>(sizeof(counts)));
+    const ssize_t got = ::read(rp[0], counts, sizeof(counts));
     ::close(rp[0]);
     const int status = WaitExit(survivor);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    // Exit 5: a buffer it imported carries the test's stamp (owned twice).
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "survivor exit status " << WEXITSTATUS(status);
+    ASSERT_EQ(got, static_cast<ssize_t>(sizeof(counts)));
     for (const Buffer& b : mine) EXPECT_TRUE(StampIsMine(b));
     mine.clear();
     imported_all += counts[0];
