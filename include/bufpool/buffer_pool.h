@@ -140,8 +140,8 @@
 // joined)), and never more than four batches, given back down to half of
 // that by its own releases. So a process idle after a burst keeps at most
 // that much; a process that never releases again never gives it back
-// before it leaves or dies. (A batch: half a cache's capacity, doubled,
-// at most buffer_count / 8; 16 without caches.)
+// before it leaves or dies. (A batch: a cache's capacity, 16 without
+// caches; at most buffer_count / 8 and 256.)
 //   * Trust: joining needs the fd, which only its holders can pass on.
 //     The processes that join are parts of one service and are trusted
 //     with the shared state: a process that writes into the header or the
