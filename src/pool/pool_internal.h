@@ -491,7 +491,7 @@ struct PoolAccess {
   // Called after `pushed` slots reached the depot: wakes sleepers and fires
   // eventfd requests.
   static void WakeWaiters(BufferPool& p, uint32_t pushed);
-  static void Register(BufferPool& p);    // into the fork() list
+  static void Register(BufferPool& p);  // into the fork() list
   // Register() in parts, for a pool that must be on the fork() list before
   // a fork can copy what it opens (a shared pool's liveness lock): the
   // handlers installed, the list's mutex held (a fork() waits for it in

@@ -10,8 +10,8 @@
 // hit path touches only those, so it is a private pool's; slots cross
 // between a process and the shared depot in batches on the slow path
 // (SharedTake when the process has none free anywhere, SharedMaybeGive
-// when its depot holds more than four batches, down to two), and one at a time through
-// Export and Import.
+// when its depot holds more than its share, `keep`, down to half of it),
+// and one at a time through Export and Import.
 //
 // Invariants (every slot s, at every instant no one holds the mutex):
 //   L1. ledger[s] is kFree  <=>  s is in depot[0, depot_count), once.
@@ -330,10 +330,10 @@ bool DeadLocked(const ProcessShare& x, uint32_t i) {
 void RefreshKeep(ProcessShare& x, int64_t now_ns) {
   uint32_t live = 0;
   for (uint32_t i = 0; i < x.hdr->max_processes; ++i) {
-    live += x.procs[i].state.load(std::memory_order_relaxed) !=
-                    ProcessEntry::kEmpty
-                ? 1
-                : 0;
+    live +=
+        x.procs[i].state.load(std::memory_order_relaxed) != ProcessEntry::kEmpty
+            ? 1
+            : 0;
   }
   const int64_t batch = x.batch;
   const int64_t share = static_cast<int64_t>(x.hdr->buffer_count) /
@@ -587,11 +587,11 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Join(int fd) {
       __builtin_mul_overflow(copy.buffer_size, copy.buffer_count,
                              &region_bytes) ||
       region_bytes > static_cast<uint64_t>(st.st_size)) {
-    return error(absl::StatusCode::kInvalidArgument,
-                 absl::StrCat("the pool's header is corrupt: ",
-                              copy.buffer_count, " buffers of ",
-                              copy.buffer_size, " bytes do not fit its ",
-                              st.st_size, " bytes"));
+    return error(
+        absl::StatusCode::kInvalidArgument,
+        absl::StrCat("the pool's header is corrupt: ", copy.buffer_count,
+                     " buffers of ", copy.buffer_size, " bytes do not fit its ",
+                     st.st_size, " bytes"));
   }
   const Layout l = LayoutFor(copy.buffer_size, copy.buffer_count);
   if (copy.max_processes != kMaxProcesses || copy.procs_offset != l.procs ||
@@ -757,8 +757,7 @@ void PoolAccess::SharedMaybeGive(BufferPool& p) {
     uint32_t out[kMaxShareBatch];
     uint32_t reshelved = 0;
     const uint32_t n = s.depot.Pop(
-        out,
-        static_cast<uint32_t>(std::min<int64_t>(x->batch, size - low)),
+        out, static_cast<uint32_t>(std::min<int64_t>(x->batch, size - low)),
         nullptr, &reshelved);
     if (n == 0) return;
     if (p.cache_capacity_ != 0) {

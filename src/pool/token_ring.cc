@@ -128,8 +128,8 @@ static std::string NotAnEventFd(const os::SyscallTable& sys, int fd) {
   char link[64];
   const ssize_t n = sys.readlink(path, link, sizeof(link) - 1);
   if (n < 0) {
-    return absl::StrCat("cannot tell whether it is an eventfd (readlink ",
-                        path, ": ", std::strerror(errno), ")");
+    return absl::StrCat("cannot tell whether it is an eventfd (readlink ", path,
+                        ": ", std::strerror(errno), ")");
   }
   const absl::string_view target(link, static_cast<size_t>(n));
   if (target == "anon_inode:[eventfd]") return "";
@@ -142,8 +142,8 @@ absl::StatusOr<std::unique_ptr<TokenRing>> TokenRing::Join(
   const os::SyscallTable& sys = os::Sys();
   if (event_fd >= 0) {
     if (const std::string why = NotAnEventFd(sys, event_fd); !why.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "BufferChannel::Join: event fd ", event_fd, " ", why));
+      return absl::InvalidArgumentError(
+          absl::StrCat("BufferChannel::Join: event fd ", event_fd, " ", why));
     }
   }
   struct stat st;
