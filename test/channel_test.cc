@@ -195,6 +195,14 @@ TEST(TokenRingTest, JoinChecksTheDescriptors) {
   ASSERT_EQ(pipe(p), 0);
   auto not_ring = TokenRing::Join(p[0], r.event_fd(), kIdentity);
   EXPECT_EQ(not_ring.status().code(), absl::StatusCode::kInvalidArgument);
+  // Not an eventfd: the pipe, or the ring's own memfd, as the event fd.
+  for (const int wrong : {p[1], r.memory_fd()}) {
+    auto not_event = TokenRing::Join(r.memory_fd(), wrong, kIdentity);
+    EXPECT_EQ(not_event.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(not_event.status().message().find("not an eventfd"),
+              std::string::npos)
+        << not_event.status();
+  }
   close(p[0]);
   close(p[1]);
 }

@@ -190,7 +190,7 @@ TEST(SharedPoolTest, HoldersReportNamesTheProcess) {
       << report;
 }
 
-TEST(SharedPoolTest, AProcessKeepsAtMostTwoBatchesInItsDepot) {
+TEST(SharedPoolTest, AProcessGivesBackWhatItsDepotDoesNotNeed) {
   for (size_t cache : {size_t{0}, size_t{8}}) {
     auto pool = MakeShared(256, cache);
     ASSERT_NE(pool, nullptr);
@@ -203,11 +203,50 @@ TEST(SharedPoolTest, AProcessKeepsAtMostTwoBatchesInItsDepot) {
     }
     pool->FlushCaches();
     pool->TryAcquire().Reset();  // a release that finds the depot full
-    // What this process keeps back is bounded: the other gets the rest.
+    // Past four batches it gives back down to two: the other gets the rest.
     const size_t kept = pool->Stats().committed;
     EXPECT_LE(kept, 2 * 32 + 1u) << "cache " << cache;
     EXPECT_EQ(TakeAll(**joined).size(), 256 - kept) << "cache " << cache;
   }
+}
+
+// A process that takes most of the pool in a burst, releases it all and
+// then idles keeps at most its caches and max(batch, capacity / (4 x
+// processes)) in its depot: the other process gets all the rest.
+TEST(SharedPoolTest, AnIdleProcessAfterABurstKeepsOnlyItsCachesAndAShare) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
+  constexpr size_t kCount = 256;
+  auto pool = MakeShared(kCount, 64);  // batch 32 (= kCount / 8)
+  ASSERT_NE(pool, nullptr);
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(p[0]);
+    auto joined = BufferPool::Join(pool->shared_fd());
+    if (!joined.ok()) _exit(2);
+    {
+      std::vector<Buffer> all = TakeAll(**joined);  // the burst
+      if (all.size() != kCount) _exit(3);
+    }  // every buffer released
+    const PoolStats st = (*joined)->Stats();
+    const size_t report[2] = {st.committed, st.cached};
+    if (::write(p[1], report, sizeof(report)) != sizeof(report)) _exit(4);
+    for (;;) ::pause();  // idle, never releasing again
+  }
+  ::close(p[1]);
+  size_t report[2] = {0, 0};
+  ASSERT_EQ(::read(p[0], report, sizeof(report)),
+            static_cast<ssize_t>(sizeof(report)));
+  ::close(p[0]);
+  const size_t kept = report[0], cached = report[1];
+  const size_t share = std::max<size_t>(32, kCount / (4 * 2));
+  EXPECT_LE(kept, cached + share) << "cached " << cached;
+  EXPECT_EQ(TakeAll(*pool).size(), kCount - kept);
+  ::kill(child, SIGKILL);
+  WaitExit(child);
+  EXPECT_GE(pool->ReclaimDead(), kept);
 }
 
 TEST(SharedPoolTest, PrivatePoolHasNoFd) {
@@ -275,6 +314,26 @@ TEST(SharedPoolTest, JoinRefusesAnotherLayoutVersion) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("version"), absl::string_view::npos)
+      << r.status();
+  EXPECT_EQ(pool->Stats().processes, 1u);
+}
+
+// A header with the magic whose buffer_size x buffer_count wraps around
+// 2^64 to the real region's size: every offset would match the file.
+TEST(SharedPoolTest, JoinRefusesAHeaderWhoseSizesOverflow) {
+  auto pool = MakeShared(64, 8);
+  ASSERT_NE(pool, nullptr);
+  auto* h = static_cast<SharedHeader*>(::mmap(
+      nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, pool->shared_fd(), 0));
+  ASSERT_NE(h, MAP_FAILED);
+  const uint64_t real = h->buffer_size;
+  h->buffer_size = real + (uint64_t{1} << 58);  // x 64 wraps to real x 64
+  auto r = BufferPool::Join(pool->shared_fd());
+  h->buffer_size = real;
+  ::munmap(h, 4096);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("corrupt"), absl::string_view::npos)
       << r.status();
   EXPECT_EQ(pool->Stats().processes, 1u);
 }
@@ -377,6 +436,41 @@ TEST(SharedPoolTest, PrivatePoolExportsWithinTheProcess) {
   EXPECT_EQ(r->slot(), slot);
   EXPECT_FALSE((*pool)->Import(t).ok());
   r->Reset();
+  EXPECT_EQ((*pool)->Stats().in_use, 0u);
+}
+
+// A private pool pays for its export ledger only once it exports: the
+// first Export allocates it (threads racing install one, the others free
+// theirs); an Import before any Export is refused, not a crash.
+TEST(SharedPoolTest, PrivatePoolAllocatesItsLedgerAtTheFirstExport) {
+  auto pool = BufferPool::Create({.buffer_count = 64, .cache_size = 4});
+  ASSERT_TRUE(pool.ok());
+  EXPECT_EQ(PoolAccess::S(**pool).local_ledger.Load(), nullptr);
+  auto early = (*pool)->Import(BufferToken{(uint64_t{1} << 32) | 3});
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(PoolAccess::S(**pool).local_ledger.Load(), nullptr);
+  constexpr int kThreads = 8;
+  std::vector<BufferToken> tokens(kThreads);
+  std::atomic<int> ready{0};
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] {
+        Buffer b = (*pool)->TryAcquire();
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) {
+        }
+        tokens[i] = (*pool)->Export(std::move(b));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  EXPECT_NE(PoolAccess::S(**pool).local_ledger.Load(), nullptr);
+  for (const BufferToken& t : tokens) {
+    auto r = (*pool)->Import(t);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
   EXPECT_EQ((*pool)->Stats().in_use, 0u);
 }
 
@@ -535,6 +629,46 @@ TEST(SharedPoolTest, ExitWithBuffersOutIsReclaimedAndCounted) {
   auto stale = pool->Import(t);  // the dead exporter's token went stale
   ASSERT_FALSE(stale.ok());
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  ExpectLedgerConsistent(*pool);
+  EXPECT_EQ(TakeAll(*pool).size(), 64u);
+}
+
+// A joined process P forks a child C that does not join and outlives P:
+// C must not keep P's liveness lock, or P's death goes unseen.
+TEST(SharedPoolTest, AForkedChildDoesNotKeepItsDeadParentAlive) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
+  auto pool = MakeShared(64, 8);
+  ASSERT_NE(pool, nullptr);
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const pid_t parent = ::fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    ::close(p[0]);
+    auto joined = BufferPool::Join(pool->shared_fd());
+    if (!joined.ok()) _exit(2);
+    std::vector<Buffer> held;
+    for (int i = 0; i < 5; ++i) held.push_back((*joined)->TryAcquire());
+    const pid_t c = ::fork();
+    if (c < 0) _exit(3);
+    if (c == 0) {
+      for (;;) ::pause();  // lives on, joins nothing; killed by the test
+    }
+    if (::write(p[1], &c, sizeof(c)) != sizeof(c)) _exit(4);
+    for (;;) ::pause();  // killed by the test with buffers out
+  }
+  ::close(p[1]);
+  pid_t c = 0;
+  ASSERT_EQ(::read(p[0], &c, sizeof(c)), static_cast<ssize_t>(sizeof(c)));
+  ::close(p[0]);
+  ASSERT_GT(c, 0);
+  ASSERT_EQ(::kill(parent, SIGKILL), 0);
+  const int status = WaitExit(parent);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  ASSERT_EQ(::kill(c, 0), 0) << "the grandchild should still live";
+  EXPECT_GE(pool->ReclaimDead(), 5u);  // P's 5 buffers (and its caches)
+  EXPECT_EQ(pool->Stats().processes, 1u);
+  ::kill(c, SIGKILL);  // init reaps it
   ExpectLedgerConsistent(*pool);
   EXPECT_EQ(TakeAll(*pool).size(), 64u);
 }
@@ -803,6 +937,129 @@ TEST(SharedPoolTest, KillLoopWithCachesOff) { KillLoop(50, 0); }
 
 // Threads of one process on a shared pool (the paths ThreadSanitizer can
 // see): acquire, release, export and import between threads.
+// Import racing ReclaimDead: a victim exports stamped buffers and passes
+// the tokens through a pipe to a survivor that imports and keeps them,
+// while the test kills the victim and reclaims at once, the pipe's backlog
+// still being imported. Every token is imported or reclaimed, never both:
+// the test then takes every free buffer and stamps it, so a slot the
+// survivor imported that the reclaim also freed gets the test's stamp over
+// the survivor's (the survivor checks its stamps after that; the ledger
+// check would also see it owned while in the depot); and never neither:
+// every slot comes back at the end.
+TEST(SharedPoolTest, ImportRacingReclaimImportsXorReclaims) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
+  constexpr size_t kCount = 256;
+  auto pool = MakeShared(kCount, 8);
+  ASSERT_NE(pool, nullptr);
+  int rounds = 40;
+  if (const char* n = std::getenv("BUFPOOL_KILL_LOOP")) rounds = std::atoi(n);
+  std::mt19937 rng(59);
+  size_t imported_all = 0, refused_all = 0, reclaimed_all = 0;
+  for (int round = 0; round < rounds; ++round) {
+    SCOPED_TRACE(round);
+    int tp[2], rp[2], gp[2];
+    ASSERT_EQ(::pipe(tp), 0);
+    ASSERT_EQ(::pipe(rp), 0);
+    ASSERT_EQ(::pipe(gp), 0);
+    const pid_t survivor = ::fork();
+    ASSERT_GE(survivor, 0);
+    if (survivor == 0) {
+      ::close(tp[1]);
+      ::close(rp[0]);
+      ::close(gp[1]);
+      auto joined = BufferPool::Join(pool->shared_fd());
+      if (!joined.ok()) _exit(2);
+      BufferPool& j = **joined;
+      std::vector<Buffer> held;
+      size_t counts[2] = {0, 0};  // imported, refused
+      BufferToken t;
+      while (::read(tp[0], &t, sizeof(t)) == sizeof(t)) {
+        auto r = j.Import(t);
+        if (!r.ok()) {
+          if (r.status().code() != absl::StatusCode::kFailedPrecondition) {
+            _exit(3);
+          }
+          ++counts[1];
+          continue;
+        }
+        Stamp st;
+        std::memcpy(&st, r->data(), sizeof(st));
+        if (st.magic != kStampMagic || st.slot != r->slot() ||
+            st.pid == ::getpid()) {
+          _exit(4);  // not the exporter's bytes
+        }
+        ++counts[0];
+        StampBuffer(*r, 0);
+        held.push_back(*std::move(r));
+      }
+      char go;
+      if (::read(gp[0], &go, 1) != 1) _exit(6);  // the test has stamped
+      for (const Buffer& b : held) {
+        if (!StampIsMine(b)) _exit(5);  // owned twice
+      }
+      if (::write(rp[1], counts, sizeof(counts)) != sizeof(counts)) _exit(6);
+      _exit(0);  // the kernel's exit: what it holds is reclaimed
+    }
+    ::close(gp[0]);
+    const pid_t victim = ::fork();
+    ASSERT_GE(victim, 0);
+    if (victim == 0) {
+      ::close(tp[0]);
+      ::close(rp[0]);
+      ::close(rp[1]);
+      ::close(gp[1]);
+      auto joined = BufferPool::Join(pool->shared_fd());
+      if (!joined.ok()) _exit(2);
+      BufferPool& j = **joined;
+      for (uint32_t seq = 0;; ++seq) {
+        Buffer b = j.TryAcquire();
+        if (!b) {
+          std::this_thread::yield();
+          continue;
+        }
+        StampBuffer(b, seq);
+        const BufferToken t = j.Export(std::move(b));
+        if (::write(tp[1], &t, sizeof(t)) != sizeof(t)) _exit(3);
+      }
+    }
+    ::close(tp[0]);
+    ::close(tp[1]);  // EOF for the survivor once the victim is dead
+    ::close(rp[1]);
+    std::this_thread::sleep_for(std::chrono::microseconds(
+        std::uniform_int_distribution<int>(100, 3000)(rng)));
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+    WaitExit(victim);
+    reclaimed_all += pool->ReclaimDead();  // the survivor still importing
+    ExpectLedgerConsistent(*pool);
+    std::vector<Buffer> mine = TakeAll(*pool);
+    for (const Buffer& b : mine) StampBuffer(b, 1);
+    ASSERT_EQ(::write(gp[1], "g", 1), 1);
+    ::close(gp[1]);
+    size_t counts[2] = {0, 0};
+    const ssize_t got = ::read(rp[0], counts, sizeof(counts));
+    ::close(rp[0]);
+    const int status = WaitExit(survivor);
+    // Exit 5: a buffer it imported carries the test's stamp (owned twice).
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "survivor exit status " << WEXITSTATUS(status);
+    ASSERT_EQ(got, static_cast<ssize_t>(sizeof(counts)));
+    for (const Buffer& b : mine) EXPECT_TRUE(StampIsMine(b));
+    mine.clear();
+    imported_all += counts[0];
+    refused_all += counts[1];
+    reclaimed_all += pool->ReclaimDead();  // the survivor's holdings
+    ExpectLedgerConsistent(*pool);
+    ASSERT_EQ(TakeAll(*pool).size(), kCount);  // nothing lost
+    ASSERT_EQ(pool->Stats().processes, 1u);
+  }
+  // A refused token's slot was reclaimed (counted among the reclaimed).
+  EXPECT_GE(reclaimed_all, refused_all);
+  std::fprintf(stderr,
+               "import/reclaim race: %d rounds, %zu imported, %zu refused "
+               "(reclaimed first), %zu reclaimed in all\n",
+               rounds, imported_all, refused_all, reclaimed_all);
+}
+
 TEST(SharedPoolTest, ThreadsHandBuffersOverByToken) {
   auto pool = MakeShared(128, 8);
   ASSERT_NE(pool, nullptr);

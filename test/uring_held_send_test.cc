@@ -187,6 +187,56 @@ TEST(HeldSendTest, ZeroCopySendHoldsItsBuffersUntilTheNotification) {
   }
 }
 
+// A shared pool's slot is reclaimed by another process as soon as this one
+// dies, while a zero-copy send's pages may still sit in TCP's retransmit
+// queue: the send copies instead, done at its one completion.
+TEST(HeldSendTest, SharedPoolsBuffersAreNeverSentZeroCopy) {
+  Fixture f;
+  ASSERT_TRUE(f.ok());
+  auto shared = BufferPool::Create({.buffer_count = 64, .shared = true});
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  for (size_t size : {size_t{3000}, size_t{3 * 4096 + 5}}) {
+    SCOPED_TRACE(size);
+    const std::string data = RandomBytes(size, static_cast<uint32_t>(size));
+    BufferChain chain(**shared);
+    ASSERT_TRUE(chain.Append(data).ok());
+    io_uring_sqe* sqe = io_uring_get_sqe(&f.ring);
+    HeldSend send;
+    send.Prepare(sqe, f.server, std::move(chain), {.zero_copy = true});
+    EXPECT_FALSE(send.zero_copy());
+    EXPECT_TRUE(sqe->opcode == IORING_OP_SEND ||
+                sqe->opcode == IORING_OP_SENDMSG)
+        << int{sqe->opcode};
+    ASSERT_EQ(io_uring_submit(&f.ring), 1);
+    const io_uring_cqe cqe = f.Next();
+    EXPECT_FALSE(cqe.flags & IORING_CQE_F_MORE) << "a notification follows";
+    EXPECT_TRUE(send.OnCompletion(cqe));
+    EXPECT_EQ(send.result(), static_cast<int>(size));
+    EXPECT_EQ((*shared)->Stats().in_use, 0u);
+    EXPECT_EQ(f.ReadExactly(size), data);
+  }
+  // A chain that mixes a private pool's slice with a shared one's copies
+  // too; a private pool's alone still goes zero-copy.
+  BufferChain mixed = f.MakeChain("private");
+  BufferChain tail(**shared);
+  ASSERT_TRUE(tail.Append("shared").ok());
+  mixed.Append(std::move(tail));
+  HeldSend send;
+  send.Prepare(io_uring_get_sqe(&f.ring), f.server, std::move(mixed),
+               {.zero_copy = true});
+  EXPECT_FALSE(send.zero_copy());
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  while (!send.done()) send.OnCompletion(f.Next());
+  EXPECT_EQ(f.ReadExactly(13), "privateshared");
+  HeldSend own;
+  own.Prepare(io_uring_get_sqe(&f.ring), f.server, f.MakeChain("own"),
+              {.zero_copy = true});
+  EXPECT_TRUE(own.zero_copy());
+  ASSERT_EQ(io_uring_submit(&f.ring), 1);
+  while (!own.done()) own.OnCompletion(f.Next());
+  EXPECT_EQ(f.ReadExactly(3), "own");
+}
+
 TEST(HeldSendTest, FixedBufferZeroCopySendUsesTheRegisteredIndex) {
   Fixture f;
   ASSERT_TRUE(f.ok());

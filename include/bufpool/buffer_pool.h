@@ -134,8 +134,14 @@
 // handle, raw pointer, chain or ring), or exported by one process to be
 // imported by another (Export/Import). Whole batches move between the
 // shared depot and a process on its slow paths only; the inline hit path
-// is a private pool's. What a process owns but does not use (its caches
-// and a depot share of at most two batches) is not visible to the others.
+// is a private pool's. What a process owns but does not use is not
+// visible to the others: its caches (cache_capacity() per cache) and a
+// depot share of at most max(one batch, buffer_count / (4 x processes
+// joined)), and never more than four batches, given back down to half of
+// that by its own releases. So a process idle after a burst keeps at most
+// that much; a process that never releases again never gives it back
+// before it leaves or dies. (A batch: a cache's capacity, 16 without
+// caches; at most buffer_count / 8 and 256.)
 //   * Trust: joining needs the fd, which only its holders can pass on.
 //     The processes that join are parts of one service and are trusted
 //     with the shared state: a process that writes into the header or the
@@ -147,6 +153,19 @@
 //     found empty) gives back all that a dead process held and bumps the
 //     generations of the tokens it exported. Processes are named by pid and
 //     start time in messages, so a reused pid is never taken for the dead.
+//   * Kernel I/O after death: the liveness lock drops when the kernel
+//     releases the process's file table, and what it frees may be reused at
+//     once by another process, so no kernel I/O on a slot may outlive that.
+//     Zero-copy sends would (TCP keeps the pages queued for retransmission
+//     until acknowledged): HeldSend sends a shared pool's buffers with a
+//     copying send even when Options::zero_copy asks otherwise. io_uring
+//     work that runs on io-wq worker threads is safe: the workers share the
+//     process's file table, which, with the lock, goes only after they
+//     exit. Still the process's after death, so avoid it on a shared
+//     pool's buffers: a read the kernel completes without a worker or the
+//     task (an O_DIRECT or block-device read into a registered buffer,
+//     written by the device when it completes) may land after the lock
+//     dropped and before the ring's teardown waits for it.
 //   * The shared depot's batch moves run under one process-shared robust
 //     mutex: a process stopped (SIGSTOP, a debugger) while it holds it
 //     delays the other processes' refills, spills and joins until it runs
@@ -384,7 +403,9 @@ class BUFPOOL_EXPORT BufferPool {
   // (reclaimed if it dies) but is out of its hands; it is imported at most
   // once. An empty handle gives the token 0 (which every Import refuses),
   // as does a handle of another pool, which is released to its own pool.
-  // O(1), no lock: one store to the slot's owner word.
+  // O(1), no lock: one store to the slot's owner word. A private pool
+  // allocates its ledger (8 bytes a buffer) at its first Export; if that
+  // allocation fails, the buffer is released and the token is 0.
   BufferToken Export(Buffer&& buffer);
   // Takes ownership of an exported buffer. InvalidArgument for a token that
   // names no slot (forged); FailedPrecondition for one that is stale (its

@@ -291,7 +291,9 @@ BUFPOOL_EXPORT bufpool_pool* bufpool_join(int fd,
 /* Hands `buffer` (out as from bufpool_try_acquire(); no longer the
  * caller's) to whoever imports the returned token, once; nonzero. Aborts as
  * bufpool_release() does when `buffer` is not out. On a private pool it
- * works within the process. */
+ * works within the process; its first export allocates the pool's export
+ * ledger (8 bytes a buffer), and if that fails the buffer is released and
+ * the token is 0. */
 BUFPOOL_EXPORT uint64_t bufpool_export(bufpool_pool* pool,
                                        void* buffer) BUFPOOL_C_NOEXCEPT;
 /* The exported buffer named by `token`, now the caller's (released with

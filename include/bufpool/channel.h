@@ -23,7 +23,11 @@
 //     Costs a load of the sender's index when empty; no system call.
 //   * Receive(timeout > 0): spins about a microsecond, then sleeps on a
 //     futex in the shared memory until a Send() or the timeout
-//     (DeadlineExceeded).
+//     (DeadlineExceeded). The channel does not know who sends: if the
+//     sending process dies, nothing wakes a receiver, and one waiting with
+//     an infinite timeout waits forever. Across processes, wait in finite
+//     slices and between them check what tells you the peer is gone (the
+//     pool's ReclaimDead() / Stats().processes, a socket to it, waitpid).
 //   * Event loops: call Receive(absl::ZeroDuration()) until it answers
 //     DeadlineExceeded; that answer arms event_fd(), which the next Send()
 //     makes readable (EPOLLIN). Read nothing from it yourself: the next
@@ -119,7 +123,9 @@ class BUFPOOL_EXPORT BufferChannel {
   Buffer TryReceive();
   // The oldest buffer sent and not yet received, waiting up to `timeout`
   // for one (see "Receiving" above). DeadlineExceeded when none came; with
-  // a zero timeout that answer also arms event_fd().
+  // a zero timeout that answer also arms event_fd(). The default infinite
+  // timeout never returns if the sender's process dies before it sends:
+  // across processes, pass a finite one and check the peer between calls.
   absl::StatusOr<Buffer> Receive(
       absl::Duration timeout = absl::InfiniteDuration());
   // Receives and releases every buffer in the channel now (shutting down a

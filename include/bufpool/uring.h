@@ -382,6 +382,11 @@ class BUFPOOL_EXPORT HeldSend {
   static constexpr size_t kMaxIovecs = 1024;
 
   struct Options {
+    // Zero-copy send (SEND_ZC / SENDMSG_ZC). Falls back to a copying send,
+    // and zero_copy() reports false, when any slice is a shared pool's
+    // (PoolOptions::shared): the kernel may hold a zero-copy send's pages
+    // in the socket's retransmit queue after this process dies, when its
+    // slots are already reclaimed and reused by another process.
     bool zero_copy = false;
     const FixedBuffers* fixed = nullptr;  // zero-copy only
     int msg_flags = MSG_NOSIGNAL;
@@ -424,6 +429,8 @@ class BUFPOOL_EXPORT HeldSend {
   size_t requested() const { return requested_; }
   // Bytes this send keeps out of the pool now (what backpressure counts).
   size_t held_bytes() const { return chain_.size(); }
+  // Whether the prepared send is zero-copy (Options::zero_copy and no
+  // shared pool's slice).
   bool zero_copy() const { return zero_copy_; }
 
  private:

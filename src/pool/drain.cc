@@ -342,13 +342,25 @@ void PoolAccess::WakeWaiters(BufferPool& p, uint32_t pushed) {
 
 // ---- The process-wide list and fork() ---------------------------------------
 
-void PoolAccess::Register(BufferPool& p) {
+void PoolAccess::InstallForkHandlers() {
   static const bool registered =
       ::pthread_atfork(ForkPrepare, ForkParent, ForkChild) == 0;
   (void)registered;  // without handlers (ENOMEM) a child may find locks held
+}
+
+std::unique_lock<std::mutex> PoolAccess::LockPoolList() {
+  return std::unique_lock<std::mutex>(g_pools_mu);
+}
+
+void PoolAccess::Register(BufferPool& p) {
+  InstallForkHandlers();
+  const std::lock_guard<std::mutex> lock(g_pools_mu);
+  RegisterLocked(p);
+}
+
+void PoolAccess::RegisterLocked(BufferPool& p) {
   BufferPool::Shared& s = S(p);
   s.pool = &p;
-  const std::lock_guard<std::mutex> lock(g_pools_mu);
   s.next = g_pools;
   if (g_pools != nullptr) g_pools->prev = &s;
   g_pools = &s;

@@ -211,10 +211,6 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Create(
       pool->holders_ = std::make_unique<HolderTable>(
           *track, options.holder_sample_every, ceiling);
     }
-    // Export/Import within the process (shared_pool.cc).
-    pool->shared_->local_ledger.reset(static_cast<std::atomic<uint64_t>*>(
-        std::calloc(ceiling, sizeof(std::atomic<uint64_t>))));
-    if (pool->shared_->local_ledger == nullptr) throw std::bad_alloc();
   } catch (const std::bad_alloc&) {
     if (pool != nullptr) pool->shared_.reset();
     return CreateError(

@@ -254,11 +254,35 @@ struct BufferPool::Shared {
   std::unique_ptr<ProcessShare> xproc;
   // A private pool's ledger for Export/Import within the process: the
   // shared ledger's words (shared_region.h), all of process 0, kFree
-  // meaning "not exported"; calloc'd (untouched pages cost nothing).
-  struct FreeWords {
-    void operator()(std::atomic<uint64_t>* p) const { std::free(p); }
+  // meaning "not exported"; calloc'd at the first Export (a pool that never
+  // exports pays nothing), installed with a CAS whose loser frees its own.
+  // Ordering: the CAS (acq_rel) and Load (acquire) make the zeroed words
+  // visible before the pointer is used.
+  struct LazyWords {
+    std::atomic<std::atomic<uint64_t>*> words{nullptr};
+    LazyWords() = default;
+    LazyWords(const LazyWords&) = delete;
+    LazyWords& operator=(const LazyWords&) = delete;
+    ~LazyWords() { std::free(words.load(std::memory_order_relaxed)); }
+    std::atomic<uint64_t>* Load() const {
+      return words.load(std::memory_order_acquire);
+    }
+    // The words, allocated first if need be; nullptr when out of memory.
+    std::atomic<uint64_t>* GetOrMake(size_t n) {
+      std::atomic<uint64_t>* w = Load();
+      if (w != nullptr) return w;
+      auto* made = static_cast<std::atomic<uint64_t>*>(
+          std::calloc(n, sizeof(std::atomic<uint64_t>)));
+      if (made == nullptr) return nullptr;
+      if (words.compare_exchange_strong(w, made, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        return made;
+      }
+      std::free(made);  // another thread installed its own first
+      return w;
+    }
   };
-  std::unique_ptr<std::atomic<uint64_t>[], FreeWords> local_ledger;
+  LazyWords local_ledger;
   std::atomic<uint64_t> failures{0};
   std::atomic<uint64_t> timeouts{0};
   ForkGate bulk_gate;  // held shared by the bulk calls (see ForkGate)
@@ -467,7 +491,14 @@ struct PoolAccess {
   // Called after `pushed` slots reached the depot: wakes sleepers and fires
   // eventfd requests.
   static void WakeWaiters(BufferPool& p, uint32_t pushed);
-  static void Register(BufferPool& p);    // into the fork() list
+  static void Register(BufferPool& p);  // into the fork() list
+  // Register() in parts, for a pool that must be on the fork() list before
+  // a fork can copy what it opens (a shared pool's liveness lock): the
+  // handlers installed, the list's mutex held (a fork() waits for it in
+  // its prepare handler) across the opening and RegisterLocked().
+  static void InstallForkHandlers();
+  static std::unique_lock<std::mutex> LockPoolList();
+  static void RegisterLocked(BufferPool& p);
   static void Unregister(BufferPool& p);  // out of it
   // The fork() handlers, also called by tests: Prepare takes every lock of
   // every pool; Parent releases them; Child releases them and forgets the
@@ -535,8 +566,8 @@ struct PoolAccess {
   // when it is empty); one slot handed out, the rest in the process's
   // depot (added to *reshelved). kNoSlot when the shared depot is empty.
   static uint32_t SharedTake(BufferPool& p, uint32_t* reshelved);
-  // After slots reached the process's depot: gives a batch back to the
-  // shared depot while the process's depot holds more than two.
+  // After slots reached the process's depot: when it holds more than four
+  // batches, gives batches back to the shared depot until two are left.
   static void SharedMaybeGive(BufferPool& p);
   // Aborts, naming the pool, in a fork() child that uses its parent's
   // BufferPool object of a shared pool.

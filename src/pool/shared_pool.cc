@@ -10,8 +10,8 @@
 // hit path touches only those, so it is a private pool's; slots cross
 // between a process and the shared depot in batches on the slow path
 // (SharedTake when the process has none free anywhere, SharedMaybeGive
-// when its depot holds more than two batches), and one at a time through
-// Export and Import.
+// when its depot holds more than its share, `keep`, down to half of it),
+// and one at a time through Export and Import.
 //
 // Invariants (every slot s, at every instant no one holds the mutex):
 //   L1. ledger[s] is kFree  <=>  s is in depot[0, depot_count), once.
@@ -22,15 +22,20 @@
 //       process's caches, depot or hands; the one token (s, g) names it.
 //   L4. Every change of a ledger word to or from kFree, of depot_count, of
 //       the depot stack and of a process entry's state is made under `mu`.
-//       Without it only two changes happen, each one CAS of one word:
+//       Without it only two changes happen, each one write of one word:
 //       Export (kOwned by me -> kExported by me, by the owner, which is
-//       alive) and Import (kExported -> kOwned by the importer).
+//       alive: a load and a plain store, not a CAS, which is right only
+//       because nothing else changes a live owner's kOwned word: Import
+//       changes only kExported words, ReclaimDead only the dead's) and
+//       Import (kExported -> kOwned by the importer: a CAS, racing a
+//       reclaimer's CAS of the same word, one wins).
 //
 // Kill -9 at any instruction. A process that dies holds nothing but what
 // the ledger names as its own (L2, L3): its caches and depot die with it,
 // and what it held is kOwned or kExported by its index. What it may leave
 // half done:
-//   * Outside the mutex: an Export or Import is one CAS: before it nothing
+//   * Outside the mutex: an Export (one store) or Import (one CAS) is one
+//     write of one word: before it nothing
 //     changed, after it the word names the new state; a slot whose CAS
 //     made it the dead process's is reclaimed with the rest. Between a
 //     SharedTake's unlock and its push into the private depot, or a
@@ -317,6 +322,27 @@ bool DeadLocked(const ProcessShare& x, uint32_t i) {
          !Alive(x, i);
 }
 
+// Recounts the processes in the table (entries not empty, the dead not
+// yet reclaimed included) and sets what this process keeps in its depot:
+// an idle process after a burst then holds at most its caches and
+// capacity / (4 x processes) (or one batch) of the slots, the rest given
+// back by the burst's own releases.
+void RefreshKeep(ProcessShare& x, int64_t now_ns) {
+  uint32_t live = 0;
+  for (uint32_t i = 0; i < x.hdr->max_processes; ++i) {
+    live +=
+        x.procs[i].state.load(std::memory_order_relaxed) != ProcessEntry::kEmpty
+            ? 1
+            : 0;
+  }
+  const int64_t batch = x.batch;
+  const int64_t share = static_cast<int64_t>(x.hdr->buffer_count) /
+                        (int64_t{4} * std::max<uint32_t>(live, 1));
+  x.keep.store(std::min(int64_t{4} * batch, std::max(batch, share)),
+               std::memory_order_relaxed);
+  x.keep_ns.store(now_ns, std::memory_order_relaxed);
+}
+
 // Takes an entry in the table for this process: its own description of
 // the memfd, the lock on the entry's byte, then the entry marked live.
 absl::Status RegisterProcess(ProcessShare& x) {
@@ -351,6 +377,7 @@ absl::Status RegisterProcess(ProcessShare& x) {
     e.state.store(ProcessEntry::kLive, std::memory_order_release);
     EndIntent(*x.hdr);
     x.index = i;
+    RefreshKeep(x, NowNs());
     return absl::OkStatus();
   }
   return absl::ResourceExhaustedError(absl::StrCat(
@@ -551,6 +578,21 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Join(int fd) {
                               "; this library reads version ",
                               kSharedVersion));
   }
+  // The geometry before any arithmetic on it: a header that carries the
+  // magic but whose sizes wrap around would otherwise compute offsets that
+  // match the file and map buffers far larger than it.
+  size_t region_bytes = 0;
+  if (copy.buffer_size == 0 || copy.buffer_count == 0 ||
+      copy.buffer_count >= BufferPool::kNoSlot ||
+      __builtin_mul_overflow(copy.buffer_size, copy.buffer_count,
+                             &region_bytes) ||
+      region_bytes > static_cast<uint64_t>(st.st_size)) {
+    return error(
+        absl::StatusCode::kInvalidArgument,
+        absl::StrCat("the pool's header is corrupt: ", copy.buffer_count,
+                     " buffers of ", copy.buffer_size, " bytes do not fit its ",
+                     st.st_size, " bytes"));
+  }
   const Layout l = LayoutFor(copy.buffer_size, copy.buffer_count);
   if (copy.max_processes != kMaxProcesses || copy.procs_offset != l.procs ||
       copy.ledger_offset != l.ledger || copy.depot_offset != l.depot ||
@@ -621,14 +663,23 @@ absl::StatusOr<std::unique_ptr<BufferPool>> PoolAccess::FinishShared(
   batch = std::min<uint32_t>(
       batch, std::max<uint32_t>(1, static_cast<uint32_t>(count / 8)));
   x->batch = std::min(batch, kMaxShareBatch);
+  // No fork() between opening the liveness lock's description and the pool
+  // being on the fork list, whose child handler closes the child's copy: a
+  // child forked in between would keep the description, and with it the
+  // lock, open after this process dies, which would then go unseen. The
+  // list's mutex is what a fork() takes first (ForkPrepare), so it waits.
+  // Lock order: the list's mutex, then the shared mutex (RegisterProcess).
+  InstallForkHandlers();
+  std::unique_lock<std::mutex> list = LockPoolList();
   if (absl::Status r = RegisterProcess(*x); !r.ok()) {
+    list.unlock();
     // Nothing of the pool's is ours yet: the pool goes without leaving.
     pool->shared_.reset();
     return r;
   }
   s.xproc = std::move(x);
   InitInlinePaths(*pool, track);
-  Register(*pool);
+  RegisterLocked(*pool);
   return pool;
 }
 
@@ -645,6 +696,10 @@ uint32_t PoolAccess::SharedTake(BufferPool& p, uint32_t* reshelved) {
   ProcessShare& x = *s.xproc;
   uint32_t got[kMaxShareBatch];
   uint32_t n;
+  if (const int64_t now = NowNs();
+      now - x.keep_ns.load(std::memory_order_relaxed) >= kReclaimEveryNs) {
+    RefreshKeep(x, now);  // outside the mutex: the states are atomic
+  }
   {
     SharedLock lock(x);
     n = TakeLocked(x, got, x.batch);
@@ -685,11 +740,25 @@ void PoolAccess::SharedMaybeGive(BufferPool& p) {
   SharedState& s = S(p);
   ProcessShare* const x = s.xproc.get();
   if (x == nullptr || x->forked) return;
-  // Down to two batches (a drain or a bulk release may leave many more).
-  while (DepotSize(p) > int64_t{2} * x->batch) {
+  // Past `keep` (RefreshKeep: at most four batches, less when many
+  // processes share the pool), down to half of it (a drain or a bulk
+  // release may leave many more): the gap keeps a process whose load
+  // swings by a batch or two from giving back and taking again across the
+  // mutex each time, and the cap keeps a process idle after a burst from
+  // holding slots the others starve for.
+  const int64_t keep = x->keep.load(std::memory_order_relaxed);
+  if (DepotSize(p) <= keep) return;
+  if (const int64_t now = NowNs();
+      now - x->keep_ns.load(std::memory_order_relaxed) >= kReclaimEveryNs) {
+    RefreshKeep(*x, now);
+  }
+  const int64_t low = x->keep.load(std::memory_order_relaxed) / 2;
+  for (int64_t size = DepotSize(p); size > low; size = DepotSize(p)) {
     uint32_t out[kMaxShareBatch];
     uint32_t reshelved = 0;
-    const uint32_t n = s.depot.Pop(out, x->batch, nullptr, &reshelved);
+    const uint32_t n = s.depot.Pop(
+        out, static_cast<uint32_t>(std::min<int64_t>(x->batch, size - low)),
+        nullptr, &reshelved);
     if (n == 0) return;
     if (p.cache_capacity_ != 0) {
       s.depot_free.fetch_sub(n, std::memory_order_relaxed);
@@ -828,12 +897,17 @@ BufferToken BufferPool::Export(Buffer&& buffer) {
     return BufferToken{};
   }
   PoolAccess::CheckNotForked(*this);
+  ProcessShare* const x = shared_->xproc.get();
+  std::atomic<uint64_t>* const words =
+      x != nullptr ? x->ledger : shared_->local_ledger.GetOrMake(capacity_);
+  if (words == nullptr) {  // a private pool's first Export, out of memory
+    buffer.Reset();
+    return BufferToken{};
+  }
   const uint32_t slot = buffer.slot_;
   buffer.pool_ = nullptr;
   if (holders_ != nullptr) holders_->Released(slot);
-  ProcessShare* const x = shared_->xproc.get();
-  std::atomic<uint64_t>& word =
-      x != nullptr ? x->ledger[slot] : shared_->local_ledger[slot];
+  std::atomic<uint64_t>& word = words[slot];
   const uint32_t me = x != nullptr ? x->index : 0;
   const uint64_t w = word.load(std::memory_order_relaxed);
   const uint64_t want = x != nullptr ? kOwned : kFree;
@@ -843,6 +917,9 @@ BufferToken BufferPool::Export(Buffer&& buffer) {
   }
   uint32_t gen = ledger::Gen(w) + 1;
   if (gen == 0) gen = 1;
+  // A plain store after the load, no CAS: nobody else changes a live
+  // owner's kOwned word (Import changes kExported words only, a reclaimer
+  // only a dead process's), nor a private pool's kFree word of a held slot.
   // release: the buffer's bytes, written before, reach the importer.
   word.store(ledger::Word(gen, kExported, me), std::memory_order_release);
   if (x != nullptr) {
@@ -864,8 +941,11 @@ absl::StatusOr<Buffer> BufferPool::Import(BufferToken token) {
   }
   PoolAccess::CheckNotForked(*this);
   ProcessShare* const x = shared_->xproc.get();
-  std::atomic<uint64_t>& word =
-      x != nullptr ? x->ledger[slot] : shared_->local_ledger[slot];
+  std::atomic<uint64_t>* const words =
+      x != nullptr ? x->ledger : shared_->local_ledger.Load();
+  // A private pool without a ledger has exported nothing: every word free.
+  static std::atomic<uint64_t> none{0};
+  std::atomic<uint64_t>& word = words != nullptr ? words[slot] : none;
   uint64_t w = word.load(std::memory_order_acquire);
   auto refuse = [&](uint64_t seen) {
     std::string why;

@@ -118,6 +118,12 @@ struct ProcessShare {
   bool forked = false;
   // The last ReclaimDead() run from the slow path (steady ns); relaxed.
   std::atomic<int64_t> last_reclaim_ns{0};
+  // What this process may keep free in its own depot before it gives back
+  // (down to half): max(batch, capacity / (4 x processes in the table)),
+  // at most four batches. Recounted at the join and at most once a
+  // millisecond from the slow paths (keep_ns: steady ns); relaxed.
+  std::atomic<int64_t> keep{1};
+  std::atomic<int64_t> keep_ns{0};
 
   ProcessShare() = default;
   ProcessShare(const ProcessShare&) = delete;

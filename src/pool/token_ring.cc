@@ -7,11 +7,14 @@
 
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "os/error.h"
 #include "os/syscalls.h"
 
@@ -116,9 +119,33 @@ absl::StatusOr<std::unique_ptr<TokenRing>> TokenRing::Create(
   return ring;
 }
 
+// Whether `fd` is an eventfd: its /proc/self/fd link names the eventfd
+// anonymous inode (an eventfd has no other mark fstat() shows). Empty when
+// it is; else why not.
+static std::string NotAnEventFd(const os::SyscallTable& sys, int fd) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+  char link[64];
+  const ssize_t n = sys.readlink(path, link, sizeof(link) - 1);
+  if (n < 0) {
+    return absl::StrCat("cannot tell whether it is an eventfd (readlink ", path,
+                        ": ", std::strerror(errno), ")");
+  }
+  const absl::string_view target(link, static_cast<size_t>(n));
+  if (target == "anon_inode:[eventfd]") return "";
+  return absl::StrCat("is not an eventfd (it is ", target,
+                      "; pass BufferChannel::event_fd())");
+}
+
 absl::StatusOr<std::unique_ptr<TokenRing>> TokenRing::Join(
     int memory_fd, int event_fd, const RingIdentity& identity) {
   const os::SyscallTable& sys = os::Sys();
+  if (event_fd >= 0) {
+    if (const std::string why = NotAnEventFd(sys, event_fd); !why.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("BufferChannel::Join: event fd ", event_fd, " ", why));
+    }
+  }
   struct stat st;
   if (memory_fd < 0 || sys.fstat(memory_fd, &st) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -32,6 +32,22 @@ static void NoteSlices(const BufferChain& chain, uint32_t note) {
   }
 }
 
+// True when a slice of `chain` is a shared pool's (PoolOptions::shared).
+// Such a slot must not stay in the kernel's hands past this process's
+// death: a zero-copy send leaves its pages in the socket's send and
+// retransmit queues until the peer acknowledges them, while another
+// process's ReclaimDead() frees the slot as soon as this process's
+// liveness lock drops, and the slot's next owner writes into bytes TCP may
+// still (re)transmit. A copying send is done with the pages at its
+// completion.
+static bool HasSharedSlice(const BufferChain& chain) {
+  for (size_t i = 0; i < chain.slice_count(); ++i) {
+    const BufferPool* pool = chain.slice(i).pool();
+    if (pool != nullptr && pool->shared_fd() >= 0) return true;
+  }
+  return false;
+}
+
 void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
                        const Options& options) {
   if (busy() || chain.empty()) {
@@ -54,7 +70,8 @@ void HeldSend::Prepare(io_uring_sqe* sqe, int fd, BufferChain&& chain,
   unsent_ =
       chain_.pool() != nullptr ? BufferChain(*chain_.pool()) : BufferChain();
   result_ = 0;
-  zero_copy_ = options.zero_copy;
+  // A shared pool's slices fall back to a copying send (see above).
+  zero_copy_ = options.zero_copy && !HasSharedSlice(chain_);
   await_notif_ = false;
   const size_t k = chain_.FillIovecs(absl::MakeSpan(iov_.get(), iov_cap_));
   NoteSlices(chain_, internal::kHeldSending);
