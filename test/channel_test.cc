@@ -23,6 +23,19 @@
 namespace bufpool {
 namespace {
 
+// A pool joined in a fork() child of a process that has a pool: under
+// ThreadSanitizer the fork handler's re-initialised gate reads as a
+// lock-order inversion (see shared_pool_test.cc); TSan runs the
+// single-process tests.
+#if defined(__SANITIZE_THREAD__)
+#define SKIP_FORKED_JOIN_UNDER_TSAN() \
+  GTEST_SKIP() << "a pool joined in a fork() child: not under TSan"
+#else
+#define SKIP_FORKED_JOIN_UNDER_TSAN() \
+  do {                                \
+  } while (0)
+#endif
+
 using internal::RingIdentity;
 using internal::TokenRing;
 
@@ -211,6 +224,7 @@ TEST(TokenRingTest, JoinChecksTheDescriptors) {
 // child's blocking wait is woken by the parent's push (a futex shared
 // between processes) and the parent's eventfd by the child's.
 TEST(TokenRingTest, HandsTokensBothWaysAcrossFork) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
   auto to_child = TokenRing::Create(8, kIdentity);
   auto to_parent = TokenRing::Create(8, kIdentity);
   ASSERT_TRUE(to_child.ok() && to_parent.ok());
@@ -530,6 +544,7 @@ TEST(BufferChannelJoinTest, RefusesAPrivatePoolAndAnotherPoolsChannel) {
 // A forked child joins the pool and two channels; buffers go both ways,
 // stamped by each side; at the end every buffer is back.
 TEST(BufferChannelProcessTest, ForkedChildHandsBuffersBothWays) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
   constexpr size_t kCount = 128;
   auto pool = MakePool(true, kCount);
   ASSERT_NE(pool, nullptr);
@@ -607,6 +622,7 @@ TEST(BufferChannelProcessTest, ForkedChildHandsBuffersBothWays) {
 // SIGKILL: after ReclaimDead() every buffer is back, the tokens it sent are
 // refused (stale) and skipped, and those sent to it are received again.
 TEST(BufferChannelProcessTest, KilledPeerWithTokensInFlightLosesNothing) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
   constexpr size_t kCount = 64;
   auto pool = MakePool(true, kCount);
   ASSERT_NE(pool, nullptr);
@@ -680,6 +696,7 @@ TEST(BufferChannelProcessTest, KilledPeerWithTokensInFlightLosesNothing) {
 // the pool is free again, and every buffer the parent ever received carried
 // the stamps it should (none had two owners writing it).
 TEST(BufferChannelProcessTest, KillLoopLosesNoBuffer) {
+  SKIP_FORKED_JOIN_UNDER_TSAN();
   constexpr size_t kCount = 64;
   constexpr int kKills = 40;
   auto pool = MakePool(true, kCount);
