@@ -490,7 +490,7 @@ absl::StatusOr<HeaderCopy> ReadHeader(int fd, const struct stat& st) {
   // match the file and map buffers far larger than it.
   size_t region_bytes = 0;
   if (copy.buffer_size == 0 || copy.buffer_count == 0 ||
-      copy.buffer_count >= BufferPool::kNoSlot ||
+      copy.buffer_count >= FreeList::kNoSlot ||
       __builtin_mul_overflow(copy.buffer_size, copy.buffer_count,
                              &region_bytes) ||
       region_bytes > static_cast<uint64_t>(st.st_size)) {
