@@ -167,12 +167,7 @@ int ListenersOn(int port) {
 // Both engines: epoll, and uring, whose rings lend the shared pool's slots
 // to each worker's kernel ring (epoll where io_uring is unavailable).
 TEST_F(EchoCliTest, WorkersServeOnWhenOneIsKilledAndEveryBufferComesBack) {
-#if defined(__SANITIZE_THREAD__)
-  // Workers join the pool in fork() children: under TSan the fork
-  // handler's re-initialised gate reads as a lock-order inversion there
-  // (see shared_pool_test.cc), and its report fills the workers' stderr.
-  GTEST_SKIP() << "pools joined in fork() children: not under TSan";
-#endif
+  SKIP_FORKED_JOIN_UNDER_TSAN();  // its workers join in fork() children
   for (const char* engine : {"--engine=epoll", "--engine=uring"}) {
     SCOPED_TRACE(engine);
     WorkersServeOnWhenOneIsKilled(engine);

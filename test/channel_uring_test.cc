@@ -21,23 +21,11 @@
 #include "bufpool/channel.h"
 #include "bufpool/uring.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 #include "uring_test_util.h"
 
 namespace bufpool {
 namespace {
-
-// A pool joined in a fork() child of a process that has a pool: under
-// ThreadSanitizer the fork handler's re-initialised gate reads as a
-// lock-order inversion (see shared_pool_test.cc); TSan runs the
-// single-process tests.
-#if defined(__SANITIZE_THREAD__)
-#define SKIP_FORKED_JOIN_UNDER_TSAN() \
-  GTEST_SKIP() << "a pool joined in a fork() child: not under TSan"
-#else
-#define SKIP_FORKED_JOIN_UNDER_TSAN() \
-  do {                                \
-  } while (0)
-#endif
 
 using testing_util::Ring;
 

@@ -16,6 +16,7 @@
 #include "bufpool/chain.h"
 #include "bufpool/metrics.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
@@ -60,9 +61,7 @@ int ChildUsesChainsAndABudget(int fd) {
 }
 
 TEST(SharedChainTest, ChainsAndBudgetsWorkInAJoinedProcess) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a pool joined in a fork() child: not under TSan";
-#endif
+  SKIP_FORKED_JOIN_UNDER_TSAN();
   auto pool = BufferPool::Create({.buffer_size = 4096,
                                   .buffer_count = 64,
                                   .cache_size = 8,

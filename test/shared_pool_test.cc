@@ -27,24 +27,10 @@
 #include "bufpool/metrics.h"
 #include "gtest/gtest.h"
 #include "pool/pool_internal.h"
+#include "test_util.h"
 
 namespace bufpool {
 namespace {
-
-// Under ThreadSanitizer, a fork() child of a process with a pool sees the
-// fork handlers' locks as still held (the child handler re-initialises the
-// bulk calls' gate rather than unlocking it: src/pool/pool_internal.h,
-// ForkGate::Reset), so a pool made or joined there reports a lock-order
-// inversion that cannot happen. The multi-process tests run in the plain
-// and ASan builds; TSan runs the single-process ones.
-#if defined(__SANITIZE_THREAD__)
-#define SKIP_FORKED_JOIN_UNDER_TSAN() \
-  GTEST_SKIP() << "a pool joined in a fork() child: not under TSan"
-#else
-#define SKIP_FORKED_JOIN_UNDER_TSAN() \
-  do {                                \
-  } while (0)
-#endif
 
 std::unique_ptr<BufferPool> MakeShared(size_t count = 64, size_t cache = 8) {
   PoolOptions o;
@@ -101,13 +87,12 @@ void ExpectLedgerConsistent(BufferPool& pool) {
     const uint64_t w = x.ledger[s].load();
     if (ledger::Kind(w) == ledger::kFree) {
       ++free_words;
-      EXPECT_EQ(in_depot[s], 1) << "free slot " << s << " in the depot "
-                                << in_depot[s] << " times";
+      EXPECT_EQ(in_depot[s], 1)
+          << "free slot " << s << " in the depot " << in_depot[s] << " times";
     } else {
       EXPECT_EQ(in_depot[s], 0) << "owned slot " << s << " in the depot";
       EXPECT_NE(x.procs[ledger::Proc(w)].state.load(), ProcessEntry::kEmpty)
-          << "slot " << s << " owned by an empty entry "
-          << ledger::Proc(w);
+          << "slot " << s << " owned by an empty entry " << ledger::Proc(w);
     }
   }
   EXPECT_EQ(free_words, x.hdr->depot_count);
@@ -166,8 +151,8 @@ TEST(SharedPoolTest, MetricsNameTheProcess) {
   ASSERT_NE(pool, nullptr);
   std::string text;
   WriteMetrics(*pool, &text, {.name = "rx"});
-  const std::string me = "pool=\"rx\",process=\"" +
-                         std::to_string(::getpid()) + "\"";
+  const std::string me =
+      "pool=\"rx\",process=\"" + std::to_string(::getpid()) + "\"";
   EXPECT_NE(text.find("bufpool_pool_processes{" + me + "} 1\n"),
             std::string::npos)
       << text;
@@ -626,7 +611,7 @@ TEST(SharedPoolTest, ExitWithBuffersOutIsReclaimedAndCounted) {
   EXPECT_EQ(pool->Stats().reclaimed, got);
   EXPECT_EQ(pool->Stats().processes, 1u);
   EXPECT_EQ(pool->ReclaimDead(), 0u);  // twice is harmless
-  auto stale = pool->Import(t);  // the dead exporter's token went stale
+  auto stale = pool->Import(t);        // the dead exporter's token went stale
   ASSERT_FALSE(stale.ok());
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
   ExpectLedgerConsistent(*pool);
@@ -915,15 +900,13 @@ void KillLoop(size_t kills, size_t cache_size) {
     std::printf("repairs after a holder of the mutex died: %llu\n",
                 static_cast<unsigned long long>(
                     PoolAccess::S(*pool).xproc->hdr->repairs.load()));
-    std::printf("kills %zu, reclaimed %llu buffers (by any process); "
-                "%zu reclaims by the test after waitpid(): p50 %.1f us, p99 "
-                "%.1f us, max %.1f us\n",
-                kills,
-                static_cast<unsigned long long>(pool->Stats().reclaimed),
-                reclaim_us.size(),
-                reclaim_us[reclaim_us.size() / 2],
-                reclaim_us[reclaim_us.size() * 99 / 100],
-                reclaim_us.back());
+    std::printf(
+        "kills %zu, reclaimed %llu buffers (by any process); "
+        "%zu reclaims by the test after waitpid(): p50 %.1f us, p99 "
+        "%.1f us, max %.1f us\n",
+        kills, static_cast<unsigned long long>(pool->Stats().reclaimed),
+        reclaim_us.size(), reclaim_us[reclaim_us.size() / 2],
+        reclaim_us[reclaim_us.size() * 99 / 100], reclaim_us.back());
   }
 }
 

@@ -276,6 +276,113 @@ std::string DeathText(int status) {
 }
 
 // --workers N: see the file comment.
+// The worker processes of --workers, as the parent sees them.
+struct Workers {
+  std::vector<pid_t> all;   // in the order they were forked
+  std::vector<pid_t> live;  // not reaped yet
+  uint64_t failed = 0;      // did not exit 0 on their own
+};
+
+// Kills and reaps every worker started so far (a start that failed).
+void KillAll(bufpool::BufferPool& pool, const Workers& w) {
+  for (pid_t pid : w.all) kill(pid, SIGKILL);
+  for (pid_t pid : w.all) waitpid(pid, nullptr, 0);
+  pool.ReclaimDead();
+}
+
+// Forks command.workers workers that Join `pool` and serve on `listen`,
+// and waits until each says it listens (one byte on a pipe; EOF first
+// means one failed, and it said why on stderr).
+absl::Status StartWorkers(const bufpool::tools::EchoCommand& command,
+                          const std::string& listen, bufpool::BufferPool& pool,
+                          int reserved, const sigset_t& signals, Workers* w) {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  for (size_t i = 0; i < command.workers; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(ready[0]);
+      close(reserved);
+      RunWorker(command, listen, pool.shared_fd(), ready[1], signals);
+    }
+    if (pid < 0) {
+      const int err = errno;
+      KillAll(pool, *w);
+      return absl::InternalError(absl::StrCat("fork: ", std::strerror(err)));
+    }
+    w->all.push_back(pid);
+  }
+  close(ready[1]);
+  for (size_t got = 0; got < w->all.size();) {
+    char buf[64];
+    const ssize_t n = read(ready[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(ready[0]);
+      KillAll(pool, *w);
+      return absl::InternalError("a worker could not start");
+    }
+    got += static_cast<size_t>(n);
+  }
+  close(ready[0]);
+  w->live = w->all;
+  return absl::OkStatus();
+}
+
+// Reaps the workers that ended and reclaims what the dead held, saying so
+// on stderr (a clean exit while stopping, with nothing to reclaim, quietly).
+void Reap(bufpool::BufferPool& pool, Workers& w, bool stopping) {
+  for (;;) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    w.live.erase(std::remove(w.live.begin(), w.live.end(), pid), w.live.end());
+    const size_t reclaimed = pool.ReclaimDead();
+    const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!clean) ++w.failed;
+    if (!clean || reclaimed != 0 || !stopping) {
+      std::fprintf(stderr,
+                   "bufpool-echo: worker %d %s; reclaimed %zu buffers\n",
+                   static_cast<int>(pid), DeathText(status).c_str(), reclaimed);
+    }
+  }
+}
+
+// The parent's loop: reaps on SIGCHLD (ending when every worker is gone),
+// prints stats on SIGUSR1, and on SIGINT or SIGTERM stops the workers and
+// waits for them.
+void Watch(bufpool::BufferPool& pool, const sigset_t& watched, Workers& w) {
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&watched, &sig) != 0) continue;
+    if (sig == SIGCHLD) {
+      Reap(pool, w, false);
+      if (w.live.empty()) {
+        Fail("every worker is gone", kExitFailure);
+        return;
+      }
+      continue;
+    }
+    if (sig == SIGUSR1) {
+      const bufpool::PoolStats p = pool.Stats();
+      std::printf("stats: workers=%zu/%zu processes=%zu reclaimed=%llu\n",
+                  w.live.size(), w.all.size(), p.processes,
+                  static_cast<unsigned long long>(p.reclaimed));
+      std::fflush(stdout);
+      continue;
+    }
+    for (pid_t pid : w.live) kill(pid, SIGTERM);
+    while (!w.live.empty()) {
+      if (sigwait(&watched, &sig) == 0 && sig == SIGCHLD) Reap(pool, w, true);
+    }
+    return;
+  }
+}
+
 int RunWorkers(const bufpool::tools::EchoCommand& command) {
   absl::StatusOr<std::unique_ptr<bufpool::BufferPool>> pool =
       bufpool::BufferPool::Create(command.pool);  // shared: set by the parser
@@ -293,101 +400,25 @@ int RunWorkers(const bufpool::tools::EchoCommand& command) {
 
   const sigset_t signals = BlockSignals();
   const sigset_t watched = BlockSignalsAndChild(signals);
-  int ready[2];
-  if (pipe2(ready, O_CLOEXEC) != 0) {
-    return Fail(absl::StrCat("pipe: ", std::strerror(errno)), kExitFailure);
+  Workers w;
+  if (absl::Status st =
+          StartWorkers(command, listen, **pool, *reserved, signals, &w);
+      !st.ok()) {
+    return Fail(std::string(st.message()), kExitFailure);
   }
-  std::vector<pid_t> workers;
-  std::fflush(stdout);
-  std::fflush(stderr);
-  for (size_t i = 0; i < command.workers; ++i) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(ready[0]);
-      close(*reserved);
-      RunWorker(command, listen, (*pool)->shared_fd(), ready[1], signals);
-    }
-    if (pid < 0) {
-      const int err = errno;
-      for (pid_t w : workers) kill(w, SIGKILL);
-      for (pid_t w : workers) waitpid(w, nullptr, 0);
-      return Fail(absl::StrCat("fork: ", std::strerror(err)), kExitFailure);
-    }
-    workers.push_back(pid);
-  }
-  close(ready[1]);
-  // One byte from each worker once it listens; EOF first means one failed
-  // (it said why on stderr).
-  for (size_t got = 0; got < workers.size();) {
-    char buf[64];
-    const ssize_t n = read(ready[0], buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      for (pid_t w : workers) kill(w, SIGKILL);
-      for (pid_t w : workers) waitpid(w, nullptr, 0);
-      (*pool)->ReclaimDead();
-      return Fail("a worker could not start", kExitFailure);
-    }
-    got += static_cast<size_t>(n);
-  }
-  close(ready[0]);
   std::printf("listening on %s\n", listen.c_str());
   std::string pids;
-  for (pid_t w : workers) absl::StrAppend(&pids, pids.empty() ? "" : " ", w);
+  for (pid_t pid : w.all) absl::StrAppend(&pids, pids.empty() ? "" : " ", pid);
   std::printf("workers: %s\n", pids.c_str());
   std::fflush(stdout);
-
-  std::vector<pid_t> live = workers;
-  uint64_t failed = 0;  // workers that did not exit 0 on their own
-  // Reaps what ended; reclaims what the dead held.
-  auto reap = [&](bool stopping) {
-    for (;;) {
-      int status = 0;
-      const pid_t pid = waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) return;
-      live.erase(std::remove(live.begin(), live.end(), pid), live.end());
-      const size_t reclaimed = (*pool)->ReclaimDead();
-      const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!clean) ++failed;
-      if (!clean || reclaimed != 0 || !stopping) {
-        std::fprintf(
-            stderr, "bufpool-echo: worker %d %s; reclaimed %zu buffers\n",
-            static_cast<int>(pid), DeathText(status).c_str(), reclaimed);
-      }
-    }
-  };
-  for (;;) {
-    int sig = 0;
-    if (sigwait(&watched, &sig) != 0) continue;
-    if (sig == SIGCHLD) {
-      reap(false);
-      if (live.empty()) {
-        Fail("every worker is gone", kExitFailure);
-        break;
-      }
-      continue;
-    }
-    if (sig == SIGUSR1) {
-      const bufpool::PoolStats p = (*pool)->Stats();
-      std::printf("stats: workers=%zu/%zu processes=%zu reclaimed=%llu\n",
-                  live.size(), workers.size(), p.processes,
-                  static_cast<unsigned long long>(p.reclaimed));
-      std::fflush(stdout);
-      continue;
-    }
-    for (pid_t w : live) kill(w, SIGTERM);  // SIGINT or SIGTERM: stop
-    while (!live.empty()) {
-      if (sigwait(&watched, &sig) == 0 && sig == SIGCHLD) reap(true);
-    }
-    break;
-  }
+  Watch(**pool, watched, w);
   close(*reserved);
   (*pool)->ReclaimDead();
   const bufpool::PoolStats p = (*pool)->Stats();
   const size_t free_now = CountFree(**pool);
   std::printf(
       "stopped: workers=%zu failed=%llu reclaimed=%llu pool_free=%zu/%zu\n",
-      workers.size(), static_cast<unsigned long long>(failed),
+      w.all.size(), static_cast<unsigned long long>(w.failed),
       static_cast<unsigned long long>(p.reclaimed), free_now, p.capacity);
   std::fflush(stdout);
   if (free_now != p.capacity) {
@@ -395,7 +426,8 @@ int RunWorkers(const bufpool::tools::EchoCommand& command) {
         absl::StrCat("the pool lost ", p.capacity - free_now, " buffers"),
         kExitFailure);
   }
-  return live.empty() && failed < workers.size() ? kExitSuccess : kExitFailure;
+  return w.live.empty() && w.failed < w.all.size() ? kExitSuccess
+                                                   : kExitFailure;
 }
 
 }  // namespace

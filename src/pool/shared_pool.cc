@@ -246,7 +246,8 @@ uint32_t TakeLocked(ProcessShare& x, uint32_t* out, uint32_t max) {
   for (uint32_t k = 0; k < n; ++k) {
     const uint32_t slot = x.depot[h.depot_count - 1 - k];
     const uint64_t w = x.ledger[slot].load(std::memory_order_relaxed);
-    if (ledger::Kind(w) != kFree) DieShared(x, "a depot slot not free", slot, w);
+    if (ledger::Kind(w) != kFree)
+      DieShared(x, "a depot slot not free", slot, w);
     x.ledger[slot].store(ledger::Word(ledger::Gen(w), kOwned, x.index),
                          std::memory_order_relaxed);
     out[k] = slot;
@@ -350,10 +351,9 @@ absl::Status RegisterProcess(ProcessShare& x) {
   std::snprintf(path, sizeof(path), "/proc/self/fd/%d", x.fd);
   x.lock_fd = os::Sys().open(path, O_RDWR, 0);
   if (x.lock_fd < 0) {
-    return os::PosixError(
-        absl::StrCat("opening the pool's memfd again (", path,
-                     ") for this process's liveness lock"),
-        errno);
+    return os::PosixError(absl::StrCat("opening the pool's memfd again (", path,
+                                       ") for this process's liveness lock"),
+                          errno);
   }
   x.pid = os::Sys().getpid();
   x.start_time = StartTime();
@@ -416,6 +416,100 @@ void PointInto(ProcessShare& x) {
   x.depot = reinterpret_cast<uint32_t*>(x.meta + x.hdr->depot_offset);
 }
 
+// Writes a new pool's header into x.meta (the file reads zero: every
+// process entry empty, every ledger word kFree with generation 0), makes
+// its robust mutex, points x into the file and puts every slot in the
+// shared depot, slot 0 on top (handed out first). The magic is stored
+// later, by the caller, once the file is sealed.
+absl::Status InitHeader(ProcessShare& x, const PoolOptions& options,
+                        size_t cache_size, const Layout& l) {
+  const size_t count = options.buffer_count;
+  auto* h = reinterpret_cast<SharedHeader*>(x.meta);
+  h->version = kSharedVersion;
+  h->max_processes = kMaxProcesses;
+  h->buffer_size = options.buffer_size;
+  h->buffer_count = count;
+  h->cache_size = cache_size;
+  h->procs_offset = l.procs;
+  h->ledger_offset = l.ledger;
+  h->depot_offset = l.depot;
+  h->region_offset = l.region;
+  h->file_bytes = l.file;
+  pthread_mutexattr_t attr;
+  ::pthread_mutexattr_init(&attr);
+  ::pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  ::pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  const int rc = ::pthread_mutex_init(&h->mu, &attr);
+  ::pthread_mutexattr_destroy(&attr);
+  if (rc != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "pthread_mutex_init (process-shared, robust): ", std::strerror(rc)));
+  }
+  PointInto(x);
+  for (uint32_t k = 0; k < count; ++k) {
+    x.depot[k] = static_cast<uint32_t>(count - 1 - k);
+  }
+  h->depot_count = static_cast<uint32_t>(count);
+  return absl::OkStatus();
+}
+
+// A joiner's copy of a pool's header, read once (the file is shared: the
+// values are copied before they are checked or used).
+struct HeaderCopy {
+  uint32_t version, max_processes;
+  uint64_t buffer_size, buffer_count, cache_size, procs_offset, ledger_offset,
+      depot_offset, region_offset, file_bytes;
+};
+
+// Reads the header of the file behind `fd` (`st` its fstat) and checks it
+// names a pool of this layout version whose geometry fits the file:
+// InvalidArgument (not a pool, corrupt, sizes that do not match) or
+// FailedPrecondition (another version).
+absl::StatusOr<HeaderCopy> ReadHeader(int fd, const struct stat& st) {
+  absl::StatusOr<void*> head = os::MapSharedFile(fd, 0, kHeaderBytes);
+  if (!head.ok()) return absl::InvalidArgumentError(head.status().message());
+  auto* h = static_cast<SharedHeader*>(*head);
+  const uint64_t magic =
+      std::atomic_ref<uint64_t>(h->magic).load(std::memory_order_acquire);
+  const HeaderCopy copy = {h->version,       h->max_processes, h->buffer_size,
+                           h->buffer_count,  h->cache_size,    h->procs_offset,
+                           h->ledger_offset, h->depot_offset,  h->region_offset,
+                           h->file_bytes};
+  os::Unmap(*head, kHeaderBytes);
+  if (magic != kSharedMagic) {
+    return absl::InvalidArgumentError(
+        "not a shared pool's memfd (no bufpool header)");
+  }
+  if (copy.version != kSharedVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the pool's layout is version ", copy.version,
+                     "; this library reads version ", kSharedVersion));
+  }
+  // The geometry before any arithmetic on it: a header that carries the
+  // magic but whose sizes wrap around would otherwise compute offsets that
+  // match the file and map buffers far larger than it.
+  size_t region_bytes = 0;
+  if (copy.buffer_size == 0 || copy.buffer_count == 0 ||
+      copy.buffer_count >= FreeList::kNoSlot ||
+      __builtin_mul_overflow(copy.buffer_size, copy.buffer_count,
+                             &region_bytes) ||
+      region_bytes > static_cast<uint64_t>(st.st_size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the pool's header is corrupt: ", copy.buffer_count, " buffers of ",
+        copy.buffer_size, " bytes do not fit its ", st.st_size, " bytes"));
+  }
+  const Layout l = LayoutFor(copy.buffer_size, copy.buffer_count);
+  if (copy.max_processes != kMaxProcesses || copy.procs_offset != l.procs ||
+      copy.ledger_offset != l.ledger || copy.depot_offset != l.depot ||
+      copy.region_offset != l.region || copy.file_bytes != l.file ||
+      static_cast<size_t>(st.st_size) != l.file) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the pool's header does not match its size (", st.st_size,
+        " bytes for ", copy.buffer_count, " x ", copy.buffer_size, ")"));
+  }
+  return copy;
+}
+
 }  // namespace
 
 ProcessShare::~ProcessShare() {
@@ -428,14 +522,12 @@ ProcessShare::~ProcessShare() {
 
 // ---- Creating and joining ---------------------------------------------------
 
-
 absl::StatusOr<std::unique_ptr<BufferPool>> PoolAccess::CreateShared(
     const PoolOptions& options, size_t cache_size, TrackHolders track) {
   auto error = [&](absl::StatusCode code, const std::string& why) {
-    return absl::Status(code, absl::StrCat("BufferPool::Create(",
-                                           options.buffer_count, " x ",
-                                           options.buffer_size,
-                                           " bytes, shared): ", why));
+    return absl::Status(
+        code, absl::StrCat("BufferPool::Create(", options.buffer_count, " x ",
+                           options.buffer_size, " bytes, shared): ", why));
   };
   if (options.max_buffer_count != 0) {
     return error(absl::StatusCode::kInvalidArgument,
@@ -472,43 +564,17 @@ absl::StatusOr<std::unique_ptr<BufferPool>> PoolAccess::CreateShared(
   }
   x->meta = static_cast<char*>(*meta);
   x->meta_bytes = l.region;
-  // The file reads zero: every process entry empty, every ledger word
-  // kFree with generation 0.
+  if (absl::Status st = InitHeader(*x, options, cache_size, l); !st.ok()) {
+    return error(st.code(), std::string(st.message()));
+  }
   auto* h = reinterpret_cast<SharedHeader*>(x->meta);
-  h->version = kSharedVersion;
-  h->max_processes = kMaxProcesses;
-  h->buffer_size = options.buffer_size;
-  h->buffer_count = count;
-  h->cache_size = cache_size;
-  h->procs_offset = l.procs;
-  h->ledger_offset = l.ledger;
-  h->depot_offset = l.depot;
-  h->region_offset = l.region;
-  h->file_bytes = l.file;
-  pthread_mutexattr_t attr;
-  ::pthread_mutexattr_init(&attr);
-  ::pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  ::pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  const int rc = ::pthread_mutex_init(&h->mu, &attr);
-  ::pthread_mutexattr_destroy(&attr);
-  if (rc != 0) {
-    return error(absl::StatusCode::kResourceExhausted,
-                 absl::StrCat("pthread_mutex_init (process-shared, robust): ",
-                              std::strerror(rc)));
-  }
-  PointInto(*x);
-  // Every slot free, slot 0 on top (handed out first).
-  for (uint32_t k = 0; k < count; ++k) {
-    x->depot[k] = static_cast<uint32_t>(count - 1 - k);
-  }
-  h->depot_count = static_cast<uint32_t>(count);
   // The size is final: nobody may shrink the file under another's mapping
   // (a SIGBUS there) or grow it; then no more seals.
   if (os::Sys().fcntl(x->fd, F_ADD_SEALS,
                       F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    return error(absl::StatusCode::kResourceExhausted,
-                 std::string(os::PosixError("sealing the memfd", errno)
-                                 .message()));
+    return error(
+        absl::StatusCode::kResourceExhausted,
+        std::string(os::PosixError("sealing the memfd", errno).message()));
   }
   // The magic last: a joiner that sees it sees the rest (it gets the fd
   // only after this anyway).
@@ -536,15 +602,14 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Join(int fd) {
     return error(absl::StatusCode::kInvalidArgument,
                  os::PosixError("fstat", errno).message());
   }
-  if (!S_ISREG(st.st_mode) ||
-      static_cast<size_t>(st.st_size) < kHeaderBytes) {
-    return error(absl::StatusCode::kInvalidArgument,
-                 absl::StrCat("not a shared pool's memfd (",
-                              S_ISREG(st.st_mode) ? "a file of " : "not a file, ",
-                              S_ISREG(st.st_mode)
-                                  ? absl::StrCat(st.st_size, " bytes")
-                                  : "",
-                              ")"));
+  if (!S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) < kHeaderBytes) {
+    return error(
+        absl::StatusCode::kInvalidArgument,
+        absl::StrCat(
+            "not a shared pool's memfd (",
+            S_ISREG(st.st_mode) ? "a file of " : "not a file, ",
+            S_ISREG(st.st_mode) ? absl::StrCat(st.st_size, " bytes") : "",
+            ")"));
   }
   auto x = std::make_unique<ProcessShare>();
   x->fd = os::Sys().fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -552,88 +617,37 @@ absl::StatusOr<std::unique_ptr<BufferPool>> BufferPool::Join(int fd) {
     return error(absl::StatusCode::kResourceExhausted,
                  os::PosixError("dup", errno).message());
   }
-  absl::StatusOr<void*> head = os::MapSharedFile(x->fd, 0, kHeaderBytes);
-  if (!head.ok()) {
-    return error(absl::StatusCode::kInvalidArgument, head.status().message());
-  }
-  auto* h = static_cast<SharedHeader*>(*head);
-  const uint64_t magic =
-      std::atomic_ref<uint64_t>(h->magic).load(std::memory_order_acquire);
-  struct {
-    uint32_t version, max_processes;
-    uint64_t buffer_size, buffer_count, cache_size, procs_offset,
-        ledger_offset, depot_offset, region_offset, file_bytes;
-  } copy = {h->version,       h->max_processes, h->buffer_size,
-            h->buffer_count,  h->cache_size,    h->procs_offset,
-            h->ledger_offset, h->depot_offset,  h->region_offset,
-            h->file_bytes};
-  os::Unmap(*head, kHeaderBytes);
-  if (magic != kSharedMagic) {
-    return error(absl::StatusCode::kInvalidArgument,
-                 "not a shared pool's memfd (no bufpool header)");
-  }
-  if (copy.version != kSharedVersion) {
-    return error(absl::StatusCode::kFailedPrecondition,
-                 absl::StrCat("the pool's layout is version ", copy.version,
-                              "; this library reads version ",
-                              kSharedVersion));
-  }
-  // The geometry before any arithmetic on it: a header that carries the
-  // magic but whose sizes wrap around would otherwise compute offsets that
-  // match the file and map buffers far larger than it.
-  size_t region_bytes = 0;
-  if (copy.buffer_size == 0 || copy.buffer_count == 0 ||
-      copy.buffer_count >= BufferPool::kNoSlot ||
-      __builtin_mul_overflow(copy.buffer_size, copy.buffer_count,
-                             &region_bytes) ||
-      region_bytes > static_cast<uint64_t>(st.st_size)) {
-    return error(
-        absl::StatusCode::kInvalidArgument,
-        absl::StrCat("the pool's header is corrupt: ", copy.buffer_count,
-                     " buffers of ", copy.buffer_size, " bytes do not fit its ",
-                     st.st_size, " bytes"));
-  }
-  const Layout l = LayoutFor(copy.buffer_size, copy.buffer_count);
-  if (copy.max_processes != kMaxProcesses || copy.procs_offset != l.procs ||
-      copy.ledger_offset != l.ledger || copy.depot_offset != l.depot ||
-      copy.region_offset != l.region || copy.file_bytes != l.file ||
-      static_cast<size_t>(st.st_size) != l.file) {
-    return error(absl::StatusCode::kInvalidArgument,
-                 absl::StrCat("the pool's header does not match its size (",
-                              st.st_size, " bytes for ", copy.buffer_count,
-                              " x ", copy.buffer_size, ")"));
-  }
+  absl::StatusOr<HeaderCopy> copy = ReadHeader(x->fd, st);
+  if (!copy.ok()) return error(copy.status().code(), copy.status().message());
+  const Layout l = LayoutFor(copy->buffer_size, copy->buffer_count);
   absl::StatusOr<void*> meta = os::MapSharedFile(x->fd, 0, l.region);
   if (!meta.ok()) {
-    return error(absl::StatusCode::kResourceExhausted,
-                 meta.status().message());
+    return error(absl::StatusCode::kResourceExhausted, meta.status().message());
   }
   x->meta = static_cast<char*>(*meta);
   x->meta_bytes = l.region;
   PointInto(*x);
   PoolOptions options;
-  options.buffer_size = copy.buffer_size;
-  options.buffer_count = copy.buffer_count;
-  options.cache_size = copy.cache_size;
+  options.buffer_size = copy->buffer_size;
+  options.buffer_count = copy->buffer_count;
+  options.cache_size = copy->cache_size;
   options.huge_pages = HugePages::kNever;
   options.shared = true;
   const absl::StatusOr<TrackHolders> track = ResolveTrackHolders(options);
   if (!track.ok()) return track.status();
   absl::StatusOr<std::unique_ptr<BufferPool>> pool =
-      PoolAccess::FinishShared(std::move(x), options, copy.cache_size, *track);
+      PoolAccess::FinishShared(std::move(x), options, copy->cache_size, *track);
   if (!pool.ok()) return error(pool.status().code(), pool.status().message());
   return pool;
 }
-
 
 absl::StatusOr<std::unique_ptr<BufferPool>> PoolAccess::FinishShared(
     std::unique_ptr<ProcessShare> x, const PoolOptions& options,
     size_t cache_size, TrackHolders track) {
   const size_t count = x->hdr->buffer_count;
   absl::StatusOr<Arena> arena =
-      Arena::MapFile(x->fd, x->hdr->region_offset,
-                     x->hdr->buffer_size * count, options.populate,
-                     options.lock_memory);
+      Arena::MapFile(x->fd, x->hdr->region_offset, x->hdr->buffer_size * count,
+                     options.populate, options.lock_memory);
   if (!arena.ok()) return arena.status();
   std::unique_ptr<BufferPool> pool;
   try {
@@ -794,7 +808,7 @@ void PoolAccess::SharedLeave(BufferPool& p) {
   SharedState& s = S(p);
   ProcessShare& x = *s.xproc;
   if (x.forked) return;  // the parent's; the descriptors close with x
-  DrainAll(p);  // every cached slot into our depot
+  DrainAll(p);           // every cached slot into our depot
   uint32_t out[kMaxShareBatch];
   for (;;) {
     uint32_t reshelved = 0;
@@ -853,19 +867,18 @@ std::string PoolAccess::OwnerNote(const BufferPool& p, uint32_t slot) {
   const ProcessShare* x = p.shared_->xproc.get();
   if (x == nullptr || slot >= p.capacity_) return "";
   const uint64_t w = x->ledger[slot].load(std::memory_order_relaxed);
-  const std::string me =
-      absl::StrCat("released in process pid ", x->pid, " (start time ",
-                   x->start_time, ")");
+  const std::string me = absl::StrCat("released in process pid ", x->pid,
+                                      " (start time ", x->start_time, ")");
   switch (ledger::Kind(w)) {
     case kOwned:
       if (ledger::Proc(w) == x->index) return absl::StrCat("; ", me);
-      return absl::StrCat("; ", me, ", but the shared pool's ledger says "
-                          "process ", NameOf(*x, ledger::Proc(w)),
-                          " owns it");
+      return absl::StrCat("; ", me,
+                          ", but the shared pool's ledger says "
+                          "process ",
+                          NameOf(*x, ledger::Proc(w)), " owns it");
     case kExported:
       return absl::StrCat("; ", me, ", but it is exported by process ",
-                          NameOf(*x, ledger::Proc(w)),
-                          " and not imported");
+                          NameOf(*x, ledger::Proc(w)), " and not imported");
     default:
       return absl::StrCat("; ", me,
                           ", but the shared pool's ledger says it is free");
@@ -912,8 +925,10 @@ BufferToken BufferPool::Export(Buffer&& buffer) {
   const uint64_t w = word.load(std::memory_order_relaxed);
   const uint64_t want = x != nullptr ? kOwned : kFree;
   if (ledger::Kind(w) != want || ledger::Proc(w) != me) {
-    PoolAccess::DieCorrupt(*this, "exporting a slot whose owner word is not "
-                                  "this process's", w);
+    PoolAccess::DieCorrupt(*this,
+                           "exporting a slot whose owner word is not "
+                           "this process's",
+                           w);
   }
   uint32_t gen = ledger::Gen(w) + 1;
   if (gen == 0) gen = 1;
@@ -952,8 +967,8 @@ absl::StatusOr<Buffer> BufferPool::Import(BufferToken token) {
     const uint32_t g = ledger::Gen(seen);
     switch (ledger::Kind(seen)) {
       case kExported:
-        why = absl::StrCat("stale: the buffer's export now has generation ",
-                           g, ", not ", gen);
+        why = absl::StrCat("stale: the buffer's export now has generation ", g,
+                           ", not ", gen);
         break;
       case kOwned:
         why = absl::StrCat(
@@ -968,10 +983,9 @@ absl::StatusOr<Buffer> BufferPool::Import(BufferToken token) {
                   : "stale: the buffer is not exported (imported already, "
                     "or never exported)";
     }
-    return absl::FailedPreconditionError(
-        absl::StrCat("BufferPool::Import: token 0x", absl::Hex(token.value),
-                     " (slot ", slot, ", generation ", gen, ") refused: ",
-                     why));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "BufferPool::Import: token 0x", absl::Hex(token.value), " (slot ", slot,
+        ", generation ", gen, ") refused: ", why));
   };
   if (ledger::Kind(w) != kExported || ledger::Gen(w) != gen) return refuse(w);
   const uint64_t mine = x != nullptr ? ledger::Word(gen, kOwned, x->index)
