@@ -43,8 +43,7 @@ static_assert(kBudgetDefaults.reserved_bytes == 0);  // BudgetOptions' default
 // Every field of the first version: a caller's struct must hold them all
 // (later fields keep their defaults where a shorter struct ends before
 // them, as bufpool_options' do).
-constexpr size_t kBudgetOptionsV1Size =
-    offsetof(bufpool_budget_options, group);
+constexpr size_t kBudgetOptionsV1Size = offsetof(bufpool_budget_options, group);
 
 // Whether a caller's struct of `size` bytes holds `field` (at `offset`).
 constexpr bool Holds(size_t size, size_t offset, size_t field) {

@@ -99,7 +99,8 @@ void PoolAccess::Pushed(BufferPool& p, uint32_t n, uint32_t returned) {
   S(p).depot_free.fetch_add(n, std::memory_order_relaxed);
   if (returned != 0) Returned(p, returned);
   // A shared pool gives what it does not need back (shared_pool.cc).
-  if (S(p).xproc != nullptr) [[unlikely]] SharedMaybeGive(p);
+  if (S(p).xproc != nullptr) [[unlikely]]
+    SharedMaybeGive(p);
 }
 
 int64_t PoolAccess::DepotSize(const BufferPool& p) {
@@ -161,9 +162,9 @@ PoolStats BufferPool::Stats() const {
                                            : s.growth->grow_failures.load(
                                                  std::memory_order_relaxed),
       .processes = s.xproc == nullptr ? 1 : PoolAccess::SharedProcesses(*this),
-      .reclaimed = s.xproc == nullptr
-                       ? 0
-                       : s.xproc->hdr->reclaimed.load(std::memory_order_relaxed),
+      .reclaimed = s.xproc == nullptr ? 0
+                                      : s.xproc->hdr->reclaimed.load(
+                                            std::memory_order_relaxed),
   };
 }
 

@@ -520,9 +520,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool BufferChain::AppendPackedInline(
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline uint32_t BufferChain::PackCharge(
     size_t bytes) {
-  return static_cast<uint32_t>(
-      std::min<size_t>((bytes + kPackGranule - 1) & ~(kPackGranule - 1),
-                       ~uint32_t{0} / 2));
+  return static_cast<uint32_t>(std::min<size_t>(
+      (bytes + kPackGranule - 1) & ~(kPackGranule - 1), ~uint32_t{0} / 2));
 }
 
 // Linking `s`, the first slice of a run here, whose owner word read
@@ -613,8 +612,8 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline size_t BufferChain::UnlinkRun(
 inline void BufferChain::PopFrontBudgeted() {
   SharedBuffer& f = slices_[head_];
   bool pack = false;
-  const size_t bs = UnlinkRun(f.pool_, f.slot_,
-                              count_ == 1 || !SameBuffer(f, At(1)), &pack);
+  const size_t bs =
+      UnlinkRun(f.pool_, f.slot_, count_ == 1 || !SameBuffer(f, At(1)), &pack);
   f.Reset();
   head_ = (head_ + 1) & (cap_ - 1);
   --count_;
@@ -632,9 +631,8 @@ inline void BufferChain::PopFrontBudgeted() {
 inline void BufferChain::PopBackBudgeted() {
   SharedBuffer& t = At(count_ - 1);
   bool pack = false;
-  const size_t bs =
-      UnlinkRun(t.pool_, t.slot_,
-                count_ == 1 || !SameBuffer(At(count_ - 2), t), &pack);
+  const size_t bs = UnlinkRun(
+      t.pool_, t.slot_, count_ == 1 || !SameBuffer(At(count_ - 2), t), &pack);
   t.Reset();
   --count_;
   if (pack) [[unlikely]] {

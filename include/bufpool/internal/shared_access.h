@@ -73,9 +73,8 @@ struct BUFPOOL_EXPORT SharedAccess {
   // 0 by a compare-and-swap, or by whoever holds the slot alone.
   ABSL_ATTRIBUTE_ALWAYS_INLINE static std::atomic_ref<uint32_t> Owner(
       const BufferPool& pool, uint32_t slot) {
-    return std::atomic_ref<uint32_t>(
-        pool.shared_refs_.load(
-            std::memory_order_relaxed)[slot * kRefStride + 1]);
+    return std::atomic_ref<uint32_t>(pool.shared_refs_.load(
+        std::memory_order_relaxed)[slot * kRefStride + 1]);
   }
   // Takes the slot out of a non-empty handle without returning it: the
   // handle becomes empty and the slot stays out (counted in in_use).
