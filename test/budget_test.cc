@@ -201,8 +201,8 @@ TEST(BudgetTest, CompactKeepsOneRunAndCopiesAnother) {
   auto pool = MakePool(16);
   auto budget = MakeBudget(*pool, {.name = "compact", .max_bytes = 8 * kBs});
   BufferChain loose(*pool);
-  ASSERT_TRUE(loose.Append(Bytes(kBs, 'k')).ok());   // kept: a whole buffer
-  ASSERT_TRUE(loose.Append(Bytes(100, 'c')).ok());   // copied: 100 bytes
+  ASSERT_TRUE(loose.Append(Bytes(kBs, 'k')).ok());  // kept: a whole buffer
+  ASSERT_TRUE(loose.Append(Bytes(100, 'c')).ok());  // copied: 100 bytes
   const std::string want = Contents(loose);
   BufferChain chain(*budget);
   chain.Append(std::move(loose));
@@ -223,8 +223,9 @@ TEST(BudgetTest, CompactKeepsOneRunAndCopiesAnother) {
 // reserve back to the reserve, not to the pool.
 TEST(BudgetTest, ACompactThatFailsKeepsTheReserve) {
   auto pool = MakePool(16);
-  auto budget = MakeBudget(*pool, {.name = "compact", .max_bytes = 16 * kBs,
-                                   .reserved_bytes = 5 * kBs});
+  auto budget = MakeBudget(
+      *pool,
+      {.name = "compact", .max_bytes = 16 * kBs, .reserved_bytes = 5 * kBs});
   BufferChain loose(*pool);
   for (int i = 0; i < 4; ++i) {  // four buffers under half full: two to copy
     Buffer b = pool->TryAcquire();
@@ -418,12 +419,12 @@ TEST(BudgetTest, ReservationHoldsWhileAnotherBudgetDrainsThePool) {
   EXPECT_EQ(pool->Stats().in_use, 0u);
 }
 
-// A server that deadlocked without reservations: length-prefixed frames (4-byte length, then the
-// payload) on a pool of 160 buffers, every connection holding a partial
-// frame when another consumer takes the rest of the pool. Each connection's
-// budget reserves one frame plus its reply, so every frame completes and
-// every reply is built; without reservations the same load is stuck.
-// Returns how many of the connections got their reply.
+// A server that deadlocked without reservations: length-prefixed frames (4-byte
+// length, then the payload) on a pool of 160 buffers, every connection holding
+// a partial frame when another consumer takes the rest of the pool. Each
+// connection's budget reserves one frame plus its reply, so every frame
+// completes and every reply is built; without reservations the same load is
+// stuck. Returns how many of the connections got their reply.
 size_t RunLengthPrefixedServer(bool reserve) {
   constexpr size_t kConns = 20;
   constexpr size_t kFrame = 6 * kBs;  // header included
@@ -945,10 +946,10 @@ TEST(BudgetAccountingTest, ThreadsShareSlicesAcrossBudgets) {
           break;
         case 1: {  // a short partial through the pack
           const std::string b = Bytes(1 + (x >> 4) % 200, 'p');
-          c.AppendPacked(absl::MakeConstSpan(
-                             reinterpret_cast<const std::byte*>(b.data()),
-                             b.size()),
-                         pack);
+          c.AppendPacked(
+              absl::MakeConstSpan(reinterpret_cast<const std::byte*>(b.data()),
+                                  b.size()),
+              pack);
           break;
         }
         case 2:

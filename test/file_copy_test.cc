@@ -491,9 +491,9 @@ TEST_F(CopyTest, UringCopiesCorrectlyThroughAPoolThatReplacedADeadOne) {
     auto pool = BufferPool::Create({.buffer_count = 256});
     ASSERT_TRUE(pool.ok()) << pool.status();
     for (int i = 0; i < 2; ++i) {
-      ASSERT_NO_FATAL_FAILURE(CopyByUring(
-          pool->get(), src, dst,
-          RandomBytes(200000 + round * 1000 + i, round)));
+      ASSERT_NO_FATAL_FAILURE(
+          CopyByUring(pool->get(), src, dst,
+                      RandomBytes(200000 + round * 1000 + i, round)));
     }
   }
 }

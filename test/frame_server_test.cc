@@ -70,7 +70,8 @@ void SetTimeouts(int fd, int ms) {
 
 // Sends all of `data` (false when the peer is gone or `stop` is set while
 // the socket stays full).
-bool SendAll(int fd, const char* data, size_t n, const std::atomic<bool>& stop) {
+bool SendAll(int fd, const char* data, size_t n,
+             const std::atomic<bool>& stop) {
   while (n > 0) {
     const ssize_t w = send(fd, data, n, MSG_NOSIGNAL);
     if (w > 0) {
@@ -102,13 +103,13 @@ bool RecvAll(int fd, char* data, size_t n, const std::atomic<bool>& stop) {
 }
 
 struct LoadResult {
-  size_t good_done = 0;      // good clients that got every frame back
-  size_t frames_ok = 0;      // frames that came back exact
-  size_t mismatches = 0;     // frames that came back wrong
+  size_t good_done = 0;   // good clients that got every frame back
+  size_t frames_ok = 0;   // frames that came back exact
+  size_t mismatches = 0;  // frames that came back wrong
   size_t probes = 0, probes_answered = 0;
   double longest_gap_s = 0;  // the longest stretch without a good frame
   double seconds = 0;
-  bool hung = false;         // a stretch past the guard
+  bool hung = false;  // a stretch past the guard
 };
 
 class FrameServerTest : public ::testing::Test {
@@ -240,8 +241,8 @@ LoadResult FrameServerTest::RunLoad(size_t frames, double guard_s) {
         const std::string frame = Frame(rng() % (kMaxPayload + 1), rng);
         // In chunks of 1 byte to 16 KiB.
         for (size_t at = 0; at < frame.size();) {
-          const size_t n = std::min<size_t>(frame.size() - at,
-                                            1 + rng() % (16 * 1024));
+          const size_t n =
+              std::min<size_t>(frame.size() - at, 1 + rng() % (16 * 1024));
           if (!SendAll(fd.get(), frame.data() + at, n, stop)) return;
           at += n;
         }
@@ -296,7 +297,8 @@ LoadResult FrameServerTest::RunLoad(size_t frames, double guard_s) {
   std::thread prober([&] {
     std::mt19937 rng(400);
     auto next = Clock::now();
-    while (!good_over.load() || Clock::now() - start < std::chrono::seconds(3)) {
+    while (!good_over.load() ||
+           Clock::now() - start < std::chrono::seconds(3)) {
       std::this_thread::sleep_until(next);
       next += std::chrono::milliseconds(500);
       probes.fetch_add(1);
@@ -321,8 +323,8 @@ LoadResult FrameServerTest::RunLoad(size_t frames, double guard_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const double gap =
         std::chrono::duration<double>(
-            Clock::now() - Clock::time_point(Clock::duration(
-                               last_progress.load())))
+            Clock::now() -
+            Clock::time_point(Clock::duration(last_progress.load())))
             .count();
     r.longest_gap_s = std::max(r.longest_gap_s, gap);
     if (gap > guard_s) {

@@ -270,23 +270,23 @@ TEST(MetricsTest, BudgetGroupsAreOneSeriesEach) {
   std::string text;
   WriteMetrics(**pool, &text, {.name = "p"});
   const std::string parsed = ParseWithPrometheusClient(text);
-  auto group = [](const std::string& type, const std::string& name,
-                  size_t v) {
+  auto group = [](const std::string& type, const std::string& name, size_t v) {
     return type + "|" + name + "|budget_group=listener 1,pool=p|" +
            std::to_string(v) + ".0";
   };
   EXPECT_TRUE(Has(parsed, group("gauge", "bufpool_budget_group_budgets", 100)))
       << parsed;
-  EXPECT_TRUE(Has(parsed, group("gauge", "bufpool_budget_group_pinned_bytes",
-                                10 * bs)))
+  EXPECT_TRUE(
+      Has(parsed, group("gauge", "bufpool_budget_group_pinned_bytes", 10 * bs)))
       << parsed;
-  EXPECT_TRUE(Has(parsed, group("gauge", "bufpool_budget_group_max_bytes",
-                                200 * bs)))
+  EXPECT_TRUE(
+      Has(parsed, group("gauge", "bufpool_budget_group_max_bytes", 200 * bs)))
       << parsed;
   EXPECT_TRUE(Has(parsed, group("gauge", "bufpool_budget_group_refusals", 1)))
       << parsed;
-  EXPECT_TRUE(Has(parsed, "gauge|bufpool_budget_pinned_bytes|budget=admin,"
-                          "pool=p|0.0"))
+  EXPECT_TRUE(Has(parsed,
+                  "gauge|bufpool_budget_pinned_bytes|budget=admin,"
+                  "pool=p|0.0"))
       << parsed;
   // No per-connection series for the grouped budgets.
   EXPECT_EQ(text.find("budget=\"conn "), std::string::npos);

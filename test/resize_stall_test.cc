@@ -237,7 +237,8 @@ TEST_P(ResizeStallTest, ATrimmerStoppedHoldingTheDepotsSlotsHandsThemOn) {
   ExpectWhole(*pool);
 }
 
-TEST_P(ResizeStallTest, ATrimmerStoppedBetweenAPopAndItsPublicationHidesOneBatch) {
+TEST_P(ResizeStallTest,
+       ATrimmerStoppedBetweenAPopAndItsPublicationHidesOneBatch) {
   auto pool = Make(512, 4096);
   Burst(*pool, 2048);
   ASSERT_NO_FATAL_FAILURE(ExpectTakesWhileStoppedAt(
@@ -253,19 +254,19 @@ TEST_P(ResizeStallTest, ATrimmerStoppedGivingChunksBackLetsOthersGrow) {
   ExpectWhole(*pool);
 }
 
-TEST_P(ResizeStallTest, AtTheCeilingAStoppedTrimmerMakesTryAcquireAnswerAtOnce) {
+TEST_P(ResizeStallTest,
+       AtTheCeilingAStoppedTrimmerMakesTryAcquireAnswerAtOnce) {
   auto pool = Make(512, 2048);
   std::vector<Buffer> held = Hold(*pool, 2048);
   ASSERT_TRUE(held.back());
-  held.resize(100);  // 1948 free, all in whole chunks
+  held.resize(100);     // 1948 free, all in whole chunks
   pool->FlushCaches();  // all in the depot, for the trimmer to take
   StoppedResizer trimmer(Point::kTrimDecommitting, [&] { pool->Trim(0); });
   ASSERT_TRUE(trimmer.WaitStopped());
   // Every free slot is in the stopped trimmer's transit: empty, at once.
   EXPECT_TRUE(ReturnsWhileStopped([&] { EXPECT_FALSE(pool->TryAcquire()); }));
-  EXPECT_TRUE(ReturnsWhileStopped([&] {
-    EXPECT_FALSE(pool->Acquire(absl::Milliseconds(1)).ok());
-  }));
+  EXPECT_TRUE(ReturnsWhileStopped(
+      [&] { EXPECT_FALSE(pool->Acquire(absl::Milliseconds(1)).ok()); }));
   // A sleeper gets the next release, though the trimmer still sleeps.
   EXPECT_TRUE(SleeperGetsTheNextRelease(*pool, held));
   trimmer.Release();
@@ -287,7 +288,8 @@ TEST_P(ResizeStallTest, AStoppedGrowerLetsOthersGrowPastIt) {
   ExpectWhole(*pool);
 }
 
-TEST_P(ResizeStallTest, AGrowerStoppedWithTheLastChunksMakesTryAcquireAnswerAtOnce) {
+TEST_P(ResizeStallTest,
+       AGrowerStoppedWithTheLastChunksMakesTryAcquireAnswerAtOnce) {
   auto pool = Make(512, 1024);
   std::vector<Buffer> held = Hold(*pool, 512);
   ASSERT_TRUE(held.back());

@@ -36,8 +36,7 @@ void WriteMetrics(const AdmissionQueue& queue, std::string* out,
          "The most buffers the queue grants at once.",
          absl::StrCat(s.capacity_buffers));
   family("bufpool_admission_grants_total", "counter",
-         "Requests granted, at once or after waiting.",
-         absl::StrCat(s.grants));
+         "Requests granted, at once or after waiting.", absl::StrCat(s.grants));
   family("bufpool_admission_waited_total", "counter",
          "Granted requests that waited first.", absl::StrCat(s.waited));
   family("bufpool_admission_refusals_total", "counter",

@@ -460,10 +460,8 @@ std::string BufferPool::HeldBy(uint32_t slot, uint32_t note) const {
   // pointer never changes once published.
   if (uint32_t* refs = shared_refs_.load(std::memory_order_acquire);
       refs != nullptr &&
-      std::atomic_ref<uint32_t>(
-          refs[slot * internal::SharedAccess::kRefStride])
-              .load(std::memory_order_relaxed) !=
-          0) {
+      std::atomic_ref<uint32_t>(refs[slot * internal::SharedAccess::kRefStride])
+              .load(std::memory_order_relaxed) != 0) {
     return "chain";
   }
   return "Buffer";
@@ -566,8 +564,7 @@ void AppendUnsampled(const BufferPool& pool, const std::vector<Holder>& sampled,
     absl::StrAppend(report, u_lent, " lent to io_uring rings, not leaked, ");
   }
   if (u_reserved != 0) {
-    absl::StrAppend(report, u_reserved,
-                    " in budgets' reserves, not leaked, ");
+    absl::StrAppend(report, u_reserved, " in budgets' reserves, not leaked, ");
   }
   absl::StrAppend(report, left,
                   " held by Buffer handles, chains or sends in flight); "
@@ -633,8 +630,7 @@ std::string BufferPool::Report(size_t max_holders, size_t out_now) const {
                     ")");
   }
   AppendKinds(holders, &report);
-  if (holders_->mode() == TrackHolders::kSampled &&
-      out_now > holders.size()) {
+  if (holders_->mode() == TrackHolders::kSampled && out_now > holders.size()) {
     AppendUnsampled(*this, holders, out_now, raw, lent, &report);
   }
   // Tracked, the ring's lent buffers are its "ring N" kind above (its pack

@@ -574,7 +574,8 @@ struct PoolAccess {
   [[noreturn]] static void DieForked(const BufferPool& p);
   static void CheckNotForked(const BufferPool& p) {
     const ProcessShare* x = p.shared_->xproc.get();
-    if (x != nullptr && x->forked) [[unlikely]] DieForked(p);
+    if (x != nullptr && x->forked) [[unlikely]]
+      DieForked(p);
   }
   // The fork() child's handler for a shared pool: the parent owns what the
   // object caches, so its inline paths are turned off and its own lock

@@ -2,12 +2,15 @@
 // shared), as it lies in the memfd, and each process's handle on it. The
 // operations and their kill-safety argument are in shared_pool.cc.
 //
-//   memfd:  +--------+-----------------+------------------+-------------+---------+
-//           | header | process table   | ledger           | depot stack | region  |
-//           | (4 KiB)| kMaxProcesses x | buffer_count x   | buffer_count| buffers |
-//           |        | ProcessEntry    | 8-byte owner word| x uint32_t  |         |
+//   memfd:
+//   +--------+-----------------+------------------+-------------+---------+
+//           | header | process table   | ledger           | depot stack |
+//           region  | | (4 KiB)| kMaxProcesses x | buffer_count x   |
+//           buffer_count| buffers | |        | ProcessEntry    | 8-byte owner
+//           word| x uint32_t  |         |
 //           +--------+-----------------+------------------+-------------+---------+
-//                                                                     ^ page-aligned
+//                                                                     ^
+//                                                                     page-aligned
 //
 // Every process maps the metadata (header to depot stack) and the region
 // where it likes; slots are numbers, never addresses.
@@ -102,8 +105,8 @@ struct SharedHeader {
 
 // A process's handle on the shared state (BufferPool::Shared::xproc).
 struct ProcessShare {
-  int fd = -1;       // the memfd (this pool's own descriptor)
-  int lock_fd = -1;  // this process's own open file description of it
+  int fd = -1;           // the memfd (this pool's own descriptor)
+  int lock_fd = -1;      // this process's own open file description of it
   char* meta = nullptr;  // header .. depot stack, mapped shared
   size_t meta_bytes = 0;
   SharedHeader* hdr = nullptr;

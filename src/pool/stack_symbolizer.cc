@@ -233,8 +233,8 @@ class StackSymbolizer::Dwarf {
     }
     if (Dwfl_Line* line = dw_.getsrc(mod, addr)) {
       int lineno = 0;
-      if (const char* file = dw_.lineinfo(line, nullptr, &lineno, nullptr,
-                                          nullptr, nullptr)) {
+      if (const char* file =
+              dw_.lineinfo(line, nullptr, &lineno, nullptr, nullptr, nullptr)) {
         innermost.file = Normal(file);
         innermost.line = lineno;
       }
@@ -306,8 +306,8 @@ class StackSymbolizer::Dwarf {
       }
     }
     // DW_AT_name, through the abstract origin.
-    if (const char* s = dw_.formstring(dw_.attr_integrate(die, DW_AT_name,
-                                                          &attr_mem))) {
+    if (const char* s =
+            dw_.formstring(dw_.attr_integrate(die, DW_AT_name, &attr_mem))) {
       return s;
     }
     return "(inlined)";
@@ -370,8 +370,8 @@ const std::vector<StackFrame>& StackSymbolizer::Frames(uintptr_t pc) {
   const uintptr_t call = pc - 1;
   StackFrame f;
   char name[1024];
-  f.named = absl::Symbolize(reinterpret_cast<const void*>(call), name,
-                            sizeof(name));
+  f.named =
+      absl::Symbolize(reinterpret_cast<const void*>(call), name, sizeof(name));
   f.function = f.named ? std::string(name) : absl::StrCat("0x", absl::Hex(pc));
   uintptr_t bias = 0;
   if (ModuleOf(call, &f.module, &bias)) f.offset = call - bias;

@@ -33,7 +33,7 @@ namespace bufpool {
 
 struct StackFrame {
   std::string function;  // demangled; "0x..." when no symbol covers it
-  bool named = false;     // `function` is a name
+  bool named = false;    // `function` is a name
   std::string file;      // empty without line information
   int line = 0;
   std::string module;    // the ELF file's path

@@ -12,8 +12,8 @@
 #include "bufpool/uring.h"
 
 int main() {
-  auto pool = bufpool::BufferPool::Create(
-      {.buffer_count = 16, .max_buffer_count = 64});
+  auto pool =
+      bufpool::BufferPool::Create({.buffer_count = 16, .max_buffer_count = 64});
   if (!pool.ok()) {
     std::fprintf(stderr, "%s\n", pool.status().ToString().c_str());
     return 1;
