@@ -39,6 +39,28 @@ struct alignas(64) Cache {
 };
 static_assert(sizeof(Cache) == rs::kCacheStride);
 
+// The descriptors, as the kernel reads them: the linker's bounds of the
+// __rseq_cs section that the sequences put them in.
+void CheckDescriptors() {
+  int descriptors = 0;
+  for (const uint64_t* d = __start___rseq_cs; d + 4 <= __stop___rseq_cs;
+       d += 4) {
+    if (d[1] == 0) continue;  // .balign padding
+    ++descriptors;
+    const uint64_t start = d[1], post = d[2], abort_ip = d[3];
+    uint32_t sig;
+    std::memcpy(&sig, reinterpret_cast<const void*>(abort_ip - 4), 4);
+    Expect(reinterpret_cast<uintptr_t>(d) % 32 == 0 && d[0] == 0,
+           "descriptor: aligned, version 0");
+    // Each is the index prologue and a few instructions (72 bytes here).
+    Expect(post > 0 && post < 128, "descriptor: a short section");
+    Expect(abort_ip < start || abort_ip >= start + post,
+           "descriptor: abort outside the section");
+    Expect(sig == 0xd428bc00u, "RSEQ_SIG before the abort label");
+  }
+  Expect(descriptors > 0, "descriptors found in __rseq_cs");
+}
+
 }  // namespace
 
 int main() {
@@ -108,25 +130,7 @@ int main() {
   uint64_t cs;
   std::memcpy(&cs, area + 8, 8);
   Expect(cs == 0, "rseq_cs cleared after a sequence");
-  // The descriptors, as the kernel reads them: the linker's bounds of the
-  // __rseq_cs section that the sequences put them in.
-  int descriptors = 0;
-  for (const uint64_t* d = __start___rseq_cs; d + 4 <= __stop___rseq_cs;
-       d += 4) {
-    if (d[1] == 0) continue;  // .balign padding
-    ++descriptors;
-    const uint64_t start = d[1], post = d[2], abort_ip = d[3];
-    uint32_t sig;
-    std::memcpy(&sig, reinterpret_cast<const void*>(abort_ip - 4), 4);
-    Expect(reinterpret_cast<uintptr_t>(d) % 32 == 0 && d[0] == 0,
-           "descriptor: aligned, version 0");
-    // Each is the index prologue and a few instructions (72 bytes here).
-    Expect(post > 0 && post < 128, "descriptor: a short section");
-    Expect(abort_ip < start || abort_ip >= start + post,
-           "descriptor: abort outside the section");
-    Expect(sig == 0xd428bc00u, "RSEQ_SIG before the abort label");
-  }
-  Expect(descriptors > 0, "descriptors found in __rseq_cs");
+  CheckDescriptors();
   std::printf("%d failure(s)\n", failures);
   return failures == 0 ? 0 : 1;
 }
