@@ -820,9 +820,9 @@ class Session {
       size_t run = 0;
       for (size_t k = 0; k < c.slice_count(); ++k) {
         const SharedBuffer& s = c.slice(k);
-        const bool pack = SharedAccess::Owner(*s.pool(), s.slot())
-                              .load(std::memory_order_relaxed) ==
-                          SharedAccess::kOwnerPack;
+        const bool pack =
+            SharedAccess::Owner(*s.pool(), s.slot())
+                .load(std::memory_order_relaxed) == SharedAccess::kOwnerPack;
         const bool ends = k + 1 == c.slice_count() ||
                           c.slice(k + 1).pool() != s.pool() ||
                           c.slice(k + 1).slot() != s.slot();
