@@ -64,6 +64,34 @@ std::string Promised(const Commitments& c) {
   return s;
 }
 
+// The options' own consistency, before anything is made: InvalidArgument
+// naming the field and the values.
+absl::Status CheckBudgetOptions(const BudgetOptions& o, size_t bs,
+                                const std::string& who) {
+  if (o.max_bytes < bs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": max_bytes ", o.max_bytes,
+                     " is less than one buffer (", bs, " bytes)"));
+  }
+  if (o.high_watermark != 0 &&
+      (o.low_watermark >= o.high_watermark || o.high_watermark > o.max_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": watermarks must satisfy low < high <= max_bytes (low ",
+        o.low_watermark, ", high ", o.high_watermark, ", max_bytes ",
+        o.max_bytes, ")"));
+  }
+  if (o.high_watermark == 0 && o.low_watermark != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": low_watermark ", o.low_watermark, " without a high_watermark"));
+  }
+  if (o.reserved_bytes > o.max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": reserved_bytes ", o.reserved_bytes,
+                     " exceeds max_bytes ", o.max_bytes));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace internal {
@@ -120,27 +148,7 @@ absl::StatusOr<std::unique_ptr<BufferBudget>> BufferPool::CreateBudget(
     const BudgetOptions& o) {
   const size_t bs = buffer_size();
   const std::string who = absl::StrCat("CreateBudget(\"", o.name, "\")");
-  if (o.max_bytes < bs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, ": max_bytes ", o.max_bytes,
-                     " is less than one buffer (", bs, " bytes)"));
-  }
-  if (o.high_watermark != 0 &&
-      (o.low_watermark >= o.high_watermark || o.high_watermark > o.max_bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        who, ": watermarks must satisfy low < high <= max_bytes (low ",
-        o.low_watermark, ", high ", o.high_watermark, ", max_bytes ",
-        o.max_bytes, ")"));
-  }
-  if (o.high_watermark == 0 && o.low_watermark != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        who, ": low_watermark ", o.low_watermark, " without a high_watermark"));
-  }
-  if (o.reserved_bytes > o.max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, ": reserved_bytes ", o.reserved_bytes,
-                     " exceeds max_bytes ", o.max_bytes));
-  }
+  if (absl::Status st = CheckBudgetOptions(o, bs, who); !st.ok()) return st;
   const size_t reserve = o.reserved_bytes / bs + (o.reserved_bytes % bs != 0);
 
   std::unique_ptr<BufferBudget> b(new BufferBudget);
